@@ -1,0 +1,41 @@
+# Bloodraven: the two commands a new user needs are `make playground` and `make test`.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+CARGO ?= cargo
+
+.PHONY: help
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+.PHONY: tools
+tools: ## Build etcd, kube-apiserver and kubectl from the Go module proxy (cached by version)
+	hack/build-k8s.sh
+
+.PHONY: crd
+crd: ## Regenerate charts/bloodraven/crds from the Rust types
+	$(CARGO) xtask crd
+
+.PHONY: check
+check: ## fmt, clippy (warnings are errors) and the CRD drift check
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --locked --all-targets -- -D warnings
+	$(CARGO) xtask crd --check
+
+.PHONY: unit
+unit: ## Unit and property tests
+	$(CARGO) test --locked --workspace --exclude bloodraven-e2e
+
+.PHONY: e2e
+e2e: tools ## End-to-end tests: real kube-apiserver + etcd, real MariaDB sites, the real operator
+	hack/e2e.sh
+
+.PHONY: test
+test: check unit e2e ## Everything CI runs: checks, unit tests, then the e2e suite
+
+.PHONY: playground
+playground: tools ## Build and start a local playground: control plane, two MariaDB sites, the operator, group `playground`
+	hack/playground.sh up
+
+.PHONY: playground-down
+playground-down: ## Stop every process of the playground
+	hack/playground.sh down

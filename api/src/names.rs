@@ -1,0 +1,48 @@
+//! Well-known names: the API group, annotations, labels, the deploy-API
+//! audience, ports and Lease names. Source: `shared/DESIGN.md` ("Conventions")
+//! and the lease seed (`shared/seeds/000_…`).
+
+/// API group of every Bloodraven custom resource.
+pub const GROUP: &str = "bloodraven.shipstream.io";
+
+/// Version of the custom resources this crate describes.
+pub const VERSION: &str = "v1alpha1";
+
+/// Namespace the operator and webhook run in, in the chart and the playground.
+pub const DEFAULT_NAMESPACE: &str = "bloodraven";
+
+/// Name of the operator's leader-election `coordination.k8s.io/v1` Lease, in
+/// the operator's namespace. Separate from every deploy Lease.
+pub const LEADER_LEASE_NAME: &str = "bloodraven-leader";
+
+/// Audience a deploy-API caller's projected ServiceAccount token must carry
+/// (lease seed: "Who is allowed to ask").
+pub const DEPLOY_AUDIENCE: &str = "bloodraven-deploy";
+
+/// TLS port of the deploy API (`/deploy/v1`).
+pub const DEPLOY_API_PORT: u16 = 8443;
+
+/// Plain HTTP port for `/metrics`, `/healthz` and `/readyz`; never serves `/deploy`.
+pub const PLAIN_PORT: u16 = 8082;
+
+/// TLS port of the admission webhook.
+pub const WEBHOOK_PORT: u16 = 9443;
+
+/// Annotation on a MysqlFailoverGroup that revokes every deploy lease of the
+/// group with reason `OperatorRevoked` (lease seed: "Revoking by hand").
+pub const REVOKE_DEPLOYMENT_LEASES_ANNOTATION: &str = "bloodraven.shipstream.io/revoke-deployment-leases";
+
+/// Server-side-apply field manager of the operator's observations
+/// (`status.health`, `status.conditions`, `status.observedGeneration`, `status.stable`).
+pub const OBSERVER_FIELD_MANAGER: &str = "bloodraven-operator-observer";
+
+/// Field manager of the operator's authoritative decisions
+/// (`status.activeSite` with `status.topologyGeneration`), written as one
+/// update with a resourceVersion precondition.
+pub const DECIDER_FIELD_MANAGER: &str = "bloodraven-operator-decider";
+
+/// Key of the username in a site's credentials Secret.
+pub const SECRET_USERNAME_KEY: &str = "username";
+
+/// Key of the password in a site's credentials Secret.
+pub const SECRET_PASSWORD_KEY: &str = "password";

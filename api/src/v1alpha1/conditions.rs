@@ -1,0 +1,101 @@
+//! Condition types and reasons of a MysqlFailoverGroup and a MysqlDatabase.
+//! Types are those of `shared/DESIGN.md`; reasons are stable CamelCase words
+//! used in conditions, Events and metric labels alike.
+
+use std::fmt;
+
+/// The condition types a MysqlFailoverGroup carries (DESIGN.md, "Status").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ConditionType {
+    /// The group has exactly one writable primary at its active site and a
+    /// replica replicating from it.
+    Ready,
+    /// A site is unreachable, or the operator cannot observe it (credentials,
+    /// authentication, spec errors).
+    Degraded,
+    /// More than one site is writable.
+    SplitBrain,
+    /// No site is writable.
+    NoPrimary,
+    /// The replica's IO or SQL thread is stopped, or it replicates from
+    /// somewhere other than the primary.
+    ReplicationNotRunning,
+    /// Steps after an authoritative decision (promotion, repointing) are
+    /// still to be done.
+    RecoveryPending,
+    /// A deploy lease was revoked after DDL had started: a person must verify
+    /// the schema.
+    SchemaVerificationRequired,
+}
+
+impl ConditionType {
+    /// Every type, in the order the operator writes them.
+    pub const ALL: [ConditionType; 7] = [
+        ConditionType::Ready,
+        ConditionType::Degraded,
+        ConditionType::SplitBrain,
+        ConditionType::NoPrimary,
+        ConditionType::ReplicationNotRunning,
+        ConditionType::RecoveryPending,
+        ConditionType::SchemaVerificationRequired,
+    ];
+
+    /// The type's name as it appears in `status.conditions[].type`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ConditionType::Ready => "Ready",
+            ConditionType::Degraded => "Degraded",
+            ConditionType::SplitBrain => "SplitBrain",
+            ConditionType::NoPrimary => "NoPrimary",
+            ConditionType::ReplicationNotRunning => "ReplicationNotRunning",
+            ConditionType::RecoveryPending => "RecoveryPending",
+            ConditionType::SchemaVerificationRequired => "SchemaVerificationRequired",
+        }
+    }
+}
+
+impl fmt::Display for ConditionType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Condition and Event reasons. Stable: dashboards and alerts match on them.
+pub mod reason {
+    /// Everything observed is as the group's roles require.
+    pub const AS_EXPECTED: &str = "AsExpected";
+    /// Bootstrap found the designated site writable and the other replicating from it.
+    pub const BOOTSTRAPPED: &str = "Bootstrapped";
+    /// Bootstrap is waiting for the topology to look right.
+    pub const BOOTSTRAP_PENDING: &str = "BootstrapPending";
+    /// A site did not answer within the probe timeout.
+    pub const SITE_UNREACHABLE: &str = "SiteUnreachable";
+    /// The site refused the operator's credentials.
+    pub const AUTHENTICATION_FAILED: &str = "AuthenticationFailed";
+    /// The operator's account lacks a privilege the probe needs.
+    pub const INSUFFICIENT_PRIVILEGES: &str = "InsufficientPrivileges";
+    /// The probe failed for another reason (see the message).
+    pub const PROBE_FAILED: &str = "ProbeFailed";
+    /// The credentials Secret is missing, unreadable, or lacks a key.
+    pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
+    /// The spec names a site that is not in `spec.sites`, or repeats one.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// Two or more sites are writable.
+    pub const MULTIPLE_WRITABLE_SITES: &str = "MultipleWritableSites";
+    /// No site is writable.
+    pub const NO_WRITABLE_SITE: &str = "NoWritableSite";
+    /// The writable site is not the one the group's status (or bootstrap) designates.
+    pub const UNEXPECTED_PRIMARY: &str = "UnexpectedPrimary";
+    /// The replica has no replication configured.
+    pub const REPLICATION_NOT_CONFIGURED: &str = "ReplicationNotConfigured";
+    /// The replica's IO or SQL thread is stopped.
+    pub const REPLICATION_STOPPED: &str = "ReplicationStopped";
+    /// The replica replicates from a server that is not the primary.
+    pub const REPLICATING_FROM_ELSEWHERE: &str = "ReplicatingFromElsewhere";
+    /// Status holds only one of activeSite and topologyGeneration.
+    pub const INVALID_STATUS: &str = "InvalidStatus";
+    /// The MysqlDatabase's failover group does not exist.
+    pub const GROUP_NOT_FOUND: &str = "GroupNotFound";
+    /// The MysqlDatabase refers to an existing group.
+    pub const GROUP_FOUND: &str = "GroupFound";
+}

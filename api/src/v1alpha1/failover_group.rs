@@ -1,0 +1,287 @@
+//! `MysqlFailoverGroup`: a two-site MySQL/MariaDB failover group.
+//!
+//! The spec is the user's intent: the two sites, which one bootstrap expects
+//! to find writable, the failover policy and an optional planned failover
+//! request. The status is the operator's alone (the webhook refuses status
+//! writes by anyone else): observations (`health`, `conditions`, `stable`)
+//! written by server-side apply, and decisions (`activeSite` with
+//! `topologyGeneration`) written by one update with a resourceVersion
+//! precondition, so a decision is never lost to a concurrent observation.
+//!
+//! Invariant: `status.topologyGeneration` increases by exactly one on every
+//! authoritative change of active site (bootstrap completion included) and
+//! never otherwise; it is not `metadata.generation` (DESIGN.md, lease seed
+//! "The generation is the fence").
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Desired state of a two-site failover group. Cluster-scoped: the deploy API
+/// addresses a group by name alone.
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "bloodraven.shipstream.io",
+    version = "v1alpha1",
+    kind = "MysqlFailoverGroup",
+    plural = "mysqlfailovergroups",
+    shortname = "mfg",
+    category = "bloodraven",
+    status = "MysqlFailoverGroupStatus",
+    printcolumn = r#"{"name":"Active","type":"string","jsonPath":".status.activeSite","description":"Site holding the primary role"}"#,
+    printcolumn = r#"{"name":"Generation","type":"integer","jsonPath":".status.topologyGeneration","description":"Durable count of authoritative active-site changes"}"#,
+    printcolumn = r#"{"name":"Stable","type":"boolean","jsonPath":".status.stable","description":"False during any operation or unhealthy state"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.unstableReason","priority":1}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[x_kube(validation = Rule::new("self.sites.exists(s, s.name == self.initialActiveSite)").message("initialActiveSite must name one of spec.sites").reason(kube::core::Reason::FieldValueInvalid).field_path(".initialActiveSite"))]
+#[x_kube(validation = Rule::new("!has(self.plannedFailover) || self.sites.exists(s, s.name == self.plannedFailover.targetSite)").message("plannedFailover.targetSite must name one of spec.sites").reason(kube::core::Reason::FieldValueInvalid).field_path(".plannedFailover.targetSite"))]
+#[serde(rename_all = "camelCase")]
+pub struct MysqlFailoverGroupSpec {
+    /// The two sites of the group, each a MySQL or MariaDB server. Exactly two;
+    /// names are unique (a list keyed by `name`).
+    #[schemars(length(min = 2, max = 2))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub sites: Vec<Site>,
+
+    /// Name of the site bootstrap expects to find writable, with the other
+    /// site replicating from it. Used only until the group is bootstrapped
+    /// (`status.topologyGeneration` set); after that `status.activeSite` rules.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    pub initial_active_site: String,
+
+    /// Probing and automatic (emergency) failover policy.
+    #[serde(default)]
+    pub failover: FailoverPolicy,
+
+    /// A planned failover (switchover) request. Setting a new `requestId`
+    /// asks the operator to move the primary to `targetSite`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_failover: Option<PlannedFailoverRequest>,
+}
+
+/// One site of a group: where its server listens and how to log in.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Site {
+    /// Site name, a DNS label (e.g. `iad`, `pdx`); used in status, metrics and the deploy API.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: String,
+    /// Host name or IP address of the site's MySQL/MariaDB server.
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[A-Za-z0-9]([-A-Za-z0-9.:]*[A-Za-z0-9])?$"))]
+    pub host: String,
+    /// TCP port of the server, 1–65535.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: u16,
+    /// Secret holding the operator's account on this site, with keys
+    /// `username` and `password`.
+    pub credentials_secret_ref: SecretRef,
+}
+
+/// A reference to a Secret in a named namespace.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+pub struct SecretRef {
+    /// Namespace of the Secret (a DNS label).
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub namespace: String,
+    /// Name of the Secret (a DNS subdomain).
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"))]
+    pub name: String,
+}
+
+/// Probing and emergency-failover policy. The detection budget of an
+/// emergency failover is about `failureThreshold × probeIntervalSeconds`.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverPolicy {
+    /// Whether the operator promotes the standby on its own when the primary
+    /// fails. Default true.
+    #[serde(default = "default_true")]
+    pub automatic: bool,
+    /// Seconds between probes of each site, 1–300. Default 5.
+    #[serde(default = "default_probe_interval")]
+    #[schemars(range(min = 1, max = 300))]
+    pub probe_interval_seconds: u32,
+    /// Consecutive failed probes of the primary before an emergency
+    /// failover, 1–100. Default 3.
+    #[serde(default = "default_failure_threshold")]
+    #[schemars(range(min = 1, max = 100))]
+    pub failure_threshold: u32,
+    /// Seconds a single probe (connect and queries) may take, 1–60. Default 2.
+    #[serde(default = "default_probe_timeout")]
+    #[schemars(range(min = 1, max = 60))]
+    pub probe_timeout_seconds: u32,
+    /// Largest replication lag, in seconds, at which a planned failover is
+    /// admitted, 0–86400. Default 10. Lag alone never makes a group unstable.
+    #[serde(default = "default_max_lag")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub max_lag_seconds: u32,
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_probe_interval() -> u32 {
+    5
+}
+fn default_failure_threshold() -> u32 {
+    3
+}
+fn default_probe_timeout() -> u32 {
+    2
+}
+fn default_max_lag() -> u32 {
+    10
+}
+
+impl Default for FailoverPolicy {
+    fn default() -> Self {
+        FailoverPolicy {
+            automatic: default_true(),
+            probe_interval_seconds: default_probe_interval(),
+            failure_threshold: default_failure_threshold(),
+            probe_timeout_seconds: default_probe_timeout(),
+            max_lag_seconds: default_max_lag(),
+        }
+    }
+}
+
+/// A request to move the primary to another site (a switchover).
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedFailoverRequest {
+    /// The site to promote; must be one of `spec.sites`.
+    #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
+    pub target_site: String,
+    /// Caller-chosen identifier of this request, 1–128 characters of
+    /// `[A-Za-z0-9._:-]`. A new value is a new request.
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9._:-]+$"))]
+    pub request_id: String,
+}
+
+/// Observed and decided state of a group. Written by the operator only.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MysqlFailoverGroupStatus {
+    /// The site the operator decided holds the primary role. Set by bootstrap
+    /// and by every failover, together with `topologyGeneration`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_site: Option<String>,
+    /// Durable counter of authoritative active-site changes: 1 after
+    /// bootstrap, +1 on each promotion. Absent until bootstrap completes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_generation: Option<i64>,
+    /// False during any operation phase and whenever the group is Degraded,
+    /// SplitBrain, NoPrimary, recovery is pending or replication is not
+    /// running. Replication lag alone never makes it false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable: Option<bool>,
+    /// Why `stable` is false: the first failing condition type, or the
+    /// operation phase (e.g. `AutomaticFailoverHeld`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unstable_reason: Option<String>,
+    /// The last probe of each site.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["site"]))]
+    pub health: Vec<SiteHealth>,
+    /// The planned failover in progress or last finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_failover: Option<PlannedFailoverStatus>,
+    /// Kubernetes-style conditions: Ready, Degraded, SplitBrain, NoPrimary,
+    /// ReplicationNotRunning, RecoveryPending, SchemaVerificationRequired.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// `metadata.generation` of the spec the status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The result of the last probe of one site.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SiteHealth {
+    /// Site name, from `spec.sites[].name`.
+    pub site: String,
+    /// Whether the operator could connect and run the probe queries.
+    pub reachable: bool,
+    /// Whether the server accepts writes (`read_only` = 0, and on MySQL
+    /// `super_read_only` = 0). Absent when unreachable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writable: Option<bool>,
+    /// Whether replication is configured and both the IO and SQL threads run.
+    /// Absent when unreachable; false on a server with no replication.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_running: Option<bool>,
+    /// Seconds the replica is behind its source (`Seconds_Behind_Master`);
+    /// absent when not replicating or unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_lag_seconds: Option<u64>,
+    /// The server's GTID position: `gtid_current_pos` on MariaDB,
+    /// `gtid_executed` on MySQL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gtid_position: Option<String>,
+    /// The `server_id` of the server this site replicates from, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_server_id: Option<u32>,
+    /// The site's own `server_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_id: Option<u32>,
+    /// Server version string, e.g. `10.11.14-MariaDB-0+deb12u2-log`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// Stable reason of the last probe failure (e.g. `SiteUnreachable`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_reason: Option<String>,
+    /// Human-readable detail of the last probe failure. Never holds a password.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the probe finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_probe_time: Option<Time>,
+}
+
+/// Progress of a planned failover (switchover).
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedFailoverStatus {
+    /// The request this status answers.
+    pub request_id: String,
+    /// The site being promoted.
+    pub target_site: String,
+    /// `Pending`, `Admitting`, `Deferred`, `Draining`, `Promoting`,
+    /// `Repointing`, `Completed` or `Failed`.
+    pub phase: String,
+    /// Why admission waits, when it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<PlannedFailoverAdmission>,
+}
+
+/// Admission state of a deferred planned failover.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlannedFailoverAdmission {
+    /// Why the failover waits, e.g. `DeploymentHold`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defer_reason: Option<String>,
+    /// When admission is tried again (the earliest hold expiry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_time: Option<Time>,
+    /// Names the blocking operationId and instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+impl MysqlFailoverGroup {
+    /// The spec entry of the site named `name`, if any.
+    pub fn site(&self, name: &str) -> Option<&Site> {
+        self.spec.sites.iter().find(|s| s.name == name)
+    }
+
+    /// The decided active site and topology generation, when bootstrapped.
+    pub fn decided(&self) -> Option<(&str, i64)> {
+        let status = self.status.as_ref()?;
+        Some((status.active_site.as_deref()?, status.topology_generation?))
+    }
+}

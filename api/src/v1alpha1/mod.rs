@@ -1,0 +1,19 @@
+//! `bloodraven.shipstream.io/v1alpha1`: [`MysqlFailoverGroup`] (cluster-scoped)
+//! and [`MysqlDatabase`] (namespaced). Field names follow `shared/DESIGN.md`
+//! ("Custom resources"); validation that the OpenAPI schema can express lives
+//! in the schema (patterns, bounds, list-map keys, CEL rules), and the
+//! operator re-checks at run time what it cannot.
+
+mod conditions;
+mod database;
+mod failover_group;
+
+pub use conditions::{ConditionType, reason};
+pub use database::{DeploymentClient, FailoverGroupRef, MysqlDatabase, MysqlDatabaseSpec, MysqlDatabaseStatus};
+pub use failover_group::{
+    FailoverPolicy, MysqlFailoverGroup, MysqlFailoverGroupSpec, MysqlFailoverGroupStatus, PlannedFailoverAdmission,
+    PlannedFailoverRequest, PlannedFailoverStatus, SecretRef, Site, SiteHealth,
+};
+
+/// `metav1.Condition`, as every status here uses it.
+pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;

@@ -1,0 +1,81 @@
+//! Command-line flags; every flag can also be set from the environment
+//! variable named beside it. Durations are whole seconds.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, with named fields.
+    Json,
+}
+
+/// The operator's configuration.
+#[derive(Clone, Debug, Parser)]
+#[command(name = "bloodraven-operator", version, about)]
+pub struct Config {
+    /// Namespace the operator runs in: its leader-election Lease (and, later,
+    /// the deploy Leases) live here.
+    #[arg(long, env = "BLOODRAVEN_NAMESPACE", default_value = bloodraven_api::names::DEFAULT_NAMESPACE)]
+    pub namespace: String,
+
+    /// Identity written as the leader Lease's holder. Default: `$POD_NAME`,
+    /// else the host name, with a random suffix so two processes never share one.
+    #[arg(long, env = "BLOODRAVEN_IDENTITY")]
+    pub identity: Option<String>,
+
+    /// Address of the plain HTTP listener (`/metrics`, `/healthz`, `/readyz`).
+    #[arg(long, env = "BLOODRAVEN_PLAIN_ADDR", default_value = "0.0.0.0:8082")]
+    pub plain_addr: SocketAddr,
+
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "BLOODRAVEN_LEADER_LEASE", default_value = bloodraven_api::names::LEADER_LEASE_NAME)]
+    pub leader_lease_name: String,
+
+    /// Seconds a non-leader waits after the last observed renewal before it
+    /// takes over the leader Lease (client-go's LeaseDuration).
+    #[arg(long, env = "BLOODRAVEN_LEASE_DURATION_SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(2..=3600))]
+    pub lease_duration_seconds: u64,
+
+    /// Seconds the leader keeps acting without a successful renewal; must be
+    /// shorter than the lease duration (client-go's RenewDeadline).
+    #[arg(long, env = "BLOODRAVEN_RENEW_DEADLINE_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub renew_deadline_seconds: u64,
+
+    /// Seconds between attempts to acquire or renew the leader Lease
+    /// (client-go's RetryPeriod); must be shorter than the renew deadline.
+    #[arg(long, env = "BLOODRAVEN_RETRY_PERIOD_SECONDS", default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub retry_period_seconds: u64,
+
+    /// Only manage MysqlFailoverGroups matching this label selector (empty:
+    /// all). Lets several operators share one API server, one per shard.
+    #[arg(long, env = "BLOODRAVEN_GROUP_SELECTOR", default_value = "")]
+    pub group_selector: String,
+
+    /// Log format.
+    #[arg(long, env = "BLOODRAVEN_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+impl Config {
+    /// Leader-election timings, checked: retry period < renew deadline < lease duration.
+    pub fn leader_timings(&self) -> Result<crate::leader::Timings, String> {
+        let t = crate::leader::Timings {
+            lease_duration: Duration::from_secs(self.lease_duration_seconds),
+            renew_deadline: Duration::from_secs(self.renew_deadline_seconds),
+            retry_period: Duration::from_secs(self.retry_period_seconds),
+        };
+        if t.retry_period >= t.renew_deadline || t.renew_deadline >= t.lease_duration {
+            return Err(format!(
+                "leader timings must satisfy retry period ({}s) < renew deadline ({}s) < lease duration ({}s)",
+                self.retry_period_seconds, self.renew_deadline_seconds, self.lease_duration_seconds
+            ));
+        }
+        Ok(t)
+    }
+}

@@ -1,0 +1,238 @@
+//! Assessment: from the spec, the decided roles and one round of probes, the
+//! group's conditions, its stability, and whether bootstrap may complete.
+//! Pure, so every rule here is unit- and property-tested.
+//!
+//! Rules (DESIGN.md, "Custom resources"; issue "observe and bootstrap"):
+//! - The *designated primary* is `status.activeSite` once decided, else
+//!   `spec.initialActiveSite`. Every other site is a designated replica.
+//! - Bootstrap completes only when every site is reachable, exactly the
+//!   designated site is writable, and every other site runs replication
+//!   from it (by `server_id`). A group that looks otherwise gets the
+//!   matching condition and is never "fixed" by guessing.
+//! - `stable` is false while any of SplitBrain, NoPrimary, Degraded or
+//!   ReplicationNotRunning is not False, and before bootstrap. Replication
+//!   lag alone never makes it false.
+
+use bloodraven_api::v1alpha1::{ConditionType, MysqlFailoverGroupSpec, reason};
+
+use crate::controller::conditions::Computed;
+use crate::mysql::SiteObservation;
+
+/// Why a site could not be observed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeFailure {
+    /// Stable reason (`SiteUnreachable`, `AuthenticationFailed`, `CredentialsUnavailable`, ...).
+    pub reason: &'static str,
+    /// What happened and what to fix. Never holds a password.
+    pub message: String,
+}
+
+/// One site's probe result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SiteProbe {
+    /// Site name.
+    pub site: String,
+    /// What the probe saw, or why it saw nothing.
+    pub outcome: Result<SiteObservation, ProbeFailure>,
+}
+
+/// The assessment of one round of probes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assessment {
+    /// Ready, Degraded, SplitBrain, NoPrimary, ReplicationNotRunning, in that order.
+    pub conditions: Vec<Computed>,
+    /// Bootstrap may complete now (only ever true before the first decision).
+    pub bootstrap: bool,
+    /// Whether the group is stable.
+    pub stable: bool,
+    /// Why not, when not stable: a condition type or `BootstrapPending`.
+    pub unstable_reason: Option<String>,
+}
+
+/// Checks what the CRD schema cannot guarantee (old CRD versions, hand-made
+/// objects): two sites with distinct names, and `initialActiveSite` among them.
+pub fn validate_spec(spec: &MysqlFailoverGroupSpec) -> Result<(), String> {
+    if spec.sites.len() != 2 {
+        return Err(format!("spec.sites must list exactly two sites, found {}", spec.sites.len()));
+    }
+    if spec.sites[0].name == spec.sites[1].name {
+        return Err(format!("spec.sites names the site {:?} twice", spec.sites[0].name));
+    }
+    if !spec.sites.iter().any(|s| s.name == spec.initial_active_site) {
+        return Err(format!(
+            "spec.initialActiveSite {:?} is not one of spec.sites ({})",
+            spec.initial_active_site,
+            spec.sites.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// Assesses one round of probes. `decided` is `(activeSite, topologyGeneration)`
+/// from status; `may_bootstrap` is false when status is half-written (one of
+/// the two decision fields without the other), which only a person can resolve.
+pub fn assess(
+    spec: &MysqlFailoverGroupSpec,
+    decided: Option<(&str, i64)>,
+    may_bootstrap: bool,
+    probes: &[SiteProbe],
+) -> Assessment {
+    let primary = decided.map_or(spec.initial_active_site.as_str(), |(site, _)| site);
+    let reachable: Vec<(&str, &SiteObservation)> =
+        probes.iter().filter_map(|p| p.outcome.as_ref().ok().map(|o| (p.site.as_str(), o))).collect();
+    let failures: Vec<(&str, &ProbeFailure)> =
+        probes.iter().filter_map(|p| p.outcome.as_ref().err().map(|f| (p.site.as_str(), f))).collect();
+    let writable: Vec<&str> = reachable.iter().filter(|(_, o)| o.writable).map(|(s, _)| *s).collect();
+    let primary_obs = reachable.iter().find(|(s, _)| *s == primary).map(|(_, o)| *o);
+
+    let split_brain = if writable.len() >= 2 {
+        Computed::flag(
+            ConditionType::SplitBrain.as_str(),
+            true,
+            reason::MULTIPLE_WRITABLE_SITES,
+            format!(
+                "sites {} are all writable; only the active site {primary} may be: make the others read-only (SET GLOBAL read_only=1)",
+                writable.join(", ")
+            ),
+        )
+    } else {
+        Computed::flag(ConditionType::SplitBrain.as_str(), false, reason::AS_EXPECTED, "at most one site is writable")
+    };
+
+    let no_primary = if reachable.is_empty() {
+        Computed::unknown(ConditionType::NoPrimary.as_str(), reason::SITE_UNREACHABLE, "no site could be probed")
+    } else if writable.is_empty() {
+        Computed::flag(
+            ConditionType::NoPrimary.as_str(),
+            true,
+            reason::NO_WRITABLE_SITE,
+            format!("no reachable site is writable; the active site {primary} should be (read_only=0)"),
+        )
+    } else {
+        Computed::flag(
+            ConditionType::NoPrimary.as_str(),
+            false,
+            reason::AS_EXPECTED,
+            format!("{} is writable", writable.join(", ")),
+        )
+    };
+
+    let degraded = if let Some((_, f)) = failures.first() {
+        let message = failures.iter().map(|(s, f)| format!("site {s}: {}", f.message)).collect::<Vec<_>>().join("; ");
+        Computed::flag(ConditionType::Degraded.as_str(), true, f.reason, message)
+    } else if writable.len() == 1 && writable[0] != primary {
+        Computed::flag(
+            ConditionType::Degraded.as_str(),
+            true,
+            reason::UNEXPECTED_PRIMARY,
+            format!(
+                "site {} is writable but the group's active site is {primary}; bloodraven does not guess: make {primary} the writable primary, or fix spec.initialActiveSite before bootstrap",
+                writable[0]
+            ),
+        )
+    } else {
+        Computed::flag(ConditionType::Degraded.as_str(), false, reason::AS_EXPECTED, "every site answers its probe")
+    };
+
+    let replication = replication_condition(spec, primary, primary_obs, probes);
+
+    let bad = [&split_brain, &no_primary, &degraded, &replication];
+    let first_bad = bad.iter().find(|c| c.status != "False");
+    let healthy = first_bad.is_none();
+    let bootstrap = decided.is_none() && may_bootstrap && healthy && writable == [primary];
+
+    let ready = match (first_bad, decided.is_some() || bootstrap) {
+        (Some(c), _) => Computed::flag(ConditionType::Ready.as_str(), false, c.reason, c.message.clone()),
+        (None, false) if !may_bootstrap => Computed::flag(
+            ConditionType::Ready.as_str(),
+            false,
+            reason::INVALID_STATUS,
+            "status has only one of activeSite and topologyGeneration; bloodraven will not re-bootstrap: restore both fields",
+        ),
+        (None, false) => {
+            Computed::flag(ConditionType::Ready.as_str(), false, reason::BOOTSTRAP_PENDING, "waiting for bootstrap")
+        }
+        (None, true) => Computed::flag(
+            ConditionType::Ready.as_str(),
+            true,
+            reason::AS_EXPECTED,
+            format!("{primary} is the writable primary and every other site replicates from it"),
+        ),
+    };
+    let unstable_reason = match first_bad {
+        Some(c) => Some(c.type_.to_owned()),
+        None if decided.is_none() && !bootstrap => Some(reason::BOOTSTRAP_PENDING.to_owned()),
+        None => None,
+    };
+    Assessment {
+        conditions: vec![ready, degraded, split_brain, no_primary, replication],
+        bootstrap,
+        stable: unstable_reason.is_none(),
+        unstable_reason,
+    }
+}
+
+fn replication_condition(
+    spec: &MysqlFailoverGroupSpec,
+    primary: &str,
+    primary_obs: Option<&SiteObservation>,
+    probes: &[SiteProbe],
+) -> Computed {
+    let t = ConditionType::ReplicationNotRunning.as_str();
+    let mut problems = Vec::new();
+    let mut unknown = Vec::new();
+    for site in spec.sites.iter().filter(|s| s.name != primary) {
+        let Some(probe) = probes.iter().find(|p| p.site == site.name) else {
+            unknown.push(format!("site {} was not probed", site.name));
+            continue;
+        };
+        let Ok(obs) = &probe.outcome else {
+            unknown.push(format!("site {} is unreachable", site.name));
+            continue;
+        };
+        match &obs.replication {
+            None => problems.push((
+                reason::REPLICATION_NOT_CONFIGURED,
+                format!("site {} has no replication configured; point it at {primary} (CHANGE MASTER TO ... MASTER_USE_GTID=slave_pos)", site.name),
+            )),
+            Some(r) if !r.running() => problems.push((
+                reason::REPLICATION_STOPPED,
+                format!(
+                    "site {} replication is stopped (IO thread running: {}, SQL thread running: {}){}",
+                    site.name,
+                    r.io_running,
+                    r.sql_running,
+                    r.last_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default()
+                ),
+            )),
+            Some(r) => {
+                if let Some(p) = primary_obs
+                    && r.source_server_id != Some(p.server_id)
+                {
+                    problems.push((
+                        reason::REPLICATING_FROM_ELSEWHERE,
+                        format!(
+                            "site {} replicates from server_id {} at {}:{}, not from the active site {primary} (server_id {})",
+                            site.name,
+                            r.source_server_id.map_or_else(|| "unknown".to_owned(), |id| id.to_string()),
+                            r.source_host,
+                            r.source_port,
+                            p.server_id
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    if let Some((first_reason, _)) = problems.first() {
+        let message = problems.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>().join("; ");
+        Computed::flag(t, true, first_reason, message)
+    } else if !unknown.is_empty() {
+        Computed::unknown(t, reason::SITE_UNREACHABLE, unknown.join("; "))
+    } else {
+        Computed::flag(t, false, reason::AS_EXPECTED, "every replica replicates from the active site")
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,235 @@
+use bloodraven_api::v1alpha1::{FailoverPolicy, MysqlFailoverGroupSpec, SecretRef, Site};
+use proptest::prelude::*;
+
+use super::*;
+use crate::mysql::{Flavor, ReplicationObservation};
+
+fn spec() -> MysqlFailoverGroupSpec {
+    let site = |name: &str, port| Site {
+        name: name.into(),
+        host: "127.0.0.1".into(),
+        port,
+        credentials_secret_ref: SecretRef { namespace: "ns".into(), name: "creds".into() },
+    };
+    MysqlFailoverGroupSpec {
+        sites: vec![site("iad", 3306), site("pdx", 3307)],
+        initial_active_site: "iad".into(),
+        failover: FailoverPolicy::default(),
+        planned_failover: None,
+    }
+}
+
+fn obs(server_id: u32, writable: bool, replication: Option<ReplicationObservation>) -> SiteObservation {
+    SiteObservation {
+        flavor: Flavor::MariaDb,
+        version: "10.11.14-MariaDB".into(),
+        server_id,
+        writable,
+        gtid_position: "0-1-5".into(),
+        replication,
+    }
+}
+
+#[allow(clippy::unnecessary_wraps)] // reads as the Option field it fills
+fn from(source: u32, io: bool, sql: bool) -> Option<ReplicationObservation> {
+    Some(ReplicationObservation {
+        io_running: io,
+        sql_running: sql,
+        lag_seconds: Some(0),
+        source_server_id: Some(source),
+        source_host: "127.0.0.1".into(),
+        source_port: 3306,
+        last_error: None,
+    })
+}
+
+fn ok(site: &str, o: SiteObservation) -> SiteProbe {
+    SiteProbe { site: site.into(), outcome: Ok(o) }
+}
+
+fn down(site: &str, reason: &'static str) -> SiteProbe {
+    SiteProbe { site: site.into(), outcome: Err(ProbeFailure { reason, message: "connection refused".into() }) }
+}
+
+fn status_of(a: &Assessment, t: ConditionType) -> (&str, &str) {
+    let c = a.conditions.iter().find(|c| c.type_ == t.as_str()).unwrap();
+    (c.status, c.reason)
+}
+
+#[test]
+fn healthy_pair_bootstraps() {
+    let a =
+        assess(&spec(), None, true, &[ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, from(1, true, true)))]);
+    assert!(a.bootstrap);
+    assert!(a.stable);
+    assert_eq!(status_of(&a, ConditionType::Ready), ("True", reason::AS_EXPECTED));
+}
+
+#[test]
+fn decided_group_does_not_bootstrap_again() {
+    let probes = [ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, from(1, true, true)))];
+    let a = assess(&spec(), Some(("iad", 4)), true, &probes);
+    assert!(!a.bootstrap);
+    assert!(a.stable);
+}
+
+#[test]
+fn table_of_unhealthy_topologies() {
+    // (name, probes, condition expected True/Unknown, its reason, unstableReason)
+    // (name, probes, condition expected, its status, its reason, unstableReason)
+    type Case = (&'static str, Vec<SiteProbe>, ConditionType, &'static str, &'static str, &'static str);
+    let cases: Vec<Case> = vec![
+        (
+            "stopped SQL thread",
+            vec![ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, from(1, true, false)))],
+            ConditionType::ReplicationNotRunning,
+            "True",
+            reason::REPLICATION_STOPPED,
+            "ReplicationNotRunning",
+        ),
+        (
+            "replica not configured",
+            vec![ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, None))],
+            ConditionType::ReplicationNotRunning,
+            "True",
+            reason::REPLICATION_NOT_CONFIGURED,
+            "ReplicationNotRunning",
+        ),
+        (
+            "replica from elsewhere",
+            vec![ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, from(9, true, true)))],
+            ConditionType::ReplicationNotRunning,
+            "True",
+            reason::REPLICATING_FROM_ELSEWHERE,
+            "ReplicationNotRunning",
+        ),
+        (
+            "replica server down",
+            vec![ok("iad", obs(1, true, None)), down("pdx", reason::SITE_UNREACHABLE)],
+            ConditionType::Degraded,
+            "True",
+            reason::SITE_UNREACHABLE,
+            "Degraded",
+        ),
+        (
+            "wrong password",
+            vec![ok("iad", obs(1, true, None)), down("pdx", reason::AUTHENTICATION_FAILED)],
+            ConditionType::Degraded,
+            "True",
+            reason::AUTHENTICATION_FAILED,
+            "Degraded",
+        ),
+        (
+            "two writable sites",
+            vec![ok("iad", obs(1, true, None)), ok("pdx", obs(2, true, from(1, true, true)))],
+            ConditionType::SplitBrain,
+            "True",
+            reason::MULTIPLE_WRITABLE_SITES,
+            "SplitBrain",
+        ),
+        (
+            "no writable site",
+            vec![ok("iad", obs(1, false, None)), ok("pdx", obs(2, false, from(1, true, true)))],
+            ConditionType::NoPrimary,
+            "True",
+            reason::NO_WRITABLE_SITE,
+            "NoPrimary",
+        ),
+        (
+            "other site writable",
+            vec![ok("iad", obs(1, false, from(2, true, true))), ok("pdx", obs(2, true, None))],
+            ConditionType::Degraded,
+            "True",
+            reason::UNEXPECTED_PRIMARY,
+            "Degraded",
+        ),
+        (
+            "nothing reachable",
+            vec![down("iad", reason::SITE_UNREACHABLE), down("pdx", reason::SITE_UNREACHABLE)],
+            ConditionType::NoPrimary,
+            "Unknown",
+            reason::SITE_UNREACHABLE,
+            "NoPrimary",
+        ),
+    ];
+    for (name, probes, t, status, why, unstable) in cases {
+        let a = assess(&spec(), None, true, &probes);
+        assert_eq!(status_of(&a, t), (status, why), "{name}");
+        assert!(!a.bootstrap, "{name}: must not bootstrap");
+        assert!(!a.stable, "{name}: must not be stable");
+        assert_eq!(a.unstable_reason.as_deref(), Some(unstable), "{name}");
+        assert_eq!(status_of(&a, ConditionType::Ready).0, "False", "{name}");
+    }
+}
+
+#[test]
+fn lag_alone_never_makes_a_group_unstable() {
+    let mut r = from(1, true, true);
+    if let Some(r) = r.as_mut() {
+        r.lag_seconds = Some(86_400);
+    }
+    let a = assess(&spec(), Some(("iad", 1)), true, &[ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, r))]);
+    assert!(a.stable);
+}
+
+#[test]
+fn half_written_status_is_never_rebootstrapped() {
+    let a =
+        assess(&spec(), None, false, &[ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, from(1, true, true)))]);
+    assert!(!a.bootstrap);
+    assert_eq!(status_of(&a, ConditionType::Ready), ("False", reason::INVALID_STATUS));
+}
+
+#[test]
+fn spec_validation() {
+    assert!(validate_spec(&spec()).is_ok());
+    let mut s = spec();
+    s.initial_active_site = "sfo".into();
+    assert!(validate_spec(&s).unwrap_err().contains("sfo"));
+    let mut s = spec();
+    s.sites[1].name = "iad".into();
+    assert!(validate_spec(&s).unwrap_err().contains("twice"));
+    let mut s = spec();
+    s.sites.pop();
+    assert!(validate_spec(&s).unwrap_err().contains("exactly two"));
+}
+
+fn arb_probe(site: &'static str) -> impl Strategy<Value = SiteProbe> {
+    let replication =
+        prop_oneof![Just(None), (1u32..4, any::<bool>(), any::<bool>()).prop_map(|(src, io, sql)| from(src, io, sql)),];
+    prop_oneof![
+        1 => Just(down(site, reason::SITE_UNREACHABLE)),
+        4 => (1u32..4, any::<bool>(), replication).prop_map(move |(id, w, r)| ok(site, obs(id, w, r))),
+    ]
+}
+
+proptest! {
+    /// Bootstrap is only ever allowed for the exact healthy shape: the
+    /// designated site alone writable and the other replicating from it.
+    #[test]
+    fn bootstrap_only_for_the_healthy_shape(iad in arb_probe("iad"), pdx in arb_probe("pdx")) {
+        let a = assess(&spec(), None, true, &[iad.clone(), pdx.clone()]);
+        if a.bootstrap {
+            let iad = iad.outcome.unwrap();
+            let pdx = pdx.outcome.unwrap();
+            prop_assert!(iad.writable);
+            prop_assert!(!pdx.writable);
+            let r = pdx.replication.unwrap();
+            prop_assert!(r.running());
+            prop_assert_eq!(r.source_server_id, Some(iad.server_id));
+        }
+    }
+
+    /// Stable implies Ready, exactly one writable site, and every site reachable.
+    #[test]
+    fn stable_implies_one_reachable_primary(iad in arb_probe("iad"), pdx in arb_probe("pdx"), decided in any::<bool>()) {
+        let probes = [iad, pdx];
+        let a = assess(&spec(), decided.then_some(("iad", 1)), true, &probes);
+        if a.stable {
+            prop_assert_eq!(status_of(&a, ConditionType::Ready).0, "True");
+            prop_assert!(probes.iter().all(|p| p.outcome.is_ok()));
+            prop_assert_eq!(probes.iter().filter(|p| p.outcome.as_ref().is_ok_and(|o| o.writable)).count(), 1);
+        }
+        prop_assert_eq!(a.stable, a.unstable_reason.is_none());
+    }
+}

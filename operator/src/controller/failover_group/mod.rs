@@ -1,0 +1,289 @@
+//! The MysqlFailoverGroup reconciler (leader only): probe every site on
+//! `spec.failover.probeIntervalSeconds`, write observations (health,
+//! conditions, stability) by server-side apply, and complete bootstrap with
+//! one authoritative decision write.
+//!
+//! Invariants:
+//! - Only the leader writes; leadership is checked right before each write.
+//! - The decision (`activeSite` + `topologyGeneration`) is written once per
+//!   change, as a merge patch carrying the resourceVersion read, so it can
+//!   never be applied over a status the operator did not see. Observations
+//!   never touch those two fields (separate field managers).
+//! - A group that looks wrong gets conditions and Events, never a guess.
+//! - The watch only wakes the reconciler on spec or annotation changes; the
+//!   operator's own status writes do not (each reconcile requeues itself on
+//!   the probe interval).
+
+pub mod assess;
+mod sites;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bloodraven_api::names::{DECIDER_FIELD_MANAGER, OBSERVER_FIELD_MANAGER};
+use bloodraven_api::v1alpha1::{MysqlFailoverGroup, SiteHealth, reason};
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::watcher::{self, Config as WatcherConfig};
+use kube::runtime::{Predicate as _, PredicateConfig};
+use kube::runtime::{WatchStreamExt, predicates, reflector};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use self::assess::{Assessment, SiteProbe, assess, validate_spec};
+use super::conditions::{Computed, materialize, transitions};
+use super::{Context, Ctx, Error, kube_err};
+use crate::leader::Leadership;
+
+const CONTROLLER: &str = "failovergroup";
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    let config = if selector.is_empty() { WatcherConfig::default() } else { WatcherConfig::default().labels(selector) };
+    let (reader, writer) = reflector::store();
+    let stream = watcher::watcher(api, config)
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation.combine(predicates::annotations), PredicateConfig::default());
+    let takeover = ctx.leadership.acquisitions();
+    Controller::for_stream(stream, reader)
+        .reconcile_all_on(takeover)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "failover group reconcile ended with an error");
+            }
+        })
+        .await;
+}
+
+#[allow(clippy::needless_pass_by_value)] // the signature kube's Controller::run requires
+fn error_policy(group: Arc<MysqlFailoverGroup>, err: &Error, ctx: Ctx) -> Action {
+    ctx.metrics.reconcile_errors_total.with_label_values(&[CONTROLLER, err.reason()]).inc();
+    tracing::warn!(group = %group.name_any(), reason = err.reason(), error = %err, "failover group reconcile failed");
+    // Conflicts clear on the next read; anything else backs off a little.
+    if err.reason() == "Conflict" {
+        Action::requeue(Duration::from_secs(1))
+    } else {
+        Action::requeue(Duration::from_secs(5))
+    }
+}
+
+async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, Error> {
+    ctx.metrics.reconcile_total.with_label_values(&[CONTROLLER]).inc();
+    let interval = Duration::from_secs(u64::from(group.spec.failover.probe_interval_seconds.clamp(1, 300)));
+    if !ctx.leadership.is_leader() {
+        return Ok(Action::requeue(interval));
+    }
+    let name = group.meta().name.clone().ok_or(Error::NoName)?;
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    let previous = group.status.clone().unwrap_or_default();
+
+    if let Err(message) = validate_spec(&group.spec) {
+        let computed = vec![
+            Computed::flag("Ready", false, reason::INVALID_SPEC, message.clone()),
+            Computed::flag("Degraded", true, reason::INVALID_SPEC, message),
+        ];
+        write_observation(&api, &name, &group, &ctx, &computed, false, Some("Degraded".into()), Vec::new()).await?;
+        announce(&ctx, &group, &previous.conditions, &computed).await;
+        return Ok(Action::requeue(interval));
+    }
+
+    let started = Instant::now();
+    let probes = sites::probe_all(&group, &ctx).await;
+    let decided = group.decided();
+    let half_written = previous.active_site.is_some() != previous.topology_generation.is_some();
+    let mut assessment = assess(&group.spec, decided, !half_written, &probes);
+    let mut generation = decided.map(|(_, g)| g);
+
+    if assessment.bootstrap {
+        let site = group.spec.initial_active_site.clone();
+        decide(&api, &name, &group, &ctx.leadership, &site, 1).await?;
+        tracing::info!(group = %name, site = %site, generation = 1, "bootstrap complete");
+        publish(
+            &ctx,
+            &group,
+            EventType::Normal,
+            reason::BOOTSTRAPPED,
+            format!(
+                "site {site} is the writable primary and the other site replicates from it; topologyGeneration is 1"
+            ),
+            "Bootstrap",
+        )
+        .await;
+        generation = Some(1);
+        assessment = assess(&group.spec, Some((site.as_str(), 1)), true, &probes);
+    }
+
+    let health = health_of(&probes);
+    write_observation(
+        &api,
+        &name,
+        &group,
+        &ctx,
+        &assessment.conditions,
+        assessment.stable,
+        assessment.unstable_reason.clone(),
+        health,
+    )
+    .await?;
+    ctx.metrics.probe_to_status_seconds.with_label_values(&[CONTROLLER]).observe(started.elapsed().as_secs_f64());
+    record_metrics(&ctx, &name, generation, &assessment, &probes);
+    announce(&ctx, &group, &previous.conditions, &assessment.conditions).await;
+    Ok(Action::requeue(interval))
+}
+
+/// The authoritative decision: `activeSite` and `topologyGeneration` in one
+/// merge patch with the resourceVersion the reconcile read (a 409 if anyone
+/// wrote in between).
+async fn decide(
+    api: &Api<MysqlFailoverGroup>,
+    name: &str,
+    group: &MysqlFailoverGroup,
+    leadership: &Leadership,
+    site: &str,
+    generation: i64,
+) -> Result<(), Error> {
+    if !leadership.is_leader() {
+        return Ok(());
+    }
+    let patch = json!({
+        "metadata": { "resourceVersion": group.resource_version() },
+        "status": { "activeSite": site, "topologyGeneration": generation },
+    });
+    let params = PatchParams { field_manager: Some(DECIDER_FIELD_MANAGER.into()), ..PatchParams::default() };
+    api.patch_status(name, &params, &Patch::Merge(&patch)).await.map_err(kube_err("write the topology decision"))?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn write_observation(
+    api: &Api<MysqlFailoverGroup>,
+    name: &str,
+    group: &MysqlFailoverGroup,
+    ctx: &Context,
+    computed: &[Computed],
+    stable: bool,
+    unstable_reason: Option<String>,
+    health: Vec<SiteHealth>,
+) -> Result<(), Error> {
+    let previous = group.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    let conditions = materialize(previous, computed, group.meta().generation, Timestamp::now());
+    let patch = json!({
+        "apiVersion": "bloodraven.shipstream.io/v1alpha1",
+        "kind": "MysqlFailoverGroup",
+        "status": {
+            "stable": stable,
+            "unstableReason": unstable_reason,
+            "health": health,
+            "conditions": conditions,
+            "observedGeneration": group.meta().generation,
+        }
+    });
+    if !ctx.leadership.is_leader() {
+        return Ok(());
+    }
+    api.patch_status(name, &PatchParams::apply(OBSERVER_FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(kube_err("write the observed status"))?;
+    Ok(())
+}
+
+fn health_of(probes: &[SiteProbe]) -> Vec<SiteHealth> {
+    let now = Some(Time(Timestamp::now()));
+    probes
+        .iter()
+        .map(|p| match &p.outcome {
+            Ok(o) => SiteHealth {
+                site: p.site.clone(),
+                reachable: true,
+                writable: Some(o.writable),
+                replication_running: Some(
+                    o.replication.as_ref().is_some_and(crate::mysql::ReplicationObservation::running),
+                ),
+                replication_lag_seconds: o.replication.as_ref().and_then(|r| r.lag_seconds),
+                gtid_position: Some(o.gtid_position.clone()),
+                source_server_id: o.replication.as_ref().and_then(|r| r.source_server_id),
+                server_id: Some(o.server_id),
+                version: Some(o.version.clone()),
+                error_reason: None,
+                message: None,
+                last_probe_time: now.clone(),
+            },
+            Err(f) => SiteHealth {
+                site: p.site.clone(),
+                reachable: false,
+                error_reason: Some(f.reason.to_owned()),
+                message: Some(f.message.clone()),
+                last_probe_time: now.clone(),
+                ..SiteHealth::default()
+            },
+        })
+        .collect()
+}
+
+fn record_metrics(ctx: &Context, group: &str, generation: Option<i64>, a: &Assessment, probes: &[SiteProbe]) {
+    let m = &ctx.metrics;
+    if let Some(g) = generation {
+        m.topology_generation.with_label_values(&[group]).set(g);
+    }
+    m.group_stable.with_label_values(&[group]).set(i64::from(a.stable));
+    for p in probes {
+        let labels = [group, p.site.as_str()];
+        m.site_up.with_label_values(&labels).set(i64::from(p.outcome.is_ok()));
+        let obs = p.outcome.as_ref().ok();
+        m.site_writable.with_label_values(&labels).set(i64::from(obs.is_some_and(|o| o.writable)));
+        match obs.and_then(|o| o.replication.as_ref()).and_then(|r| r.lag_seconds) {
+            Some(lag) => m.replication_lag_seconds.with_label_values(&labels).set(lag as f64),
+            None => {
+                let _ = m.replication_lag_seconds.remove_label_values(&labels);
+            }
+        }
+    }
+}
+
+/// One Event per condition that changed status: Warning when a problem
+/// condition turns True (or Ready turns False), Normal when it clears.
+async fn announce(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    computed: &[Computed],
+) {
+    for c in transitions(previous, computed) {
+        let first_sight = !previous.iter().any(|p| p.type_ == c.type_);
+        let problem = if c.type_ == "Ready" { !c.is_true() } else { c.status != "False" };
+        if first_sight && !problem {
+            // A condition appearing healthy on the first reconcile is not news.
+            continue;
+        }
+        let type_ = if problem { EventType::Warning } else { EventType::Normal };
+        let note = format!("{} is {}: {}", c.type_, c.status, c.message);
+        publish(ctx, group, type_, c.reason, note, "Probe").await;
+    }
+}
+
+async fn publish(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    type_: EventType,
+    reason: &str,
+    note: String,
+    action: &str,
+) {
+    if !ctx.leadership.is_leader() {
+        return;
+    }
+    let event =
+        Event { type_, reason: reason.to_owned(), note: Some(note), action: action.to_owned(), secondary: None };
+    if let Err(err) = ctx.recorder.publish(&event, &group.object_ref(&())).await {
+        tracing::warn!(group = %group.name_any(), reason, error = %err, "failed to publish an event");
+    }
+}

@@ -1,0 +1,64 @@
+//! Probing a group's sites: read each site's credentials Secret, then probe
+//! it, all sites concurrently, each bounded by `probeTimeoutSeconds`.
+
+use std::time::{Duration, Instant};
+
+use bloodraven_api::names::{SECRET_PASSWORD_KEY, SECRET_USERNAME_KEY};
+use bloodraven_api::v1alpha1::{MysqlFailoverGroup, Site, reason};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+
+use super::assess::{ProbeFailure, SiteProbe};
+use crate::controller::Context;
+use crate::mysql::{self, Credentials, ProbeTarget};
+
+/// Probes every site of `group` concurrently.
+pub async fn probe_all(group: &MysqlFailoverGroup, ctx: &Context) -> Vec<SiteProbe> {
+    let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
+    futures::future::join_all(group.spec.sites.iter().map(|site| probe_site(site, ctx, timeout))).await
+}
+
+async fn probe_site(site: &Site, ctx: &Context, timeout: Duration) -> SiteProbe {
+    let started = Instant::now();
+    let outcome = match read_credentials(site, ctx).await {
+        Err(failure) => Err(failure),
+        Ok(creds) => {
+            let target = ProbeTarget { host: site.host.clone(), port: site.port };
+            mysql::probe(&target, &creds, timeout).await.map_err(|err| {
+                let (reason, message) = mysql::classify(&err);
+                ProbeFailure { reason, message }
+            })
+        }
+    };
+    let label = if outcome.is_ok() { "ok" } else { "error" };
+    ctx.metrics.probe_duration_seconds.with_label_values(&[label]).observe(started.elapsed().as_secs_f64());
+    SiteProbe { site: site.name.clone(), outcome }
+}
+
+/// Reads `username` and `password` from the site's Secret. The failure
+/// message names the Secret and the key, never a value.
+async fn read_credentials(site: &Site, ctx: &Context) -> Result<Credentials, ProbeFailure> {
+    let r = &site.credentials_secret_ref;
+    let fail = |message: String| ProbeFailure { reason: reason::CREDENTIALS_UNAVAILABLE, message };
+    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &r.namespace);
+    let secret = match api.get_opt(&r.name).await {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            return Err(fail(format!(
+                "credentials Secret {}/{} not found; create it with keys username and password",
+                r.namespace, r.name
+            )));
+        }
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            return Err(fail(format!("the operator may not read Secret {}/{} (RBAC forbids it)", r.namespace, r.name)));
+        }
+        Err(err) => return Err(fail(format!("failed to read Secret {}/{}: {err}", r.namespace, r.name))),
+    };
+    let data = secret.data.unwrap_or_default();
+    let field = |key: &str| -> Result<String, ProbeFailure> {
+        let bytes = data.get(key).ok_or_else(|| fail(format!("Secret {}/{} has no key {key}", r.namespace, r.name)))?;
+        String::from_utf8(bytes.0.clone())
+            .map_err(|_| fail(format!("Secret {}/{} key {key} is not UTF-8", r.namespace, r.name)))
+    };
+    Ok(Credentials { username: field(SECRET_USERNAME_KEY)?, password: field(SECRET_PASSWORD_KEY)? })
+}

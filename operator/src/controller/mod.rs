@@ -1,0 +1,68 @@
+//! Reconcilers, one directory per kind, and what they share.
+
+pub mod conditions;
+pub mod database;
+pub mod failover_group;
+
+use std::sync::Arc;
+
+use kube::Client;
+use kube::runtime::events::Recorder;
+
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+
+/// What every reconcile gets.
+#[derive(Clone)]
+pub struct Context {
+    /// API client, authenticated as the operator's ServiceAccount.
+    pub client: Client,
+    /// The one Event recorder of the process.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Whether this process may act (status writes, Events).
+    pub leadership: Leadership,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context").field("leadership", &self.leadership).finish_non_exhaustive()
+    }
+}
+
+/// Errors a reconcile returns (probe failures are observations, not errors).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A Kubernetes API call failed.
+    #[error("failed to {action}: {source}")]
+    Kube {
+        /// What was being done.
+        action: &'static str,
+        /// The client error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The object has no name (never for objects read from the API server).
+    #[error("object has no name")]
+    NoName,
+}
+
+impl Error {
+    /// Stable reason for metric labels.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube { source: kube::Error::Api(s), .. } if s.code == 409 => "Conflict",
+            Error::Kube { source: kube::Error::Api(s), .. } if s.code == 403 => "Forbidden",
+            Error::Kube { .. } => "KubeError",
+            Error::NoName => "NoName",
+        }
+    }
+}
+
+/// Shorthand for wrapping a kube error with what was being done.
+pub(crate) fn kube_err(action: &'static str) -> impl FnOnce(kube::Error) -> Error {
+    move |source| Error::Kube { action, source }
+}
+
+pub(crate) type Ctx = Arc<Context>;

@@ -1,0 +1,124 @@
+//! The Bloodraven operator: leader election, the failover-group and database
+//! reconcilers, the MySQL adapter, metrics and the plain HTTP listener.
+//!
+//! [`run`] wires them together; `main.rs` only parses flags and calls it.
+
+pub mod config;
+pub mod controller;
+pub mod http;
+pub mod leader;
+pub mod metrics;
+pub mod mysql;
+pub mod telemetry;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context as _;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::{Api, Client};
+use tokio::sync::watch;
+
+pub use config::Config;
+
+/// Runs the operator until SIGTERM or SIGINT.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    let timings = config.leader_timings().map_err(anyhow::Error::msg)?;
+    let identity = config.identity.clone().unwrap_or_else(default_identity);
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        identity = %identity,
+        namespace = %config.namespace,
+        plain_addr = %config.plain_addr,
+        leader_lease = %config.leader_lease_name,
+        lease_duration_seconds = config.lease_duration_seconds,
+        renew_deadline_seconds = config.renew_deadline_seconds,
+        retry_period_seconds = config.retry_period_seconds,
+        group_selector = %config.group_selector,
+        "starting bloodraven-operator"
+    );
+    let client = Client::try_default().await.context("failed to build a Kubernetes client")?;
+    let metrics = metrics::Metrics::new()?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(wait_for_signal(stop_tx));
+
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
+    let (elector, leadership) = leader::Elector::new(leases, &config.leader_lease_name, &identity, timings);
+    let elector = tokio::spawn(elector.run(stopped(stop_rx.clone())));
+    tokio::spawn(track_leadership(leadership.clone(), metrics.clone(), timings.retry_period));
+
+    let ready = Arc::new(AtomicBool::new(false));
+    let plain = http::PlainState { metrics: metrics.clone(), ready: ready.clone() };
+    let plain = tokio::spawn(http::serve(config.plain_addr, plain, stopped(stop_rx.clone())));
+
+    let reporter = Reporter { controller: "bloodraven-operator".into(), instance: Some(identity.clone()) };
+    let ctx = Arc::new(controller::Context {
+        client: client.clone(),
+        recorder: Recorder::new(client, reporter),
+        metrics,
+        leadership,
+    });
+    ready.store(true, Ordering::Relaxed);
+    tokio::join!(
+        controller::failover_group::run(ctx.clone(), &config.group_selector, stopped(stop_rx.clone())),
+        controller::database::run(ctx, stopped(stop_rx.clone())),
+    );
+    // Controllers are down: release leadership before exiting.
+    let _ = elector.await;
+    match plain.await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            return Err(anyhow::Error::new(err).context(format!("failed to serve on {}", config.plain_addr)));
+        }
+        Err(err) => return Err(anyhow::Error::new(err).context("plain HTTP task failed")),
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn default_identity() -> String {
+    let base = std::env::var("POD_NAME")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "bloodraven-operator".into());
+    let suffix = uuid::Uuid::new_v4().simple().to_string();
+    format!("{base}_{}", &suffix[..8])
+}
+
+async fn wait_for_signal(tx: watch::Sender<bool>) {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "failed to install the SIGTERM handler");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        () = term => {}
+    }
+    tracing::info!("shutdown signal received");
+    let _ = tx.send(true);
+}
+
+/// Resolves once the shutdown flag is set.
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|stop| *stop).await;
+}
+
+async fn track_leadership(leadership: leader::Leadership, metrics: metrics::Metrics, period: std::time::Duration) {
+    loop {
+        metrics.leader.set(i64::from(leadership.is_leader()));
+        tokio::time::sleep(period / 2).await;
+    }
+}

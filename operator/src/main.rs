@@ -1,0 +1,16 @@
+//! `bloodraven-operator`: install the crypto provider, parse flags, start
+//! tracing, run. Everything else is in the library.
+
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    // One rustls crypto provider for the whole process (ring), installed
+    // before any TLS client (kube, mysql_async) is built.
+    if rustls::crypto::ring::default_provider().install_default().is_err() {
+        anyhow::bail!("failed to install the ring crypto provider: another one is installed");
+    }
+    let config = bloodraven_operator::Config::parse();
+    bloodraven_operator::telemetry::init(config.log_format)?;
+    bloodraven_operator::run(config).await
+}

@@ -1,0 +1,116 @@
+//! Prometheus metrics, all prefixed `bloodraven_`, in one registry served on
+//! the plain port's `/metrics`. Labels carry group, site and stable reasons,
+//! never credentials.
+
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+/// The operator's metrics.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// `bloodraven_topology_generation{group}`: the group's decided topology generation.
+    pub topology_generation: IntGaugeVec,
+    /// `bloodraven_site_up{group,site}`: 1 when the last probe reached the site.
+    pub site_up: IntGaugeVec,
+    /// `bloodraven_site_writable{group,site}`: 1 when the site accepts writes.
+    pub site_writable: IntGaugeVec,
+    /// `bloodraven_replication_lag_seconds{group,site}`: the replica's lag (absent when unknown).
+    pub replication_lag_seconds: GaugeVec,
+    /// `bloodraven_group_stable{group}`: 1 when the group is stable.
+    pub group_stable: IntGaugeVec,
+    /// `bloodraven_reconcile_total{controller}`: reconciles started.
+    pub reconcile_total: IntCounterVec,
+    /// `bloodraven_reconcile_errors_total{controller,reason}`: reconciles that failed, by stable reason.
+    pub reconcile_errors_total: IntCounterVec,
+    /// `bloodraven_probe_duration_seconds{outcome}`: time one site probe took.
+    pub probe_duration_seconds: HistogramVec,
+    /// `bloodraven_probe_to_status_seconds`: from the start of a group's
+    /// probes to the status write that reports them.
+    pub probe_to_status_seconds: HistogramVec,
+    /// `bloodraven_leader`: 1 while this process is the leader.
+    pub leader: IntGauge,
+}
+
+/// Failed to register a metric (a programming error: duplicate name).
+#[derive(Debug, thiserror::Error)]
+#[error("failed to register metrics: {0}")]
+pub struct MetricsError(#[from] prometheus::Error);
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Result<Self, MetricsError> {
+        let registry = Registry::new();
+        let topology_generation = IntGaugeVec::new(
+            Opts::new("bloodraven_topology_generation", "Decided topology generation of the group"),
+            &["group"],
+        )?;
+        let site_up = IntGaugeVec::new(
+            Opts::new("bloodraven_site_up", "1 when the last probe reached the site"),
+            &["group", "site"],
+        )?;
+        let site_writable = IntGaugeVec::new(
+            Opts::new("bloodraven_site_writable", "1 when the site accepts writes (read_only=0)"),
+            &["group", "site"],
+        )?;
+        let replication_lag_seconds = GaugeVec::new(
+            Opts::new("bloodraven_replication_lag_seconds", "Replication lag of the site in seconds"),
+            &["group", "site"],
+        )?;
+        let group_stable =
+            IntGaugeVec::new(Opts::new("bloodraven_group_stable", "1 when the group is stable"), &["group"])?;
+        let reconcile_total =
+            IntCounterVec::new(Opts::new("bloodraven_reconcile_total", "Reconciles started"), &["controller"])?;
+        let reconcile_errors_total = IntCounterVec::new(
+            Opts::new("bloodraven_reconcile_errors_total", "Reconciles that failed"),
+            &["controller", "reason"],
+        )?;
+        let probe_duration_seconds = HistogramVec::new(
+            HistogramOpts::new("bloodraven_probe_duration_seconds", "Time one site probe took")
+                .buckets(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            &["outcome"],
+        )?;
+        let probe_to_status_seconds = HistogramVec::new(
+            HistogramOpts::new(
+                "bloodraven_probe_to_status_seconds",
+                "From the start of a group's probes to the status write reporting them",
+            )
+            .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            &["controller"],
+        )?;
+        let leader = IntGauge::new("bloodraven_leader", "1 while this process is the leader")?;
+        registry.register(Box::new(topology_generation.clone()))?;
+        registry.register(Box::new(site_up.clone()))?;
+        registry.register(Box::new(site_writable.clone()))?;
+        registry.register(Box::new(replication_lag_seconds.clone()))?;
+        registry.register(Box::new(group_stable.clone()))?;
+        registry.register(Box::new(reconcile_total.clone()))?;
+        registry.register(Box::new(reconcile_errors_total.clone()))?;
+        registry.register(Box::new(probe_duration_seconds.clone()))?;
+        registry.register(Box::new(probe_to_status_seconds.clone()))?;
+        registry.register(Box::new(leader.clone()))?;
+        Ok(Metrics {
+            registry,
+            topology_generation,
+            site_up,
+            site_writable,
+            replication_lag_seconds,
+            group_stable,
+            reconcile_total,
+            reconcile_errors_total,
+            probe_duration_seconds,
+            probe_to_status_seconds,
+            leader,
+        })
+    }
+
+    /// The registry in Prometheus text format.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        if let Err(err) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
+            tracing::warn!(error = %err, "failed to encode metrics");
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+}

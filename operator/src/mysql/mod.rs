@@ -1,0 +1,15 @@
+//! The MySQL/MariaDB adapter: what the operator asks a site, and how it reads
+//! the answers of either flavour.
+//!
+//! - [`probe`] connects with the site's credentials, reads its role
+//!   (`read_only`, on MySQL also `super_read_only`), `server_id`, GTID
+//!   position and replication state, within one timeout.
+//! - [`classify`] maps a connection or server error to a stable reason
+//!   (`SiteUnreachable`, `AuthenticationFailed`, ...). Messages come from the
+//!   server or the socket and never contain the password.
+
+mod observation;
+mod probe;
+
+pub use observation::{Flavor, ReplicationObservation, SiteObservation};
+pub use probe::{Credentials, ProbeError, ProbeTarget, classify, probe};

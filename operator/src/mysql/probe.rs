@@ -1,0 +1,170 @@
+//! One probe of one site, over a fresh connection: a probe measures whether
+//! a new client can reach the site and what role it has, which a pooled,
+//! long-lived connection would hide.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::reason;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, OptsBuilder, Row, Value};
+
+use super::observation::{Flavor, ReplicationObservation, SiteObservation};
+
+/// Where a site listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeTarget {
+    /// Host name or IP address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+/// The operator's account on a site, read from the site's Secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// Account name.
+    pub username: String,
+    /// Password. Never logged: `Debug` prints it redacted.
+    pub password: String,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials").field("username", &self.username).field("password", &"<redacted>").finish()
+    }
+}
+
+/// Why a probe failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// No complete answer within the probe timeout.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// The client library failed (connect, I/O, TLS, protocol, or a server error).
+    #[error("{0}")]
+    Mysql(#[from] mysql_async::Error),
+    /// The server answered something the probe cannot read.
+    #[error("unexpected answer: {0}")]
+    Unexpected(String),
+}
+
+/// Maps a probe failure to a stable reason and a message that says what to fix.
+pub fn classify(err: &ProbeError) -> (&'static str, String) {
+    match err {
+        ProbeError::Timeout(d) => (reason::SITE_UNREACHABLE, format!("no answer within {}s", d.as_secs_f32())),
+        ProbeError::Mysql(mysql_async::Error::Server(s)) => match s.code {
+            // ER_ACCESS_DENIED_ERROR: wrong user or password.
+            1045 => (
+                reason::AUTHENTICATION_FAILED,
+                format!(
+                    "the site refused the credentials (server error {}): {}; check the credentials Secret",
+                    s.code, s.message
+                ),
+            ),
+            // ER_DBACCESS_DENIED_ERROR, ER_TABLEACCESS_DENIED_ERROR, ER_SPECIFIC_ACCESS_DENIED_ERROR, ER_PROCACCESS_DENIED_ERROR
+            1044 | 1142 | 1227 | 1370 => (
+                reason::INSUFFICIENT_PRIVILEGES,
+                format!("the operator's account lacks a privilege (server error {}): {}", s.code, s.message),
+            ),
+            _ => (reason::PROBE_FAILED, format!("server error {}: {}", s.code, s.message)),
+        },
+        ProbeError::Mysql(e @ (mysql_async::Error::Io(_) | mysql_async::Error::Driver(_))) => {
+            (reason::SITE_UNREACHABLE, format!("failed to connect: {e}"))
+        }
+        ProbeError::Mysql(e) => (reason::PROBE_FAILED, format!("{e}")),
+        ProbeError::Unexpected(m) => (reason::PROBE_FAILED, format!("unexpected answer: {m}")),
+    }
+}
+
+/// Probes a site within `timeout` (connect and every query).
+pub async fn probe(
+    target: &ProbeTarget,
+    creds: &Credentials,
+    timeout: Duration,
+) -> Result<SiteObservation, ProbeError> {
+    tokio::time::timeout(timeout, probe_once(target, creds)).await.unwrap_or(Err(ProbeError::Timeout(timeout)))
+}
+
+async fn probe_once(target: &ProbeTarget, creds: &Credentials) -> Result<SiteObservation, ProbeError> {
+    let opts = OptsBuilder::default()
+        .ip_or_hostname(target.host.clone())
+        .tcp_port(target.port)
+        .user(Some(creds.username.clone()))
+        .pass(Some(creds.password.clone()))
+        .prefer_socket(false)
+        .stmt_cache_size(0);
+    let mut conn = Conn::new(opts).await?;
+    let result = observe(&mut conn).await;
+    // A failed disconnect only loses a polite goodbye; the observation stands.
+    let _ = conn.disconnect().await;
+    result
+}
+
+async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
+    let (version, server_id, read_only): (String, u32, u8) = conn
+        .query_first("SELECT @@version, @@server_id, @@read_only")
+        .await?
+        .ok_or_else(|| ProbeError::Unexpected("no row for @@version".into()))?;
+    let flavor = Flavor::from_version(&version);
+    let (writable, gtid_position, status_sql) = match flavor {
+        Flavor::MariaDb => {
+            let gtid: Option<String> = conn.query_first("SELECT @@gtid_current_pos").await?;
+            (read_only == 0, gtid.unwrap_or_default(), "SHOW SLAVE STATUS")
+        }
+        Flavor::MySql => {
+            let row: Option<(u8, String)> = conn.query_first("SELECT @@super_read_only, @@gtid_executed").await?;
+            let (super_read_only, gtid) = row.unwrap_or((1, String::new()));
+            (read_only == 0 && super_read_only == 0, gtid, "SHOW REPLICA STATUS")
+        }
+    };
+    let rows: Vec<Row> = conn.query(status_sql).await?;
+    let replication = rows.first().map(|row| ReplicationObservation::from_columns(&columns(row)));
+    Ok(SiteObservation {
+        flavor,
+        version,
+        server_id,
+        writable,
+        gtid_position: gtid_position.replace('\n', ""),
+        replication,
+    })
+}
+
+/// A result row as column name → text; NULL columns are left out.
+fn columns(row: &Row) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    for (i, col) in row.columns_ref().iter().enumerate() {
+        let text = match row.as_ref(i) {
+            Some(Value::Bytes(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::Int(n)) => n.to_string(),
+            Some(Value::UInt(n)) => n.to_string(),
+            Some(Value::Double(n)) => n.to_string(),
+            Some(Value::Float(n)) => n.to_string(),
+            Some(Value::NULL) | None => continue,
+            Some(other) => other.as_sql(true),
+        };
+        out.insert(col.name_str().into_owned(), text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_debug_never_prints_the_password() {
+        let c = Credentials { username: "bloodraven".into(), password: "hunter2-very-secret".into() };
+        let text = format!("{c:?}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("bloodraven"));
+    }
+
+    #[test]
+    fn timeout_is_unreachable() {
+        let (r, m) = classify(&ProbeError::Timeout(Duration::from_secs(2)));
+        assert_eq!(r, reason::SITE_UNREACHABLE);
+        assert!(m.contains("2s"), "{m}");
+    }
+}

@@ -1,0 +1,130 @@
+//! The API server of the e2e run: an admin client, the CRDs, and per-test namespaces.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::MysqlFailoverGroup;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::{e2e_dir, install_crypto, repo_root, wait_for};
+
+/// Default password of the operator's account in the MariaDB template.
+pub const OPERATOR_DB_PASSWORD: &str = "bloodraven-operator-pw";
+
+/// The control plane of this e2e run.
+#[derive(Clone)]
+pub struct Cluster {
+    /// Admin client (system:masters).
+    pub client: Client,
+    /// API server URL.
+    pub url: String,
+    /// CA bundle path of the API server.
+    pub ca_path: PathBuf,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster").field("url", &self.url).finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// Connects as admin and installs (server-side applies) the CRDs.
+    pub async fn connect() -> Cluster {
+        install_crypto();
+        let dir = e2e_dir().join("control-plane");
+        let kubeconfig = Kubeconfig::read_from(dir.join("kubeconfig"))
+            .unwrap_or_else(|e| panic!("failed to read {}/kubeconfig (is the control plane up?): {e}", dir.display()));
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+        let url = config.cluster_url.to_string().trim_end_matches('/').to_owned();
+        let client = Client::try_from(config).unwrap();
+        let cluster = Cluster { client, url, ca_path: dir.join("pki/ca.crt") };
+        cluster.install_crds().await;
+        cluster
+    }
+
+    async fn install_crds(&self) {
+        let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
+        for file in ["mysqlfailovergroups.yaml", "mysqldatabases.yaml"] {
+            let path = repo_root().join("charts/bloodraven/crds").join(file);
+            let crd: CustomResourceDefinition = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let name = crd.metadata.name.clone().unwrap();
+            api.patch(&name, &PatchParams::apply("bloodraven-e2e").force(), &Patch::Apply(&crd)).await.unwrap();
+            wait_for(&format!("CRD {name} to be established"), Duration::from_secs(30), || {
+                let api = api.clone();
+                let name = name.clone();
+                async move {
+                    let crd = api.get(&name).await.map_err(|e| e.to_string())?;
+                    let established = crd
+                        .status
+                        .and_then(|s| s.conditions)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True");
+                    if established { Ok(()) } else { Err("not established".into()) }
+                }
+            })
+            .await;
+        }
+    }
+
+    /// Creates a namespace `<prefix>-<random>` for one test.
+    pub async fn namespace(&self, prefix: &str) -> TestNamespace {
+        let name = format!("{prefix}-{}", crate::suffix());
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let ns = Namespace {
+            metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() },
+            ..Namespace::default()
+        };
+        api.create(&PostParams::default(), &ns).await.unwrap();
+        TestNamespace { name, client: self.client.clone() }
+    }
+
+    /// The groups API.
+    pub fn groups(&self) -> Api<MysqlFailoverGroup> {
+        Api::all(self.client.clone())
+    }
+
+    /// Deletes a group (best effort; used at the end of a test).
+    pub async fn delete_group(&self, name: &str) {
+        let _ = self.groups().delete(name, &DeleteParams::default()).await;
+    }
+}
+
+/// A namespace owned by one test.
+#[derive(Clone)]
+pub struct TestNamespace {
+    /// Namespace name.
+    pub name: String,
+    client: Client,
+}
+
+impl std::fmt::Debug for TestNamespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestNamespace").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl TestNamespace {
+    /// Creates a Secret with `username` and `password` for a site account.
+    pub async fn credentials_secret(&self, name: &str, username: &str, password: &str) {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.name);
+        let secret = Secret {
+            metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
+            data: Some(
+                [
+                    ("username".to_owned(), ByteString(username.as_bytes().to_vec())),
+                    ("password".to_owned(), ByteString(password.as_bytes().to_vec())),
+                ]
+                .into(),
+            ),
+            ..Secret::default()
+        };
+        api.create(&PostParams::default(), &secret).await.unwrap();
+    }
+}

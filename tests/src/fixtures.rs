@@ -1,0 +1,127 @@
+//! Builders and readers shared by the e2e tests.
+
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::{
+    Condition, FailoverPolicy, MysqlFailoverGroup, MysqlFailoverGroupSpec, MysqlFailoverGroupStatus, Site,
+};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, ObjectMeta, PostParams};
+
+use crate::operator::E2E_LABEL;
+use crate::{Cluster, wait_for};
+
+/// A group labelled for the test's operators, probing every second.
+pub fn group(name: &str, label: &str, sites: Vec<Site>, initial: &str) -> MysqlFailoverGroup {
+    MysqlFailoverGroup {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some([(E2E_LABEL.to_owned(), label.to_owned())].into()),
+            ..ObjectMeta::default()
+        },
+        spec: MysqlFailoverGroupSpec {
+            sites,
+            initial_active_site: initial.into(),
+            failover: FailoverPolicy {
+                probe_interval_seconds: 1,
+                probe_timeout_seconds: 2,
+                ..FailoverPolicy::default()
+            },
+            planned_failover: None,
+        },
+        status: None,
+    }
+}
+
+/// Creates a group.
+pub async fn create_group(cluster: &Cluster, group: &MysqlFailoverGroup) {
+    cluster.groups().create(&PostParams::default(), group).await.unwrap();
+}
+
+/// The condition of `type_` in `status`, if present.
+pub fn condition<'a>(status: &'a MysqlFailoverGroupStatus, type_: &str) -> Option<&'a Condition> {
+    status.conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Waits until the group's status satisfies `check` (which explains what it
+/// saw when it does not), and returns that status.
+pub async fn wait_status<F>(
+    cluster: &Cluster,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    check: F,
+) -> MysqlFailoverGroupStatus
+where
+    F: Fn(&MysqlFailoverGroupStatus) -> Result<(), String>,
+{
+    let api = cluster.groups();
+    wait_for(what, timeout, || {
+        let api = api.clone();
+        let check = &check;
+        async move {
+            let group = api.get(name).await.map_err(|e| e.to_string())?;
+            let status = group.status.unwrap_or_default();
+            match check(&status) {
+                Ok(()) => Ok(status),
+                Err(why) => Err(format!("{why}; status: {}", serde_json::to_string(&status).unwrap_or_default())),
+            }
+        }
+    })
+    .await
+}
+
+/// A check: condition `type_` has `status` (and `reason`, when given).
+pub fn has_condition(
+    s: &MysqlFailoverGroupStatus,
+    type_: &str,
+    status: &str,
+    reason: Option<&str>,
+) -> Result<(), String> {
+    match condition(s, type_) {
+        Some(c) if c.status == status && reason.is_none_or(|r| c.reason == r) => Ok(()),
+        Some(c) => Err(format!("{type_} is {} ({})", c.status, c.reason)),
+        None => Err(format!("no {type_} condition")),
+    }
+}
+
+/// A check: bootstrapped at `site` with generation `generation`, Ready and stable.
+pub fn is_ready_at(s: &MysqlFailoverGroupStatus, site: &str, generation: i64) -> Result<(), String> {
+    if s.active_site.as_deref() != Some(site) || s.topology_generation != Some(generation) {
+        return Err(format!("activeSite {:?} generation {:?}", s.active_site, s.topology_generation));
+    }
+    has_condition(s, "Ready", "True", None)?;
+    if s.stable != Some(true) {
+        return Err(format!("stable {:?} ({:?})", s.stable, s.unstable_reason));
+    }
+    Ok(())
+}
+
+/// The newest `lastProbeTime` over all sites, in seconds since the epoch.
+pub fn last_probe(s: &MysqlFailoverGroupStatus) -> Option<f64> {
+    s.health
+        .iter()
+        .filter_map(|h| h.last_probe_time.as_ref())
+        .map(|t| t.0.as_millisecond() as f64 / 1000.0)
+        .reduce(f64::max)
+}
+
+/// Events about the cluster-scoped group `name` (recorded in `default`).
+pub async fn group_events(cluster: &Cluster, name: &str) -> Vec<Event> {
+    let api: Api<Event> = Api::namespaced(cluster.client.clone(), "default");
+    let lp = ListParams::default().fields(&format!("regarding.name={name}"));
+    api.list(&lp).await.map(|l| l.items).unwrap_or_default()
+}
+
+/// Waits for an Event about group `name` with `reason`; returns its note.
+pub async fn wait_event(cluster: &Cluster, name: &str, reason: &str) -> String {
+    wait_for(&format!("an Event {reason} on group {name}"), Duration::from_secs(30), || async {
+        let events = group_events(cluster, name).await;
+        events
+            .iter()
+            .find(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| e.note.clone().unwrap_or_default())
+            .ok_or_else(|| format!("events: {:?}", events.iter().map(|e| e.reason.clone()).collect::<Vec<_>>()))
+    })
+    .await
+}

@@ -1,0 +1,254 @@
+//! The real `bloodraven-operator` binary as a child process, running under
+//! its own ServiceAccount token with exactly the chart's RBAC rules.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::api::{Api, ObjectMeta, PostParams};
+use serde::Deserialize;
+use tokio::process::{Child, Command};
+
+use crate::{Cluster, TestNamespace, e2e_dir, free_port, repo_root};
+
+/// Label every e2e group carries; its value selects the test's operators.
+pub const E2E_LABEL: &str = "bloodraven.shipstream.io/e2e";
+
+/// Leader-election timings for a test (seconds).
+#[derive(Clone, Copy, Debug)]
+pub struct LeaderTimings {
+    /// `--lease-duration-seconds`.
+    pub lease_duration: u64,
+    /// `--renew-deadline-seconds`.
+    pub renew_deadline: u64,
+    /// `--retry-period-seconds`.
+    pub retry_period: u64,
+}
+
+impl Default for LeaderTimings {
+    /// Shorter than production's 15/10/2 so that takeover tests are quick;
+    /// the same ordering (retry < renew deadline < lease duration).
+    fn default() -> Self {
+        LeaderTimings { lease_duration: 6, renew_deadline: 4, retry_period: 1 }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RbacFile {
+    cluster_rules: Vec<PolicyRule>,
+    namespace_rules: Vec<PolicyRule>,
+}
+
+/// One running operator process.
+#[derive(Debug)]
+pub struct Operator {
+    child: Option<Child>,
+    /// Identity (leader Lease holder) of this process.
+    pub identity: String,
+    /// Plain HTTP port (metrics, health).
+    pub plain_port: u16,
+    /// Log file.
+    pub log: PathBuf,
+}
+
+async fn create_or_exists<K>(api: &Api<K>, obj: &K)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("failed to create {obj:?}: {e}"),
+    }
+}
+
+/// Creates the operator's ServiceAccount in `ns` with the chart's RBAC, and
+/// writes a kubeconfig holding a fresh token for it. Returns its path.
+pub async fn operator_kubeconfig(cluster: &Cluster, ns: &TestNamespace) -> PathBuf {
+    let sa_name = "bloodraven-operator";
+    let rbac: RbacFile = serde_yaml::from_str(
+        &std::fs::read_to_string(repo_root().join("charts/bloodraven/files/operator-rbac.yaml")).unwrap(),
+    )
+    .unwrap();
+    let c = cluster.client.clone();
+    let meta = |name: &str, namespace: Option<&str>| ObjectMeta {
+        name: Some(name.into()),
+        namespace: namespace.map(Into::into),
+        ..ObjectMeta::default()
+    };
+    let subject = Subject {
+        kind: "ServiceAccount".into(),
+        name: sa_name.into(),
+        namespace: Some(ns.name.clone()),
+        ..Subject::default()
+    };
+    let cluster_role = format!("bloodraven-operator-{}", ns.name);
+    create_or_exists(
+        &Api::<ServiceAccount>::namespaced(c.clone(), &ns.name),
+        &ServiceAccount { metadata: meta(sa_name, Some(&ns.name)), ..ServiceAccount::default() },
+    )
+    .await;
+    create_or_exists(
+        &Api::<ClusterRole>::all(c.clone()),
+        &ClusterRole { metadata: meta(&cluster_role, None), rules: Some(rbac.cluster_rules), ..ClusterRole::default() },
+    )
+    .await;
+    create_or_exists(
+        &Api::<ClusterRoleBinding>::all(c.clone()),
+        &ClusterRoleBinding {
+            metadata: meta(&cluster_role, None),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: cluster_role.clone(),
+            },
+            subjects: Some(vec![subject.clone()]),
+        },
+    )
+    .await;
+    create_or_exists(
+        &Api::<Role>::namespaced(c.clone(), &ns.name),
+        &Role { metadata: meta("bloodraven-operator", Some(&ns.name)), rules: Some(rbac.namespace_rules) },
+    )
+    .await;
+    create_or_exists(
+        &Api::<RoleBinding>::namespaced(c.clone(), &ns.name),
+        &RoleBinding {
+            metadata: meta("bloodraven-operator", Some(&ns.name)),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: "bloodraven-operator".into(),
+            },
+            subjects: Some(vec![subject]),
+        },
+    )
+    .await;
+    let request = TokenRequest {
+        spec: TokenRequestSpec { audiences: Vec::new(), expiration_seconds: Some(3600), ..TokenRequestSpec::default() },
+        ..TokenRequest::default()
+    };
+    let token = Api::<ServiceAccount>::namespaced(c, &ns.name)
+        .create_token_request(sa_name, &PostParams::default(), &request)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .token;
+    let path = e2e_dir().join(format!("kubeconfig-operator-{}", ns.name));
+    let kubeconfig = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "e2e", "cluster": {"server": cluster.url, "certificate-authority": cluster.ca_path}}],
+        "users": [{"name": "operator", "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "operator", "namespace": ns.name}}],
+        "current-context": "e2e",
+    });
+    std::fs::write(&path, serde_yaml::to_string(&kubeconfig).unwrap()).unwrap();
+    path
+}
+
+/// Path of the operator binary (`make test` builds it first).
+pub fn operator_bin() -> PathBuf {
+    std::env::var_os("BLOODRAVEN_OPERATOR_BIN")
+        .map_or_else(|| repo_root().join("target/debug/bloodraven-operator"), PathBuf::from)
+}
+
+impl Operator {
+    /// Starts an operator in `ns` managing groups labelled `E2E_LABEL=label`.
+    pub async fn start(
+        cluster: &Cluster,
+        ns: &TestNamespace,
+        label: &str,
+        name: &str,
+        timings: LeaderTimings,
+    ) -> Operator {
+        let kubeconfig = operator_kubeconfig(cluster, ns).await;
+        let plain_port = free_port();
+        let identity = format!("{name}-{}", crate::suffix());
+        let log = e2e_dir().join("logs").join(format!("{}-{identity}.log", ns.name));
+        std::fs::create_dir_all(log.parent().unwrap()).unwrap();
+        let file = std::fs::File::create(&log).unwrap();
+        let bin = operator_bin();
+        assert!(
+            bin.exists(),
+            "{} is missing: build it with `cargo build -p bloodraven-operator` (make test does)",
+            bin.display()
+        );
+        let child = Command::new(bin)
+            .args(["--namespace", &ns.name, "--identity", &identity])
+            .args(["--plain-addr", &format!("127.0.0.1:{plain_port}")])
+            .args(["--group-selector", &format!("{E2E_LABEL}={label}")])
+            .args(["--lease-duration-seconds", &timings.lease_duration.to_string()])
+            .args(["--renew-deadline-seconds", &timings.renew_deadline.to_string()])
+            .args(["--retry-period-seconds", &timings.retry_period.to_string()])
+            .args(["--log-format", "json"])
+            .env("KUBECONFIG", &kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        Operator { child: Some(child), identity, plain_port, log }
+    }
+
+    /// SIGKILL: the process gets no chance to release its Lease.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await.unwrap();
+        }
+    }
+
+    /// SIGTERM and wait (bounded) for a clean exit; returns whether it exited 0.
+    pub async fn stop(&mut self) -> bool {
+        let Some(mut child) = self.child.take() else { return false };
+        let pid = child.id().unwrap().to_string();
+        let _ = std::process::Command::new("kill").args(["-TERM", &pid]).status();
+        if let Ok(Ok(status)) = tokio::time::timeout(Duration::from_secs(20), child.wait()).await {
+            status.success()
+        } else {
+            let _ = child.kill().await;
+            false
+        }
+    }
+
+    /// The text of `/metrics`.
+    pub async fn metrics(&self) -> Result<String, String> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.plain_port);
+        let resp = reqwest::get(&url).await.map_err(|e| e.to_string())?;
+        resp.text().await.map_err(|e| e.to_string())
+    }
+
+    /// GET a path on the plain port; returns the status code.
+    pub async fn plain_status(&self, path: &str) -> Result<u16, String> {
+        let url = format!("http://127.0.0.1:{}{path}", self.plain_port);
+        Ok(reqwest::get(&url).await.map_err(|e| e.to_string())?.status().as_u16())
+    }
+
+    /// The last lines of the log, for failure messages.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+
+    /// Peak resident set size (VmHWM) and current RSS (VmRSS) in KiB, from /proc.
+    pub fn memory_kib(&self) -> Option<(u64, u64)> {
+        let pid = self.child.as_ref()?.id()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        };
+        Some((field("VmHWM:")?, field("VmRSS:")?))
+    }
+}

@@ -1,0 +1,105 @@
+//! Bootstrap on a real API server with a real replicating MariaDB pair:
+//! generation 1, health, metrics, Events; and a restart that changes nothing.
+
+use std::time::Duration;
+
+use bloodraven_e2e::fixtures::{create_group, group, is_ready_at, last_probe, wait_event, wait_status};
+use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::wait::wait_for;
+use bloodraven_e2e::{Cluster, Operator, SitePair, cluster::OPERATOR_DB_PASSWORD};
+
+const T: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn healthy_pair_bootstraps_to_generation_one() {
+    let cluster = Cluster::connect().await;
+    let ns = cluster.namespace("boot").await;
+    let pair = SitePair::start("boot");
+    ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
+    let operator = Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
+    let name = format!("{}-g", ns.name);
+    create_group(&cluster, &group(&name, &ns.name, pair.sites(&ns.name, "site-creds"), "iad")).await;
+
+    let status = wait_status(&cluster, &name, "bootstrap to generation 1", T, |s| is_ready_at(s, "iad", 1)).await;
+    let iad = status.health.iter().find(|h| h.site == "iad").unwrap();
+    let pdx = status.health.iter().find(|h| h.site == "pdx").unwrap();
+    assert!(iad.reachable && iad.writable == Some(true), "{iad:?}");
+    assert!(pdx.reachable && pdx.writable == Some(false), "{pdx:?}");
+    assert_eq!(pdx.replication_running, Some(true), "{pdx:?}");
+    assert_eq!(pdx.source_server_id, iad.server_id, "pdx replicates from iad");
+    assert_eq!(iad.replication_running, Some(false), "the primary has no replication");
+    assert!(iad.gtid_position.is_some() && pdx.gtid_position.is_some());
+    for c in &status.conditions {
+        assert!(c.observed_generation.is_some(), "condition {} lacks observedGeneration", c.type_);
+    }
+    assert_eq!(status.observed_generation, Some(1));
+
+    // A write on the primary is seen by the replica's GTID position in status.
+    pair.sql("iad", "CREATE DATABASE bootstrap_probe");
+    let gtid = pair.sql("iad", "SELECT @@gtid_binlog_pos").trim().to_owned();
+    wait_status(&cluster, &name, "pdx's GTID position to follow iad's", T, |s| {
+        let pdx = s.health.iter().find(|h| h.site == "pdx").ok_or("no pdx health")?;
+        if pdx.gtid_position.as_deref() == Some(gtid.as_str()) {
+            Ok(())
+        } else {
+            Err(format!("pdx at {:?}, iad at {gtid}", pdx.gtid_position))
+        }
+    })
+    .await;
+
+    let note = wait_event(&cluster, &name, "Bootstrapped").await;
+    assert!(note.contains("iad"), "{note}");
+
+    let metrics = wait_for("metrics to show the group", T, || async {
+        let m = operator.metrics().await?;
+        if m.contains(&format!("bloodraven_topology_generation{{group=\"{name}\"}} 1")) {
+            Ok(m)
+        } else {
+            Err("not yet".into())
+        }
+    })
+    .await;
+    assert!(metrics.contains(&format!("bloodraven_site_up{{group=\"{name}\",site=\"pdx\"}} 1")), "{metrics}");
+    assert!(
+        metrics.contains(&format!("bloodraven_replication_lag_seconds{{group=\"{name}\",site=\"pdx\"}} 0")),
+        "{metrics}"
+    );
+    assert!(metrics.contains("bloodraven_reconcile_total{controller=\"failovergroup\"}"), "{metrics}");
+    assert!(metrics.contains("bloodraven_leader 1"), "{metrics}");
+    assert_eq!(operator.plain_status("/healthz").await, Ok(200));
+    assert_eq!(operator.plain_status("/readyz").await, Ok(200));
+    assert_eq!(operator.plain_status("/deploy/v1/groups/x").await, Ok(404), "the plain port never serves /deploy");
+    cluster.delete_group(&name).await;
+}
+
+#[tokio::test]
+async fn restarting_the_operator_keeps_the_topology_generation() {
+    let cluster = Cluster::connect().await;
+    let ns = cluster.namespace("restart").await;
+    let pair = SitePair::start("restart");
+    ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
+    let mut first = Operator::start(&cluster, &ns, &ns.name, "first", LeaderTimings::default()).await;
+    let name = format!("{}-g", ns.name);
+    create_group(&cluster, &group(&name, &ns.name, pair.sites(&ns.name, "site-creds"), "iad")).await;
+    wait_status(&cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+
+    assert!(first.stop().await, "SIGTERM must end the operator cleanly; log:\n{}", first.log_tail());
+    let stopped_at = k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
+    let second = Operator::start(&cluster, &ns, &ns.name, "second", LeaderTimings::default()).await;
+    // Several fresh probes by the new process, all at generation 1.
+    for round in 1..=3 {
+        let s = wait_status(&cluster, &name, "probes by the restarted operator", T, |s| match last_probe(s) {
+            Some(t) if t > stopped_at + f64::from(round) => Ok(()),
+            other => Err(format!("last probe {other:?}")),
+        })
+        .await;
+        assert_eq!(
+            s.topology_generation,
+            Some(1),
+            "a restart must not change topologyGeneration (log:\n{})",
+            second.log_tail()
+        );
+        assert_eq!(s.active_site.as_deref(), Some("iad"));
+    }
+    cluster.delete_group(&name).await;
+}
