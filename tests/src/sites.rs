@@ -21,8 +21,13 @@ pub struct SitePair {
 }
 
 fn script(args: &[&str]) -> Result<String, String> {
+    script_env(args, &[])
+}
+
+fn script_env(args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
     let out = Command::new(repo_root().join("hack/mariadb.sh"))
         .args(args)
+        .envs(env.iter().copied())
         .output()
         .map_err(|e| format!("failed to run hack/mariadb.sh: {e}"))?;
     if out.status.success() {
@@ -78,10 +83,14 @@ impl SitePair {
         script(&["stop", self.dir_str(), site]).unwrap();
     }
 
-    /// Starts `site`'s server again on its port (same data).
-    pub fn restart(&self, site: &str) {
+    /// Starts `site`'s server again on its port (same data); `read_only`
+    /// says whether it comes back read-only (MariaDB forgets a runtime
+    /// `SET GLOBAL read_only` across a restart).
+    pub fn restart(&self, site: &str, read_only: bool) {
         let (port, id) = if site == "iad" { (self.iad_port, "1") } else { (self.pdx_port, "2") };
-        script(&["start", self.dir_str(), site, &port.to_string(), id]).unwrap();
+        let ro = if read_only { "1" } else { "0" };
+        script_env(&["start", self.dir_str(), site, &port.to_string(), id], &[("BLOODRAVEN_SITE_READ_ONLY", ro)])
+            .unwrap();
     }
 
     /// `spec.sites` for this pair, with credentials from Secret `secret` in `namespace`.

@@ -137,7 +137,9 @@ pub fn assess(
     let replication = replication_condition(spec, primary, primary_obs, probes);
 
     let bad = [&split_brain, &no_primary, &degraded, &replication];
-    let first_bad = bad.iter().find(|c| c.status != "False");
+    // A condition known True explains more than one that is Unknown
+    // (e.g. NoPrimary is Unknown *because* Degraded is True).
+    let first_bad = bad.iter().find(|c| c.is_true()).or_else(|| bad.iter().find(|c| c.status != "False"));
     let healthy = first_bad.is_none();
     let bootstrap = decided.is_none() && may_bootstrap && healthy && writable == [primary];
 

@@ -144,12 +144,12 @@ fn table_of_unhealthy_topologies() {
             "Degraded",
         ),
         (
-            "nothing reachable",
-            vec![down("iad", reason::SITE_UNREACHABLE), down("pdx", reason::SITE_UNREACHABLE)],
+            "nothing reachable: NoPrimary is Unknown, Degraded explains why",
+            vec![down("iad", reason::CREDENTIALS_UNAVAILABLE), down("pdx", reason::CREDENTIALS_UNAVAILABLE)],
             ConditionType::NoPrimary,
             "Unknown",
             reason::SITE_UNREACHABLE,
-            "NoPrimary",
+            "Degraded",
         ),
     ];
     for (name, probes, t, status, why, unstable) in cases {
@@ -159,6 +159,12 @@ fn table_of_unhealthy_topologies() {
         assert!(!a.stable, "{name}: must not be stable");
         assert_eq!(a.unstable_reason.as_deref(), Some(unstable), "{name}");
         assert_eq!(status_of(&a, ConditionType::Ready).0, "False", "{name}");
+        let unstable_type = ConditionType::ALL.iter().find(|t| t.as_str() == unstable).unwrap();
+        assert_eq!(
+            status_of(&a, ConditionType::Ready).1,
+            status_of(&a, *unstable_type).1,
+            "{name}: Ready carries the reason"
+        );
     }
 }
 

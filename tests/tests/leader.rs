@@ -1,0 +1,104 @@
+//! Two operator processes side by side: one leader; SIGKILL it and the other
+//! takes over within the lease duration and keeps status current.
+
+use std::time::{Duration, Instant};
+
+use bloodraven_api::names::LEADER_LEASE_NAME;
+use bloodraven_e2e::fixtures::{create_group, group, is_ready_at, last_probe, wait_status};
+use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::wait::wait_for;
+use bloodraven_e2e::{Cluster, Operator, SitePair, cluster::OPERATOR_DB_PASSWORD};
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Api;
+
+const T: Duration = Duration::from_secs(60);
+
+async fn holder(leases: &Api<Lease>) -> Result<String, String> {
+    let lease = leases.get(LEADER_LEASE_NAME).await.map_err(|e| e.to_string())?;
+    lease.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty()).ok_or_else(|| "no holder".to_owned())
+}
+
+#[tokio::test]
+async fn killing_the_leader_hands_over_within_the_lease_duration() {
+    let cluster = Cluster::connect().await;
+    let ns = cluster.namespace("leader").await;
+    let pair = SitePair::start("leader");
+    ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
+    let timings = LeaderTimings::default();
+    let mut a = Operator::start(&cluster, &ns, &ns.name, "a", timings).await;
+    let mut b = Operator::start(&cluster, &ns, &ns.name, "b", timings).await;
+    let name = format!("{}-g", ns.name);
+    create_group(&cluster, &group(&name, &ns.name, pair.sites(&ns.name, "site-creds"), "iad")).await;
+    wait_status(&cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), &ns.name);
+    let first = wait_for("a leader", T, || holder(&leases)).await;
+    let (leader, follower) = if first == a.identity { (&mut a, &mut b) } else { (&mut b, &mut a) };
+    assert_eq!(first, leader.identity);
+    // Exactly one process says it leads.
+    let leader_metric = |m: &str| m.lines().any(|l| l == "bloodraven_leader 1");
+    wait_for("the leader's metric", T, || async {
+        leader.metrics().await.map(|m| leader_metric(&m)).and_then(|b| if b { Ok(()) } else { Err("0".into()) })
+    })
+    .await;
+    assert!(!leader_metric(&follower.metrics().await.unwrap()), "the follower must not claim leadership");
+
+    leader.kill().await;
+    let killed = Instant::now();
+    let killed_at = k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
+    let new_holder = wait_for("the follower to take the lease", T, || async {
+        let h = holder(&leases).await?;
+        if h == follower.identity { Ok(h) } else { Err(format!("holder {h}")) }
+    })
+    .await;
+    let takeover = killed.elapsed();
+    println!(
+        "figure: leader takeover after SIGKILL took {:.2}s (lease duration {}s, retry period {}s)",
+        takeover.as_secs_f64(),
+        timings.lease_duration,
+        timings.retry_period
+    );
+    assert_eq!(new_holder, follower.identity);
+    // The bound is the lease duration counted from the follower's last view of
+    // a renewal, plus one retry period for its next attempt.
+    assert!(
+        takeover <= Duration::from_secs(timings.lease_duration + timings.retry_period + 1),
+        "takeover took {takeover:?}"
+    );
+
+    // The new leader keeps status current: fresh probes after the kill, same generation.
+    let s = wait_status(&cluster, &name, "probes by the new leader", T, |s| match last_probe(s) {
+        Some(t) if t > killed_at + 1.0 => Ok(()),
+        other => Err(format!("last probe {other:?}")),
+    })
+    .await;
+    assert_eq!(s.topology_generation, Some(1));
+    wait_for("the new leader's metric", T, || async {
+        follower.metrics().await.map(|m| leader_metric(&m)).and_then(|b| if b { Ok(()) } else { Err("0".into()) })
+    })
+    .await;
+    cluster.delete_group(&name).await;
+}
+
+#[tokio::test]
+async fn a_stopped_leader_releases_the_lease_for_a_quick_handover() {
+    let cluster = Cluster::connect().await;
+    let ns = cluster.namespace("release").await;
+    let timings = LeaderTimings { lease_duration: 30, renew_deadline: 20, retry_period: 1 };
+    let mut a = Operator::start(&cluster, &ns, &ns.name, "a", timings).await;
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), &ns.name);
+    wait_for("a to lead", T, || async {
+        let h = holder(&leases).await?;
+        if h == a.identity { Ok(()) } else { Err(h) }
+    })
+    .await;
+    let b = Operator::start(&cluster, &ns, &ns.name, "b", timings).await;
+    assert!(a.stop().await, "SIGTERM must end the operator cleanly:\n{}", a.log_tail());
+    let stopped = Instant::now();
+    wait_for("b to take the released lease", Duration::from_secs(10), || async {
+        let h = holder(&leases).await?;
+        if h == b.identity { Ok(()) } else { Err(h) }
+    })
+    .await;
+    println!("figure: handover after SIGTERM took {:.2}s (lease duration 30s)", stopped.elapsed().as_secs_f64());
+}

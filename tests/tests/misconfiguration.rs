@@ -1,0 +1,192 @@
+//! Misconfigured groups get a condition and an Event that say what to fix,
+//! never crash the operator, and never stall other groups. The CRD schema
+//! refuses what it can express.
+
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::{DeploymentClient, FailoverGroupRef, MysqlDatabase, MysqlDatabaseSpec, SecretRef};
+use bloodraven_e2e::fixtures::{create_group, group, has_condition, is_ready_at, last_probe, wait_event, wait_status};
+use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::wait::wait_for;
+use bloodraven_e2e::{Cluster, Operator, SitePair, cluster::OPERATOR_DB_PASSWORD};
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+
+const T: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn bad_secret_host_and_password_are_explained_and_other_groups_keep_reconciling() {
+    let cluster = Cluster::connect().await;
+    let ns = cluster.namespace("misconf").await;
+    let pair = SitePair::start("misconf");
+    ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
+    ns.credentials_secret("wrong-creds", "bloodraven", "not-the-password-4711").await;
+    let operator = Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
+    let label = &ns.name;
+
+    let good = format!("{}-good", ns.name);
+    create_group(&cluster, &group(&good, label, pair.sites(&ns.name, "site-creds"), "iad")).await;
+
+    let no_secret = format!("{}-nosecret", ns.name);
+    create_group(&cluster, &group(&no_secret, label, pair.sites(&ns.name, "missing-secret"), "iad")).await;
+
+    let bad_password = format!("{}-badpw", ns.name);
+    create_group(&cluster, &group(&bad_password, label, pair.sites(&ns.name, "wrong-creds"), "iad")).await;
+
+    let bad_host = format!("{}-badhost", ns.name);
+    let mut sites = pair.sites(&ns.name, "site-creds");
+    sites[1].host = "127.0.0.1".into();
+    sites[1].port = bloodraven_e2e::free_port(); // nothing listens there
+    create_group(&cluster, &group(&bad_host, label, sites, "iad")).await;
+
+    let s = wait_status(&cluster, &no_secret, "CredentialsUnavailable", T, |s| {
+        has_condition(s, "Degraded", "True", Some("CredentialsUnavailable"))
+    })
+    .await;
+    let msg = &s.conditions.iter().find(|c| c.type_ == "Degraded").unwrap().message;
+    assert!(msg.contains(&format!("{}/missing-secret", ns.name)) && msg.contains("not found"), "{msg}");
+    has_condition(&s, "Ready", "False", Some("CredentialsUnavailable")).unwrap();
+    assert_eq!(s.topology_generation, None);
+    wait_event(&cluster, &no_secret, "CredentialsUnavailable").await;
+
+    let s = wait_status(&cluster, &bad_password, "AuthenticationFailed", T, |s| {
+        has_condition(s, "Degraded", "True", Some("AuthenticationFailed"))
+    })
+    .await;
+    let text = serde_json::to_string(&s).unwrap();
+    assert!(text.contains("refused the credentials"), "{text}");
+    assert!(!text.contains("not-the-password-4711"), "a password must never reach status: {text}");
+    assert_eq!(s.topology_generation, None);
+    let events = bloodraven_e2e::fixtures::group_events(&cluster, &bad_password).await;
+    assert!(!serde_json::to_string(&events).unwrap().contains("not-the-password-4711"));
+    assert!(!std::fs::read_to_string(&operator.log).unwrap().contains("not-the-password-4711"), "nor a log line");
+
+    let s = wait_status(&cluster, &bad_host, "SiteUnreachable", T, |s| {
+        has_condition(s, "Degraded", "True", Some("SiteUnreachable"))
+    })
+    .await;
+    let pdx = s.health.iter().find(|h| h.site == "pdx").unwrap();
+    assert!(!pdx.reachable && pdx.message.as_deref().is_some_and(|m| m.contains("connect")), "{pdx:?}");
+
+    // Meanwhile the good group bootstrapped and keeps being probed.
+    let first = wait_status(&cluster, &good, "the good group to bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    let before = last_probe(&first).unwrap();
+    wait_status(&cluster, &good, "fresh probes of the good group", T, |s| match last_probe(s) {
+        Some(t) if t >= before + 2.0 => Ok(()),
+        other => Err(format!("last probe {other:?}")),
+    })
+    .await;
+
+    // Fixing the Secret fixes the group, with no restart.
+    ns.credentials_secret("missing-secret", "bloodraven", OPERATOR_DB_PASSWORD).await;
+    wait_status(&cluster, &no_secret, "bootstrap once the Secret exists", T, |s| is_ready_at(s, "iad", 1)).await;
+    assert_eq!(operator.plain_status("/healthz").await, Ok(200), "the operator is still up");
+    for g in [&good, &no_secret, &bad_password, &bad_host] {
+        cluster.delete_group(g).await;
+    }
+}
+
+#[tokio::test]
+async fn a_database_reports_whether_its_group_exists() {
+    let cluster = Cluster::connect().await;
+    let ns = cluster.namespace("dbref").await;
+    let _operator = Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
+    let api: Api<MysqlDatabase> = Api::namespaced(cluster.client.clone(), &ns.name);
+    let db = MysqlDatabase::new(
+        "counter-app",
+        MysqlDatabaseSpec {
+            failover_group_ref: FailoverGroupRef { name: format!("{}-nope", ns.name) },
+            schema: "counter".into(),
+            deployment_clients: vec![DeploymentClient {
+                namespace: ns.name.clone(),
+                service_account: "deployer".into(),
+            }],
+        },
+    );
+    api.create(&PostParams::default(), &db).await.unwrap();
+    wait_for("GroupNotFound", T, || async {
+        let db = api.get("counter-app").await.map_err(|e| e.to_string())?;
+        let c = db.status.unwrap_or_default().conditions;
+        if c.iter().any(|c| c.type_ == "Ready" && c.status == "False" && c.reason == "GroupNotFound") {
+            Ok(())
+        } else {
+            Err(format!("{c:?}"))
+        }
+    })
+    .await;
+}
+
+/// What the CRD schema refuses, checked against the real API server.
+#[tokio::test]
+async fn the_schema_refuses_malformed_objects() {
+    let cluster = Cluster::connect().await;
+    let ns = cluster.namespace("schema").await;
+    let pair_sites = |ns: &str| {
+        let site = |name: &str, port| bloodraven_api::v1alpha1::Site {
+            name: name.into(),
+            host: "127.0.0.1".into(),
+            port,
+            credentials_secret_ref: SecretRef { namespace: ns.into(), name: "creds".into() },
+        };
+        vec![site("iad", 3306), site("pdx", 3307)]
+    };
+    let refused = |e: kube::Error| match e {
+        kube::Error::Api(s) => (s.code, s.message),
+        other => panic!("unexpected error {other}"),
+    };
+    let groups = cluster.groups();
+    let pp = PostParams::default();
+
+    let g = group(&format!("{}-a", ns.name), &ns.name, pair_sites(&ns.name), "sfo");
+    let (code, msg) = refused(groups.create(&pp, &g).await.unwrap_err());
+    assert_eq!(code, 422);
+    assert!(msg.contains("initialActiveSite must name one of spec.sites"), "{msg}");
+
+    let mut g = group(&format!("{}-b", ns.name), &ns.name, pair_sites(&ns.name), "iad");
+    g.spec.sites[1].port = 0;
+    let (code, msg) = refused(groups.create(&pp, &g).await.unwrap_err());
+    assert!(code == 422 && msg.contains("port"), "{code} {msg}");
+
+    let mut g = group(&format!("{}-c", ns.name), &ns.name, pair_sites(&ns.name), "iad");
+    g.spec.sites[1].name = "iad".into();
+    let (code, msg) = refused(groups.create(&pp, &g).await.unwrap_err());
+    assert!(code == 422 && msg.contains("Duplicate"), "{code} {msg}");
+
+    let mut g = group(&format!("{}-d", ns.name), &ns.name, pair_sites(&ns.name), "iad");
+    g.spec.sites.truncate(1);
+    let (code, msg) = refused(groups.create(&pp, &g).await.unwrap_err());
+    assert!(code == 422 && msg.contains("sites"), "{code} {msg}");
+
+    let mut g = group(&format!("{}-e", ns.name), &ns.name, pair_sites(&ns.name), "iad");
+    g.spec.failover.probe_interval_seconds = 0;
+    let (code, msg) = refused(groups.create(&pp, &g).await.unwrap_err());
+    assert!(code == 422 && msg.contains("probeIntervalSeconds"), "{code} {msg}");
+
+    let mut g = group(&format!("{}-f", ns.name), &ns.name, pair_sites(&ns.name), "iad");
+    g.spec.sites[0].name = "IAD_1".into();
+    let (code, msg) = refused(groups.create(&pp, &g).await.unwrap_err());
+    assert!(code == 422 && msg.contains("name"), "{code} {msg}");
+
+    let dbs: Api<MysqlDatabase> = Api::namespaced(cluster.client.clone(), &ns.name);
+    let client =
+        |namespace: &str, sa: &str| DeploymentClient { namespace: namespace.into(), service_account: sa.into() };
+    let mut db = MysqlDatabase::new(
+        "twice",
+        MysqlDatabaseSpec {
+            failover_group_ref: FailoverGroupRef { name: "g".into() },
+            schema: "counter".into(),
+            deployment_clients: vec![client("ci", "a"), client("ci", "b")],
+        },
+    );
+    let (code, msg) = refused(dbs.create(&pp, &db).await.unwrap_err());
+    assert!(code == 422 && msg.contains("Duplicate"), "one pair per namespace: {code} {msg}");
+
+    db.spec.deployment_clients = vec![client("ci", "a")];
+    db.spec.schema = "drop table;".into();
+    let (code, msg) = refused(dbs.create(&pp, &db).await.unwrap_err());
+    assert!(code == 422 && msg.contains("schema"), "{code} {msg}");
+
+    db.metadata = ObjectMeta { name: Some("fine".into()), ..ObjectMeta::default() };
+    db.spec.schema = "counter".into();
+    dbs.create(&pp, &db).await.expect("a well-formed database is accepted");
+}
