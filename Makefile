@@ -29,6 +29,10 @@ unit: ## Unit and property tests
 e2e: tools ## End-to-end tests: real kube-apiserver + etcd, real MariaDB sites, the real operator
 	hack/e2e.sh
 
+.PHONY: figures
+figures: tools ## Print figures: operator RSS with 1 and 50 groups, probe-to-status latency (release build)
+	hack/e2e.sh --figures
+
 .PHONY: test
 test: check unit e2e ## Everything CI runs: checks, unit tests, then the e2e suite
 

@@ -4,8 +4,9 @@
 # bloodraven-e2e tests (each starts its own MariaDB sites and operator
 # processes), and always stops everything it started, pass or fail.
 #
-#   E2E_TEST_THREADS  parallel tests (default 3)
-#   extra arguments   passed to `cargo test` after `--` (e.g. a test name)
+#   hack/e2e.sh [ARGS]           run the suite; ARGS go to `cargo test` after `--`
+#   hack/e2e.sh --figures        instead print the scale figures (tests/src/bin/scale-figures.rs)
+#   E2E_TEST_THREADS             parallel tests (default 3)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -28,7 +29,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-cargo build --locked -p bloodraven-operator
+if [ "${1:-}" = "--figures" ]; then
+  # Figures are of the release build users run.
+  cargo build --locked --release -p bloodraven-operator
+  export BLOODRAVEN_OPERATOR_BIN="$target/release/bloodraven-operator"
+else
+  cargo build --locked -p bloodraven-operator
+fi
 "$root/hack/control-plane.sh" up "$dir/control-plane" >/dev/null
 rm -rf "$dir/logs"
-cargo test --locked -p bloodraven-e2e -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
+if [ "${1:-}" = "--figures" ]; then
+  cargo run --locked --release -p bloodraven-e2e --bin scale-figures
+else
+  cargo test --locked -p bloodraven-e2e -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
+fi

@@ -99,6 +99,8 @@ pub struct Elector {
     timings: Timings,
     tx: watch::Sender<Option<Instant>>,
     observed: Option<Observed>,
+    /// Leadership as last logged.
+    announced: bool,
 }
 
 /// Errors of one acquire/renew attempt.
@@ -116,8 +118,15 @@ impl Elector {
     /// A new elector for Lease `name` in `api`'s namespace, and the view of its state.
     pub fn new(api: Api<Lease>, name: &str, identity: &str, timings: Timings) -> (Self, Leadership) {
         let (tx, rx) = watch::channel(None);
-        let elector =
-            Elector { api, name: name.to_owned(), identity: identity.to_owned(), timings, tx, observed: None };
+        let elector = Elector {
+            api,
+            name: name.to_owned(),
+            identity: identity.to_owned(),
+            timings,
+            tx,
+            observed: None,
+            announced: false,
+        };
         (elector, Leadership { rx })
     }
 
@@ -129,33 +138,40 @@ impl Elector {
             let started = Instant::now();
             let attempt = tokio::time::timeout(self.timings.retry_period, self.try_acquire_or_renew()).await;
             let result = attempt.unwrap_or(Err(LeaderError::Timeout));
-            let was_leader = self.is_leader_now();
-            match result {
+            match &result {
                 Ok(true) => {
                     self.tx.send_replace(Some(started + self.timings.renew_deadline));
-                    if !was_leader {
-                        tracing::info!(identity = %self.identity, lease = %self.name, "acquired leadership");
-                    }
                 }
                 Ok(false) => {
                     self.tx.send_replace(None);
-                    if was_leader {
-                        tracing::warn!(identity = %self.identity, lease = %self.name, "lost leadership: another holder took the lease");
-                    }
                 }
                 Err(err) => {
                     tracing::warn!(identity = %self.identity, lease = %self.name, error = %err, "leader lease attempt failed");
-                    if was_leader && !self.is_leader_now() {
-                        tracing::warn!(identity = %self.identity, "lost leadership: renew deadline passed");
-                    }
                 }
             }
+            self.log_transition(matches!(result, Ok(false)));
             tokio::select! {
                 () = &mut shutdown => break,
                 () = tokio::time::sleep(self.timings.retry_period) => {}
             }
         }
         self.release().await;
+    }
+
+    /// Logs a change of leadership since the last call.
+    fn log_transition(&mut self, taken_by_other: bool) {
+        let now = self.is_leader_now();
+        if now == self.announced {
+            return;
+        }
+        self.announced = now;
+        if now {
+            tracing::info!(identity = %self.identity, lease = %self.name, "acquired leadership");
+        } else if taken_by_other {
+            tracing::warn!(identity = %self.identity, lease = %self.name, "lost leadership: another holder has the lease");
+        } else {
+            tracing::warn!(identity = %self.identity, lease = %self.name, "lost leadership: renew deadline passed");
+        }
     }
 
     fn is_leader_now(&self) -> bool {

@@ -205,6 +205,13 @@ impl Operator {
         }
     }
 
+    /// Sends a signal by name (`STOP`, `CONT`, ...) to the process.
+    pub fn signal(&self, name: &str) {
+        let pid = self.child.as_ref().and_then(Child::id).expect("the operator is running").to_string();
+        let ok = std::process::Command::new("kill").args([&format!("-{name}"), &pid]).status().unwrap().success();
+        assert!(ok, "failed to send SIG{name}");
+    }
+
     /// SIGTERM and wait (bounded) for a clean exit; returns whether it exited 0.
     pub async fn stop(&mut self) -> bool {
         let Some(mut child) = self.child.take() else { return false };

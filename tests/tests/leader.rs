@@ -102,3 +102,48 @@ async fn a_stopped_leader_releases_the_lease_for_a_quick_handover() {
     .await;
     println!("figure: handover after SIGTERM took {:.2}s (lease duration 30s)", stopped.elapsed().as_secs_f64());
 }
+
+/// A leader that is paused (as by a network partition or a long GC stop)
+/// loses its lease to the follower; when it resumes it must see that its
+/// renew deadline has passed and stop acting, not carry on as leader.
+#[tokio::test]
+async fn a_paused_leader_resumes_as_a_follower() {
+    let cluster = Cluster::connect().await;
+    let ns = cluster.namespace("paused").await;
+    let pair = SitePair::start("paused");
+    ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
+    let timings = LeaderTimings::default();
+    let a = Operator::start(&cluster, &ns, &ns.name, "a", timings).await;
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), &ns.name);
+    wait_for("a to lead", T, || async {
+        let h = holder(&leases).await?;
+        if h == a.identity { Ok(()) } else { Err(h) }
+    })
+    .await;
+    let b = Operator::start(&cluster, &ns, &ns.name, "b", timings).await;
+    let name = format!("{}-g", ns.name);
+    create_group(&cluster, &group(&name, &ns.name, pair.sites(&ns.name, "site-creds"), "iad")).await;
+    wait_status(&cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+
+    a.signal("STOP");
+    wait_for("b to take the lease from the paused leader", T, || async {
+        let h = holder(&leases).await?;
+        if h == b.identity { Ok(()) } else { Err(h) }
+    })
+    .await;
+    a.signal("CONT");
+    // On resuming, a's renew deadline is long past: it reports itself a
+    // follower and the lease stays with b.
+    wait_for("a to report it is not the leader", T, || async {
+        let m = a.metrics().await?;
+        if m.lines().any(|l| l == "bloodraven_leader 0") { Ok(()) } else { Err("still claims leadership".into()) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(timings.lease_duration)).await; // a full lease duration of a trying to renew
+    assert_eq!(holder(&leases).await.unwrap(), b.identity, "the resumed process must not take the lease back");
+    let log = std::fs::read_to_string(&a.log).unwrap();
+    assert!(log.contains("lost leadership"), "a must log that it lost leadership:\n{}", a.log_tail());
+    let s = wait_status(&cluster, &name, "status", T, |_| Ok(())).await;
+    assert_eq!(s.topology_generation, Some(1));
+    cluster.delete_group(&name).await;
+}

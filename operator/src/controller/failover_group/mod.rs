@@ -176,16 +176,21 @@ async fn write_observation(
 ) -> Result<(), Error> {
     let previous = group.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let conditions = materialize(previous, computed, group.meta().generation, Timestamp::now());
+    let mut status = json!({
+        "stable": stable,
+        "health": health,
+        "conditions": conditions,
+        "observedGeneration": group.meta().generation,
+    });
+    // Left out when stable: server-side apply then removes the field this
+    // manager set before, instead of storing a null.
+    if let Some(reason) = unstable_reason {
+        status["unstableReason"] = json!(reason);
+    }
     let patch = json!({
         "apiVersion": "bloodraven.shipstream.io/v1alpha1",
         "kind": "MysqlFailoverGroup",
-        "status": {
-            "stable": stable,
-            "unstableReason": unstable_reason,
-            "health": health,
-            "conditions": conditions,
-            "observedGeneration": group.meta().generation,
-        }
+        "status": status,
     });
     if !ctx.leadership.is_leader() {
         return Ok(());
