@@ -71,7 +71,10 @@ async fn main() {
     create_group(&cluster, &group(&name, &ns.name, pair.sites(&ns.name, "site-creds"), "iad")).await;
     wait_status(&cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
     let mut samples = Vec::new();
-    for _ in 0..10 {
+    for i in 0..10u64 {
+        // Spread the changes over the probe interval, so the samples are not
+        // all taken at the same phase of the probe cycle.
+        tokio::time::sleep(Duration::from_millis(i * 97 % 1000)).await;
         pair.sql("pdx", "STOP SLAVE SQL_THREAD");
         let t0 = Instant::now();
         wait_status(&cluster, &name, "ReplicationNotRunning", T, |s| {
