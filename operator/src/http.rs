@@ -89,5 +89,11 @@ mod tests {
         s.metrics.topology_generation.with_label_values(&["g"]).set(3);
         let body = s.metrics.render();
         assert!(body.contains("bloodraven_topology_generation{group=\"g\"} 3"), "{body}");
+        s.metrics.site_up.with_label_values(&["g", "iad"]).set(1);
+        s.metrics.site_up.with_label_values(&["h", "iad"]).set(1);
+        s.metrics.forget_group("g", &["iad", "pdx"]);
+        let body = s.metrics.render();
+        assert!(!body.contains("group=\"g\""), "a deleted group leaves no series: {body}");
+        assert!(body.contains("bloodraven_site_up{group=\"h\",site=\"iad\"} 1"), "other groups stay: {body}");
     }
 }

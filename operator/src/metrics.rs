@@ -113,4 +113,17 @@ impl Metrics {
         }
         String::from_utf8(buf).unwrap_or_default()
     }
+
+    /// Drops every series of a deleted group, so dashboards do not show a
+    /// group that no longer exists.
+    pub fn forget_group(&self, group: &str, sites: &[&str]) {
+        let _ = self.topology_generation.remove_label_values(&[group]);
+        let _ = self.group_stable.remove_label_values(&[group]);
+        for site in sites {
+            let labels = [group, site];
+            let _ = self.site_up.remove_label_values(&labels);
+            let _ = self.site_writable.remove_label_values(&labels);
+            let _ = self.replication_lag_seconds.remove_label_values(&labels);
+        }
+    }
 }

@@ -69,7 +69,15 @@ async fn healthy_pair_bootstraps_to_generation_one() {
     assert_eq!(operator.plain_status("/healthz").await, Ok(200));
     assert_eq!(operator.plain_status("/readyz").await, Ok(200));
     assert_eq!(operator.plain_status("/deploy/v1/groups/x").await, Ok(404), "the plain port never serves /deploy");
+
+    // Deleting the group removes its series.
     cluster.delete_group(&name).await;
+    wait_for("the deleted group's metrics to go", T, || async {
+        let m = operator.metrics().await?;
+        let left: Vec<&str> = m.lines().filter(|l| l.contains(&format!("group=\"{name}\""))).collect();
+        if left.is_empty() { Ok(()) } else { Err(format!("still exported: {left:?}")) }
+    })
+    .await;
 }
 
 #[tokio::test]

@@ -46,9 +46,17 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     let config = if selector.is_empty() { WatcherConfig::default() } else { WatcherConfig::default().labels(selector) };
     let (reader, writer) = reflector::store();
+    let metrics = ctx.metrics.clone();
     let stream = watcher::watcher(api, config)
         .default_backoff()
         .reflect(writer)
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(group)) = event {
+                let sites: Vec<&str> = group.spec.sites.iter().map(|s| s.name.as_str()).collect();
+                metrics.forget_group(&group.name_any(), &sites);
+                tracing::info!(group = %group.name_any(), "group deleted: its metrics are dropped");
+            }
+        })
         .applied_objects()
         .predicate_filter(predicates::generation.combine(predicates::annotations), PredicateConfig::default());
     let takeover = ctx.leadership.acquisitions();
