@@ -52,7 +52,8 @@ impl Cluster {
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         for file in ["mysqlfailovergroups.yaml", "mysqldatabases.yaml"] {
             let path = repo_root().join("charts/bloodraven/crds").join(file);
-            let crd: CustomResourceDefinition = serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+            let crd: CustomResourceDefinition =
+                serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
             let name = crd.metadata.name.clone().unwrap();
             api.patch(&name, &PatchParams::apply("bloodraven-e2e").force(), &Patch::Apply(&crd)).await.unwrap();
             wait_for(&format!("CRD {name} to be established"), Duration::from_secs(30), || {

@@ -70,7 +70,7 @@ where
 /// writes a kubeconfig holding a fresh token for it. Returns its path.
 pub async fn operator_kubeconfig(cluster: &Cluster, ns: &TestNamespace) -> PathBuf {
     let sa_name = "bloodraven-operator";
-    let rbac: RbacFile = serde_yaml::from_str(
+    let rbac: RbacFile = serde_saphyr::from_str(
         &std::fs::read_to_string(repo_root().join("charts/bloodraven/files/operator-rbac.yaml")).unwrap(),
     )
     .unwrap();
@@ -148,7 +148,7 @@ pub async fn operator_kubeconfig(cluster: &Cluster, ns: &TestNamespace) -> PathB
         "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "operator", "namespace": ns.name}}],
         "current-context": "e2e",
     });
-    std::fs::write(&path, serde_yaml::to_string(&kubeconfig).unwrap()).unwrap();
+    std::fs::write(&path, serde_saphyr::to_string(&kubeconfig).unwrap()).unwrap();
     path
 }
 

@@ -14,6 +14,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use bloodraven_api::v1alpha1::{MysqlDatabase, MysqlFailoverGroup};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::CustomResourceExt;
 
@@ -41,7 +42,7 @@ fn run() -> Result<ExitCode> {
 }
 
 fn crd_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/bloodraven/crds")
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new(".")).join("charts/bloodraven/crds")
 }
 
 /// The CRD files this project ships: (file name, YAML text).
@@ -50,7 +51,12 @@ fn generated() -> Result<Vec<(String, String)>> {
     crds.into_iter()
         .map(|crd| {
             let file = format!("{}.yaml", crd.spec.names.plural);
-            let yaml = serde_yaml::to_string(&crd).context("failed to serialize a CRD")?;
+            let yaml = serde_saphyr::to_string(&crd).context("failed to serialize a CRD")?;
+            // The YAML must read back as the same object (folded strings, quoting).
+            let back: CustomResourceDefinition = serde_saphyr::from_str(&yaml).context("failed to read back a CRD")?;
+            if serde_json::to_value(&back)? != serde_json::to_value(&crd)? {
+                bail!("{file} does not read back as the CRD it was written from");
+            }
             Ok((file, format!("{HEADER}{yaml}")))
         })
         .collect()
@@ -94,7 +100,7 @@ fn rbac(namespace: &str, service_account: &str) -> Result<ExitCode> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/bloodraven/files/operator-rbac.yaml");
     let text = std::fs::read_to_string(&path).with_context(|| format!("failed to read {}", path.display()))?;
     let rules: RbacRules =
-        serde_yaml::from_str(&text).with_context(|| format!("failed to parse {}", path.display()))?;
+        serde_saphyr::from_str(&text).with_context(|| format!("failed to parse {}", path.display()))?;
     let name = format!("bloodraven-operator-{namespace}");
     let meta = |name: &str, ns: Option<&str>| ObjectMeta {
         name: Some(name.to_owned()),
@@ -114,21 +120,21 @@ fn rbac(namespace: &str, service_account: &str) -> Result<ExitCode> {
         name: name.into(),
     };
     let docs = [
-        serde_yaml::to_string(&ClusterRole {
+        serde_saphyr::to_string(&ClusterRole {
             metadata: meta(&name, None),
             rules: Some(rules.cluster_rules),
             ..ClusterRole::default()
         })?,
-        serde_yaml::to_string(&ClusterRoleBinding {
+        serde_saphyr::to_string(&ClusterRoleBinding {
             metadata: meta(&name, None),
             role_ref: role_ref("ClusterRole", &name),
             subjects: Some(vec![subject.clone()]),
         })?,
-        serde_yaml::to_string(&Role {
+        serde_saphyr::to_string(&Role {
             metadata: meta("bloodraven-operator", Some(namespace)),
             rules: Some(rules.namespace_rules),
         })?,
-        serde_yaml::to_string(&RoleBinding {
+        serde_saphyr::to_string(&RoleBinding {
             metadata: meta("bloodraven-operator", Some(namespace)),
             role_ref: role_ref("Role", "bloodraven-operator"),
             subjects: Some(vec![subject]),
