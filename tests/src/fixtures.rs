@@ -125,3 +125,61 @@ pub async fn wait_event(cluster: &Cluster, name: &str, reason: &str) -> String {
     })
     .await
 }
+
+/// The usual setup of one test: its namespace, a replicating MariaDB pair,
+/// the site Secret, and `operators` operator processes (named `op`, or `a`,
+/// `b`, …) managing the test's groups.
+#[derive(Debug)]
+pub struct Scenario {
+    /// The control plane.
+    pub cluster: Cluster,
+    /// The test's namespace (also the label value of its groups).
+    pub ns: crate::TestNamespace,
+    /// The MariaDB sites.
+    pub pair: crate::SitePair,
+    /// The operator processes.
+    pub operators: Vec<crate::Operator>,
+}
+
+/// Name of the site Secret every scenario creates.
+pub const SITE_SECRET: &str = "site-creds";
+
+impl Scenario {
+    /// Sets up the namespace `<prefix>-<random>`, the pair, the Secret and the operators.
+    pub async fn start(prefix: &str, operators: usize, timings: crate::operator::LeaderTimings) -> Scenario {
+        let cluster = Cluster::connect().await;
+        let ns = cluster.namespace(prefix).await;
+        let pair = crate::SitePair::start(prefix);
+        ns.credentials_secret(SITE_SECRET, "bloodraven", crate::cluster::OPERATOR_DB_PASSWORD).await;
+        let mut started = Vec::new();
+        for i in 0..operators {
+            let name = if operators == 1 { "op".to_owned() } else { char::from(b'a' + i as u8).to_string() };
+            started.push(crate::Operator::start(&cluster, &ns, &ns.name, &name, timings).await);
+        }
+        Scenario { cluster, ns, pair, operators: started }
+    }
+
+    /// Creates the group `<namespace>-<suffix>` on the pair with `initial`
+    /// as initialActiveSite, and returns its name.
+    pub async fn group(&self, suffix: &str, initial: &str) -> String {
+        let name = format!("{}-{suffix}", self.ns.name);
+        create_group(&self.cluster, &group(&name, &self.ns.name, self.pair.sites(&self.ns.name, SITE_SECRET), initial))
+            .await;
+        name
+    }
+
+    /// Creates a group and waits until it is bootstrapped at iad, generation 1.
+    pub async fn bootstrapped_group(&self, suffix: &str) -> String {
+        let name = self.group(suffix, "iad").await;
+        wait_status(&self.cluster, &name, "bootstrap to generation 1", Duration::from_secs(60), |s| {
+            is_ready_at(s, "iad", 1)
+        })
+        .await;
+        name
+    }
+
+    /// The first (or only) operator.
+    pub fn operator(&self) -> &crate::Operator {
+        &self.operators[0]
+    }
+}

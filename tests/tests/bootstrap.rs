@@ -3,24 +3,19 @@
 
 use std::time::Duration;
 
-use bloodraven_e2e::fixtures::{create_group, group, is_ready_at, last_probe, wait_event, wait_status};
+use bloodraven_e2e::Operator;
+use bloodraven_e2e::fixtures::{Scenario, last_probe, wait_event, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::wait::wait_for;
-use bloodraven_e2e::{Cluster, Operator, SitePair, cluster::OPERATOR_DB_PASSWORD};
 
 const T: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn healthy_pair_bootstraps_to_generation_one() {
-    let cluster = Cluster::connect().await;
-    let ns = cluster.namespace("boot").await;
-    let pair = SitePair::start("boot");
-    ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
-    let operator = Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
-    let name = format!("{}-g", ns.name);
-    create_group(&cluster, &group(&name, &ns.name, pair.sites(&ns.name, "site-creds"), "iad")).await;
-
-    let status = wait_status(&cluster, &name, "bootstrap to generation 1", T, |s| is_ready_at(s, "iad", 1)).await;
+    let sc = Scenario::start("boot", 1, LeaderTimings::default()).await;
+    let (cluster, pair, operator) = (&sc.cluster, &sc.pair, sc.operator());
+    let name = sc.bootstrapped_group("g").await;
+    let status = wait_status(cluster, &name, "status", T, |_| Ok(())).await;
     let iad = status.health.iter().find(|h| h.site == "iad").unwrap();
     let pdx = status.health.iter().find(|h| h.site == "pdx").unwrap();
     assert!(iad.reachable && iad.writable == Some(true), "{iad:?}");
@@ -37,7 +32,7 @@ async fn healthy_pair_bootstraps_to_generation_one() {
     // A write on the primary is seen by the replica's GTID position in status.
     pair.sql("iad", "CREATE DATABASE bootstrap_probe");
     let gtid = pair.sql("iad", "SELECT @@gtid_binlog_pos").trim().to_owned();
-    wait_status(&cluster, &name, "pdx's GTID position to follow iad's", T, |s| {
+    wait_status(cluster, &name, "pdx's GTID position to follow iad's", T, |s| {
         let pdx = s.health.iter().find(|h| h.site == "pdx").ok_or("no pdx health")?;
         if pdx.gtid_position.as_deref() == Some(gtid.as_str()) {
             Ok(())
@@ -47,7 +42,7 @@ async fn healthy_pair_bootstraps_to_generation_one() {
     })
     .await;
 
-    let note = wait_event(&cluster, &name, "Bootstrapped").await;
+    let note = wait_event(cluster, &name, "Bootstrapped").await;
     assert!(note.contains("iad"), "{note}");
 
     let metrics = wait_for("metrics to show the group", T, || async {
@@ -82,21 +77,16 @@ async fn healthy_pair_bootstraps_to_generation_one() {
 
 #[tokio::test]
 async fn restarting_the_operator_keeps_the_topology_generation() {
-    let cluster = Cluster::connect().await;
-    let ns = cluster.namespace("restart").await;
-    let pair = SitePair::start("restart");
-    ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
-    let mut first = Operator::start(&cluster, &ns, &ns.name, "first", LeaderTimings::default()).await;
-    let name = format!("{}-g", ns.name);
-    create_group(&cluster, &group(&name, &ns.name, pair.sites(&ns.name, "site-creds"), "iad")).await;
-    wait_status(&cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
-
+    let mut sc = Scenario::start("restart", 1, LeaderTimings::default()).await;
+    let name = sc.bootstrapped_group("g").await;
+    let (cluster, ns) = (&sc.cluster, &sc.ns);
+    let first = &mut sc.operators[0];
     assert!(first.stop().await, "SIGTERM must end the operator cleanly; log:\n{}", first.log_tail());
     let stopped_at = k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
-    let second = Operator::start(&cluster, &ns, &ns.name, "second", LeaderTimings::default()).await;
+    let second = Operator::start(cluster, ns, &ns.name, "second", LeaderTimings::default()).await;
     // Several fresh probes by the new process, all at generation 1.
     for round in 1..=3 {
-        let s = wait_status(&cluster, &name, "probes by the restarted operator", T, |s| match last_probe(s) {
+        let s = wait_status(cluster, &name, "probes by the restarted operator", T, |s| match last_probe(s) {
             Some(t) if t > stopped_at + f64::from(round) => Ok(()),
             other => Err(format!("last probe {other:?}")),
         })

@@ -4,26 +4,20 @@
 
 use std::time::Duration;
 
-use bloodraven_e2e::fixtures::{create_group, group, has_condition, is_ready_at, wait_event, wait_status};
+use bloodraven_e2e::fixtures::{Scenario, has_condition, is_ready_at, wait_event, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
-use bloodraven_e2e::{Cluster, Operator, SitePair, cluster::OPERATOR_DB_PASSWORD};
 
 const T: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn stopped_replica_thread_and_stopped_replica_server_are_reported() {
-    let cluster = Cluster::connect().await;
-    let ns = cluster.namespace("health").await;
-    let pair = SitePair::start("health");
-    ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
-    let operator = Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
-    let name = format!("{}-g", ns.name);
-    create_group(&cluster, &group(&name, &ns.name, pair.sites(&ns.name, "site-creds"), "iad")).await;
-    wait_status(&cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    let sc = Scenario::start("health", 1, LeaderTimings::default()).await;
+    let (cluster, pair, operator) = (&sc.cluster, &sc.pair, sc.operator());
+    let name = sc.bootstrapped_group("g").await;
 
     // The replica's SQL thread stops: ReplicationNotRunning, not stable.
     pair.sql("pdx", "STOP SLAVE SQL_THREAD");
-    let s = wait_status(&cluster, &name, "ReplicationNotRunning", T, |s| {
+    let s = wait_status(cluster, &name, "ReplicationNotRunning", T, |s| {
         has_condition(s, "ReplicationNotRunning", "True", Some("ReplicationStopped"))
     })
     .await;
@@ -31,16 +25,16 @@ async fn stopped_replica_thread_and_stopped_replica_server_are_reported() {
     assert_eq!(s.unstable_reason.as_deref(), Some("ReplicationNotRunning"));
     assert_eq!(s.health.iter().find(|h| h.site == "pdx").unwrap().replication_running, Some(false));
     has_condition(&s, "Ready", "False", None).unwrap();
-    let note = wait_event(&cluster, &name, "ReplicationStopped").await;
+    let note = wait_event(cluster, &name, "ReplicationStopped").await;
     assert!(note.contains("pdx"), "{note}");
 
     pair.sql("pdx", "START SLAVE SQL_THREAD");
-    wait_status(&cluster, &name, "recovery after START SLAVE", T, |s| is_ready_at(s, "iad", 1)).await;
+    wait_status(cluster, &name, "recovery after START SLAVE", T, |s| is_ready_at(s, "iad", 1)).await;
 
     // The replica server stops: Degraded (SiteUnreachable), pdx unreachable.
     pair.stop("pdx");
     let s =
-        wait_status(&cluster, &name, "Degraded", T, |s| has_condition(s, "Degraded", "True", Some("SiteUnreachable")))
+        wait_status(cluster, &name, "Degraded", T, |s| has_condition(s, "Degraded", "True", Some("SiteUnreachable")))
             .await;
     let pdx = s.health.iter().find(|h| h.site == "pdx").unwrap();
     assert!(!pdx.reachable, "{pdx:?}");
@@ -53,58 +47,50 @@ async fn stopped_replica_thread_and_stopped_replica_server_are_reported() {
 
     // It comes back (read-only, replicating): Ready again, still generation 1.
     pair.restart("pdx", true);
-    wait_status(&cluster, &name, "recovery after the replica restarts", T, |s| is_ready_at(s, "iad", 1)).await;
+    wait_status(cluster, &name, "recovery after the replica restarts", T, |s| is_ready_at(s, "iad", 1)).await;
     cluster.delete_group(&name).await;
 }
 
 #[tokio::test]
 async fn two_writable_sites_are_split_brain_and_none_is_no_primary() {
-    let cluster = Cluster::connect().await;
-    let ns = cluster.namespace("split").await;
-    let pair = SitePair::start("split");
-    ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
-    let _operator = Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
+    let sc = Scenario::start("split", 1, LeaderTimings::default()).await;
+    let (cluster, pair) = (&sc.cluster, &sc.pair);
     pair.sql("pdx", "SET GLOBAL read_only=0");
-    let name = format!("{}-g", ns.name);
-    create_group(&cluster, &group(&name, &ns.name, pair.sites(&ns.name, "site-creds"), "iad")).await;
+    let name = sc.group("g", "iad").await;
 
-    let s = wait_status(&cluster, &name, "SplitBrain", T, |s| {
+    let s = wait_status(cluster, &name, "SplitBrain", T, |s| {
         has_condition(s, "SplitBrain", "True", Some("MultipleWritableSites"))
     })
     .await;
     assert_eq!(s.topology_generation, None, "a split group is never bootstrapped");
     assert_eq!(s.active_site, None);
     assert_eq!(s.unstable_reason.as_deref(), Some("SplitBrain"));
-    let note = wait_event(&cluster, &name, "MultipleWritableSites").await;
+    let note = wait_event(cluster, &name, "MultipleWritableSites").await;
     assert!(note.contains("iad") && note.contains("pdx"), "{note}");
 
     pair.sql("iad", "SET GLOBAL read_only=1");
     pair.sql("pdx", "SET GLOBAL read_only=1");
     let s =
-        wait_status(&cluster, &name, "NoPrimary", T, |s| has_condition(s, "NoPrimary", "True", Some("NoWritableSite")))
+        wait_status(cluster, &name, "NoPrimary", T, |s| has_condition(s, "NoPrimary", "True", Some("NoWritableSite")))
             .await;
     has_condition(&s, "SplitBrain", "False", None).unwrap();
     assert_eq!(s.topology_generation, None, "no writable site: nothing to bootstrap, nothing guessed");
     assert_eq!(s.stable, Some(false));
-    wait_event(&cluster, &name, "NoWritableSite").await;
+    wait_event(cluster, &name, "NoWritableSite").await;
 
     // Only the designated site made writable again completes bootstrap.
     pair.sql("iad", "SET GLOBAL read_only=0");
-    wait_status(&cluster, &name, "bootstrap once the shape is right", T, |s| is_ready_at(s, "iad", 1)).await;
+    wait_status(cluster, &name, "bootstrap once the shape is right", T, |s| is_ready_at(s, "iad", 1)).await;
     cluster.delete_group(&name).await;
 }
 
 #[tokio::test]
 async fn the_other_site_writable_is_never_bootstrapped() {
-    let cluster = Cluster::connect().await;
-    let ns = cluster.namespace("wrongsite").await;
-    let pair = SitePair::start("wrongsite");
-    ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
-    let _operator = Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
-    let name = format!("{}-g", ns.name);
+    let sc = Scenario::start("wrongsite", 1, LeaderTimings::default()).await;
+    let cluster = &sc.cluster;
     // The pair has iad writable; the group claims pdx should be.
-    create_group(&cluster, &group(&name, &ns.name, pair.sites(&ns.name, "site-creds"), "pdx")).await;
-    let s = wait_status(&cluster, &name, "UnexpectedPrimary", T, |s| {
+    let name = sc.group("g", "pdx").await;
+    let s = wait_status(cluster, &name, "UnexpectedPrimary", T, |s| {
         has_condition(s, "Degraded", "True", Some("UnexpectedPrimary"))
     })
     .await;

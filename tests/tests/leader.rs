@@ -18,6 +18,15 @@ async fn holder(leases: &Api<Lease>) -> Result<String, String> {
     lease.spec.and_then(|s| s.holder_identity).filter(|h| !h.is_empty()).ok_or_else(|| "no holder".to_owned())
 }
 
+/// Waits until `identity` holds the leader Lease.
+async fn wait_holder(leases: &Api<Lease>, identity: &str, what: &str, timeout: Duration) {
+    wait_for(what, timeout, || async {
+        let h = holder(leases).await?;
+        if h == identity { Ok(()) } else { Err(format!("holder {h}")) }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn killing_the_leader_hands_over_within_the_lease_duration() {
     let cluster = Cluster::connect().await;
@@ -87,19 +96,11 @@ async fn a_stopped_leader_releases_the_lease_for_a_quick_handover() {
     let timings = LeaderTimings { lease_duration: 30, renew_deadline: 20, retry_period: 1 };
     let mut a = Operator::start(&cluster, &ns, &ns.name, "a", timings).await;
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), &ns.name);
-    wait_for("a to lead", T, || async {
-        let h = holder(&leases).await?;
-        if h == a.identity { Ok(()) } else { Err(h) }
-    })
-    .await;
+    wait_holder(&leases, &a.identity, "a to lead", T).await;
     let b = Operator::start(&cluster, &ns, &ns.name, "b", timings).await;
     assert!(a.stop().await, "SIGTERM must end the operator cleanly:\n{}", a.log_tail());
     let stopped = Instant::now();
-    wait_for("b to take the released lease", Duration::from_secs(10), || async {
-        let h = holder(&leases).await?;
-        if h == b.identity { Ok(()) } else { Err(h) }
-    })
-    .await;
+    wait_holder(&leases, &b.identity, "b to take the released lease", Duration::from_secs(10)).await;
     println!("figure: handover after SIGTERM took {:.2}s (lease duration 30s)", stopped.elapsed().as_secs_f64());
 }
 
@@ -115,22 +116,14 @@ async fn a_paused_leader_resumes_as_a_follower() {
     let timings = LeaderTimings::default();
     let a = Operator::start(&cluster, &ns, &ns.name, "a", timings).await;
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), &ns.name);
-    wait_for("a to lead", T, || async {
-        let h = holder(&leases).await?;
-        if h == a.identity { Ok(()) } else { Err(h) }
-    })
-    .await;
+    wait_holder(&leases, &a.identity, "a to lead", T).await;
     let b = Operator::start(&cluster, &ns, &ns.name, "b", timings).await;
     let name = format!("{}-g", ns.name);
     create_group(&cluster, &group(&name, &ns.name, pair.sites(&ns.name, "site-creds"), "iad")).await;
     wait_status(&cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
 
     a.signal("STOP");
-    wait_for("b to take the lease from the paused leader", T, || async {
-        let h = holder(&leases).await?;
-        if h == b.identity { Ok(()) } else { Err(h) }
-    })
-    .await;
+    wait_holder(&leases, &b.identity, "b to take the lease from the paused leader", T).await;
     a.signal("CONT");
     // On resuming, a's renew deadline is long past: it reports itself a
     // follower and the lease stays with b.
