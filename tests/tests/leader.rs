@@ -68,10 +68,13 @@ async fn killing_the_leader_hands_over_within_the_lease_duration() {
         timings.retry_period
     );
     assert_eq!(new_holder, follower.identity);
-    // The bound is the lease duration counted from the follower's last view of
-    // a renewal, plus one retry period for its next attempt.
+    // The follower counts the lease duration from the last renewal it saw,
+    // which is at most one leader retry period plus one follower retry period
+    // before the kill; its next attempt then takes the lease. A bound of
+    // lease duration + 2 retry periods + 2 s of slack for a loaded CI
+    // machine; the printed figure is the measurement.
     assert!(
-        takeover <= Duration::from_secs(timings.lease_duration + timings.retry_period + 1),
+        takeover <= Duration::from_secs(timings.lease_duration + 2 * timings.retry_period + 2),
         "takeover took {takeover:?}"
     );
 
