@@ -97,7 +97,7 @@ KUBECONFIG
   local plain_port=${BLOODRAVEN_PLAYGROUND_PLAIN_PORT:-8082}
   KUBECONFIG="$pg/operator.kubeconfig" setsid nohup "$target/debug/bloodraven-operator" \
     --namespace "$ns" --plain-addr "127.0.0.1:$plain_port" --log-format json \
-    > "$pg/logs/operator.log" 2>&1 < /dev/null &
+    >> "$pg/logs/operator.log" 2>&1 < /dev/null &
   echo $! > "$pg/pids/operator.pid"
 
   kubectl apply -f - >/dev/null <<YAML
@@ -142,8 +142,15 @@ spec:
   - {namespace: counter-app, serviceAccount: deployer}
 YAML
 
-  if ! kubectl wait --for=jsonpath='{.status.topologyGeneration}'=1 --timeout=90s mysqlfailovergroup/playground >/dev/null; then
-    log "the group did not bootstrap; operator log tail:"
+  # Bootstrapped means a topologyGeneration exists (1 on a new playground,
+  # higher once the primary has moved); wait for any value.
+  local generation="" deadline=$((SECONDS + 90))
+  while [ -z "$generation" ] && [ $SECONDS -lt $deadline ]; do
+    generation=$(kubectl get mysqlfailovergroup playground -o jsonpath='{.status.topologyGeneration}' 2>/dev/null || true)
+    [ -n "$generation" ] || sleep 0.5
+  done
+  if [ -z "$generation" ]; then
+    log "the group did not bootstrap within 90 s; operator log tail:"
     tail -n 20 "$pg/logs/operator.log" >&2
     kubectl get mysqlfailovergroup playground -o yaml >&2 || true
     exit 1

@@ -6,5 +6,6 @@
 //! depend on it; the CRD YAML in `charts/bloodraven/crds/` is generated from
 //! these types, so the types are the single source of the schema.
 
+pub mod deploy;
 pub mod names;
 pub mod v1alpha1;

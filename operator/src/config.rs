@@ -57,6 +57,13 @@ pub struct Config {
     #[arg(long, env = "BLOODRAVEN_GROUP_SELECTOR", default_value = "")]
     pub group_selector: String,
 
+    /// The only namespace site credential Secrets are read from (default: the
+    /// operator's namespace). A group naming a Secret elsewhere gets
+    /// `CredentialsUnavailable`: creating a group must not let anyone use or
+    /// probe Secrets of other namespaces (the cert-manager ClusterIssuer pattern).
+    #[arg(long, env = "BLOODRAVEN_CREDENTIALS_NAMESPACE")]
+    pub credentials_namespace: Option<String>,
+
     /// Log format.
     #[arg(long, env = "BLOODRAVEN_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

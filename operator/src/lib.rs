@@ -36,6 +36,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         renew_deadline_seconds = config.renew_deadline_seconds,
         retry_period_seconds = config.retry_period_seconds,
         group_selector = %config.group_selector,
+        credentials_namespace = %config.credentials_namespace.as_deref().unwrap_or(&config.namespace),
         "starting bloodraven-operator"
     );
     let client = Client::try_default().await.context("failed to build a Kubernetes client")?;
@@ -58,6 +59,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         recorder: Recorder::new(client, reporter),
         metrics,
         leadership,
+        namespace: config.namespace.clone(),
+        credentials_namespace: config.credentials_namespace.clone().unwrap_or_else(|| config.namespace.clone()),
     });
     ready.store(true, Ordering::Relaxed);
     tokio::join!(

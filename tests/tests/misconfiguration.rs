@@ -33,6 +33,11 @@ async fn bad_secret_host_and_password_are_explained_and_other_groups_keep_reconc
     let bad_password = format!("{}-badpw", ns.name);
     create_group(&cluster, &group(&bad_password, label, pair.sites(&ns.name, "wrong-creds"), "iad")).await;
 
+    let elsewhere = format!("{}-elsewhere", ns.name);
+    let mut sites = pair.sites("kube-system", "site-creds");
+    sites[0].credentials_secret_ref.namespace = "kube-system".into();
+    create_group(&cluster, &group(&elsewhere, label, sites, "iad")).await;
+
     let bad_host = format!("{}-badhost", ns.name);
     let mut sites = pair.sites(&ns.name, "site-creds");
     sites[1].host = "127.0.0.1".into();
@@ -48,6 +53,13 @@ async fn bad_secret_host_and_password_are_explained_and_other_groups_keep_reconc
     has_condition(&s, "Ready", "False", Some("CredentialsUnavailable")).unwrap();
     assert_eq!(s.topology_generation, None);
     wait_event(&cluster, &no_secret, "CredentialsUnavailable").await;
+
+    let s = wait_status(&cluster, &elsewhere, "a Secret outside the credentials namespace", T, |s| {
+        has_condition(s, "Degraded", "True", Some("CredentialsUnavailable"))
+    })
+    .await;
+    let msg = &s.conditions.iter().find(|c| c.type_ == "Degraded").unwrap().message;
+    assert!(msg.contains("outside namespace"), "{msg}");
 
     let s = wait_status(&cluster, &bad_password, "AuthenticationFailed", T, |s| {
         has_condition(s, "Degraded", "True", Some("AuthenticationFailed"))
@@ -81,7 +93,7 @@ async fn bad_secret_host_and_password_are_explained_and_other_groups_keep_reconc
     ns.credentials_secret("missing-secret", "bloodraven", OPERATOR_DB_PASSWORD).await;
     wait_status(&cluster, &no_secret, "bootstrap once the Secret exists", T, |s| is_ready_at(s, "iad", 1)).await;
     assert_eq!(operator.plain_status("/healthz").await, Ok(200), "the operator is still up");
-    for g in [&good, &no_secret, &bad_password, &bad_host] {
+    for g in [&good, &no_secret, &bad_password, &bad_host, &elsewhere] {
         cluster.delete_group(g).await;
     }
 }
@@ -167,6 +179,33 @@ async fn the_schema_refuses_malformed_objects() {
     let (code, msg) = refused(groups.create(&pp, &g).await.unwrap_err());
     assert!(code == 422 && msg.contains("name"), "{code} {msg}");
 
+    let mut g = group(&format!("{}-g", ns.name), &ns.name, pair_sites(&ns.name), "iad");
+    g.spec.sites[0].host = "127.0.0.1:3306".into();
+    let (code, msg) = refused(groups.create(&pp, &g).await.unwrap_err());
+    assert!(code == 422 && msg.contains("host"), "host:port is not a host: {code} {msg}");
+
+    let mut g = group(&format!("{}-h", ns.name), &ns.name, pair_sites(&ns.name), "iad");
+    g.spec.sites[1].port = 3306;
+    let (code, msg) = refused(groups.create(&pp, &g).await.unwrap_err());
+    assert!(code == 422 && msg.contains("different servers"), "{code} {msg}");
+
+    // Site names are immutable once the group exists.
+    let g = group(&format!("{}-j", ns.name), &ns.name, pair_sites(&ns.name), "iad");
+    groups.create(&pp, &g).await.unwrap();
+    let rename = serde_json::json!([{"op": "replace", "path": "/spec/sites/0/name", "value": "nyc"},
+                                    {"op": "replace", "path": "/spec/initialActiveSite", "value": "nyc"}]);
+    let err = groups
+        .patch(
+            g.metadata.name.as_deref().unwrap(),
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::<()>::Json(serde_json::from_value(rename).unwrap()),
+        )
+        .await
+        .unwrap_err();
+    let (code, msg) = refused(err);
+    assert!(code == 422 && msg.contains("site names cannot change"), "{code} {msg}");
+    cluster.delete_group(g.metadata.name.as_deref().unwrap()).await;
+
     let dbs: Api<MysqlDatabase> = Api::namespaced(cluster.client.clone(), &ns.name);
     let client =
         |namespace: &str, sa: &str| DeploymentClient { namespace: namespace.into(), service_account: sa.into() };
@@ -185,6 +224,10 @@ async fn the_schema_refuses_malformed_objects() {
     db.spec.schema = "drop table;".into();
     let (code, msg) = refused(dbs.create(&pp, &db).await.unwrap_err());
     assert!(code == 422 && msg.contains("schema"), "{code} {msg}");
+
+    db.spec.schema = "Information_Schema".into();
+    let (code, msg) = refused(dbs.create(&pp, &db).await.unwrap_err());
+    assert!(code == 422 && msg.contains("system schema"), "{code} {msg}");
 
     db.metadata = ObjectMeta { name: Some("fine".into()), ..ObjectMeta::default() };
     db.spec.schema = "counter".into();

@@ -92,7 +92,11 @@ pub mod reason {
     pub const REPLICATION_STOPPED: &str = "ReplicationStopped";
     /// The replica replicates from a server that is not the primary.
     pub const REPLICATING_FROM_ELSEWHERE: &str = "ReplicatingFromElsewhere";
-    /// Status holds only one of activeSite and topologyGeneration.
+    /// Two sites report the same `server_id`.
+    pub const DUPLICATE_SERVER_ID: &str = "DuplicateServerId";
+    /// The status was edited or lost and was restored from the decision record.
+    pub const STATUS_RESTORED: &str = "StatusRestored";
+    /// Status disagrees with the operator's decision record, or names a site not in the spec.
     pub const INVALID_STATUS: &str = "InvalidStatus";
     /// The MysqlDatabase's failover group does not exist.
     pub const GROUP_NOT_FOUND: &str = "GroupNotFound";

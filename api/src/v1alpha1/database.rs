@@ -7,12 +7,12 @@
 //! `instance` (not the SQL schema name). At most one pair per namespace.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Desired state of a MysqlDatabase.
-#[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[derive(CustomResource, KubeSchema, Deserialize, Serialize, Clone, Debug, PartialEq, Eq)]
 #[kube(
     group = "bloodraven.shipstream.io",
     version = "v1alpha1",
@@ -31,8 +31,11 @@ use serde::{Deserialize, Serialize};
 pub struct MysqlDatabaseSpec {
     /// The MysqlFailoverGroup this database lives on.
     pub failover_group_ref: FailoverGroupRef,
-    /// SQL schema name: 1–64 characters of `[A-Za-z0-9_$]`.
-    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_$]+$"))]
+    /// SQL schema name: 1–64 characters of `[A-Za-z0-9_$]`, not all digits,
+    /// and not a system schema (`mysql`, `information_schema`,
+    /// `performance_schema`, `sys`).
+    #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_$]*[A-Za-z_$][A-Za-z0-9_$]*$"))]
+    #[x_kube(validation = Rule::new("!(self.lowerAscii() in ['mysql', 'information_schema', 'performance_schema', 'sys'])").message("schema must not be a system schema"))]
     pub schema: String,
     /// ServiceAccounts allowed to take deploy leases for this database, at
     /// most one per namespace (a list keyed by `namespace`), at most 64.

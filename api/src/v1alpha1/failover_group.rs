@@ -36,6 +36,8 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new("self.sites.exists(s, s.name == self.initialActiveSite)").message("initialActiveSite must name one of spec.sites").reason(kube::core::Reason::FieldValueInvalid).field_path(".initialActiveSite"))]
+#[x_kube(validation = Rule::new("self.sites[0].host != self.sites[1].host || self.sites[0].port != self.sites[1].port").message("the two sites must be different servers (host or port must differ)").reason(kube::core::Reason::FieldValueInvalid).field_path(".sites"))]
+#[x_kube(validation = Rule::new("self.sites.all(s, oldSelf.sites.exists(o, o.name == s.name))").message("site names cannot change: status and history refer to them; create a new group to rename a site").reason(kube::core::Reason::FieldValueForbidden).field_path(".sites"))]
 #[x_kube(validation = Rule::new("!has(self.plannedFailover) || self.sites.exists(s, s.name == self.plannedFailover.targetSite)").message("plannedFailover.targetSite must name one of spec.sites").reason(kube::core::Reason::FieldValueInvalid).field_path(".plannedFailover.targetSite"))]
 #[serde(rename_all = "camelCase")]
 pub struct MysqlFailoverGroupSpec {
@@ -68,8 +70,15 @@ pub struct Site {
     /// Site name, a DNS label (e.g. `iad`, `pdx`); used in status, metrics and the deploy API.
     #[schemars(length(min = 1, max = 63), regex(pattern = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"))]
     pub name: String,
-    /// Host name or IP address of the site's MySQL/MariaDB server.
-    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[A-Za-z0-9]([-A-Za-z0-9.:]*[A-Za-z0-9])?$"))]
+    /// Host name or IP address of the site's MySQL/MariaDB server:
+    /// a DNS name or IPv4 address, or an IPv6 address without brackets; never
+    /// `host:port` (the port has its own field).
+    #[schemars(
+        length(min = 1, max = 253),
+        regex(
+            pattern = r"^([A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*|[0-9A-Fa-f.]*:[0-9A-Fa-f.]*:[0-9A-Fa-f:.]*)$"
+        )
+    )]
     pub host: String,
     /// TCP port of the server, 1–65535.
     #[schemars(range(min = 1, max = 65535))]
@@ -99,7 +108,9 @@ pub struct FailoverPolicy {
     /// fails. Default true.
     #[serde(default = "default_true")]
     pub automatic: bool,
-    /// Seconds between probes of each site, 1–300. Default 5.
+    /// Seconds from the end of one round of probes to the start of the next,
+    /// 1–300. Default 5. (Rounds never overlap, so a probe timeout longer
+    /// than the interval only slows the rounds down.)
     #[serde(default = "default_probe_interval")]
     #[schemars(range(min = 1, max = 300))]
     pub probe_interval_seconds: u32,
@@ -171,6 +182,7 @@ pub struct MysqlFailoverGroupStatus {
     /// Durable counter of authoritative active-site changes: 1 after
     /// bootstrap, +1 on each promotion. Absent until bootstrap completes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub topology_generation: Option<i64>,
     /// False during any operation phase and whenever the group is Degraded,
     /// SplitBrain, NoPrimary, recovery is pending or replication is not

@@ -23,6 +23,10 @@ pub struct Context {
     pub metrics: Metrics,
     /// Whether this process may act (status writes, Events).
     pub leadership: Leadership,
+    /// The operator's namespace (decision records).
+    pub namespace: String,
+    /// The only namespace site credentials are read from.
+    pub credentials_namespace: String,
 }
 
 impl std::fmt::Debug for Context {

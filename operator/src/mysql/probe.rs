@@ -70,6 +70,10 @@ pub fn classify(err: &ProbeError) -> (&'static str, String) {
             ),
             _ => (reason::PROBE_FAILED, format!("server error {}: {}", s.code, s.message)),
         },
+        // The innermost I/O error says it all ("Connection refused (os error 111)").
+        ProbeError::Mysql(mysql_async::Error::Io(mysql_async::IoError::Io(e))) => {
+            (reason::SITE_UNREACHABLE, format!("failed to connect: {e}"))
+        }
         ProbeError::Mysql(e @ (mysql_async::Error::Io(_) | mysql_async::Error::Driver(_))) => {
             (reason::SITE_UNREACHABLE, format!("failed to connect: {e}"))
         }

@@ -68,58 +68,53 @@ pub fn validate_spec(spec: &MysqlFailoverGroupSpec) -> Result<(), String> {
     Ok(())
 }
 
-/// Assesses one round of probes. `decided` is `(activeSite, topologyGeneration)`
-/// from status; `may_bootstrap` is false when status is half-written (one of
-/// the two decision fields without the other), which only a person can resolve.
-pub fn assess(
-    spec: &MysqlFailoverGroupSpec,
-    decided: Option<(&str, i64)>,
-    may_bootstrap: bool,
-    probes: &[SiteProbe],
-) -> Assessment {
-    let primary = decided.map_or(spec.initial_active_site.as_str(), |(site, _)| site);
+/// What the operator knows of the group's decided roles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decided<'a> {
+    /// Never bootstrapped (no decision recorded anywhere).
+    Undecided,
+    /// `activeSite` and `topologyGeneration`, as decided.
+    At(&'a str, i64),
+    /// Status and the decision record disagree in a way only a person can
+    /// resolve; the text says how. Never re-bootstrapped.
+    Invalid(&'a str),
+}
+
+/// Assesses one round of probes against the decided roles.
+pub fn assess(spec: &MysqlFailoverGroupSpec, decided: Decided<'_>, probes: &[SiteProbe]) -> Assessment {
+    let primary = match decided {
+        Decided::At(site, _) => site,
+        Decided::Undecided | Decided::Invalid(_) => spec.initial_active_site.as_str(),
+    };
     let reachable: Vec<(&str, &SiteObservation)> =
         probes.iter().filter_map(|p| p.outcome.as_ref().ok().map(|o| (p.site.as_str(), o))).collect();
     let failures: Vec<(&str, &ProbeFailure)> =
         probes.iter().filter_map(|p| p.outcome.as_ref().err().map(|f| (p.site.as_str(), f))).collect();
     let writable: Vec<&str> = reachable.iter().filter(|(_, o)| o.writable).map(|(s, _)| *s).collect();
     let primary_obs = reachable.iter().find(|(s, _)| *s == primary).map(|(_, o)| *o);
+    // Two sites answering with one server_id are one server (or two servers
+    // misconfigured alike): no role can be judged from them.
+    let duplicate = reachable.iter().enumerate().find_map(|(i, (a, oa))| {
+        reachable[i + 1..].iter().find(|(_, ob)| ob.server_id == oa.server_id).map(|(b, _)| (*a, *b, oa.server_id))
+    });
 
-    let split_brain = if writable.len() >= 2 {
-        Computed::flag(
-            ConditionType::SplitBrain.as_str(),
-            true,
-            reason::MULTIPLE_WRITABLE_SITES,
-            format!(
-                "sites {} are all writable; only the active site {primary} may be: make the others read-only (SET GLOBAL read_only=1)",
-                writable.join(", ")
-            ),
-        )
-    } else {
-        Computed::flag(ConditionType::SplitBrain.as_str(), false, reason::AS_EXPECTED, "at most one site is writable")
-    };
+    let split_brain = split_brain_condition(&writable, primary, duplicate);
+    let no_primary = no_primary_condition(&writable, primary, primary_obs);
 
-    let no_primary = if reachable.is_empty() {
-        Computed::unknown(ConditionType::NoPrimary.as_str(), reason::SITE_UNREACHABLE, "no site could be probed")
-    } else if writable.is_empty() {
-        Computed::flag(
-            ConditionType::NoPrimary.as_str(),
-            true,
-            reason::NO_WRITABLE_SITE,
-            format!("no reachable site is writable; the active site {primary} should be (read_only=0)"),
-        )
-    } else {
-        Computed::flag(
-            ConditionType::NoPrimary.as_str(),
-            false,
-            reason::AS_EXPECTED,
-            format!("{} is writable", writable.join(", ")),
-        )
-    };
-
-    let degraded = if let Some((_, f)) = failures.first() {
+    let degraded = if let Decided::Invalid(why) = decided {
+        Computed::flag(ConditionType::Degraded.as_str(), true, reason::INVALID_STATUS, why)
+    } else if let Some((_, f)) = failures.first() {
         let message = failures.iter().map(|(s, f)| format!("site {s}: {}", f.message)).collect::<Vec<_>>().join("; ");
         Computed::flag(ConditionType::Degraded.as_str(), true, f.reason, message)
+    } else if let Some((a, b, id)) = duplicate {
+        Computed::flag(
+            ConditionType::Degraded.as_str(),
+            true,
+            reason::DUPLICATE_SERVER_ID,
+            format!(
+                "sites {a} and {b} both report server_id {id}: they are the same server, or two servers share a server_id; point each site at its own server with a unique server_id"
+            ),
+        )
     } else if writable.len() == 1 && writable[0] != primary {
         Computed::flag(
             ConditionType::Degraded.as_str(),
@@ -134,27 +129,28 @@ pub fn assess(
         Computed::flag(ConditionType::Degraded.as_str(), false, reason::AS_EXPECTED, "every site answers its probe")
     };
 
-    let replication = replication_condition(spec, primary, primary_obs, probes);
+    let replication = if let Some((a, b, _)) = duplicate {
+        Computed::unknown(
+            ConditionType::ReplicationNotRunning.as_str(),
+            reason::DUPLICATE_SERVER_ID,
+            format!("cannot tell while sites {a} and {b} report the same server_id"),
+        )
+    } else {
+        replication_condition(spec, primary, primary_obs, probes)
+    };
 
     let bad = [&split_brain, &no_primary, &degraded, &replication];
     // A condition known True explains more than one that is Unknown
     // (e.g. NoPrimary is Unknown *because* Degraded is True).
     let first_bad = bad.iter().find(|c| c.is_true()).or_else(|| bad.iter().find(|c| c.status != "False"));
-    let healthy = first_bad.is_none();
-    let bootstrap = decided.is_none() && may_bootstrap && healthy && writable == [primary];
+    let bootstrap = decided == Decided::Undecided && first_bad.is_none() && writable == [primary];
 
-    let ready = match (first_bad, decided.is_some() || bootstrap) {
+    let ready = match (first_bad, decided) {
         (Some(c), _) => Computed::flag(ConditionType::Ready.as_str(), false, c.reason, c.message.clone()),
-        (None, false) if !may_bootstrap => Computed::flag(
-            ConditionType::Ready.as_str(),
-            false,
-            reason::INVALID_STATUS,
-            "status has only one of activeSite and topologyGeneration; bloodraven will not re-bootstrap: restore both fields",
-        ),
-        (None, false) => {
+        (None, Decided::Undecided) if !bootstrap => {
             Computed::flag(ConditionType::Ready.as_str(), false, reason::BOOTSTRAP_PENDING, "waiting for bootstrap")
         }
-        (None, true) => Computed::flag(
+        (None, _) => Computed::flag(
             ConditionType::Ready.as_str(),
             true,
             reason::AS_EXPECTED,
@@ -163,7 +159,7 @@ pub fn assess(
     };
     let unstable_reason = match first_bad {
         Some(c) => Some(c.type_.to_owned()),
-        None if decided.is_none() && !bootstrap => Some(reason::BOOTSTRAP_PENDING.to_owned()),
+        None if decided == Decided::Undecided && !bootstrap => Some(reason::BOOTSTRAP_PENDING.to_owned()),
         None => None,
     };
     Assessment {
@@ -171,6 +167,56 @@ pub fn assess(
         bootstrap,
         stable: unstable_reason.is_none(),
         unstable_reason,
+    }
+}
+
+/// SplitBrain: more than one writable site (Unknown when two sites are one server).
+fn split_brain_condition(writable: &[&str], primary: &str, duplicate: Option<(&str, &str, u32)>) -> Computed {
+    if let Some((a, b, _)) = duplicate {
+        Computed::unknown(
+            ConditionType::SplitBrain.as_str(),
+            reason::DUPLICATE_SERVER_ID,
+            format!("cannot tell while sites {a} and {b} report the same server_id"),
+        )
+    } else if writable.len() >= 2 {
+        Computed::flag(
+            ConditionType::SplitBrain.as_str(),
+            true,
+            reason::MULTIPLE_WRITABLE_SITES,
+            format!(
+                "sites {} are all writable; only the active site {primary} may be: make the others read-only (SET GLOBAL read_only=1)",
+                writable.join(", ")
+            ),
+        )
+    } else {
+        Computed::flag(ConditionType::SplitBrain.as_str(), false, reason::AS_EXPECTED, "at most one site is writable")
+    }
+}
+
+/// NoPrimary: no writable site, judged only when the active site was observed.
+fn no_primary_condition(writable: &[&str], primary: &str, primary_obs: Option<&SiteObservation>) -> Computed {
+    if !writable.is_empty() {
+        let verb = if writable.len() == 1 { "is" } else { "are" };
+        Computed::flag(
+            ConditionType::NoPrimary.as_str(),
+            false,
+            reason::AS_EXPECTED,
+            format!("{} {verb} writable", writable.join(", ")),
+        )
+    } else if primary_obs.is_none() {
+        // The active site was not observed: it may well be writable.
+        Computed::unknown(
+            ConditionType::NoPrimary.as_str(),
+            reason::SITE_UNREACHABLE,
+            format!("cannot tell: the active site {primary} could not be probed and no other site is writable"),
+        )
+    } else {
+        Computed::flag(
+            ConditionType::NoPrimary.as_str(),
+            true,
+            reason::NO_WRITABLE_SITE,
+            format!("no reachable site is writable; the active site {primary} should be (read_only=0)"),
+        )
     }
 }
 

@@ -15,14 +15,17 @@
 //!   the probe interval).
 
 pub mod assess;
+mod decision;
+pub mod record;
 mod sites;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bloodraven_api::names::{DECIDER_FIELD_MANAGER, OBSERVER_FIELD_MANAGER};
+use bloodraven_api::names::OBSERVER_FIELD_MANAGER;
 use bloodraven_api::v1alpha1::{MysqlFailoverGroup, SiteHealth, reason};
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -34,10 +37,9 @@ use kube::runtime::{WatchStreamExt, predicates, reflector};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use self::assess::{Assessment, SiteProbe, assess, validate_spec};
+use self::assess::{Assessment, Decided, SiteProbe, assess, validate_spec};
 use super::conditions::{Computed, materialize, transitions};
 use super::{Context, Ctx, Error, kube_err};
-use crate::leader::Leadership;
 
 const CONTROLLER: &str = "failovergroup";
 
@@ -47,6 +49,8 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
     let config = if selector.is_empty() { WatcherConfig::default() } else { WatcherConfig::default().labels(selector) };
     let (reader, writer) = reflector::store();
     let metrics = ctx.metrics.clone();
+    let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let leadership = ctx.leadership.clone();
     let stream = watcher::watcher(api, config)
         .default_backoff()
         .reflect(writer)
@@ -54,7 +58,12 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
             if let Ok(watcher::Event::Delete(group)) = event {
                 let sites: Vec<&str> = group.spec.sites.iter().map(|s| s.name.as_str()).collect();
                 metrics.forget_group(&group.name_any(), &sites);
-                tracing::info!(group = %group.name_any(), "group deleted: its metrics are dropped");
+                tracing::info!(group = %group.name_any(), "group deleted: its metrics and decision record are dropped");
+                if leadership.is_leader() {
+                    let records = records.clone();
+                    let name = group.name_any();
+                    tokio::spawn(async move { record::delete(&records, &name).await });
+                }
             }
         })
         .applied_objects()
@@ -105,15 +114,29 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     }
 
     let started = Instant::now();
+    let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let resolution = decision::resolve(&ctx, &records, &group).await?;
+    if let decision::Resolution::At { site, generation, restored_from: Some(was) } = &resolution {
+        tracing::warn!(group = %name, site = %site, generation, was = %was, "status restored from the decision record");
+        publish(&ctx, &group, EventType::Warning, reason::STATUS_RESTORED, format!(
+            "status showed {was}; restored activeSite={site}, topologyGeneration={generation} from the operator's decision record (status is written by the operator alone; edits to activeSite or topologyGeneration are undone)"
+        ), "Restore").await;
+    }
     let probes = sites::probe_all(&group, &ctx).await;
-    let decided = group.decided();
-    let half_written = previous.active_site.is_some() != previous.topology_generation.is_some();
-    let mut assessment = assess(&group.spec, decided, !half_written, &probes);
-    let mut generation = decided.map(|(_, g)| g);
+    let decided = match &resolution {
+        decision::Resolution::Undecided { .. } => Decided::Undecided,
+        decision::Resolution::At { site, generation, .. } => Decided::At(site, *generation),
+        decision::Resolution::Invalid(why) => Decided::Invalid(why),
+    };
+    let mut assessment = assess(&group.spec, decided, &probes);
+    let mut generation = match decided {
+        Decided::At(_, g) => Some(g),
+        _ => None,
+    };
 
-    if assessment.bootstrap {
+    if let (true, decision::Resolution::Undecided { stale }) = (assessment.bootstrap, &resolution) {
         let site = group.spec.initial_active_site.clone();
-        decide(&api, &name, &group, &ctx.leadership, &site, 1).await?;
+        decision::bootstrap(&ctx, &records, &group, &site, stale.as_ref()).await?;
         tracing::info!(group = %name, site = %site, generation = 1, "bootstrap complete");
         publish(
             &ctx,
@@ -127,7 +150,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         )
         .await;
         generation = Some(1);
-        assessment = assess(&group.spec, Some((site.as_str(), 1)), true, &probes);
+        assessment = assess(&group.spec, Decided::At(&site, 1), &probes);
     }
 
     let health = health_of(&probes);
@@ -146,29 +169,6 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     record_metrics(&ctx, &name, generation, &assessment, &probes);
     announce(&ctx, &group, &previous.conditions, &assessment.conditions).await;
     Ok(Action::requeue(interval))
-}
-
-/// The authoritative decision: `activeSite` and `topologyGeneration` in one
-/// merge patch with the resourceVersion the reconcile read (a 409 if anyone
-/// wrote in between).
-async fn decide(
-    api: &Api<MysqlFailoverGroup>,
-    name: &str,
-    group: &MysqlFailoverGroup,
-    leadership: &Leadership,
-    site: &str,
-    generation: i64,
-) -> Result<(), Error> {
-    if !leadership.is_leader() {
-        return Ok(());
-    }
-    let patch = json!({
-        "metadata": { "resourceVersion": group.resource_version() },
-        "status": { "activeSite": site, "topologyGeneration": generation },
-    });
-    let params = PatchParams { field_manager: Some(DECIDER_FIELD_MANAGER.into()), ..PatchParams::default() };
-    api.patch_status(name, &params, &Patch::Merge(&patch)).await.map_err(kube_err("write the topology decision"))?;
-    Ok(())
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -203,10 +203,12 @@ async fn write_observation(
     if !ctx.leadership.is_leader() {
         return Ok(());
     }
-    api.patch_status(name, &PatchParams::apply(OBSERVER_FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(kube_err("write the observed status"))?;
-    Ok(())
+    match api.patch_status(name, &PatchParams::apply(OBSERVER_FIELD_MANAGER).force(), &Patch::Apply(&patch)).await {
+        Ok(_) => Ok(()),
+        // Deleted while it was being probed: nothing to report.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(err) => Err(kube_err("write the observed status")(err)),
+    }
 }
 
 fn health_of(probes: &[SiteProbe]) -> Vec<SiteHealth> {
@@ -279,7 +281,9 @@ async fn announce(
         }
         let type_ = if problem { EventType::Warning } else { EventType::Normal };
         let note = format!("{} is {}: {}", c.type_, c.status, c.message);
-        publish(ctx, group, type_, c.reason, note, "Probe").await;
+        // The action names the condition, so Events of different conditions
+        // with one reason are not folded into one series.
+        publish(ctx, group, type_, c.reason, note, c.type_).await;
     }
 }
 

@@ -40,6 +40,12 @@ async fn probe_site(site: &Site, ctx: &Context, timeout: Duration) -> SiteProbe 
 async fn read_credentials(site: &Site, ctx: &Context) -> Result<Credentials, ProbeFailure> {
     let r = &site.credentials_secret_ref;
     let fail = |message: String| ProbeFailure { reason: reason::CREDENTIALS_UNAVAILABLE, message };
+    if r.namespace != ctx.credentials_namespace {
+        return Err(fail(format!(
+            "Secret {}/{} is outside namespace {}, the only namespace the operator reads site credentials from (--credentials-namespace); create the Secret there",
+            r.namespace, r.name, ctx.credentials_namespace
+        )));
+    }
     let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &r.namespace);
     let secret = match api.get_opt(&r.name).await {
         Ok(Some(s)) => s,

@@ -58,8 +58,11 @@ fn status_of(a: &Assessment, t: ConditionType) -> (&str, &str) {
 
 #[test]
 fn healthy_pair_bootstraps() {
-    let a =
-        assess(&spec(), None, true, &[ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, from(1, true, true)))]);
+    let a = assess(
+        &spec(),
+        Decided::Undecided,
+        &[ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, from(1, true, true)))],
+    );
     assert!(a.bootstrap);
     assert!(a.stable);
     assert_eq!(status_of(&a, ConditionType::Ready), ("True", reason::AS_EXPECTED));
@@ -68,7 +71,7 @@ fn healthy_pair_bootstraps() {
 #[test]
 fn decided_group_does_not_bootstrap_again() {
     let probes = [ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, from(1, true, true)))];
-    let a = assess(&spec(), Some(("iad", 4)), true, &probes);
+    let a = assess(&spec(), Decided::At("iad", 4), &probes);
     assert!(!a.bootstrap);
     assert!(a.stable);
 }
@@ -153,7 +156,7 @@ fn table_of_unhealthy_topologies() {
         ),
     ];
     for (name, probes, t, status, why, unstable) in cases {
-        let a = assess(&spec(), None, true, &probes);
+        let a = assess(&spec(), Decided::Undecided, &probes);
         assert_eq!(status_of(&a, t), (status, why), "{name}");
         assert!(!a.bootstrap, "{name}: must not bootstrap");
         assert!(!a.stable, "{name}: must not be stable");
@@ -169,21 +172,48 @@ fn table_of_unhealthy_topologies() {
 }
 
 #[test]
+fn an_unobserved_active_site_is_not_reported_as_no_primary() {
+    // iad (active) cannot be probed, pdx is read-only: iad may well be writable.
+    let a = assess(
+        &spec(),
+        Decided::At("iad", 3),
+        &[down("iad", reason::AUTHENTICATION_FAILED), ok("pdx", obs(2, false, from(1, true, true)))],
+    );
+    assert_eq!(status_of(&a, ConditionType::NoPrimary), ("Unknown", reason::SITE_UNREACHABLE));
+    assert_eq!(status_of(&a, ConditionType::Degraded), ("True", reason::AUTHENTICATION_FAILED));
+    assert_eq!(status_of(&a, ConditionType::Ready).1, reason::AUTHENTICATION_FAILED);
+    assert_eq!(a.unstable_reason.as_deref(), Some("Degraded"));
+}
+
+#[test]
+fn two_sites_on_one_server_are_not_split_brain() {
+    let a = assess(&spec(), Decided::Undecided, &[ok("iad", obs(1, true, None)), ok("pdx", obs(1, true, None))]);
+    assert_eq!(status_of(&a, ConditionType::Degraded), ("True", reason::DUPLICATE_SERVER_ID));
+    assert_eq!(status_of(&a, ConditionType::SplitBrain).0, "Unknown");
+    assert_eq!(status_of(&a, ConditionType::ReplicationNotRunning).0, "Unknown");
+    assert!(!a.bootstrap);
+}
+
+#[test]
 fn lag_alone_never_makes_a_group_unstable() {
     let mut r = from(1, true, true);
     if let Some(r) = r.as_mut() {
         r.lag_seconds = Some(86_400);
     }
-    let a = assess(&spec(), Some(("iad", 1)), true, &[ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, r))]);
+    let a = assess(&spec(), Decided::At("iad", 1), &[ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, r))]);
     assert!(a.stable);
 }
 
 #[test]
 fn half_written_status_is_never_rebootstrapped() {
-    let a =
-        assess(&spec(), None, false, &[ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, from(1, true, true)))]);
+    let a = assess(
+        &spec(),
+        Decided::Invalid("status was edited by hand"),
+        &[ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, from(1, true, true)))],
+    );
     assert!(!a.bootstrap);
     assert_eq!(status_of(&a, ConditionType::Ready), ("False", reason::INVALID_STATUS));
+    assert_eq!(a.unstable_reason.as_deref(), Some("Degraded"));
 }
 
 #[test]
@@ -214,7 +244,7 @@ proptest! {
     /// designated site alone writable and the other replicating from it.
     #[test]
     fn bootstrap_only_for_the_healthy_shape(iad in arb_probe("iad"), pdx in arb_probe("pdx")) {
-        let a = assess(&spec(), None, true, &[iad.clone(), pdx.clone()]);
+        let a = assess(&spec(), Decided::Undecided, &[iad.clone(), pdx.clone()]);
         if a.bootstrap {
             let iad = iad.outcome.unwrap();
             let pdx = pdx.outcome.unwrap();
@@ -230,7 +260,8 @@ proptest! {
     #[test]
     fn stable_implies_one_reachable_primary(iad in arb_probe("iad"), pdx in arb_probe("pdx"), decided in any::<bool>()) {
         let probes = [iad, pdx];
-        let a = assess(&spec(), decided.then_some(("iad", 1)), true, &probes);
+        let d = if decided { Decided::At("iad", 1) } else { Decided::Undecided };
+        let a = assess(&spec(), d, &probes);
         if a.stable {
             prop_assert_eq!(status_of(&a, ConditionType::Ready).0, "True");
             prop_assert!(probes.iter().all(|p| p.outcome.is_ok()));

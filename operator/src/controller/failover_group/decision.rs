@@ -1,0 +1,132 @@
+//! Resolving and writing a group's decided roles, from the decision record
+//! (`record.rs`, the operator's memory) and `status` (what users read).
+//!
+//! | record | status | outcome |
+//! |---|---|---|
+//! | matches status | | decided |
+//! | present | differs or missing | status restored from the record, Warning `StatusRestored` |
+//! | absent | both fields, site in spec, generation ≥ 1 | record created from status (adopted) |
+//! | absent | neither field | undecided: bootstrap may run |
+//! | absent | half, or a site not in spec | invalid: a person must act |
+//!
+//! Every decision writes the record first (compare-and-swap), then status
+//! (merge patch with the resourceVersion read), so status is never ahead of
+//! the record and a crash in between is completed by the next restore.
+
+use bloodraven_api::names::DECIDER_FIELD_MANAGER;
+use bloodraven_api::v1alpha1::MysqlFailoverGroup;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use super::record::{self, Record};
+use crate::controller::{Context, Error, kube_err};
+
+/// The group's decided roles, as resolved.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolution {
+    /// Never decided; `stale` is a record of an older group of the same name, to overwrite.
+    Undecided {
+        /// The stale record, if any.
+        stale: Option<Record>,
+    },
+    /// Decided at `site` with `generation`.
+    At {
+        /// Active site.
+        site: String,
+        /// Topology generation.
+        generation: i64,
+        /// Set when status had to be restored: what it showed.
+        restored_from: Option<String>,
+    },
+    /// Only a person can resolve this; the text says how.
+    Invalid(String),
+}
+
+fn describe(site: Option<&str>, generation: Option<i64>) -> String {
+    format!(
+        "activeSite={}, topologyGeneration={}",
+        site.unwrap_or("<unset>"),
+        generation.map_or_else(|| "<unset>".to_owned(), |g| g.to_string())
+    )
+}
+
+/// Resolves the decided roles, restoring status from the record or adopting
+/// a valid status into a missing record.
+pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailoverGroup) -> Result<Resolution, Error> {
+    let name = group.name_any();
+    let uid = group.meta().uid.clone().unwrap_or_default();
+    let status = group.status.clone().unwrap_or_default();
+    let (site, generation) = (status.active_site.as_deref(), status.topology_generation);
+    let in_spec = |s: &str| group.spec.sites.iter().any(|x| x.name == s);
+    let record = record::read(records, &name).await?;
+    match record {
+        Some(r) if r.group_uid == uid => {
+            if !in_spec(&r.active_site) {
+                return Ok(Resolution::Invalid(format!(
+                    "the decision record names active site {}, which spec.sites no longer has; site names must not change after bootstrap: restore the site's name",
+                    r.active_site
+                )));
+            }
+            if site == Some(r.active_site.as_str()) && generation == Some(r.generation) {
+                return Ok(Resolution::At { site: r.active_site, generation: r.generation, restored_from: None });
+            }
+            write_status(ctx, group, &r.active_site, r.generation).await?;
+            Ok(Resolution::At {
+                site: r.active_site,
+                generation: r.generation,
+                restored_from: Some(describe(site, generation)),
+            })
+        }
+        stale => match (site, generation) {
+            (None, None) => Ok(Resolution::Undecided { stale }),
+            (Some(s), Some(g)) if in_spec(s) && g >= 1 => {
+                record::write(records, &name, &uid, s, g, stale.as_ref()).await?;
+                tracing::info!(group = %name, site = s, generation = g, "decision record created from status");
+                Ok(Resolution::At { site: s.to_owned(), generation: g, restored_from: None })
+            }
+            (Some(s), Some(_)) if !in_spec(s) => Ok(Resolution::Invalid(format!(
+                "status.activeSite {s} is not one of spec.sites and no decision record exists; set status.activeSite and status.topologyGeneration to the last decided values"
+            ))),
+            _ => Ok(Resolution::Invalid(format!(
+                "status shows {} and no decision record exists; bloodraven will not re-bootstrap a group with a history: set both fields to the last decided values",
+                describe(site, generation)
+            ))),
+        },
+    }
+}
+
+/// Bootstrap: records and then publishes `activeSite = site`, generation 1.
+pub async fn bootstrap(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: &MysqlFailoverGroup,
+    site: &str,
+    stale: Option<&Record>,
+) -> Result<(), Error> {
+    if !ctx.leadership.is_leader() {
+        return Ok(());
+    }
+    let uid = group.meta().uid.clone().unwrap_or_default();
+    record::write(records, &group.name_any(), &uid, site, 1, stale).await?;
+    write_status(ctx, group, site, 1).await
+}
+
+/// The status half of a decision: one merge patch carrying the
+/// resourceVersion the reconcile read (a 409 if anyone wrote in between).
+async fn write_status(ctx: &Context, group: &MysqlFailoverGroup, site: &str, generation: i64) -> Result<(), Error> {
+    if !ctx.leadership.is_leader() {
+        return Ok(());
+    }
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    let patch = json!({
+        "metadata": { "resourceVersion": group.resource_version() },
+        "status": { "activeSite": site, "topologyGeneration": generation },
+    });
+    let params = PatchParams { field_manager: Some(DECIDER_FIELD_MANAGER.into()), ..PatchParams::default() };
+    api.patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(kube_err("write the topology decision"))
+}

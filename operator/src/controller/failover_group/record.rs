@@ -1,0 +1,115 @@
+//! The decision record: the operator's own copy of each group's decided
+//! `activeSite` and `topologyGeneration`, a ConfigMap in the operator's
+//! namespace (`bloodraven-topology-<sha256(group)[..16]>`), tied to the
+//! group's UID.
+//!
+//! Why: `status.topologyGeneration` must never go backwards, yet status can
+//! be wiped or edited (a restore, `kubectl replace`, a script). Every
+//! decision is written here first (resourceVersion CAS), then to status; on
+//! every probe the operator compares the two and restores status from the
+//! record. Status alone can therefore never re-bootstrap a group at 1.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use sha2::{Digest, Sha256};
+
+use crate::controller::{Error, kube_err};
+
+/// A decision as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The decided active site.
+    pub active_site: String,
+    /// The decided topology generation (≥ 1).
+    pub generation: i64,
+    /// UID of the group the record belongs to.
+    pub group_uid: String,
+    /// resourceVersion of the ConfigMap, for the next compare-and-swap.
+    pub resource_version: Option<String>,
+}
+
+/// Name of the record of `group`: fixed length, whatever the group's name.
+pub fn record_name(group: &str) -> String {
+    let hex = format!("{:x}", Sha256::digest(group.as_bytes()));
+    format!("bloodraven-topology-{}", &hex[..16])
+}
+
+/// Reads the record of `group`. `Ok(None)` when absent; a record of an
+/// older group of the same name (another UID) is returned with its
+/// resourceVersion so bootstrap can overwrite it, and never trusted.
+pub async fn read(api: &Api<ConfigMap>, group: &str) -> Result<Option<Record>, Error> {
+    let Some(cm) = api.get_opt(&record_name(group)).await.map_err(kube_err("read the decision record"))? else {
+        return Ok(None);
+    };
+    let data = cm.data.unwrap_or_default();
+    let generation = data.get("topologyGeneration").and_then(|g| g.parse().ok()).unwrap_or(0);
+    Ok(Some(Record {
+        active_site: data.get("activeSite").cloned().unwrap_or_default(),
+        generation,
+        group_uid: data.get("groupUID").cloned().unwrap_or_default(),
+        resource_version: cm.metadata.resource_version,
+    }))
+}
+
+/// Writes a decision: creates the record, or replaces the one read at
+/// `previous.resource_version` (a 409 if anyone wrote since).
+pub async fn write(
+    api: &Api<ConfigMap>,
+    group: &str,
+    group_uid: &str,
+    active_site: &str,
+    generation: i64,
+    previous: Option<&Record>,
+) -> Result<(), Error> {
+    let data = BTreeMap::from([
+        ("group".to_owned(), group.to_owned()),
+        ("groupUID".to_owned(), group_uid.to_owned()),
+        ("activeSite".to_owned(), active_site.to_owned()),
+        ("topologyGeneration".to_owned(), generation.to_string()),
+    ]);
+    let cm = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(record_name(group)),
+            resource_version: previous.and_then(|p| p.resource_version.clone()),
+            labels: Some(BTreeMap::from([
+                ("app.kubernetes.io/managed-by".to_owned(), "bloodraven-operator".to_owned()),
+                ("bloodraven.shipstream.io/record".to_owned(), "topology".to_owned()),
+            ])),
+            ..ObjectMeta::default()
+        },
+        data: Some(data),
+        ..ConfigMap::default()
+    };
+    let pp = PostParams::default();
+    match previous {
+        None => api.create(&pp, &cm).await.map(drop).map_err(kube_err("create the decision record")),
+        Some(_) => {
+            api.replace(&record_name(group), &pp, &cm).await.map(drop).map_err(kube_err("update the decision record"))
+        }
+    }
+}
+
+/// Deletes the record of a deleted group (best effort: a leftover record of
+/// another UID is never trusted).
+pub async fn delete(api: &Api<ConfigMap>, group: &str) {
+    match api.delete(&record_name(group), &DeleteParams::default()).await {
+        Ok(_) | Err(kube::Error::Api(_)) => {}
+        Err(err) => tracing::warn!(group, error = %err, "failed to delete the decision record"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_names_are_short_and_distinct() {
+        let long = "g".repeat(253);
+        assert_eq!(record_name(&long).len(), "bloodraven-topology-".len() + 16);
+        assert_ne!(record_name("a"), record_name("b"));
+        assert_eq!(record_name("playground"), record_name("playground"));
+    }
+}
