@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod controller;
+pub mod deploy_api;
 pub mod http;
 pub mod leader;
 pub mod metrics;

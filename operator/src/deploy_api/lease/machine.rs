@@ -1,0 +1,373 @@
+//! The deploy-lease state machine: pure decisions over one group's two
+//! slots (`migration`, `failover-hold`) and its tombstones. The store
+//! (`store.rs`) reads the slots, asks for a decision, and writes the result
+//! with a resourceVersion precondition; a conflict re-reads and decides again.
+//!
+//! Invariants (lease seed; property-tested in `machine/tests.rs`):
+//! 1. At most one live migration grant per group.
+//! 2. A failover-hold is granted only to the live migration holder with the
+//!    same operationId and instance.
+//! 3. A grant is never returned already expired: its expiry is `now + ttl`, ttl ∈ [5, 120].
+//! 4. A revoked operation stays revoked: every later POST, PUT or DELETE of
+//!    that operationId answers `revoked`, even after another operation took
+//!    the mutex.
+//! 5. A renewal succeeds only with the current token, on a live lease, at
+//!    the generation it was granted under, while the group is stable; an
+//!    `unstable` answer never moves the deadline.
+//! 6. A repeated POST of the holder's operation rotates the token: the old
+//!    one stops working.
+
+use bloodraven_api::deploy::{DdlState, Holder, LeaseKind};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+/// Why leases were revoked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RevokeReason {
+    /// The group's topology generation moved past the grant's.
+    TopologyChanged,
+    /// A person annotated the group with `revoke-deployment-leases`.
+    OperatorRevoked,
+}
+
+impl RevokeReason {
+    /// The reason as the API spells it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RevokeReason::TopologyChanged => "TopologyChanged",
+            RevokeReason::OperatorRevoked => "OperatorRevoked",
+        }
+    }
+
+    /// Parses the API spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "TopologyChanged" => Some(RevokeReason::TopologyChanged),
+            "OperatorRevoked" => Some(RevokeReason::OperatorRevoked),
+            _ => None,
+        }
+    }
+}
+
+/// A live or lapsed grant held in a slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Grant {
+    /// The operation holding the slot.
+    pub operation_id: String,
+    /// Its MysqlDatabase name.
+    pub instance: String,
+    /// Hex SHA-256 of the current token.
+    pub token_sha256: String,
+    /// Topology generation at grant time.
+    pub generation: i64,
+    /// Last grant or renewal, on the operator's clock.
+    pub renewed_at: Timestamp,
+    /// TTL in seconds, in [5, 120].
+    pub ttl_seconds: u32,
+    /// Last reported DDL state.
+    pub ddl_state: Option<DdlState>,
+}
+
+impl Grant {
+    /// `renewed_at + ttl`.
+    pub fn expires_at(&self) -> Timestamp {
+        self.renewed_at
+            .saturating_add(SignedDuration::from_secs(i64::from(self.ttl_seconds)))
+            .unwrap_or(self.renewed_at)
+    }
+
+    /// Whether the grant is live at `now`.
+    pub fn live(&self, now: Timestamp) -> bool {
+        now < self.expires_at()
+    }
+
+    /// The holder as a `409 held` names it.
+    pub fn holder(&self) -> Holder {
+        Holder {
+            operation_id: self.operation_id.clone(),
+            instance: self.instance.clone(),
+            expires_at: self.expires_at().to_string(),
+        }
+    }
+}
+
+/// The revocation record of one operation, kept until the group is deleted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tombstone {
+    /// The revoked operation.
+    pub operation_id: String,
+    /// Its MysqlDatabase name.
+    pub instance: String,
+    /// Hex SHA-256 of the token it held (never the token).
+    pub token_sha256: String,
+    /// Why it was revoked.
+    pub reason: RevokeReason,
+    /// The group's generation at revocation.
+    pub generation: i64,
+    /// The DDL state last reported before revocation.
+    pub ddl_state: Option<DdlState>,
+}
+
+/// What the store knows of the group when deciding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupFacts {
+    /// Current `status.topologyGeneration` (None before bootstrap).
+    pub generation: Option<i64>,
+    /// `None` when stable, else why not.
+    pub unstable_reason: Option<String>,
+}
+
+/// The two slots of one group, as read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Slots {
+    /// The migration mutex.
+    pub migration: Option<Grant>,
+    /// The failover-hold.
+    pub hold: Option<Grant>,
+}
+
+impl Slots {
+    /// The slot of `kind`.
+    pub fn get(&self, kind: LeaseKind) -> Option<&Grant> {
+        match kind {
+            LeaseKind::Migration => self.migration.as_ref(),
+            LeaseKind::FailoverHold => self.hold.as_ref(),
+        }
+    }
+
+    /// Mutable access to the slot of `kind`.
+    pub fn get_mut(&mut self, kind: LeaseKind) -> &mut Option<Grant> {
+        match kind {
+            LeaseKind::Migration => &mut self.migration,
+            LeaseKind::FailoverHold => &mut self.hold,
+        }
+    }
+}
+
+/// Seconds a client is told to wait after `423 unstable`.
+pub const UNSTABLE_RETRY_AFTER_SECONDS: u32 = 5;
+
+/// A refusal shared by every call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `409 held`.
+    Held(Holder),
+    /// `409 revoked`.
+    Revoked(Tombstone),
+    /// `423 unstable`.
+    Unstable {
+        /// Why the group is not stable.
+        reason: String,
+    },
+    /// `403 forbidden` (a hold without the mutex).
+    Forbidden(String),
+    /// `404 expired`: the operation holds no live lease of that kind.
+    Expired,
+    /// `403 token_mismatch`.
+    TokenMismatch,
+}
+
+/// The outcome of a decision: the new slots and tombstones to write, and the answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome<T> {
+    /// The slots to write (unchanged when nothing is written).
+    pub slots: Slots,
+    /// Tombstones to create.
+    pub new_tombstones: Vec<Tombstone>,
+    /// The answer to the caller.
+    pub answer: Result<T, Refusal>,
+}
+
+/// A successful POST.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Granted {
+    /// The grant written.
+    pub grant: Grant,
+    /// True for 201 (new), false for 200 (repeat with a rotated token).
+    pub created: bool,
+}
+
+fn refuse<T>(slots: &Slots, refusal: Refusal) -> Outcome<T> {
+    Outcome { slots: slots.clone(), new_tombstones: Vec::new(), answer: Err(refusal) }
+}
+
+/// Revokes every live grant in `slots` whose generation differs from
+/// `generation` (TopologyChanged), or every live grant (OperatorRevoked).
+/// Returns the cleared slots and the tombstones to write.
+pub fn revoke(slots: &Slots, reason: RevokeReason, generation: i64, now: Timestamp) -> (Slots, Vec<Tombstone>) {
+    let mut out = slots.clone();
+    let mut tombstones = Vec::new();
+    for kind in [LeaseKind::Migration, LeaseKind::FailoverHold] {
+        let slot = out.get_mut(kind);
+        let Some(grant) = slot.as_ref() else { continue };
+        let affected = match reason {
+            RevokeReason::TopologyChanged => grant.generation != generation,
+            RevokeReason::OperatorRevoked => true,
+        };
+        if !affected || !grant.live(now) {
+            continue;
+        }
+        if !tombstones.iter().any(|t: &Tombstone| t.operation_id == grant.operation_id) {
+            tombstones.push(Tombstone {
+                operation_id: grant.operation_id.clone(),
+                instance: grant.instance.clone(),
+                token_sha256: grant.token_sha256.clone(),
+                reason,
+                generation,
+                ddl_state: grant.ddl_state,
+            });
+        }
+        *slot = None;
+    }
+    (out, tombstones)
+}
+
+/// Decides a POST. `token_sha256` is the hash of the fresh token the store
+/// will hand out if this grants.
+#[allow(clippy::too_many_arguments)]
+pub fn create(
+    slots: &Slots,
+    tombstone: Option<&Tombstone>,
+    facts: &GroupFacts,
+    kind: LeaseKind,
+    operation_id: &str,
+    instance: &str,
+    ttl_seconds: u32,
+    token_sha256: &str,
+    now: Timestamp,
+) -> Outcome<Granted> {
+    if let Some(t) = tombstone {
+        return refuse(slots, Refusal::Revoked(t.clone()));
+    }
+    let (Some(generation), None) = (facts.generation, facts.unstable_reason.as_ref()) else {
+        let reason = facts.unstable_reason.clone().unwrap_or_else(|| "BootstrapPending".into());
+        return refuse(slots, Refusal::Unstable { reason });
+    };
+    // A grant of an older generation is revoked before anything else.
+    let (slots_now, tombstones) = revoke(slots, RevokeReason::TopologyChanged, generation, now);
+    if let Some(t) = tombstones.iter().find(|t| t.operation_id == operation_id) {
+        return Outcome {
+            slots: slots_now,
+            new_tombstones: tombstones.clone(),
+            answer: Err(Refusal::Revoked(t.clone())),
+        };
+    }
+    if kind == LeaseKind::FailoverHold {
+        let holds_mutex = slots_now
+            .migration
+            .as_ref()
+            .is_some_and(|m| m.live(now) && m.operation_id == operation_id && m.instance == instance);
+        if !holds_mutex {
+            return Outcome {
+                slots: slots_now,
+                new_tombstones: tombstones,
+                answer: Err(Refusal::Forbidden(format!(
+                    "a failover-hold is granted only to the current migration holder with the same operationId and instance; take the migration lease for operation {operation_id} first"
+                ))),
+            };
+        }
+    }
+    let current = slots_now.get(kind).filter(|g| g.live(now)).cloned();
+    let created = match &current {
+        Some(g) if g.operation_id != operation_id || g.instance != instance => {
+            return Outcome { slots: slots_now, new_tombstones: tombstones, answer: Err(Refusal::Held(g.holder())) };
+        }
+        Some(_) => false,
+        None => true,
+    };
+    let previous_ddl = current.and_then(|g| g.ddl_state);
+    let grant = Grant {
+        operation_id: operation_id.to_owned(),
+        instance: instance.to_owned(),
+        token_sha256: token_sha256.to_owned(),
+        generation,
+        renewed_at: now,
+        ttl_seconds: bloodraven_api::deploy::clamp_ttl(ttl_seconds),
+        ddl_state: previous_ddl,
+    };
+    let mut out = slots_now;
+    *out.get_mut(kind) = Some(grant.clone());
+    Outcome { slots: out, new_tombstones: tombstones, answer: Ok(Granted { grant, created }) }
+}
+
+/// Decides a PUT (renewal).
+#[allow(clippy::too_many_arguments)]
+pub fn renew(
+    slots: &Slots,
+    tombstone: Option<&Tombstone>,
+    facts: &GroupFacts,
+    kind: LeaseKind,
+    operation_id: &str,
+    token_sha256: &str,
+    ddl_state: Option<DdlState>,
+    now: Timestamp,
+) -> Outcome<Grant> {
+    if let Some(t) = tombstone {
+        return refuse(slots, Refusal::Revoked(t.clone()));
+    }
+    let Some(grant) = slots.get(kind).filter(|g| g.live(now) && g.operation_id == operation_id) else {
+        return refuse(slots, Refusal::Expired);
+    };
+    if !constant_time_eq(grant.token_sha256.as_bytes(), token_sha256.as_bytes()) {
+        return refuse(slots, Refusal::TokenMismatch);
+    }
+    if let Some(generation) = facts.generation
+        && generation != grant.generation
+    {
+        let (out, tombstones) = revoke(slots, RevokeReason::TopologyChanged, generation, now);
+        let t = tombstones.iter().find(|t| t.operation_id == operation_id).cloned();
+        let answer = match t {
+            Some(t) => Err(Refusal::Revoked(t)),
+            None => Err(Refusal::Expired),
+        };
+        return Outcome { slots: out, new_tombstones: tombstones, answer };
+    }
+    if let Some(reason) =
+        facts.unstable_reason.clone().or_else(|| facts.generation.is_none().then(|| "BootstrapPending".into()))
+    {
+        return refuse(slots, Refusal::Unstable { reason });
+    }
+    let mut renewed = grant.clone();
+    renewed.renewed_at = now;
+    if ddl_state.is_some() {
+        renewed.ddl_state = ddl_state;
+    }
+    let mut out = slots.clone();
+    *out.get_mut(kind) = Some(renewed.clone());
+    Outcome { slots: out, new_tombstones: Vec::new(), answer: Ok(renewed) }
+}
+
+/// Decides a DELETE (release). Releasing the migration mutex also releases
+/// that operation's failover-hold.
+pub fn release(
+    slots: &Slots,
+    tombstone: Option<&Tombstone>,
+    kind: LeaseKind,
+    operation_id: &str,
+    token_sha256: &str,
+    now: Timestamp,
+) -> Outcome<()> {
+    if let Some(t) = tombstone {
+        return refuse(slots, Refusal::Revoked(t.clone()));
+    }
+    let Some(grant) = slots.get(kind).filter(|g| g.live(now) && g.operation_id == operation_id) else {
+        return refuse(slots, Refusal::Expired);
+    };
+    if !constant_time_eq(grant.token_sha256.as_bytes(), token_sha256.as_bytes()) {
+        return refuse(slots, Refusal::TokenMismatch);
+    }
+    let mut out = slots.clone();
+    *out.get_mut(kind) = None;
+    if kind == LeaseKind::Migration && out.hold.as_ref().is_some_and(|h| h.operation_id == operation_id) {
+        out.hold = None;
+    }
+    Outcome { slots: out, new_tombstones: Vec::new(), answer: Ok(()) }
+}
+
+/// Compares two byte strings in time that depends only on their lengths.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    a.len() == b.len() && bool::from(a.ct_eq(b))
+}
+
+#[cfg(test)]
+mod tests;
