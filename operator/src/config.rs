@@ -64,6 +64,33 @@ pub struct Config {
     #[arg(long, env = "BLOODRAVEN_CREDENTIALS_NAMESPACE")]
     pub credentials_namespace: Option<String>,
 
+    /// Serve the deploy API (`/deploy/v1`) on `--deploy-api-addr` over TLS
+    /// (chart value `auxiliary.deployAPI.enabled`). Needs `--tls-cert-file`
+    /// and `--tls-key-file`; the operator refuses to start without them.
+    #[arg(long, env = "BLOODRAVEN_DEPLOY_API_ENABLED", default_value_t = false)]
+    pub deploy_api_enabled: bool,
+
+    /// Address of the deploy API's TLS listener.
+    #[arg(long, env = "BLOODRAVEN_DEPLOY_API_ADDR", default_value = "0.0.0.0:8443")]
+    pub deploy_api_addr: SocketAddr,
+
+    /// PEM certificate chain of the TLS listener (the `auxiliary.escrowTLS` Secret's `tls.crt`).
+    #[arg(long, env = "BLOODRAVEN_TLS_CERT_FILE")]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+
+    /// PEM private key of the TLS listener (`tls.key`).
+    #[arg(long, env = "BLOODRAVEN_TLS_KEY_FILE")]
+    pub tls_key_file: Option<std::path::PathBuf>,
+
+    /// Seconds between checks of the certificate files for changes (reload without restart).
+    #[arg(long, env = "BLOODRAVEN_TLS_RELOAD_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub tls_reload_seconds: u64,
+
+    /// Longest time, in seconds, a TokenReview result is reused (never past
+    /// the token's own expiry; 0 disables the cache).
+    #[arg(long, env = "BLOODRAVEN_TOKEN_REVIEW_CACHE_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=300))]
+    pub token_review_cache_seconds: u64,
+
     /// Log format.
     #[arg(long, env = "BLOODRAVEN_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -37,6 +37,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         renew_deadline_seconds = config.renew_deadline_seconds,
         retry_period_seconds = config.retry_period_seconds,
         group_selector = %config.group_selector,
+        deploy_api_enabled = config.deploy_api_enabled,
+        deploy_api_addr = %config.deploy_api_addr,
         credentials_namespace = %config.credentials_namespace.as_deref().unwrap_or(&config.namespace),
         "starting bloodraven-operator"
     );
@@ -54,6 +56,41 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let plain = http::PlainState { metrics: metrics.clone(), ready: ready.clone() };
     let plain = tokio::spawn(http::serve(config.plain_addr, plain, stopped(stop_rx.clone())));
 
+    let deploy = if config.deploy_api_enabled {
+        let (Some(cert), Some(key)) = (config.tls_cert_file.clone(), config.tls_key_file.clone()) else {
+            anyhow::bail!(
+                "--deploy-api-enabled needs --tls-cert-file and --tls-key-file (chart: auxiliary.escrowTLS.enabled with a certificate Secret); the deploy API is never served without TLS"
+            );
+        };
+        let tls = deploy_api::tls::load_and_watch(cert, key, std::time::Duration::from_secs(config.tls_reload_seconds))
+            .context("failed to load the deploy API certificate")?;
+        let service = deploy_api::service::Service::new(
+            deploy_api::lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
+            Api::all(client.clone()),
+        );
+        let state = deploy_api::DeployState {
+            service: service.clone(),
+            auth: deploy_api::auth::Authenticator::new(
+                Api::all(client.clone()),
+                std::time::Duration::from_secs(config.token_review_cache_seconds),
+            ),
+            databases: deploy_api::database_reflector(client.clone()).await,
+            leadership: leadership.clone(),
+            metrics: metrics.clone(),
+        };
+        tokio::spawn(deploy_api::track_active_leases(service.clone(), metrics.clone(), leadership.clone()));
+        let addr = config.deploy_api_addr;
+        let server = deploy_api::serve(addr, tls, state, stopped(stop_rx.clone()));
+        tokio::spawn(async move {
+            if let Err(err) = server.await {
+                tracing::error!(addr = %addr, error = %err, "the deploy API listener failed");
+            }
+        });
+        Some(service)
+    } else {
+        None
+    };
+
     let reporter = Reporter { controller: "bloodraven-operator".into(), instance: Some(identity.clone()) };
     let ctx = Arc::new(controller::Context {
         client: client.clone(),
@@ -62,6 +99,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         leadership,
         namespace: config.namespace.clone(),
         credentials_namespace: config.credentials_namespace.clone().unwrap_or_else(|| config.namespace.clone()),
+        deploy,
     });
     ready.store(true, Ordering::Relaxed);
     tokio::join!(

@@ -31,6 +31,14 @@ pub struct Metrics {
     pub probe_to_status_seconds: HistogramVec,
     /// `bloodraven_leader`: 1 while this process is the leader.
     pub leader: IntGauge,
+    /// `bloodraven_deploy_leases_active{group,kind}`: 1 while a deploy lease is live.
+    pub deploy_leases_active: IntGaugeVec,
+    /// `bloodraven_deploy_requests_total{handler,status}`.
+    pub deploy_requests_total: IntCounterVec,
+    /// `bloodraven_deploy_request_duration_seconds{handler,status}`.
+    pub deploy_request_duration_seconds: HistogramVec,
+    /// `bloodraven_deploy_leases_revoked_total{reason}`.
+    pub deploy_leases_revoked_total: IntCounterVec,
 }
 
 /// Failed to register a metric (a programming error: duplicate name).
@@ -80,6 +88,23 @@ impl Metrics {
             &["controller"],
         )?;
         let leader = IntGauge::new("bloodraven_leader", "1 while this process is the leader")?;
+        let deploy_leases_active = IntGaugeVec::new(
+            Opts::new("bloodraven_deploy_leases_active", "1 while a deploy lease of the group and kind is live"),
+            &["group", "kind"],
+        )?;
+        let deploy_requests_total = IntCounterVec::new(
+            Opts::new("bloodraven_deploy_requests_total", "Deploy API requests by handler and status"),
+            &["handler", "status"],
+        )?;
+        let deploy_request_duration_seconds = HistogramVec::new(
+            HistogramOpts::new("bloodraven_deploy_request_duration_seconds", "Deploy API request latency")
+                .buckets(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5]),
+            &["handler", "status"],
+        )?;
+        let deploy_leases_revoked_total = IntCounterVec::new(
+            Opts::new("bloodraven_deploy_leases_revoked_total", "Deploy operations revoked, by reason"),
+            &["reason"],
+        )?;
         registry.register(Box::new(topology_generation.clone()))?;
         registry.register(Box::new(site_up.clone()))?;
         registry.register(Box::new(site_writable.clone()))?;
@@ -90,6 +115,10 @@ impl Metrics {
         registry.register(Box::new(probe_duration_seconds.clone()))?;
         registry.register(Box::new(probe_to_status_seconds.clone()))?;
         registry.register(Box::new(leader.clone()))?;
+        registry.register(Box::new(deploy_leases_active.clone()))?;
+        registry.register(Box::new(deploy_requests_total.clone()))?;
+        registry.register(Box::new(deploy_request_duration_seconds.clone()))?;
+        registry.register(Box::new(deploy_leases_revoked_total.clone()))?;
         Ok(Metrics {
             registry,
             topology_generation,
@@ -102,6 +131,10 @@ impl Metrics {
             probe_duration_seconds,
             probe_to_status_seconds,
             leader,
+            deploy_leases_active,
+            deploy_requests_total,
+            deploy_request_duration_seconds,
+            deploy_leases_revoked_total,
         })
     }
 

@@ -27,6 +27,8 @@ pub struct Context {
     pub namespace: String,
     /// The only namespace site credentials are read from.
     pub credentials_namespace: String,
+    /// The deploy-lease service, when the deploy API is enabled.
+    pub deploy: Option<crate::deploy_api::service::Service>,
 }
 
 impl std::fmt::Debug for Context {
@@ -50,6 +52,9 @@ pub enum Error {
     /// The object has no name (never for objects read from the API server).
     #[error("object has no name")]
     NoName,
+    /// Revoking deploy leases failed.
+    #[error("failed to revoke deploy leases: {0}")]
+    Deploy(String),
 }
 
 impl Error {
@@ -60,7 +65,13 @@ impl Error {
             Error::Kube { source: kube::Error::Api(s), .. } if s.code == 403 => "Forbidden",
             Error::Kube { .. } => "KubeError",
             Error::NoName => "NoName",
+            Error::Deploy(_) => "DeployLeaseError",
         }
+    }
+
+    /// Wraps a deploy-lease service error.
+    pub fn deploy(err: &crate::deploy_api::service::ServiceError) -> Self {
+        Error::Deploy(err.to_string())
     }
 }
 

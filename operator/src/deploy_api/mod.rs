@@ -1,9 +1,92 @@
-//! The deploy API (`/deploy/v1`): a group-wide migration mutex and a
-//! renewable failover-hold, stored as Kubernetes Leases and fenced by the
-//! group's topology generation (lease seed, DESIGN.md "Deploy API").
+//! The deploy API (`/deploy/v1`, TLS only, leader only): a group-wide
+//! migration mutex and a renewable failover-hold, stored as Kubernetes
+//! Leases and fenced by the group's topology generation (lease seed,
+//! DESIGN.md "Deploy API").
 //!
-//! Status: the lease state machine is here and property-tested; storage,
-//! the TLS server, authentication and the handlers come next (issue 3 is
-//! open).
+//! - `lease::machine`: the pure state machine (property-tested).
+//! - `lease::store`: its storage on Lease objects, compare-and-swap.
+//! - `service`: read → decide → write, retried on conflict.
+//! - `auth`: TokenReview (audience `bloodraven-deploy`) and deploymentClients.
+//! - `router`: the HTTP surface; `tls`: rustls, TLS 1.2/1.3, reloads.
 
+pub mod auth;
 pub mod lease;
+pub mod router;
+pub mod service;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::MysqlDatabase;
+use futures::StreamExt;
+use kube::runtime::reflector::{self, Store as Reflector};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client};
+
+use crate::leader::Leadership;
+use crate::metrics::Metrics;
+
+/// What the handlers share.
+#[derive(Clone, Debug)]
+pub struct DeployState {
+    /// The lease service.
+    pub service: service::Service,
+    /// Token reviews.
+    pub auth: auth::Authenticator,
+    /// Every MysqlDatabase (authorization).
+    pub databases: Reflector<MysqlDatabase>,
+    /// Only the leader answers.
+    pub leadership: Leadership,
+    /// Metrics.
+    pub metrics: Metrics,
+}
+
+/// Starts a reflector of every MysqlDatabase (for authorization) and waits
+/// until its first list is in.
+pub async fn database_reflector(client: Client) -> Reflector<MysqlDatabase> {
+    let (reader, writer) = reflector::store();
+    let stream = watcher(Api::<MysqlDatabase>::all(client), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    tokio::spawn(stream.for_each(|_| async {}));
+    if reader.wait_until_ready().await.is_err() {
+        tracing::warn!("the MysqlDatabase reflector stopped before its first list");
+    }
+    reader
+}
+
+/// Keeps `bloodraven_deploy_leases_active{group,kind}` current (leader only).
+pub async fn track_active_leases(service: service::Service, metrics: Metrics, leadership: Leadership) {
+    loop {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        if !leadership.is_leader() {
+            continue;
+        }
+        let Ok(slots) = service.store().all_slots().await else { continue };
+        let now = k8s_openapi::jiff::Timestamp::now();
+        metrics.deploy_leases_active.reset();
+        for (group, kind, grant) in slots {
+            let live = i64::from(grant.live(now));
+            metrics.deploy_leases_active.with_label_values(&[group.as_str(), kind.as_str()]).set(live);
+        }
+    }
+}
+
+/// Serves the deploy API over TLS on `addr` until `shutdown` resolves.
+pub async fn serve(
+    addr: SocketAddr,
+    tls: axum_server::tls_rustls::RustlsConfig,
+    state: DeployState,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let handle = axum_server::Handle::new();
+    let stopper = handle.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        stopper.graceful_shutdown(Some(Duration::from_secs(5)));
+    });
+    tracing::info!(addr = %addr, "deploy API listening (TLS)");
+    axum_server::bind_rustls(addr, tls).handle(handle).serve(router::router(state).into_make_service()).await
+}

@@ -22,7 +22,8 @@ mod sites;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bloodraven_api::names::OBSERVER_FIELD_MANAGER;
+use crate::deploy_api::lease::machine::RevokeReason;
+use bloodraven_api::names::{OBSERVER_FIELD_MANAGER, REVOKE_DEPLOYMENT_LEASES_ANNOTATION};
 use bloodraven_api::v1alpha1::{MysqlFailoverGroup, SiteHealth, reason};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -51,6 +52,7 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
     let metrics = ctx.metrics.clone();
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let leadership = ctx.leadership.clone();
+    let deploy = ctx.deploy.clone();
     let stream = watcher::watcher(api, config)
         .default_backoff()
         .reflect(writer)
@@ -61,8 +63,17 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
                 tracing::info!(group = %group.name_any(), "group deleted: its metrics and decision record are dropped");
                 if leadership.is_leader() {
                     let records = records.clone();
+                    let deploy = deploy.clone();
                     let name = group.name_any();
-                    tokio::spawn(async move { record::delete(&records, &name).await });
+                    tokio::spawn(async move {
+                        record::delete(&records, &name).await;
+                        // Tombstones live until their group is deleted.
+                        if let Some(service) = deploy
+                            && let Err(err) = service.store().forget_group(&name).await
+                        {
+                            tracing::warn!(group = %name, error = %err, "failed to delete the group's deploy leases");
+                        }
+                    });
                 }
             }
         })
@@ -122,6 +133,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
             "status showed {was}; restored activeSite={site}, topologyGeneration={generation} from the operator's decision record (status is written by the operator alone; edits to activeSite or topologyGeneration are undone)"
         ), "Restore").await;
     }
+    revoke_deploy_leases(&ctx, &group, &resolution).await?;
     let probes = sites::probe_all(&group, &ctx).await;
     let decided = match &resolution {
         decision::Resolution::Undecided { .. } => Decided::Undecided,
@@ -262,6 +274,56 @@ fn record_metrics(ctx: &Context, group: &str, generation: Option<i64>, a: &Asses
             }
         }
     }
+}
+
+/// Revokes the group's deploy leases when the generation moved past their
+/// grants (`TopologyChanged`) or a person asked with the
+/// `revoke-deployment-leases` annotation (`OperatorRevoked`, after which the
+/// annotation is removed), with one `DeploymentLeaseRevoked` Event per
+/// revoked operation.
+async fn revoke_deploy_leases(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    resolution: &decision::Resolution,
+) -> Result<(), Error> {
+    let Some(service) = ctx.deploy.as_ref() else { return Ok(()) };
+    if !matches!(resolution, decision::Resolution::At { .. }) || !ctx.leadership.is_leader() {
+        return Ok(());
+    }
+    let name = group.name_any();
+    let requested = group.annotations().contains_key(REVOKE_DEPLOYMENT_LEASES_ANNOTATION);
+    let mut revoked = service.revoke(&name, RevokeReason::TopologyChanged).await.map_err(|e| Error::deploy(&e))?;
+    if requested {
+        revoked.extend(service.revoke(&name, RevokeReason::OperatorRevoked).await.map_err(|e| Error::deploy(&e))?);
+    }
+    for t in &revoked {
+        ctx.metrics.deploy_leases_revoked_total.with_label_values(&[t.reason.as_str()]).inc();
+        tracing::warn!(group = %name, operation_id = %t.operation_id, instance = %t.instance, reason = t.reason.as_str(), generation = t.generation, "deploy lease revoked");
+        let ddl = t.ddl_state.map_or(String::new(), |d| format!("; its DDL state was {}", d.as_str()));
+        publish(
+            ctx,
+            group,
+            EventType::Warning,
+            "DeploymentLeaseRevoked",
+            format!(
+                "revoked deploy operation {} (instance {}) with reason {} at topology generation {}{ddl}",
+                t.operation_id,
+                t.instance,
+                t.reason.as_str(),
+                t.generation
+            ),
+            "RevokeDeploymentLeases",
+        )
+        .await;
+    }
+    if requested {
+        let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+        let patch = json!({"metadata": {"annotations": {REVOKE_DEPLOYMENT_LEASES_ANNOTATION: null}}});
+        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(kube_err("remove the revoke annotation"))?;
+    }
+    Ok(())
 }
 
 /// One Event per condition that changed status: Warning when a problem

@@ -2,3 +2,4 @@
 //! `coordination.k8s.io/v1` Lease objects (`store`, next).
 
 pub mod machine;
+pub mod store;

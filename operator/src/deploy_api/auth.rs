@@ -1,0 +1,200 @@
+//! Who may ask: authentication by TokenReview with the `bloodraven-deploy`
+//! audience, authorization by `MysqlDatabase.spec.deploymentClients`
+//! (lease seed, "Who is allowed to ask").
+//!
+//! - Only `Authorization: Bearer <token>`; the review must come back
+//!   authenticated, for a ServiceAccount user, with `bloodraven-deploy`
+//!   among its audiences (a review with no audiences, or only others, is
+//!   refused: the API server's default audience is not accepted).
+//! - Reviews are cached by the token's SHA-256 (never the token) for at most
+//!   `cache_ttl`, and never past the token's own `exp` claim: a token whose
+//!   expiry cannot be read is not cached at all.
+//! - A caller is authorized for `(group, instance)` when a MysqlDatabase
+//!   named `instance`, referring to `group`, lists the caller's
+//!   `(namespace, serviceAccount)`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bloodraven_api::names::DEPLOY_AUDIENCE;
+use bloodraven_api::v1alpha1::MysqlDatabase;
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use kube::ResourceExt;
+use kube::api::{Api, PostParams};
+use kube::runtime::reflector::Store;
+
+use super::lease::store::token_sha256;
+
+/// An authenticated deploy client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Caller {
+    /// The ServiceAccount's namespace.
+    pub namespace: String,
+    /// The ServiceAccount's name.
+    pub service_account: String,
+}
+
+/// Why a caller was not authenticated (the message is safe to return).
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// No usable credentials.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The TokenReview call itself failed.
+    #[error("failed to review the token: {0}")]
+    Review(#[from] kube::Error),
+}
+
+/// Token reviews with a bounded cache.
+#[derive(Clone, Debug)]
+pub struct Authenticator {
+    reviews: Api<TokenReview>,
+    cache_ttl: Duration,
+    cache: Arc<Mutex<HashMap<String, (Caller, Instant)>>>,
+}
+
+/// Seconds until the token's `exp` claim, read without verification (the
+/// TokenReview verifies); `None` when unreadable.
+fn seconds_to_expiry(token: &str, now_unix: i64) -> Option<i64> {
+    use base64::Engine as _;
+    let payload = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    Some(claims.get("exp")?.as_i64()? - now_unix)
+}
+
+/// `system:serviceaccount:<ns>:<name>` → `(ns, name)`.
+fn service_account_of(username: &str) -> Option<Caller> {
+    let rest = username.strip_prefix("system:serviceaccount:")?;
+    let (namespace, service_account) = rest.split_once(':')?;
+    if namespace.is_empty() || service_account.is_empty() || service_account.contains(':') {
+        return None;
+    }
+    Some(Caller { namespace: namespace.to_owned(), service_account: service_account.to_owned() })
+}
+
+impl Authenticator {
+    /// An authenticator using `reviews`, caching results for at most `cache_ttl`.
+    pub fn new(reviews: Api<TokenReview>, cache_ttl: Duration) -> Self {
+        Authenticator { reviews, cache_ttl, cache: Arc::default() }
+    }
+
+    /// Authenticates the value of an `Authorization` header.
+    pub async fn authenticate(&self, header: Option<&str>) -> Result<Caller, AuthError> {
+        let token =
+            header.and_then(|h| h.strip_prefix("Bearer ")).map(str::trim).filter(|t| !t.is_empty()).ok_or_else(
+                || AuthError::Unauthenticated("missing Authorization: Bearer <ServiceAccount token>".into()),
+            )?;
+        let key = token_sha256(token);
+        if let Some(caller) = self.cached(&key) {
+            return Ok(caller);
+        }
+        let review = TokenReview {
+            spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: Some(vec![DEPLOY_AUDIENCE.to_owned()]) },
+            ..TokenReview::default()
+        };
+        let status = self.reviews.create(&PostParams::default(), &review).await?.status.unwrap_or_default();
+        if status.authenticated != Some(true) {
+            return Err(AuthError::Unauthenticated(
+                "the token was not accepted (expired, revoked, or not a token of this cluster)".into(),
+            ));
+        }
+        if !status.audiences.unwrap_or_default().iter().any(|a| a == DEPLOY_AUDIENCE) {
+            return Err(AuthError::Unauthenticated(format!(
+                "the token is not for audience {DEPLOY_AUDIENCE}: request a projected token with that audience"
+            )));
+        }
+        let username = status.user.and_then(|u| u.username).unwrap_or_default();
+        let caller = service_account_of(&username)
+            .ok_or_else(|| AuthError::Unauthenticated("only ServiceAccount tokens are accepted".into()))?;
+        self.remember(key, token, &caller);
+        Ok(caller)
+    }
+
+    fn cached(&self, key: &str) -> Option<Caller> {
+        let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match cache.get(key) {
+            Some((caller, until)) if Instant::now() < *until => Some(caller.clone()),
+            Some(_) => {
+                cache.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn remember(&self, key: String, token: &str, caller: &Caller) {
+        let now_unix = k8s_openapi::jiff::Timestamp::now().as_second();
+        let Some(left) = seconds_to_expiry(token, now_unix).and_then(|s| u64::try_from(s).ok()) else { return };
+        let ttl = self.cache_ttl.min(Duration::from_secs(left));
+        if ttl.is_zero() {
+            return;
+        }
+        let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Bounded: drop expired entries when the map grows.
+        if cache.len() > 10_000 {
+            let now = Instant::now();
+            cache.retain(|_, (_, until)| *until > now);
+        }
+        cache.insert(key, (caller.clone(), Instant::now() + ttl));
+    }
+}
+
+/// Whether `caller` may coordinate `instance` on `group`.
+pub fn authorized(databases: &Store<MysqlDatabase>, caller: &Caller, group: &str, instance: &str) -> bool {
+    databases.state().iter().any(|db| {
+        db.name_any() == instance
+            && db.spec.failover_group_ref.name == group
+            && db
+                .spec
+                .deployment_clients
+                .iter()
+                .any(|c| c.namespace == caller.namespace && c.service_account == caller.service_account)
+    })
+}
+
+/// Whether `caller` is a deployment client of any MysqlDatabase of `group` (for GET).
+pub fn client_of_group(databases: &Store<MysqlDatabase>, caller: &Caller, group: &str) -> bool {
+    databases.state().iter().any(|db| {
+        db.spec.failover_group_ref.name == group
+            && db
+                .spec
+                .deployment_clients
+                .iter()
+                .any(|c| c.namespace == caller.namespace && c.service_account == caller.service_account)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_service_account_users() {
+        assert_eq!(
+            service_account_of("system:serviceaccount:ci:deployer"),
+            Some(Caller { namespace: "ci".into(), service_account: "deployer".into() })
+        );
+        for bad in [
+            "admin",
+            "system:serviceaccount:ci",
+            "system:serviceaccount::x",
+            "system:serviceaccount:a:b:c",
+            "system:node:n1",
+        ] {
+            assert_eq!(service_account_of(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn token_expiry_is_read_from_the_claims() {
+        use base64::Engine as _;
+        let claims =
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(br#"{"exp":1000,"aud":["bloodraven-deploy"]}"#);
+        let token = format!("e30.{claims}.sig");
+        assert_eq!(seconds_to_expiry(&token, 400), Some(600));
+        assert_eq!(seconds_to_expiry("not-a-jwt", 0), None);
+        assert_eq!(seconds_to_expiry("a.%%%.c", 0), None);
+    }
+}
