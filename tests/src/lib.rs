@@ -16,6 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::missing_panics_doc)]
 
 pub mod cluster;
+pub mod deploy;
 pub mod fixtures;
 pub mod operator;
 pub mod sites;

@@ -167,6 +167,18 @@ impl Operator {
         name: &str,
         timings: LeaderTimings,
     ) -> Operator {
+        Self::start_with(cluster, ns, label, name, timings, &[]).await
+    }
+
+    /// As [`Operator::start`], with extra flags.
+    pub async fn start_with(
+        cluster: &Cluster,
+        ns: &TestNamespace,
+        label: &str,
+        name: &str,
+        timings: LeaderTimings,
+        extra: &[String],
+    ) -> Operator {
         let kubeconfig = operator_kubeconfig(cluster, ns).await;
         let plain_port = free_port();
         let identity = format!("{name}-{}", crate::suffix());
@@ -187,6 +199,7 @@ impl Operator {
             .args(["--renew-deadline-seconds", &timings.renew_deadline.to_string()])
             .args(["--retry-period-seconds", &timings.retry_period.to_string()])
             .args(["--log-format", "json"])
+            .args(extra)
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

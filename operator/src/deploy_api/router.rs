@@ -209,7 +209,8 @@ fn parse<T: DeserializeOwned>(bytes: Result<Bytes, BytesRejection>) -> Result<T,
     let de = &mut serde_json::Deserializer::from_slice(&bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
-        let field = if path == "." { "body".to_owned() } else { path };
+        // serde_path_to_error says "." or "?" when no field was reached (a syntax error).
+        let field = if path == "." || path == "?" { "body".to_owned() } else { path };
         error(StatusCode::BAD_REQUEST, "invalid_request", format!("invalid {field}: {}", e.inner()))
     })
 }

@@ -67,6 +67,13 @@ pub fn facts_of(group: &MysqlFailoverGroup) -> GroupFacts {
     GroupFacts { generation: status.topology_generation, unstable_reason }
 }
 
+/// Now, to the microsecond: a Lease's `renewTime` keeps microseconds, so a
+/// grant's `expiresAt` reads back exactly as it was answered.
+fn now_micros() -> Timestamp {
+    let now = Timestamp::now();
+    Timestamp::from_microsecond(now.as_microsecond()).unwrap_or(now)
+}
+
 /// A fresh random token: 32 bytes as 64 hex characters.
 fn new_token() -> String {
     use std::fmt::Write;
@@ -129,7 +136,7 @@ impl Service {
                 Some(op) => self.store.tombstone(group, op).await?,
                 None => None,
             };
-            let outcome = decide(&read, tombstone.as_ref(), &facts, Timestamp::now());
+            let outcome = decide(&read, tombstone.as_ref(), &facts, now_micros());
             match self.store.write(group, &read, &outcome.slots, &outcome.new_tombstones).await {
                 Ok(()) => return outcome.answer.map_err(ServiceError::Refused),
                 // Someone wrote since the read: decide again on a fresh one.

@@ -1,0 +1,204 @@
+//! Deploy-API fixtures: a TLS certificate for the operator, operators with
+//! the deploy API on, deploy clients (ServiceAccounts with real projected
+//! tokens), and an HTTPS client that trusts only the test CA.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use bloodraven_api::v1alpha1::{DeploymentClient, FailoverGroupRef, MysqlDatabase, MysqlDatabaseSpec};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, ObjectMeta, PostParams};
+
+use crate::operator::LeaderTimings;
+use crate::{Cluster, Operator, TestNamespace, free_port};
+
+/// A CA and a server certificate for 127.0.0.1 signed by it.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// CA certificate (what clients trust).
+    pub ca: PathBuf,
+    /// Server certificate.
+    pub cert: PathBuf,
+    /// Server key.
+    pub key: PathBuf,
+}
+
+fn openssl(args: &[&str]) {
+    let out = Command::new("openssl").args(args).output().expect("openssl is installed");
+    assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Makes a CA and a server certificate (EC P-256) in `dir`.
+pub fn tls_files(dir: &Path) -> TlsFiles {
+    std::fs::create_dir_all(dir).unwrap();
+    let p = |f: &str| dir.join(f).to_str().unwrap().to_owned();
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &["-keyout", &p("ca.key"), "-out", &p("ca.crt"), "-days", "2", "-subj", "/CN=bloodraven-e2e-ca"],
+        ]
+        .concat(),
+    );
+    openssl(
+        &[&["req"][..], &ec, &["-keyout", &p("tls.key"), "-out", &p("tls.csr"), "-subj", "/CN=bloodraven"]].concat(),
+    );
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &p("tls.csr"),
+        "-CA",
+        &p("ca.crt"),
+        "-CAkey",
+        &p("ca.key"),
+        "-CAcreateserial",
+        "-out",
+        &p("tls.crt"),
+        "-days",
+        "2",
+        "-extfile",
+        &p("san.ext"),
+    ]);
+    TlsFiles { ca: dir.join("ca.crt"), cert: dir.join("tls.crt"), key: dir.join("tls.key") }
+}
+
+/// An operator with the deploy API on a free port.
+pub async fn start_operator(
+    cluster: &Cluster,
+    ns: &TestNamespace,
+    name: &str,
+    tls: &TlsFiles,
+    timings: LeaderTimings,
+) -> (Operator, String) {
+    let port = free_port();
+    let extra = [
+        "--deploy-api-enabled".to_owned(),
+        "--deploy-api-addr".to_owned(),
+        format!("127.0.0.1:{port}"),
+        "--tls-cert-file".to_owned(),
+        tls.cert.to_str().unwrap().to_owned(),
+        "--tls-key-file".to_owned(),
+        tls.key.to_str().unwrap().to_owned(),
+        "--tls-reload-seconds".to_owned(),
+        "1".to_owned(),
+    ];
+    let op = Operator::start_with(cluster, ns, &ns.name, name, timings, &extra).await;
+    (op, format!("https://127.0.0.1:{port}/deploy/v1"))
+}
+
+/// An HTTPS client trusting only `ca`.
+pub fn client(ca: &Path) -> reqwest::Client {
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(ca).unwrap()).unwrap();
+    reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(ca)
+        .timeout(std::time::Duration::from_secs(20))
+        .build()
+        .unwrap()
+}
+
+/// Creates ServiceAccount `name` in `namespace` (idempotent).
+pub async fn service_account(cluster: &Cluster, namespace: &str, name: &str) {
+    let api: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), namespace);
+    let sa = ServiceAccount {
+        metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
+        ..ServiceAccount::default()
+    };
+    match api.create(&PostParams::default(), &sa).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("failed to create ServiceAccount {namespace}/{name}: {e}"),
+    }
+}
+
+/// A real projected token of `namespace/name` for `audiences` (empty: the
+/// API server's default audience).
+pub async fn token(cluster: &Cluster, namespace: &str, name: &str, audiences: &[&str]) -> String {
+    let api: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), namespace);
+    let req = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: audiences.iter().map(|a| (*a).to_owned()).collect(),
+            expiration_seconds: Some(3600),
+            ..TokenRequestSpec::default()
+        },
+        ..TokenRequest::default()
+    };
+    api.create_token_request(name, &PostParams::default(), &req).await.unwrap().status.unwrap().token
+}
+
+/// Creates MysqlDatabase `name` in `namespace` on `group` with `clients`.
+pub async fn database(cluster: &Cluster, namespace: &str, name: &str, group: &str, clients: &[(&str, &str)]) {
+    let api: Api<MysqlDatabase> = Api::namespaced(cluster.client.clone(), namespace);
+    let db = MysqlDatabase::new(
+        name,
+        MysqlDatabaseSpec {
+            failover_group_ref: FailoverGroupRef { name: group.into() },
+            schema: "counter".into(),
+            deployment_clients: clients
+                .iter()
+                .map(|(ns, sa)| DeploymentClient { namespace: (*ns).into(), service_account: (*sa).into() })
+                .collect(),
+        },
+    );
+    api.create(&PostParams::default(), &db).await.unwrap();
+}
+
+/// A response: status and JSON body (`null` when empty or not JSON).
+#[derive(Debug)]
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// Body.
+    pub body: serde_json::Value,
+}
+
+/// Sends `method url` with a bearer token and an optional JSON body.
+pub async fn call(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    token: &str,
+    body: Option<serde_json::Value>,
+) -> Reply {
+    let mut req = http.request(method, url).bearer_auth(token);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    Reply { status, body: serde_json::from_str(&text).unwrap_or(serde_json::Value::Null) }
+}
+
+/// A real, correctly signed ServiceAccount token whose `exp` has passed:
+/// signed with the control plane's service-account key, claims as the API
+/// server issues them.
+pub fn expired_token(namespace: &str, name: &str, uid: &str) -> String {
+    use base64::Engine as _;
+    let b64 = |v: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v);
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let header = serde_json::json!({"alg": "RS256", "typ": "JWT"});
+    let claims = serde_json::json!({
+        "iss": "https://kubernetes.default.svc.cluster.local",
+        "sub": format!("system:serviceaccount:{namespace}:{name}"),
+        "aud": ["bloodraven-deploy"],
+        "iat": now - 7200, "nbf": now - 7200, "exp": now - 3600,
+        "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": name, "uid": uid}},
+    });
+    let signing_input = format!("{}.{}", b64(header.to_string().as_bytes()), b64(claims.to_string().as_bytes()));
+    let key = crate::e2e_dir().join("control-plane/pki/sa.key");
+    let mut child = Command::new("openssl")
+        .args(["dgst", "-sha256", "-sign", key.to_str().unwrap()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), signing_input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    format!("{signing_input}.{}", b64(&out.stdout))
+}

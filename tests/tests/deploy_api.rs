@@ -1,0 +1,316 @@
+//! The deploy API against real components: real TLS, real TokenReview with
+//! real projected tokens, real Lease objects, the real operator binary.
+//! Each row of DESIGN.md's table, refusals included.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
+
+use std::time::Duration;
+
+use bloodraven_e2e::deploy::{self, Reply, call};
+use bloodraven_e2e::fixtures::{Scenario, has_condition, wait_event, wait_status};
+use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::wait::wait_for;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use reqwest::Method;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+
+struct Env {
+    sc: Scenario,
+    _op: bloodraven_e2e::Operator,
+    log: std::path::PathBuf,
+    base: String,
+    http: reqwest::Client,
+    token: String,
+    group: String,
+}
+
+async fn env(prefix: &str) -> Env {
+    let sc = Scenario::start(prefix, 0, LeaderTimings::default()).await;
+    let tls = deploy::tls_files(&sc.pair.dir().join("tls"));
+    let (op, base) = deploy::start_operator(&sc.cluster, &sc.ns, "op", &tls, LeaderTimings::default()).await;
+    let group = sc.bootstrapped_group("g").await;
+    deploy::service_account(&sc.cluster, &sc.ns.name, "deployer").await;
+    deploy::database(&sc.cluster, &sc.ns.name, "counter-app", &group, &[(&sc.ns.name, "deployer")]).await;
+    let token = deploy::token(&sc.cluster, &sc.ns.name, "deployer", &["bloodraven-deploy"]).await;
+    let http = deploy::client(&tls.ca);
+    let log = op.log.clone();
+    Env { sc, _op: op, log, base, http, token, group }
+}
+
+impl Env {
+    fn url(&self, path: &str) -> String {
+        format!("{}/groups/{}{path}", self.base, self.group)
+    }
+
+    async fn get(&self) -> Reply {
+        // The MysqlDatabase reflector may lag the create by a moment.
+        wait_for("GET to be authorized", T, || async {
+            let r = call(&self.http, Method::GET, &self.url(""), &self.token, None).await;
+            if r.status == 403 { Err(format!("{r:?}")) } else { Ok(r) }
+        })
+        .await
+    }
+
+    async fn post(&self, kind: &str, op: &str, ttl: u32) -> Reply {
+        let body = json!({"kind": kind, "operationId": op, "instance": "counter-app", "ttlSeconds": ttl});
+        call(&self.http, Method::POST, &self.url("/leases"), &self.token, Some(body)).await
+    }
+
+    async fn put(&self, kind: &str, op: &str, token: &str) -> Reply {
+        call(
+            &self.http,
+            Method::PUT,
+            &self.url(&format!("/leases/{kind}/{op}")),
+            &self.token,
+            Some(json!({"token": token})),
+        )
+        .await
+    }
+
+    async fn delete(&self, kind: &str, op: &str, token: &str) -> Reply {
+        call(
+            &self.http,
+            Method::DELETE,
+            &self.url(&format!("/leases/{kind}/{op}")),
+            &self.token,
+            Some(json!({"token": token})),
+        )
+        .await
+    }
+}
+
+fn token_of(r: &Reply) -> String {
+    r.body["token"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn the_seed_flow_and_every_refusal() {
+    let e = env("deploy").await;
+
+    let g = e.get().await;
+    assert_eq!(g.status, 200, "{g:?}");
+    assert_eq!(g.body["activeSite"], "iad");
+    assert_eq!(g.body["topologyGeneration"], 1);
+    assert_eq!(g.body["stable"], true);
+    assert_eq!(g.body["leases"], json!([]));
+    assert!(g.body["health"].is_array() && g.body["operations"].is_array());
+
+    // Migration first: 201 with every field, ttl clamped.
+    let m = e.post("migration", "op-1", 500).await;
+    assert_eq!(m.status, 201, "{m:?}");
+    for f in ["kind", "operationId", "instance", "token", "expiresAt", "ttlSeconds", "topologyGeneration"] {
+        assert!(!m.body[f].is_null(), "missing {f}: {m:?}");
+    }
+    assert_eq!(m.body["ttlSeconds"], 120);
+    assert_eq!(m.body["topologyGeneration"], 1);
+    let m_token = token_of(&m);
+
+    // A second pipeline: 409 held with the holder.
+    let other = e.post("migration", "op-2", 30).await;
+    assert_eq!((other.status, other.body["error"].as_str()), (409, Some("held")), "{other:?}");
+    assert_eq!(other.body["holder"]["operationId"], "op-1");
+    assert_eq!(other.body["holder"]["instance"], "counter-app");
+    assert_eq!(other.body["holder"]["expiresAt"], m.body["expiresAt"]);
+
+    // A hold without the mutex: 403; with it: 201.
+    assert_eq!(e.post("failover-hold", "op-2", 30).await.status, 403);
+    let h = e.post("failover-hold", "op-1", 1).await;
+    assert_eq!(h.status, 201, "{h:?}");
+    assert_eq!(h.body["ttlSeconds"], 5, "clamped up to 5");
+    let h_token = token_of(&h);
+
+    // A repeat POST rotates the token: 200, the old token stops working.
+    let again = e.post("migration", "op-1", 30).await;
+    assert_eq!(again.status, 200, "{again:?}");
+    let new_token = token_of(&again);
+    assert_ne!(new_token, m_token);
+    let stale = e.put("migration", "op-1", &m_token).await;
+    assert_eq!((stale.status, stale.body["error"].as_str()), (403, Some("token_mismatch")), "{stale:?}");
+    let renewed = e.put("migration", "op-1", &new_token).await;
+    assert_eq!(renewed.status, 200, "{renewed:?}");
+    assert_eq!(renewed.body["topologyGeneration"], 1);
+    assert!(renewed.body["expiresAt"].is_string());
+
+    // The GET lists both leases, never a token.
+    let g = e.get().await;
+    let leases = g.body["leases"].as_array().unwrap();
+    assert_eq!(leases.len(), 2, "{g:?}");
+    assert!(!g.body.to_string().contains(&new_token) && !g.body.to_string().contains(&h_token));
+
+    // Unknown operation: 404 expired.
+    let unknown = e.put("migration", "op-9", &new_token).await;
+    assert_eq!((unknown.status, unknown.body["error"].as_str()), (404, Some("expired")), "{unknown:?}");
+
+    // Release: wrong token 403; right token 204, and the hold goes with the mutex.
+    assert_eq!(e.delete("migration", "op-1", "wrong").await.status, 403);
+    let released = e.delete("migration", "op-1", &new_token).await;
+    assert_eq!(released.status, 204, "{released:?}");
+    assert_eq!(e.get().await.body["leases"], json!([]));
+    assert_eq!(e.delete("migration", "op-1", &new_token).await.status, 404);
+    assert_eq!(e.put("failover-hold", "op-1", &h_token).await.status, 404, "the hold was released with the mutex");
+
+    // Tokens never reach the log; every request is logged as "deploy api".
+    let log = std::fs::read_to_string(&e.log).unwrap();
+    for t in [&m_token, &new_token, &h_token, &e.token] {
+        assert!(!log.contains(t.as_str()), "a token reached the log");
+    }
+    assert!(log.contains(r#""msg":"deploy api""#) && log.contains(r#""operationId":"op-1""#), "{log}");
+}
+
+#[tokio::test]
+async fn revocation_by_annotation_and_by_generation_leaves_tombstones() {
+    let e = env("revoke").await;
+    e.get().await;
+    let m = e.post("migration", "op-r", 60).await;
+    assert_eq!(m.status, 201, "{m:?}");
+    let r = call(
+        &e.http,
+        Method::PUT,
+        &e.url("/leases/migration/op-r"),
+        &e.token,
+        Some(json!({"token": token_of(&m), "ddlState": "started"})),
+    )
+    .await;
+    assert_eq!(r.status, 200, "{r:?}");
+
+    // A person revokes by annotation.
+    let groups = e.sc.cluster.groups();
+    let patch = json!({"metadata": {"annotations": {"bloodraven.shipstream.io/revoke-deployment-leases": "now"}}});
+    groups.patch(&e.group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let revoked = wait_for("the lease to be revoked", T, || async {
+        let r = e.put("migration", "op-r", &token_of(&m)).await;
+        if r.status == 409 { Ok(r) } else { Err(format!("{r:?}")) }
+    })
+    .await;
+    assert_eq!(revoked.body["error"], "revoked");
+    assert_eq!(revoked.body["reason"], "OperatorRevoked");
+    assert_eq!(revoked.body["topologyGeneration"], 1);
+    let note = wait_event(&e.sc.cluster, &e.group, "DeploymentLeaseRevoked").await;
+    assert!(note.contains("op-r") && note.contains("started"), "{note}");
+    wait_for("the annotation to be removed", T, || async {
+        let g = groups.get(&e.group).await.map_err(|e| e.to_string())?;
+        if g.metadata.annotations.unwrap_or_default().contains_key("bloodraven.shipstream.io/revoke-deployment-leases")
+        {
+            Err("still there".into())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+
+    // Another operation takes the mutex; the revoked one retries: still revoked (tombstone).
+    let m2 = e.post("migration", "op-s", 60).await;
+    assert_eq!(m2.status, 201, "{m2:?}");
+    let retry = e.post("migration", "op-r", 60).await;
+    assert_eq!((retry.status, retry.body["error"].as_str()), (409, Some("revoked")), "{retry:?}");
+
+    // The topology moves (as a failover decision would: record, then status):
+    // every lease of the group is revoked with TopologyChanged.
+    let records: Api<ConfigMap> = Api::namespaced(e.sc.cluster.client.clone(), &e.sc.ns.name);
+    let record = records
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|c| c.data.as_ref().is_some_and(|d| d.get("group") == Some(&e.group)))
+        .unwrap();
+    let name = record.metadata.name.clone().unwrap();
+    records
+        .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"data": {"topologyGeneration": "2"}})))
+        .await
+        .unwrap();
+    groups
+        .patch_status(&e.group, &PatchParams::default(), &Patch::Merge(json!({"status": {"topologyGeneration": 2}})))
+        .await
+        .unwrap();
+    let moved = wait_for("TopologyChanged", T, || async {
+        let r = e.put("migration", "op-s", &token_of(&m2)).await;
+        if r.status == 409 { Ok(r) } else { Err(format!("{r:?}")) }
+    })
+    .await;
+    assert_eq!(moved.body["reason"], "TopologyChanged", "{moved:?}");
+    assert_eq!(moved.body["topologyGeneration"], 2);
+    let fresh = e.post("migration", "op-t", 60).await;
+    assert_eq!((fresh.status, &fresh.body["topologyGeneration"]), (201, &json!(2)), "{fresh:?}");
+}
+
+#[tokio::test]
+async fn an_unstable_group_answers_423_and_never_extends() {
+    let e = env("unstable").await;
+    e.get().await;
+    let m = e.post("migration", "op-u", 30).await;
+    assert_eq!(m.status, 201, "{m:?}");
+    e.sc.pair.sql("pdx", "STOP SLAVE SQL_THREAD");
+    wait_status(&e.sc.cluster, &e.group, "ReplicationNotRunning", T, |s| {
+        has_condition(s, "ReplicationNotRunning", "True", None)
+    })
+    .await;
+    let r = e.put("migration", "op-u", &token_of(&m)).await;
+    assert_eq!((r.status, r.body["error"].as_str()), (423, Some("unstable")), "{r:?}");
+    assert!(r.body["retryAfterSeconds"].as_u64().is_some_and(|s| s > 0), "{r:?}");
+    let g = e.get().await;
+    assert_eq!(g.body["stable"], false);
+    assert_eq!(g.body["unstableReason"], "ReplicationNotRunning");
+    assert_eq!(g.body["leases"][0]["expiresAt"], m.body["expiresAt"], "a 423 never moves the deadline");
+    assert_eq!(e.post("migration", "op-v", 30).await.status, 423);
+    e.sc.pair.sql("pdx", "START SLAVE SQL_THREAD");
+}
+
+#[tokio::test]
+async fn malformed_oversized_and_unauthenticated_requests() {
+    let e = env("badinput").await;
+    e.get().await;
+    let raw = |body: &str| {
+        let req = e
+            .http
+            .post(e.url("/leases"))
+            .bearer_auth(&e.token)
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status().as_u16();
+            (status, serde_json::from_str::<serde_json::Value>(&resp.text().await.unwrap()).unwrap_or_default())
+        }
+    };
+    for (body, field) in [
+        ("{not json", "body"),
+        (r#"{"kind":"other","operationId":"a","instance":"counter-app","ttlSeconds":30}"#, "kind"),
+        (r#"{"kind":"migration","operationId":"has space","instance":"counter-app","ttlSeconds":30}"#, "operationId"),
+        (r#"{"kind":"migration","operationId":"a","instance":"counter-app"}"#, "ttlSeconds"),
+        (r#"{"kind":"migration","operationId":"a","instance":"counter-app","ttlSeconds":-1}"#, "ttlSeconds"),
+        (r#"{"kind":"migration","operationId":"a","instance":"counter-app","ttlSeconds":30,"extra":1}"#, "extra"),
+        (
+            &format!(
+                r#"{{"kind":"migration","operationId":"{}","instance":"counter-app","ttlSeconds":30}}"#,
+                "x".repeat(129)
+            ),
+            "operationId",
+        ),
+    ] {
+        let (status, b) = raw(body).await;
+        assert_eq!(status, 400, "{body}: {b}");
+        assert_eq!(b["error"], "invalid_request", "{body}");
+        assert!(b["message"].as_str().unwrap().contains(field), "{body}: message must name {field}: {b}");
+    }
+    let (status, b) = raw(&format!(
+        r#"{{"kind":"migration","operationId":"a","instance":"{}","ttlSeconds":30}}"#,
+        "x".repeat(70 * 1024)
+    ))
+    .await;
+    assert_eq!((status, b["error"].as_str()), (413, Some("payload_too_large")), "{b}");
+    let bad_kind = e.put("hold", "a", "t").await;
+    assert_eq!((bad_kind.status, bad_kind.body["error"].as_str()), (400, Some("invalid_request")));
+
+    for token in ["", "not-a-token"] {
+        let r = call(&e.http, Method::GET, &e.url(""), token, None).await;
+        assert_eq!((r.status, r.body["error"].as_str()), (401, Some("unauthenticated")), "{token:?}: {r:?}");
+    }
+    let r = e.http.get(e.url("")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 401, "no Authorization header");
+}
