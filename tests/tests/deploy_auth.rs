@@ -1,0 +1,135 @@
+//! Who may ask: the TokenReview audience matrix and deploymentClients
+//! authorization with real projected tokens; only the leader answers; TLS
+//! 1.2+ only, with a certificate reloaded without a restart.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
+
+use std::time::Duration;
+
+use bloodraven_e2e::deploy::{self, call};
+use bloodraven_e2e::fixtures::Scenario;
+use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::wait::wait_for;
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::Api;
+use reqwest::Method;
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn the_audience_matrix() {
+    let sc = Scenario::start("aud", 0, LeaderTimings::default()).await;
+    let tls = deploy::tls_files(&sc.pair.dir().join("tls"));
+    let (_op, base) = deploy::start_operator(&sc.cluster, &sc.ns, "op", &tls, LeaderTimings::default()).await;
+    let group = sc.bootstrapped_group("g").await;
+    let other_group = sc.bootstrapped_group("h").await;
+    let ns = sc.ns.name.clone();
+    let other_ns = sc.cluster.namespace("aud-other").await;
+    for (n, sa) in [(&ns, "deployer"), (&ns, "stranger"), (&other_ns.name, "deployer")] {
+        deploy::service_account(&sc.cluster, n, sa).await;
+    }
+    // counter-app lists ns/deployer; elsewhere-app lists only other-ns/deployer;
+    // other-group-app lists ns/deployer but belongs to the other group.
+    deploy::database(&sc.cluster, &ns, "counter-app", &group, &[(&ns, "deployer")]).await;
+    deploy::database(&sc.cluster, &ns, "elsewhere-app", &group, &[(&other_ns.name, "deployer")]).await;
+    deploy::database(&sc.cluster, &ns, "other-group-app", &other_group, &[(&ns, "deployer")]).await;
+    let http = deploy::client(&tls.ca);
+    let post = |token: String, instance: &'static str, op: &'static str| {
+        let url = format!("{base}/groups/{group}/leases");
+        let http = http.clone();
+        async move {
+            let body = json!({"kind": "migration", "operationId": op, "instance": instance, "ttlSeconds": 10});
+            call(&http, Method::POST, &url, &token, Some(body)).await
+        }
+    };
+    let right = deploy::token(&sc.cluster, &ns, "deployer", &["bloodraven-deploy"]).await;
+    let r = wait_for("the right token to be granted", T, || async {
+        let r = post(right.clone(), "counter-app", "aud-1").await;
+        if r.status == 201 { Ok(r) } else { Err(format!("{r:?}")) }
+    })
+    .await;
+    assert_eq!(r.status, 201);
+
+    let default_audience = deploy::token(&sc.cluster, &ns, "deployer", &[]).await;
+    let other_audience = deploy::token(&sc.cluster, &ns, "deployer", &["some-other-service"]).await;
+    let both_audiences =
+        deploy::token(&sc.cluster, &ns, "deployer", &["some-other-service", "bloodraven-deploy"]).await;
+    let sas: Api<ServiceAccount> = Api::namespaced(sc.cluster.client.clone(), &ns);
+    let uid = sas.get("deployer").await.unwrap().metadata.uid.unwrap();
+    let expired = deploy::expired_token(&ns, "deployer", &uid);
+    for (what, token) in [
+        ("the API server's default audience", default_audience),
+        ("another audience", other_audience),
+        ("an expired token", expired),
+    ] {
+        let r = post(token, "counter-app", "aud-2").await;
+        assert_eq!((r.status, r.body["error"].as_str()), (401, Some("unauthenticated")), "{what}: {r:?}");
+    }
+    // A token for several audiences, bloodraven-deploy among them, is accepted (409: the mutex is held).
+    assert_eq!(post(both_audiences, "counter-app", "aud-3").await.status, 409);
+
+    let stranger = deploy::token(&sc.cluster, &ns, "stranger", &["bloodraven-deploy"]).await;
+    let r = post(stranger, "counter-app", "aud-4").await;
+    assert_eq!((r.status, r.body["error"].as_str()), (403, Some("forbidden")), "a ServiceAccount not listed: {r:?}");
+    let r = post(right.clone(), "elsewhere-app", "aud-5").await;
+    assert_eq!(r.status, 403, "listed only in another namespace: {r:?}");
+    let other_ns_token = deploy::token(&sc.cluster, &other_ns.name, "deployer", &["bloodraven-deploy"]).await;
+    let r = post(other_ns_token, "counter-app", "aud-6").await;
+    assert_eq!(r.status, 403, "same name, another namespace: {r:?}");
+    let r = post(right.clone(), "other-group-app", "aud-7").await;
+    assert_eq!(r.status, 403, "a MysqlDatabase of another group: {r:?}");
+    let r = call(&http, Method::GET, &format!("{base}/groups/no-such-group"), &right, None).await;
+    assert_eq!(r.status, 403, "not a client of an unknown group: {r:?}");
+    deploy::database(&sc.cluster, &ns, "ghost-app", "no-such-group", &[(&ns, "deployer")]).await;
+    let r = wait_for("group_not_found", T, || async {
+        let r = call(&http, Method::GET, &format!("{base}/groups/no-such-group"), &right, None).await;
+        if r.status == 404 { Ok(r) } else { Err(format!("{r:?}")) }
+    })
+    .await;
+    assert_eq!(r.body["error"], "group_not_found");
+}
+
+#[tokio::test]
+async fn only_the_leader_answers_and_tls_is_1_2_or_later_with_reload() {
+    let sc = Scenario::start("follower", 0, LeaderTimings::default()).await;
+    let tls = deploy::tls_files(&sc.pair.dir().join("tls"));
+    let (a, base_a) = deploy::start_operator(&sc.cluster, &sc.ns, "a", &tls, LeaderTimings::default()).await;
+    let group = sc.bootstrapped_group("g").await;
+    let (_b, base_b) = deploy::start_operator(&sc.cluster, &sc.ns, "b", &tls, LeaderTimings::default()).await;
+    deploy::service_account(&sc.cluster, &sc.ns.name, "deployer").await;
+    deploy::database(&sc.cluster, &sc.ns.name, "counter-app", &group, &[(&sc.ns.name, "deployer")]).await;
+    let token = deploy::token(&sc.cluster, &sc.ns.name, "deployer", &["bloodraven-deploy"]).await;
+    let http = deploy::client(&tls.ca);
+    // a started first and leads (it bootstrapped the group); b follows.
+    assert!(a.metrics().await.unwrap().lines().any(|l| l == "bloodraven_leader 1"));
+    let r = call(&http, Method::GET, &format!("{base_b}/groups/{group}"), &token, None).await;
+    assert_eq!((r.status, r.body["error"].as_str()), (503, Some("not_leader")), "{r:?}");
+
+    // TLS 1.1 is refused; 1.2 and 1.3 are served.
+    let port = base_a.trim_start_matches("https://127.0.0.1:").split('/').next().unwrap().to_owned();
+    let s_client = |flag: &str| {
+        std::process::Command::new("openssl")
+            .args(["s_client", "-connect", &format!("127.0.0.1:{port}"), flag])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    assert!(!s_client("-tls1_1"), "TLS 1.1 must be refused");
+    assert!(s_client("-tls1_2") && s_client("-tls1_3"));
+
+    // A new certificate from another CA replaces the files: served without a restart.
+    let renewed = deploy::tls_files(&sc.pair.dir().join("tls-renewed"));
+    std::fs::copy(&renewed.key, &tls.key).unwrap();
+    std::fs::copy(&renewed.cert, &tls.cert).unwrap();
+    let new_client = deploy::client(&renewed.ca);
+    wait_for("the renewed certificate to be served", T, || async {
+        match new_client.get(format!("{base_a}/groups/{group}")).bearer_auth(&token).send().await {
+            Ok(r) => Ok(r.status().as_u16()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+}
