@@ -156,7 +156,9 @@ pub struct Reply {
     pub body: serde_json::Value,
 }
 
-/// Sends `method url` with a bearer token and an optional JSON body.
+/// Sends `method url` with a bearer token and an optional JSON body, and
+/// checks the answer against `docs/deploy-api.openapi.yaml` (status
+/// documented for the operation, body valid against its schema).
 pub async fn call(
     http: &reqwest::Client,
     method: reqwest::Method,
@@ -164,14 +166,63 @@ pub async fn call(
     token: &str,
     body: Option<serde_json::Value>,
 ) -> Reply {
-    let mut req = http.request(method, url).bearer_auth(token);
+    let mut req = http.request(method.clone(), url).bearer_auth(token);
     if let Some(b) = body {
         req = req.json(&b);
     }
     let resp = req.send().await.unwrap();
     let status = resp.status().as_u16();
     let text = resp.text().await.unwrap();
-    Reply { status, body: serde_json::from_str(&text).unwrap_or(serde_json::Value::Null) }
+    let reply = Reply { status, body: serde_json::from_str(&text).unwrap_or(serde_json::Value::Null) };
+    check_contract(&method, url, status, &text, &reply.body);
+    reply
+}
+
+fn contract() -> &'static serde_json::Value {
+    static CONTRACT: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
+    CONTRACT.get_or_init(|| {
+        let text = std::fs::read_to_string(crate::repo_root().join("docs/deploy-api.openapi.yaml")).unwrap();
+        serde_saphyr::from_str(&text).unwrap()
+    })
+}
+
+/// Inlines every local `$ref` (the contract has no cycles).
+fn resolve(v: &serde_json::Value, root: &serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(map) => {
+            if let Some(serde_json::Value::String(r)) = map.get("$ref") {
+                let target = root.pointer(r.trim_start_matches('#')).unwrap_or_else(|| panic!("dangling $ref {r}"));
+                return resolve(target, root);
+            }
+            serde_json::Value::Object(map.iter().map(|(k, v)| (k.clone(), resolve(v, root))).collect())
+        }
+        serde_json::Value::Array(items) => serde_json::Value::Array(items.iter().map(|v| resolve(v, root)).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Panics unless the contract documents `status` for this call and `body` fits its schema.
+pub fn check_contract(method: &reqwest::Method, url: &str, status: u16, text: &str, body: &serde_json::Value) {
+    let path = url.split("/deploy/v1/groups/").nth(1).unwrap_or_default();
+    let template = match path.split('/').count() {
+        1 => "/deploy/v1/groups/{group}",
+        2 => "/deploy/v1/groups/{group}/leases",
+        4 => "/deploy/v1/groups/{group}/leases/{kind}/{operationId}",
+        _ => return, // not an API path: the router's 404 fallback
+    };
+    let root = contract();
+    let op = &root["paths"][template][method.as_str().to_ascii_lowercase()];
+    assert!(!op.is_null(), "{method} {template} is not in the contract");
+    let response = resolve(&op["responses"][status.to_string()], root);
+    assert!(!response.is_null(), "{method} {template} answered {status}, which the contract does not document: {text}");
+    let schema = &response["content"]["application/json"]["schema"];
+    if schema.is_null() {
+        assert!(text.is_empty(), "{method} {template} {status} must have no body: {text}");
+        return;
+    }
+    let validator = jsonschema::validator_for(schema).unwrap();
+    let errors: Vec<String> = validator.iter_errors(body).map(|e| format!("{}: {e}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "{method} {template} {status} breaks the contract: {errors:?}\nbody: {text}");
 }
 
 /// A real, correctly signed ServiceAccount token whose `exp` has passed:

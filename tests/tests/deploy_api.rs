@@ -275,7 +275,10 @@ async fn malformed_oversized_and_unauthenticated_requests() {
         async move {
             let resp = req.send().await.unwrap();
             let status = resp.status().as_u16();
-            (status, serde_json::from_str::<serde_json::Value>(&resp.text().await.unwrap()).unwrap_or_default())
+            let text = resp.text().await.unwrap();
+            let body = serde_json::from_str::<serde_json::Value>(&text).unwrap_or_default();
+            deploy::check_contract(&Method::POST, "/deploy/v1/groups/g/leases", status, &text, &body);
+            (status, body)
         }
     };
     for (body, field) in [

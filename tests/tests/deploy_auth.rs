@@ -97,17 +97,31 @@ async fn only_the_leader_answers_and_tls_is_1_2_or_later_with_reload() {
     let (a, base_a) = deploy::start_operator(&sc.cluster, &sc.ns, "a", &tls, LeaderTimings::default()).await;
     let group = sc.bootstrapped_group("g").await;
     let (_b, base_b) = deploy::start_operator(&sc.cluster, &sc.ns, "b", &tls, LeaderTimings::default()).await;
+    let _keep = &a;
     deploy::service_account(&sc.cluster, &sc.ns.name, "deployer").await;
     deploy::database(&sc.cluster, &sc.ns.name, "counter-app", &group, &[(&sc.ns.name, "deployer")]).await;
     let token = deploy::token(&sc.cluster, &sc.ns.name, "deployer", &["bloodraven-deploy"]).await;
     let http = deploy::client(&tls.ca);
-    // a started first and leads (it bootstrapped the group); b follows.
-    assert!(a.metrics().await.unwrap().lines().any(|l| l == "bloodraven_leader 1"));
-    let r = call(&http, Method::GET, &format!("{base_b}/groups/{group}"), &token, None).await;
+    // Whoever holds the leader Lease answers; the other says not_leader.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(sc.cluster.client.clone(), &sc.ns.name);
+    let holder = wait_for("a leader", T, || async {
+        let l = leases.get("bloodraven-leader").await.map_err(|e| e.to_string())?;
+        l.spec.and_then(|s| s.holder_identity).ok_or_else(|| "no holder".to_owned())
+    })
+    .await;
+    let (leader_base, follower_base) = if holder == a.identity { (&base_a, &base_b) } else { (&base_b, &base_a) };
+    let r = call(&http, Method::GET, &format!("{follower_base}/groups/{group}"), &token, None).await;
     assert_eq!((r.status, r.body["error"].as_str()), (503, Some("not_leader")), "{r:?}");
+    let r = wait_for("the leader to answer", T, || async {
+        let r = call(&http, Method::GET, &format!("{leader_base}/groups/{group}"), &token, None).await;
+        if r.status == 200 { Ok(r) } else { Err(format!("{r:?}")) }
+    })
+    .await;
+    assert_eq!(r.body["activeSite"], "iad");
 
     // TLS 1.1 is refused; 1.2 and 1.3 are served.
-    let port = base_a.trim_start_matches("https://127.0.0.1:").split('/').next().unwrap().to_owned();
+    let port = leader_base.trim_start_matches("https://127.0.0.1:").split('/').next().unwrap().to_owned();
     let s_client = |flag: &str| {
         std::process::Command::new("openssl")
             .args(["s_client", "-connect", &format!("127.0.0.1:{port}"), flag])
@@ -126,7 +140,7 @@ async fn only_the_leader_answers_and_tls_is_1_2_or_later_with_reload() {
     std::fs::copy(&renewed.cert, &tls.cert).unwrap();
     let new_client = deploy::client(&renewed.ca);
     wait_for("the renewed certificate to be served", T, || async {
-        match new_client.get(format!("{base_a}/groups/{group}")).bearer_auth(&token).send().await {
+        match new_client.get(format!("{leader_base}/groups/{group}")).bearer_auth(&token).send().await {
             Ok(r) => Ok(r.status().as_u16()),
             Err(e) => Err(e.to_string()),
         }
