@@ -7,7 +7,8 @@
 #   hack/playground.sh up     build what is missing, start, bootstrap, print the env
 #   hack/playground.sh down   stop every process of the playground
 #
-#   BLOODRAVEN_PLAYGROUND_PLAIN_PORT  operator metrics/health port (default 8082)
+#   BLOODRAVEN_PLAYGROUND_PLAIN_PORT   operator metrics/health port (default 8082)
+#   BLOODRAVEN_PLAYGROUND_DEPLOY_PORT  deploy API TLS port (default 8443)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -93,10 +94,25 @@ current-context: playground
 KUBECONFIG
   umask 022
 
+  # The deploy API's certificate: a playground CA and a server certificate
+  # for 127.0.0.1/localhost (in a cluster: the auxiliary.escrowTLS Secret).
+  if [ ! -f "$pg/tls/tls.crt" ]; then
+    mkdir -p "$pg/tls"
+    local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+    openssl req -x509 "${ec[@]}" -keyout "$pg/tls/ca.key" -out "$pg/tls/ca.crt" -days 365 -subj /CN=bloodraven-playground-ca 2>/dev/null
+    openssl req "${ec[@]}" -keyout "$pg/tls/tls.key" -out "$pg/tls/tls.csr" -subj /CN=bloodraven 2>/dev/null
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > "$pg/tls/san.ext"
+    openssl x509 -req -in "$pg/tls/tls.csr" -CA "$pg/tls/ca.crt" -CAkey "$pg/tls/ca.key" -CAcreateserial \
+      -out "$pg/tls/tls.crt" -days 365 -extfile "$pg/tls/san.ext" 2>/dev/null
+  fi
+
   stop_operator
   local plain_port=${BLOODRAVEN_PLAYGROUND_PLAIN_PORT:-8082}
+  local deploy_port=${BLOODRAVEN_PLAYGROUND_DEPLOY_PORT:-8443}
   KUBECONFIG="$pg/operator.kubeconfig" setsid nohup "$target/debug/bloodraven-operator" \
     --namespace "$ns" --plain-addr "127.0.0.1:$plain_port" --log-format json \
+    --deploy-api-enabled --deploy-api-addr "127.0.0.1:$deploy_port" \
+    --tls-cert-file "$pg/tls/tls.crt" --tls-key-file "$pg/tls/tls.key" \
     >> "$pg/logs/operator.log" 2>&1 < /dev/null &
   echo $! > "$pg/pids/operator.pid"
 
@@ -160,6 +176,8 @@ YAML
 export KUBECONFIG=$pg/control-plane/kubeconfig
 export PATH=$bin:\$PATH
 export BLOODRAVEN_PLAIN_URL=http://127.0.0.1:$plain_port
+export BLOODRAVEN_URL=https://127.0.0.1:$deploy_port
+export BLOODRAVEN_CA=$pg/tls/ca.crt
 ENV
   kubectl get mysqlfailovergroups
   echo
@@ -167,6 +185,11 @@ ENV
   echo "source $pg/env"
   cat "$pg/env"
   echo "# try: kubectl get mfg playground -o yaml; curl -s \$BLOODRAVEN_PLAIN_URL/metrics | grep ^bloodraven_"
+  echo
+  echo "# the deploy API, as the pipeline ServiceAccount counter-app/deployer (see docs/deploy-api.md):"
+  echo 'TOKEN=$(kubectl -n counter-app create token deployer --audience bloodraven-deploy)'
+  echo 'curl -s --cacert "$BLOODRAVEN_CA" -H "Authorization: Bearer $TOKEN" "$BLOODRAVEN_URL/deploy/v1/groups/playground"'
+  echo 'curl -s --cacert "$BLOODRAVEN_CA" -H "Authorization: Bearer $TOKEN" -X POST "$BLOODRAVEN_URL/deploy/v1/groups/playground/leases" -d '"'"'{"kind":"migration","operationId":"op-1","instance":"counter-app","ttlSeconds":30}'"'"' -w " %{http_code}\n"'
   echo "# stop everything: make playground-down"
 }
 
