@@ -67,7 +67,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         let service = deploy_api::service::Service::new(
             deploy_api::lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
             Api::all(client.clone()),
-        );
+        )
+        .with_group_cache(deploy_api::group_reflector(client.clone(), &config.group_selector).await);
         let state = deploy_api::DeployState {
             service: service.clone(),
             auth: deploy_api::auth::Authenticator::new(

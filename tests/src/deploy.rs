@@ -87,6 +87,11 @@ pub async fn start_operator(
         "1".to_owned(),
     ];
     let op = Operator::start_with(cluster, ns, &ns.name, name, timings, &extra).await;
+    // The listener opens once the operator's caches are filled.
+    crate::wait_for("the deploy API listener", std::time::Duration::from_secs(60), || async {
+        tokio::net::TcpStream::connect(("127.0.0.1", port)).await.map(drop).map_err(|e| e.to_string())
+    })
+    .await;
     (op, format!("https://127.0.0.1:{port}/deploy/v1"))
 }
 

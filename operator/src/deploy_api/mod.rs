@@ -57,6 +57,23 @@ pub async fn database_reflector(client: Client) -> Reflector<MysqlDatabase> {
     reader
 }
 
+/// A watch cache of the groups this operator manages (`selector`), for the
+/// renewal fast path; ready once its first list is in.
+pub async fn group_reflector(
+    client: Client,
+    selector: &str,
+) -> Reflector<bloodraven_api::v1alpha1::MysqlFailoverGroup> {
+    let (reader, writer) = reflector::store();
+    let config =
+        if selector.is_empty() { watcher::Config::default() } else { watcher::Config::default().labels(selector) };
+    let stream = watcher(Api::all(client), config).default_backoff().reflect(writer).touched_objects();
+    tokio::spawn(stream.for_each(|_| async {}));
+    if reader.wait_until_ready().await.is_err() {
+        tracing::warn!("the MysqlFailoverGroup reflector stopped before its first list");
+    }
+    reader
+}
+
 /// Keeps `bloodraven_deploy_leases_active{group,kind}` current (leader only).
 pub async fn track_active_leases(service: service::Service, metrics: Metrics, leadership: Leadership) {
     loop {

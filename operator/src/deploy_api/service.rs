@@ -11,6 +11,7 @@ use bloodraven_api::deploy::{DdlState, LeaseKind};
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
+use kube::runtime::reflector::{ObjectRef, Store as Reflector};
 
 use super::lease::machine::{self, Grant, Granted, GroupFacts, Outcome, Refusal, RevokeReason, Slots, Tombstone};
 use super::lease::store::{Read, Store, StoreError, token_sha256};
@@ -54,6 +55,8 @@ pub struct GroupState {
 pub struct Service {
     store: Store,
     groups: Api<MysqlFailoverGroup>,
+    /// A watch cache of groups, for the renewal fast path's generation check.
+    cache: Option<Reflector<MysqlFailoverGroup>>,
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
@@ -86,7 +89,16 @@ fn new_token() -> String {
 impl Service {
     /// A service over `store`, reading groups from `groups`.
     pub fn new(store: Store, groups: Api<MysqlFailoverGroup>) -> Self {
-        Service { store, groups, locks: Arc::default() }
+        Service { store, groups, cache: None, locks: Arc::default() }
+    }
+
+    /// Uses `cache` for the group's generation and stability on the renewal
+    /// fast path. A cache lagging a generation change by a watch delay is
+    /// covered by the reconciler, which revokes on every change it sees.
+    #[must_use]
+    pub fn with_group_cache(mut self, cache: Reflector<MysqlFailoverGroup>) -> Self {
+        self.cache = Some(cache);
+        self
     }
 
     fn lock(&self, group: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -166,7 +178,10 @@ impl Service {
         Ok((granted, token))
     }
 
-    /// PUT: renews a lease.
+    /// PUT: renews a lease. The common case (a live lease of this operation,
+    /// the right token, an unchanged generation, a stable group) costs one
+    /// Lease read and one compare-and-swap write; anything else takes the
+    /// full path, which also reads the other slot and the tombstone.
     pub async fn renew(
         &self,
         group: &str,
@@ -176,6 +191,10 @@ impl Service {
         ddl_state: Option<DdlState>,
     ) -> Result<(Grant, i64), ServiceError> {
         let hash = token_sha256(token);
+        if let Some(grant) = self.renew_fast(group, kind, operation_id, &hash, ddl_state).await? {
+            let generation = grant.generation;
+            return Ok((grant, generation));
+        }
         let grant = self
             .transact(group, Some(operation_id), |read, tomb, facts, now| {
                 machine::renew(&read.slots, tomb, facts, kind, operation_id, &hash, ddl_state, now)
@@ -183,6 +202,40 @@ impl Service {
             .await?;
         let generation = grant.generation;
         Ok((grant, generation))
+    }
+
+    async fn renew_fast(
+        &self,
+        group: &str,
+        kind: LeaseKind,
+        operation_id: &str,
+        hash: &str,
+        ddl_state: Option<DdlState>,
+    ) -> Result<Option<Grant>, ServiceError> {
+        let Some(cache) = &self.cache else { return Ok(None) };
+        let Some(cached) = cache.get(&ObjectRef::new(group)) else { return Ok(None) };
+        let facts = facts_of(&cached);
+        let lock = self.lock(group);
+        let _guard = lock.lock().await;
+        let read = self.store.read_kind(group, kind).await?;
+        let now = now_micros();
+        let fits = read.slots.get(kind).is_some_and(|g| {
+            g.live(now)
+                && g.operation_id == operation_id
+                && machine::constant_time_eq(g.token_sha256.as_bytes(), hash.as_bytes())
+                && facts.generation == Some(g.generation)
+                && facts.unstable_reason.is_none()
+        });
+        if !fits {
+            return Ok(None);
+        }
+        let outcome = machine::renew(&read.slots, None, &facts, kind, operation_id, hash, ddl_state, now);
+        let Ok(grant) = outcome.answer else { return Ok(None) };
+        match self.store.write(group, &read, &outcome.slots, &[]).await {
+            Ok(()) => Ok(Some(grant)),
+            Err(StoreError::Conflict) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// DELETE: releases a lease (the mutex takes the operation's hold with it).

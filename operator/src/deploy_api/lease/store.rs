@@ -189,6 +189,19 @@ impl Store {
         Ok(Read { slots, migration, hold })
     }
 
+    /// Reads only the slot of `kind` (the renewal fast path); the other slot
+    /// reads as absent and is left alone by [`Store::write`].
+    pub async fn read_kind(&self, group: &str, kind: LeaseKind) -> Result<Read, StoreError> {
+        let lease = self.api.get_opt(&slot_name(group, kind)).await.map_err(kube_err("read a"))?;
+        let mut read = Read::default();
+        *read.slots.get_mut(kind) = lease.as_ref().and_then(decode_grant);
+        match kind {
+            LeaseKind::Migration => read.migration = lease,
+            LeaseKind::FailoverHold => read.hold = lease,
+        }
+        Ok(read)
+    }
+
     /// The tombstone of `operation_id` in `group`, if it was revoked.
     pub async fn tombstone(&self, group: &str, operation_id: &str) -> Result<Option<Tombstone>, StoreError> {
         let lease =
