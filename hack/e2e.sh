@@ -6,6 +6,7 @@
 #
 #   hack/e2e.sh [ARGS]           run the suite; ARGS go to `cargo test` after `--`
 #   hack/e2e.sh --figures        instead print the scale figures (tests/src/bin/scale-figures.rs)
+#   hack/e2e.sh --bench          instead run the deploy-API renewal benchmark (tests/src/bin/deploy-bench.rs)
 #   E2E_TEST_THREADS             parallel tests (default 3)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -29,7 +30,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [ "${1:-}" = "--figures" ]; then
+if [ "${1:-}" = "--figures" ] || [ "${1:-}" = "--bench" ]; then
   # Figures are of the release build users run.
   cargo build --locked --release -p bloodraven-operator
   export BLOODRAVEN_OPERATOR_BIN="$target/release/bloodraven-operator"
@@ -40,6 +41,8 @@ fi
 rm -rf "$dir/logs"
 if [ "${1:-}" = "--figures" ]; then
   cargo run --locked --release -p bloodraven-e2e --bin scale-figures
+elif [ "${1:-}" = "--bench" ]; then
+  cargo run --locked --release -p bloodraven-e2e --bin deploy-bench
 else
   cargo test --locked -p bloodraven-e2e -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
 fi

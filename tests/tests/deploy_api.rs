@@ -20,7 +20,7 @@ const T: Duration = Duration::from_secs(60);
 
 struct Env {
     sc: Scenario,
-    _op: bloodraven_e2e::Operator,
+    op: bloodraven_e2e::Operator,
     log: std::path::PathBuf,
     base: String,
     http: reqwest::Client,
@@ -38,7 +38,7 @@ async fn env(prefix: &str) -> Env {
     let token = deploy::token(&sc.cluster, &sc.ns.name, "deployer", &["bloodraven-deploy"]).await;
     let http = deploy::client(&tls.ca);
     let log = op.log.clone();
-    Env { sc, _op: op, log, base, http, token, group }
+    Env { sc, op, log, base, http, token, group }
 }
 
 impl Env {
@@ -135,11 +135,32 @@ async fn the_seed_flow_and_every_refusal() {
     assert_eq!(renewed.body["topologyGeneration"], 1);
     assert!(renewed.body["expiresAt"].is_string());
 
+    // The active-lease gauge follows (it is refreshed every 5 s).
+    wait_for("bloodraven_deploy_leases_active", T, || async {
+        let m = e.op.metrics().await?;
+        let want = format!("bloodraven_deploy_leases_active{{group=\"{}\",kind=\"failover-hold\"}} 1", e.group);
+        if m.contains(&want) {
+            Ok(())
+        } else {
+            Err(m.lines().filter(|l| l.contains("leases_active")).collect::<Vec<_>>().join("; "))
+        }
+    })
+    .await;
+
     // The GET lists both leases, never a token.
     let g = e.get().await;
     let leases = g.body["leases"].as_array().unwrap();
     assert_eq!(leases.len(), 2, "{g:?}");
     assert!(!g.body.to_string().contains(&new_token) && !g.body.to_string().contains(&h_token));
+
+    // Leases hold token hashes, never tokens.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(e.sc.cluster.client.clone(), &e.sc.ns.name);
+    let stored = serde_json::to_string(&leases.list(&kube::api::ListParams::default()).await.unwrap()).unwrap();
+    assert!(stored.contains("bloodraven.shipstream.io/token-sha256"));
+    for t in [&m_token, &new_token, &h_token] {
+        assert!(!stored.contains(t.as_str()), "a token was stored in a Lease");
+    }
 
     // Unknown operation: 404 expired.
     let unknown = e.put("migration", "op-9", &new_token).await;
@@ -316,4 +337,42 @@ async fn malformed_oversized_and_unauthenticated_requests() {
     }
     let r = e.http.get(e.url("")).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 401, "no Authorization header");
+}
+
+#[tokio::test]
+async fn restarting_the_operator_releases_and_resets_nothing() {
+    let mut e = env("restartd").await;
+    e.get().await;
+    let m = e.post("migration", "op-k", 120).await;
+    assert_eq!(m.status, 201, "{m:?}");
+    assert!(e.op.stop().await, "SIGTERM must end the operator cleanly");
+    let tls = bloodraven_e2e::deploy::TlsFiles {
+        ca: e.sc.pair.dir().join("tls/ca.crt"),
+        cert: e.sc.pair.dir().join("tls/tls.crt"),
+        key: e.sc.pair.dir().join("tls/tls.key"),
+    };
+    let (op, base) = deploy::start_operator(&e.sc.cluster, &e.sc.ns, "op2", &tls, LeaderTimings::default()).await;
+    e.op = op;
+    e.base = base;
+    let r = wait_for("the restarted operator to renew the same lease", T, || async {
+        let r = e.put("migration", "op-k", &token_of(&m)).await;
+        if r.status == 200 { Ok(r) } else { Err(format!("{r:?}")) }
+    })
+    .await;
+    assert_eq!(r.body["topologyGeneration"], 1);
+    let held = e.post("migration", "op-l", 30).await;
+    assert_eq!((held.status, held.body["holder"]["operationId"].as_str()), (409, Some("op-k")), "{held:?}");
+}
+
+#[tokio::test]
+async fn the_operator_refuses_to_serve_the_deploy_api_without_tls_files() {
+    let out = tokio::process::Command::new(bloodraven_e2e::operator::operator_bin())
+        .args(["--deploy-api-enabled", "--plain-addr", "127.0.0.1:0"])
+        .env("KUBECONFIG", bloodraven_e2e::e2e_dir().join("control-plane/kubeconfig"))
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let text = String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("--tls-cert-file"), "{text}");
 }

@@ -289,6 +289,27 @@ pub fn create(
     Outcome { slots: out, new_tombstones: tombstones, answer: Ok(Granted { grant, created }) }
 }
 
+/// The live grant of `kind` that `operation_id` holds with this token, or
+/// why not: revoked (tombstone), expired (no live grant of that operation),
+/// or a token mismatch. Shared by renewal and release.
+fn held<'a>(
+    slots: &'a Slots,
+    tombstone: Option<&Tombstone>,
+    kind: LeaseKind,
+    operation_id: &str,
+    token_sha256: &str,
+    now: Timestamp,
+) -> Result<&'a Grant, Refusal> {
+    if let Some(t) = tombstone {
+        return Err(Refusal::Revoked(t.clone()));
+    }
+    let grant = slots.get(kind).filter(|g| g.live(now) && g.operation_id == operation_id).ok_or(Refusal::Expired)?;
+    if !constant_time_eq(grant.token_sha256.as_bytes(), token_sha256.as_bytes()) {
+        return Err(Refusal::TokenMismatch);
+    }
+    Ok(grant)
+}
+
 /// Decides a PUT (renewal).
 #[allow(clippy::too_many_arguments)]
 pub fn renew(
@@ -301,15 +322,10 @@ pub fn renew(
     ddl_state: Option<DdlState>,
     now: Timestamp,
 ) -> Outcome<Grant> {
-    if let Some(t) = tombstone {
-        return refuse(slots, Refusal::Revoked(t.clone()));
-    }
-    let Some(grant) = slots.get(kind).filter(|g| g.live(now) && g.operation_id == operation_id) else {
-        return refuse(slots, Refusal::Expired);
+    let grant = match held(slots, tombstone, kind, operation_id, token_sha256, now) {
+        Ok(g) => g,
+        Err(r) => return refuse(slots, r),
     };
-    if !constant_time_eq(grant.token_sha256.as_bytes(), token_sha256.as_bytes()) {
-        return refuse(slots, Refusal::TokenMismatch);
-    }
     if let Some(generation) = facts.generation
         && generation != grant.generation
     {
@@ -346,14 +362,8 @@ pub fn release(
     token_sha256: &str,
     now: Timestamp,
 ) -> Outcome<()> {
-    if let Some(t) = tombstone {
-        return refuse(slots, Refusal::Revoked(t.clone()));
-    }
-    let Some(grant) = slots.get(kind).filter(|g| g.live(now) && g.operation_id == operation_id) else {
-        return refuse(slots, Refusal::Expired);
-    };
-    if !constant_time_eq(grant.token_sha256.as_bytes(), token_sha256.as_bytes()) {
-        return refuse(slots, Refusal::TokenMismatch);
+    if let Err(r) = held(slots, tombstone, kind, operation_id, token_sha256, now) {
+        return refuse(slots, r);
     }
     let mut out = slots.clone();
     *out.get_mut(kind) = None;
