@@ -180,8 +180,9 @@ impl Service {
 
     /// PUT: renews a lease. The common case (a live lease of this operation,
     /// the right token, an unchanged generation, a stable group) costs one
-    /// Lease read and one compare-and-swap write; anything else takes the
-    /// full path, which also reads the other slot and the tombstone.
+    /// compare-and-swap write against the Lease as this process last wrote
+    /// it (one read first when it has no copy); anything else, a failed CAS
+    /// included, takes the full path, which reads both slots and the tombstone.
     pub async fn renew(
         &self,
         group: &str,
@@ -217,7 +218,10 @@ impl Service {
         let facts = facts_of(&cached);
         let lock = self.lock(group);
         let _guard = lock.lock().await;
-        let read = self.store.read_kind(group, kind).await?;
+        let read = match self.store.remembered(group, kind) {
+            Some(read) => read,
+            None => self.store.read_kind(group, kind).await?,
+        };
         let now = now_micros();
         let fits = read.slots.get(kind).is_some_and(|g| {
             g.live(now)

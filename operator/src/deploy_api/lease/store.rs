@@ -15,7 +15,8 @@
 //! read, so two writers (two replicas, or a leader change) can never both
 //! grant the mutex: the loser gets [`StoreError::Conflict`] and decides again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use bloodraven_api::deploy::{DdlState, LeaseKind};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -99,6 +100,10 @@ pub struct Read {
 #[derive(Clone, Debug)]
 pub struct Store {
     api: Api<Lease>,
+    /// Slot Leases as this process last wrote or read them, by name. Used
+    /// only by the renewal fast path: a stale entry makes the
+    /// compare-and-swap fail, which drops the entry and takes the full path.
+    written: Arc<Mutex<HashMap<String, Lease>>>,
 }
 
 fn annotations(lease: &Lease) -> BTreeMap<String, String> {
@@ -177,7 +182,7 @@ fn decode_tombstone(lease: &Lease) -> Option<Tombstone> {
 impl Store {
     /// A store over `api` (the operator's namespace).
     pub fn new(api: Api<Lease>) -> Self {
-        Store { api }
+        Store { api, written: Arc::default() }
     }
 
     /// Reads both slots of `group`.
@@ -228,17 +233,37 @@ impl Store {
             }
             let lease = encode_slot(group, kind, base.as_ref(), slots.get(kind));
             let pp = PostParams::default();
-            match base {
-                None => self.api.create(&pp, &lease).await.map(drop).map_err(kube_err("create a"))?,
-                Some(_) => self
-                    .api
-                    .replace(&slot_name(group, kind), &pp, &lease)
-                    .await
-                    .map(drop)
-                    .map_err(kube_err("update a"))?,
+            let name = slot_name(group, kind);
+            let written = match base {
+                None => self.api.create(&pp, &lease).await.map_err(kube_err("create a")),
+                Some(_) => self.api.replace(&name, &pp, &lease).await.map_err(kube_err("update a")),
+            };
+            let mut cache = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match written {
+                Ok(l) => {
+                    cache.insert(name, l);
+                }
+                Err(e) => {
+                    cache.remove(&name);
+                    return Err(e);
+                }
             }
         }
         Ok(())
+    }
+
+    /// The slot of `kind` as this process last wrote it, if it remembers
+    /// (the renewal fast path: no read at all; a stale copy fails the CAS).
+    pub fn remembered(&self, group: &str, kind: LeaseKind) -> Option<Read> {
+        let cache = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let lease = cache.get(&slot_name(group, kind))?.clone();
+        let mut read = Read::default();
+        *read.slots.get_mut(kind) = decode_grant(&lease);
+        match kind {
+            LeaseKind::Migration => read.migration = Some(lease),
+            LeaseKind::FailoverHold => read.hold = Some(lease),
+        }
+        Some(read)
     }
 
     async fn create_tombstone(&self, group: &str, t: &Tombstone) -> Result<(), StoreError> {
