@@ -187,7 +187,7 @@ async fn admit(state: &DeployState, headers: &HeaderMap) -> Result<Caller, Respo
         Ok(caller) => Ok(caller),
         Err(AuthError::Unauthenticated(m)) => Err(error(StatusCode::UNAUTHORIZED, "unauthenticated", m)),
         Err(AuthError::Review(e)) => {
-            tracing::warn!(error = %e, "token review failed");
+            tracing::warn!(error = %e, "TokenReview request failed");
             Err(error(StatusCode::SERVICE_UNAVAILABLE, "review_failed", "the token could not be reviewed; retry"))
         }
     }
@@ -380,53 +380,88 @@ async fn lease_call<T: DeserializeOwned>(
     Ok((kind, req, instance.unwrap_or_default()))
 }
 
+/// A PUT or DELETE body: both carry the lease token.
+trait LeaseBody: DeserializeOwned {
+    fn token(&self) -> &str;
+}
+
+impl LeaseBody for RenewRequest {
+    fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+impl LeaseBody for ReleaseRequest {
+    fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+/// PUT and DELETE: admission, parsing, authorization and the token check,
+/// then `act`, then the log line and metrics.
+async fn lease_handler<T, F, Fut>(
+    state: DeployState,
+    (group, kind, operation_id): (String, String, String),
+    headers: HeaderMap,
+    bytes: Result<Bytes, BytesRejection>,
+    handler: &'static str,
+    act: F,
+) -> Response
+where
+    T: LeaseBody,
+    F: FnOnce(DeployState, String, LeaseKind, String, T) -> Fut,
+    Fut: std::future::Future<Output = Result<Response, Response>>,
+{
+    let started = Instant::now();
+    let result = lease_call::<T>(&state, &headers, &group, &kind, &operation_id, bytes).await;
+    let instance = result.as_ref().map(|(_, _, i)| i.clone()).unwrap_or_default();
+    let response = match result {
+        Ok((kind, req, _)) => match check_token(req.token()) {
+            Ok(()) => act(state.clone(), group.clone(), kind, operation_id.clone(), req).await,
+            Err(r) => Err(r),
+        },
+        Err(r) => Err(r),
+    };
+    let done = Done { handler, group: &group, instance: &instance, operation_id: &operation_id, started };
+    done.finish(&state, response.unwrap_or_else(|r| r))
+}
+
 async fn renew_lease(
     State(state): State<DeployState>,
-    Path((group, kind, operation_id)): Path<(String, String, String)>,
+    Path(path): Path<(String, String, String)>,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let started = Instant::now();
-    let result = lease_call::<RenewRequest>(&state, &headers, &group, &kind, &operation_id, bytes).await;
-    let instance = result.as_ref().map(|(_, _, i)| i.clone()).unwrap_or_default();
-    let done =
-        Done { handler: "renew_lease", group: &group, instance: &instance, operation_id: &operation_id, started };
-    let response = async {
-        let (kind, req, _) = result?;
-        check_token(&req.token)?;
+    lease_handler(state, path, headers, bytes, "renew_lease", |state, group, kind, op, req: RenewRequest| async move {
         let (grant, generation) = state
             .service
-            .renew(&group, kind, &operation_id, &req.token, req.ddl_state)
+            .renew(&group, kind, &op, &req.token, req.ddl_state)
             .await
             .map_err(|e| service_error(e, &group))?;
-        Ok(body(
-            StatusCode::OK,
-            &RenewResponse { expires_at: grant.expires_at().to_string(), topology_generation: generation },
-        ))
-    }
-    .await;
-    done.finish(&state, response.unwrap_or_else(|r| r))
+        let renewed = RenewResponse { expires_at: grant.expires_at().to_string(), topology_generation: generation };
+        Ok(body(StatusCode::OK, &renewed))
+    })
+    .await
 }
 
 async fn release_lease(
     State(state): State<DeployState>,
-    Path((group, kind, operation_id)): Path<(String, String, String)>,
+    Path(path): Path<(String, String, String)>,
     headers: HeaderMap,
     bytes: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let started = Instant::now();
-    let result = lease_call::<ReleaseRequest>(&state, &headers, &group, &kind, &operation_id, bytes).await;
-    let instance = result.as_ref().map(|(_, _, i)| i.clone()).unwrap_or_default();
-    let done =
-        Done { handler: "release_lease", group: &group, instance: &instance, operation_id: &operation_id, started };
-    let response = async {
-        let (kind, req, _) = result?;
-        check_token(&req.token)?;
-        state.service.release(&group, kind, &operation_id, &req.token).await.map_err(|e| service_error(e, &group))?;
-        Ok(StatusCode::NO_CONTENT.into_response())
-    }
-    .await;
-    done.finish(&state, response.unwrap_or_else(|r| r))
+    lease_handler(
+        state,
+        path,
+        headers,
+        bytes,
+        "release_lease",
+        |state, group, kind, op, req: ReleaseRequest| async move {
+            state.service.release(&group, kind, &op, &req.token).await.map_err(|e| service_error(e, &group))?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        },
+    )
+    .await
 }
 
 #[cfg(test)]
