@@ -86,6 +86,12 @@ pub struct Config {
     #[arg(long, env = "BLOODRAVEN_TLS_RELOAD_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub tls_reload_seconds: u64,
 
+    /// Most open connections the deploy API accepts at once; more are closed
+    /// at accept (with header and body timeouts, this bounds what idle or
+    /// slow clients can hold).
+    #[arg(long, env = "BLOODRAVEN_DEPLOY_API_MAX_CONNECTIONS", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub deploy_api_max_connections: u64,
+
     /// Longest time, in seconds, a TokenReview result is reused (never past
     /// the token's own expiry; 0 disables the cache).
     #[arg(long, env = "BLOODRAVEN_TOKEN_REVIEW_CACHE_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=300))]

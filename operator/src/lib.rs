@@ -81,7 +81,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         };
         tokio::spawn(deploy_api::track_active_leases(service.clone(), metrics.clone(), leadership.clone()));
         let addr = config.deploy_api_addr;
-        let server = deploy_api::serve(addr, tls, state, stopped(stop_rx.clone()));
+        let server = deploy_api::serve(
+            addr,
+            tls,
+            usize::try_from(config.deploy_api_max_connections).unwrap_or(512),
+            state,
+            stopped(stop_rx.clone()),
+        );
         tokio::spawn(async move {
             if let Err(err) = server.await {
                 tracing::error!(addr = %addr, error = %err, "the deploy API listener failed");

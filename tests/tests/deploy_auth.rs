@@ -147,3 +147,50 @@ async fn only_the_leader_answers_and_tls_is_1_2_or_later_with_reload() {
     })
     .await;
 }
+
+/// Idle connections cannot hold the operator: connections are limited, and a
+/// connection that never finishes its TLS handshake is closed within 5 s.
+#[tokio::test]
+async fn idle_connections_are_limited_and_timed_out() {
+    let sc = Scenario::start("slowloris", 0, LeaderTimings::default()).await;
+    let tls = deploy::tls_files(&sc.pair.dir().join("tls"));
+    let port = bloodraven_e2e::free_port();
+    let extra: Vec<String> = [
+        "--deploy-api-enabled",
+        "--deploy-api-addr",
+        &format!("127.0.0.1:{port}"),
+        "--deploy-api-max-connections",
+        "4",
+        "--tls-cert-file",
+        tls.cert.to_str().unwrap(),
+        "--tls-key-file",
+        tls.key.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    let op =
+        bloodraven_e2e::Operator::start_with(&sc.cluster, &sc.ns, &sc.ns.name, "op", LeaderTimings::default(), &extra)
+            .await;
+    let url = format!("https://127.0.0.1:{port}/deploy/v1/groups/x");
+    let http = deploy::client(&tls.ca);
+    wait_for("the listener", T, || async { http.get(&url).send().await.map(drop).map_err(|e| e.to_string()) }).await;
+
+    // Four idle TCP connections that never start TLS take every slot…
+    let mut idle = Vec::new();
+    for _ in 0..4 {
+        idle.push(tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fresh = deploy::client(&tls.ca);
+    assert!(fresh.get(&url).send().await.is_err(), "a fifth connection must be refused while four are open");
+    assert_eq!(op.plain_status("/healthz").await, Ok(200), "health stays up");
+    // …until the handshake timeout closes them.
+    let freed = std::time::Instant::now();
+    wait_for("the idle connections to be closed", Duration::from_secs(20), || async {
+        fresh.get(&url).send().await.map(|r| r.status().as_u16()).map_err(|e| e.to_string())
+    })
+    .await;
+    println!("figure: idle connections closed after {:.1}s", freed.elapsed().as_secs_f64());
+    drop(idle);
+}

@@ -11,6 +11,7 @@
 
 pub mod auth;
 pub mod lease;
+pub mod limits;
 pub mod router;
 pub mod service;
 pub mod tls;
@@ -91,10 +92,12 @@ pub async fn track_active_leases(service: service::Service, metrics: Metrics, le
     }
 }
 
-/// Serves the deploy API over TLS on `addr` until `shutdown` resolves.
+/// Serves the deploy API over TLS on `addr` until `shutdown` resolves, with
+/// at most `max_connections` open connections and the timeouts of [`limits`].
 pub async fn serve(
     addr: SocketAddr,
     tls: axum_server::tls_rustls::RustlsConfig,
+    max_connections: usize,
     state: DeployState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -105,5 +108,10 @@ pub async fn serve(
         stopper.graceful_shutdown(Some(Duration::from_secs(5)));
     });
     tracing::info!(addr = %addr, "deploy API listening (TLS)");
-    axum_server::bind_rustls(addr, tls).handle(handle).serve(router::router(state).into_make_service()).await
+    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
+        .handshake_timeout(limits::HANDSHAKE_TIMEOUT)
+        .acceptor(limits::LimitAcceptor::new(max_connections));
+    let mut server = axum_server::bind(addr).acceptor(acceptor).handle(handle);
+    server.http_builder().http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits::HEADER_TIMEOUT);
+    server.serve(router::router(state).into_make_service()).await
 }

@@ -12,9 +12,8 @@
 use std::time::Instant;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::body::Body;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -25,10 +24,10 @@ use bloodraven_api::deploy::{
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::DeployState;
 use super::auth::{AuthError, Caller, authorized, client_of_group};
-use super::lease::machine::{Refusal, UNSTABLE_RETRY_AFTER_SECONDS};
+use super::lease::machine::{Refusal, RevokeReason, UNSTABLE_RETRY_AFTER_SECONDS};
 use super::service::ServiceError;
+use super::{DeployState, limits};
 
 /// Longest accepted token in a PUT/DELETE body.
 const MAX_TOKEN_LEN: usize = 512;
@@ -39,18 +38,25 @@ pub fn router(state: DeployState) -> Router {
         .route("/deploy/v1/groups/{group}", get(get_group))
         .route("/deploy/v1/groups/{group}/leases", post(create_lease))
         .route("/deploy/v1/groups/{group}/leases/{kind}/{operation_id}", put(renew_lease).delete(release_lease))
-        .fallback(|| async { error(StatusCode::NOT_FOUND, "not_found", "no such deploy API path") })
-        .method_not_allowed_fallback(|| async {
-            error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this path")
-        })
-        // Checked in the handlers, so a too-large body gets a JSON 413.
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
+}
+
+async fn not_found(State(state): State<DeployState>) -> Response {
+    let done = Done { handler: "not_found", group: "", instance: "", operation_id: "", started: Instant::now() };
+    done.finish(&state, error(StatusCode::NOT_FOUND, "not_found", "no such deploy API path"))
+}
+
+async fn method_not_allowed(State(state): State<DeployState>) -> Response {
+    let done =
+        Done { handler: "method_not_allowed", group: "", instance: "", operation_id: "", started: Instant::now() };
+    done.finish(&state, error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this path"))
 }
 
 /// A JSON error response.
 pub fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    body(
+    json_response(
         status,
         &ErrorBody {
             error: code.to_owned(),
@@ -63,7 +69,7 @@ pub fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Resp
     )
 }
 
-fn body<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
+fn json_response<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], serde_json::to_string(value).unwrap_or_default())
         .into_response()
 }
@@ -121,8 +127,12 @@ fn refusal(r: Refusal) -> Response {
         }
         Refusal::Revoked(t) => {
             e.error = "revoked".into();
+            let why = match t.reason {
+                RevokeReason::TopologyChanged => "the primary moved: stop, and do not reconnect to the new primary",
+                RevokeReason::OperatorRevoked => "an operator revoked every deploy lease of the group: stop",
+            };
             e.message = format!(
-                "operation {} was revoked ({}) at topology generation {}: stop, and do not reconnect to the new primary",
+                "operation {} was revoked ({}) at topology generation {}; {why}",
                 t.operation_id,
                 t.reason.as_str(),
                 t.generation
@@ -154,7 +164,7 @@ fn refusal(r: Refusal) -> Response {
             StatusCode::FORBIDDEN
         }
     };
-    body(status, &e)
+    json_response(status, &e)
 }
 
 fn service_error(err: ServiceError, group: &str) -> Response {
@@ -193,19 +203,39 @@ async fn admit(state: &DeployState, headers: &HeaderMap) -> Result<Caller, Respo
     }
 }
 
-/// Parses a JSON body, naming the offending field on error.
-fn parse<T: DeserializeOwned>(bytes: Result<Bytes, BytesRejection>) -> Result<T, Response> {
-    let bytes = bytes.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
-            )
-        } else {
-            error(StatusCode::BAD_REQUEST, "invalid_request", "failed to read the request body")
+/// Reads the body — only after the caller is authenticated — within
+/// [`limits::BODY_TIMEOUT`] and [`MAX_BODY_BYTES`], and parses it as JSON,
+/// naming the offending field on error.
+async fn parse<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T, Response> {
+    let too_large = || {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
+        )
+    };
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return Err(too_large());
+    }
+    let bytes = match tokio::time::timeout(limits::BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+        Err(_) => {
+            return Err(error(
+                StatusCode::REQUEST_TIMEOUT,
+                "request_timeout",
+                "the request body did not arrive in time",
+            ));
         }
-    })?;
+        Ok(Err(e)) => {
+            return Err(if e.into_inner().downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                too_large()
+            } else {
+                error(StatusCode::BAD_REQUEST, "invalid_request", "failed to read the request body")
+            });
+        }
+        Ok(Ok(bytes)) => bytes,
+    };
     let de = &mut serde_json::Deserializer::from_slice(&bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -277,7 +307,7 @@ async fn get_group(State(state): State<DeployState>, Path(group): Path<String>, 
             .filter(|p| !matches!(p.phase.as_str(), "Completed" | "Failed"))
             .map(|p| json!({"type": "PlannedFailover", "requestId": p.request_id, "targetSite": p.target_site, "phase": p.phase}))
             .collect();
-        Ok(body(StatusCode::OK, &json!({
+        Ok(json_response(StatusCode::OK, &json!({
             "group": group,
             "activeSite": status.active_site,
             "topologyGeneration": status.topology_generation,
@@ -296,7 +326,7 @@ async fn create_lease(
     State(state): State<DeployState>,
     Path(group): Path<String>,
     headers: HeaderMap,
-    bytes: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     let mut done =
         Done { handler: "create_lease", group: &group, instance: "", operation_id: "", started: Instant::now() };
@@ -304,7 +334,7 @@ async fn create_lease(
         Ok(c) => c,
         Err(r) => return done.finish(&state, r),
     };
-    let req: CreateLeaseRequest = match parse(bytes) {
+    let req: CreateLeaseRequest = match parse(&headers, body).await {
         Ok(r) => r,
         Err(r) => return done.finish(&state, r),
     };
@@ -332,7 +362,7 @@ async fn create_lease(
             .map_err(|e| service_error(e, &group))?;
         let g = &granted.grant;
         let status = if granted.created { StatusCode::CREATED } else { StatusCode::OK };
-        Ok(body(
+        Ok(json_response(
             status,
             &LeaseGrant {
                 kind: req.kind,
@@ -356,11 +386,11 @@ async fn lease_call<T: DeserializeOwned>(
     group: &str,
     kind: &str,
     operation_id: &str,
-    bytes: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<(LeaseKind, T, String), Response> {
     let caller = admit(state, headers).await?;
     let kind = check_path(group, Some(kind), Some(operation_id))?.ok_or_else(|| invalid("kind", "missing"))?;
-    let req: T = parse(bytes)?;
+    let req: T = parse(headers, body).await?;
     let instance = state.service.instance_of(group, kind, operation_id).await.map_err(|e| service_error(e, group))?;
     // Unknown operations answer 404 only to a caller who is a client of the group at all.
     let allowed = match &instance {
@@ -403,7 +433,7 @@ async fn lease_handler<T, F, Fut>(
     state: DeployState,
     (group, kind, operation_id): (String, String, String),
     headers: HeaderMap,
-    bytes: Result<Bytes, BytesRejection>,
+    body: Body,
     handler: &'static str,
     act: F,
 ) -> Response
@@ -413,7 +443,7 @@ where
     Fut: std::future::Future<Output = Result<Response, Response>>,
 {
     let started = Instant::now();
-    let result = lease_call::<T>(&state, &headers, &group, &kind, &operation_id, bytes).await;
+    let result = lease_call::<T>(&state, &headers, &group, &kind, &operation_id, body).await;
     let instance = result.as_ref().map(|(_, _, i)| i.clone()).unwrap_or_default();
     let response = match result {
         Ok((kind, req, _)) => match check_token(req.token()) {
@@ -430,16 +460,16 @@ async fn renew_lease(
     State(state): State<DeployState>,
     Path(path): Path<(String, String, String)>,
     headers: HeaderMap,
-    bytes: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
-    lease_handler(state, path, headers, bytes, "renew_lease", |state, group, kind, op, req: RenewRequest| async move {
+    lease_handler(state, path, headers, body, "renew_lease", |state, group, kind, op, req: RenewRequest| async move {
         let (grant, generation) = state
             .service
             .renew(&group, kind, &op, &req.token, req.ddl_state)
             .await
             .map_err(|e| service_error(e, &group))?;
         let renewed = RenewResponse { expires_at: grant.expires_at().to_string(), topology_generation: generation };
-        Ok(body(StatusCode::OK, &renewed))
+        Ok(json_response(StatusCode::OK, &renewed))
     })
     .await
 }
@@ -448,13 +478,13 @@ async fn release_lease(
     State(state): State<DeployState>,
     Path(path): Path<(String, String, String)>,
     headers: HeaderMap,
-    bytes: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Response {
     lease_handler(
         state,
         path,
         headers,
-        bytes,
+        body,
         "release_lease",
         |state, group, kind, op, req: ReleaseRequest| async move {
             state.service.release(&group, kind, &op, &req.token).await.map_err(|e| service_error(e, &group))?;

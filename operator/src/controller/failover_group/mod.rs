@@ -300,21 +300,24 @@ async fn revoke_deploy_leases(
         ctx.metrics.deploy_leases_revoked_total.with_label_values(&[t.reason.as_str()]).inc();
         tracing::warn!(group = %name, operation_id = %t.operation_id, instance = %t.instance, reason = t.reason.as_str(), generation = t.generation, "deploy lease revoked");
         let ddl = t.ddl_state.map_or(String::new(), |d| format!("; its DDL state was {}", d.as_str()));
-        publish(
-            ctx,
-            group,
-            EventType::Warning,
-            "DeploymentLeaseRevoked",
-            format!(
-                "revoked deploy operation {} (instance {}) with reason {} at topology generation {}{ddl}",
-                t.operation_id,
-                t.instance,
-                t.reason.as_str(),
-                t.generation
-            ),
-            "RevokeDeploymentLeases",
-        )
-        .await;
+        // The tombstone as the related object: one Event per revoked
+        // operation, not one series per group.
+        let tombstone = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("coordination.k8s.io/v1".into()),
+            kind: Some("Lease".into()),
+            namespace: Some(ctx.namespace.clone()),
+            name: Some(crate::deploy_api::lease::store::tombstone_name(&name, &t.operation_id)),
+            ..Default::default()
+        };
+        let note = format!(
+            "revoked deploy operation {} (instance {}) with reason {} at topology generation {}{ddl}",
+            t.operation_id,
+            t.instance,
+            t.reason.as_str(),
+            t.generation
+        );
+        let (reason, action) = ("DeploymentLeaseRevoked", "RevokeDeploymentLeases");
+        publish_related(ctx, group, EventType::Warning, reason, note, action, Some(tombstone)).await;
     }
     if requested {
         let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
@@ -357,11 +360,23 @@ async fn publish(
     note: String,
     action: &str,
 ) {
+    publish_related(ctx, group, type_, reason, note, action, None).await;
+}
+
+/// Publishes an Event about `group`, with `secondary` as the related object.
+async fn publish_related(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    type_: EventType,
+    reason: &str,
+    note: String,
+    action: &str,
+    secondary: Option<k8s_openapi::api::core::v1::ObjectReference>,
+) {
     if !ctx.leadership.is_leader() {
         return;
     }
-    let event =
-        Event { type_, reason: reason.to_owned(), note: Some(note), action: action.to_owned(), secondary: None };
+    let event = Event { type_, reason: reason.to_owned(), note: Some(note), action: action.to_owned(), secondary };
     if let Err(err) = ctx.recorder.publish(&event, &group.object_ref(&())).await {
         tracing::warn!(group = %group.name_any(), reason, error = %err, "failed to publish an event");
     }
