@@ -56,13 +56,6 @@ impl Leadership {
         matches!(*self.rx.borrow(), Some(until) if Instant::now() < until)
     }
 
-    /// A leadership that is always held; for tests of code that checks it.
-    pub fn always_for_tests() -> Self {
-        let far = Instant::now() + Duration::from_secs(86_400 * 365);
-        let (_tx, rx) = watch::channel(Some(far));
-        Leadership { rx }
-    }
-
     /// Resolves each time this process becomes leader (used to reconcile
     /// every object at once on takeover).
     pub fn acquisitions(&self) -> impl futures::Stream<Item = ()> + Send + 'static {

@@ -131,7 +131,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         tracing::warn!(group = %name, site = %site, generation, was = %was, "status restored from the decision record");
         publish(&ctx, &group, EventType::Warning, reason::STATUS_RESTORED, format!(
             "status showed {was}; restored activeSite={site}, topologyGeneration={generation} from the operator's decision record (status is written by the operator alone; edits to activeSite or topologyGeneration are undone)"
-        ), "Restore").await;
+        ), "Restore", None).await;
     }
     revoke_deploy_leases(&ctx, &group, &resolution).await?;
     let probes = sites::probe_all(&group, &ctx).await;
@@ -159,6 +159,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
                 "site {site} is the writable primary and the other site replicates from it; topologyGeneration is 1"
             ),
             "Bootstrap",
+            None,
         )
         .await;
         generation = Some(1);
@@ -317,7 +318,7 @@ async fn revoke_deploy_leases(
             t.generation
         );
         let (reason, action) = ("DeploymentLeaseRevoked", "RevokeDeploymentLeases");
-        publish_related(ctx, group, EventType::Warning, reason, note, action, Some(tombstone)).await;
+        publish(ctx, group, EventType::Warning, reason, note, action, Some(tombstone)).await;
     }
     if requested {
         let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
@@ -348,23 +349,12 @@ async fn announce(
         let note = format!("{} is {}: {}", c.type_, c.status, c.message);
         // The action names the condition, so Events of different conditions
         // with one reason are not folded into one series.
-        publish(ctx, group, type_, c.reason, note, c.type_).await;
+        publish(ctx, group, type_, c.reason, note, c.type_, None).await;
     }
 }
 
-async fn publish(
-    ctx: &Context,
-    group: &MysqlFailoverGroup,
-    type_: EventType,
-    reason: &str,
-    note: String,
-    action: &str,
-) {
-    publish_related(ctx, group, type_, reason, note, action, None).await;
-}
-
 /// Publishes an Event about `group`, with `secondary` as the related object.
-async fn publish_related(
+async fn publish(
     ctx: &Context,
     group: &MysqlFailoverGroup,
     type_: EventType,
