@@ -134,6 +134,13 @@ spec:
     credentialsSecretRef: {namespace: $ns, name: playground-site-creds}
   failover:
     probeIntervalSeconds: 2
+  # Only the app's namespace may attach MysqlDatabases (the default is none).
+  allowedDatabases:
+    namespaces:
+      from: Selector
+      selector:
+        matchExpressions:
+        - {key: kubernetes.io/metadata.name, operator: In, values: [counter-app]}
 ---
 apiVersion: v1
 kind: Namespace

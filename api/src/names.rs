@@ -46,3 +46,14 @@ pub const SECRET_USERNAME_KEY: &str = "username";
 
 /// Key of the password in a site's credentials Secret.
 pub const SECRET_PASSWORD_KEY: &str = "password";
+
+/// Finalizer on every MysqlFailoverGroup the operator manages: the group's
+/// deploy Leases, tombstones, verification records and decision record are
+/// deleted before the group is, whichever replica leads when it is deleted.
+pub const GROUP_FINALIZER: &str = "bloodraven.shipstream.io/cleanup";
+
+/// Annotation on a MysqlFailoverGroup by which a person says the schema was
+/// verified after a lease was lost mid-DDL: a comma-separated list of
+/// operationIds, or `all`. The operator clears the matching
+/// `SchemaVerificationRequired` records, then removes the annotation.
+pub const SCHEMA_VERIFIED_ANNOTATION: &str = "bloodraven.shipstream.io/schema-verified";

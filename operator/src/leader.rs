@@ -49,6 +49,14 @@ pub struct Leadership {
 }
 
 impl Leadership {
+    /// A view that says "leader" for an hour, for unit tests of the leader-only paths.
+    #[cfg(test)]
+    pub(crate) fn leading_for_tests() -> Self {
+        let (tx, rx) = watch::channel(Some(Instant::now() + std::time::Duration::from_secs(3600)));
+        std::mem::forget(tx);
+        Leadership { rx }
+    }
+
     /// True while this process holds the leader Lease and its last successful
     /// renewal started less than the renew deadline ago. Check it right before
     /// every side effect only the leader may perform.

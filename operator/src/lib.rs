@@ -3,6 +3,7 @@
 //!
 //! [`run`] wires them together; `main.rs` only parses flags and calls it.
 
+pub mod authority;
 pub mod config;
 pub mod controller;
 pub mod deploy_api;
@@ -56,48 +57,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let plain = http::PlainState { metrics: metrics.clone(), ready: ready.clone() };
     let plain = tokio::spawn(http::serve(config.plain_addr, plain, stopped(stop_rx.clone())));
 
-    let deploy = if config.deploy_api_enabled {
-        let (Some(cert), Some(key)) = (config.tls_cert_file.clone(), config.tls_key_file.clone()) else {
-            anyhow::bail!(
-                "--deploy-api-enabled needs --tls-cert-file and --tls-key-file (chart: auxiliary.escrowTLS.enabled with a certificate Secret); the deploy API is never served without TLS"
-            );
-        };
-        let tls = deploy_api::tls::load_and_watch(cert, key, std::time::Duration::from_secs(config.tls_reload_seconds))
-            .context("failed to load the deploy API certificate")?;
-        let service = deploy_api::service::Service::new(
-            deploy_api::lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
-            Api::all(client.clone()),
-        )
-        .with_group_cache(deploy_api::group_reflector(client.clone(), &config.group_selector).await);
-        let state = deploy_api::DeployState {
-            service: service.clone(),
-            auth: deploy_api::auth::Authenticator::new(
-                Api::all(client.clone()),
-                std::time::Duration::from_secs(config.token_review_cache_seconds),
-            ),
-            databases: deploy_api::database_reflector(client.clone()).await,
-            leadership: leadership.clone(),
-            metrics: metrics.clone(),
-        };
-        tokio::spawn(deploy_api::track_active_leases(service.clone(), metrics.clone(), leadership.clone()));
-        let addr = config.deploy_api_addr;
-        let server = deploy_api::serve(
-            addr,
-            tls,
-            usize::try_from(config.deploy_api_max_connections).unwrap_or(512),
-            state,
-            stopped(stop_rx.clone()),
-        );
-        tokio::spawn(async move {
-            if let Err(err) = server.await {
-                tracing::error!(addr = %addr, error = %err, "the deploy API listener failed");
-            }
-        });
-        Some(service)
-    } else {
-        None
+    // Watch caches shared by the database reconciler and the deploy API:
+    // authority is decided from them, never from a per-request read.
+    let authority = authority::Authority {
+        databases: deploy_api::database_reflector(client.clone()).await,
+        groups: deploy_api::group_reflector(client.clone(), &config.group_selector).await,
+        namespaces: authority::namespace_reflector(client.clone()).await,
     };
 
+    let deploy = start_deploy_api(&config, &client, &authority, &leadership, &metrics, &stop_rx)?;
+
+    let ctx_client = client.clone();
     let reporter = Reporter { controller: "bloodraven-operator".into(), instance: Some(identity.clone()) };
     let ctx = Arc::new(controller::Context {
         client: client.clone(),
@@ -107,7 +77,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         namespace: config.namespace.clone(),
         credentials_namespace: config.credentials_namespace.clone().unwrap_or_else(|| config.namespace.clone()),
         deploy,
+        authority,
+        leases: deploy_api::lease::store::Store::new(Api::namespaced(ctx_client.clone(), &config.namespace)),
     });
+    tokio::spawn(controller::failover_group::cleanup::sweep_on_acquisition(ctx.clone()));
     ready.store(true, Ordering::Relaxed);
     tokio::join!(
         controller::failover_group::run(ctx.clone(), &config.group_selector, stopped(stop_rx.clone())),
@@ -124,6 +97,58 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts the deploy API's TLS listener when `--deploy-api-enabled`, and
+/// returns the lease service the reconciler shares with it.
+fn start_deploy_api(
+    config: &Config,
+    client: &Client,
+    authority: &authority::Authority,
+    leadership: &leader::Leadership,
+    metrics: &metrics::Metrics,
+    stop_rx: &watch::Receiver<bool>,
+) -> anyhow::Result<Option<deploy_api::service::Service>> {
+    if !config.deploy_api_enabled {
+        return Ok(None);
+    }
+    let (Some(cert), Some(key)) = (config.tls_cert_file.clone(), config.tls_key_file.clone()) else {
+        anyhow::bail!(
+            "--deploy-api-enabled needs --tls-cert-file and --tls-key-file (chart: auxiliary.escrowTLS.enabled with a certificate Secret); the deploy API is never served without TLS"
+        );
+    };
+    let tls = deploy_api::tls::load_and_watch(cert, key, std::time::Duration::from_secs(config.tls_reload_seconds))
+        .context("failed to load the deploy API certificate")?;
+    let service = deploy_api::service::Service::new(
+        deploy_api::lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
+        Api::all(client.clone()),
+    )
+    .with_group_cache(authority.groups.clone());
+    let state = deploy_api::DeployState {
+        service: service.clone(),
+        auth: deploy_api::auth::Authenticator::new(
+            Api::all(client.clone()),
+            std::time::Duration::from_secs(config.token_review_cache_seconds),
+        ),
+        authority: authority.clone(),
+        leadership: leadership.clone(),
+        metrics: metrics.clone(),
+    };
+    tokio::spawn(deploy_api::track_active_leases(service.clone(), metrics.clone(), leadership.clone()));
+    let addr = config.deploy_api_addr;
+    let server = deploy_api::serve(
+        addr,
+        tls,
+        usize::try_from(config.deploy_api_max_connections).unwrap_or(512),
+        state,
+        stopped(stop_rx.clone()),
+    );
+    tokio::spawn(async move {
+        if let Err(err) = server.await {
+            tracing::error!(addr = %addr, error = %err, "the deploy API listener failed");
+        }
+    });
+    Ok(Some(service))
 }
 
 fn default_identity() -> String {

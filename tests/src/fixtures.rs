@@ -3,15 +3,35 @@
 use std::time::Duration;
 
 use bloodraven_api::v1alpha1::{
-    Condition, FailoverPolicy, MysqlFailoverGroup, MysqlFailoverGroupSpec, MysqlFailoverGroupStatus, Site,
+    AllowedDatabases, Condition, DatabaseNamespaces, FailoverPolicy, MysqlFailoverGroup, MysqlFailoverGroupSpec,
+    MysqlFailoverGroupStatus, NamespacesFrom, Site,
 };
 use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 
 use crate::operator::E2E_LABEL;
 use crate::{Cluster, wait_for};
 
-/// A group labelled for the test's operators, probing every second.
+/// Lets MysqlDatabases of the namespaces `names` attach to a group.
+pub fn allow_namespaces(names: &[&str]) -> AllowedDatabases {
+    AllowedDatabases {
+        namespaces: DatabaseNamespaces {
+            from: NamespacesFrom::Selector,
+            selector: Some(LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "kubernetes.io/metadata.name".into(),
+                    operator: "In".into(),
+                    values: Some(names.iter().map(|n| (*n).to_owned()).collect()),
+                }]),
+                match_labels: None,
+            }),
+        },
+    }
+}
+
+/// A group labelled for the test's operators, probing every second, that
+/// lets MysqlDatabases of the test's namespace (`label`) attach.
 pub fn group(name: &str, label: &str, sites: Vec<Site>, initial: &str) -> MysqlFailoverGroup {
     MysqlFailoverGroup {
         metadata: ObjectMeta {
@@ -28,6 +48,7 @@ pub fn group(name: &str, label: &str, sites: Vec<Site>, initial: &str) -> MysqlF
                 ..FailoverPolicy::default()
             },
             planned_failover: None,
+            allowed_databases: allow_namespaces(&[label]),
         },
         status: None,
     }

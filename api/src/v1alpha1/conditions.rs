@@ -102,4 +102,15 @@ pub mod reason {
     pub const GROUP_NOT_FOUND: &str = "GroupNotFound";
     /// The MysqlDatabase refers to an existing group.
     pub const GROUP_FOUND: &str = "GroupFound";
+    /// The MysqlDatabase's namespace is not allowed by its group's `spec.allowedDatabases`.
+    pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
+    /// An older MysqlDatabase of the same name on the same group speaks for the name.
+    pub const NAME_CONFLICT: &str = "NameConflict";
+    /// A deploy lease was revoked or lapsed after its operation reported
+    /// `ddlState: started`: a person must verify the schema.
+    pub const SCHEMA_VERIFICATION_REQUIRED: &str = "SchemaVerificationRequired";
+    /// A person marked the schema verified (`schema-verified` annotation).
+    pub const SCHEMA_VERIFIED: &str = "SchemaVerified";
+    /// No lease was lost mid-DDL, or every such loss was verified.
+    pub const NO_VERIFICATION_PENDING: &str = "NoVerificationPending";
 }

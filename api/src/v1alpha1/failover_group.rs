@@ -13,7 +13,7 @@
 //! never otherwise; it is not `metadata.generation` (DESIGN.md, lease seed
 //! "The generation is the fence").
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -61,6 +61,52 @@ pub struct MysqlFailoverGroupSpec {
     /// asks the operator to move the primary to `targetSite`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned_failover: Option<PlannedFailoverRequest>,
+
+    /// Which namespaces may attach MysqlDatabases to this group (the Gateway
+    /// API `allowedRoutes` pattern). A MysqlDatabase in any other namespace
+    /// gets `Ready=False` (`NamespaceNotAllowed`) and no deploy-API
+    /// authority. Default: no namespace — a cluster-scoped group is shared
+    /// infrastructure, and attaching to it grants a group-wide migration
+    /// mutex, so the cluster admin opts namespaces in.
+    #[serde(default)]
+    pub allowed_databases: AllowedDatabases,
+}
+
+/// Which MysqlDatabases may attach to a group.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AllowedDatabases {
+    /// The namespaces whose MysqlDatabases may attach.
+    #[serde(default)]
+    pub namespaces: DatabaseNamespaces,
+}
+
+/// Namespaces allowed to attach MysqlDatabases to a group.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new("self.from != 'Selector' || has(self.selector)").message("from: Selector needs a selector").reason(kube::core::Reason::FieldValueRequired).field_path(".selector"))]
+#[serde(rename_all = "camelCase")]
+pub struct DatabaseNamespaces {
+    /// `None` (default): no namespace; `All`: every namespace; `Selector`:
+    /// namespaces whose labels match `selector` (every namespace carries
+    /// `kubernetes.io/metadata.name: <name>`, so a list of names is a
+    /// `matchExpressions` `In` on that key).
+    #[serde(default)]
+    pub from: NamespacesFrom,
+    /// Label selector over Namespaces; required when `from` is `Selector`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+}
+
+/// Where a group accepts MysqlDatabases from.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum NamespacesFrom {
+    /// No namespace may attach (the default).
+    #[default]
+    None,
+    /// Every namespace may attach.
+    All,
+    /// Namespaces matching `selector` may attach.
+    Selector,
 }
 
 /// One site of a group: where its server listens and how to log in.

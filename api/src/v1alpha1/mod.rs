@@ -11,8 +11,9 @@ mod failover_group;
 pub use conditions::{ConditionType, reason};
 pub use database::{DeploymentClient, FailoverGroupRef, MysqlDatabase, MysqlDatabaseSpec, MysqlDatabaseStatus};
 pub use failover_group::{
-    FailoverPolicy, MysqlFailoverGroup, MysqlFailoverGroupSpec, MysqlFailoverGroupStatus, PlannedFailoverAdmission,
-    PlannedFailoverRequest, PlannedFailoverStatus, SecretRef, Site, SiteHealth,
+    AllowedDatabases, DatabaseNamespaces, FailoverPolicy, MysqlFailoverGroup, MysqlFailoverGroupSpec,
+    MysqlFailoverGroupStatus, NamespacesFrom, PlannedFailoverAdmission, PlannedFailoverRequest, PlannedFailoverStatus,
+    SecretRef, Site, SiteHealth,
 };
 
 /// `metav1.Condition`, as every status here uses it.

@@ -29,6 +29,11 @@ pub struct Context {
     pub credentials_namespace: String,
     /// The deploy-lease service, when the deploy API is enabled.
     pub deploy: Option<crate::deploy_api::service::Service>,
+    /// Watch caches for MysqlDatabase standing (namespaces, name conflicts).
+    pub authority: crate::authority::Authority,
+    /// The deploy-lease store (cleanup and verification records, whether or
+    /// not the deploy API is enabled).
+    pub leases: crate::deploy_api::lease::store::Store,
 }
 
 impl std::fmt::Debug for Context {

@@ -9,31 +9,19 @@
 //! - Reviews are cached by the token's SHA-256 (never the token) for at most
 //!   `cache_ttl`, and never past the token's own `exp` claim: a token whose
 //!   expiry cannot be read is not cached at all.
-//! - A caller is authorized for `(group, instance)` when a MysqlDatabase
-//!   named `instance`, referring to `group`, lists the caller's
-//!   `(namespace, serviceAccount)`.
+//! - Authorization (who may act for which instance) is `crate::authority`'s.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bloodraven_api::names::DEPLOY_AUDIENCE;
-use bloodraven_api::v1alpha1::MysqlDatabase;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
-use kube::ResourceExt;
 use kube::api::{Api, PostParams};
-use kube::runtime::reflector::Store;
 
 use super::lease::store::token_sha256;
 
-/// An authenticated deploy client.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Caller {
-    /// The ServiceAccount's namespace.
-    pub namespace: String,
-    /// The ServiceAccount's name.
-    pub service_account: String,
-}
+pub use crate::authority::Caller;
 
 /// Why a caller was not authenticated (the message is safe to return).
 #[derive(Debug, thiserror::Error)]
@@ -139,31 +127,6 @@ impl Authenticator {
         }
         cache.insert(key, (caller.clone(), Instant::now() + ttl));
     }
-}
-
-/// Whether `caller` may coordinate `instance` on `group`.
-pub fn authorized(databases: &Store<MysqlDatabase>, caller: &Caller, group: &str, instance: &str) -> bool {
-    databases.state().iter().any(|db| {
-        db.name_any() == instance
-            && db.spec.failover_group_ref.name == group
-            && db
-                .spec
-                .deployment_clients
-                .iter()
-                .any(|c| c.namespace == caller.namespace && c.service_account == caller.service_account)
-    })
-}
-
-/// Whether `caller` is a deployment client of any MysqlDatabase of `group` (for GET).
-pub fn client_of_group(databases: &Store<MysqlDatabase>, caller: &Caller, group: &str) -> bool {
-    databases.state().iter().any(|db| {
-        db.spec.failover_group_ref.name == group
-            && db
-                .spec
-                .deployment_clients
-                .iter()
-                .any(|c| c.namespace == caller.namespace && c.service_account == caller.service_account)
-    })
 }
 
 #[cfg(test)]

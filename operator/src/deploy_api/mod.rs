@@ -35,8 +35,8 @@ pub struct DeployState {
     pub service: service::Service,
     /// Token reviews.
     pub auth: auth::Authenticator,
-    /// Every MysqlDatabase (authorization).
-    pub databases: Reflector<MysqlDatabase>,
+    /// Who may act for which instance (watch caches).
+    pub authority: crate::authority::Authority,
     /// Only the leader answers.
     pub leadership: Leadership,
     /// Metrics.
@@ -82,12 +82,15 @@ pub async fn track_active_leases(service: service::Service, metrics: Metrics, le
         if !leadership.is_leader() {
             continue;
         }
-        let Ok(slots) = service.store().all_slots().await else { continue };
+        let Ok(groups) = service.store().all_slots().await else { continue };
         let now = k8s_openapi::jiff::Timestamp::now();
         metrics.deploy_leases_active.reset();
-        for (group, kind, grant) in slots {
-            let live = i64::from(grant.live(now));
-            metrics.deploy_leases_active.with_label_values(&[group.as_str(), kind.as_str()]).set(live);
+        for (group, slots) in groups {
+            for kind in [bloodraven_api::deploy::LeaseKind::Migration, bloodraven_api::deploy::LeaseKind::FailoverHold]
+            {
+                let live = i64::from(slots.live(kind, now).is_some());
+                metrics.deploy_leases_active.with_label_values(&[group.as_str(), kind.as_str()]).set(live);
+            }
         }
     }
 }

@@ -3,12 +3,16 @@
 //! (DESIGN.md table; `docs/deploy-api.openapi.yaml` is the contract).
 //!
 //! Order of checks: leadership (503 `not_leader`), authentication (401),
-//! body size (413) and shape (400 `invalid_request`, naming the field),
-//! authorization (403), then the lease decision.
+//! path and body size (413) and shape (400 `invalid_request`, naming the
+//! field), authorization (403, decided from watch caches alone, before any
+//! other API-server read the request causes), then the lease decision,
+//! which also checks that a lease is acted on only by the client it was
+//! granted to.
 
 // Handlers return axum's Response as their error: it is what they answer.
 #![allow(clippy::result_large_err)]
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use axum::Router;
@@ -24,8 +28,8 @@ use bloodraven_api::deploy::{
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use super::auth::{AuthError, Caller, authorized, client_of_group};
-use super::lease::machine::{Refusal, RevokeReason, UNSTABLE_RETRY_AFTER_SECONDS};
+use super::auth::{AuthError, Caller};
+use super::lease::machine::{Actor, Refusal, RevokeReason, UNSTABLE_RETRY_AFTER_SECONDS};
 use super::service::ServiceError;
 use super::{DeployState, limits};
 
@@ -116,12 +120,14 @@ fn refusal(r: Refusal) -> Response {
         retry_after_seconds: None,
     };
     let status = match r {
-        Refusal::Held(h) => {
+        Refusal::Held { kind, holder: h } => {
             e.error = "held".into();
-            e.message = format!(
-                "the migration mutex is held by operation {} for {} until {}",
-                h.operation_id, h.instance, h.expires_at
-            );
+            let what = match kind {
+                LeaseKind::Migration => "the migration mutex",
+                LeaseKind::FailoverHold => "the failover-hold",
+            };
+            e.message =
+                format!("{what} is held by operation {} for {} until {}", h.operation_id, h.instance, h.expires_at);
             e.holder = Some(h);
             StatusCode::CONFLICT
         }
@@ -281,17 +287,13 @@ async fn get_group(State(state): State<DeployState>, Path(group): Path<String>, 
     let response = async {
         let caller = admit(&state, &headers).await?;
         check_path(&group, None, None)?;
-        if !client_of_group(&state.databases, &caller, &group) {
-            return Err(error(StatusCode::FORBIDDEN, "forbidden", format!(
-                "{}/{} is not a deployment client of any MysqlDatabase of group {group}", caller.namespace, caller.service_account
-            )));
-        }
+        authorize_group(&state, &caller, &group)?;
         let view = state.service.state(&group).await.map_err(|e| service_error(e, &group))?;
         let now = k8s_openapi::jiff::Timestamp::now();
         let status = view.group.status.clone().unwrap_or_default();
         let leases: Vec<LeaseView> = [LeaseKind::Migration, LeaseKind::FailoverHold]
             .into_iter()
-            .filter_map(|k| view.slots.get(k).filter(|g| g.live(now)).map(|g| (k, g)))
+            .filter_map(|k| view.slots.live(k, now).map(|g| (k, g)))
             .map(|(kind, g)| LeaseView {
                 kind,
                 operation_id: g.operation_id.clone(),
@@ -345,19 +347,19 @@ async fn create_lease(
         if !valid_name(&req.instance) {
             return Err(invalid("instance", "must be the name of a MysqlDatabase"));
         }
-        if !authorized(&state.databases, &caller, &group, &req.instance) {
+        if !authorize_group(&state, &caller, &group)?.contains(&req.instance) {
             return Err(error(
                 StatusCode::FORBIDDEN,
                 "forbidden",
                 format!(
-                    "{}/{} is not in spec.deploymentClients of a MysqlDatabase {} of group {group}",
-                    caller.namespace, caller.service_account, req.instance
+                    "{} is not in spec.deploymentClients of the MysqlDatabase {} of group {group} (or that MysqlDatabase has no authority: see its Ready condition)",
+                    caller.id(), req.instance
                 ),
             ));
         }
         let (granted, token) = state
             .service
-            .create(&group, req.kind, &req.operation_id, &req.instance, req.ttl_seconds)
+            .create(&group, req.kind, &req.operation_id, &req.instance, req.ttl_seconds, &caller.id())
             .await
             .map_err(|e| service_error(e, &group))?;
         let g = &granted.grant;
@@ -379,6 +381,26 @@ async fn create_lease(
     done.finish(&state, response.unwrap_or_else(|r| r))
 }
 
+/// The instances of `group` the caller may act for, from the watch caches
+/// alone (no API-server read): 403 when there are none. A group this
+/// operator does not know answers 404 `group_not_found` only to a caller
+/// that a MysqlDatabase naming that group lists (its own MysqlDatabase's
+/// status says as much); anyone else learns nothing from a 403.
+fn authorize_group(state: &DeployState, caller: &Caller, group: &str) -> Result<BTreeSet<String>, Response> {
+    let instances = state.authority.instances(caller, group);
+    if !instances.is_empty() {
+        return Ok(instances);
+    }
+    if state.authority.group(group).is_none() && state.authority.names_group(caller, group) {
+        return Err(error(StatusCode::NOT_FOUND, "group_not_found", format!("no MysqlFailoverGroup {group}")));
+    }
+    Err(error(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!("{} is not a deployment client of any MysqlDatabase with authority in group {group}", caller.id()),
+    ))
+}
+
 /// PUT and DELETE share admission, parsing and authorization.
 async fn lease_call<T: DeserializeOwned>(
     state: &DeployState,
@@ -387,27 +409,12 @@ async fn lease_call<T: DeserializeOwned>(
     kind: &str,
     operation_id: &str,
     body: Body,
-) -> Result<(LeaseKind, T, String), Response> {
+) -> Result<(LeaseKind, T, Caller, BTreeSet<String>), Response> {
     let caller = admit(state, headers).await?;
     let kind = check_path(group, Some(kind), Some(operation_id))?.ok_or_else(|| invalid("kind", "missing"))?;
     let req: T = parse(headers, body).await?;
-    let instance = state.service.instance_of(group, kind, operation_id).await.map_err(|e| service_error(e, group))?;
-    // Unknown operations answer 404 only to a caller who is a client of the group at all.
-    let allowed = match &instance {
-        Some(i) => authorized(&state.databases, &caller, group, i),
-        None => client_of_group(&state.databases, &caller, group),
-    };
-    if !allowed {
-        return Err(error(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!(
-                "{}/{} is not a deployment client of this lease's MysqlDatabase",
-                caller.namespace, caller.service_account
-            ),
-        ));
-    }
-    Ok((kind, req, instance.unwrap_or_default()))
+    let instances = authorize_group(state, &caller, group)?;
+    Ok((kind, req, caller, instances))
 }
 
 /// A PUT or DELETE body: both carry the lease token.
@@ -439,21 +446,24 @@ async fn lease_handler<T, F, Fut>(
 ) -> Response
 where
     T: LeaseBody,
-    F: FnOnce(DeployState, String, LeaseKind, String, T) -> Fut,
-    Fut: std::future::Future<Output = Result<Response, Response>>,
+    F: FnOnce(DeployState, String, LeaseKind, String, T, Caller, BTreeSet<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<(Response, String), Response>>,
 {
     let started = Instant::now();
     let result = lease_call::<T>(&state, &headers, &group, &kind, &operation_id, body).await;
-    let instance = result.as_ref().map(|(_, _, i)| i.clone()).unwrap_or_default();
     let response = match result {
-        Ok((kind, req, _)) => match check_token(req.token()) {
-            Ok(()) => act(state.clone(), group.clone(), kind, operation_id.clone(), req).await,
+        Ok((kind, req, caller, instances)) => match check_token(req.token()) {
+            Ok(()) => act(state.clone(), group.clone(), kind, operation_id.clone(), req, caller, instances).await,
             Err(r) => Err(r),
         },
         Err(r) => Err(r),
     };
+    let (response, instance) = match response {
+        Ok((r, instance)) => (r, instance),
+        Err(r) => (r, String::new()),
+    };
     let done = Done { handler, group: &group, instance: &instance, operation_id: &operation_id, started };
-    done.finish(&state, response.unwrap_or_else(|r| r))
+    done.finish(&state, response)
 }
 
 async fn renew_lease(
@@ -462,15 +472,25 @@ async fn renew_lease(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    lease_handler(state, path, headers, body, "renew_lease", |state, group, kind, op, req: RenewRequest| async move {
-        let (grant, generation) = state
-            .service
-            .renew(&group, kind, &op, &req.token, req.ddl_state)
-            .await
-            .map_err(|e| service_error(e, &group))?;
-        let renewed = RenewResponse { expires_at: grant.expires_at().to_string(), topology_generation: generation };
-        Ok(json_response(StatusCode::OK, &renewed))
-    })
+    lease_handler(
+        state,
+        path,
+        headers,
+        body,
+        "renew_lease",
+        |state, group, kind, op, req: RenewRequest, caller, instances| async move {
+            let client = caller.id();
+            let actor = Actor { client: &client, instances: &instances };
+            let grant = state
+                .service
+                .renew(&group, kind, &op, &actor, &req.token, req.ddl_state)
+                .await
+                .map_err(|e| service_error(e, &group))?;
+            let renewed =
+                RenewResponse { expires_at: grant.expires_at().to_string(), topology_generation: grant.generation };
+            Ok((json_response(StatusCode::OK, &renewed), grant.instance))
+        },
+    )
     .await
 }
 
@@ -486,13 +506,22 @@ async fn release_lease(
         headers,
         body,
         "release_lease",
-        |state, group, kind, op, req: ReleaseRequest| async move {
-            state.service.release(&group, kind, &op, &req.token).await.map_err(|e| service_error(e, &group))?;
-            Ok(StatusCode::NO_CONTENT.into_response())
+        |state, group, kind, op, req: ReleaseRequest, caller, instances| async move {
+            let client = caller.id();
+            let actor = Actor { client: &client, instances: &instances };
+            let released = state
+                .service
+                .release(&group, kind, &op, &actor, &req.token)
+                .await
+                .map_err(|e| service_error(e, &group))?;
+            Ok((StatusCode::NO_CONTENT.into_response(), released.instance))
         },
     )
     .await
 }
+
+#[cfg(test)]
+mod authz_tests;
 
 #[cfg(test)]
 mod tests {

@@ -3,6 +3,9 @@
 //! conflict. Calls for one group are also serialised in-process, so the
 //! leader does not race itself; the CAS is what protects against a second
 //! process (an old leader, a replica).
+//!
+//! This is the lease domain's interface: the HTTP handlers (`router`) and
+//! the failover-group reconciler both call it, never the store directly.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,8 +16,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::runtime::reflector::{ObjectRef, Store as Reflector};
 
-use super::lease::machine::{self, Grant, Granted, GroupFacts, Outcome, Refusal, RevokeReason, Slots, Tombstone};
-use super::lease::store::{Read, Store, StoreError, token_sha256};
+use super::lease::machine::{
+    self, Actor, CreateRequest, Grant, Granted, GroupFacts, Outcome, Refusal, RevokeReason, Slots, Tombstone,
+    Verification,
+};
+use super::lease::store::{GroupKey, Read, Store, StoreError, token_sha256};
 
 /// How often a decision is retried after a concurrent write.
 const CAS_ATTEMPTS: usize = 8;
@@ -48,6 +54,15 @@ pub struct GroupState {
     pub facts: GroupFacts,
     /// Its slots.
     pub slots: Slots,
+}
+
+/// What one maintenance pass of the reconciler did.
+#[derive(Clone, Debug, Default)]
+pub struct Maintained {
+    /// Operations revoked (one tombstone each).
+    pub revoked: Vec<Tombstone>,
+    /// Operations that lost their lease after starting DDL.
+    pub verifications: Vec<Verification>,
 }
 
 /// The deploy-lease service.
@@ -113,22 +128,8 @@ impl Service {
     /// The group, its facts and its slots (for GET).
     pub async fn state(&self, name: &str) -> Result<GroupState, ServiceError> {
         let group = self.group(name).await?;
-        let read = self.store.read(name).await?;
+        let read = self.store.read(&GroupKey::of(&group)).await?;
         Ok(GroupState { facts: facts_of(&group), group, slots: read.slots })
-    }
-
-    /// The instance a live lease of `operation_id` was granted for (for authorization of PUT/DELETE).
-    pub async fn instance_of(
-        &self,
-        group: &str,
-        kind: LeaseKind,
-        operation_id: &str,
-    ) -> Result<Option<String>, ServiceError> {
-        let read = self.store.read(group).await?;
-        if let Some(g) = read.slots.get(kind).filter(|g| g.operation_id == operation_id) {
-            return Ok(Some(g.instance.clone()));
-        }
-        Ok(self.store.tombstone(group, operation_id).await?.map(|t| t.instance))
     }
 
     /// Runs `decide` on a fresh read until its outcome is written.
@@ -142,14 +143,16 @@ impl Service {
         let _guard = lock.lock().await;
         for _ in 0..CAS_ATTEMPTS {
             let g = self.group(group).await?;
+            let key = GroupKey::of(&g);
             let facts = facts_of(&g);
-            let read = self.store.read(group).await?;
+            let read = self.store.read(&key).await?;
+            self.store.remember(&key, &read);
             let tombstone = match operation_id {
-                Some(op) => self.store.tombstone(group, op).await?,
+                Some(op) => self.store.tombstone(&key, op).await?,
                 None => None,
             };
             let outcome = decide(&read, tombstone.as_ref(), &facts, now_micros());
-            match self.store.write(group, &read, &outcome.slots, &outcome.new_tombstones).await {
+            match self.store.write(&key, &read, &outcome.slots, &outcome.new_tombstones, &outcome.verifications).await {
                 Ok(()) => return outcome.answer.map_err(ServiceError::Refused),
                 // Someone wrote since the read: decide again on a fresh one.
                 Err(StoreError::Conflict) => {}
@@ -159,7 +162,7 @@ impl Service {
         Err(ServiceError::Contention)
     }
 
-    /// POST: grants (or re-grants) a lease; returns the grant and its token.
+    /// POST: grants (or re-grants) a lease to `client`; returns the grant and its token.
     pub async fn create(
         &self,
         group: &str,
@@ -167,42 +170,42 @@ impl Service {
         operation_id: &str,
         instance: &str,
         ttl_seconds: u32,
+        client: &str,
     ) -> Result<(Granted, String), ServiceError> {
         let token = new_token();
         let hash = token_sha256(&token);
+        let req = CreateRequest { kind, operation_id, instance, ttl_seconds, client, token_sha256: &hash };
         let granted = self
             .transact(group, Some(operation_id), |read, tomb, facts, now| {
-                machine::create(&read.slots, tomb, facts, kind, operation_id, instance, ttl_seconds, &hash, now)
+                machine::create(&read.slots, tomb, facts, &req, now)
             })
             .await?;
         Ok((granted, token))
     }
 
-    /// PUT: renews a lease. The common case (a live lease of this operation,
-    /// the right token, an unchanged generation, a stable group) costs one
-    /// compare-and-swap write against the Lease as this process last wrote
-    /// it (one read first when it has no copy); anything else, a failed CAS
-    /// included, takes the full path, which reads both slots and the tombstone.
+    /// PUT: renews a lease for `actor`. The common case (a live lease of
+    /// this operation, granted to this caller, the right token, an
+    /// unchanged generation, a stable group) costs one compare-and-swap
+    /// write against the Leases as this process last saw them; anything
+    /// else, a failed CAS included, takes the full path, which reads both
+    /// slots, the group and the tombstone.
     pub async fn renew(
         &self,
         group: &str,
         kind: LeaseKind,
         operation_id: &str,
+        actor: &Actor<'_>,
         token: &str,
         ddl_state: Option<DdlState>,
-    ) -> Result<(Grant, i64), ServiceError> {
+    ) -> Result<Grant, ServiceError> {
         let hash = token_sha256(token);
-        if let Some(grant) = self.renew_fast(group, kind, operation_id, &hash, ddl_state).await? {
-            let generation = grant.generation;
-            return Ok((grant, generation));
+        if let Some(grant) = self.renew_fast(group, kind, operation_id, actor, &hash, ddl_state).await? {
+            return Ok(grant);
         }
-        let grant = self
-            .transact(group, Some(operation_id), |read, tomb, facts, now| {
-                machine::renew(&read.slots, tomb, facts, kind, operation_id, &hash, ddl_state, now)
-            })
-            .await?;
-        let generation = grant.generation;
-        Ok((grant, generation))
+        self.transact(group, Some(operation_id), |read, tomb, facts, now| {
+            machine::renew(&read.slots, tomb, facts, kind, operation_id, actor, &hash, ddl_state, now)
+        })
+        .await
     }
 
     async fn renew_fast(
@@ -210,22 +213,27 @@ impl Service {
         group: &str,
         kind: LeaseKind,
         operation_id: &str,
+        actor: &Actor<'_>,
         hash: &str,
         ddl_state: Option<DdlState>,
     ) -> Result<Option<Grant>, ServiceError> {
         let Some(cache) = &self.cache else { return Ok(None) };
         let Some(cached) = cache.get(&ObjectRef::new(group)) else { return Ok(None) };
         let facts = facts_of(&cached);
+        let key = GroupKey::of(&cached);
         let lock = self.lock(group);
         let _guard = lock.lock().await;
-        let read = match self.store.remembered(group, kind) {
-            Some(read) => read,
-            None => self.store.read_kind(group, kind).await?,
+        let read = if let Some(read) = self.store.remembered(&key) {
+            read
+        } else {
+            let read = self.store.read(&key).await?;
+            self.store.remember(&key, &read);
+            read
         };
         let now = now_micros();
-        let fits = read.slots.get(kind).is_some_and(|g| {
-            g.live(now)
-                && g.operation_id == operation_id
+        // Only the plain case: anything else is decided on a full read.
+        let fits = read.slots.live(kind, now).is_some_and(|g| {
+            g.operation_id == operation_id
                 && machine::constant_time_eq(g.token_sha256.as_bytes(), hash.as_bytes())
                 && facts.generation == Some(g.generation)
                 && facts.unstable_reason.is_none()
@@ -233,41 +241,56 @@ impl Service {
         if !fits {
             return Ok(None);
         }
-        let outcome = machine::renew(&read.slots, None, &facts, kind, operation_id, hash, ddl_state, now);
+        let outcome = machine::renew(&read.slots, None, &facts, kind, operation_id, actor, hash, ddl_state, now);
         let Ok(grant) = outcome.answer else { return Ok(None) };
-        match self.store.write(group, &read, &outcome.slots, &[]).await {
+        match self.store.write(&key, &read, &outcome.slots, &[], &[]).await {
             Ok(()) => Ok(Some(grant)),
             Err(StoreError::Conflict) => Ok(None),
             Err(e) => Err(e.into()),
         }
     }
 
-    /// DELETE: releases a lease (the mutex takes the operation's hold with it).
+    /// DELETE: releases a lease (the mutex takes the operation's hold with
+    /// it); returns the grant released.
     pub async fn release(
         &self,
         group: &str,
         kind: LeaseKind,
         operation_id: &str,
+        actor: &Actor<'_>,
         token: &str,
-    ) -> Result<(), ServiceError> {
+    ) -> Result<Grant, ServiceError> {
         let hash = token_sha256(token);
         self.transact(group, Some(operation_id), |read, tomb, _facts, now| {
-            machine::release(&read.slots, tomb, kind, operation_id, &hash, now)
+            machine::release(&read.slots, tomb, kind, operation_id, actor, &hash, now)
         })
         .await
     }
 
-    /// Revokes every live lease of `group` for `reason` (at the group's
-    /// current generation); returns the tombstones written.
-    pub async fn revoke(&self, group: &str, reason: RevokeReason) -> Result<Vec<Tombstone>, ServiceError> {
+    /// The reconciler's pass over a group's leases: revokes grants of an
+    /// older generation (`TopologyChanged`), every live grant when
+    /// `operator_revoke` (`OperatorRevoked`), and sweeps lapsed grants that
+    /// had started DDL into verification records.
+    pub async fn maintain(&self, group: &str, operator_revoke: bool) -> Result<Maintained, ServiceError> {
         self.transact(group, None, |read, _tomb, facts, now| {
-            let (slots, tombstones) = machine::revoke(&read.slots, reason, facts.generation.unwrap_or(0), now);
-            Outcome { slots, new_tombstones: tombstones.clone(), answer: Ok(tombstones) }
+            let generation = facts.generation.unwrap_or(0);
+            let (slots, mut revoked) = machine::revoke(&read.slots, RevokeReason::TopologyChanged, generation, now);
+            let (slots, by_hand) = if operator_revoke {
+                machine::revoke(&slots, RevokeReason::OperatorRevoked, generation, now)
+            } else {
+                (slots, Vec::new())
+            };
+            revoked.extend(by_hand);
+            let (slots, lapsed) = machine::sweep(&slots, generation, now);
+            let mut verifications = machine::verifications_of(&revoked);
+            verifications.extend(lapsed);
+            let answer = Ok(Maintained { revoked: revoked.clone(), verifications: verifications.clone() });
+            Outcome { slots, new_tombstones: revoked, verifications, answer }
         })
         .await
     }
 
-    /// The store (for cleanup and metrics).
+    /// The store (for cleanup, verification records and metrics).
     pub fn store(&self) -> &Store {
         &self.store
     }

@@ -15,15 +15,16 @@
 //!   the probe interval).
 
 pub mod assess;
+pub mod cleanup;
 mod decision;
+mod deploy_leases;
 pub mod record;
 mod sites;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::deploy_api::lease::machine::RevokeReason;
-use bloodraven_api::names::{OBSERVER_FIELD_MANAGER, REVOKE_DEPLOYMENT_LEASES_ANNOTATION};
+use bloodraven_api::names::OBSERVER_FIELD_MANAGER;
 use bloodraven_api::v1alpha1::{MysqlFailoverGroup, SiteHealth, reason};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -50,31 +51,15 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
     let config = if selector.is_empty() { WatcherConfig::default() } else { WatcherConfig::default().labels(selector) };
     let (reader, writer) = reflector::store();
     let metrics = ctx.metrics.clone();
-    let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let leadership = ctx.leadership.clone();
-    let deploy = ctx.deploy.clone();
     let stream = watcher::watcher(api, config)
         .default_backoff()
         .reflect(writer)
         .inspect(move |event| {
+            // Per-process state only: the group's stored state is removed
+            // by its finalizer (`cleanup`), whichever replica leads.
             if let Ok(watcher::Event::Delete(group)) = event {
                 let sites: Vec<&str> = group.spec.sites.iter().map(|s| s.name.as_str()).collect();
                 metrics.forget_group(&group.name_any(), &sites);
-                tracing::info!(group = %group.name_any(), "group deleted: its metrics and decision record are dropped");
-                if leadership.is_leader() {
-                    let records = records.clone();
-                    let deploy = deploy.clone();
-                    let name = group.name_any();
-                    tokio::spawn(async move {
-                        record::delete(&records, &name).await;
-                        // Tombstones live until their group is deleted.
-                        if let Some(service) = deploy
-                            && let Err(err) = service.store().forget_group(&name).await
-                        {
-                            tracing::warn!(group = %name, error = %err, "failed to delete the group's deploy leases");
-                        }
-                    });
-                }
             }
         })
         .applied_objects()
@@ -111,6 +96,11 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         return Ok(Action::requeue(interval));
     }
     let name = group.meta().name.clone().ok_or(Error::NoName)?;
+    if group.meta().deletion_timestamp.is_some() {
+        cleanup::finalize(&ctx, &group).await?;
+        return Ok(Action::await_change());
+    }
+    cleanup::ensure_finalizer(&ctx, &group).await?;
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     let previous = group.status.clone().unwrap_or_default();
 
@@ -133,7 +123,10 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
             "status showed {was}; restored activeSite={site}, topologyGeneration={generation} from the operator's decision record (status is written by the operator alone; edits to activeSite or topologyGeneration are undone)"
         ), "Restore", None).await;
     }
-    revoke_deploy_leases(&ctx, &group, &resolution).await?;
+    if matches!(resolution, decision::Resolution::At { .. }) {
+        deploy_leases::maintain(&ctx, &group).await?;
+    }
+    let verification = deploy_leases::verification_condition(&ctx, &group).await?;
     let probes = sites::probe_all(&group, &ctx).await;
     let decided = match &resolution {
         decision::Resolution::Undecided { .. } => Decided::Undecided,
@@ -166,6 +159,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         assessment = assess(&group.spec, Decided::At(&site, 1), &probes);
     }
 
+    assessment.conditions.push(verification);
     let health = health_of(&probes);
     write_observation(
         &api,
@@ -277,59 +271,6 @@ fn record_metrics(ctx: &Context, group: &str, generation: Option<i64>, a: &Asses
     }
 }
 
-/// Revokes the group's deploy leases when the generation moved past their
-/// grants (`TopologyChanged`) or a person asked with the
-/// `revoke-deployment-leases` annotation (`OperatorRevoked`, after which the
-/// annotation is removed), with one `DeploymentLeaseRevoked` Event per
-/// revoked operation.
-async fn revoke_deploy_leases(
-    ctx: &Context,
-    group: &MysqlFailoverGroup,
-    resolution: &decision::Resolution,
-) -> Result<(), Error> {
-    let Some(service) = ctx.deploy.as_ref() else { return Ok(()) };
-    if !matches!(resolution, decision::Resolution::At { .. }) || !ctx.leadership.is_leader() {
-        return Ok(());
-    }
-    let name = group.name_any();
-    let requested = group.annotations().contains_key(REVOKE_DEPLOYMENT_LEASES_ANNOTATION);
-    let mut revoked = service.revoke(&name, RevokeReason::TopologyChanged).await.map_err(|e| Error::deploy(&e))?;
-    if requested {
-        revoked.extend(service.revoke(&name, RevokeReason::OperatorRevoked).await.map_err(|e| Error::deploy(&e))?);
-    }
-    for t in &revoked {
-        ctx.metrics.deploy_leases_revoked_total.with_label_values(&[t.reason.as_str()]).inc();
-        tracing::warn!(group = %name, operation_id = %t.operation_id, instance = %t.instance, reason = t.reason.as_str(), generation = t.generation, "deploy lease revoked");
-        let ddl = t.ddl_state.map_or(String::new(), |d| format!("; its DDL state was {}", d.as_str()));
-        // The tombstone as the related object: one Event per revoked
-        // operation, not one series per group.
-        let tombstone = k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some("coordination.k8s.io/v1".into()),
-            kind: Some("Lease".into()),
-            namespace: Some(ctx.namespace.clone()),
-            name: Some(crate::deploy_api::lease::store::tombstone_name(&name, &t.operation_id)),
-            ..Default::default()
-        };
-        let note = format!(
-            "revoked deploy operation {} (instance {}) with reason {} at topology generation {}{ddl}",
-            t.operation_id,
-            t.instance,
-            t.reason.as_str(),
-            t.generation
-        );
-        let (reason, action) = ("DeploymentLeaseRevoked", "RevokeDeploymentLeases");
-        publish(ctx, group, EventType::Warning, reason, note, action, Some(tombstone)).await;
-    }
-    if requested {
-        let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
-        let patch = json!({"metadata": {"annotations": {REVOKE_DEPLOYMENT_LEASES_ANNOTATION: null}}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(kube_err("remove the revoke annotation"))?;
-    }
-    Ok(())
-}
-
 /// One Event per condition that changed status: Warning when a problem
 /// condition turns True (or Ready turns False), Normal when it clears.
 async fn announce(
@@ -339,6 +280,10 @@ async fn announce(
     computed: &[Computed],
 ) {
     for c in transitions(previous, computed) {
+        // Announced per operation by `deploy_leases`, with the operation named.
+        if c.type_ == bloodraven_api::v1alpha1::ConditionType::SchemaVerificationRequired.as_str() {
+            continue;
+        }
         let first_sight = !previous.iter().any(|p| p.type_ == c.type_);
         let problem = if c.type_ == "Ready" { !c.is_true() } else { c.status != "False" };
         if first_sight && !problem {
@@ -354,7 +299,7 @@ async fn announce(
 }
 
 /// Publishes an Event about `group`, with `secondary` as the related object.
-async fn publish(
+pub(crate) async fn publish(
     ctx: &Context,
     group: &MysqlFailoverGroup,
     type_: EventType,

@@ -101,6 +101,26 @@ pub async fn delete(api: &Api<ConfigMap>, group: &str) {
     }
 }
 
+/// Deletes every decision record whose group no longer exists with the UID
+/// it records (`live`: name → UID of every group). Returns how many.
+pub async fn sweep<S: std::hash::BuildHasher>(
+    api: &Api<ConfigMap>,
+    live: &std::collections::HashMap<String, String, S>,
+) -> Result<usize, Error> {
+    let lp = kube::api::ListParams::default().labels("bloodraven.shipstream.io/record=topology");
+    let list = api.list(&lp).await.map_err(kube_err("list decision records"))?;
+    let mut deleted = 0;
+    for cm in &list.items {
+        let data = cm.data.clone().unwrap_or_default();
+        let (Some(group), Some(uid)) = (data.get("group"), data.get("groupUID")) else { continue };
+        if live.get(group) != Some(uid) {
+            delete(api, group).await;
+            deleted += 1;
+        }
+    }
+    Ok(deleted)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,17 @@
 //!    the generation it was granted under, while the group is stable; an
 //!    `unstable` answer never moves the deadline.
 //! 6. A repeated POST of the holder's operation rotates the token: the old
-//!    one stops working.
+//!    one stops working. It is honoured only for the client the grant was
+//!    made to; any other caller gets `held`, as a second pipeline would.
+//! 7. A grant acts only for the client it was granted to: renewal and
+//!    release by another caller are refused before the token is looked at.
+//! 8. A hold never outlives its operation's mutex: a failover-hold counts
+//!    only while the same operation holds a live migration lease; its
+//!    renewal is refused (and the hold cleared) once it does not, so the
+//!    mutex holder can always take the hold.
+//! 9. A grant that ends (revoked, or lapsed and swept or replaced) after
+//!    reporting `ddlState: started` yields a [`Verification`]: a person
+//!    must verify the schema (DESIGN.md, `SchemaVerificationRequired`).
 
 use bloodraven_api::deploy::{DdlState, Holder, LeaseKind};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -65,6 +75,10 @@ pub struct Grant {
     pub ttl_seconds: u32,
     /// Last reported DDL state.
     pub ddl_state: Option<DdlState>,
+    /// `namespace/serviceAccount` the grant was made to; `None` for a grant
+    /// stored before grants recorded their client (renewable with its
+    /// token by any authorized caller, never repeatable by POST).
+    pub client: Option<String>,
 }
 
 impl Grant {
@@ -78,6 +92,11 @@ impl Grant {
     /// Whether the grant is live at `now`.
     pub fn live(&self, now: Timestamp) -> bool {
         now < self.expires_at()
+    }
+
+    /// Whether the grant was made to `client` (a legacy grant was made to nobody known).
+    fn granted_to(&self, client: &str) -> bool {
+        self.client.as_deref() == Some(client)
     }
 
     /// The holder as a `409 held` names it.
@@ -134,6 +153,22 @@ impl Slots {
         }
     }
 
+    /// The failover-hold, when it counts: live, and its operation holds a
+    /// live migration lease (invariant 8).
+    pub fn effective_hold(&self, now: Timestamp) -> Option<&Grant> {
+        let hold = self.hold.as_ref().filter(|h| h.live(now))?;
+        self.migration.as_ref().filter(|m| m.live(now) && m.operation_id == hold.operation_id)?;
+        Some(hold)
+    }
+
+    /// The live grant of `kind` as it counts: for the hold, [`Slots::effective_hold`].
+    pub fn live(&self, kind: LeaseKind, now: Timestamp) -> Option<&Grant> {
+        match kind {
+            LeaseKind::Migration => self.migration.as_ref().filter(|m| m.live(now)),
+            LeaseKind::FailoverHold => self.effective_hold(now),
+        }
+    }
+
     /// Mutable access to the slot of `kind`.
     pub fn get_mut(&mut self, kind: LeaseKind) -> &mut Option<Grant> {
         match kind {
@@ -146,11 +181,55 @@ impl Slots {
 /// Seconds a client is told to wait after `423 unstable`.
 pub const UNSTABLE_RETRY_AFTER_SECONDS: u32 = 5;
 
+/// Why a person must verify the schema: how the grant that had started DDL ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// It was revoked.
+    Revoked(RevokeReason),
+    /// It lapsed: no renewal within its TTL.
+    Lapsed,
+}
+
+impl Ending {
+    /// The word stored and shown (`TopologyChanged`, `OperatorRevoked`, `Lapsed`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Ending::Revoked(r) => r.as_str(),
+            Ending::Lapsed => "Lapsed",
+        }
+    }
+
+    /// Parses [`Ending::as_str`].
+    pub fn parse(s: &str) -> Option<Self> {
+        if s == "Lapsed" { Some(Ending::Lapsed) } else { RevokeReason::parse(s).map(Ending::Revoked) }
+    }
+}
+
+/// An operation that lost its lease after reporting `ddlState: started`
+/// (invariant 9): the group needs `SchemaVerificationRequired` until a
+/// person says the schema was verified.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verification {
+    /// The operation.
+    pub operation_id: String,
+    /// Its MysqlDatabase name.
+    pub instance: String,
+    /// How its lease ended.
+    pub ending: Ending,
+    /// The group's topology generation when it ended.
+    pub generation: i64,
+}
+
 /// A refusal shared by every call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
-    /// `409 held`.
-    Held(Holder),
+    /// `409 held`: the lease of `kind` is held by `holder`.
+    Held {
+        /// The kind that is held.
+        kind: LeaseKind,
+        /// Who holds it.
+        holder: Holder,
+    },
     /// `409 revoked`.
     Revoked(Tombstone),
     /// `423 unstable`.
@@ -173,6 +252,8 @@ pub struct Outcome<T> {
     pub slots: Slots,
     /// Tombstones to create.
     pub new_tombstones: Vec<Tombstone>,
+    /// Schema verifications to record.
+    pub verifications: Vec<Verification>,
     /// The answer to the caller.
     pub answer: Result<T, Refusal>,
 }
@@ -187,7 +268,41 @@ pub struct Granted {
 }
 
 fn refuse<T>(slots: &Slots, refusal: Refusal) -> Outcome<T> {
-    Outcome { slots: slots.clone(), new_tombstones: Vec::new(), answer: Err(refusal) }
+    Outcome { slots: slots.clone(), new_tombstones: Vec::new(), verifications: Vec::new(), answer: Err(refusal) }
+}
+
+/// The DDL state an operation reported on any of its grants in `slots`
+/// (`started` wins: it is the one that needs a person).
+fn ddl_of(slots: &Slots, operation_id: &str) -> Option<DdlState> {
+    let states = [slots.migration.as_ref(), slots.hold.as_ref()]
+        .into_iter()
+        .flatten()
+        .filter(|g| g.operation_id == operation_id)
+        .filter_map(|g| g.ddl_state);
+    states.reduce(|a, b| if b == DdlState::Started { b } else { a })
+}
+
+fn verification(grant: &Grant, ending: Ending, generation: i64) -> Verification {
+    Verification { operation_id: grant.operation_id.clone(), instance: grant.instance.clone(), ending, generation }
+}
+
+/// Clears every lapsed grant that had reported `ddlState: started`, and
+/// returns the verifications they need (run by the reconciler on each
+/// probe, so a lapse is noticed even if nobody takes the slot again).
+/// Other lapsed grants are left: they are inert and get overwritten.
+pub fn sweep(slots: &Slots, generation: i64, now: Timestamp) -> (Slots, Vec<Verification>) {
+    let mut out = slots.clone();
+    let mut found = Vec::new();
+    for kind in [LeaseKind::Migration, LeaseKind::FailoverHold] {
+        let slot = out.get_mut(kind);
+        if let Some(g) = slot.as_ref().filter(|g| !g.live(now) && g.ddl_state == Some(DdlState::Started)) {
+            if !found.iter().any(|v: &Verification| v.operation_id == g.operation_id) {
+                found.push(verification(g, Ending::Lapsed, generation));
+            }
+            *slot = None;
+        }
+    }
+    (out, found)
 }
 
 /// Revokes every live grant in `slots` whose generation differs from
@@ -213,7 +328,7 @@ pub fn revoke(slots: &Slots, reason: RevokeReason, generation: i64, now: Timesta
                 token_sha256: grant.token_sha256.clone(),
                 reason,
                 generation,
-                ddl_state: grant.ddl_state,
+                ddl_state: ddl_of(slots, &grant.operation_id),
             });
         }
         *slot = None;
@@ -221,20 +336,47 @@ pub fn revoke(slots: &Slots, reason: RevokeReason, generation: i64, now: Timesta
     (out, tombstones)
 }
 
-/// Decides a POST. `token_sha256` is the hash of the fresh token the store
-/// will hand out if this grants.
-#[allow(clippy::too_many_arguments)]
+/// The verifications that `tombstones` need: those of operations that had
+/// reported `ddlState: started`.
+pub fn verifications_of(tombstones: &[Tombstone]) -> Vec<Verification> {
+    tombstones
+        .iter()
+        .filter(|t| t.ddl_state == Some(DdlState::Started))
+        .map(|t| Verification {
+            operation_id: t.operation_id.clone(),
+            instance: t.instance.clone(),
+            ending: Ending::Revoked(t.reason),
+            generation: t.generation,
+        })
+        .collect()
+}
+
+/// A POST as the caller made it.
+#[derive(Clone, Copy, Debug)]
+pub struct CreateRequest<'a> {
+    /// The lease kind asked for.
+    pub kind: LeaseKind,
+    /// The operation.
+    pub operation_id: &'a str,
+    /// Its MysqlDatabase name (already authorized for the caller).
+    pub instance: &'a str,
+    /// Requested TTL in seconds (clamped to [5, 120]).
+    pub ttl_seconds: u32,
+    /// The caller, `namespace/serviceAccount`.
+    pub client: &'a str,
+    /// SHA-256 of the fresh token the store hands out if this grants.
+    pub token_sha256: &'a str,
+}
+
+/// Decides a POST.
 pub fn create(
     slots: &Slots,
     tombstone: Option<&Tombstone>,
     facts: &GroupFacts,
-    kind: LeaseKind,
-    operation_id: &str,
-    instance: &str,
-    ttl_seconds: u32,
-    token_sha256: &str,
+    req: &CreateRequest<'_>,
     now: Timestamp,
 ) -> Outcome<Granted> {
+    let CreateRequest { kind, operation_id, instance, ttl_seconds, client, token_sha256 } = *req;
     if let Some(t) = tombstone {
         return refuse(slots, Refusal::Revoked(t.clone()));
     }
@@ -243,37 +385,40 @@ pub fn create(
         return refuse(slots, Refusal::Unstable { reason });
     };
     // A grant of an older generation is revoked before anything else.
-    let (slots_now, tombstones) = revoke(slots, RevokeReason::TopologyChanged, generation, now);
-    if let Some(t) = tombstones.iter().find(|t| t.operation_id == operation_id) {
-        return Outcome {
-            slots: slots_now,
-            new_tombstones: tombstones.clone(),
-            answer: Err(Refusal::Revoked(t.clone())),
-        };
+    let (mut slots_now, tombstones) = revoke(slots, RevokeReason::TopologyChanged, generation, now);
+    let mut verifications = verifications_of(&tombstones);
+    let answer = |slots_now: Slots, tombstones: Vec<Tombstone>, verifications, answer| Outcome {
+        slots: slots_now,
+        new_tombstones: tombstones,
+        verifications,
+        answer,
+    };
+    if let Some(t) = tombstones.iter().find(|t| t.operation_id == operation_id).cloned() {
+        return answer(slots_now, tombstones, verifications, Err(Refusal::Revoked(t)));
     }
     if kind == LeaseKind::FailoverHold {
         let holds_mutex = slots_now
-            .migration
-            .as_ref()
-            .is_some_and(|m| m.live(now) && m.operation_id == operation_id && m.instance == instance);
+            .live(LeaseKind::Migration, now)
+            .is_some_and(|m| m.operation_id == operation_id && m.instance == instance && m.granted_to(client));
         if !holds_mutex {
-            return Outcome {
-                slots: slots_now,
-                new_tombstones: tombstones,
-                answer: Err(Refusal::Forbidden(format!(
-                    "a failover-hold is granted only to the current migration holder with the same operationId and instance; take the migration lease for operation {operation_id} first"
-                ))),
-            };
+            let why = format!(
+                "a failover-hold is granted only to the current migration holder with the same operationId and instance; take the migration lease for operation {operation_id} first"
+            );
+            return answer(slots_now, tombstones, verifications, Err(Refusal::Forbidden(why)));
         }
     }
-    let current = slots_now.get(kind).filter(|g| g.live(now)).cloned();
+    let current = slots_now.live(kind, now).cloned();
     let created = match &current {
-        Some(g) if g.operation_id != operation_id || g.instance != instance => {
-            return Outcome { slots: slots_now, new_tombstones: tombstones, answer: Err(Refusal::Held(g.holder())) };
+        Some(g) if g.operation_id != operation_id || g.instance != instance || !g.granted_to(client) => {
+            return answer(slots_now, tombstones, verifications, Err(Refusal::Held { kind, holder: g.holder() }));
         }
         Some(_) => false,
         None => true,
     };
+    // The slot is taken over: a lapsed grant that had started DDL needs a person.
+    if let Some(old) = slots_now.get(kind).filter(|g| !g.live(now) && g.ddl_state == Some(DdlState::Started)) {
+        verifications.push(verification(old, Ending::Lapsed, generation));
+    }
     let previous_ddl = current.and_then(|g| g.ddl_state);
     let grant = Grant {
         operation_id: operation_id.to_owned(),
@@ -283,20 +428,36 @@ pub fn create(
         renewed_at: now,
         ttl_seconds: bloodraven_api::deploy::clamp_ttl(ttl_seconds),
         ddl_state: previous_ddl,
+        client: Some(client.to_owned()),
     };
-    let mut out = slots_now;
-    *out.get_mut(kind) = Some(grant.clone());
-    Outcome { slots: out, new_tombstones: tombstones, answer: Ok(Granted { grant, created }) }
+    *slots_now.get_mut(kind) = Some(grant.clone());
+    // A new mutex holder: a hold left by another operation no longer counts; drop it.
+    if kind == LeaseKind::Migration && slots_now.hold.as_ref().is_some_and(|h| h.operation_id != operation_id) {
+        slots_now.hold = None;
+    }
+    answer(slots_now, tombstones, verifications, Ok(Granted { grant, created }))
 }
 
-/// The live grant of `kind` that `operation_id` holds with this token, or
-/// why not: revoked (tombstone), expired (no live grant of that operation),
-/// or a token mismatch. Shared by renewal and release.
+/// Who renews or releases: the caller and the instances it may act for now.
+#[derive(Clone, Copy, Debug)]
+pub struct Actor<'a> {
+    /// The caller, `namespace/serviceAccount`.
+    pub client: &'a str,
+    /// Names of the MysqlDatabases of the group the caller may act for.
+    pub instances: &'a std::collections::BTreeSet<String>,
+}
+
+/// The live grant of `kind` that `operation_id` holds, if `actor` may act
+/// for it and shows its token; or why not: revoked (tombstone), expired (no
+/// live grant of that operation), forbidden (granted to another client, or
+/// the client is no longer listed for its instance), or a token mismatch.
+/// Shared by renewal and release.
 fn held<'a>(
     slots: &'a Slots,
     tombstone: Option<&Tombstone>,
     kind: LeaseKind,
     operation_id: &str,
+    actor: &Actor<'_>,
     token_sha256: &str,
     now: Timestamp,
 ) -> Result<&'a Grant, Refusal> {
@@ -304,6 +465,18 @@ fn held<'a>(
         return Err(Refusal::Revoked(t.clone()));
     }
     let grant = slots.get(kind).filter(|g| g.live(now) && g.operation_id == operation_id).ok_or(Refusal::Expired)?;
+    if grant.client.as_deref().is_some_and(|c| c != actor.client) {
+        return Err(Refusal::Forbidden(format!(
+            "this {} lease of operation {operation_id} was granted to another deployment client",
+            kind.as_str()
+        )));
+    }
+    if !actor.instances.contains(&grant.instance) {
+        return Err(Refusal::Forbidden(format!(
+            "the caller is no longer a deployment client of MysqlDatabase {}",
+            grant.instance
+        )));
+    }
     if !constant_time_eq(grant.token_sha256.as_bytes(), token_sha256.as_bytes()) {
         return Err(Refusal::TokenMismatch);
     }
@@ -318,11 +491,12 @@ pub fn renew(
     facts: &GroupFacts,
     kind: LeaseKind,
     operation_id: &str,
+    actor: &Actor<'_>,
     token_sha256: &str,
     ddl_state: Option<DdlState>,
     now: Timestamp,
 ) -> Outcome<Grant> {
-    let grant = match held(slots, tombstone, kind, operation_id, token_sha256, now) {
+    let grant = match held(slots, tombstone, kind, operation_id, actor, token_sha256, now) {
         Ok(g) => g,
         Err(r) => return refuse(slots, r),
     };
@@ -335,7 +509,19 @@ pub fn renew(
             Some(t) => Err(Refusal::Revoked(t)),
             None => Err(Refusal::Expired),
         };
-        return Outcome { slots: out, new_tombstones: tombstones, answer };
+        let verifications = verifications_of(&tombstones);
+        return Outcome { slots: out, new_tombstones: tombstones, verifications, answer };
+    }
+    if kind == LeaseKind::FailoverHold && slots.effective_hold(now).is_none() {
+        // The operation's mutex lapsed or was taken: the hold ends with it (invariant 8).
+        let mut out = slots.clone();
+        out.hold = None;
+        return Outcome {
+            slots: out,
+            new_tombstones: Vec::new(),
+            verifications: Vec::new(),
+            answer: Err(Refusal::Expired),
+        };
     }
     if let Some(reason) =
         facts.unstable_reason.clone().or_else(|| facts.generation.is_none().then(|| "BootstrapPending".into()))
@@ -349,28 +535,30 @@ pub fn renew(
     }
     let mut out = slots.clone();
     *out.get_mut(kind) = Some(renewed.clone());
-    Outcome { slots: out, new_tombstones: Vec::new(), answer: Ok(renewed) }
+    Outcome { slots: out, new_tombstones: Vec::new(), verifications: Vec::new(), answer: Ok(renewed) }
 }
 
-/// Decides a DELETE (release). Releasing the migration mutex also releases
-/// that operation's failover-hold.
+/// Decides a DELETE (release); answers the grant released. Releasing the
+/// migration mutex also releases that operation's failover-hold.
 pub fn release(
     slots: &Slots,
     tombstone: Option<&Tombstone>,
     kind: LeaseKind,
     operation_id: &str,
+    actor: &Actor<'_>,
     token_sha256: &str,
     now: Timestamp,
-) -> Outcome<()> {
-    if let Err(r) = held(slots, tombstone, kind, operation_id, token_sha256, now) {
-        return refuse(slots, r);
-    }
+) -> Outcome<Grant> {
+    let released = match held(slots, tombstone, kind, operation_id, actor, token_sha256, now) {
+        Ok(g) => g.clone(),
+        Err(r) => return refuse(slots, r),
+    };
     let mut out = slots.clone();
     *out.get_mut(kind) = None;
     if kind == LeaseKind::Migration && out.hold.as_ref().is_some_and(|h| h.operation_id == operation_id) {
         out.hold = None;
     }
-    Outcome { slots: out, new_tombstones: Vec::new(), answer: Ok(()) }
+    Outcome { slots: out, new_tombstones: Vec::new(), verifications: Vec::new(), answer: Ok(released) }
 }
 
 /// Compares two byte strings in time that depends only on their lengths.

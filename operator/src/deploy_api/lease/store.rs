@@ -10,6 +10,16 @@
 //!   free slot has no holder.
 //! - `bloodraven-tombstone-<h(group)>-<h(operationId)>`: one per revoked
 //!   operation (token hash, reason, generation), kept until the group is deleted.
+//! - `bloodraven-verify-<h(group)>-<h(operationId)>`: one per operation that
+//!   lost its lease after reporting `ddlState: started`, kept until a person
+//!   marks the schema verified (`SchemaVerificationRequired`).
+//!
+//! Every object carries its group's UID. An object of another UID (left by a
+//! deleted group of the same name) is never read as the current group's:
+//! a slot reads as free, a tombstone or verification as absent; the
+//! finalizer and the start-up sweep delete such leftovers. An object stored
+//! before objects carried the UID counts only if it was created no earlier
+//! than the group.
 //!
 //! Every slot write is a create or a replace carrying the resourceVersion
 //! read, so two writers (two replicas, or a leader change) can never both
@@ -21,11 +31,12 @@ use std::sync::{Arc, Mutex};
 use bloodraven_api::deploy::{DdlState, LeaseKind};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use sha2::{Digest, Sha256};
 
-use super::machine::{Grant, RevokeReason, Slots, Tombstone};
+use super::machine::{Ending, Grant, RevokeReason, Slots, Tombstone, Verification};
 
 const PREFIX: &str = "bloodraven.shipstream.io/";
 const ANN_GROUP: &str = "bloodraven.shipstream.io/group";
@@ -36,9 +47,14 @@ const ANN_TOKEN: &str = "bloodraven.shipstream.io/token-sha256";
 const ANN_GENERATION: &str = "bloodraven.shipstream.io/topology-generation";
 const ANN_DDL: &str = "bloodraven.shipstream.io/ddl-state";
 const ANN_REASON: &str = "bloodraven.shipstream.io/revoke-reason";
+const ANN_GROUP_UID: &str = "bloodraven.shipstream.io/group-uid";
+const ANN_CLIENT: &str = "bloodraven.shipstream.io/client";
+const ANN_ENDING: &str = "bloodraven.shipstream.io/ending";
+/// Set on a verification record once its Event was published.
+pub const ANN_ANNOUNCED: &str = "bloodraven.shipstream.io/announced";
 /// Label with the group's hash, on every slot and tombstone.
 pub const LABEL_GROUP: &str = "bloodraven.shipstream.io/group-hash";
-/// Label saying what the Lease is: `slot` or `tombstone`.
+/// Label saying what the Lease is: `slot`, `tombstone` or `verification`.
 pub const LABEL_ROLE: &str = "bloodraven.shipstream.io/deploy-lease";
 
 /// Errors of the store.
@@ -60,7 +76,9 @@ pub enum StoreError {
 
 fn kube_err(action: &'static str) -> impl FnOnce(kube::Error) -> StoreError {
     move |source| match source {
-        kube::Error::Api(s) if s.code == 409 => StoreError::Conflict,
+        // 409: written since the read; 404: deleted since the read (a replace
+        // of a slot the finalizer removed). Either way, decide again.
+        kube::Error::Api(s) if s.code == 409 || s.code == 404 => StoreError::Conflict,
         source => StoreError::Kube { action, source },
     }
 }
@@ -85,6 +103,39 @@ pub fn tombstone_name(group: &str, operation_id: &str) -> String {
     format!("bloodraven-tombstone-{}-{}", short_hash(group, 16), short_hash(operation_id, 16))
 }
 
+/// The group a read or write is for: its name, and what ties objects to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupKey {
+    /// The group's name.
+    pub name: String,
+    /// The group's UID.
+    pub uid: String,
+    /// The group's creation time (judges objects stored without a UID).
+    pub created: Option<Timestamp>,
+}
+
+impl GroupKey {
+    /// The key of `group`.
+    pub fn of(group: &bloodraven_api::v1alpha1::MysqlFailoverGroup) -> Self {
+        GroupKey {
+            name: group.metadata.name.clone().unwrap_or_default(),
+            uid: group.metadata.uid.clone().unwrap_or_default(),
+            created: group.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        }
+    }
+
+    /// Whether `lease` belongs to this group (and not to an older one of the same name).
+    pub fn owns(&self, lease: &Lease) -> bool {
+        match lease.metadata.annotations.as_ref().and_then(|a| a.get(ANN_GROUP_UID)) {
+            Some(uid) => *uid == self.uid,
+            None => match (lease.metadata.creation_timestamp.as_ref(), self.created) {
+                (Some(made), Some(created)) => made.0 >= created,
+                _ => false,
+            },
+        }
+    }
+}
+
 /// The slots as read, with the Lease objects for the compare-and-swap.
 #[derive(Clone, Debug, Default)]
 pub struct Read {
@@ -103,7 +154,8 @@ pub struct Store {
     /// Slot Leases as this process last wrote or read them, by name. Used
     /// only by the renewal fast path: a stale entry makes the
     /// compare-and-swap fail, which drops the entry and takes the full path.
-    written: Arc<Mutex<HashMap<String, Lease>>>,
+    /// `None` records a slot Lease known not to exist.
+    written: Arc<Mutex<HashMap<String, Option<Lease>>>>,
 }
 
 fn annotations(lease: &Lease) -> BTreeMap<String, String> {
@@ -122,10 +174,17 @@ fn decode_grant(lease: &Lease) -> Option<Grant> {
         renewed_at: spec.renew_time.as_ref()?.0,
         ttl_seconds: spec.lease_duration_seconds.and_then(|s| u32::try_from(s).ok()).unwrap_or(0),
         ddl_state: a.get(ANN_DDL).and_then(|d| serde_json::from_value(serde_json::Value::String(d.clone())).ok()),
+        client: a.get(ANN_CLIENT).cloned(),
     })
 }
 
-fn encode_slot(group: &str, kind: LeaseKind, base: Option<&Lease>, grant: Option<&Grant>) -> Lease {
+/// The grant in `lease` if it belongs to `key`'s group.
+fn decode_owned(key: &GroupKey, lease: Option<&Lease>) -> Option<Grant> {
+    lease.filter(|l| key.owns(l)).and_then(decode_grant)
+}
+
+fn encode_slot(key: &GroupKey, kind: LeaseKind, base: Option<&Lease>, grant: Option<&Grant>) -> Lease {
+    let group = key.name.as_str();
     let mut lease = base.cloned().unwrap_or_else(|| Lease {
         metadata: ObjectMeta {
             name: Some(slot_name(group, kind)),
@@ -140,17 +199,23 @@ fn encode_slot(group: &str, kind: LeaseKind, base: Option<&Lease>, grant: Option
     let mut a: BTreeMap<String, String> =
         annotations(&lease).into_iter().filter(|(k, _)| !k.starts_with(PREFIX)).collect();
     a.insert(ANN_GROUP.to_owned(), group.to_owned());
+    a.insert(ANN_GROUP_UID.to_owned(), key.uid.clone());
     a.insert(ANN_KIND.to_owned(), kind.as_str().to_owned());
     let mut spec = LeaseSpec::default();
+    // A slot left by an older group of the same name starts afresh.
+    let base_owned = base.is_some_and(|b| key.owns(b));
     if let Some(g) = grant {
+        if let Some(c) = &g.client {
+            a.insert(ANN_CLIENT.to_owned(), c.clone());
+        }
         a.insert(ANN_INSTANCE.to_owned(), g.instance.clone());
         a.insert(ANN_TOKEN.to_owned(), g.token_sha256.clone());
         a.insert(ANN_GENERATION.to_owned(), g.generation.to_string());
         if let Some(d) = g.ddl_state {
             a.insert(ANN_DDL.to_owned(), d.as_str().to_owned());
         }
-        let same_holder =
-            lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(g.operation_id.as_str());
+        let same_holder = base_owned
+            && lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(g.operation_id.as_str());
         spec.holder_identity = Some(g.operation_id.clone());
         spec.lease_duration_seconds = i32::try_from(g.ttl_seconds).ok();
         spec.renew_time = Some(MicroTime(g.renewed_at));
@@ -179,61 +244,98 @@ fn decode_tombstone(lease: &Lease) -> Option<Tombstone> {
     })
 }
 
+fn decode_verification(lease: &Lease) -> Option<Verification> {
+    let a = annotations(lease);
+    Some(Verification {
+        operation_id: a.get(ANN_OPERATION)?.clone(),
+        instance: a.get(ANN_INSTANCE).cloned().unwrap_or_default(),
+        ending: Ending::parse(a.get(ANN_ENDING)?)?,
+        generation: a.get(ANN_GENERATION).and_then(|g| g.parse().ok()).unwrap_or(0),
+    })
+}
+
+/// Name of an operation's verification record.
+pub fn verification_name(group: &str, operation_id: &str) -> String {
+    format!("bloodraven-verify-{}-{}", short_hash(group, 16), short_hash(operation_id, 16))
+}
+
+/// A verification record as listed: what it says, and whether its Event was published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pending {
+    /// The record.
+    pub verification: Verification,
+    /// The Lease's name.
+    pub name: String,
+    /// Whether the `SchemaVerificationRequired` Event was published for it.
+    pub announced: bool,
+}
+
+/// A record object (Lease) with the labels and annotations of `key`'s group.
+fn record_lease(key: &GroupKey, name: String, role: &str, mut a: BTreeMap<String, String>) -> Lease {
+    a.insert(ANN_GROUP.to_owned(), key.name.clone());
+    a.insert(ANN_GROUP_UID.to_owned(), key.uid.clone());
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(name),
+            labels: Some(BTreeMap::from([
+                (LABEL_GROUP.to_owned(), short_hash(&key.name, 16)),
+                (LABEL_ROLE.to_owned(), role.to_owned()),
+            ])),
+            annotations: Some(a),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+    }
+}
+
 impl Store {
     /// A store over `api` (the operator's namespace).
     pub fn new(api: Api<Lease>) -> Self {
         Store { api, written: Arc::default() }
     }
 
-    /// Reads both slots of `group`.
-    pub async fn read(&self, group: &str) -> Result<Read, StoreError> {
-        let get = |kind| async move { self.api.get_opt(&slot_name(group, kind)).await.map_err(kube_err("read a")) };
+    /// Reads both slots of `key`'s group.
+    pub async fn read(&self, key: &GroupKey) -> Result<Read, StoreError> {
+        let get = |kind| async move { self.api.get_opt(&slot_name(&key.name, kind)).await.map_err(kube_err("read a")) };
         let (migration, hold) = tokio::try_join!(get(LeaseKind::Migration), get(LeaseKind::FailoverHold))?;
-        let slots =
-            Slots { migration: migration.as_ref().and_then(decode_grant), hold: hold.as_ref().and_then(decode_grant) };
+        let slots = Slots { migration: decode_owned(key, migration.as_ref()), hold: decode_owned(key, hold.as_ref()) };
         Ok(Read { slots, migration, hold })
     }
 
-    /// Reads only the slot of `kind` (the renewal fast path); the other slot
-    /// reads as absent and is left alone by [`Store::write`].
-    pub async fn read_kind(&self, group: &str, kind: LeaseKind) -> Result<Read, StoreError> {
-        let lease = self.api.get_opt(&slot_name(group, kind)).await.map_err(kube_err("read a"))?;
-        let mut read = Read::default();
-        *read.slots.get_mut(kind) = lease.as_ref().and_then(decode_grant);
-        match kind {
-            LeaseKind::Migration => read.migration = lease,
-            LeaseKind::FailoverHold => read.hold = lease,
-        }
-        Ok(read)
+    /// The tombstone of `operation_id` in `key`'s group, if it was revoked.
+    pub async fn tombstone(&self, key: &GroupKey, operation_id: &str) -> Result<Option<Tombstone>, StoreError> {
+        let lease = self
+            .api
+            .get_opt(&tombstone_name(&key.name, operation_id))
+            .await
+            .map_err(kube_err("read a tombstone of a"))?;
+        Ok(lease.filter(|l| key.owns(l)).as_ref().and_then(decode_tombstone).filter(|t| t.operation_id == operation_id))
     }
 
-    /// The tombstone of `operation_id` in `group`, if it was revoked.
-    pub async fn tombstone(&self, group: &str, operation_id: &str) -> Result<Option<Tombstone>, StoreError> {
-        let lease =
-            self.api.get_opt(&tombstone_name(group, operation_id)).await.map_err(kube_err("read a tombstone of a"))?;
-        Ok(lease.as_ref().and_then(decode_tombstone).filter(|t| t.operation_id == operation_id))
-    }
-
-    /// Writes a decision: tombstones first, then every slot that changed,
-    /// each with the resourceVersion read (the hold before the mutex, so a
-    /// hold never outlives a released mutex).
+    /// Writes a decision: tombstones and verification records first, then
+    /// every slot that changed, each with the resourceVersion read (the
+    /// hold before the mutex, so a hold never outlives a released mutex).
     pub async fn write(
         &self,
-        group: &str,
+        key: &GroupKey,
         read: &Read,
         slots: &Slots,
         tombstones: &[Tombstone],
+        verifications: &[Verification],
     ) -> Result<(), StoreError> {
         for t in tombstones {
-            self.create_tombstone(group, t).await?;
+            self.create_tombstone(key, t).await?;
+        }
+        for v in verifications {
+            self.create_verification(key, v).await?;
         }
         for (kind, base) in [(LeaseKind::FailoverHold, &read.hold), (LeaseKind::Migration, &read.migration)] {
             if read.slots.get(kind) == slots.get(kind) {
                 continue;
             }
-            let lease = encode_slot(group, kind, base.as_ref(), slots.get(kind));
+            let lease = encode_slot(key, kind, base.as_ref(), slots.get(kind));
             let pp = PostParams::default();
-            let name = slot_name(group, kind);
+            let name = slot_name(&key.name, kind);
             let written = match base {
                 None => self.api.create(&pp, &lease).await.map_err(kube_err("create a")),
                 Some(_) => self.api.replace(&name, &pp, &lease).await.map_err(kube_err("update a")),
@@ -241,7 +343,7 @@ impl Store {
             let mut cache = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             match written {
                 Ok(l) => {
-                    cache.insert(name, l);
+                    cache.insert(name, Some(l));
                 }
                 Err(e) => {
                     cache.remove(&name);
@@ -252,23 +354,39 @@ impl Store {
         Ok(())
     }
 
-    /// The slot of `kind` as this process last wrote it, if it remembers
-    /// (the renewal fast path: no read at all; a stale copy fails the CAS).
-    pub fn remembered(&self, group: &str, kind: LeaseKind) -> Option<Read> {
+    /// The slots of `key`'s group as this process last wrote or read them,
+    /// if it remembers both (the renewal fast path: no read at all; a
+    /// stale copy fails the compare-and-swap).
+    pub fn remembered(&self, key: &GroupKey) -> Option<Read> {
         let cache = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let lease = cache.get(&slot_name(group, kind))?.clone();
-        let mut read = Read::default();
-        *read.slots.get_mut(kind) = decode_grant(&lease);
-        match kind {
-            LeaseKind::Migration => read.migration = Some(lease),
-            LeaseKind::FailoverHold => read.hold = Some(lease),
-        }
-        Some(read)
+        let migration = cache.get(&slot_name(&key.name, LeaseKind::Migration)).cloned()?;
+        let hold = cache.get(&slot_name(&key.name, LeaseKind::FailoverHold)).cloned()?;
+        Some(Read {
+            slots: Slots { migration: decode_owned(key, migration.as_ref()), hold: decode_owned(key, hold.as_ref()) },
+            migration,
+            hold,
+        })
     }
 
-    async fn create_tombstone(&self, group: &str, t: &Tombstone) -> Result<(), StoreError> {
+    /// Remembers the Leases of a full read, for [`Store::remembered`].
+    pub fn remember(&self, key: &GroupKey, read: &Read) {
+        let mut cache = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for (kind, lease) in [(LeaseKind::Migration, &read.migration), (LeaseKind::FailoverHold, &read.hold)] {
+            cache.insert(slot_name(&key.name, kind), lease.clone());
+        }
+    }
+
+    async fn create_record(&self, lease: &Lease, what: &'static str) -> Result<(), StoreError> {
+        match self.api.create(&PostParams::default(), lease).await {
+            Ok(_) => Ok(()),
+            // Already recorded: the first record stands (one per operation).
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(source) => Err(StoreError::Kube { action: what, source }),
+        }
+    }
+
+    async fn create_tombstone(&self, key: &GroupKey, t: &Tombstone) -> Result<(), StoreError> {
         let mut a = BTreeMap::from([
-            (ANN_GROUP.to_owned(), group.to_owned()),
             (ANN_OPERATION.to_owned(), t.operation_id.clone()),
             (ANN_INSTANCE.to_owned(), t.instance.clone()),
             (ANN_TOKEN.to_owned(), t.token_sha256.clone()),
@@ -278,45 +396,109 @@ impl Store {
         if let Some(d) = t.ddl_state {
             a.insert(ANN_DDL.to_owned(), d.as_str().to_owned());
         }
-        let lease = Lease {
-            metadata: ObjectMeta {
-                name: Some(tombstone_name(group, &t.operation_id)),
-                labels: Some(BTreeMap::from([
-                    (LABEL_GROUP.to_owned(), short_hash(group, 16)),
-                    (LABEL_ROLE.to_owned(), "tombstone".to_owned()),
-                ])),
-                annotations: Some(a),
-                ..ObjectMeta::default()
-            },
-            spec: None,
-        };
-        match self.api.create(&PostParams::default(), &lease).await {
-            // Already revoked: the first tombstone stands.
+        let lease = record_lease(key, tombstone_name(&key.name, &t.operation_id), "tombstone", a);
+        self.create_record(&lease, "create a tombstone of a").await
+    }
+
+    async fn create_verification(&self, key: &GroupKey, v: &Verification) -> Result<(), StoreError> {
+        let a = BTreeMap::from([
+            (ANN_OPERATION.to_owned(), v.operation_id.clone()),
+            (ANN_INSTANCE.to_owned(), v.instance.clone()),
+            (ANN_ENDING.to_owned(), v.ending.as_str().to_owned()),
+            (ANN_GENERATION.to_owned(), v.generation.to_string()),
+        ]);
+        let lease = record_lease(key, verification_name(&key.name, &v.operation_id), "verification", a);
+        self.create_record(&lease, "create a verification record of a").await
+    }
+
+    /// The verification records of `key`'s group, oldest first.
+    pub async fn verifications(&self, key: &GroupKey) -> Result<Vec<Pending>, StoreError> {
+        let lp = ListParams::default()
+            .labels(&format!("{LABEL_GROUP}={},{LABEL_ROLE}=verification", short_hash(&key.name, 16)));
+        let mut items = self.api.list(&lp).await.map_err(kube_err("list the verification records of a"))?.items;
+        items.sort_by_key(|l| l.metadata.creation_timestamp.as_ref().map(|t| t.0));
+        Ok(items
+            .iter()
+            .filter(|l| key.owns(l))
+            .filter_map(|l| {
+                Some(Pending {
+                    verification: decode_verification(l)?,
+                    name: l.metadata.name.clone()?,
+                    announced: annotations(l).contains_key(ANN_ANNOUNCED),
+                })
+            })
+            .collect())
+    }
+
+    /// Marks a verification record as announced (its Event was published).
+    pub async fn mark_announced(&self, name: &str) -> Result<(), StoreError> {
+        let patch = serde_json::json!({"metadata": {"annotations": {ANN_ANNOUNCED: "true"}}});
+        self.api
+            .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .map(drop)
+            .map_err(kube_err("mark a verification record of a"))
+    }
+
+    /// Deletes a verification record (a person verified the schema).
+    pub async fn delete_record(&self, name: &str) -> Result<(), StoreError> {
+        match self.api.delete(name, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(source) => Err(StoreError::Kube { action: "create a tombstone of a", source }),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(kube_err("delete a record of a")(e)),
         }
     }
 
-    /// Deletes every slot and tombstone of a deleted group.
+    /// Deletes every slot, tombstone and verification record of a deleted group.
     pub async fn forget_group(&self, group: &str) -> Result<(), StoreError> {
         let lp = ListParams::default().labels(&format!("{LABEL_GROUP}={}", short_hash(group, 16)));
-        self.api.delete_collection(&DeleteParams::default(), &lp).await.map(drop).map_err(kube_err("delete a"))
+        self.api.delete_collection(&DeleteParams::default(), &lp).await.map(drop).map_err(kube_err("delete a"))?;
+        let mut cache = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for kind in [LeaseKind::Migration, LeaseKind::FailoverHold] {
+            cache.remove(&slot_name(group, kind));
+        }
+        Ok(())
     }
 
-    /// Every slot Lease of the namespace (for the active-lease metric).
-    pub async fn all_slots(&self) -> Result<Vec<(String, LeaseKind, Grant)>, StoreError> {
+    /// Deletes every deploy Lease whose group no longer exists with the UID
+    /// it records (`live`: name → UID of every group in the cluster).
+    /// Returns how many were deleted.
+    pub async fn sweep<S: std::hash::BuildHasher>(
+        &self,
+        live: &HashMap<String, String, S>,
+    ) -> Result<usize, StoreError> {
+        let lp = ListParams::default().labels(LABEL_ROLE);
+        let list = self.api.list(&lp).await.map_err(kube_err("list a"))?;
+        let mut deleted = 0;
+        for lease in &list.items {
+            let a = annotations(lease);
+            let stale = match (a.get(ANN_GROUP), a.get(ANN_GROUP_UID)) {
+                (Some(group), Some(uid)) => live.get(group) != Some(uid),
+                (Some(group), None) => !live.contains_key(group),
+                (None, _) => false,
+            };
+            if stale && let Some(name) = &lease.metadata.name {
+                self.delete_record(name).await?;
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Every slot of the namespace, by group (for the active-lease metric).
+    pub async fn all_slots(&self) -> Result<HashMap<String, Slots>, StoreError> {
         let lp = ListParams::default().labels(&format!("{LABEL_ROLE}=slot"));
         let list = self.api.list(&lp).await.map_err(kube_err("list a"))?;
-        Ok(list
-            .items
-            .iter()
-            .filter_map(|l| {
-                let a = annotations(l);
-                let kind = LeaseKind::parse(a.get(ANN_KIND)?)?;
-                Some((a.get(ANN_GROUP)?.clone(), kind, decode_grant(l)?))
-            })
-            .collect())
+        let mut out: HashMap<String, Slots> = HashMap::new();
+        for l in &list.items {
+            let a = annotations(l);
+            let (Some(group), Some(kind)) = (a.get(ANN_GROUP), a.get(ANN_KIND).and_then(|k| LeaseKind::parse(k)))
+            else {
+                continue;
+            };
+            *out.entry(group.clone()).or_default().get_mut(kind) = decode_grant(l);
+        }
+        Ok(out)
     }
 }
 
@@ -336,12 +518,18 @@ mod tests {
             renewed_at: Timestamp::from_second(1_700_000_000).unwrap(),
             ttl_seconds: 30,
             ddl_state: Some(DdlState::Started),
+            client: Some("ci/deployer".into()),
         };
-        let lease = encode_slot("playground", LeaseKind::Migration, None, Some(&g));
+        let key = GroupKey { name: "playground".into(), uid: "u1".into(), created: None };
+        let lease = encode_slot(&key, LeaseKind::Migration, None, Some(&g));
         assert_eq!(decode_grant(&lease), Some(g.clone()));
         let text = serde_json::to_string(&lease).unwrap();
         assert!(!text.contains("secret-token"), "{text}");
-        let freed = encode_slot("playground", LeaseKind::Migration, Some(&lease), None);
+        assert!(key.owns(&lease));
+        let other = GroupKey { uid: "u2".into(), ..key.clone() };
+        assert!(!other.owns(&lease), "a slot of another group of the same name is not this group's");
+        assert_eq!(decode_owned(&other, Some(&lease)), None);
+        let freed = encode_slot(&key, LeaseKind::Migration, Some(&lease), None);
         assert_eq!(decode_grant(&freed), None);
         assert!(!serde_json::to_string(&freed).unwrap().contains(&g.token_sha256), "a free slot keeps no token hash");
     }

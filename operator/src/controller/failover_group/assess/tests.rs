@@ -16,6 +16,7 @@ fn spec() -> MysqlFailoverGroupSpec {
         initial_active_site: "iad".into(),
         failover: FailoverPolicy::default(),
         planned_failover: None,
+        allowed_databases: bloodraven_api::v1alpha1::AllowedDatabases::default(),
     }
 }
 

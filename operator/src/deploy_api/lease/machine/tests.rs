@@ -16,98 +16,245 @@ fn grant_of<T: std::fmt::Debug>(o: &Outcome<T>) -> &T {
     o.answer.as_ref().unwrap()
 }
 
+/// The client every test grant is made to unless a test says otherwise.
+const CLIENT: &str = "ci/deployer";
+
+fn instances() -> &'static std::collections::BTreeSet<String> {
+    static SET: std::sync::OnceLock<std::collections::BTreeSet<String>> = std::sync::OnceLock::new();
+    SET.get_or_init(|| ["app", "counter-app", "other-app"].iter().map(|s| (*s).to_owned()).collect())
+}
+
+fn actor(client: &str) -> Actor<'_> {
+    Actor { client, instances: instances() }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn post(
+    slots: &Slots,
+    tomb: Option<&Tombstone>,
+    facts: &GroupFacts,
+    kind: LeaseKind,
+    operation_id: &str,
+    instance: &str,
+    ttl_seconds: u32,
+    token_sha256: &str,
+    now: Timestamp,
+) -> Outcome<Granted> {
+    post_as(CLIENT, slots, tomb, facts, kind, operation_id, instance, ttl_seconds, token_sha256, now)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn post_as(
+    client: &str,
+    slots: &Slots,
+    tomb: Option<&Tombstone>,
+    facts: &GroupFacts,
+    kind: LeaseKind,
+    operation_id: &str,
+    instance: &str,
+    ttl_seconds: u32,
+    token_sha256: &str,
+    now: Timestamp,
+) -> Outcome<Granted> {
+    let req = CreateRequest { kind, operation_id, instance, ttl_seconds, client, token_sha256 };
+    create(slots, tomb, facts, &req, now)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn put(
+    slots: &Slots,
+    tomb: Option<&Tombstone>,
+    facts: &GroupFacts,
+    kind: LeaseKind,
+    operation_id: &str,
+    token_sha256: &str,
+    ddl: Option<DdlState>,
+    now: Timestamp,
+) -> Outcome<Grant> {
+    renew(slots, tomb, facts, kind, operation_id, &actor(CLIENT), token_sha256, ddl, now)
+}
+
+fn delete(
+    slots: &Slots,
+    tomb: Option<&Tombstone>,
+    kind: LeaseKind,
+    operation_id: &str,
+    token_sha256: &str,
+    now: Timestamp,
+) -> Outcome<Grant> {
+    release(slots, tomb, kind, operation_id, &actor(CLIENT), token_sha256, now)
+}
+
 #[test]
 fn the_seed_flow_migration_then_hold_then_release() {
     let s0 = Slots::default();
-    let m = create(&s0, None, &stable(17), LeaseKind::Migration, "op1", "counter-app", 30, "h1", t(0));
+    let m = post(&s0, None, &stable(17), LeaseKind::Migration, "op1", "counter-app", 30, "h1", t(0));
     assert!(grant_of(&m).created);
     assert_eq!(grant_of(&m).grant.generation, 17);
-    let h = create(&m.slots, None, &stable(17), LeaseKind::FailoverHold, "op1", "counter-app", 30, "h2", t(1));
+    let h = post(&m.slots, None, &stable(17), LeaseKind::FailoverHold, "op1", "counter-app", 30, "h2", t(1));
     assert!(grant_of(&h).created);
-    let r = renew(&h.slots, None, &stable(17), LeaseKind::FailoverHold, "op1", "h2", None, t(10));
+    let r = put(&h.slots, None, &stable(17), LeaseKind::FailoverHold, "op1", "h2", None, t(10));
     assert_eq!(grant_of(&r).expires_at(), t(40));
-    let rel = release(&r.slots, None, LeaseKind::Migration, "op1", "h1", t(11));
+    let rel = delete(&r.slots, None, LeaseKind::Migration, "op1", "h1", t(11));
     assert!(rel.answer.is_ok());
     assert_eq!(rel.slots, Slots::default(), "releasing the mutex releases that operation's hold");
 }
 
 #[test]
 fn refusals() {
-    let s = create(&Slots::default(), None, &stable(3), LeaseKind::Migration, "op1", "app", 30, "h1", t(0)).slots;
+    let s = post(&Slots::default(), None, &stable(3), LeaseKind::Migration, "op1", "app", 30, "h1", t(0)).slots;
     // Another operation: held, with the holder.
-    let other = create(&s, None, &stable(3), LeaseKind::Migration, "op2", "app", 30, "x", t(1));
+    let other = post(&s, None, &stable(3), LeaseKind::Migration, "op2", "app", 30, "x", t(1));
     assert!(
-        matches!(&other.answer, Err(Refusal::Held(h)) if h.operation_id == "op1" && h.expires_at == t(30).to_string())
+        matches!(&other.answer, Err(Refusal::Held { kind: LeaseKind::Migration, holder: h }) if h.operation_id == "op1" && h.expires_at == t(30).to_string())
     );
     // A hold without the mutex (or for another instance): forbidden.
-    let hold = create(&s, None, &stable(3), LeaseKind::FailoverHold, "op2", "app", 30, "x", t(1));
+    let hold = post(&s, None, &stable(3), LeaseKind::FailoverHold, "op2", "app", 30, "x", t(1));
     assert!(matches!(hold.answer, Err(Refusal::Forbidden(_))));
-    let hold = create(&s, None, &stable(3), LeaseKind::FailoverHold, "op1", "other-app", 30, "x", t(1));
+    let hold = post(&s, None, &stable(3), LeaseKind::FailoverHold, "op1", "other-app", 30, "x", t(1));
     assert!(matches!(hold.answer, Err(Refusal::Forbidden(_))));
     // Wrong token; expired; unstable (no extension).
     assert_eq!(
-        renew(&s, None, &stable(3), LeaseKind::Migration, "op1", "nope", None, t(1)).answer,
+        put(&s, None, &stable(3), LeaseKind::Migration, "op1", "nope", None, t(1)).answer,
         Err(Refusal::TokenMismatch)
     );
-    assert_eq!(
-        renew(&s, None, &stable(3), LeaseKind::Migration, "op1", "h1", None, t(30)).answer,
-        Err(Refusal::Expired)
-    );
+    assert_eq!(put(&s, None, &stable(3), LeaseKind::Migration, "op1", "h1", None, t(30)).answer, Err(Refusal::Expired));
     let unstable = GroupFacts { generation: Some(3), unstable_reason: Some("Degraded".into()) };
-    let u = renew(&s, None, &unstable, LeaseKind::Migration, "op1", "h1", None, t(5));
+    let u = put(&s, None, &unstable, LeaseKind::Migration, "op1", "h1", None, t(5));
     assert!(matches!(u.answer, Err(Refusal::Unstable { .. })));
     assert_eq!(u.slots, s, "423 never moves the deadline");
     // Before bootstrap: unstable.
     let none = GroupFacts { generation: None, unstable_reason: None };
     assert!(matches!(
-        create(&Slots::default(), None, &none, LeaseKind::Migration, "op", "app", 30, "h", t(0)).answer,
+        post(&Slots::default(), None, &none, LeaseKind::Migration, "op", "app", 30, "h", t(0)).answer,
         Err(Refusal::Unstable { .. })
     ));
 }
 
 #[test]
 fn a_generation_change_revokes_and_the_tombstone_answers_forever() {
-    let s = create(&Slots::default(), None, &stable(3), LeaseKind::Migration, "op1", "app", 30, "h1", t(0)).slots;
-    let r = renew(&s, None, &stable(4), LeaseKind::Migration, "op1", "h1", Some(DdlState::Started), t(5));
+    let s = post(&Slots::default(), None, &stable(3), LeaseKind::Migration, "op1", "app", 30, "h1", t(0)).slots;
+    let r = put(&s, None, &stable(4), LeaseKind::Migration, "op1", "h1", Some(DdlState::Started), t(5));
     let Err(Refusal::Revoked(tomb)) = &r.answer else { panic!("{:?}", r.answer) };
     assert_eq!((tomb.reason, tomb.generation), (RevokeReason::TopologyChanged, 4));
     assert_eq!(tomb.token_sha256, "h1");
     assert_eq!(r.slots.migration, None);
     assert_eq!(r.new_tombstones.len(), 1);
     // Another operation takes the mutex; the revoked one retries its POST.
-    let s2 = create(&r.slots, None, &stable(4), LeaseKind::Migration, "op2", "app", 30, "h2", t(6)).slots;
-    let retry = create(&s2, Some(tomb), &stable(4), LeaseKind::Migration, "op1", "app", 30, "h3", t(7));
+    let s2 = post(&r.slots, None, &stable(4), LeaseKind::Migration, "op2", "app", 30, "h2", t(6)).slots;
+    let retry = post(&s2, Some(tomb), &stable(4), LeaseKind::Migration, "op1", "app", 30, "h3", t(7));
     assert!(matches!(retry.answer, Err(Refusal::Revoked(_))));
 }
 
 #[test]
 fn a_repeat_post_rotates_the_token() {
-    let s = create(&Slots::default(), None, &stable(1), LeaseKind::Migration, "op1", "app", 30, "old", t(0)).slots;
-    let again = create(&s, None, &stable(1), LeaseKind::Migration, "op1", "app", 60, "new", t(10));
+    let s = post(&Slots::default(), None, &stable(1), LeaseKind::Migration, "op1", "app", 30, "old", t(0)).slots;
+    let again = post(&s, None, &stable(1), LeaseKind::Migration, "op1", "app", 60, "new", t(10));
     assert!(!grant_of(&again).created, "200, not 201");
     assert_eq!(
-        renew(&again.slots, None, &stable(1), LeaseKind::Migration, "op1", "old", None, t(11)).answer,
+        put(&again.slots, None, &stable(1), LeaseKind::Migration, "op1", "old", None, t(11)).answer,
         Err(Refusal::TokenMismatch)
     );
-    assert!(renew(&again.slots, None, &stable(1), LeaseKind::Migration, "op1", "new", None, t(11)).answer.is_ok());
+    assert!(put(&again.slots, None, &stable(1), LeaseKind::Migration, "op1", "new", None, t(11)).answer.is_ok());
 }
 
 #[test]
 fn operator_revocation_revokes_every_live_grant() {
-    let s = create(&Slots::default(), None, &stable(2), LeaseKind::Migration, "op1", "app", 30, "h1", t(0)).slots;
-    let s = create(&s, None, &stable(2), LeaseKind::FailoverHold, "op1", "app", 30, "h2", t(0)).slots;
+    let s = post(&Slots::default(), None, &stable(2), LeaseKind::Migration, "op1", "app", 30, "h1", t(0)).slots;
+    let s = post(&s, None, &stable(2), LeaseKind::FailoverHold, "op1", "app", 30, "h2", t(0)).slots;
     let (cleared, tombs) = revoke(&s, RevokeReason::OperatorRevoked, 2, t(1));
     assert_eq!(cleared, Slots::default());
     assert_eq!(tombs.len(), 1, "one tombstone per operation");
     assert_eq!(tombs[0].reason, RevokeReason::OperatorRevoked);
 }
 
+#[test]
+fn a_grant_acts_only_for_the_client_it_was_granted_to() {
+    let s = post(&Slots::default(), None, &stable(1), LeaseKind::Migration, "op1", "app", 30, "h1", t(0)).slots;
+    // Another tenant repeating the victim's POST: held, exactly as a second pipeline.
+    let again = post_as("tenant-b/attacker", &s, None, &stable(1), LeaseKind::Migration, "op1", "app", 30, "x", t(1));
+    assert!(
+        matches!(&again.answer, Err(Refusal::Held { kind: LeaseKind::Migration, holder }) if holder.operation_id == "op1")
+    );
+    assert_eq!(again.slots, s, "the victim's token is untouched");
+    // Nor can it take the hold of the victim's operation.
+    let hold = post_as("tenant-b/attacker", &s, None, &stable(1), LeaseKind::FailoverHold, "op1", "app", 30, "x", t(1));
+    assert!(matches!(hold.answer, Err(Refusal::Forbidden(_))));
+    // Renewal or release by another caller is refused before the token is looked at.
+    let other = actor("tenant-b/attacker");
+    let r = renew(&s, None, &stable(1), LeaseKind::Migration, "op1", &other, "h1", None, t(1));
+    assert!(matches!(r.answer, Err(Refusal::Forbidden(_))), "{:?}", r.answer);
+    let d = release(&s, None, LeaseKind::Migration, "op1", &other, "h1", t(1));
+    assert!(matches!(d.answer, Err(Refusal::Forbidden(_))));
+    assert_eq!(d.slots, s);
+    // A client no longer listed for the instance loses the lease's use.
+    let none = std::collections::BTreeSet::new();
+    let gone = Actor { client: CLIENT, instances: &none };
+    assert!(matches!(
+        renew(&s, None, &stable(1), LeaseKind::Migration, "op1", &gone, "h1", None, t(1)).answer,
+        Err(Refusal::Forbidden(_))
+    ));
+    // A grant stored before grants recorded their client: renewable with its
+    // token, never repeatable by POST.
+    let mut legacy = s.clone();
+    legacy.migration.as_mut().unwrap().client = None;
+    assert!(put(&legacy, None, &stable(1), LeaseKind::Migration, "op1", "h1", None, t(2)).answer.is_ok());
+    assert!(matches!(
+        post(&legacy, None, &stable(1), LeaseKind::Migration, "op1", "app", 30, "x", t(2)).answer,
+        Err(Refusal::Held { .. })
+    ));
+}
+
+#[test]
+fn a_hold_never_outlives_its_operations_mutex() {
+    // The input: A takes the mutex (ttl 5) and the hold (ttl 30), stops renewing the mutex.
+    let s = post(&Slots::default(), None, &stable(1), LeaseKind::Migration, "a", "app", 5, "ma", t(0)).slots;
+    let s = post(&s, None, &stable(1), LeaseKind::FailoverHold, "a", "app", 30, "ha", t(0)).slots;
+    assert!(s.effective_hold(t(4)).is_some());
+    assert!(s.effective_hold(t(6)).is_none(), "the hold stops counting with the mutex");
+    // B takes the mutex after the lapse, then the hold: never 409.
+    let b = post(&s, None, &stable(1), LeaseKind::Migration, "b", "app", 30, "mb", t(6));
+    assert!(grant_of(&b).created);
+    assert_eq!(b.slots.hold, None, "A's orphaned hold is dropped with the takeover");
+    // A renews its hold: refused, whether or not B took the mutex.
+    let late = put(&s, None, &stable(1), LeaseKind::FailoverHold, "a", "ha", None, t(6));
+    assert_eq!(late.answer, Err(Refusal::Expired));
+    assert_eq!(late.slots.hold, None);
+    let hb = post(&b.slots, None, &stable(1), LeaseKind::FailoverHold, "b", "app", 30, "hb", t(7));
+    assert!(grant_of(&hb).created);
+}
+
+#[test]
+fn a_lease_lost_after_ddl_started_needs_verification() {
+    let s = post(&Slots::default(), None, &stable(1), LeaseKind::Migration, "op1", "app", 5, "h1", t(0)).slots;
+    let started = put(&s, None, &stable(1), LeaseKind::Migration, "op1", "h1", Some(DdlState::Started), t(1)).slots;
+    // Revoked: the tombstone's operation needs a person.
+    let (_, tombs) = revoke(&started, RevokeReason::OperatorRevoked, 1, t(2));
+    let v = verifications_of(&tombs);
+    assert_eq!(v.len(), 1);
+    assert_eq!((v[0].operation_id.as_str(), v[0].instance.as_str()), ("op1", "app"));
+    assert_eq!(v[0].ending, Ending::Revoked(RevokeReason::OperatorRevoked));
+    // Lapsed and swept by the reconciler.
+    let (cleared, lapsed) = sweep(&started, 1, t(7));
+    assert_eq!(cleared.migration, None);
+    assert_eq!(lapsed.len(), 1);
+    assert_eq!(lapsed[0].ending, Ending::Lapsed);
+    assert_eq!(sweep(&started, 1, t(3)).1, vec![], "a live grant is not swept");
+    // Lapsed and taken over before any sweep: the takeover reports it.
+    let taken = post(&started, None, &stable(1), LeaseKind::Migration, "op2", "app", 30, "h2", t(7));
+    assert_eq!(taken.verifications.len(), 1);
+    // Before DDL, or after it completed, nobody needs to look.
+    let done = put(&s, None, &stable(1), LeaseKind::Migration, "op1", "h1", Some(DdlState::Completed), t(1)).slots;
+    assert!(verifications_of(&revoke(&done, RevokeReason::OperatorRevoked, 1, t(2)).1).is_empty());
+    assert!(sweep(&done, 1, t(7)).1.is_empty());
+}
+
 /// One step a client (or the operator) may take.
 #[derive(Clone, Debug)]
 enum Step {
-    Post(LeaseKind, u8, u32),
-    Renew(LeaseKind, u8, bool),
-    Release(LeaseKind, u8, bool),
+    Post(LeaseKind, u8, u32, u8),
+    Renew(LeaseKind, u8, bool, u8),
+    Release(LeaseKind, u8, bool, u8),
     Advance(u32),
     BumpGeneration,
     OperatorRevoke,
@@ -120,9 +267,9 @@ fn kind() -> impl Strategy<Value = LeaseKind> {
 
 fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
-        4 => (kind(), 0u8..3, 0u32..200).prop_map(|(k, op, ttl)| Step::Post(k, op, ttl)),
-        4 => (kind(), 0u8..3, any::<bool>()).prop_map(|(k, op, good)| Step::Renew(k, op, good)),
-        2 => (kind(), 0u8..3, any::<bool>()).prop_map(|(k, op, good)| Step::Release(k, op, good)),
+        4 => (kind(), 0u8..3, 0u32..200, 0u8..2).prop_map(|(k, op, ttl, c)| Step::Post(k, op, ttl, c)),
+        4 => (kind(), 0u8..3, any::<bool>(), 0u8..2).prop_map(|(k, op, good, c)| Step::Renew(k, op, good, c)),
+        2 => (kind(), 0u8..3, any::<bool>(), 0u8..2).prop_map(|(k, op, good, c)| Step::Release(k, op, good, c)),
         3 => (0u32..150).prop_map(Step::Advance),
         1 => Just(Step::BumpGeneration),
         1 => Just(Step::OperatorRevoke),
@@ -144,14 +291,25 @@ proptest! {
         let mut counter = 0u32;
         for s in steps {
             match s {
-                Step::Post(kind, op, ttl) => {
+                Step::Post(kind, op, ttl, c) => {
                     let op = format!("op{op}");
+                    let client = format!("ns/sa{c}");
                     counter += 1;
                     let token = format!("tok{counter}");
                     let tomb = tombs.iter().find(|t| t.operation_id == op).cloned();
                     let before = slots.clone();
-                    let o = create(&slots, tomb.as_ref(), &facts, kind, &op, "app", ttl, &token, now);
+                    let o = post_as(&client, &slots, tomb.as_ref(), &facts, kind, &op, "app", ttl, &token, now);
+                    // 8: the live mutex holder is never told the hold is held.
+                    if kind == LeaseKind::FailoverHold
+                        && before.live(LeaseKind::Migration, now).is_some_and(|m| m.operation_id == op && m.client.as_deref() == Some(client.as_str()))
+                    {
+                        prop_assert!(!matches!(o.answer, Err(Refusal::Held { .. })), "{:?}", o.answer);
+                    }
                     if let Ok(g) = &o.answer {
+                        // 6: a repeat is honoured only for the client the grant was made to.
+                        if !g.created {
+                            prop_assert_eq!(before.get(kind).and_then(|b| b.client.clone()), Some(client.clone()));
+                        }
                         // 3: never granted already expired, TTL clamped.
                         prop_assert!(g.grant.live(now));
                         prop_assert!((5..=120).contains(&g.grant.ttl_seconds));
@@ -168,20 +326,31 @@ proptest! {
                         }
                         // 6: the new token replaces the old one.
                         tokens.insert((kind, op.clone()), token);
+                        // 8: a new mutex holder leaves no other operation's hold behind.
+                        if kind == LeaseKind::Migration {
+                            prop_assert!(o.slots.hold.as_ref().is_none_or(|h| h.operation_id == op));
+                        }
                     }
                     // 4: a revoked op stays revoked.
                     if tomb.is_some() { prop_assert!(matches!(o.answer, Err(Refusal::Revoked(_)))); }
                     tombs.extend(o.new_tombstones.clone());
                     slots = o.slots;
                 }
-                Step::Renew(kind, op, good) => {
+                Step::Renew(kind, op, good, c) => {
                     let op = format!("op{op}");
+                    let client = format!("ns/sa{c}");
                     let token = if good { tokens.get(&(kind, op.clone())).cloned().unwrap_or_default() } else { "forged".into() };
                     let tomb = tombs.iter().find(|t| t.operation_id == op).cloned();
                     let before = slots.clone();
-                    let o = renew(&slots, tomb.as_ref(), &facts, kind, &op, &token, None, now);
+                    let o = renew(&slots, tomb.as_ref(), &facts, kind, &op, &actor(&client), &token, None, now);
                     match &o.answer {
                         Ok(g) => {
+                            // 7: only for the client it was granted to.
+                            prop_assert_eq!(g.client.as_deref(), Some(client.as_str()));
+                            // 8: a hold is renewed only while its operation holds a live mutex.
+                            if kind == LeaseKind::FailoverHold {
+                                prop_assert!(before.live(LeaseKind::Migration, now).is_some_and(|m| m.operation_id == op));
+                            }
                             // 5: only with the current token, live, same generation, stable.
                             prop_assert!(good);
                             prop_assert!(before.get(kind).is_some_and(|b| b.live(now) && b.token_sha256 == token));
@@ -195,12 +364,17 @@ proptest! {
                     tombs.extend(o.new_tombstones.clone());
                     slots = o.slots;
                 }
-                Step::Release(kind, op, good) => {
+                Step::Release(kind, op, good, c) => {
                     let op = format!("op{op}");
+                    let client = format!("ns/sa{c}");
                     let token = if good { tokens.get(&(kind, op.clone())).cloned().unwrap_or_default() } else { "forged".into() };
                     let tomb = tombs.iter().find(|t| t.operation_id == op).cloned();
-                    let o = release(&slots, tomb.as_ref(), kind, &op, &token, now);
-                    if o.answer.is_ok() { prop_assert!(good); prop_assert!(o.slots.get(kind).is_none()); }
+                    let o = release(&slots, tomb.as_ref(), kind, &op, &actor(&client), &token, now);
+                    if let Ok(g) = &o.answer {
+                        prop_assert!(good);
+                        prop_assert!(o.slots.get(kind).is_none());
+                        prop_assert_eq!(g.client.as_deref(), Some(client.as_str()));
+                    }
                     if tomb.is_some() { prop_assert!(matches!(o.answer, Err(Refusal::Revoked(_)))); }
                     slots = o.slots;
                 }

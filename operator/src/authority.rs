@@ -1,0 +1,316 @@
+//! Which MysqlDatabase speaks for a lease `instance`, and who may act for it
+//! (lease seed, "Who is allowed to ask"; DESIGN.md "Deploy API").
+//!
+//! Rules, all decided from watch caches (no API-server read):
+//! 1. A MysqlDatabase may attach to a group only from a namespace the group
+//!    allows (`spec.allowedDatabases.namespaces`: `None` by default, `All`,
+//!    or `Selector` over the Namespace's labels).
+//! 2. Among the allowed MysqlDatabases of one group with one name (in
+//!    different namespaces), the oldest (`creationTimestamp`, then
+//!    namespace) is the only authority for that name; the others are in
+//!    conflict and grant nothing. Databases from namespaces that are not
+//!    allowed never take part, so they cannot squat a name either.
+//! 3. A caller may act for `(group, instance)` only when the authoritative
+//!    MysqlDatabase of that name lists its `(namespace, serviceAccount)` in
+//!    `spec.deploymentClients`.
+//!
+//! The database reconciler reports rules 1 and 2 as conditions; the deploy
+//! API applies rule 3 before any other read a request causes.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use bloodraven_api::v1alpha1::{MysqlDatabase, MysqlFailoverGroup, NamespacesFrom};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::ResourceExt;
+use kube::core::{PartialObjectMeta, Selector, SelectorExt};
+use kube::runtime::reflector::{ObjectRef, Store};
+
+/// An authenticated deploy client: a ServiceAccount.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Caller {
+    /// The ServiceAccount's namespace.
+    pub namespace: String,
+    /// The ServiceAccount's name.
+    pub service_account: String,
+}
+
+impl Caller {
+    /// `namespace/serviceAccount`: how a grant records who it was granted to
+    /// (not a secret; stored on the Lease).
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.service_account)
+    }
+}
+
+/// Where a MysqlDatabase stands with its group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// It is the one authority for its name in its group.
+    Authoritative,
+    /// The group it names does not exist.
+    GroupNotFound,
+    /// Its namespace is not allowed by the group's `spec.allowedDatabases`.
+    NamespaceNotAllowed,
+    /// An older MysqlDatabase of the same name in `namespace` speaks for the name.
+    NameConflict {
+        /// Namespace of the authoritative MysqlDatabase.
+        namespace: String,
+    },
+}
+
+/// Whether `group` lets MysqlDatabases of a namespace with `labels` attach
+/// (`None`: the namespace is not known, which only `All` accepts).
+pub fn namespace_allowed(group: &MysqlFailoverGroup, labels: Option<&BTreeMap<String, String>>) -> bool {
+    let rule = &group.spec.allowed_databases.namespaces;
+    match rule.from {
+        NamespacesFrom::None => false,
+        NamespacesFrom::All => true,
+        NamespacesFrom::Selector => {
+            let (Some(selector), Some(labels)) = (rule.selector.clone(), labels) else { return false };
+            // A selector the API server accepted but we cannot read allows nothing.
+            Selector::try_from(selector).is_ok_and(|s| s.matches(labels))
+        }
+    }
+}
+
+/// The order in which same-named MysqlDatabases claim their name: oldest first.
+fn claim_key(db: &MysqlDatabase) -> (Option<k8s_openapi::jiff::Timestamp>, String, String) {
+    (
+        db.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        db.namespace().unwrap_or_default(),
+        db.metadata.uid.clone().unwrap_or_default(),
+    )
+}
+
+/// The standing of `db`, given its group (if it exists), every MysqlDatabase
+/// of the cluster, and a lookup of namespace labels.
+pub fn standing<'a>(
+    db: &MysqlDatabase,
+    group: Option<&MysqlFailoverGroup>,
+    all: impl IntoIterator<Item = &'a MysqlDatabase>,
+    labels: impl Fn(&str) -> Option<BTreeMap<String, String>>,
+) -> Standing {
+    let Some(group) = group else { return Standing::GroupNotFound };
+    let allowed = |d: &MysqlDatabase| namespace_allowed(group, labels(&d.namespace().unwrap_or_default()).as_ref());
+    if !allowed(db) {
+        return Standing::NamespaceNotAllowed;
+    }
+    let name = db.name_any();
+    let group_name = &db.spec.failover_group_ref.name;
+    let first = all
+        .into_iter()
+        .filter(|d| d.name_any() == name && &d.spec.failover_group_ref.name == group_name && allowed(d))
+        .min_by_key(|d| claim_key(d));
+    match first {
+        Some(f) if claim_key(f) < claim_key(db) => {
+            Standing::NameConflict { namespace: f.namespace().unwrap_or_default() }
+        }
+        _ => Standing::Authoritative,
+    }
+}
+
+/// The watch caches authority is decided from.
+#[derive(Clone)]
+pub struct Authority {
+    /// Every MysqlDatabase.
+    pub databases: Store<MysqlDatabase>,
+    /// Every MysqlFailoverGroup this operator manages.
+    pub groups: Store<MysqlFailoverGroup>,
+    /// Every Namespace's metadata (labels for `Selector`).
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+}
+
+impl std::fmt::Debug for Authority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authority").finish_non_exhaustive()
+    }
+}
+
+impl Authority {
+    /// Labels of namespace `name`, from the cache.
+    pub fn labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        self.namespaces.get(&ObjectRef::new(name)).map(|ns| ns.labels().clone())
+    }
+
+    /// The group `name`, from the cache.
+    pub fn group(&self, name: &str) -> Option<Arc<MysqlFailoverGroup>> {
+        self.groups.get(&ObjectRef::new(name))
+    }
+
+    /// The standing of `db` now.
+    pub fn standing_of(&self, db: &MysqlDatabase) -> Standing {
+        let group = self.group(&db.spec.failover_group_ref.name);
+        let all = self.databases.state();
+        standing(db, group.as_deref(), all.iter().map(AsRef::as_ref), |ns| self.labels(ns))
+    }
+
+    /// The instances of `group` that `caller` may act for: names of
+    /// authoritative MysqlDatabases of the group listing the caller.
+    pub fn instances(&self, caller: &Caller, group: &str) -> BTreeSet<String> {
+        let Some(g) = self.group(group) else { return BTreeSet::new() };
+        let all = self.databases.state();
+        all.iter()
+            .filter(|db| db.spec.failover_group_ref.name == group && lists(db, caller))
+            .filter(|db| {
+                standing(db, Some(&g), all.iter().map(AsRef::as_ref), |ns| self.labels(ns)) == Standing::Authoritative
+            })
+            .map(|db| db.name_any())
+            .collect()
+    }
+
+    /// Whether `caller` is listed by some MysqlDatabase naming `group`,
+    /// whatever its standing (only to tell such a caller that the group
+    /// does not exist, which its own MysqlDatabase's status says anyway).
+    pub fn names_group(&self, caller: &Caller, group: &str) -> bool {
+        self.databases.state().iter().any(|db| db.spec.failover_group_ref.name == group && lists(db, caller))
+    }
+}
+
+/// Starts a metadata-only watch cache of every Namespace (labels, for
+/// `Selector`) and waits for its first list.
+pub async fn namespace_reflector(client: kube::Client) -> Store<PartialObjectMeta<Namespace>> {
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+    let (reader, writer) = reflector::store();
+    // `Api<PartialObjectMeta<_>>` lists and watches metadata only.
+    let api = kube::Api::<PartialObjectMeta<Namespace>>::all(client);
+    let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer).touched_objects();
+    tokio::spawn(stream.for_each(|_| async {}));
+    if reader.wait_until_ready().await.is_err() {
+        tracing::warn!("the Namespace reflector stopped before its first list");
+    }
+    reader
+}
+
+fn lists(db: &MysqlDatabase, caller: &Caller) -> bool {
+    db.spec
+        .deployment_clients
+        .iter()
+        .any(|c| c.namespace == caller.namespace && c.service_account == caller.service_account)
+}
+
+#[cfg(test)]
+#[allow(clippy::unnecessary_wraps)] // the helpers have the shapes of the lookups they stand in for
+mod tests {
+    use bloodraven_api::v1alpha1::{
+        AllowedDatabases, DatabaseNamespaces, DeploymentClient, FailoverGroupRef, MysqlDatabaseSpec,
+        MysqlFailoverGroupSpec,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, Time};
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+
+    fn group(from: NamespacesFrom, selector: Option<LabelSelector>) -> MysqlFailoverGroup {
+        let spec: MysqlFailoverGroupSpec = serde_json::from_value(serde_json::json!({
+            "sites": [], "initialActiveSite": "iad",
+        }))
+        .unwrap();
+        let mut g = MysqlFailoverGroup::new("g", spec);
+        g.spec.allowed_databases = AllowedDatabases { namespaces: DatabaseNamespaces { from, selector } };
+        g
+    }
+
+    fn db(ns: &str, name: &str, created: i64) -> MysqlDatabase {
+        let mut d = MysqlDatabase::new(
+            name,
+            MysqlDatabaseSpec {
+                failover_group_ref: FailoverGroupRef { name: "g".into() },
+                schema: "s".into(),
+                deployment_clients: vec![DeploymentClient { namespace: ns.into(), service_account: "sa".into() }],
+            },
+        );
+        d.metadata.namespace = Some(ns.into());
+        d.metadata.creation_timestamp = Some(Time(Timestamp::from_second(1_700_000_000 + created).unwrap()));
+        d
+    }
+
+    fn names(ns: &str) -> Option<BTreeMap<String, String>> {
+        let mut l = BTreeMap::from([("kubernetes.io/metadata.name".to_owned(), ns.to_owned())]);
+        if ns.starts_with("team-") {
+            l.insert("tenant".into(), "trusted".into());
+        }
+        Some(l)
+    }
+
+    fn only(ns: &[&str]) -> Option<LabelSelector> {
+        Some(LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: "kubernetes.io/metadata.name".into(),
+                operator: "In".into(),
+                values: Some(ns.iter().map(|s| (*s).to_owned()).collect()),
+            }]),
+            match_labels: None,
+        })
+    }
+
+    #[test]
+    fn namespaces_are_allowed_only_as_the_group_says() {
+        let cases = [
+            (group(NamespacesFrom::None, None), "team-a", false),
+            (group(NamespacesFrom::All, None), "anything", true),
+            (group(NamespacesFrom::Selector, only(&["app"])), "app", true),
+            (group(NamespacesFrom::Selector, only(&["app"])), "tenant-b", false),
+            (
+                group(
+                    NamespacesFrom::Selector,
+                    Some(LabelSelector {
+                        match_labels: Some([("tenant".to_owned(), "trusted".to_owned())].into()),
+                        match_expressions: None,
+                    }),
+                ),
+                "team-x",
+                true,
+            ),
+            // Selector without a selector (the schema refuses it): nothing.
+            (group(NamespacesFrom::Selector, None), "app", false),
+        ];
+        for (g, ns, want) in cases {
+            assert_eq!(namespace_allowed(&g, names(ns).as_ref()), want, "{ns} under {:?}", g.spec.allowed_databases);
+        }
+        assert!(!namespace_allowed(&group(NamespacesFrom::Selector, only(&["app"])), None), "unknown namespace");
+    }
+
+    #[test]
+    fn the_oldest_allowed_database_of_a_name_is_the_authority() {
+        let g = group(NamespacesFrom::All, None);
+        let victim = db("counter-app", "counter-app", 0);
+        let attacker = db("tenant-b", "counter-app", 10);
+        let all = [victim.clone(), attacker.clone()];
+        assert_eq!(standing(&victim, Some(&g), &all, names), Standing::Authoritative);
+        assert_eq!(
+            standing(&attacker, Some(&g), &all, names),
+            Standing::NameConflict { namespace: "counter-app".into() }
+        );
+        // A different name is no conflict.
+        let other = db("tenant-b", "other-app", 10);
+        assert_eq!(standing(&other, Some(&g), [&victim, &other], names), Standing::Authoritative);
+        // No group: no standing.
+        assert_eq!(standing(&victim, None, &all, names), Standing::GroupNotFound);
+    }
+
+    #[test]
+    fn a_database_from_a_namespace_not_allowed_neither_acts_nor_squats() {
+        let g = group(NamespacesFrom::Selector, only(&["counter-app"]));
+        let squatter = db("tenant-b", "counter-app", 0);
+        let victim = db("counter-app", "counter-app", 10);
+        let all = [squatter.clone(), victim.clone()];
+        assert_eq!(standing(&squatter, Some(&g), &all, names), Standing::NamespaceNotAllowed);
+        assert_eq!(
+            standing(&victim, Some(&g), &all, names),
+            Standing::Authoritative,
+            "the older squatter does not count"
+        );
+    }
+
+    #[test]
+    fn ties_are_broken_by_namespace() {
+        let g = group(NamespacesFrom::All, None);
+        let a = db("aaa", "x", 5);
+        let b = db("bbb", "x", 5);
+        let all = [b.clone(), a.clone()];
+        assert_eq!(standing(&a, Some(&g), &all, names), Standing::Authoritative);
+        assert_eq!(standing(&b, Some(&g), &all, names), Standing::NameConflict { namespace: "aaa".into() });
+    }
+}

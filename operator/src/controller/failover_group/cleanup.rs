@@ -1,0 +1,165 @@
+//! State bound to the group it belongs to. A group's deploy Leases,
+//! tombstones, verification records and decision record carry its UID and
+//! are deleted with it:
+//!
+//! - a finalizer (`bloodraven.shipstream.io/cleanup`), added by the leader
+//!   on first sight, makes the deletion wait until the leader has removed
+//!   them — whichever replica leads when the delete happens, and even if
+//!   none is running at that moment (the group stays `Terminating` until
+//!   one is);
+//! - a sweep on every acquisition of leadership deletes whatever a group of
+//!   another UID left behind (a finalizer removed by hand, a group deleted
+//!   before this version), and reads never take such leftovers as the
+//!   current group's (`lease::store::GroupKey::owns`, `record::read`).
+
+use std::collections::HashMap;
+
+use bloodraven_api::names::GROUP_FINALIZER;
+use bloodraven_api::v1alpha1::MysqlFailoverGroup;
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+
+use super::record;
+use crate::controller::{Context, Ctx, Error, kube_err};
+
+fn has_finalizer(group: &MysqlFailoverGroup) -> bool {
+    group.finalizers().iter().any(|f| f == GROUP_FINALIZER)
+}
+
+/// A JSON patch that adds or removes the finalizer, with a `test` of the
+/// list as read, so a concurrent change of the list makes it fail (and the
+/// next reconcile tries again) instead of clobbering someone's finalizer.
+fn finalizer_patch(group: &MysqlFailoverGroup, add: bool) -> Result<json_patch::Patch, serde_json::Error> {
+    let current = group.meta().finalizers.clone();
+    let ops = match (add, current) {
+        (true, None) => serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [GROUP_FINALIZER]},
+        ]),
+        (true, Some(list)) => serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": list},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": GROUP_FINALIZER},
+        ]),
+        (false, list) => {
+            let list = list.unwrap_or_default();
+            let index = list.iter().position(|f| f == GROUP_FINALIZER).unwrap_or(0);
+            serde_json::json!([
+                {"op": "test", "path": format!("/metadata/finalizers/{index}"), "value": GROUP_FINALIZER},
+                {"op": "remove", "path": format!("/metadata/finalizers/{index}")},
+            ])
+        }
+    };
+    serde_json::from_value(ops)
+}
+
+async fn patch_finalizers(ctx: &Context, group: &MysqlFailoverGroup, add: bool) -> Result<(), Error> {
+    if !ctx.leadership.is_leader() {
+        return Ok(());
+    }
+    let patch = finalizer_patch(group, add).map_err(|e| Error::Deploy(e.to_string()))?;
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    match api.patch(&group.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+        Ok(_) => Ok(()),
+        // Gone already: nothing to hold.
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(err) => Err(kube_err("update the group's finalizers")(err)),
+    }
+}
+
+/// Adds the finalizer to a live group that lacks it (leader only).
+pub async fn ensure_finalizer(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), Error> {
+    if has_finalizer(group) { Ok(()) } else { patch_finalizers(ctx, group, true).await }
+}
+
+/// A group being deleted: deletes everything tied to it, then lets it go
+/// (leader only; a failure leaves the finalizer for the next attempt).
+pub async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), Error> {
+    if !has_finalizer(group) || !ctx.leadership.is_leader() {
+        return Ok(());
+    }
+    let name = group.name_any();
+    ctx.leases.forget_group(&name).await.map_err(|e| Error::Deploy(e.to_string()))?;
+    let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    record::delete(&records, &name).await;
+    tracing::info!(group = %name, "group deleted: its deploy leases, tombstones, verification records and decision record are gone");
+    patch_finalizers(ctx, group, false).await
+}
+
+/// Deletes every deploy Lease and decision record whose group no longer
+/// exists with the UID it records. Needs every group of the cluster, not
+/// only this operator's shard, so it lists them (metadata only: an object
+/// that no longer decodes cannot stop it).
+pub async fn sweep(ctx: &Context) -> Result<(usize, usize), Error> {
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    let list = api.list_metadata(&ListParams::default()).await.map_err(kube_err("list failover groups"))?;
+    let live: HashMap<String, String> =
+        list.items.iter().filter_map(|g| Some((g.metadata.name.clone()?, g.metadata.uid.clone()?))).collect();
+    let leases = ctx.leases.sweep(&live).await.map_err(|e| Error::Deploy(e.to_string()))?;
+    let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    let records = record::sweep(&records, &live).await?;
+    Ok((leases, records))
+}
+
+/// Sweeps once each time this process becomes the leader.
+pub async fn sweep_on_acquisition(ctx: Ctx) {
+    let mut acquisitions = Box::pin(ctx.leadership.acquisitions());
+    while acquisitions.next().await.is_some() {
+        if !ctx.leadership.is_leader() {
+            continue;
+        }
+        match sweep(&ctx).await {
+            Ok((0, 0)) => {}
+            Ok((leases, records)) => {
+                tracing::info!(leases, records, "swept state left by deleted groups");
+            }
+            Err(err) => tracing::warn!(error = %err, "failed to sweep state left by deleted groups"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(finalizers: Option<Vec<&str>>) -> MysqlFailoverGroup {
+        let spec = serde_json::from_value(serde_json::json!({"sites": [], "initialActiveSite": "iad"})).unwrap();
+        let mut g = MysqlFailoverGroup::new("g", spec);
+        g.metadata.finalizers = finalizers.map(|l| l.into_iter().map(str::to_owned).collect());
+        g
+    }
+
+    fn apply(g: &MysqlFailoverGroup, add: bool) -> Result<serde_json::Value, json_patch::PatchError> {
+        let mut doc = serde_json::to_value(g).unwrap();
+        // The API server's JSON patch (evanphx/json-patch) takes a missing
+        // member as null in a `test`, as kube-runtime's finalizer helper
+        // relies on; this crate does not, so the test document spells it out.
+        if doc["metadata"].get("finalizers").is_none() {
+            doc["metadata"]["finalizers"] = serde_json::Value::Null;
+        }
+        json_patch::patch(&mut doc, &finalizer_patch(g, add).unwrap())?;
+        Ok(doc["metadata"]["finalizers"].clone())
+    }
+
+    #[test]
+    fn the_finalizer_is_added_and_removed_without_touching_others() {
+        assert_eq!(apply(&group(None), true).unwrap(), serde_json::json!([GROUP_FINALIZER]));
+        assert_eq!(
+            apply(&group(Some(vec!["other/x"])), true).unwrap(),
+            serde_json::json!(["other/x", GROUP_FINALIZER])
+        );
+        assert_eq!(
+            apply(&group(Some(vec!["other/x", GROUP_FINALIZER, "other/y"])), false).unwrap(),
+            serde_json::json!(["other/x", "other/y"])
+        );
+    }
+
+    #[test]
+    fn a_list_changed_since_the_read_fails_the_patch() {
+        let read = group(Some(vec!["other/x"]));
+        let patch = finalizer_patch(&read, true).unwrap();
+        let mut now = serde_json::to_value(group(Some(vec!["other/x", "other/y"]))).unwrap();
+        assert!(json_patch::patch(&mut now, &patch).is_err());
+    }
+}

@@ -1,0 +1,181 @@
+//! What the reconciler does with a group's deploy leases on each probe
+//! (leader only):
+//!
+//! - revokes grants of an older topology generation (`TopologyChanged`), and
+//!   every live grant when a person annotated the group with
+//!   `revoke-deployment-leases` (`OperatorRevoked`; the annotation is then
+//!   removed), with one `DeploymentLeaseRevoked` Event per operation;
+//! - turns a grant that was revoked or lapsed after reporting
+//!   `ddlState: started` into a verification record, announced once by a
+//!   `SchemaVerificationRequired` Event naming the operation and instance;
+//! - computes the `SchemaVerificationRequired` condition from the records,
+//!   and clears the records a person names in the `schema-verified`
+//!   annotation (a list of operationIds, or `all`), with a `SchemaVerified`
+//!   Event, then removes the annotation.
+
+use bloodraven_api::deploy::valid_operation_id;
+use bloodraven_api::names::{REVOKE_DEPLOYMENT_LEASES_ANNOTATION, SCHEMA_VERIFIED_ANNOTATION};
+use bloodraven_api::v1alpha1::{ConditionType, MysqlFailoverGroup, reason};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::publish;
+use crate::controller::conditions::Computed;
+use crate::controller::{Context, Error, kube_err};
+use crate::deploy_api::lease::store::{GroupKey, Pending, tombstone_name, verification_name};
+
+fn lease_ref(ctx: &Context, name: String) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("coordination.k8s.io/v1".into()),
+        kind: Some("Lease".into()),
+        namespace: Some(ctx.namespace.clone()),
+        name: Some(name),
+        ..Default::default()
+    }
+}
+
+async fn remove_annotation(ctx: &Context, group: &str, annotation: &str) -> Result<(), Error> {
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    let patch = json!({"metadata": {"annotations": {annotation: null}}});
+    api.patch(group, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(drop)
+        .map_err(kube_err("remove an acted-on annotation"))
+}
+
+/// Revokes and sweeps the group's deploy leases (when the deploy API is
+/// enabled), publishing one Event per revoked operation.
+pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), Error> {
+    let Some(service) = ctx.deploy.as_ref() else { return Ok(()) };
+    if !ctx.leadership.is_leader() {
+        return Ok(());
+    }
+    let name = group.name_any();
+    let requested = group.annotations().contains_key(REVOKE_DEPLOYMENT_LEASES_ANNOTATION);
+    let done = service.maintain(&name, requested).await.map_err(|e| Error::deploy(&e))?;
+    for t in &done.revoked {
+        ctx.metrics.deploy_leases_revoked_total.with_label_values(&[t.reason.as_str()]).inc();
+        tracing::warn!(group = %name, operation_id = %t.operation_id, instance = %t.instance, reason = t.reason.as_str(), generation = t.generation, "deploy lease revoked");
+        let ddl = t.ddl_state.map_or(String::new(), |d| format!("; its DDL state was {}", d.as_str()));
+        let note = format!(
+            "revoked deploy operation {} (instance {}) with reason {} at topology generation {}{ddl}",
+            t.operation_id,
+            t.instance,
+            t.reason.as_str(),
+            t.generation
+        );
+        // The tombstone as the related object: one Event per revoked
+        // operation, not one series per group.
+        let related = Some(lease_ref(ctx, tombstone_name(&name, &t.operation_id)));
+        publish(ctx, group, EventType::Warning, "DeploymentLeaseRevoked", note, "RevokeDeploymentLeases", related)
+            .await;
+    }
+    if requested {
+        remove_annotation(ctx, &name, REVOKE_DEPLOYMENT_LEASES_ANNOTATION).await?;
+    }
+    Ok(())
+}
+
+/// Which operationIds the `schema-verified` annotation names (`None`: all).
+fn named(value: &str) -> Option<Vec<&str>> {
+    if value.trim() == "all" {
+        return None;
+    }
+    Some(value.split(',').map(str::trim).filter(|op| valid_operation_id(op)).collect())
+}
+
+/// The `SchemaVerificationRequired` condition, after announcing new records
+/// and clearing those a person verified.
+pub async fn verification_condition(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Computed, Error> {
+    let name = group.name_any();
+    let key = GroupKey::of(group);
+    let store_err = |e: crate::deploy_api::lease::store::StoreError| Error::Deploy(e.to_string());
+    let mut pending = ctx.leases.verifications(&key).await.map_err(store_err)?;
+    if !ctx.leadership.is_leader() {
+        return Ok(condition_of(&name, &pending));
+    }
+    for p in pending.iter_mut().filter(|p| !p.announced) {
+        let v = &p.verification;
+        let note = format!(
+            "deploy operation {} (instance {}) lost its lease ({}, at topology generation {}) after its DDL had started: verify the schema, then annotate the group {SCHEMA_VERIFIED_ANNOTATION}={}",
+            v.operation_id,
+            v.instance,
+            v.ending.as_str(),
+            v.generation,
+            v.operation_id
+        );
+        tracing::warn!(group = %name, operation_id = %v.operation_id, instance = %v.instance, ending = v.ending.as_str(), "schema verification required");
+        let related = Some(lease_ref(ctx, p.name.clone()));
+        publish(ctx, group, EventType::Warning, reason::SCHEMA_VERIFICATION_REQUIRED, note, "VerifySchema", related)
+            .await;
+        ctx.leases.mark_announced(&p.name).await.map_err(store_err)?;
+        p.announced = true;
+    }
+    if let Some(value) = group.annotations().get(SCHEMA_VERIFIED_ANNOTATION) {
+        let wanted = named(value);
+        let (cleared, kept): (Vec<Pending>, Vec<Pending>) = pending
+            .into_iter()
+            .partition(|p| wanted.as_ref().is_none_or(|ops| ops.contains(&p.verification.operation_id.as_str())));
+        for p in &cleared {
+            ctx.leases
+                .delete_record(&verification_name(&name, &p.verification.operation_id))
+                .await
+                .map_err(store_err)?;
+        }
+        if !cleared.is_empty() {
+            let ops: Vec<&str> = cleared.iter().map(|p| p.verification.operation_id.as_str()).collect();
+            let note = format!("a person verified the schema after operation(s) {}", ops.join(", "));
+            publish(ctx, group, EventType::Normal, reason::SCHEMA_VERIFIED, note, "VerifySchema", None).await;
+        }
+        remove_annotation(ctx, &name, SCHEMA_VERIFIED_ANNOTATION).await?;
+        pending = kept;
+    }
+    Ok(condition_of(&name, &pending))
+}
+
+fn condition_of(group: &str, pending: &[Pending]) -> Computed {
+    let type_ = ConditionType::SchemaVerificationRequired.as_str();
+    if pending.is_empty() {
+        return Computed::flag(
+            type_,
+            false,
+            reason::NO_VERIFICATION_PENDING,
+            "no deploy lease was lost after its DDL started",
+        );
+    }
+    let listed: Vec<String> = pending
+        .iter()
+        .take(5)
+        .map(|p| {
+            format!(
+                "{} (instance {}, {})",
+                p.verification.operation_id,
+                p.verification.instance,
+                p.verification.ending.as_str()
+            )
+        })
+        .collect();
+    let more = if pending.len() > 5 { format!(" and {} more", pending.len() - 5) } else { String::new() };
+    Computed::flag(
+        type_,
+        true,
+        reason::SCHEMA_VERIFICATION_REQUIRED,
+        format!(
+            "deploy operation(s) {}{more} lost their lease after DDL started: verify the schema, then `kubectl annotate mfg {group} {SCHEMA_VERIFIED_ANNOTATION}=<operationId>` (or `all`)",
+            listed.join(", ")
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_annotation_names_operations_or_all() {
+        assert_eq!(named("all"), None);
+        assert_eq!(named(" op-1, op-2 ,bad id,"), Some(vec!["op-1", "op-2"]));
+    }
+}
