@@ -258,3 +258,107 @@ pub fn expired_token(namespace: &str, name: &str, uid: &str) -> String {
     assert!(out.status.success());
     format!("{signing_input}.{}", b64(&out.stdout))
 }
+
+/// One deploy client of one group: its token, and the calls of the seed
+/// (every answer checked against the contract).
+#[derive(Clone, Debug)]
+pub struct Pipeline {
+    /// HTTPS client trusting the test CA.
+    pub http: reqwest::Client,
+    /// Deploy API base (`https://127.0.0.1:PORT/deploy/v1`).
+    pub base: String,
+    /// The group.
+    pub group: String,
+    /// The caller's ServiceAccount token (audience `bloodraven-deploy`).
+    pub token: String,
+}
+
+impl Pipeline {
+    fn url(&self, path: &str) -> String {
+        format!("{}/groups/{}{path}", self.base, self.group)
+    }
+
+    /// `GET /groups/{group}`.
+    pub async fn get(&self) -> Reply {
+        call(&self.http, reqwest::Method::GET, &self.url(""), &self.token, None).await
+    }
+
+    /// `POST /groups/{group}/leases`.
+    pub async fn post(&self, kind: &str, op: &str, instance: &str, ttl: u32) -> Reply {
+        let body = serde_json::json!({"kind": kind, "operationId": op, "instance": instance, "ttlSeconds": ttl});
+        call(&self.http, reqwest::Method::POST, &self.url("/leases"), &self.token, Some(body)).await
+    }
+
+    /// `PUT /groups/{group}/leases/{kind}/{op}` with `body`.
+    pub async fn put_body(&self, kind: &str, op: &str, body: serde_json::Value) -> Reply {
+        call(&self.http, reqwest::Method::PUT, &self.url(&format!("/leases/{kind}/{op}")), &self.token, Some(body))
+            .await
+    }
+
+    /// `PUT` (renewal) with a lease token.
+    pub async fn put(&self, kind: &str, op: &str, lease_token: &str) -> Reply {
+        self.put_body(kind, op, serde_json::json!({"token": lease_token})).await
+    }
+
+    /// `DELETE` (release) with a lease token.
+    pub async fn delete(&self, kind: &str, op: &str, lease_token: &str) -> Reply {
+        let body = serde_json::json!({"token": lease_token});
+        call(&self.http, reqwest::Method::DELETE, &self.url(&format!("/leases/{kind}/{op}")), &self.token, Some(body))
+            .await
+    }
+
+    /// The same calls with another caller's token.
+    #[must_use]
+    pub fn as_caller(&self, token: String) -> Pipeline {
+        Pipeline { token, ..self.clone() }
+    }
+
+    /// Waits until `POST` answers `want` (the watch caches behind
+    /// authorization may lag a create by a moment); returns that answer.
+    pub async fn post_until(&self, want: u16, kind: &str, op: &str, instance: &str, ttl: u32) -> Reply {
+        crate::wait_for(&format!("POST {kind} {op} to answer {want}"), std::time::Duration::from_secs(60), || async {
+            let r = self.post(kind, op, instance, ttl).await;
+            if r.status == want { Ok(r) } else { Err(format!("{r:?}")) }
+        })
+        .await
+    }
+}
+
+/// The lease token of a grant.
+pub fn token_of(r: &Reply) -> String {
+    r.body["token"].as_str().unwrap_or_else(|| panic!("no token in {r:?}")).to_owned()
+}
+
+/// The `Ready` condition of MysqlDatabase `namespace/name`, once its reason
+/// is `reason`; returns its message.
+pub async fn wait_database_reason(cluster: &Cluster, namespace: &str, name: &str, reason: &str) -> String {
+    let api: Api<MysqlDatabase> = Api::namespaced(cluster.client.clone(), namespace);
+    crate::wait_for(
+        &format!("MysqlDatabase {namespace}/{name} Ready reason {reason}"),
+        std::time::Duration::from_secs(60),
+        || async {
+            let db = api.get(name).await.map_err(|e| e.to_string())?;
+            let ready = db.status.unwrap_or_default().conditions.into_iter().find(|c| c.type_ == "Ready");
+            match ready {
+                Some(c) if c.reason == reason => Ok(c.message),
+                other => Err(format!("Ready: {other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+/// Waits for an Event with `reason` about the object `namespace/name`; returns its note.
+pub async fn wait_object_event(cluster: &Cluster, namespace: &str, name: &str, reason: &str) -> String {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(cluster.client.clone(), namespace);
+    let lp = kube::api::ListParams::default().fields(&format!("regarding.name={name}"));
+    crate::wait_for(&format!("an Event {reason} on {namespace}/{name}"), std::time::Duration::from_secs(30), || async {
+        let events = api.list(&lp).await.map_err(|e| e.to_string())?.items;
+        events
+            .iter()
+            .find(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| e.note.clone().unwrap_or_default())
+            .ok_or_else(|| format!("events: {:?}", events.iter().map(|e| e.reason.clone()).collect::<Vec<_>>()))
+    })
+    .await
+}

@@ -1,0 +1,162 @@
+//! Who may act on a lease, on real components: tenant isolation across
+//! namespaces (issue 6, item 1) and a hold bound to its operation's mutex
+//! (item 3). Each test keeps the issue's input.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
+
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::{DeploymentClient, MysqlDatabase};
+use bloodraven_e2e::deploy::{self, Pipeline, token_of, wait_database_reason, wait_object_event};
+use bloodraven_e2e::fixtures::Scenario;
+use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::wait::wait_for;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+
+/// A scenario with the deploy API on, a bootstrapped group, and the
+/// victim's pipeline: ServiceAccount `deployer` listed by MysqlDatabase
+/// `counter-app` in the test's namespace.
+async fn setup(prefix: &str) -> (Scenario, bloodraven_e2e::Operator, Pipeline) {
+    let sc = Scenario::start(prefix, 0, LeaderTimings::default()).await;
+    let tls = deploy::tls_files(&sc.pair.dir().join("tls"));
+    let (op, base) = deploy::start_operator(&sc.cluster, &sc.ns, "op", &tls, LeaderTimings::default()).await;
+    let group = sc.bootstrapped_group("g").await;
+    deploy::service_account(&sc.cluster, &sc.ns.name, "deployer").await;
+    deploy::database(&sc.cluster, &sc.ns.name, "counter-app", &group, &[(&sc.ns.name, "deployer")]).await;
+    let token = deploy::token(&sc.cluster, &sc.ns.name, "deployer", &["bloodraven-deploy"]).await;
+    let victim = Pipeline { http: deploy::client(&tls.ca), base, group, token };
+    (sc, op, victim)
+}
+
+#[tokio::test]
+async fn a_tenant_cannot_take_over_another_tenants_migration() {
+    let (sc, _op, victim) = setup("tenancy").await;
+    let m = victim.post_until(201, "migration", "op-v", "counter-app", 30).await;
+    let m_token = token_of(&m);
+    let h = victim.post("failover-hold", "op-v", "counter-app", 30).await;
+    assert_eq!(h.status, 201, "{h:?}");
+    let h_token = token_of(&h);
+
+    // The issue's input: namespace tenant-b creates its own ServiceAccount and a
+    // MysqlDatabase named counter-app on the same group, listing itself.
+    let tenant = sc.cluster.namespace("tenant-b").await;
+    deploy::service_account(&sc.cluster, &tenant.name, "attacker").await;
+    deploy::database(&sc.cluster, &tenant.name, "counter-app", &victim.group, &[(&tenant.name, "attacker")]).await;
+    let attacker = victim.as_caller(deploy::token(&sc.cluster, &tenant.name, "attacker", &["bloodraven-deploy"]).await);
+
+    // 1. The group accepts only the victim's namespace: the attacker's database
+    //    is told so, and grants nothing; GET reveals nothing.
+    let why = wait_database_reason(&sc.cluster, &tenant.name, "counter-app", "NamespaceNotAllowed").await;
+    assert!(why.contains(&tenant.name), "{why}");
+    wait_object_event(&sc.cluster, &tenant.name, "counter-app", "NamespaceNotAllowed").await;
+    let refusals = |phase: &'static str| {
+        let attacker = attacker.clone();
+        let (m_token, h_token) = (m_token.clone(), h_token.clone());
+        async move {
+            let g = attacker.get().await;
+            assert_eq!(g.status, 403, "{phase}: GET {g:?}");
+            assert!(g.body.get("leases").is_none() && !g.body.to_string().contains("op-v"), "{phase}: {g:?}");
+            let again = attacker.post("migration", "op-v", "counter-app", 30).await;
+            assert_eq!(again.status, 403, "{phase}: the victim's POST repeated {again:?}");
+            let hold = attacker.post("failover-hold", "op-v", "counter-app", 30).await;
+            assert_eq!(hold.status, 403, "{phase}: {hold:?}");
+            // Even holding the victim's lease tokens, the attacker can neither renew nor release.
+            for (kind, token) in [("migration", &m_token), ("failover-hold", &h_token)] {
+                assert_eq!(attacker.put(kind, "op-v", token).await.status, 403, "{phase}: PUT {kind}");
+                assert_eq!(attacker.delete(kind, "op-v", token).await.status, 403, "{phase}: DELETE {kind}");
+            }
+        }
+    };
+    refusals("namespace not allowed").await;
+    assert_eq!(victim.put("migration", "op-v", &m_token).await.status, 200, "the victim is untouched");
+
+    // 2. The group accepts every namespace: the attacker's database is the newer
+    //    one of the name, a conflict, and still grants nothing.
+    let patch = json!({"spec": {"allowedDatabases": {"namespaces": {"from": "All", "selector": null}}}});
+    sc.cluster.groups().patch(&victim.group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let why = wait_database_reason(&sc.cluster, &tenant.name, "counter-app", "NameConflict").await;
+    assert!(why.contains(&format!("{}/counter-app", sc.ns.name)), "{why}");
+    wait_object_event(&sc.cluster, &tenant.name, "counter-app", "NameConflict").await;
+    wait_database_reason(&sc.cluster, &sc.ns.name, "counter-app", "GroupFound").await;
+    refusals("name conflict").await;
+    assert_eq!(victim.put("failover-hold", "op-v", &h_token).await.status, 200);
+
+    // 3. A second pipeline the victim's database really lists (another
+    //    namespace, another ServiceAccount): it may ask, but a grant acts only
+    //    for the caller it was made to.
+    let ci = sc.cluster.namespace("tenancy-ci").await;
+    deploy::service_account(&sc.cluster, &ci.name, "ci").await;
+    let dbs: Api<MysqlDatabase> = Api::namespaced(sc.cluster.client.clone(), &sc.ns.name);
+    let clients = vec![
+        DeploymentClient { namespace: sc.ns.name.clone(), service_account: "deployer".into() },
+        DeploymentClient { namespace: ci.name.clone(), service_account: "ci".into() },
+    ];
+    let patch = json!({"spec": {"deploymentClients": clients}});
+    dbs.patch("counter-app", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let second = victim.as_caller(deploy::token(&sc.cluster, &ci.name, "ci", &["bloodraven-deploy"]).await);
+    wait_for("the second client to be authorized", T, || async {
+        let g = second.get().await;
+        if g.status == 200 { Ok(()) } else { Err(format!("{g:?}")) }
+    })
+    .await;
+    let again = second.post("migration", "op-v", "counter-app", 30).await;
+    assert_eq!((again.status, again.body["error"].as_str()), (409, Some("held")), "{again:?}");
+    assert_eq!(again.body["holder"]["operationId"], "op-v");
+    assert!(again.body["message"].as_str().unwrap().contains("migration mutex"), "{again:?}");
+    assert_eq!(second.post("failover-hold", "op-v", "counter-app", 30).await.status, 403);
+    for (kind, token) in [("migration", &m_token), ("failover-hold", &h_token)] {
+        let r = second.put(kind, "op-v", token).await;
+        assert_eq!((r.status, r.body["error"].as_str()), (403, Some("forbidden")), "PUT {kind}: {r:?}");
+        assert_eq!(second.delete(kind, "op-v", token).await.status, 403, "DELETE {kind}");
+    }
+    // The victim's tokens were never rotated: it renews and releases as usual.
+    assert_eq!(victim.put("migration", "op-v", &m_token).await.status, 200);
+    assert_eq!(victim.put("failover-hold", "op-v", &h_token).await.status, 200);
+    assert_eq!(victim.delete("migration", "op-v", &m_token).await.status, 204);
+    let g = victim.get().await;
+    assert_eq!(g.body["leases"], json!([]), "{g:?}");
+}
+
+#[tokio::test]
+async fn a_hold_never_outlives_its_operations_mutex() {
+    let (_sc, _op, p) = setup("holdmutex").await;
+    // The issue's input: A takes the mutex (ttl 5) and the hold (ttl 30), then
+    // renews only the hold.
+    let a = p.post_until(201, "migration", "op-a", "counter-app", 5).await;
+    let a_hold = p.post("failover-hold", "op-a", "counter-app", 30).await;
+    assert_eq!(a_hold.status, 201);
+    let a_hold = token_of(&a_hold);
+    let _ = a;
+    let b = wait_for("A's mutex to lapse and B to take it", T, || async {
+        // A keeps renewing its hold while it waits; it stops counting once A's mutex lapses.
+        let _ = p.put("failover-hold", "op-a", &a_hold).await;
+        let r = p.post("migration", "op-b", "counter-app", 30).await;
+        if r.status == 201 { Ok(r) } else { Err(format!("{r:?}")) }
+    })
+    .await;
+    let b_hold = p.post("failover-hold", "op-b", "counter-app", 30).await;
+    assert_eq!(b_hold.status, 201, "the mutex holder can always take the hold: {b_hold:?}");
+    let late = p.put("failover-hold", "op-a", &a_hold).await;
+    assert_eq!((late.status, late.body["error"].as_str()), (404, Some("expired")), "{late:?}");
+    let g = p.get().await;
+    let leases: Vec<(String, String)> = g.body["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["kind"].as_str().unwrap().to_owned(), l["operationId"].as_str().unwrap().to_owned()))
+        .collect();
+    assert_eq!(
+        leases,
+        vec![("migration".to_owned(), "op-b".to_owned()), ("failover-hold".to_owned(), "op-b".to_owned())],
+        "{g:?}"
+    );
+    // A third pipeline is told which kind is held.
+    let c = p.post("migration", "op-c", "counter-app", 30).await;
+    assert_eq!(c.status, 409);
+    assert!(c.body["message"].as_str().unwrap().starts_with("the migration mutex is held by operation op-b"), "{c:?}");
+    assert_eq!(p.delete("migration", "op-b", &token_of(&b)).await.status, 204);
+}
