@@ -44,5 +44,6 @@ if [ "${1:-}" = "--figures" ]; then
 elif [ "${1:-}" = "--bench" ]; then
   cargo run --locked --release -p bloodraven-e2e --bin deploy-bench
 else
-  cargo test --locked -p bloodraven-e2e -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
+  # --no-fail-fast: one failing test file must not hide the others' results.
+  cargo test --locked --no-fail-fast -p bloodraven-e2e -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
 fi

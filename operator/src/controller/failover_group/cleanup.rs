@@ -54,23 +54,38 @@ fn finalizer_patch(group: &MysqlFailoverGroup, add: bool) -> Result<json_patch::
     serde_json::from_value(ops)
 }
 
-async fn patch_finalizers(ctx: &Context, group: &MysqlFailoverGroup, add: bool) -> Result<(), Error> {
+/// Patches the finalizer list; returns the group as written (`None` when
+/// not leader, or when the group is gone).
+async fn patch_finalizers(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    add: bool,
+) -> Result<Option<MysqlFailoverGroup>, Error> {
     if !ctx.leadership.is_leader() {
-        return Ok(());
+        return Ok(None);
     }
     let patch = finalizer_patch(group, add).map_err(|e| Error::Deploy(e.to_string()))?;
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     match api.patch(&group.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch)).await {
-        Ok(_) => Ok(()),
+        Ok(written) => Ok(Some(written)),
         // Gone already: nothing to hold.
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
         Err(err) => Err(kube_err("update the group's finalizers")(err)),
     }
 }
 
-/// Adds the finalizer to a live group that lacks it (leader only).
-pub async fn ensure_finalizer(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), Error> {
-    if has_finalizer(group) { Ok(()) } else { patch_finalizers(ctx, group, true).await }
+/// Adds the finalizer to a live group that lacks it (leader only), and
+/// returns the group as it now is: the reconcile goes on with the new
+/// resourceVersion, so its decision write is not refused for a change the
+/// operator made itself.
+pub async fn ensure_finalizer(
+    ctx: &Context,
+    group: std::sync::Arc<MysqlFailoverGroup>,
+) -> Result<std::sync::Arc<MysqlFailoverGroup>, Error> {
+    if has_finalizer(&group) {
+        return Ok(group);
+    }
+    Ok(patch_finalizers(ctx, &group, true).await?.map_or(group, std::sync::Arc::new))
 }
 
 /// A group being deleted: deletes everything tied to it, then lets it go
@@ -84,7 +99,7 @@ pub async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     record::delete(&records, &name).await;
     tracing::info!(group = %name, "group deleted: its deploy leases, tombstones, verification records and decision record are gone");
-    patch_finalizers(ctx, group, false).await
+    patch_finalizers(ctx, group, false).await.map(drop)
 }
 
 /// Deletes every deploy Lease and decision record whose group no longer
@@ -93,12 +108,14 @@ pub async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
 /// that no longer decodes cannot stop it).
 pub async fn sweep(ctx: &Context) -> Result<(usize, usize), Error> {
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    // Objects created after this instant may belong to a group the list misses.
+    let listed_at = k8s_openapi::jiff::Timestamp::now();
     let list = api.list_metadata(&ListParams::default()).await.map_err(kube_err("list failover groups"))?;
     let live: HashMap<String, String> =
         list.items.iter().filter_map(|g| Some((g.metadata.name.clone()?, g.metadata.uid.clone()?))).collect();
-    let leases = ctx.leases.sweep(&live).await.map_err(|e| Error::Deploy(e.to_string()))?;
+    let leases = ctx.leases.sweep(&live, listed_at).await.map_err(|e| Error::Deploy(e.to_string()))?;
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let records = record::sweep(&records, &live).await?;
+    let records = record::sweep(&records, &live, listed_at).await?;
     Ok((leases, records))
 }
 

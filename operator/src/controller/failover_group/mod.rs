@@ -100,7 +100,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         cleanup::finalize(&ctx, &group).await?;
         return Ok(Action::await_change());
     }
-    cleanup::ensure_finalizer(&ctx, &group).await?;
+    let group = cleanup::ensure_finalizer(&ctx, group).await?;
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     let previous = group.status.clone().unwrap_or_default();
 

@@ -102,15 +102,18 @@ pub async fn delete(api: &Api<ConfigMap>, group: &str) {
 }
 
 /// Deletes every decision record whose group no longer exists with the UID
-/// it records (`live`: name → UID of every group). Returns how many.
+/// it records (`live`: name → UID of every group, listed from `listed_at`
+/// on; younger records are left for the next sweep). Returns how many.
 pub async fn sweep<S: std::hash::BuildHasher>(
     api: &Api<ConfigMap>,
     live: &std::collections::HashMap<String, String, S>,
+    listed_at: k8s_openapi::jiff::Timestamp,
 ) -> Result<usize, Error> {
+    use crate::deploy_api::lease::store::created_before;
     let lp = kube::api::ListParams::default().labels("bloodraven.shipstream.io/record=topology");
     let list = api.list(&lp).await.map_err(kube_err("list decision records"))?;
     let mut deleted = 0;
-    for cm in &list.items {
+    for cm in list.items.iter().filter(|c| created_before(c.metadata.creation_timestamp.as_ref(), listed_at)) {
         let data = cm.data.clone().unwrap_or_default();
         let (Some(group), Some(uid)) = (data.get("group"), data.get("groupUID")) else { continue };
         if live.get(group) != Some(uid) {

@@ -254,6 +254,16 @@ fn decode_verification(lease: &Lease) -> Option<Verification> {
     })
 }
 
+/// Whether an object created at `created` certainly predates a list taken
+/// at `listed_at` (creation timestamps have whole-second granularity).
+pub fn created_before(
+    created: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
+    listed_at: Timestamp,
+) -> bool {
+    let margin = listed_at.saturating_sub(k8s_openapi::jiff::SignedDuration::from_secs(1)).unwrap_or(listed_at);
+    created.is_some_and(|c| c.0 < margin)
+}
+
 /// Name of an operation's verification record.
 pub fn verification_name(group: &str, operation_id: &str) -> String {
     format!("bloodraven-verify-{}-{}", short_hash(group, 16), short_hash(operation_id, 16))
@@ -461,16 +471,19 @@ impl Store {
     }
 
     /// Deletes every deploy Lease whose group no longer exists with the UID
-    /// it records (`live`: name → UID of every group in the cluster).
-    /// Returns how many were deleted.
+    /// it records (`live`: name → UID of every group in the cluster, as
+    /// listed from `listed_at` on). A Lease created after `listed_at` (less
+    /// a second of timestamp granularity) may belong to a group created
+    /// since, so it is left for the next sweep. Returns how many were deleted.
     pub async fn sweep<S: std::hash::BuildHasher>(
         &self,
         live: &HashMap<String, String, S>,
+        listed_at: Timestamp,
     ) -> Result<usize, StoreError> {
         let lp = ListParams::default().labels(LABEL_ROLE);
         let list = self.api.list(&lp).await.map_err(kube_err("list a"))?;
         let mut deleted = 0;
-        for lease in &list.items {
+        for lease in list.items.iter().filter(|l| created_before(l.metadata.creation_timestamp.as_ref(), listed_at)) {
             let a = annotations(lease);
             let stale = match (a.get(ANN_GROUP), a.get(ANN_GROUP_UID)) {
                 (Some(group), Some(uid)) => live.get(group) != Some(uid),
