@@ -80,7 +80,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         authority,
         leases: deploy_api::lease::store::Store::new(Api::namespaced(ctx_client.clone(), &config.namespace)),
     });
-    tokio::spawn(controller::failover_group::cleanup::sweep_on_acquisition(ctx.clone()));
+    tokio::spawn(controller::failover_group::cleanup::sweep_while_leading(ctx.clone()));
     ready.store(true, Ordering::Relaxed);
     tokio::join!(
         controller::failover_group::run(ctx.clone(), &config.group_selector, stopped(stop_rx.clone())),

@@ -123,7 +123,8 @@ async fn a_group_recreated_under_the_same_name_inherits_nothing() {
     assert!(terminating.metadata.deletion_timestamp.is_some(), "waits for its finalizer");
     let (op, base) = deploy::start_operator(&e.sc.cluster, &e.sc.ns, "op2", &e.tls, LeaderTimings::default()).await;
     e.op = op;
-    let p = Pipeline { base, ..e.p.clone() };
+    e.p.base = base;
+    let p = e.p.clone();
     wait_for("the old group to be finalized", T, || async {
         match groups.get_opt(&e.p.group).await.map_err(|e| e.to_string())? {
             Some(g) if g.metadata.uid.as_deref() == Some(old_uid.as_str()) => Err("still there".to_owned()),
@@ -147,12 +148,19 @@ async fn a_group_recreated_under_the_same_name_inherits_nothing() {
     groups.patch(&e.p.group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     groups.delete(&e.p.group, &DeleteParams::default()).await.unwrap();
     let (leases, _) = e.stored().await;
-    assert!(leases.len() >= 3, "left behind: a slot, a tombstone and more: {leases:?}");
+    let role =
+        |l: &Lease| l.metadata.labels.as_ref().and_then(|m| m.get("bloodraven.shipstream.io/deploy-lease")).cloned();
+    let roles: Vec<Option<String>> = leases.iter().map(role).collect();
+    assert!(
+        roles.contains(&Some("slot".into())) && roles.contains(&Some("tombstone".into())),
+        "left behind: the live slot and the tombstone: {roles:?}"
+    );
     let newest = e.recreate_without_operator().await;
     assert_ne!(newest, uid);
     let (op, base) = deploy::start_operator(&e.sc.cluster, &e.sc.ns, "op3", &e.tls, LeaderTimings::default()).await;
     e.op = op;
-    let p = Pipeline { base, ..e.p.clone() };
+    e.p.base = base;
+    let p = e.p.clone();
     wait_status(&e.sc.cluster, &e.p.group, "the new group's bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
     e.starts_afresh(&p).await;
     wait_for("the leftovers of the old UID to be swept", T, || async {

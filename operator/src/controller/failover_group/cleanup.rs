@@ -7,8 +7,8 @@
 //!   them — whichever replica leads when the delete happens, and even if
 //!   none is running at that moment (the group stays `Terminating` until
 //!   one is);
-//! - a sweep on every acquisition of leadership deletes whatever a group of
-//!   another UID left behind (a finalizer removed by hand, a group deleted
+//! - a sweep on every acquisition of leadership, and periodically while
+//!   leading, deletes whatever a group of another UID left behind (a finalizer removed by hand, a group deleted
 //!   before this version), and reads never take such leftovers as the
 //!   current group's (`lease::store::GroupKey::owns`, `record::read`).
 
@@ -119,19 +119,25 @@ pub async fn sweep(ctx: &Context) -> Result<(usize, usize), Error> {
     Ok((leases, records))
 }
 
-/// Sweeps once each time this process becomes the leader.
-pub async fn sweep_on_acquisition(ctx: Ctx) {
+/// How often the leader sweeps after the sweep at acquisition. Objects
+/// younger than a sweep's group list are left to the next one, so leftovers
+/// of a group deleted just before an operator started go within this period.
+const SWEEP_PERIOD: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Sweeps each time this process becomes the leader, then every
+/// [`SWEEP_PERIOD`] while it leads.
+pub async fn sweep_while_leading(ctx: Ctx) {
     let mut acquisitions = Box::pin(ctx.leadership.acquisitions());
     while acquisitions.next().await.is_some() {
-        if !ctx.leadership.is_leader() {
-            continue;
-        }
-        match sweep(&ctx).await {
-            Ok((0, 0)) => {}
-            Ok((leases, records)) => {
-                tracing::info!(leases, records, "swept state left by deleted groups");
+        while ctx.leadership.is_leader() {
+            match sweep(&ctx).await {
+                Ok((0, 0)) => {}
+                Ok((leases, records)) => {
+                    tracing::info!(leases, records, "swept state left by deleted groups");
+                }
+                Err(err) => tracing::warn!(error = %err, "failed to sweep state left by deleted groups"),
             }
-            Err(err) => tracing::warn!(error = %err, "failed to sweep state left by deleted groups"),
+            tokio::time::sleep(SWEEP_PERIOD).await;
         }
     }
 }
