@@ -5,6 +5,7 @@
 //! started raises `SchemaVerificationRequired` until a person clears it.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
+#![allow(clippy::many_single_char_names)] // a, b, c name the operations of the input
 
 use std::time::Duration;
 

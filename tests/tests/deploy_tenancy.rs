@@ -3,6 +3,7 @@
 //! (item 3). Each test keeps the input.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
+#![allow(clippy::many_single_char_names)] // a, b, c name the operations of the input
 
 use std::time::Duration;
 
