@@ -7,9 +7,14 @@
 //! - [`classify`] maps a connection or server error to a stable reason
 //!   (`SiteUnreachable`, `AuthenticationFailed`, ...). Messages come from the
 //!   server or the socket and never contain the password.
+//! - [`gtid`] reads GTID positions of both flavours and answers "covered?"
+//!   and "errant?"; [`statements`] holds the SQL of each failover step for
+//!   each flavour (the failover engine itself is a later piece of work).
 
+pub mod gtid;
 mod observation;
 mod probe;
+pub mod statements;
 
 pub use observation::{Flavor, ReplicationObservation, SiteObservation};
 pub use probe::{Credentials, ProbeError, ProbeTarget, classify, probe};

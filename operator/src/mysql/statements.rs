@@ -1,0 +1,282 @@
+//! The statements failover sends, for each flavour (pure, unit-tested; the
+//! MariaDB ones run for real in the e2e suite, the MySQL 8 ones are checked
+//! here against the MySQL 8.0 reference syntax).
+//!
+//! | step | MariaDB 10.11 | MySQL 8.0.23+ |
+//! |---|---|---|
+//! | fence | `SET GLOBAL read_only = 1` (accounts with `READ_ONLY ADMIN` still write: sessions are killed too) | `SET GLOBAL super_read_only = 1` |
+//! | unfence | `SET GLOBAL read_only = 0` | `SET GLOBAL super_read_only = 0`, `SET GLOBAL read_only = 0` |
+//! | catch-up | `SELECT MASTER_GTID_WAIT(pos, s)` (0 done, -1 timed out) | `SELECT WAIT_FOR_EXECUTED_GTID_SET(set, s)` (0 done, 1 timed out) |
+//! | stop replicating | `STOP SLAVE`, `RESET SLAVE ALL` | `STOP REPLICA`, `RESET REPLICA ALL` |
+//! | repoint | `CHANGE MASTER TO … MASTER_USE_GTID = slave_pos` | `CHANGE REPLICATION SOURCE TO … SOURCE_AUTO_POSITION = 1` |
+//! | start | `START SLAVE` | `START REPLICA` |
+//! | semi-sync | `rpl_semi_sync_master_*` / `rpl_semi_sync_slave_enabled` (built in since 10.3) | `rpl_semi_sync_source_*` / `rpl_semi_sync_replica_enabled` (plugins) |
+//!
+//! `CHANGE MASTER` / `CHANGE REPLICATION SOURCE` cannot be prepared on
+//! either server, so their string values are quoted here ([`quote`]); a
+//! statement holding a password is a [`Secret`], whose `Debug` and
+//! `Display` never print it.
+
+use std::fmt;
+
+use super::Flavor;
+
+/// Quotes a string as a SQL literal for either flavour with the default
+/// `sql_mode` (backslash escapes on): `'`, `\`, NUL, newline, carriage
+/// return and Ctrl-Z are escaped.
+pub fn quote(value: &str) -> String {
+    let mut out = String::with_capacity(value.len() + 2);
+    out.push('\'');
+    for c in value.chars() {
+        match c {
+            '\'' => out.push_str("\\'"),
+            '\\' => out.push_str("\\\\"),
+            '\0' => out.push_str("\\0"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\u{1a}' => out.push_str("\\Z"),
+            c => out.push(c),
+        }
+    }
+    out.push('\'');
+    out
+}
+
+/// A statement that holds a secret: sent as is, never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The statement text, to send.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret(<statement with credentials>)")
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<statement with credentials>")
+    }
+}
+
+/// Where a replica replicates from, and the account it uses.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Source {
+    /// Host of the new primary.
+    pub host: String,
+    /// Port of the new primary.
+    pub port: u16,
+    /// Replication account.
+    pub user: String,
+    /// Its password (never printed).
+    pub password: String,
+}
+
+impl fmt::Debug for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Source")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("user", &self.user)
+            .field("password", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Statements that make a site refuse writes from ordinary accounts.
+pub fn fence(flavor: Flavor) -> &'static [&'static str] {
+    match flavor {
+        Flavor::MariaDb => &["SET GLOBAL read_only = 1"],
+        // super_read_only also sets read_only, and stops SUPER accounts too.
+        Flavor::MySql => &["SET GLOBAL super_read_only = 1"],
+    }
+}
+
+/// Statements that make a fenced site writable again.
+pub fn unfence(flavor: Flavor) -> &'static [&'static str] {
+    match flavor {
+        Flavor::MariaDb => &["SET GLOBAL read_only = 0"],
+        Flavor::MySql => &["SET GLOBAL super_read_only = 0", "SET GLOBAL read_only = 0"],
+    }
+}
+
+/// The client sessions fencing ends (id, user, seconds in the current
+/// state): everything but this connection, replication threads, and the
+/// server's own daemons.
+pub const CLIENT_SESSIONS: &str = "SELECT ID, USER, TIME FROM information_schema.PROCESSLIST \
+     WHERE ID <> CONNECTION_ID() \
+     AND COMMAND NOT IN ('Binlog Dump', 'Binlog Dump GTID', 'Daemon', 'Slave_IO', 'Slave_SQL', 'Slave_worker', 'Connect') \
+     AND USER NOT IN ('system user', 'event_scheduler', 'system user:')";
+
+/// Ends one session (its transaction rolls back).
+pub fn kill(id: u64) -> String {
+    format!("KILL CONNECTION {id}")
+}
+
+/// Accounts other than `except` that can write through `read_only`: on
+/// MariaDB those holding `READ_ONLY ADMIN` (or `SUPER`, which implies it
+/// before 11.0), on MySQL those holding `CONNECTION_ADMIN`/`SUPER` are
+/// stopped by `super_read_only`, so nothing is listed there.
+pub fn read_only_bypass_accounts(flavor: Flavor) -> Option<&'static str> {
+    match flavor {
+        Flavor::MariaDb => Some(
+            "SELECT DISTINCT GRANTEE FROM information_schema.USER_PRIVILEGES \
+             WHERE PRIVILEGE_TYPE IN ('READ_ONLY ADMIN', 'SUPER')",
+        ),
+        Flavor::MySql => None,
+    }
+}
+
+/// The catch-up wait: a query with two parameters (the position or set to
+/// reach, and a timeout in seconds) returning one integer, and the value
+/// that means "reached".
+pub fn wait_for_position(flavor: Flavor) -> (&'static str, i64) {
+    match flavor {
+        Flavor::MariaDb => ("SELECT MASTER_GTID_WAIT(?, ?)", 0),
+        Flavor::MySql => ("SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)", 0),
+    }
+}
+
+/// Positions a failover reads: (applied, received, own binlog).
+/// MariaDB: `gtid_slave_pos` (applied from a source), `Gtid_IO_Pos` of
+/// [`replica_status`] (received), `gtid_binlog_pos` (written here).
+/// MySQL: `gtid_executed` holds applied and written; received is
+/// `RECEIVED_TRANSACTION_SET` of `performance_schema.replication_connection_status`.
+pub fn positions(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::MariaDb => "SELECT @@gtid_slave_pos, @@gtid_binlog_pos, @@gtid_current_pos",
+        Flavor::MySql => {
+            "SELECT @@gtid_executed, (SELECT COALESCE(GROUP_CONCAT(RECEIVED_TRANSACTION_SET), '') \
+             FROM performance_schema.replication_connection_status), @@gtid_executed"
+        }
+    }
+}
+
+/// The replica status statement.
+pub fn replica_status(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::MariaDb => "SHOW SLAVE STATUS",
+        Flavor::MySql => "SHOW REPLICA STATUS",
+    }
+}
+
+/// Statements that stop replication and forget the source (promotion).
+pub fn stop_replication(flavor: Flavor) -> &'static [&'static str] {
+    match flavor {
+        Flavor::MariaDb => &["STOP SLAVE", "RESET SLAVE ALL"],
+        Flavor::MySql => &["STOP REPLICA", "RESET REPLICA ALL"],
+    }
+}
+
+/// Statements that make a site replicate from `source` with GTID auto-positioning.
+pub fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
+    let (host, user, password) = (quote(&source.host), quote(&source.user), quote(&source.password));
+    let port = source.port;
+    match flavor {
+        Flavor::MariaDb => vec![
+            Secret("STOP SLAVE".into()),
+            Secret(format!(
+                "CHANGE MASTER TO MASTER_HOST = {host}, MASTER_PORT = {port}, MASTER_USER = {user}, \
+                 MASTER_PASSWORD = {password}, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1"
+            )),
+            Secret("START SLAVE".into()),
+        ],
+        Flavor::MySql => vec![
+            Secret("STOP REPLICA".into()),
+            Secret(format!(
+                "CHANGE REPLICATION SOURCE TO SOURCE_HOST = {host}, SOURCE_PORT = {port}, SOURCE_USER = {user}, \
+                 SOURCE_PASSWORD = {password}, SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, \
+                 GET_SOURCE_PUBLIC_KEY = 1"
+            )),
+            Secret("START REPLICA".into()),
+        ],
+    }
+}
+
+/// Statements that turn semi-synchronous replication on or off on a site,
+/// for its role (`primary`: wait for a replica's acknowledgement after the
+/// commit is synced to the binlog, AFTER_SYNC; replica: acknowledge).
+pub fn semi_sync(flavor: Flavor, on: bool, primary: bool) -> Vec<String> {
+    let v = if on { "ON" } else { "OFF" };
+    match (flavor, primary) {
+        (Flavor::MariaDb, true) => vec![
+            "SET GLOBAL rpl_semi_sync_master_wait_point = AFTER_SYNC".into(),
+            format!("SET GLOBAL rpl_semi_sync_master_enabled = {v}"),
+            "SET GLOBAL rpl_semi_sync_slave_enabled = OFF".into(),
+        ],
+        (Flavor::MariaDb, false) => vec![
+            "SET GLOBAL rpl_semi_sync_master_enabled = OFF".into(),
+            format!("SET GLOBAL rpl_semi_sync_slave_enabled = {v}"),
+        ],
+        (Flavor::MySql, true) => vec![
+            "SET GLOBAL rpl_semi_sync_source_wait_point = AFTER_SYNC".into(),
+            format!("SET GLOBAL rpl_semi_sync_source_enabled = {v}"),
+        ],
+        (Flavor::MySql, false) => vec![format!("SET GLOBAL rpl_semi_sync_replica_enabled = {v}")],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_escapes_what_could_end_the_literal() {
+        assert_eq!(quote("plain"), "'plain'");
+        assert_eq!(quote("it's"), r"'it\'s'");
+        assert_eq!(quote(r"back\slash"), r"'back\\slash'");
+        assert_eq!(quote("a\nb\0c\u{1a}"), r"'a\nb\0c\Z'");
+        assert_eq!(quote(r"x\'; DROP TABLE t; --"), r"'x\\\'; DROP TABLE t; --'");
+    }
+
+    fn source() -> Source {
+        Source { host: "10.0.0.2".into(), port: 3307, user: "repl".into(), password: "p'w\\d".into() }
+    }
+
+    #[test]
+    fn repointing_uses_gtid_auto_position_on_both_flavours() {
+        let maria = replicate_from(Flavor::MariaDb, &source());
+        assert_eq!(maria[0].expose(), "STOP SLAVE");
+        assert!(maria[1].expose().starts_with("CHANGE MASTER TO MASTER_HOST = '10.0.0.2', MASTER_PORT = 3307"));
+        assert!(maria[1].expose().contains("MASTER_USE_GTID = slave_pos"));
+        assert!(maria[1].expose().contains(r"MASTER_PASSWORD = 'p\'w\\d'"));
+        assert_eq!(maria[2].expose(), "START SLAVE");
+        let mysql = replicate_from(Flavor::MySql, &source());
+        assert!(
+            mysql[1].expose().starts_with("CHANGE REPLICATION SOURCE TO SOURCE_HOST = '10.0.0.2', SOURCE_PORT = 3307")
+        );
+        assert!(mysql[1].expose().contains("SOURCE_AUTO_POSITION = 1"));
+        assert_eq!((mysql[0].expose(), mysql[2].expose()), ("STOP REPLICA", "START REPLICA"));
+    }
+
+    #[test]
+    fn secrets_never_print() {
+        let stmts = replicate_from(Flavor::MariaDb, &source());
+        for s in &stmts {
+            assert!(!format!("{s} {s:?}").contains("p'w"), "{s:?}");
+        }
+        assert!(!format!("{:?}", source()).contains("p'w"));
+    }
+
+    #[test]
+    fn each_flavour_has_its_own_words() {
+        assert_eq!(fence(Flavor::MariaDb), ["SET GLOBAL read_only = 1"]);
+        assert_eq!(fence(Flavor::MySql), ["SET GLOBAL super_read_only = 1"]);
+        assert_eq!(unfence(Flavor::MySql).len(), 2, "super_read_only off does not turn read_only off");
+        assert_eq!(stop_replication(Flavor::MySql), ["STOP REPLICA", "RESET REPLICA ALL"]);
+        assert_eq!(stop_replication(Flavor::MariaDb), ["STOP SLAVE", "RESET SLAVE ALL"]);
+        assert_eq!(wait_for_position(Flavor::MariaDb).0, "SELECT MASTER_GTID_WAIT(?, ?)");
+        assert_eq!(wait_for_position(Flavor::MySql).0, "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)");
+        assert_eq!(replica_status(Flavor::MySql), "SHOW REPLICA STATUS");
+        assert!(read_only_bypass_accounts(Flavor::MySql).is_none());
+        assert!(semi_sync(Flavor::MariaDb, true, true).iter().any(|s| s.contains("AFTER_SYNC")));
+        assert!(semi_sync(Flavor::MySql, true, true).iter().any(|s| s.contains("rpl_semi_sync_source_enabled = ON")));
+        assert_eq!(kill(42), "KILL CONNECTION 42");
+    }
+}
