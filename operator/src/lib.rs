@@ -11,6 +11,7 @@ pub mod leader;
 pub mod metrics;
 pub mod mysql;
 pub mod telemetry;
+pub mod tolerant;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -51,6 +52,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let (elector, leadership) = leader::Elector::new(leases, &config.leader_lease_name, &identity, timings);
     let elector = tokio::spawn(elector.run(stopped(stop_rx.clone())));
     tokio::spawn(track_leadership(leadership.clone(), metrics.clone(), timings.retry_period));
+    let reporter = Reporter { controller: "bloodraven-operator".into(), instance: Some(identity.clone()) };
+    let recorder = Recorder::new(client.clone(), reporter);
+    // Every read of a Bloodraven custom resource goes through this reader,
+    // so one object that does not decode is reported and skipped.
+    let tolerant = tolerant::Tolerant::start(&client, &recorder, &leadership, &metrics, stopped(stop_rx.clone()))?;
 
     let ready = Arc::new(AtomicBool::new(false));
     let plain = http::PlainState { metrics: metrics.clone(), ready: ready.clone() };
@@ -66,16 +72,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             .context("failed to load the deploy API certificate")?;
         let service = deploy_api::service::Service::new(
             deploy_api::lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
-            Api::all(client.clone()),
+            tolerant.clone(),
         )
-        .with_group_cache(deploy_api::group_reflector(client.clone(), &config.group_selector).await);
+        .with_group_cache(deploy_api::group_reflector(&tolerant, &config.group_selector).await);
         let state = deploy_api::DeployState {
             service: service.clone(),
             auth: deploy_api::auth::Authenticator::new(
                 Api::all(client.clone()),
                 std::time::Duration::from_secs(config.token_review_cache_seconds),
             ),
-            databases: deploy_api::database_reflector(client.clone()).await,
+            databases: deploy_api::database_reflector(&tolerant).await,
             leadership: leadership.clone(),
             metrics: metrics.clone(),
         };
@@ -98,15 +104,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         None
     };
 
-    let reporter = Reporter { controller: "bloodraven-operator".into(), instance: Some(identity.clone()) };
     let ctx = Arc::new(controller::Context {
         client: client.clone(),
-        recorder: Recorder::new(client, reporter),
+        recorder,
         metrics,
         leadership,
         namespace: config.namespace.clone(),
         credentials_namespace: config.credentials_namespace.clone().unwrap_or_else(|| config.namespace.clone()),
         deploy,
+        tolerant,
     });
     ready.store(true, Ordering::Relaxed);
     tokio::join!(

@@ -29,6 +29,8 @@ pub struct Context {
     pub credentials_namespace: String,
     /// The deploy-lease service, when the deploy API is enabled.
     pub deploy: Option<crate::deploy_api::service::Service>,
+    /// The tolerant reader of Bloodraven's custom resources (watches and gets).
+    pub tolerant: crate::tolerant::Tolerant,
 }
 
 impl std::fmt::Debug for Context {

@@ -11,14 +11,17 @@ use bloodraven_api::v1alpha1::{MysqlDatabase, MysqlFailoverGroup, reason};
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher::Config as WatcherConfig;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::conditions::{Computed, materialize};
 use super::{Ctx, Error, kube_err};
+use crate::tolerant::{Findings, ReadError};
 
 const CONTROLLER: &str = "database";
 /// Re-check period, in case a group event was missed.
@@ -26,12 +29,21 @@ const RECHECK: Duration = Duration::from_secs(60);
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(ctx: Ctx, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
-    let databases: Api<MysqlDatabase> = Api::all(ctx.client.clone());
-    let groups: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
-    let controller = Controller::new(databases, WatcherConfig::default());
-    let store = controller.store();
-    controller
-        .watches(groups, WatcherConfig::default(), move |group| {
+    // Tolerant: a MysqlDatabase that does not decode is reported on itself
+    // (condition + Event) and skipped; the others keep being served.
+    let (reader, writer) = reflector::store();
+    let databases = ctx
+        .tolerant
+        .watch::<MysqlDatabase>(WatcherConfig::default(), Some((writer, reader.clone())), Findings::Report)
+        .applied_objects();
+    // Groups only wake databases by name: a metadata watch, which decodes
+    // whatever a group's spec holds (the failover-group controller reports
+    // a group that does not decode).
+    let groups = Api::<PartialObjectMeta<MysqlFailoverGroup>>::all(ctx.client.clone());
+    let groups = watcher(groups, WatcherConfig::default()).default_backoff().touched_objects();
+    let store = reader.clone();
+    Controller::for_stream(databases, reader)
+        .watches_stream(groups, move |group| {
             let name = group.name_any();
             store
                 .state()
@@ -62,17 +74,23 @@ async fn reconcile(db: Arc<MysqlDatabase>, ctx: Ctx) -> Result<Action, Error> {
     let name = db.meta().name.clone().ok_or(Error::NoName)?;
     let namespace = db.namespace().ok_or(Error::NoName)?;
     let group_name = &db.spec.failover_group_ref.name;
-    let groups: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
-    let exists = groups.get_opt(group_name).await.map_err(kube_err("read the failover group"))?.is_some();
-    let computed = if exists {
-        Computed::flag("Ready", true, reason::GROUP_FOUND, format!("failover group {group_name} exists"))
-    } else {
-        Computed::flag(
+    let computed = match ctx.tolerant.get::<MysqlFailoverGroup>(None, group_name).await {
+        Ok(Some(_)) => {
+            Computed::flag("Ready", true, reason::GROUP_FOUND, format!("failover group {group_name} exists"))
+        }
+        Ok(None) => Computed::flag(
             "Ready",
             false,
             reason::GROUP_NOT_FOUND,
             format!("failover group {group_name} does not exist; fix spec.failoverGroupRef.name or create the group"),
-        )
+        ),
+        Err(ReadError::Invalid(err)) => Computed::flag(
+            "Ready",
+            false,
+            reason::GROUP_INVALID,
+            format!("failover group {group_name} does not decode ({err}); see its InvalidObject condition"),
+        ),
+        Err(ReadError::Kube(err)) => return Err(kube_err("read the failover group")(err)),
     };
     let previous = db.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     if previous.iter().any(|c| c.type_ == computed.type_ && c.status == computed.status && c.reason == computed.reason)

@@ -35,6 +35,8 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::watcher::{self, Config as WatcherConfig};
 use kube::runtime::{Predicate as _, PredicateConfig};
 use kube::runtime::{WatchStreamExt, predicates, reflector};
+
+use crate::tolerant::Findings;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -46,16 +48,17 @@ const CONTROLLER: &str = "failovergroup";
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
-    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     let config = if selector.is_empty() { WatcherConfig::default() } else { WatcherConfig::default().labels(selector) };
     let (reader, writer) = reflector::store();
     let metrics = ctx.metrics.clone();
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     let leadership = ctx.leadership.clone();
     let deploy = ctx.deploy.clone();
-    let stream = watcher::watcher(api, config)
-        .default_backoff()
-        .reflect(writer)
+    // Tolerant: a group that does not decode is reported on itself
+    // (condition + Event) and skipped; the others keep being served.
+    let stream = ctx
+        .tolerant
+        .watch::<MysqlFailoverGroup>(config, Some((writer, reader.clone())), Findings::Report)
         .inspect(move |event| {
             if let Ok(watcher::Event::Delete(group)) = event {
                 let sites: Vec<&str> = group.spec.sites.iter().map(|s| s.name.as_str()).collect();
