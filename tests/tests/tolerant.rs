@@ -15,6 +15,7 @@
 
 use std::time::Duration;
 
+use bloodraven_api::v1alpha1::MysqlDatabase;
 use bloodraven_e2e::deploy::{self, call};
 use bloodraven_e2e::fixtures::{SITE_SECRET, Scenario, group_events, is_ready_at, last_probe, wait_status};
 use bloodraven_e2e::operator::{E2E_LABEL, LeaderTimings};
@@ -241,6 +242,25 @@ async fn scenario(sc: Scenario, bad_group: String) {
     let r = call(&http, Method::POST, &format!("{}/leases", url(&bad_group)), &token, Some(body)).await;
     assert_eq!(r.status, 404, "{r:?}");
 
+    // A database of the bad group says the group cannot be read.
+    let typed: Api<MysqlDatabase> = Api::namespaced(cluster.client.clone(), &ns);
+    let app_ready = |reason: &'static str| {
+        let typed = typed.clone();
+        async move {
+            wait_for(&format!("bad-group-app Ready reason {reason}"), T, || async {
+                let db = typed.get("bad-group-app").await.map_err(|e| e.to_string())?;
+                let conditions = db.status.unwrap_or_default().conditions;
+                match conditions.iter().find(|c| c.type_ == "Ready") {
+                    Some(c) if c.reason == reason => Ok(c.clone()),
+                    other => Err(format!("{other:?}")),
+                }
+            })
+            .await
+        }
+    };
+    let c = app_ready("GroupInvalid").await;
+    assert!(c.status == "False" && c.message.contains(field), "{c:?}");
+
     // The bad database: a condition naming the field, and no authority for
     // the client it lists.
     let c = wait_invalid(&databases, "broken", "spec: missing field `schema`").await;
@@ -274,6 +294,7 @@ async fn scenario(sc: Scenario, bad_group: String) {
     groups.patch(&bad_group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     let s = wait_status(cluster, &bad_group, "the fixed group to bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
     assert_eq!(s.unstable_reason, None);
+    assert_eq!(app_ready("GroupFound").await.status, "True");
 
     let log = std::fs::read_to_string(&op.log).unwrap();
     assert!(log.contains("stored object does not decode"), "{}", op.log_tail());
