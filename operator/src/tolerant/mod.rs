@@ -1,6 +1,6 @@
 //! Tolerant reading of Bloodraven's custom resources: every watch, list and
-//! get of a MysqlFailoverGroup or a MysqlDatabase in the operator goes
-//! through here, so that one stored object that does not decode into the
+//! get of a MysqlFailoverGroup or a MysqlDatabase in the operator that reads
+//! a spec or a status goes through here, so that one stored object that does not decode into the
 //! operator's types (what a CRD downgrade, or an object written while the
 //! schema was looser, leaves behind) is reported on that object and skipped,
 //! and never stops the others (STYLE.md, "Tolerant reading"; issue 6).
@@ -18,6 +18,11 @@
 //!   again only when the error changes, or after [`report::EVENT_REPEAT`].
 //!   Other watches of the kind (the deploy API's caches) skip bad objects
 //!   silently, so each bad object is reported once per process.
+//! - The one watch that does not come here is the database controller's
+//!   metadata-only watch of groups: it reads names alone, which always
+//!   decode. Writes (status applies, patches) still decode their response
+//!   into the typed object; they only ever write objects that decoded a
+//!   moment before.
 //! - Log lines, conditions and Events carry the path and serde's complaint,
 //!   bounded and escaped ([`decode::bounded`]); never the object or a list.
 //! - `bloodraven_decode_errors_total{kind}` counts failed decodes by owning

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::deploy_api::lease::machine::RevokeReason;
+use crate::tolerant::Findings;
 use bloodraven_api::names::{OBSERVER_FIELD_MANAGER, REVOKE_DEPLOYMENT_LEASES_ANNOTATION};
 use bloodraven_api::v1alpha1::{MysqlFailoverGroup, SiteHealth, reason};
 use futures::StreamExt;
@@ -35,8 +36,6 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::watcher::{self, Config as WatcherConfig};
 use kube::runtime::{Predicate as _, PredicateConfig};
 use kube::runtime::{WatchStreamExt, predicates, reflector};
-
-use crate::tolerant::Findings;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
