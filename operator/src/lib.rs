@@ -12,6 +12,7 @@ pub mod leader;
 pub mod metrics;
 pub mod mysql;
 pub mod telemetry;
+pub mod tolerant;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,6 +53,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let (elector, leadership) = leader::Elector::new(leases, &config.leader_lease_name, &identity, timings);
     let elector = tokio::spawn(elector.run(stopped(stop_rx.clone())));
     tokio::spawn(track_leadership(leadership.clone(), metrics.clone(), timings.retry_period));
+    let reporter = Reporter { controller: "bloodraven-operator".into(), instance: Some(identity.clone()) };
+    let recorder = Recorder::new(client.clone(), reporter);
+    // Every read of a Bloodraven custom resource goes through this reader,
+    // so one object that does not decode is reported and skipped.
+    let tolerant = tolerant::Tolerant::start(&client, &recorder, &leadership, &metrics, stopped(stop_rx.clone()))?;
 
     let ready = Arc::new(AtomicBool::new(false));
     let plain = http::PlainState { metrics: metrics.clone(), ready: ready.clone() };
@@ -60,25 +66,24 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // Watch caches shared by the database reconciler and the deploy API:
     // authority is decided from them, never from a per-request read.
     let authority = authority::Authority {
-        databases: deploy_api::database_reflector(client.clone()).await,
-        groups: deploy_api::group_reflector(client.clone(), &config.group_selector).await,
+        databases: deploy_api::database_reflector(&tolerant).await,
+        groups: deploy_api::group_reflector(&tolerant, &config.group_selector).await,
         namespaces: authority::namespace_reflector(client.clone()).await,
     };
 
-    let deploy = start_deploy_api(&config, &client, &authority, &leadership, &metrics, &stop_rx)?;
+    let deploy = start_deploy_api(&config, &client, &tolerant, &authority, &leadership, &metrics, &stop_rx)?;
 
-    let ctx_client = client.clone();
-    let reporter = Reporter { controller: "bloodraven-operator".into(), instance: Some(identity.clone()) };
     let ctx = Arc::new(controller::Context {
         client: client.clone(),
-        recorder: Recorder::new(client, reporter),
+        recorder,
         metrics,
         leadership,
         namespace: config.namespace.clone(),
         credentials_namespace: config.credentials_namespace.clone().unwrap_or_else(|| config.namespace.clone()),
         deploy,
         authority,
-        leases: deploy_api::lease::store::Store::new(Api::namespaced(ctx_client.clone(), &config.namespace)),
+        leases: deploy_api::lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
+        tolerant,
     });
     tokio::spawn(controller::failover_group::cleanup::sweep_while_leading(ctx.clone()));
     ready.store(true, Ordering::Relaxed);
@@ -104,6 +109,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 fn start_deploy_api(
     config: &Config,
     client: &Client,
+    tolerant: &tolerant::Tolerant,
     authority: &authority::Authority,
     leadership: &leader::Leadership,
     metrics: &metrics::Metrics,
@@ -121,7 +127,7 @@ fn start_deploy_api(
         .context("failed to load the deploy API certificate")?;
     let service = deploy_api::service::Service::new(
         deploy_api::lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
-        Api::all(client.clone()),
+        tolerant.clone(),
     )
     .with_group_cache(authority.groups.clone());
     let state = deploy_api::DeployState {

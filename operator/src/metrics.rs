@@ -138,6 +138,12 @@ impl Metrics {
         })
     }
 
+    /// Registers a collector owned by another module (metrics are registered
+    /// by the module that owns them, in this one registry).
+    pub fn register(&self, collector: Box<dyn prometheus::core::Collector>) -> Result<(), MetricsError> {
+        Ok(self.registry.register(collector)?)
+    }
+
     /// The registry in Prometheus text format.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();

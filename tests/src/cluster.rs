@@ -48,7 +48,10 @@ impl Cluster {
         cluster
     }
 
-    async fn install_crds(&self) {
+    /// Server-side applies the CRDs from `charts/bloodraven/crds` (also what
+    /// restores them after a test loosened them) and waits until they are
+    /// established.
+    pub async fn install_crds(&self) {
         let api: Api<CustomResourceDefinition> = Api::all(self.client.clone());
         for file in ["mysqlfailovergroups.yaml", "mysqldatabases.yaml"] {
             let path = repo_root().join("charts/bloodraven/crds").join(file);

@@ -80,6 +80,12 @@ pub mod reason {
     pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
     /// The spec names a site that is not in `spec.sites`, or repeats one.
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The stored object does not decode into the operator's types (a field
+    /// out of range or of the wrong type, left by a CRD downgrade); the
+    /// message names the field's JSON path. The operator skips the object.
+    pub const INVALID_OBJECT: &str = "InvalidObject";
+    /// The MysqlDatabase's failover group exists but does not decode.
+    pub const GROUP_INVALID: &str = "GroupInvalid";
     /// Two or more sites are writable.
     pub const MULTIPLE_WRITABLE_SITES: &str = "MultipleWritableSites";
     /// No site is writable.

@@ -34,6 +34,8 @@ pub struct Context {
     /// The deploy-lease store (cleanup and verification records, whether or
     /// not the deploy API is enabled).
     pub leases: crate::deploy_api::lease::store::Store,
+    /// The tolerant reader of Bloodraven's custom resources (watches and gets).
+    pub tolerant: crate::tolerant::Tolerant,
 }
 
 impl std::fmt::Debug for Context {

@@ -22,11 +22,11 @@ use std::time::Duration;
 use bloodraven_api::v1alpha1::MysqlDatabase;
 use futures::StreamExt;
 use kube::runtime::reflector::{self, Store as Reflector};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client};
+use kube::runtime::watcher;
 
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
+use crate::tolerant::{Findings, Tolerant};
 
 /// What the handlers share.
 #[derive(Clone, Debug)]
@@ -44,13 +44,11 @@ pub struct DeployState {
 }
 
 /// Starts a reflector of every MysqlDatabase (for authorization) and waits
-/// until its first list is in.
-pub async fn database_reflector(client: Client) -> Reflector<MysqlDatabase> {
+/// until its first list is in. A MysqlDatabase that does not decode is left
+/// out, so it grants nobody authority (the database controller reports it).
+pub async fn database_reflector(tolerant: &Tolerant) -> Reflector<MysqlDatabase> {
     let (reader, writer) = reflector::store();
-    let stream = watcher(Api::<MysqlDatabase>::all(client), watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
+    let stream = tolerant.watch(watcher::Config::default(), Some((writer, reader.clone())), Findings::Skip);
     tokio::spawn(stream.for_each(|_| async {}));
     if reader.wait_until_ready().await.is_err() {
         tracing::warn!("the MysqlDatabase reflector stopped before its first list");
@@ -59,15 +57,16 @@ pub async fn database_reflector(client: Client) -> Reflector<MysqlDatabase> {
 }
 
 /// A watch cache of the groups this operator manages (`selector`), for the
-/// renewal fast path; ready once its first list is in.
+/// renewal fast path; ready once its first list is in. A group that does
+/// not decode is left out (the failover-group controller reports it).
 pub async fn group_reflector(
-    client: Client,
+    tolerant: &Tolerant,
     selector: &str,
 ) -> Reflector<bloodraven_api::v1alpha1::MysqlFailoverGroup> {
     let (reader, writer) = reflector::store();
     let config =
         if selector.is_empty() { watcher::Config::default() } else { watcher::Config::default().labels(selector) };
-    let stream = watcher(Api::all(client), config).default_backoff().reflect(writer).touched_objects();
+    let stream = tolerant.watch(config, Some((writer, reader.clone())), Findings::Skip);
     tokio::spawn(stream.for_each(|_| async {}));
     if reader.wait_until_ready().await.is_err() {
         tracing::warn!("the MysqlFailoverGroup reflector stopped before its first list");

@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use bloodraven_api::deploy::{DdlState, LeaseKind};
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use k8s_openapi::jiff::Timestamp;
-use kube::Api;
 use kube::runtime::reflector::{ObjectRef, Store as Reflector};
 
 use super::lease::machine::{
@@ -21,6 +20,7 @@ use super::lease::machine::{
     Verification,
 };
 use super::lease::store::{GroupKey, Read, Store, StoreError, token_sha256};
+use crate::tolerant::{ReadError, Tolerant};
 
 /// How often a decision is retried after a concurrent write.
 const CAS_ATTEMPTS: usize = 8;
@@ -69,7 +69,8 @@ pub struct Maintained {
 #[derive(Clone, Debug)]
 pub struct Service {
     store: Store,
-    groups: Api<MysqlFailoverGroup>,
+    /// Groups are read tolerantly: one that does not decode is not found.
+    groups: Tolerant,
     /// A watch cache of groups, for the renewal fast path's generation check.
     cache: Option<Reflector<MysqlFailoverGroup>>,
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
@@ -102,8 +103,8 @@ fn new_token() -> String {
 }
 
 impl Service {
-    /// A service over `store`, reading groups from `groups`.
-    pub fn new(store: Store, groups: Api<MysqlFailoverGroup>) -> Self {
+    /// A service over `store`, reading groups with `groups`.
+    pub fn new(store: Store, groups: Tolerant) -> Self {
         Service { store, groups, cache: None, locks: Arc::default() }
     }
 
@@ -122,7 +123,13 @@ impl Service {
     }
 
     async fn group(&self, name: &str) -> Result<MysqlFailoverGroup, ServiceError> {
-        self.groups.get_opt(name).await?.ok_or(ServiceError::GroupNotFound)
+        // A group that does not decode cannot be served: answered as not
+        // found (404 group_not_found), never as a 500 carrying the object.
+        match self.groups.get::<MysqlFailoverGroup>(None, name).await {
+            Ok(Some(group)) => Ok(group),
+            Ok(None) | Err(ReadError::Invalid(_)) => Err(ServiceError::GroupNotFound),
+            Err(ReadError::Kube(err)) => Err(ServiceError::Kube(err)),
+        }
     }
 
     /// The group, its facts and its slots (for GET).

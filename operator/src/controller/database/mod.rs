@@ -16,16 +16,18 @@ use bloodraven_api::v1alpha1::{MysqlDatabase, MysqlFailoverGroup, reason};
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::WatchStreamExt as _;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher::Config as WatcherConfig;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::conditions::{Computed, materialize};
 use super::{Ctx, Error, kube_err};
 use crate::authority::{self, Standing};
+use crate::tolerant::{Findings, ReadError};
 
 const CONTROLLER: &str = "database";
 /// Re-check period, in case a group event was missed.
@@ -33,21 +35,25 @@ const RECHECK: Duration = Duration::from_secs(60);
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(ctx: Ctx, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
-    let databases: Api<MysqlDatabase> = Api::all(ctx.client.clone());
-    let groups: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
-    let controller = Controller::new(databases.clone(), WatcherConfig::default());
-    let store = controller.store();
-    let by_group = store.clone();
-    let by_namespace = store.clone();
-    let by_name = store.clone();
-    let namespaces = kube::runtime::watcher(
-        Api::<kube::core::PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>::all(ctx.client.clone()),
-        WatcherConfig::default(),
-    )
-    .default_backoff()
-    .touched_objects();
-    controller
-        .watches(groups, WatcherConfig::default(), move |group| {
+    // Tolerant: a MysqlDatabase that does not decode is reported on itself
+    // (condition + Event) and skipped; the others keep being served.
+    let (reader, writer) = reflector::store();
+    let databases = ctx
+        .tolerant
+        .watch::<MysqlDatabase>(WatcherConfig::default(), Some((writer, reader.clone())), Findings::Report)
+        .applied_objects();
+    // Groups, namespaces and same-named databases only wake databases by
+    // name: metadata watches, which decode whatever a spec holds (the
+    // failover-group controller reports a group that does not decode).
+    let groups = Api::<PartialObjectMeta<MysqlFailoverGroup>>::all(ctx.client.clone());
+    let groups = watcher(groups, WatcherConfig::default()).default_backoff().touched_objects();
+    let namespaces = Api::<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>::all(ctx.client.clone());
+    let namespaces = watcher(namespaces, WatcherConfig::default()).default_backoff().touched_objects();
+    let names = Api::<PartialObjectMeta<MysqlDatabase>>::all(ctx.client.clone());
+    let names = watcher(names, WatcherConfig::default()).default_backoff().touched_objects();
+    let (by_group, by_namespace, by_name) = (reader.clone(), reader.clone(), reader.clone());
+    Controller::for_stream(databases, reader)
+        .watches_stream(groups, move |group| {
             let name = group.name_any();
             refs(&by_group, |db| db.spec.failover_group_ref.name == name)
         })
@@ -56,9 +62,9 @@ pub async fn run(ctx: Ctx, shutdown: impl std::future::Future<Output = ()> + Sen
             refs(&by_namespace, |db| db.namespace().as_deref() == Some(name.as_str()))
         })
         // A same-named database appearing or going changes who holds the name.
-        .watches(databases, WatcherConfig::default(), move |changed| {
-            let (name, group) = (changed.name_any(), changed.spec.failover_group_ref.name.clone());
-            refs(&by_name, |db| db.name_any() == name && db.spec.failover_group_ref.name == group)
+        .watches_stream(names, move |changed| {
+            let name = changed.name_any();
+            refs(&by_name, |db| db.name_any() == name)
         })
         .reconcile_all_on(ctx.leadership.acquisitions())
         .graceful_shutdown_on(shutdown)
@@ -89,13 +95,23 @@ async fn reconcile(db: Arc<MysqlDatabase>, ctx: Ctx) -> Result<Action, Error> {
     let name = db.meta().name.clone().ok_or(Error::NoName)?;
     let namespace = db.namespace().ok_or(Error::NoName)?;
     let group_name = &db.spec.failover_group_ref.name;
-    let groups: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
-    let group = groups.get_opt(group_name).await.map_err(kube_err("read the failover group"))?;
+    let group = match ctx.tolerant.get::<MysqlFailoverGroup>(None, group_name).await {
+        Ok(group) => Ok(group),
+        Err(ReadError::Invalid(err)) => Err(err),
+        Err(ReadError::Kube(err)) => return Err(kube_err("read the failover group")(err)),
+    };
     let all = ctx.authority.databases.state();
-    let standing =
-        authority::standing(&db, group.as_ref(), all.iter().map(AsRef::as_ref), |ns| ctx.authority.labels(ns));
-    let computed = match &standing {
-        Standing::Authoritative => Computed::flag(
+    let standing = group.as_ref().ok().map(|group| {
+        authority::standing(&db, group.as_ref(), all.iter().map(AsRef::as_ref), |ns| ctx.authority.labels(ns))
+    });
+    let computed = match (&standing, &group) {
+        (_, Err(err)) => Computed::flag(
+            "Ready",
+            false,
+            reason::GROUP_INVALID,
+            format!("failover group {group_name} does not decode ({err}); see its InvalidObject condition"),
+        ),
+        (Some(Standing::Authoritative), _) => Computed::flag(
             "Ready",
             true,
             reason::GROUP_FOUND,
@@ -103,13 +119,13 @@ async fn reconcile(db: Arc<MysqlDatabase>, ctx: Ctx) -> Result<Action, Error> {
                 "failover group {group_name} exists and accepts this database; its deploymentClients may take deploy leases for instance {name}"
             ),
         ),
-        Standing::GroupNotFound => Computed::flag(
+        (Some(Standing::GroupNotFound) | None, _) => Computed::flag(
             "Ready",
             false,
             reason::GROUP_NOT_FOUND,
             format!("failover group {group_name} does not exist; fix spec.failoverGroupRef.name or create the group"),
         ),
-        Standing::NamespaceNotAllowed => Computed::flag(
+        (Some(Standing::NamespaceNotAllowed), _) => Computed::flag(
             "Ready",
             false,
             reason::NAMESPACE_NOT_ALLOWED,
@@ -117,7 +133,7 @@ async fn reconcile(db: Arc<MysqlDatabase>, ctx: Ctx) -> Result<Action, Error> {
                 "failover group {group_name} does not accept MysqlDatabases from namespace {namespace} (spec.allowedDatabases.namespaces); this database grants no deploy-API authority until a cluster admin allows the namespace"
             ),
         ),
-        Standing::NameConflict { namespace: holder } => Computed::flag(
+        (Some(Standing::NameConflict { namespace: holder }), _) => Computed::flag(
             "Ready",
             false,
             reason::NAME_CONFLICT,
@@ -137,7 +153,7 @@ async fn reconcile(db: Arc<MysqlDatabase>, ctx: Ctx) -> Result<Action, Error> {
         return Ok(Action::requeue(RECHECK));
     }
     let changed_reason = !previous.iter().any(|c| c.type_ == computed.type_ && c.reason == computed.reason);
-    if changed_reason && matches!(standing, Standing::NamespaceNotAllowed | Standing::NameConflict { .. }) {
+    if changed_reason && matches!(standing, Some(Standing::NamespaceNotAllowed | Standing::NameConflict { .. })) {
         let event = kube::runtime::events::Event {
             type_: kube::runtime::events::EventType::Warning,
             reason: computed.reason.to_owned(),

@@ -24,6 +24,7 @@ mod sites;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::tolerant::Findings;
 use bloodraven_api::names::OBSERVER_FIELD_MANAGER;
 use bloodraven_api::v1alpha1::{MysqlFailoverGroup, SiteHealth, reason};
 use futures::StreamExt;
@@ -47,13 +48,14 @@ const CONTROLLER: &str = "failovergroup";
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
-    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     let config = if selector.is_empty() { WatcherConfig::default() } else { WatcherConfig::default().labels(selector) };
     let (reader, writer) = reflector::store();
     let metrics = ctx.metrics.clone();
-    let stream = watcher::watcher(api, config)
-        .default_backoff()
-        .reflect(writer)
+    // Tolerant: a group that does not decode is reported on itself
+    // (condition + Event) and skipped; the others keep being served.
+    let stream = ctx
+        .tolerant
+        .watch::<MysqlFailoverGroup>(config, Some((writer, reader.clone())), Findings::Report)
         .inspect(move |event| {
             // Per-process state only: the group's stored state is removed
             // by its finalizer (`cleanup`), whichever replica leads.

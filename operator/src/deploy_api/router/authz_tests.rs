@@ -80,7 +80,17 @@ fn state(user: &'static str, seen: Arc<Mutex<Vec<String>>>) -> DeployState {
     DeployState {
         service: Service::new(
             Store::new(kube::Api::namespaced(client.clone(), "bloodraven")),
-            kube::Api::all(client.clone()),
+            crate::tolerant::Tolerant::start(
+                &client,
+                &kube::runtime::events::Recorder::new(
+                    client.clone(),
+                    kube::runtime::events::Reporter { controller: "test".into(), instance: None },
+                ),
+                &crate::leader::Leadership::leading_for_tests(),
+                &crate::metrics::Metrics::new().unwrap(),
+                std::future::pending(),
+            )
+            .unwrap(),
         )
         .with_group_cache(authority.groups.clone()),
         auth: Authenticator::new(kube::Api::all(client), std::time::Duration::ZERO),
