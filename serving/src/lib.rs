@@ -1,8 +1,9 @@
 //! Bloodraven's listeners, shared by the operator (deploy API on TLS :8443,
 //! metrics and health on plain :8082) and the webhook (TLS :9443): one way
 //! to serve an axum router over TLS ([`serve_tls`]) and one over plain HTTP
-//! ([`serve_plain`]), both with the same bounds ([`Limits`]) and the rustls
-//! configuration and its reload ([`tls`]).
+//! ([`serve_plain`]), both with the same bounds ([`Limits`]), the rustls
+//! configuration and its reload ([`tls`]), and the rule for request values in
+//! log lines and error messages ([`log`]).
 //!
 //! Model: a listener speaks HTTP/1.1 only (ALPN `http/1.1` on TLS; the
 //! HTTP/1 connection builder alone, so an HTTP/2 preface is answered like any
@@ -20,6 +21,7 @@
 //! ```
 
 pub mod limits;
+pub mod log;
 pub mod tls;
 
 use std::future::Future;
