@@ -8,6 +8,7 @@
 #   hack/e2e.sh --figures        instead print the scale figures (tests/src/bin/scale-figures.rs)
 #   hack/e2e.sh --bench          instead run the deploy-API renewal benchmark (tests/src/bin/deploy-bench.rs)
 #   E2E_TEST_THREADS             parallel tests (default 3)
+#   E2E_TEST                     run one test file only (tests/tests/$E2E_TEST.rs), e.g. E2E_TEST=listeners
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -44,5 +45,5 @@ if [ "${1:-}" = "--figures" ]; then
 elif [ "${1:-}" = "--bench" ]; then
   cargo run --locked --release -p bloodraven-e2e --bin deploy-bench
 else
-  cargo test --locked -p bloodraven-e2e -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
+  cargo test --locked -p bloodraven-e2e ${E2E_TEST:+--test "$E2E_TEST"} -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
 fi
