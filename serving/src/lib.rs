@@ -33,7 +33,8 @@ use axum_server::Handle;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 
-pub use limits::{LimitAcceptor, Limits};
+use limits::LimitAcceptor;
+pub use limits::Limits;
 pub use tls::{RustlsConfig, TlsError};
 
 /// Time in-flight requests get to finish after shutdown was asked for; then
@@ -47,8 +48,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// head deadline (also the keep-alive idle deadline) and the head size bound.
 ///
 /// Returns the builder to use; `serve_tls` and `serve_plain` install it, and
-/// tests can serve one connection with it.
-pub fn http_builder(limits: &Limits) -> Builder<TokioExecutor> {
+/// tests serve one connection with it.
+pub(crate) fn http_builder(limits: &Limits) -> Builder<TokioExecutor> {
     let mut builder = Builder::new(TokioExecutor::new()).http1_only();
     builder
         .http1()

@@ -104,7 +104,7 @@ impl Limits {
 /// Accepts a connection only while fewer than the limit are open, and wraps
 /// it so that a write making no progress ends it.
 #[derive(Clone, Debug)]
-pub struct LimitAcceptor {
+pub(crate) struct LimitAcceptor {
     listener: &'static str,
     slots: Arc<Semaphore>,
     max_connections: usize,
@@ -142,7 +142,7 @@ impl Refusals {
 
 impl LimitAcceptor {
     /// An acceptor for the listener named `listener` (used in log lines) with `limits`.
-    pub fn new(listener: &'static str, limits: &Limits) -> Self {
+    pub(crate) fn new(listener: &'static str, limits: &Limits) -> Self {
         LimitAcceptor {
             listener,
             slots: Arc::new(Semaphore::new(limits.max_connections)),
@@ -157,12 +157,13 @@ impl LimitAcceptor {
     }
 
     /// Connections open now.
-    pub fn open_connections(&self) -> usize {
+    #[cfg(test)]
+    fn open_connections(&self) -> usize {
         self.max_connections - self.slots.available_permits()
     }
 
     /// Wraps `io` in a slot, or refuses it when every slot is taken.
-    pub fn limit<I>(&self, io: I) -> io::Result<Limited<I>> {
+    pub(crate) fn limit<I>(&self, io: I) -> io::Result<Limited<I>> {
         if let Ok(slot) = self.slots.clone().try_acquire_owned() {
             Ok(Limited::new(io, slot, self.write_stall_timeout))
         } else {
@@ -195,7 +196,7 @@ where
 /// A connection holding its slot until it is dropped; its writes fail with
 /// `TimedOut` once they made no progress for the stall timeout.
 #[derive(Debug)]
-pub struct Limited<I> {
+pub(crate) struct Limited<I> {
     inner: I,
     _slot: OwnedSemaphorePermit,
     write_stall_timeout: Duration,
