@@ -9,6 +9,7 @@
 #   hack/e2e.sh --figures        instead print the scale figures (tests/src/bin/scale-figures.rs)
 #   hack/e2e.sh --bench          instead run the deploy-API renewal benchmark (tests/src/bin/deploy-bench.rs)
 #   E2E_TEST_THREADS             parallel tests (default 3)
+#   E2E_TEST                     run one test file only (tests/tests/$E2E_TEST.rs), e.g. E2E_TEST=listeners
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -50,5 +51,5 @@ elif [ "${1:-}" = "--test" ] && [ -n "${2:-}" ]; then
   cargo test --locked -p bloodraven-e2e --test "$file" -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
 else
   # --no-fail-fast: one failing test file must not hide the others' results.
-  cargo test --locked --no-fail-fast -p bloodraven-e2e -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
+  cargo test --locked --no-fail-fast -p bloodraven-e2e ${E2E_TEST:+--test "$E2E_TEST"} -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
 fi

@@ -33,6 +33,15 @@ pub struct Config {
     #[arg(long, env = "BLOODRAVEN_PLAIN_ADDR", default_value = "0.0.0.0:8082")]
     pub plain_addr: SocketAddr,
 
+    /// Most open connections the plain listener accepts at once; more are
+    /// closed at accept. Kubelet probes and Prometheus scrapes need a
+    /// handful; 128 leaves room for several scrapers, and with the deploy
+    /// API's 512 stays under the common 1024 open-file limit with room for
+    /// the API-server and MySQL connections. Every connection is also bounded
+    /// in time (see `docs/deploy-api.md`, "Listener limits").
+    #[arg(long, env = "BLOODRAVEN_PLAIN_MAX_CONNECTIONS", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=65536))]
+    pub plain_max_connections: u64,
+
     /// Name of the leader-election Lease.
     #[arg(long, env = "BLOODRAVEN_LEADER_LEASE", default_value = bloodraven_api::names::LEADER_LEASE_NAME)]
     pub leader_lease_name: String,
@@ -87,8 +96,9 @@ pub struct Config {
     pub tls_reload_seconds: u64,
 
     /// Most open connections the deploy API accepts at once; more are closed
-    /// at accept (with header and body timeouts, this bounds what idle or
-    /// slow clients can hold).
+    /// at accept (with the handshake, header, idle, write-stall and body
+    /// timeouts, this bounds what idle or slow clients can hold; see
+    /// `docs/deploy-api.md`, "Listener limits").
     #[arg(long, env = "BLOODRAVEN_DEPLOY_API_MAX_CONNECTIONS", default_value_t = 512, value_parser = clap::value_parser!(u64).range(1..=65536))]
     pub deploy_api_max_connections: u64,
 

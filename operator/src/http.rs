@@ -1,6 +1,8 @@
 //! The plain HTTP listener (default :8082): `/metrics`, `/healthz`,
 //! `/readyz`. It never serves `/deploy` (the deploy API is TLS-only on :8443):
-//! any other path answers 404.
+//! any other path answers 404. Served by `bloodraven-serving` with the same
+//! bounds as every listener, its own connection limit
+//! (`--plain-max-connections`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -43,15 +45,18 @@ async fn readyz(State(state): State<PlainState>) -> (StatusCode, &'static str) {
     }
 }
 
-/// Binds `addr` and serves until `shutdown` resolves.
+/// Binds `addr` and serves until `shutdown` resolves, with at most
+/// `max_connections` open connections and the other bounds of
+/// [`bloodraven_serving::Limits::new`] (HTTP/1.1 only, header, idle and
+/// write-stall timeouts), the same as the deploy API's.
 pub async fn serve(
     addr: SocketAddr,
     state: PlainState,
+    max_connections: usize,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    tracing::info!(addr = %listener.local_addr()?, "plain HTTP listening (metrics, health)");
-    axum::serve(listener, router(state)).with_graceful_shutdown(shutdown).await
+    let limits = bloodraven_serving::Limits::new(max_connections);
+    bloodraven_serving::serve_plain("metrics and health", addr, limits, router(state), shutdown).await
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         identity = %identity,
         namespace = %config.namespace,
         plain_addr = %config.plain_addr,
+        plain_max_connections = config.plain_max_connections,
         leader_lease = %config.leader_lease_name,
         lease_duration_seconds = config.lease_duration_seconds,
         renew_deadline_seconds = config.renew_deadline_seconds,
@@ -41,6 +42,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         group_selector = %config.group_selector,
         deploy_api_enabled = config.deploy_api_enabled,
         deploy_api_addr = %config.deploy_api_addr,
+        deploy_api_max_connections = config.deploy_api_max_connections,
         credentials_namespace = %config.credentials_namespace.as_deref().unwrap_or(&config.namespace),
         "starting bloodraven-operator"
     );
@@ -61,7 +63,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
     let ready = Arc::new(AtomicBool::new(false));
     let plain = http::PlainState { metrics: metrics.clone(), ready: ready.clone() };
-    let plain = tokio::spawn(http::serve(config.plain_addr, plain, stopped(stop_rx.clone())));
+    let plain_max_connections = usize::try_from(config.plain_max_connections).unwrap_or(128);
+    let plain = tokio::spawn(http::serve(config.plain_addr, plain, plain_max_connections, stopped(stop_rx.clone())));
 
     // Watch caches shared by the database reconciler and the deploy API:
     // authority is decided from them, never from a per-request read.

@@ -74,8 +74,20 @@ pub async fn start_operator(
     tls: &TlsFiles,
     timings: LeaderTimings,
 ) -> (Operator, String) {
+    start_operator_with(cluster, ns, name, tls, timings, &[]).await
+}
+
+/// As [`start_operator`], with extra flags.
+pub async fn start_operator_with(
+    cluster: &Cluster,
+    ns: &TestNamespace,
+    name: &str,
+    tls: &TlsFiles,
+    timings: LeaderTimings,
+    flags: &[String],
+) -> (Operator, String) {
     let port = free_port();
-    let extra = [
+    let mut extra = vec![
         "--deploy-api-enabled".to_owned(),
         "--deploy-api-addr".to_owned(),
         format!("127.0.0.1:{port}"),
@@ -86,6 +98,7 @@ pub async fn start_operator(
         "--tls-reload-seconds".to_owned(),
         "1".to_owned(),
     ];
+    extra.extend_from_slice(flags);
     let op = Operator::start_with(cluster, ns, &ns.name, name, timings, &extra).await;
     // The listener opens once the operator's caches are filled.
     crate::wait_for("the deploy API listener", std::time::Duration::from_secs(60), || async {

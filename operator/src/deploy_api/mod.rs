@@ -7,14 +7,15 @@
 //! - `lease::store`: its storage on Lease objects, compare-and-swap.
 //! - `service`: read → decide → write, retried on conflict.
 //! - `auth`: TokenReview (audience `bloodraven-deploy`) and deploymentClients.
-//! - `router`: the HTTP surface; `tls`: rustls, TLS 1.2/1.3, reloads.
+//! - `router`: the HTTP surface, served by `bloodraven-serving` (TLS 1.2/1.3,
+//!   HTTP/1.1 only, the listener bounds, certificate reloads).
 
 pub mod auth;
 pub mod lease;
-pub mod limits;
 pub mod router;
 pub mod service;
-pub mod tls;
+
+pub use bloodraven_serving::{limits, tls};
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -95,25 +96,15 @@ pub async fn track_active_leases(service: service::Service, metrics: Metrics, le
 }
 
 /// Serves the deploy API over TLS on `addr` until `shutdown` resolves, with
-/// at most `max_connections` open connections and the timeouts of [`limits`].
+/// at most `max_connections` open connections and the other bounds of
+/// [`limits::Limits::new`].
 pub async fn serve(
     addr: SocketAddr,
-    tls: axum_server::tls_rustls::RustlsConfig,
+    tls: tls::RustlsConfig,
     max_connections: usize,
     state: DeployState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let handle = axum_server::Handle::new();
-    let stopper = handle.clone();
-    tokio::spawn(async move {
-        shutdown.await;
-        stopper.graceful_shutdown(Some(Duration::from_secs(5)));
-    });
-    tracing::info!(addr = %addr, "deploy API listening (TLS)");
-    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
-        .handshake_timeout(limits::HANDSHAKE_TIMEOUT)
-        .acceptor(limits::LimitAcceptor::new(max_connections));
-    let mut server = axum_server::bind(addr).acceptor(acceptor).handle(handle);
-    server.http_builder().http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(limits::HEADER_TIMEOUT);
-    server.serve(router::router(state).into_make_service()).await
+    let limits = limits::Limits::new(max_connections);
+    bloodraven_serving::serve_tls("deploy API", addr, tls, limits, router::router(state), shutdown).await
 }

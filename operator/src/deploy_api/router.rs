@@ -12,6 +12,7 @@
 // Handlers return axum's Response as their error: it is what they answer.
 #![allow(clippy::result_large_err)]
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::time::Instant;
 
@@ -25,6 +26,7 @@ use bloodraven_api::deploy::{
     CreateLeaseRequest, ErrorBody, LeaseGrant, LeaseKind, LeaseView, MAX_BODY_BYTES, ReleaseRequest, RenewRequest,
     RenewResponse, clamp_ttl, valid_operation_id,
 };
+use bloodraven_serving::log::{checked, escape};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
@@ -48,13 +50,12 @@ pub fn router(state: DeployState) -> Router {
 }
 
 async fn not_found(State(state): State<DeployState>) -> Response {
-    let done = Done { handler: "not_found", group: "", instance: "", operation_id: "", started: Instant::now() };
+    let done = Done::new("not_found", Instant::now());
     done.finish(&state, error(StatusCode::NOT_FOUND, "not_found", "no such deploy API path"))
 }
 
 async fn method_not_allowed(State(state): State<DeployState>) -> Response {
-    let done =
-        Done { handler: "method_not_allowed", group: "", instance: "", operation_id: "", started: Instant::now() };
+    let done = Done::new("method_not_allowed", Instant::now());
     done.finish(&state, error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this path"))
 }
 
@@ -78,24 +79,58 @@ fn json_response<T: serde::Serialize>(status: StatusCode, value: &T) -> Response
         .into_response()
 }
 
-/// A finished request, for the log line and metrics.
+/// A finished request, for the log line and metrics. Its request values are
+/// set through [`Done::group`], [`Done::instance`] and
+/// [`Done::operation_id`], which keep a value only once it passed its
+/// validation and otherwise a bounded, escaped prefix marked as invalid
+/// (`bloodraven_serving::log`): a request cannot put a long line, a line
+/// break or a bidirectional override into the log. Metric labels are the
+/// handler and the status code only.
 struct Done<'a> {
     handler: &'static str,
-    group: &'a str,
-    instance: &'a str,
-    operation_id: &'a str,
+    group: Cow<'a, str>,
+    instance: Cow<'a, str>,
+    operation_id: Cow<'a, str>,
     started: Instant,
 }
 
-impl Done<'_> {
+impl<'a> Done<'a> {
+    fn new(handler: &'static str, started: Instant) -> Self {
+        Done {
+            handler,
+            group: Cow::Borrowed(""),
+            instance: Cow::Borrowed(""),
+            operation_id: Cow::Borrowed(""),
+            started,
+        }
+    }
+
+    /// A group name from the path (a DNS subdomain).
+    fn group(mut self, group: &'a str) -> Self {
+        self.group = checked(group, valid_name(group));
+        self
+    }
+
+    /// A MysqlDatabase name (a DNS subdomain).
+    fn instance(mut self, instance: &'a str) -> Self {
+        self.instance = checked(instance, instance.is_empty() || valid_name(instance));
+        self
+    }
+
+    /// An operationId from the path or the body.
+    fn operation_id(mut self, operation_id: &'a str) -> Self {
+        self.operation_id = checked(operation_id, operation_id.is_empty() || valid_operation_id(operation_id));
+        self
+    }
+
     fn finish(&self, state: &DeployState, response: Response) -> Response {
         let status = response.status().as_u16();
         tracing::info!(
             msg = "deploy api",
             handler = self.handler,
-            group = self.group,
-            instance = self.instance,
-            "operationId" = self.operation_id,
+            group = %self.group,
+            instance = %self.instance,
+            "operationId" = %self.operation_id,
             status
         );
         let status = status.to_string();
@@ -246,8 +281,14 @@ async fn parse<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         // serde_path_to_error says "." or "?" when no field was reached (a syntax error).
-        let field = if path == "." || path == "?" { "body".to_owned() } else { path };
-        error(StatusCode::BAD_REQUEST, "invalid_request", format!("invalid {field}: {}", e.inner()))
+        // The path can hold a key of the body and the parser's message a
+        // value of it (`unknown variant ...`): both escaped and bounded.
+        let field = if path == "." || path == "?" { "body".to_owned() } else { escape(&path, 64) };
+        error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+            format!("invalid {field}: {}", escape(&e.inner().to_string(), 160)),
+        )
     })
 }
 
@@ -283,7 +324,7 @@ fn check_token(token: &str) -> Result<(), Response> {
 }
 
 async fn get_group(State(state): State<DeployState>, Path(group): Path<String>, headers: HeaderMap) -> Response {
-    let done = Done { handler: "get_group", group: &group, instance: "", operation_id: "", started: Instant::now() };
+    let done = Done::new("get_group", Instant::now()).group(&group);
     let response = async {
         let caller = admit(&state, &headers).await?;
         check_path(&group, None, None)?;
@@ -330,8 +371,7 @@ async fn create_lease(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut done =
-        Done { handler: "create_lease", group: &group, instance: "", operation_id: "", started: Instant::now() };
+    let done = Done::new("create_lease", Instant::now()).group(&group);
     let caller = match admit(&state, &headers).await {
         Ok(c) => c,
         Err(r) => return done.finish(&state, r),
@@ -340,8 +380,7 @@ async fn create_lease(
         Ok(r) => r,
         Err(r) => return done.finish(&state, r),
     };
-    done.instance = &req.instance;
-    done.operation_id = &req.operation_id;
+    let done = done.instance(&req.instance).operation_id(&req.operation_id);
     let response = async {
         check_path(&group, None, Some(&req.operation_id))?;
         if !valid_name(&req.instance) {
@@ -462,7 +501,7 @@ where
         Ok((r, instance)) => (r, instance),
         Err(r) => (r, String::new()),
     };
-    let done = Done { handler, group: &group, instance: &instance, operation_id: &operation_id, started };
+    let done = Done::new(handler, started).group(&group).instance(&instance).operation_id(&operation_id);
     done.finish(&state, response)
 }
 
@@ -533,5 +572,19 @@ mod tests {
         for bad in ["", "-a", "a-", "UPPER", "a_b", &"a".repeat(254)] {
             assert!(!valid_name(bad), "{bad}");
         }
+    }
+
+    #[test]
+    fn access_log_values_are_validated_or_marked_invalid() {
+        let raw = format!("\u{202e}{}", "x".repeat(60 * 1024));
+        let done =
+            Done::new("create_lease", Instant::now()).group("playground").instance("Bad Name").operation_id(&raw);
+        assert_eq!(done.group, "playground");
+        assert!(done.instance.starts_with("invalid(8 bytes):"), "{}", done.instance);
+        let op = &done.operation_id;
+        assert!(op.starts_with("invalid(61443 bytes):\"\\u{202e}xxx") && op.len() < 400, "{op}");
+        assert!(!op.contains('\u{202e}'));
+        let done = Done::new("renew_lease", Instant::now()).operation_id("op-1.2:3_4").instance("");
+        assert_eq!((done.operation_id.as_ref(), done.instance.as_ref()), ("op-1.2:3_4", ""));
     }
 }

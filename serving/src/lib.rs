@@ -1,0 +1,204 @@
+//! Bloodraven's listeners, shared by the operator (deploy API on TLS :8443,
+//! metrics and health on plain :8082) and the webhook (TLS :9443): one way
+//! to serve an axum router over TLS ([`serve_tls`]) and one over plain HTTP
+//! ([`serve_plain`]), both with the same bounds ([`Limits`]), the rustls
+//! configuration and its reload ([`tls`]), and the rule for request values in
+//! log lines and error messages ([`log`]).
+//!
+//! Model: a listener speaks HTTP/1.1 only (ALPN `http/1.1` on TLS; the
+//! HTTP/1 connection builder alone, so an HTTP/2 preface is answered like any
+//! malformed request and the connection closed). Every state a connection
+//! can be in has a deadline — accept (the connection limit), TLS handshake,
+//! waiting for a request head (which also bounds idle keep-alive), writing a
+//! response — so no client, authenticated or not, can hold a connection
+//! slot for longer than those bounds (issue 6, item 2).
+//!
+//! ```no_run
+//! # async fn example(router: axum::Router, addr: std::net::SocketAddr) -> std::io::Result<()> {
+//! use bloodraven_serving::{Limits, serve_plain};
+//! serve_plain("metrics", addr, Limits::new(128), router, std::future::pending()).await
+//! # }
+//! ```
+
+pub mod limits;
+pub mod log;
+pub mod tls;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum_server::Handle;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+
+use limits::LimitAcceptor;
+pub use limits::Limits;
+pub use tls::{RustlsConfig, TlsError};
+
+/// Time in-flight requests get to finish after shutdown was asked for; then
+/// their connections are dropped. Within Kubernetes' default 30 s
+/// termination grace period, leaving the rest for the process's own shutdown.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Configures the HTTP connection builder of a listener: HTTP/1 only (with
+/// the auto builder's version detection off, an HTTP/2 preface reaches the
+/// HTTP/1 parser, which refuses it and closes the connection), the request
+/// head deadline (also the keep-alive idle deadline) and the head size bound.
+///
+/// Returns the builder to use; `serve_tls` and `serve_plain` install it, and
+/// tests serve one connection with it.
+pub(crate) fn http_builder(limits: &Limits) -> Builder<TokioExecutor> {
+    let mut builder = Builder::new(TokioExecutor::new()).http1_only();
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .keep_alive(true)
+        .max_buf_size(limits.max_head_bytes);
+    builder
+}
+
+/// Serves `router` over TLS on `addr` until `shutdown` resolves, with the
+/// bounds of `limits`; `listener` names it in log lines (`"deploy API"`,
+/// `"webhook"`). Returns when the listener stops: an error when `addr`
+/// cannot be bound.
+pub async fn serve_tls(
+    listener: &'static str,
+    addr: SocketAddr,
+    tls: RustlsConfig,
+    limits: Limits,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let handle = handle(listener, limits, "TLS", shutdown);
+    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
+        .handshake_timeout(limits.handshake_timeout)
+        .acceptor(LimitAcceptor::new(listener, &limits));
+    let mut server = axum_server::bind(addr).acceptor(acceptor).handle(handle).http1_only();
+    *server.http_builder() = http_builder(&limits);
+    server.serve(router.into_make_service()).await
+}
+
+/// Serves `router` over plain HTTP on `addr` until `shutdown` resolves, with
+/// the bounds of `limits` (the handshake timeout aside); as [`serve_tls`]
+/// otherwise.
+pub async fn serve_plain(
+    listener: &'static str,
+    addr: SocketAddr,
+    limits: Limits,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let handle = handle(listener, limits, "plain HTTP", shutdown);
+    let mut server =
+        axum_server::bind(addr).acceptor(LimitAcceptor::new(listener, &limits)).handle(handle).http1_only();
+    *server.http_builder() = http_builder(&limits);
+    server.serve(router.into_make_service()).await
+}
+
+/// A handle that logs the bound address once listening and shuts the
+/// listener down (with [`SHUTDOWN_GRACE`]) once `shutdown` resolves.
+fn handle(
+    listener: &'static str,
+    limits: Limits,
+    transport: &'static str,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Handle<SocketAddr> {
+    let handle = Handle::new();
+    let watched = handle.clone();
+    tokio::spawn(async move {
+        if let Some(addr) = watched.listening().await {
+            tracing::info!(
+                listener,
+                addr = %addr,
+                transport,
+                max_connections = limits.max_connections,
+                header_timeout_seconds = limits.header_timeout.as_secs(),
+                write_stall_timeout_seconds = limits.write_stall_timeout.as_secs(),
+                "listening (HTTP/1.1 only)"
+            );
+        }
+        shutdown.await;
+        watched.graceful_shutdown(Some(SHUTDOWN_GRACE));
+    });
+    handle
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use hyper_util::rt::TokioIo;
+    use hyper_util::service::TowerToHyperService;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+    /// Serves one in-memory connection with the listeners' builder; returns
+    /// the client's end.
+    fn connection(limits: Limits) -> DuplexStream {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let router = Router::new().route("/healthz", get(|| async { "ok" }));
+        tokio::spawn(async move {
+            let builder = http_builder(&limits);
+            let _ = builder.serve_connection(TokioIo::new(server), TowerToHyperService::new(router)).await;
+        });
+        client
+    }
+
+    /// Everything the server sends until it closes, or `None` when it has
+    /// not closed within `within`.
+    async fn until_closed(client: &mut DuplexStream, within: Duration) -> Option<String> {
+        let mut out = Vec::new();
+        tokio::time::timeout(within, client.read_to_end(&mut out)).await.ok()?.ok()?;
+        Some(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    fn quick() -> Limits {
+        Limits { header_timeout: Duration::from_millis(300), ..Limits::new(4) }
+    }
+
+    #[tokio::test]
+    async fn an_http2_preface_is_refused_and_closed() {
+        let mut client = connection(Limits::new(4));
+        // The prior-knowledge preface and an empty SETTINGS frame (RFC 9113 §3.4).
+        client.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").await.unwrap();
+        let answer = until_closed(&mut client, Duration::from_secs(2)).await.expect("closed at once");
+        assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 "), "no HTTP/2 frame comes back: {answer:?}");
+    }
+
+    #[tokio::test]
+    async fn silence_and_unfinished_heads_are_closed_at_the_header_timeout() {
+        for sent in [&b""[..], b"GET /healthz HTTP/1.1\r\nHost: a\r\n"] {
+            let mut client = connection(quick());
+            client.write_all(sent).await.unwrap();
+            let answer = until_closed(&mut client, Duration::from_secs(3)).await;
+            assert!(answer.is_some(), "still open after {:?}", String::from_utf8_lossy(sent));
+        }
+    }
+
+    #[tokio::test]
+    async fn keep_alive_serves_requests_then_closes_when_idle() {
+        let mut client = connection(quick());
+        for _ in 0..3 {
+            client.write_all(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n").await.unwrap();
+            let mut buf = [0u8; 512];
+            let n = client.read(&mut buf).await.unwrap();
+            let text = String::from_utf8_lossy(&buf[..n]);
+            assert!(text.starts_with("HTTP/1.1 200") && text.ends_with("ok"), "{text}");
+            // Shorter than the header timeout: the connection stays usable.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(until_closed(&mut client, Duration::from_secs(3)).await.as_deref(), Some(""), "idle: closed");
+    }
+
+    #[tokio::test]
+    async fn an_oversized_head_is_refused() {
+        let limits = Limits { max_head_bytes: 16 * 1024, ..Limits::new(4) };
+        let mut client = connection(limits);
+        let path = "a".repeat(32 * 1024);
+        client.write_all(format!("GET /{path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes()).await.unwrap();
+        let answer = until_closed(&mut client, Duration::from_secs(2)).await.expect("closed");
+        assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
+    }
+}

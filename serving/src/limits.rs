@@ -1,0 +1,337 @@
+//! The bounds every listener applies, so that nobody can hold the process's
+//! file descriptors (and with them its database probes, its API-server
+//! watches and its health checks) by opening idle or slow connections
+//! without credentials (issue 6, item 2):
+//!
+//! - at most [`Limits::max_connections`] connections at once; one more is
+//!   closed at accept, before any TLS or HTTP work;
+//! - a TLS handshake must finish within [`Limits::handshake_timeout`];
+//! - only HTTP/1.1 is spoken (see [`crate::configure_http`]): an HTTP/2
+//!   preface is refused like any other malformed request line;
+//! - a request's headers must arrive within [`Limits::header_timeout`],
+//!   counted from when the connection is ready for a request — so the same
+//!   bound closes a connection that sends nothing, one that finished a TLS
+//!   handshake and went quiet, and an idle kept-alive one;
+//! - a connection whose writes make no progress for
+//!   [`Limits::write_stall_timeout`] (a client that never reads its
+//!   response) is closed;
+//! - a handler that reads a body bounds it with [`BODY_TIMEOUT`] (the
+//!   deploy API's router does).
+//!
+//! Invariant: every connection holds one slot of its listener's semaphore
+//! from accept until it is dropped, and every state a connection can be in
+//! (handshake, waiting for a request head, writing) has a deadline.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum_server::accept::{Accept, DefaultAcceptor};
+use futures::future::BoxFuture;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Sleep;
+
+/// Time allowed for a TLS handshake. A client on the same cluster network
+/// finishes one in milliseconds; 5 s leaves room for a loaded node without
+/// letting a silent client hold a slot for long.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Time allowed for a request's headers, counted from when the connection is
+/// ready for a request: also the idle limit of a kept-alive connection.
+/// Clients (the sidecar renewing every ttl/3 with ttl ≥ 5 s, kubelet probes,
+/// Prometheus scrapes) send a whole head at once, so 10 s only ever cuts
+/// clients that are not sending one.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Time a write may make no progress before the connection is closed. Our
+/// responses are small (a few KiB; `/metrics` tens of KiB), so a client that
+/// reads at all drains them long before this; one that stops reading must
+/// not hold its slot forever. As long as the header timeout, so that no
+/// state of a connection outlives the others' bound.
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Time a handler allows for reading a request body (deploy API: 64 KiB at
+/// most). A pipeline sends its small JSON body with its headers.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Largest request head (request line and headers), in bytes, a listener
+/// buffers; a longer one is answered 431 and the connection closed. A
+/// ServiceAccount token (about 1 KiB) plus the longest path we accept fit
+/// many times over; the bound keeps what 512 connections can make the
+/// process buffer to 64 MiB (hyper's default allows about 400 KiB each).
+pub const MAX_HEAD_BYTES: usize = 128 * 1024;
+
+/// How often, at most, a listener logs that it refused connections at its
+/// limit: one line per refused connection would let a flood of connections
+/// flood the log too.
+const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The bounds of one listener. [`Limits::new`] gives the documented defaults
+/// for everything but the connection limit, which each listener takes from
+/// its own flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Most connections open at once (≥ 1).
+    pub max_connections: usize,
+    /// TLS handshake deadline ([`HANDSHAKE_TIMEOUT`]); unused by plain listeners.
+    pub handshake_timeout: Duration,
+    /// Request-head and keep-alive idle deadline ([`HEADER_TIMEOUT`]).
+    pub header_timeout: Duration,
+    /// Longest time a write may make no progress ([`WRITE_STALL_TIMEOUT`]).
+    pub write_stall_timeout: Duration,
+    /// Largest request head in bytes ([`MAX_HEAD_BYTES`]).
+    pub max_head_bytes: usize,
+}
+
+impl Limits {
+    /// The default bounds with at most `max_connections` connections
+    /// (raised to 1 when 0: a listener that accepts nothing is a misconfiguration).
+    pub fn new(max_connections: usize) -> Self {
+        Limits {
+            max_connections: max_connections.max(1),
+            handshake_timeout: HANDSHAKE_TIMEOUT,
+            header_timeout: HEADER_TIMEOUT,
+            write_stall_timeout: WRITE_STALL_TIMEOUT,
+            max_head_bytes: MAX_HEAD_BYTES,
+        }
+    }
+}
+
+/// Accepts a connection only while fewer than the limit are open, and wraps
+/// it so that a write making no progress ends it.
+#[derive(Clone, Debug)]
+pub(crate) struct LimitAcceptor {
+    listener: &'static str,
+    slots: Arc<Semaphore>,
+    max_connections: usize,
+    write_stall_timeout: Duration,
+    refusals: Arc<Refusals>,
+}
+
+/// Refused connections, for a rate-limited log line.
+#[derive(Debug)]
+struct Refusals {
+    since_log: AtomicU64,
+    started: Instant,
+    /// Milliseconds after `started` of the last log line (0: never logged).
+    last_log_ms: AtomicU64,
+}
+
+impl Refusals {
+    fn refused(&self, listener: &'static str, max_connections: usize) {
+        let refused = self.since_log.fetch_add(1, Ordering::Relaxed) + 1;
+        let now_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX).max(1);
+        let last = self.last_log_ms.load(Ordering::Relaxed);
+        let interval_ms = u64::try_from(REFUSAL_LOG_INTERVAL.as_millis()).unwrap_or(u64::MAX);
+        let due = last == 0 || now_ms.saturating_sub(last) >= interval_ms;
+        if due && self.last_log_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            self.since_log.fetch_sub(refused, Ordering::Relaxed);
+            tracing::warn!(
+                listener,
+                max_connections,
+                refused,
+                "connection limit reached; refused connections at accept"
+            );
+        }
+    }
+}
+
+impl LimitAcceptor {
+    /// An acceptor for the listener named `listener` (used in log lines) with `limits`.
+    pub(crate) fn new(listener: &'static str, limits: &Limits) -> Self {
+        LimitAcceptor {
+            listener,
+            slots: Arc::new(Semaphore::new(limits.max_connections)),
+            max_connections: limits.max_connections,
+            write_stall_timeout: limits.write_stall_timeout,
+            refusals: Arc::new(Refusals {
+                since_log: AtomicU64::new(0),
+                started: Instant::now(),
+                last_log_ms: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// Connections open now.
+    #[cfg(test)]
+    fn open_connections(&self) -> usize {
+        self.max_connections - self.slots.available_permits()
+    }
+
+    /// Wraps `io` in a slot, or refuses it when every slot is taken.
+    pub(crate) fn limit<I>(&self, io: I) -> io::Result<Limited<I>> {
+        if let Ok(slot) = self.slots.clone().try_acquire_owned() {
+            Ok(Limited::new(io, slot, self.write_stall_timeout))
+        } else {
+            self.refusals.refused(self.listener, self.max_connections);
+            Err(io::Error::other("connection limit reached"))
+        }
+    }
+}
+
+impl<I, S> Accept<I, S> for LimitAcceptor
+where
+    I: Send + 'static,
+    S: Send + 'static,
+{
+    type Stream = Limited<I>;
+    type Service = S;
+    type Future = BoxFuture<'static, io::Result<(Self::Stream, Self::Service)>>;
+
+    fn accept(&self, stream: I, service: S) -> Self::Future {
+        // The slot is taken (or refused) here, synchronously, before any TLS
+        // or HTTP work is spent on the connection.
+        let limited = self.limit(stream);
+        Box::pin(async move {
+            let limited = limited?;
+            DefaultAcceptor.accept(limited, service).await
+        })
+    }
+}
+
+/// A connection holding its slot until it is dropped; its writes fail with
+/// `TimedOut` once they made no progress for the stall timeout.
+#[derive(Debug)]
+pub(crate) struct Limited<I> {
+    inner: I,
+    _slot: OwnedSemaphorePermit,
+    write_stall_timeout: Duration,
+    /// Armed at the first write that could not proceed; cleared by progress.
+    stalled: Option<Pin<Box<Sleep>>>,
+}
+
+impl<I> Limited<I> {
+    fn new(inner: I, slot: OwnedSemaphorePermit, write_stall_timeout: Duration) -> Self {
+        Limited { inner, _slot: slot, write_stall_timeout, stalled: None }
+    }
+
+    /// Called when the inner write is pending: pending until the stall
+    /// deadline, then `TimedOut`.
+    fn poll_stall<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        let timeout = self.write_stall_timeout;
+        let deadline = self.stalled.get_or_insert_with(|| Box::pin(tokio::time::sleep(timeout)));
+        match deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("the peer read nothing for {}s", timeout.as_secs()),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn progress<T>(&mut self, cx: &mut Context<'_>, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match polled {
+            Poll::Pending => self.poll_stall(cx),
+            ready @ Poll::Ready(_) => {
+                self.stalled = None;
+                ready
+            }
+        }
+    }
+}
+
+impl<I: AsyncRead + Unpin> AsyncRead for Limited<I> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<I: AsyncWrite + Unpin> AsyncWrite for Limited<I> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.progress(cx, polled)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.progress(cx, polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_flush(cx);
+        this.progress(cx, polled)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        let polled = Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.progress(cx, polled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    fn limits(max: usize, stall: Duration) -> Limits {
+        Limits { write_stall_timeout: stall, ..Limits::new(max) }
+    }
+
+    #[tokio::test]
+    async fn slots_are_held_until_the_connection_is_dropped() {
+        let acceptor = LimitAcceptor::new("test", &limits(2, WRITE_STALL_TIMEOUT));
+        let a = acceptor.limit(()).unwrap();
+        let b = acceptor.limit(()).unwrap();
+        assert_eq!(acceptor.open_connections(), 2);
+        assert!(acceptor.limit(()).is_err(), "a third connection is refused at the limit");
+        drop(a);
+        let c = acceptor.limit(()).unwrap();
+        assert_eq!(acceptor.open_connections(), 2);
+        drop((b, c));
+        assert_eq!(acceptor.open_connections(), 0);
+    }
+
+    #[test]
+    fn zero_connections_is_raised_to_one() {
+        assert_eq!(Limits::new(0).max_connections, 1);
+        assert_eq!(Limits::new(512).max_connections, 512);
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_never_reads_ends_the_connection() {
+        let acceptor = LimitAcceptor::new("test", &limits(1, Duration::from_millis(200)));
+        // An in-memory pipe with a 1 KiB buffer whose far end never reads.
+        let (near, _far) = tokio::io::duplex(1024);
+        let mut conn = acceptor.limit(near).unwrap();
+        let started = Instant::now();
+        let err = conn.write_all(&vec![0u8; 64 * 1024]).await.unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+        assert!(started.elapsed() >= Duration::from_millis(200));
+    }
+
+    #[tokio::test]
+    async fn a_slow_reader_that_keeps_reading_is_not_cut() {
+        let acceptor = LimitAcceptor::new("test", &limits(1, Duration::from_millis(300)));
+        let (near, mut far) = tokio::io::duplex(1024);
+        let mut conn = acceptor.limit(near).unwrap();
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 512];
+            let mut total = 0;
+            while total < 16 * 1024 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                total += tokio::io::AsyncReadExt::read(&mut far, &mut buf).await.unwrap();
+            }
+            total
+        });
+        // 16 KiB through a 1 KiB pipe takes about 32 × 20 ms, more than the
+        // stall timeout in total, but no single write waits that long.
+        conn.write_all(&vec![0u8; 16 * 1024]).await.unwrap();
+        assert_eq!(reader.await.unwrap(), 16 * 1024);
+    }
+}
