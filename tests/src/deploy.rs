@@ -375,3 +375,32 @@ pub async fn wait_object_event(cluster: &Cluster, namespace: &str, name: &str, r
     })
     .await
 }
+
+/// The usual deploy-API setup: a [`crate::fixtures::Scenario`] with no
+/// operator of its own, one operator with the deploy API on, a bootstrapped
+/// group, and the pipeline of ServiceAccount `deployer` listed by
+/// MysqlDatabase `counter-app` in the test's namespace.
+#[derive(Debug)]
+pub struct DeployScenario {
+    /// Namespace, MariaDB pair, control plane.
+    pub sc: crate::fixtures::Scenario,
+    /// The operator serving the deploy API.
+    pub op: Operator,
+    /// Its certificate files.
+    pub tls: TlsFiles,
+    /// The `deployer` pipeline on the group.
+    pub pipeline: Pipeline,
+}
+
+/// Sets up a [`DeployScenario`] in namespace `<prefix>-<random>`.
+pub async fn scenario(prefix: &str) -> DeployScenario {
+    let sc = crate::fixtures::Scenario::start(prefix, 0, LeaderTimings::default()).await;
+    let tls = tls_files(&sc.pair.dir().join("tls"));
+    let (op, base) = start_operator(&sc.cluster, &sc.ns, "op", &tls, LeaderTimings::default()).await;
+    let group = sc.bootstrapped_group("g").await;
+    service_account(&sc.cluster, &sc.ns.name, "deployer").await;
+    database(&sc.cluster, &sc.ns.name, "counter-app", &group, &[(&sc.ns.name, "deployer")]).await;
+    let token = token(&sc.cluster, &sc.ns.name, "deployer", &["bloodraven-deploy"]).await;
+    let pipeline = Pipeline { http: client(&tls.ca), base, group, token };
+    DeployScenario { sc, op, tls, pipeline }
+}

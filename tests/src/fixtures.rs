@@ -136,15 +136,8 @@ pub async fn group_events(cluster: &Cluster, name: &str) -> Vec<Event> {
 
 /// Waits for an Event about group `name` with `reason`; returns its note.
 pub async fn wait_event(cluster: &Cluster, name: &str, reason: &str) -> String {
-    wait_for(&format!("an Event {reason} on group {name}"), Duration::from_secs(30), || async {
-        let events = group_events(cluster, name).await;
-        events
-            .iter()
-            .find(|e| e.reason.as_deref() == Some(reason))
-            .map(|e| e.note.clone().unwrap_or_default())
-            .ok_or_else(|| format!("events: {:?}", events.iter().map(|e| e.reason.clone()).collect::<Vec<_>>()))
-    })
-    .await
+    // Events about a cluster-scoped object are recorded in `default`.
+    crate::deploy::wait_object_event(cluster, "default", name, reason).await
 }
 
 /// The usual setup of one test: its namespace, a replicating MariaDB pair,

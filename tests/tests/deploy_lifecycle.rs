@@ -30,15 +30,8 @@ struct Env {
 }
 
 async fn setup(prefix: &str) -> Env {
-    let sc = Scenario::start(prefix, 0, LeaderTimings::default()).await;
-    let tls = deploy::tls_files(&sc.pair.dir().join("tls"));
-    let (op, base) = deploy::start_operator(&sc.cluster, &sc.ns, "op", &tls, LeaderTimings::default()).await;
-    let group = sc.bootstrapped_group("g").await;
-    deploy::service_account(&sc.cluster, &sc.ns.name, "deployer").await;
-    deploy::database(&sc.cluster, &sc.ns.name, "counter-app", &group, &[(&sc.ns.name, "deployer")]).await;
-    let token = deploy::token(&sc.cluster, &sc.ns.name, "deployer", &["bloodraven-deploy"]).await;
-    let p = Pipeline { http: deploy::client(&tls.ca), base, group, token };
-    Env { sc, op, tls, p }
+    let d = deploy::scenario(prefix).await;
+    Env { sc: d.sc, op: d.op, tls: d.tls, p: d.pipeline }
 }
 
 impl Env {

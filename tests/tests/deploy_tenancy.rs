@@ -10,7 +10,6 @@ use std::time::Duration;
 use bloodraven_api::v1alpha1::{DeploymentClient, MysqlDatabase};
 use bloodraven_e2e::deploy::{self, Pipeline, token_of, wait_database_reason, wait_object_event};
 use bloodraven_e2e::fixtures::Scenario;
-use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::wait::wait_for;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -18,19 +17,9 @@ use serde_json::json;
 
 const T: Duration = Duration::from_secs(60);
 
-/// A scenario with the deploy API on, a bootstrapped group, and the
-/// victim's pipeline: ServiceAccount `deployer` listed by MysqlDatabase
-/// `counter-app` in the test's namespace.
 async fn setup(prefix: &str) -> (Scenario, bloodraven_e2e::Operator, Pipeline) {
-    let sc = Scenario::start(prefix, 0, LeaderTimings::default()).await;
-    let tls = deploy::tls_files(&sc.pair.dir().join("tls"));
-    let (op, base) = deploy::start_operator(&sc.cluster, &sc.ns, "op", &tls, LeaderTimings::default()).await;
-    let group = sc.bootstrapped_group("g").await;
-    deploy::service_account(&sc.cluster, &sc.ns.name, "deployer").await;
-    deploy::database(&sc.cluster, &sc.ns.name, "counter-app", &group, &[(&sc.ns.name, "deployer")]).await;
-    let token = deploy::token(&sc.cluster, &sc.ns.name, "deployer", &["bloodraven-deploy"]).await;
-    let victim = Pipeline { http: deploy::client(&tls.ca), base, group, token };
-    (sc, op, victim)
+    let d = deploy::scenario(prefix).await;
+    (d.sc, d.op, d.pipeline)
 }
 
 #[tokio::test]

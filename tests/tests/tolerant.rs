@@ -162,7 +162,10 @@ async fn scenario(sc: Scenario, bad_group: String) {
         "apiVersion": "bloodraven.shipstream.io/v1alpha1",
         "kind": "MysqlFailoverGroup",
         "metadata": {"name": bad_group, "labels": {E2E_LABEL: ns}},
-        "spec": {"sites": sites, "initialActiveSite": "iad", "failover": {"probeIntervalSeconds": 1}},
+        "spec": {
+            "sites": sites, "initialActiveSite": "iad", "failover": {"probeIntervalSeconds": 1},
+            "allowedDatabases": bloodraven_e2e::fixtures::allow_namespaces(&[&ns]),
+        },
     }))
     .unwrap();
     let bad_db_obj: DynamicObject = serde_json::from_value(json!({
