@@ -139,11 +139,12 @@ impl Service {
         Ok(GroupState { facts: facts_of(&group), group, slots: read.slots })
     }
 
-    /// Runs `decide` on a fresh read until its outcome is written.
+    /// Runs `decide` on a fresh read until its outcome is written;
+    /// `operation` (client, operationId) names the tombstone to read.
     async fn transact<T>(
         &self,
         group: &str,
-        operation_id: Option<&str>,
+        operation: Option<(&str, &str)>,
         decide: impl Fn(&Read, Option<&Tombstone>, &GroupFacts, Timestamp) -> Outcome<T>,
     ) -> Result<T, ServiceError> {
         let lock = self.lock(group);
@@ -154,8 +155,8 @@ impl Service {
             let facts = facts_of(&g);
             let read = self.store.read(&key).await?;
             self.store.remember(&key, &read);
-            let tombstone = match operation_id {
-                Some(op) => self.store.tombstone(&key, op).await?,
+            let tombstone = match operation {
+                Some((client, op)) => self.store.tombstone(&key, client, op).await?,
                 None => None,
             };
             let outcome = decide(&read, tombstone.as_ref(), &facts, now_micros());
@@ -183,7 +184,7 @@ impl Service {
         let hash = token_sha256(&token);
         let req = CreateRequest { kind, operation_id, instance, ttl_seconds, client, token_sha256: &hash };
         let granted = self
-            .transact(group, Some(operation_id), |read, tomb, facts, now| {
+            .transact(group, Some((client, operation_id)), |read, tomb, facts, now| {
                 machine::create(&read.slots, tomb, facts, &req, now)
             })
             .await?;
@@ -209,7 +210,7 @@ impl Service {
         if let Some(grant) = self.renew_fast(group, kind, operation_id, actor, &hash, ddl_state).await? {
             return Ok(grant);
         }
-        self.transact(group, Some(operation_id), |read, tomb, facts, now| {
+        self.transact(group, Some((actor.client, operation_id)), |read, tomb, facts, now| {
             machine::renew(&read.slots, tomb, facts, kind, operation_id, actor, &hash, ddl_state, now)
         })
         .await
@@ -268,7 +269,7 @@ impl Service {
         token: &str,
     ) -> Result<Grant, ServiceError> {
         let hash = token_sha256(token);
-        self.transact(group, Some(operation_id), |read, tomb, _facts, now| {
+        self.transact(group, Some((actor.client, operation_id)), |read, tomb, _facts, now| {
             machine::release(&read.slots, tomb, kind, operation_id, actor, &hash, now)
         })
         .await

@@ -24,7 +24,7 @@ use serde_json::json;
 use super::publish;
 use crate::controller::conditions::Computed;
 use crate::controller::{Context, Error, kube_err};
-use crate::deploy_api::lease::store::{GroupKey, Pending, tombstone_name, verification_name};
+use crate::deploy_api::lease::store::{GroupKey, Pending, tombstone_name};
 
 fn lease_ref(ctx: &Context, name: String) -> k8s_openapi::api::core::v1::ObjectReference {
     k8s_openapi::api::core::v1::ObjectReference {
@@ -68,7 +68,7 @@ pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
         );
         // The tombstone as the related object: one Event per revoked
         // operation, not one series per group.
-        let related = Some(lease_ref(ctx, tombstone_name(&name, &t.operation_id)));
+        let related = Some(lease_ref(ctx, tombstone_name(&name, t.client.as_deref(), &t.operation_id)));
         publish(ctx, group, EventType::Warning, "DeploymentLeaseRevoked", note, "RevokeDeploymentLeases", related)
             .await;
     }
@@ -80,7 +80,7 @@ pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
 
 /// Which operationIds the `schema-verified` annotation names (`None`: all).
 fn named(value: &str) -> Option<Vec<&str>> {
-    if value.trim() == "all" {
+    if value.trim().eq_ignore_ascii_case("all") {
         return None;
     }
     Some(value.split(',').map(str::trim).filter(|op| valid_operation_id(op)).collect())
@@ -95,6 +95,27 @@ pub async fn verification_condition(ctx: &Context, group: &MysqlFailoverGroup) -
     let mut pending = ctx.leases.verifications(&key).await.map_err(store_err)?;
     if !ctx.leadership.is_leader() {
         return Ok(condition_of(&name, &pending));
+    }
+    // Clear first, and only records already announced: a person can only
+    // have verified what they were told about. A record made in this pass,
+    // or while the operator was down after the annotation was set, is
+    // announced below and waits for the next annotation.
+    if let Some(value) = group.annotations().get(SCHEMA_VERIFIED_ANNOTATION) {
+        let wanted = named(value);
+        let (cleared, kept): (Vec<Pending>, Vec<Pending>) = pending.into_iter().partition(|p| {
+            p.announced && wanted.as_ref().is_none_or(|ops| ops.contains(&p.verification.operation_id.as_str()))
+        });
+        for p in &cleared {
+            // The record as listed, by its own name.
+            ctx.leases.delete_record(&p.name).await.map_err(store_err)?;
+        }
+        if !cleared.is_empty() {
+            let ops: Vec<&str> = cleared.iter().map(|p| p.verification.operation_id.as_str()).collect();
+            let note = format!("a person verified the schema after operation(s) {}", ops.join(", "));
+            publish(ctx, group, EventType::Normal, reason::SCHEMA_VERIFIED, note, "VerifySchema", None).await;
+        }
+        remove_annotation(ctx, &name, SCHEMA_VERIFIED_ANNOTATION).await?;
+        pending = kept;
     }
     for p in pending.iter_mut().filter(|p| !p.announced) {
         let v = &p.verification;
@@ -112,25 +133,6 @@ pub async fn verification_condition(ctx: &Context, group: &MysqlFailoverGroup) -
             .await;
         ctx.leases.mark_announced(&p.name).await.map_err(store_err)?;
         p.announced = true;
-    }
-    if let Some(value) = group.annotations().get(SCHEMA_VERIFIED_ANNOTATION) {
-        let wanted = named(value);
-        let (cleared, kept): (Vec<Pending>, Vec<Pending>) = pending
-            .into_iter()
-            .partition(|p| wanted.as_ref().is_none_or(|ops| ops.contains(&p.verification.operation_id.as_str())));
-        for p in &cleared {
-            ctx.leases
-                .delete_record(&verification_name(&name, &p.verification.operation_id))
-                .await
-                .map_err(store_err)?;
-        }
-        if !cleared.is_empty() {
-            let ops: Vec<&str> = cleared.iter().map(|p| p.verification.operation_id.as_str()).collect();
-            let note = format!("a person verified the schema after operation(s) {}", ops.join(", "));
-            publish(ctx, group, EventType::Normal, reason::SCHEMA_VERIFIED, note, "VerifySchema", None).await;
-        }
-        remove_annotation(ctx, &name, SCHEMA_VERIFIED_ANNOTATION).await?;
-        pending = kept;
     }
     Ok(condition_of(&name, &pending))
 }
@@ -176,6 +178,7 @@ mod tests {
     #[test]
     fn the_annotation_names_operations_or_all() {
         assert_eq!(named("all"), None);
+        assert_eq!(named(" ALL "), None);
         assert_eq!(named(" op-1, op-2 ,bad id,"), Some(vec!["op-1", "op-2"]));
     }
 }

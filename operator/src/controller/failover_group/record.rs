@@ -115,10 +115,17 @@ pub async fn sweep<S: std::hash::BuildHasher>(
     let mut deleted = 0;
     for cm in list.items.iter().filter(|c| created_before(c.metadata.creation_timestamp.as_ref(), listed_at)) {
         let data = cm.data.clone().unwrap_or_default();
-        let (Some(group), Some(uid)) = (data.get("group"), data.get("groupUID")) else { continue };
-        if live.get(group) != Some(uid) {
-            delete(api, group).await;
-            deleted += 1;
+        let (Some(group), Some(uid), Some(name)) = (data.get("group"), data.get("groupUID"), cm.metadata.name.as_ref())
+        else {
+            continue;
+        };
+        // A record is deleted by its own name: one hand-made under another
+        // name must not take the group's real record with it.
+        if live.get(group) != Some(uid) || *name != record_name(group) {
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) | Err(kube::Error::Api(_)) => deleted += 1,
+                Err(err) => return Err(kube_err("delete a stale decision record")(err)),
+            }
         }
     }
     Ok(deleted)

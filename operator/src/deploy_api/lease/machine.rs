@@ -124,6 +124,18 @@ pub struct Tombstone {
     pub generation: i64,
     /// The DDL state last reported before revocation.
     pub ddl_state: Option<DdlState>,
+    /// The client the revoked grant was made to (`None`: a grant stored
+    /// before grants recorded it). A tombstone answers only that client:
+    /// two tenants may pick the same operationId.
+    pub client: Option<String>,
+}
+
+impl Tombstone {
+    /// Whether this tombstone is about `client`'s operation (a tombstone of
+    /// an unknown client is about everyone's).
+    pub fn about(&self, client: &str) -> bool {
+        self.client.as_deref().is_none_or(|c| c == client)
+    }
 }
 
 /// What the store knows of the group when deciding.
@@ -218,6 +230,8 @@ pub struct Verification {
     pub ending: Ending,
     /// The group's topology generation when it ended.
     pub generation: i64,
+    /// The client its grant was made to, if recorded.
+    pub client: Option<String>,
 }
 
 /// A refusal shared by every call.
@@ -283,23 +297,39 @@ fn ddl_of(slots: &Slots, operation_id: &str) -> Option<DdlState> {
 }
 
 fn verification(grant: &Grant, ending: Ending, generation: i64) -> Verification {
-    Verification { operation_id: grant.operation_id.clone(), instance: grant.instance.clone(), ending, generation }
+    Verification {
+        operation_id: grant.operation_id.clone(),
+        instance: grant.instance.clone(),
+        ending,
+        generation,
+        client: grant.client.clone(),
+    }
 }
 
-/// Clears every lapsed grant that had reported `ddlState: started`, and
-/// returns the verifications they need (run by the reconciler on each
-/// probe, so a lapse is noticed even if nobody takes the slot again).
-/// Other lapsed grants are left: they are inert and get overwritten.
+/// Clears the grants of every operation that lost its mutex (its
+/// migration lease lapsed, or only an orphaned hold is left) after
+/// reporting `ddlState: started` on any of its grants, and returns the
+/// verifications they need. Run by the reconciler on each probe, and by
+/// every decision that could overwrite such a grant, so the loss is never
+/// missed. Other lost grants are left: they are inert and get overwritten.
 pub fn sweep(slots: &Slots, generation: i64, now: Timestamp) -> (Slots, Vec<Verification>) {
     let mut out = slots.clone();
-    let mut found = Vec::new();
-    for kind in [LeaseKind::Migration, LeaseKind::FailoverHold] {
-        let slot = out.get_mut(kind);
-        if let Some(g) = slot.as_ref().filter(|g| !g.live(now) && g.ddl_state == Some(DdlState::Started)) {
-            if !found.iter().any(|v: &Verification| v.operation_id == g.operation_id) {
-                found.push(verification(g, Ending::Lapsed, generation));
+    let mut found: Vec<Verification> = Vec::new();
+    let ops: Vec<Grant> = [slots.migration.as_ref(), slots.hold.as_ref()].into_iter().flatten().cloned().collect();
+    for grant in ops {
+        let op = grant.operation_id.as_str();
+        let mutex_live = slots.migration.as_ref().is_some_and(|m| m.operation_id == op && m.live(now));
+        if mutex_live || ddl_of(slots, op) != Some(DdlState::Started) {
+            continue;
+        }
+        if !found.iter().any(|v| v.operation_id == op) {
+            found.push(verification(&grant, Ending::Lapsed, generation));
+        }
+        for kind in [LeaseKind::Migration, LeaseKind::FailoverHold] {
+            let slot = out.get_mut(kind);
+            if slot.as_ref().is_some_and(|g| g.operation_id == op) {
+                *slot = None;
             }
-            *slot = None;
         }
     }
     (out, found)
@@ -329,6 +359,7 @@ pub fn revoke(slots: &Slots, reason: RevokeReason, generation: i64, now: Timesta
                 reason,
                 generation,
                 ddl_state: ddl_of(slots, &grant.operation_id),
+                client: grant.client.clone(),
             });
         }
         *slot = None;
@@ -347,6 +378,7 @@ pub fn verifications_of(tombstones: &[Tombstone]) -> Vec<Verification> {
             instance: t.instance.clone(),
             ending: Ending::Revoked(t.reason),
             generation: t.generation,
+            client: t.client.clone(),
         })
         .collect()
 }
@@ -377,23 +409,25 @@ pub fn create(
     now: Timestamp,
 ) -> Outcome<Granted> {
     let CreateRequest { kind, operation_id, instance, ttl_seconds, client, token_sha256 } = *req;
-    if let Some(t) = tombstone {
+    if let Some(t) = tombstone.filter(|t| t.about(client)) {
         return refuse(slots, Refusal::Revoked(t.clone()));
     }
     let (Some(generation), None) = (facts.generation, facts.unstable_reason.as_ref()) else {
         let reason = facts.unstable_reason.clone().unwrap_or_else(|| "BootstrapPending".into());
         return refuse(slots, Refusal::Unstable { reason });
     };
-    // A grant of an older generation is revoked before anything else.
-    let (mut slots_now, tombstones) = revoke(slots, RevokeReason::TopologyChanged, generation, now);
-    let mut verifications = verifications_of(&tombstones);
+    // A grant of an older generation is revoked before anything else, and
+    // a lost grant that had started DDL is recorded before it can be overwritten.
+    let (slots_now, tombstones) = revoke(slots, RevokeReason::TopologyChanged, generation, now);
+    let (mut slots_now, mut verifications) = sweep(&slots_now, generation, now);
+    verifications.extend(verifications_of(&tombstones));
     let answer = |slots_now: Slots, tombstones: Vec<Tombstone>, verifications, answer| Outcome {
         slots: slots_now,
         new_tombstones: tombstones,
         verifications,
         answer,
     };
-    if let Some(t) = tombstones.iter().find(|t| t.operation_id == operation_id).cloned() {
+    if let Some(t) = tombstones.iter().find(|t| t.operation_id == operation_id && t.about(client)).cloned() {
         return answer(slots_now, tombstones, verifications, Err(Refusal::Revoked(t)));
     }
     if kind == LeaseKind::FailoverHold {
@@ -415,10 +449,6 @@ pub fn create(
         Some(_) => false,
         None => true,
     };
-    // The slot is taken over: a lapsed grant that had started DDL needs a person.
-    if let Some(old) = slots_now.get(kind).filter(|g| !g.live(now) && g.ddl_state == Some(DdlState::Started)) {
-        verifications.push(verification(old, Ending::Lapsed, generation));
-    }
     let previous_ddl = current.and_then(|g| g.ddl_state);
     let grant = Grant {
         operation_id: operation_id.to_owned(),
@@ -431,8 +461,9 @@ pub fn create(
         client: Some(client.to_owned()),
     };
     *slots_now.get_mut(kind) = Some(grant.clone());
-    // A new mutex holder: a hold left by another operation no longer counts; drop it.
-    if kind == LeaseKind::Migration && slots_now.hold.as_ref().is_some_and(|h| h.operation_id != operation_id) {
+    // A new mutex (not a repeat): any hold left, this operation's own from
+    // before its mutex lapsed included, stopped counting then; drop it.
+    if kind == LeaseKind::Migration && created {
         slots_now.hold = None;
     }
     answer(slots_now, tombstones, verifications, Ok(Granted { grant, created }))
@@ -461,7 +492,7 @@ fn held<'a>(
     token_sha256: &str,
     now: Timestamp,
 ) -> Result<&'a Grant, Refusal> {
-    if let Some(t) = tombstone {
+    if let Some(t) = tombstone.filter(|t| t.about(actor.client)) {
         return Err(Refusal::Revoked(t.clone()));
     }
     let grant = slots.get(kind).filter(|g| g.live(now) && g.operation_id == operation_id).ok_or(Refusal::Expired)?;
@@ -504,7 +535,7 @@ pub fn renew(
         && generation != grant.generation
     {
         let (out, tombstones) = revoke(slots, RevokeReason::TopologyChanged, generation, now);
-        let t = tombstones.iter().find(|t| t.operation_id == operation_id).cloned();
+        let t = tombstones.iter().find(|t| t.operation_id == operation_id && t.about(actor.client)).cloned();
         let answer = match t {
             Some(t) => Err(Refusal::Revoked(t)),
             None => Err(Refusal::Expired),
@@ -513,15 +544,11 @@ pub fn renew(
         return Outcome { slots: out, new_tombstones: tombstones, verifications, answer };
     }
     if kind == LeaseKind::FailoverHold && slots.effective_hold(now).is_none() {
-        // The operation's mutex lapsed or was taken: the hold ends with it (invariant 8).
-        let mut out = slots.clone();
+        // The operation's mutex lapsed or was taken: the hold ends with it
+        // (invariant 8), recorded if the operation had started DDL.
+        let (mut out, verifications) = sweep(slots, grant.generation, now);
         out.hold = None;
-        return Outcome {
-            slots: out,
-            new_tombstones: Vec::new(),
-            verifications: Vec::new(),
-            answer: Err(Refusal::Expired),
-        };
+        return Outcome { slots: out, new_tombstones: Vec::new(), verifications, answer: Err(Refusal::Expired) };
     }
     if let Some(reason) =
         facts.unstable_reason.clone().or_else(|| facts.generation.is_none().then(|| "BootstrapPending".into()))

@@ -98,9 +98,19 @@ pub fn slot_name(group: &str, kind: LeaseKind) -> String {
     format!("bloodraven-deploy-{}-{}", short_hash(group, 16), kind.as_str())
 }
 
-/// Name of an operation's tombstone Lease.
-pub fn tombstone_name(group: &str, operation_id: &str) -> String {
-    format!("bloodraven-tombstone-{}-{}", short_hash(group, 16), short_hash(operation_id, 16))
+/// What names an operation's records: its client and operationId (two
+/// tenants may pick the same operationId), or the operationId alone for a
+/// grant stored before grants recorded their client.
+fn operation_key(client: Option<&str>, operation_id: &str) -> String {
+    match client {
+        Some(c) => format!("{c}\n{operation_id}"),
+        None => operation_id.to_owned(),
+    }
+}
+
+/// Name of the tombstone Lease of `client`'s operation.
+pub fn tombstone_name(group: &str, client: Option<&str>, operation_id: &str) -> String {
+    format!("bloodraven-tombstone-{}-{}", short_hash(group, 16), short_hash(&operation_key(client, operation_id), 16))
 }
 
 /// The group a read or write is for: its name, and what ties objects to it.
@@ -241,6 +251,7 @@ fn decode_tombstone(lease: &Lease) -> Option<Tombstone> {
         ddl_state: a
             .get(ANN_DDL)
             .and_then(|d| serde_json::from_value::<DdlState>(serde_json::Value::String(d.clone())).ok()),
+        client: a.get(ANN_CLIENT).cloned(),
     })
 }
 
@@ -251,6 +262,7 @@ fn decode_verification(lease: &Lease) -> Option<Verification> {
         instance: a.get(ANN_INSTANCE).cloned().unwrap_or_default(),
         ending: Ending::parse(a.get(ANN_ENDING)?)?,
         generation: a.get(ANN_GENERATION).and_then(|g| g.parse().ok()).unwrap_or(0),
+        client: a.get(ANN_CLIENT).cloned(),
     })
 }
 
@@ -264,9 +276,9 @@ pub fn created_before(
     created.is_some_and(|c| c.0 < margin)
 }
 
-/// Name of an operation's verification record.
-pub fn verification_name(group: &str, operation_id: &str) -> String {
-    format!("bloodraven-verify-{}-{}", short_hash(group, 16), short_hash(operation_id, 16))
+/// Name of the verification record of `client`'s operation.
+pub fn verification_name(group: &str, client: Option<&str>, operation_id: &str) -> String {
+    format!("bloodraven-verify-{}-{}", short_hash(group, 16), short_hash(&operation_key(client, operation_id), 16))
 }
 
 /// A verification record as listed: what it says, and whether its Event was published.
@@ -312,14 +324,30 @@ impl Store {
         Ok(Read { slots, migration, hold })
     }
 
-    /// The tombstone of `operation_id` in `key`'s group, if it was revoked.
-    pub async fn tombstone(&self, key: &GroupKey, operation_id: &str) -> Result<Option<Tombstone>, StoreError> {
-        let lease = self
-            .api
-            .get_opt(&tombstone_name(&key.name, operation_id))
-            .await
-            .map_err(kube_err("read a tombstone of a"))?;
-        Ok(lease.filter(|l| key.owns(l)).as_ref().and_then(decode_tombstone).filter(|t| t.operation_id == operation_id))
+    /// The tombstone of `client`'s `operation_id` in `key`'s group, if it
+    /// was revoked — or of that operationId of an unknown client (stored
+    /// before tombstones recorded their client), which answers everyone.
+    pub async fn tombstone(
+        &self,
+        key: &GroupKey,
+        client: &str,
+        operation_id: &str,
+    ) -> Result<Option<Tombstone>, StoreError> {
+        let get = |name: String| async move {
+            let lease = self.api.get_opt(&name).await.map_err(kube_err("read a tombstone of a"))?;
+            Ok::<_, StoreError>(
+                lease
+                    .filter(|l| key.owns(l))
+                    .as_ref()
+                    .and_then(decode_tombstone)
+                    .filter(|t| t.operation_id == operation_id && t.about(client)),
+            )
+        };
+        let (own, legacy) = tokio::try_join!(
+            get(tombstone_name(&key.name, Some(client), operation_id)),
+            get(tombstone_name(&key.name, None, operation_id))
+        )?;
+        Ok(own.or(legacy))
     }
 
     /// Writes a decision: tombstones and verification records first, then
@@ -406,18 +434,25 @@ impl Store {
         if let Some(d) = t.ddl_state {
             a.insert(ANN_DDL.to_owned(), d.as_str().to_owned());
         }
-        let lease = record_lease(key, tombstone_name(&key.name, &t.operation_id), "tombstone", a);
+        if let Some(c) = &t.client {
+            a.insert(ANN_CLIENT.to_owned(), c.clone());
+        }
+        let lease = record_lease(key, tombstone_name(&key.name, t.client.as_deref(), &t.operation_id), "tombstone", a);
         self.create_record(&lease, "create a tombstone of a").await
     }
 
     async fn create_verification(&self, key: &GroupKey, v: &Verification) -> Result<(), StoreError> {
-        let a = BTreeMap::from([
+        let mut a = BTreeMap::from([
             (ANN_OPERATION.to_owned(), v.operation_id.clone()),
             (ANN_INSTANCE.to_owned(), v.instance.clone()),
             (ANN_ENDING.to_owned(), v.ending.as_str().to_owned()),
             (ANN_GENERATION.to_owned(), v.generation.to_string()),
         ]);
-        let lease = record_lease(key, verification_name(&key.name, &v.operation_id), "verification", a);
+        if let Some(c) = &v.client {
+            a.insert(ANN_CLIENT.to_owned(), c.clone());
+        }
+        let name = verification_name(&key.name, v.client.as_deref(), &v.operation_id);
+        let lease = record_lease(key, name, "verification", a);
         self.create_record(&lease, "create a verification record of a").await
     }
 
@@ -551,7 +586,12 @@ mod tests {
     fn names_fit_any_group() {
         let long = "g".repeat(253);
         assert!(slot_name(&long, LeaseKind::FailoverHold).len() <= 63);
-        assert!(tombstone_name(&long, &"o".repeat(128)).len() <= 63);
-        assert_ne!(tombstone_name("g", "a"), tombstone_name("g", "b"));
+        assert!(tombstone_name(&long, Some(&"c".repeat(300)), &"o".repeat(128)).len() <= 63);
+        assert_ne!(tombstone_name("g", None, "a"), tombstone_name("g", None, "b"));
+        assert_ne!(
+            tombstone_name("g", Some("tenant-a/sa"), "release-1"),
+            tombstone_name("g", Some("tenant-b/sa"), "release-1"),
+            "two tenants' operations of one id are two records"
+        );
     }
 }

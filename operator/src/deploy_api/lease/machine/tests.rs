@@ -249,6 +249,86 @@ fn a_lease_lost_after_ddl_started_needs_verification() {
     assert!(sweep(&done, 1, t(7)).1.is_empty());
 }
 
+#[test]
+fn one_tenants_revoked_operation_id_does_not_block_anothers() {
+    // Attack input: tenant-b's operation release-1 is revoked; the victim's
+    // operation of the same id must not answer `revoked`.
+    let s = post_as(
+        "tenant-b/pipe",
+        &Slots::default(),
+        None,
+        &stable(1),
+        LeaseKind::Migration,
+        "release-1",
+        "billing",
+        30,
+        "h",
+        t(0),
+    )
+    .slots;
+    let (s, tombs) = revoke(&s, RevokeReason::OperatorRevoked, 1, t(1));
+    assert_eq!(tombs[0].client.as_deref(), Some("tenant-b/pipe"));
+    let victim = post(&s, Some(&tombs[0]), &stable(1), LeaseKind::Migration, "release-1", "counter-app", 30, "v", t(2));
+    assert!(grant_of(&victim).created, "{:?}", victim.answer);
+    // The revoked client itself stays revoked.
+    let again = post_as(
+        "tenant-b/pipe",
+        &s,
+        Some(&tombs[0]),
+        &stable(1),
+        LeaseKind::Migration,
+        "release-1",
+        "billing",
+        30,
+        "x",
+        t(2),
+    );
+    assert!(matches!(again.answer, Err(Refusal::Revoked(_))));
+    // A tombstone of an unknown client (stored before tombstones recorded it) answers everyone.
+    let mut legacy = tombs[0].clone();
+    legacy.client = None;
+    assert!(matches!(
+        post(&s, Some(&legacy), &stable(1), LeaseKind::Migration, "release-1", "counter-app", 30, "v", t(2)).answer,
+        Err(Refusal::Revoked(_))
+    ));
+}
+
+#[test]
+fn ddl_started_reported_on_the_hold_is_not_lost() {
+    let s = post(&Slots::default(), None, &stable(1), LeaseKind::Migration, "a", "app", 5, "ma", t(0)).slots;
+    let s = post(&s, None, &stable(1), LeaseKind::FailoverHold, "a", "app", 60, "ha", t(0)).slots;
+    let s = put(&s, None, &stable(1), LeaseKind::FailoverHold, "a", "ha", Some(DdlState::Started), t(1)).slots;
+    // Taken over after the mutex lapsed.
+    let b = post(&s, None, &stable(1), LeaseKind::Migration, "b", "app", 30, "mb", t(6));
+    assert_eq!(b.verifications.len(), 1, "{:?}", b.verifications);
+    assert_eq!(b.verifications[0].operation_id, "a");
+    // Or the orphaned hold renewed.
+    let r = put(&s, None, &stable(1), LeaseKind::FailoverHold, "a", "ha", None, t(6));
+    assert_eq!(r.answer, Err(Refusal::Expired));
+    assert_eq!(r.verifications.len(), 1, "{:?} {:?}", r.answer, s);
+    // Or swept by the reconciler.
+    assert_eq!(sweep(&s, 1, t(6)).1.len(), 1);
+}
+
+#[test]
+fn a_hold_does_not_come_back_when_its_operation_retakes_the_mutex() {
+    let s = post(&Slots::default(), None, &stable(1), LeaseKind::Migration, "a", "app", 5, "ma", t(0)).slots;
+    let s = post(&s, None, &stable(1), LeaseKind::FailoverHold, "a", "app", 60, "ha", t(0)).slots;
+    let again = post(&s, None, &stable(1), LeaseKind::Migration, "a", "app", 30, "ma2", t(6));
+    assert!(grant_of(&again).created);
+    assert_eq!(again.slots.hold, None);
+    assert_eq!(
+        put(&again.slots, None, &stable(1), LeaseKind::FailoverHold, "a", "ha", None, t(7)).answer,
+        Err(Refusal::Expired)
+    );
+    // A repeat POST of a live mutex keeps the operation's hold.
+    let s = post(&Slots::default(), None, &stable(1), LeaseKind::Migration, "a", "app", 30, "ma", t(0)).slots;
+    let s = post(&s, None, &stable(1), LeaseKind::FailoverHold, "a", "app", 60, "ha", t(0)).slots;
+    let repeat = post(&s, None, &stable(1), LeaseKind::Migration, "a", "app", 30, "ma3", t(1));
+    assert!(!grant_of(&repeat).created);
+    assert!(repeat.slots.hold.is_some());
+}
+
 /// One step a client (or the operator) may take.
 #[derive(Clone, Debug)]
 enum Step {
@@ -296,7 +376,7 @@ proptest! {
                     let client = format!("ns/sa{c}");
                     counter += 1;
                     let token = format!("tok{counter}");
-                    let tomb = tombs.iter().find(|t| t.operation_id == op).cloned();
+                    let tomb = tombs.iter().find(|t| t.operation_id == op && t.about(&client)).cloned();
                     let before = slots.clone();
                     let o = post_as(&client, &slots, tomb.as_ref(), &facts, kind, &op, "app", ttl, &token, now);
                     // 8: the live mutex holder is never told the hold is held.
@@ -340,7 +420,7 @@ proptest! {
                     let op = format!("op{op}");
                     let client = format!("ns/sa{c}");
                     let token = if good { tokens.get(&(kind, op.clone())).cloned().unwrap_or_default() } else { "forged".into() };
-                    let tomb = tombs.iter().find(|t| t.operation_id == op).cloned();
+                    let tomb = tombs.iter().find(|t| t.operation_id == op && t.about(&client)).cloned();
                     let before = slots.clone();
                     let o = renew(&slots, tomb.as_ref(), &facts, kind, &op, &actor(&client), &token, None, now);
                     match &o.answer {
@@ -368,7 +448,7 @@ proptest! {
                     let op = format!("op{op}");
                     let client = format!("ns/sa{c}");
                     let token = if good { tokens.get(&(kind, op.clone())).cloned().unwrap_or_default() } else { "forged".into() };
-                    let tomb = tombs.iter().find(|t| t.operation_id == op).cloned();
+                    let tomb = tombs.iter().find(|t| t.operation_id == op && t.about(&client)).cloned();
                     let o = release(&slots, tomb.as_ref(), kind, &op, &actor(&client), &token, now);
                     if let Ok(g) = &o.answer {
                         prop_assert!(good);
