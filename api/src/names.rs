@@ -57,3 +57,12 @@ pub const GROUP_FINALIZER: &str = "bloodraven.shipstream.io/cleanup";
 /// operationIds, or `all`. The operator clears the matching
 /// `SchemaVerificationRequired` records, then removes the annotation.
 pub const SCHEMA_VERIFIED_ANNOTATION: &str = "bloodraven.shipstream.io/schema-verified";
+
+/// Annotation on a MysqlFailoverGroup by which a cluster admin hands an
+/// instance name over: the value is the instance whose claim
+/// (`status.instanceClaims`) is dropped, so the oldest accepted
+/// MysqlDatabase of that name claims it next. The operator removes it.
+pub const RELEASE_INSTANCE_ANNOTATION: &str = "bloodraven.shipstream.io/release-instance";
+
+/// Field manager of the operator's instance claims (`status.instanceClaims`).
+pub const CLAIMS_FIELD_MANAGER: &str = "bloodraven-operator-claims";

@@ -5,11 +5,17 @@
 //! 1. A MysqlDatabase may attach to a group only from a namespace the group
 //!    allows (`spec.allowedDatabases.namespaces`: `None` by default, `All`,
 //!    or `Selector` over the Namespace's labels).
-//! 2. Among the allowed MysqlDatabases of one group with one name (in
-//!    different namespaces), the oldest (`creationTimestamp`, then
-//!    namespace) is the only authority for that name; the others are in
-//!    conflict and grant nothing. Databases from namespaces that are not
-//!    allowed never take part, so they cannot squat a name either.
+//! 2. A name is spoken for by the namespace that claimed it
+//!    (`status.instanceClaims` of the group, written by the operator): the
+//!    first accepted MysqlDatabase of a name claims it (of several at once,
+//!    the oldest by `creationTimestamp`, then namespace), and a same-named
+//!    one in another namespace is a conflict however old it is, so an object
+//!    parked elsewhere and attached later never displaces a live holder.
+//!    The claim stays while its MysqlDatabase exists, and across a delete
+//!    and re-create in the same namespace; it is dropped when that
+//!    MysqlDatabase is gone and nobody else claims the name, or by a cluster
+//!    admin's `release-instance` annotation. Databases from namespaces that
+//!    are not allowed never take part.
 //! 3. A caller may act for `(group, instance)` only when the authoritative
 //!    MysqlDatabase of that name lists its `(namespace, serviceAccount)` in
 //!    `spec.deploymentClients`.
@@ -52,10 +58,16 @@ pub enum Standing {
     GroupNotFound,
     /// Its namespace is not allowed by the group's `spec.allowedDatabases`.
     NamespaceNotAllowed,
-    /// An older MysqlDatabase of the same name in `namespace` speaks for the name.
+    /// The MysqlDatabase of the same name in `namespace` claimed the name.
     NameConflict {
-        /// Namespace of the authoritative MysqlDatabase.
+        /// Namespace holding the claim.
         namespace: String,
+    },
+    /// Nobody claimed the name yet; `candidate` when this MysqlDatabase is
+    /// the one to claim it (the oldest accepted one of the name).
+    Unclaimed {
+        /// Whether this MysqlDatabase claims it next.
+        candidate: bool,
     },
 }
 
@@ -83,6 +95,21 @@ fn claim_key(db: &MysqlDatabase) -> (Option<k8s_openapi::jiff::Timestamp>, Strin
     )
 }
 
+/// Whether `db` is attached to `group` from an accepted namespace.
+fn attached(
+    db: &MysqlDatabase,
+    group: &MysqlFailoverGroup,
+    labels: &impl Fn(&str) -> Option<BTreeMap<String, String>>,
+) -> bool {
+    db.spec.failover_group_ref.name == group.name_any()
+        && namespace_allowed(group, labels(&db.namespace().unwrap_or_default()).as_ref())
+}
+
+/// The namespace holding the claim of instance `name` on `group`, if any.
+pub fn claim_of<'a>(group: &'a MysqlFailoverGroup, name: &str) -> Option<&'a str> {
+    group.status.as_ref()?.instance_claims.iter().find(|c| c.instance == name).map(|c| c.namespace.as_str())
+}
+
 /// The standing of `db`, given its group (if it exists), every MysqlDatabase
 /// of the cluster, and a lookup of namespace labels.
 pub fn standing<'a>(
@@ -92,22 +119,52 @@ pub fn standing<'a>(
     labels: impl Fn(&str) -> Option<BTreeMap<String, String>>,
 ) -> Standing {
     let Some(group) = group else { return Standing::GroupNotFound };
-    let allowed = |d: &MysqlDatabase| namespace_allowed(group, labels(&d.namespace().unwrap_or_default()).as_ref());
-    if !allowed(db) {
+    if !attached(db, group, &labels) {
         return Standing::NamespaceNotAllowed;
     }
     let name = db.name_any();
-    let group_name = &db.spec.failover_group_ref.name;
-    let first = all
-        .into_iter()
-        .filter(|d| d.name_any() == name && &d.spec.failover_group_ref.name == group_name && allowed(d))
-        .min_by_key(|d| claim_key(d));
-    match first {
-        Some(f) if claim_key(f) < claim_key(db) => {
-            Standing::NameConflict { namespace: f.namespace().unwrap_or_default() }
+    let namespace = db.namespace().unwrap_or_default();
+    match claim_of(group, &name) {
+        Some(holder) if holder == namespace => Standing::Authoritative,
+        Some(holder) => Standing::NameConflict { namespace: holder.to_owned() },
+        None => {
+            let first = all
+                .into_iter()
+                .filter(|d| d.name_any() == name && attached(d, group, &labels))
+                .min_by_key(|d| claim_key(d));
+            Standing::Unclaimed { candidate: first.is_none_or(|f| claim_key(f) >= claim_key(db)) }
         }
-        _ => Standing::Authoritative,
     }
+}
+
+/// The claims `group` should hold once stale ones are dropped: a claim
+/// whose MysqlDatabase is gone (deleted, attached elsewhere, or its
+/// namespace no longer accepted) is dropped only when no other accepted
+/// MysqlDatabase wants the name, so nobody takes a name over without a
+/// person deciding; `released` names an instance a cluster admin released.
+/// Returns `None` when nothing changes.
+pub fn pruned_claims<'a>(
+    group: &MysqlFailoverGroup,
+    all: impl IntoIterator<Item = &'a MysqlDatabase>,
+    labels: impl Fn(&str) -> Option<BTreeMap<String, String>>,
+    released: Option<&str>,
+) -> Option<Vec<bloodraven_api::v1alpha1::InstanceClaim>> {
+    let claims = group.status.as_ref().map(|s| s.instance_claims.clone()).unwrap_or_default();
+    let all: Vec<&MysqlDatabase> = all.into_iter().collect();
+    let keep: Vec<_> = claims
+        .iter()
+        .filter(|c| {
+            if released == Some(c.instance.as_str()) {
+                return false;
+            }
+            let mut wanting =
+                all.clone().into_iter().filter(|d| d.name_any() == c.instance && attached(d, group, &labels));
+            let holder_present = wanting.clone().any(|d| d.namespace().as_deref() == Some(c.namespace.as_str()));
+            holder_present || wanting.next().is_some()
+        })
+        .cloned()
+        .collect();
+    (keep.len() != claims.len()).then_some(keep)
 }
 
 /// The watch caches authority is decided from.
@@ -272,45 +329,69 @@ mod tests {
         assert!(!namespace_allowed(&group(NamespacesFrom::Selector, only(&["app"])), None), "unknown namespace");
     }
 
+    fn claimed(mut g: MysqlFailoverGroup, claims: &[(&str, &str)]) -> MysqlFailoverGroup {
+        let status = g.status.get_or_insert_with(Default::default);
+        status.instance_claims = claims
+            .iter()
+            .map(|(i, n)| bloodraven_api::v1alpha1::InstanceClaim { instance: (*i).into(), namespace: (*n).into() })
+            .collect();
+        g
+    }
+
     #[test]
-    fn the_oldest_allowed_database_of_a_name_is_the_authority() {
-        let g = group(NamespacesFrom::All, None);
-        let victim = db("counter-app", "counter-app", 0);
-        let attacker = db("tenant-b", "counter-app", 10);
-        let all = [victim.clone(), attacker.clone()];
+    fn the_claim_speaks_for_a_name_however_old_the_others_are() {
+        let victim = db("counter-app", "counter-app", 10);
+        // Attack input: created earlier, attached (or accepted) later.
+        let parked = db("tenant-b", "counter-app", 0);
+        let all = [victim.clone(), parked.clone()];
+        let g = claimed(group(NamespacesFrom::All, None), &[("counter-app", "counter-app")]);
         assert_eq!(standing(&victim, Some(&g), &all, names), Standing::Authoritative);
         assert_eq!(
-            standing(&attacker, Some(&g), &all, names),
+            standing(&parked, Some(&g), &all, names),
             Standing::NameConflict { namespace: "counter-app".into() }
         );
-        // A different name is no conflict.
+        // A different name is no conflict; nobody claimed it yet.
         let other = db("tenant-b", "other-app", 10);
-        assert_eq!(standing(&other, Some(&g), [&victim, &other], names), Standing::Authoritative);
+        assert_eq!(standing(&other, Some(&g), [&victim, &other], names), Standing::Unclaimed { candidate: true });
         // No group: no standing.
         assert_eq!(standing(&victim, None, &all, names), Standing::GroupNotFound);
     }
 
     #[test]
-    fn a_database_from_a_namespace_not_allowed_neither_acts_nor_squats() {
+    fn of_several_first_claimants_the_oldest_claims() {
+        let g = group(NamespacesFrom::All, None);
+        let (a, b) = (db("aaa", "x", 5), db("bbb", "x", 5));
+        let all = [b.clone(), a.clone()];
+        assert_eq!(standing(&a, Some(&g), &all, names), Standing::Unclaimed { candidate: true });
+        assert_eq!(standing(&b, Some(&g), &all, names), Standing::Unclaimed { candidate: false });
+    }
+
+    #[test]
+    fn a_database_from_a_namespace_not_allowed_neither_acts_nor_claims() {
         let g = group(NamespacesFrom::Selector, only(&["counter-app"]));
         let squatter = db("tenant-b", "counter-app", 0);
         let victim = db("counter-app", "counter-app", 10);
         let all = [squatter.clone(), victim.clone()];
         assert_eq!(standing(&squatter, Some(&g), &all, names), Standing::NamespaceNotAllowed);
-        assert_eq!(
-            standing(&victim, Some(&g), &all, names),
-            Standing::Authoritative,
-            "the older squatter does not count"
-        );
+        assert_eq!(standing(&victim, Some(&g), &all, names), Standing::Unclaimed { candidate: true });
     }
 
     #[test]
-    fn ties_are_broken_by_namespace() {
-        let g = group(NamespacesFrom::All, None);
-        let a = db("aaa", "x", 5);
-        let b = db("bbb", "x", 5);
-        let all = [b.clone(), a.clone()];
-        assert_eq!(standing(&a, Some(&g), &all, names), Standing::Authoritative);
-        assert_eq!(standing(&b, Some(&g), &all, names), Standing::NameConflict { namespace: "aaa".into() });
+    fn a_claim_outlives_its_database_only_while_someone_else_wants_the_name() {
+        let g = claimed(group(NamespacesFrom::All, None), &[("counter-app", "counter-app"), ("gone", "x")]);
+        let victim = db("counter-app", "counter-app", 10);
+        let squatter = db("tenant-b", "counter-app", 0);
+        let first = g.status.as_ref().unwrap().instance_claims[0].clone();
+        // Everyone in place: only the claim nobody wants goes.
+        assert_eq!(pruned_claims(&g, &[victim.clone(), squatter.clone()], names, None), Some(vec![first.clone()]));
+        // The victim deleted (a replace --force): the squatter wants the name,
+        // so the claim stays for the victim's return.
+        assert_eq!(pruned_claims(&g, std::slice::from_ref(&squatter), names, None), Some(vec![first]));
+        // Nobody wants it: dropped.
+        let g1 = claimed(group(NamespacesFrom::All, None), &[("counter-app", "counter-app")]);
+        assert_eq!(pruned_claims(&g1, &[], names, None), Some(vec![]));
+        // A cluster admin released it.
+        assert_eq!(pruned_claims(&g1, &[victim.clone(), squatter.clone()], names, Some("counter-app")), Some(vec![]));
+        assert_eq!(pruned_claims(&g1, &[victim, squatter], names, None), None);
     }
 }

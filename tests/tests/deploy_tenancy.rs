@@ -69,7 +69,7 @@ async fn a_tenant_cannot_take_over_another_tenants_migration() {
     let patch = json!({"spec": {"allowedDatabases": {"namespaces": {"from": "All", "selector": null}}}});
     sc.cluster.groups().patch(&victim.group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     let why = wait_database_reason(&sc.cluster, &tenant.name, "counter-app", "NameConflict").await;
-    assert!(why.contains(&format!("{}/counter-app", sc.ns.name)), "{why}");
+    assert!(why.contains(&format!("namespace {} claimed", sc.ns.name)), "{why}");
     wait_object_event(&sc.cluster, &tenant.name, "counter-app", "NameConflict").await;
     wait_database_reason(&sc.cluster, &sc.ns.name, "counter-app", "GroupFound").await;
     refusals("name conflict").await;
@@ -109,6 +109,60 @@ async fn a_tenant_cannot_take_over_another_tenants_migration() {
     assert_eq!(victim.delete("migration", "op-v", &m_token).await.status, 204);
     let g = victim.get().await;
     assert_eq!(g.body["leases"], json!([]), "{g:?}");
+}
+
+/// Attack inputs: a MysqlDatabase parked elsewhere (older, attached
+/// later), and the victim's own MysqlDatabase deleted and re-created under
+/// the same name (a `replace --force`, a GitOps prune) while a squatter of
+/// the name waits: neither moves the name.
+#[tokio::test]
+async fn a_claimed_name_is_never_taken_over() {
+    let (sc, _op, victim) = setup("claims").await;
+    let groups = sc.cluster.groups();
+    let all = json!({"spec": {"allowedDatabases": {"namespaces": {"from": "All", "selector": null}}}});
+    groups.patch(&victim.group, &PatchParams::default(), &Patch::Merge(&all)).await.unwrap();
+    // The squatter's object exists before the victim's, pointed at no group.
+    let tenant = sc.cluster.namespace("claims-b").await;
+    deploy::service_account(&sc.cluster, &tenant.name, "pipe").await;
+    deploy::database(&sc.cluster, &tenant.name, "ledger", "parked-nowhere", &[(&tenant.name, "pipe")]).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await; // a strictly older creationTimestamp
+    deploy::database(&sc.cluster, &sc.ns.name, "ledger", &victim.group, &[(&sc.ns.name, "deployer")]).await;
+    let m = victim.post_until(201, "migration", "op-l", "ledger", 30).await;
+    let m_token = token_of(&m);
+    let started = victim.put_body("migration", "op-l", json!({"token": m_token, "ddlState": "started"})).await;
+    assert_eq!(started.status, 200);
+    let g = groups.get(&victim.group).await.unwrap();
+    let claims = g.status.unwrap().instance_claims;
+    assert!(claims.iter().any(|c| c.instance == "ledger" && c.namespace == sc.ns.name), "{claims:?}");
+
+    // 1. The parked object is attached to the group: it is the newer claimant, however old.
+    let dbs: Api<MysqlDatabase> = Api::namespaced(sc.cluster.client.clone(), &tenant.name);
+    let attach = json!({"spec": {"failoverGroupRef": {"name": victim.group}}});
+    dbs.patch("ledger", &PatchParams::default(), &Patch::Merge(&attach)).await.unwrap();
+    wait_database_reason(&sc.cluster, &tenant.name, "ledger", "NameConflict").await;
+    let squatter = victim.as_caller(deploy::token(&sc.cluster, &tenant.name, "pipe", &["bloodraven-deploy"]).await);
+    assert_eq!(squatter.post("migration", "op-s", "ledger", 30).await.status, 403);
+    let r = victim.put("migration", "op-l", &m_token).await;
+    assert_eq!(r.status, 200, "the victim is never fenced by a later claimant: {r:?}");
+    assert_eq!(victim.delete("migration", "op-l", &m_token).await.status, 204);
+
+    // 2. The victim's object deleted and re-created: the claim waits for it.
+    let mine: Api<MysqlDatabase> = Api::namespaced(sc.cluster.client.clone(), &sc.ns.name);
+    mine.delete("ledger", &kube::api::DeleteParams::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await; // several probes of the group
+    assert_eq!(squatter.post("migration", "op-s", "ledger", 30).await.status, 403, "the squatter never gets the name");
+    deploy::database(&sc.cluster, &sc.ns.name, "ledger", &victim.group, &[(&sc.ns.name, "deployer")]).await;
+    wait_database_reason(&sc.cluster, &sc.ns.name, "ledger", "GroupFound").await;
+    let again = victim.post_until(201, "migration", "op-l2", "ledger", 30).await;
+    assert_eq!(victim.delete("migration", "op-l2", &token_of(&again)).await.status, 204);
+    wait_database_reason(&sc.cluster, &tenant.name, "ledger", "NameConflict").await;
+
+    // 3. A cluster admin hands the name over: released, the remaining claimant takes it.
+    mine.delete("ledger", &kube::api::DeleteParams::default()).await.unwrap();
+    let release = json!({"metadata": {"annotations": {"bloodraven.shipstream.io/release-instance": "ledger"}}});
+    groups.patch(&victim.group, &PatchParams::default(), &Patch::Merge(&release)).await.unwrap();
+    wait_database_reason(&sc.cluster, &tenant.name, "ledger", "GroupFound").await;
+    squatter.post_until(201, "migration", "op-s2", "ledger", 30).await;
 }
 
 #[tokio::test]

@@ -110,7 +110,7 @@ pub mod reason {
     pub const GROUP_FOUND: &str = "GroupFound";
     /// The MysqlDatabase's namespace is not allowed by its group's `spec.allowedDatabases`.
     pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
-    /// An older MysqlDatabase of the same name on the same group speaks for the name.
+    /// Another namespace's MysqlDatabase of the same name has claimed the name on the group.
     pub const NAME_CONFLICT: &str = "NameConflict";
     /// A deploy lease was revoked or lapsed after its operation reported
     /// `ddlState: started`: a person must verify the schema.

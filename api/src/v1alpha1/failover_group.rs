@@ -243,6 +243,16 @@ pub struct MysqlFailoverGroupStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["site"]))]
     pub health: Vec<SiteHealth>,
+    /// Which namespace's MysqlDatabase speaks for each instance name of the
+    /// group: the first accepted MysqlDatabase of a name claims it, and keeps
+    /// it while it exists (deleting and re-creating it in the same namespace
+    /// keeps it too); a same-named one elsewhere is a conflict, however old.
+    /// A claim whose MysqlDatabase is gone is dropped only when no other
+    /// claims the name, or by the `release-instance` annotation. Written by
+    /// the operator.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["instance"]))]
+    pub instance_claims: Vec<InstanceClaim>,
     /// The planned failover in progress or last finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned_failover: Option<PlannedFailoverStatus>,
@@ -254,6 +264,16 @@ pub struct MysqlFailoverGroupStatus {
     /// `metadata.generation` of the spec the status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+/// An instance name and the namespace whose MysqlDatabase speaks for it.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InstanceClaim {
+    /// The instance: a MysqlDatabase name.
+    pub instance: String,
+    /// The namespace of the MysqlDatabase that claimed it.
+    pub namespace: String,
 }
 
 /// The result of the last probe of one site.

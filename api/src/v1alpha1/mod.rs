@@ -11,7 +11,7 @@ mod failover_group;
 pub use conditions::{ConditionType, reason};
 pub use database::{DeploymentClient, FailoverGroupRef, MysqlDatabase, MysqlDatabaseSpec, MysqlDatabaseStatus};
 pub use failover_group::{
-    AllowedDatabases, DatabaseNamespaces, FailoverPolicy, MysqlFailoverGroup, MysqlFailoverGroupSpec,
+    AllowedDatabases, DatabaseNamespaces, FailoverPolicy, InstanceClaim, MysqlFailoverGroup, MysqlFailoverGroupSpec,
     MysqlFailoverGroupStatus, NamespacesFrom, PlannedFailoverAdmission, PlannedFailoverRequest, PlannedFailoverStatus,
     SecretRef, Site, SiteHealth,
 };

@@ -11,8 +11,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloodraven_api::names::OBSERVER_FIELD_MANAGER;
-use bloodraven_api::v1alpha1::{MysqlDatabase, MysqlFailoverGroup, reason};
+use bloodraven_api::names::{CLAIMS_FIELD_MANAGER, OBSERVER_FIELD_MANAGER, RELEASE_INSTANCE_ANNOTATION};
+use bloodraven_api::v1alpha1::{InstanceClaim, MysqlDatabase, MysqlFailoverGroup, reason};
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -73,38 +73,16 @@ pub async fn run(ctx: Ctx, shutdown: impl std::future::Future<Output = ()> + Sen
         .await;
 }
 
-fn refs(
-    store: &kube::runtime::reflector::Store<MysqlDatabase>,
-    keep: impl Fn(&MysqlDatabase) -> bool,
-) -> Vec<ObjectRef<MysqlDatabase>> {
-    store.state().into_iter().filter(|db| keep(db)).map(|db| ObjectRef::from_obj(&*db)).collect()
-}
-
-#[allow(clippy::needless_pass_by_value)] // the signature kube's Controller::run requires
-fn error_policy(db: Arc<MysqlDatabase>, err: &Error, ctx: Ctx) -> Action {
-    ctx.metrics.reconcile_errors_total.with_label_values(&[CONTROLLER, err.reason()]).inc();
-    tracing::warn!(database = %db.name_any(), reason = err.reason(), error = %err, "database reconcile failed");
-    Action::requeue(Duration::from_secs(5))
-}
-
-async fn reconcile(db: Arc<MysqlDatabase>, ctx: Ctx) -> Result<Action, Error> {
-    ctx.metrics.reconcile_total.with_label_values(&[CONTROLLER]).inc();
-    if !ctx.leadership.is_leader() {
-        return Ok(Action::requeue(RECHECK));
-    }
-    let name = db.meta().name.clone().ok_or(Error::NoName)?;
-    let namespace = db.namespace().ok_or(Error::NoName)?;
-    let group_name = &db.spec.failover_group_ref.name;
-    let group = match ctx.tolerant.get::<MysqlFailoverGroup>(None, group_name).await {
-        Ok(group) => Ok(group),
-        Err(ReadError::Invalid(err)) => Err(err),
-        Err(ReadError::Kube(err)) => return Err(kube_err("read the failover group")(err)),
-    };
-    let all = ctx.authority.databases.state();
-    let standing = group.as_ref().ok().map(|group| {
-        authority::standing(&db, group.as_ref(), all.iter().map(AsRef::as_ref), |ns| ctx.authority.labels(ns))
-    });
-    let computed = match (&standing, &group) {
+/// The `Ready` condition of a MysqlDatabase from its standing (`None` when
+/// the group's read failed) and how the group read went.
+fn ready_condition(
+    standing: Option<&Standing>,
+    group: Result<(), &crate::tolerant::DecodeError>,
+    name: &str,
+    namespace: &str,
+    group_name: &str,
+) -> Computed {
+    match (standing, group) {
         (_, Err(err)) => Computed::flag(
             "Ready",
             false,
@@ -138,10 +116,79 @@ async fn reconcile(db: Arc<MysqlDatabase>, ctx: Ctx) -> Result<Action, Error> {
             false,
             reason::NAME_CONFLICT,
             format!(
-                "the older MysqlDatabase {holder}/{name} already speaks for instance {name} on failover group {group_name}; this one grants no deploy-API authority: rename it"
+                "namespace {holder} claimed instance {name} on failover group {group_name} (status.instanceClaims); this MysqlDatabase grants no deploy-API authority: rename it, or have a cluster admin hand the name over with the annotation {RELEASE_INSTANCE_ANNOTATION}={name} on the group"
             ),
         ),
+        (Some(Standing::Unclaimed { .. }), _) => Computed::flag(
+            "Ready",
+            false,
+            reason::NAME_CONFLICT,
+            format!(
+                "an older MysqlDatabase named {name} in another namespace claims instance {name} on failover group {group_name} first; this one grants no deploy-API authority: rename it"
+            ),
+        ),
+    }
+}
+
+/// Claims instance `name` on `group` for `namespace` (leader only): a merge
+/// patch of `status.instanceClaims` carrying the resourceVersion read, so
+/// two claimants racing for a name cannot both win (the loser gets a 409
+/// and is reconciled again).
+async fn claim(ctx: &super::Context, group: &MysqlFailoverGroup, name: &str, namespace: &str) -> Result<(), Error> {
+    if !ctx.leadership.is_leader() {
+        return Ok(());
+    }
+    let mut claims = group.status.as_ref().map(|s| s.instance_claims.clone()).unwrap_or_default();
+    claims.push(InstanceClaim { instance: name.to_owned(), namespace: namespace.to_owned() });
+    let patch = json!({
+        "metadata": { "resourceVersion": group.resource_version() },
+        "status": { "instanceClaims": claims },
+    });
+    let params = PatchParams { field_manager: Some(CLAIMS_FIELD_MANAGER.into()), ..PatchParams::default() };
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    api.patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("claim the instance name on the failover group"))?;
+    tracing::info!(group = %group.name_any(), instance = name, namespace, "instance name claimed");
+    Ok(())
+}
+
+fn refs(
+    store: &kube::runtime::reflector::Store<MysqlDatabase>,
+    keep: impl Fn(&MysqlDatabase) -> bool,
+) -> Vec<ObjectRef<MysqlDatabase>> {
+    store.state().into_iter().filter(|db| keep(db)).map(|db| ObjectRef::from_obj(&*db)).collect()
+}
+
+#[allow(clippy::needless_pass_by_value)] // the signature kube's Controller::run requires
+fn error_policy(db: Arc<MysqlDatabase>, err: &Error, ctx: Ctx) -> Action {
+    ctx.metrics.reconcile_errors_total.with_label_values(&[CONTROLLER, err.reason()]).inc();
+    tracing::warn!(database = %db.name_any(), reason = err.reason(), error = %err, "database reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn reconcile(db: Arc<MysqlDatabase>, ctx: Ctx) -> Result<Action, Error> {
+    ctx.metrics.reconcile_total.with_label_values(&[CONTROLLER]).inc();
+    if !ctx.leadership.is_leader() {
+        return Ok(Action::requeue(RECHECK));
+    }
+    let name = db.meta().name.clone().ok_or(Error::NoName)?;
+    let namespace = db.namespace().ok_or(Error::NoName)?;
+    let group_name = &db.spec.failover_group_ref.name;
+    let group = match ctx.tolerant.get::<MysqlFailoverGroup>(None, group_name).await {
+        Ok(group) => Ok(group),
+        Err(ReadError::Invalid(err)) => Err(err),
+        Err(ReadError::Kube(err)) => return Err(kube_err("read the failover group")(err)),
     };
+    let all = ctx.authority.databases.state();
+    let mut standing = group.as_ref().ok().map(|group| {
+        authority::standing(&db, group.as_ref(), all.iter().map(AsRef::as_ref), |ns| ctx.authority.labels(ns))
+    });
+    if let (Some(Standing::Unclaimed { candidate: true }), Ok(Some(g))) = (&standing, &group) {
+        claim(&ctx, g, &name, &namespace).await?;
+        standing = Some(Standing::Authoritative);
+    }
+    let computed = ready_condition(standing.as_ref(), group.as_ref().map(drop), &name, &namespace, group_name);
     let previous = db.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     if previous.iter().any(|c| {
         c.type_ == computed.type_

@@ -15,6 +15,7 @@
 //!   the probe interval).
 
 pub mod assess;
+mod claims;
 pub mod cleanup;
 mod decision;
 mod deploy_leases;
@@ -103,6 +104,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         return Ok(Action::await_change());
     }
     let group = cleanup::ensure_finalizer(&ctx, group).await?;
+    claims::maintain(&ctx, &group).await?;
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     let previous = group.status.clone().unwrap_or_default();
 

@@ -67,6 +67,7 @@ fn state(user: &'static str, seen: Arc<Mutex<Vec<String>>>) -> DeployState {
         "apiVersion": "bloodraven.shipstream.io/v1alpha1", "kind": "MysqlFailoverGroup",
         "metadata": {"name": "playground", "uid": "g1"},
         "spec": {"sites": [], "initialActiveSite": "iad", "allowedDatabases": {"namespaces": {"from": "All"}}},
+        "status": {"instanceClaims": [{"instance": "counter-app", "namespace": "counter-app"}]},
     }))
     .unwrap();
     let db: MysqlDatabase = serde_json::from_value(serde_json::json!({
