@@ -95,6 +95,29 @@ pub async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
         return Ok(());
     }
     let name = group.name_any();
+    // What a person still owed the group goes with it: say so, once, first.
+    let key = crate::deploy_api::lease::store::GroupKey::of(group);
+    let pending = ctx.leases.verifications(&key).await.map_err(|e| Error::Deploy(e.to_string()))?;
+    if !pending.is_empty() {
+        let ops: Vec<String> = pending
+            .iter()
+            .map(|p| format!("{} (instance {})", p.verification.operation_id, p.verification.instance))
+            .collect();
+        let note = format!(
+            "group deleted with schema verifications still pending for {}: verify those schemas by hand",
+            ops.join(", ")
+        );
+        super::publish(
+            ctx,
+            group,
+            kube::runtime::events::EventType::Warning,
+            "SchemaVerificationDiscarded",
+            note,
+            "Finalize",
+            None,
+        )
+        .await;
+    }
     ctx.leases.forget_group(&name).await.map_err(|e| Error::Deploy(e.to_string()))?;
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     record::delete(&records, &name).await;
