@@ -9,6 +9,7 @@ pub mod controller;
 pub mod deploy_api;
 pub mod http;
 pub mod leader;
+pub mod lease;
 pub mod metrics;
 pub mod mysql;
 pub mod telemetry;
@@ -85,7 +86,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         credentials_namespace: config.credentials_namespace.clone().unwrap_or_else(|| config.namespace.clone()),
         deploy,
         authority,
-        leases: deploy_api::lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
+        leases: lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
         tolerant,
     });
     tokio::spawn(controller::failover_group::cleanup::sweep_while_leading(ctx.clone()));
@@ -117,7 +118,7 @@ fn start_deploy_api(
     leadership: &leader::Leadership,
     metrics: &metrics::Metrics,
     stop_rx: &watch::Receiver<bool>,
-) -> anyhow::Result<Option<deploy_api::service::Service>> {
+) -> anyhow::Result<Option<lease::service::Service>> {
     if !config.deploy_api_enabled {
         return Ok(None);
     }
@@ -128,8 +129,8 @@ fn start_deploy_api(
     };
     let tls = deploy_api::tls::load_and_watch(cert, key, std::time::Duration::from_secs(config.tls_reload_seconds))
         .context("failed to load the deploy API certificate")?;
-    let service = deploy_api::service::Service::new(
-        deploy_api::lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
+    let service = lease::service::Service::new(
+        lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
         tolerant.clone(),
     )
     .with_group_cache(authority.groups.clone());

@@ -28,12 +28,12 @@ pub struct Context {
     /// The only namespace site credentials are read from.
     pub credentials_namespace: String,
     /// The deploy-lease service, when the deploy API is enabled.
-    pub deploy: Option<crate::deploy_api::service::Service>,
+    pub deploy: Option<crate::lease::service::Service>,
     /// Watch caches for MysqlDatabase standing (namespaces, name conflicts).
     pub authority: crate::authority::Authority,
     /// The deploy-lease store (cleanup and verification records, whether or
     /// not the deploy API is enabled).
-    pub leases: crate::deploy_api::lease::store::Store,
+    pub leases: crate::lease::store::Store,
     /// The tolerant reader of Bloodraven's custom resources (watches and gets).
     pub tolerant: crate::tolerant::Tolerant,
 }
@@ -77,7 +77,7 @@ impl Error {
     }
 
     /// Wraps a deploy-lease service error.
-    pub fn deploy(err: &crate::deploy_api::service::ServiceError) -> Self {
+    pub fn deploy(err: &crate::lease::service::ServiceError) -> Self {
         Error::Deploy(err.to_string())
     }
 }

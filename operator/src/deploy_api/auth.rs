@@ -19,7 +19,7 @@ use bloodraven_api::names::DEPLOY_AUDIENCE;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use kube::api::{Api, PostParams};
 
-use super::lease::store::token_sha256;
+use crate::lease::store::token_sha256;
 
 pub use crate::authority::Caller;
 

@@ -3,17 +3,16 @@
 //! Leases and fenced by the group's topology generation (lease seed,
 //! DESIGN.md "Deploy API").
 //!
-//! - `lease::machine`: the pure state machine (property-tested).
-//! - `lease::store`: its storage on Lease objects, compare-and-swap.
-//! - `service`: read → decide → write, retried on conflict.
-//! - `auth`: TokenReview (audience `bloodraven-deploy`) and deploymentClients.
+//! The lease domain itself (state machine, storage, the service both this
+//! API and the reconcilers call) is `crate::lease`; this module is only its
+//! HTTP transport:
+//! - `auth`: TokenReview (audience `bloodraven-deploy`); who may act for an
+//!   instance is `crate::authority`'s.
 //! - `router`: the HTTP surface, served by `bloodraven-serving` (TLS 1.2/1.3,
 //!   HTTP/1.1 only, the listener bounds, certificate reloads).
 
 pub mod auth;
-pub mod lease;
 pub mod router;
-pub mod service;
 
 pub use bloodraven_serving::{limits, tls};
 
@@ -33,7 +32,7 @@ use crate::tolerant::{Findings, Tolerant};
 #[derive(Clone, Debug)]
 pub struct DeployState {
     /// The lease service.
-    pub service: service::Service,
+    pub service: crate::lease::service::Service,
     /// Token reviews.
     pub auth: auth::Authenticator,
     /// Who may act for which instance (watch caches).
@@ -76,7 +75,7 @@ pub async fn group_reflector(
 }
 
 /// Keeps `bloodraven_deploy_leases_active{group,kind}` current (leader only).
-pub async fn track_active_leases(service: service::Service, metrics: Metrics, leadership: Leadership) {
+pub async fn track_active_leases(service: crate::lease::service::Service, metrics: Metrics, leadership: Leadership) {
     loop {
         tokio::time::sleep(Duration::from_secs(5)).await;
         if !leadership.is_leader() {

@@ -31,9 +31,9 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 
 use super::auth::{AuthError, Caller};
-use super::lease::machine::{Actor, Refusal, RevokeReason, UNSTABLE_RETRY_AFTER_SECONDS};
-use super::service::ServiceError;
 use super::{DeployState, limits};
+use crate::lease::machine::{Actor, Refusal, RevokeReason, UNSTABLE_RETRY_AFTER_SECONDS};
+use crate::lease::service::ServiceError;
 
 /// Longest accepted token in a PUT/DELETE body.
 const MAX_TOKEN_LEN: usize = 512;

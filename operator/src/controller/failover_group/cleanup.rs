@@ -96,7 +96,7 @@ pub async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
     }
     let name = group.name_any();
     // What a person still owed the group goes with it: say so, once, first.
-    let key = crate::deploy_api::lease::store::GroupKey::of(group);
+    let key = crate::lease::store::GroupKey::of(group);
     let pending = ctx.leases.verifications(&key).await.map_err(|e| Error::Deploy(e.to_string()))?;
     if !pending.is_empty() {
         let ops: Vec<String> = pending

@@ -24,7 +24,7 @@ use serde_json::json;
 use super::publish;
 use crate::controller::conditions::Computed;
 use crate::controller::{Context, Error, kube_err};
-use crate::deploy_api::lease::store::{GroupKey, Pending, tombstone_name};
+use crate::lease::store::{GroupKey, Pending, tombstone_name};
 
 fn lease_ref(ctx: &Context, name: String) -> k8s_openapi::api::core::v1::ObjectReference {
     k8s_openapi::api::core::v1::ObjectReference {
@@ -91,7 +91,7 @@ fn named(value: &str) -> Option<Vec<&str>> {
 pub async fn verification_condition(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Computed, Error> {
     let name = group.name_any();
     let key = GroupKey::of(group);
-    let store_err = |e: crate::deploy_api::lease::store::StoreError| Error::Deploy(e.to_string());
+    let store_err = |e: crate::lease::store::StoreError| Error::Deploy(e.to_string());
     let mut pending = ctx.leases.verifications(&key).await.map_err(store_err)?;
     if !ctx.leadership.is_leader() {
         return Ok(condition_of(&name, &pending));

@@ -109,7 +109,7 @@ pub async fn sweep<S: std::hash::BuildHasher>(
     live: &std::collections::HashMap<String, String, S>,
     listed_at: k8s_openapi::jiff::Timestamp,
 ) -> Result<usize, Error> {
-    use crate::deploy_api::lease::store::created_before;
+    use crate::lease::store::created_before;
     let lp = kube::api::ListParams::default().labels("bloodraven.shipstream.io/record=topology");
     let list = api.list(&lp).await.map_err(kube_err("list decision records"))?;
     let mut deleted = 0;

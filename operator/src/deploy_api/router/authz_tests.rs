@@ -19,8 +19,8 @@ use super::router;
 use crate::authority::Authority;
 use crate::deploy_api::DeployState;
 use crate::deploy_api::auth::Authenticator;
-use crate::deploy_api::lease::store::Store;
-use crate::deploy_api::service::Service;
+use crate::lease::service::Service;
+use crate::lease::store::Store;
 
 /// A stand-in API server: TokenReviews authenticate `user`; anything else
 /// is recorded and answered 500.

@@ -15,11 +15,11 @@ use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::{ObjectRef, Store as Reflector};
 
-use super::lease::machine::{
+use super::machine::{
     self, Actor, CreateRequest, Grant, Granted, GroupFacts, Outcome, Refusal, RevokeReason, Slots, Tombstone,
     Verification,
 };
-use super::lease::store::{GroupKey, Read, Store, StoreError, token_sha256};
+use super::store::{GroupKey, Read, Store, StoreError, token_sha256};
 use crate::tolerant::{ReadError, Tolerant};
 
 /// How often a decision is retried after a concurrent write.

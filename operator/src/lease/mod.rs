@@ -1,0 +1,17 @@
+//! The lease domain: deploy leases (the migration mutex and the
+//! failover-hold), their tombstones and verification records, and
+//! revocation — one module with a small interface that the deploy API's
+//! HTTP handlers and the reconcilers (and the failover engine to come) both
+//! use; neither reaches into the other.
+//!
+//! - [`machine`]: the pure state machine, property-tested (lease seed,
+//!   "Two leases, in one order", "What a hold holds", "The generation is
+//!   the fence").
+//! - [`store`]: its storage on `coordination.k8s.io/v1` Lease objects in the
+//!   operator's namespace, compare-and-swap, bound to the group's UID.
+//! - [`service`]: the interface: read → decide → write, retried on conflict
+//!   (`create`, `renew`, `release`, `maintain`, `state`).
+
+pub mod machine;
+pub mod service;
+pub mod store;
