@@ -7,6 +7,7 @@ pub mod authority;
 pub mod config;
 pub mod controller;
 pub mod deploy_api;
+pub mod failover;
 pub mod http;
 pub mod leader;
 pub mod lease;

@@ -1,0 +1,218 @@
+//! The planned failover (switchover) as a pure state machine: given the
+//! request's persisted phase and what the engine observes, the one next
+//! action (DESIGN.md "Failover engine"; lease seed "What a hold holds").
+//!
+//! Phases: `Pending → Admitting → (Deferred ↔ Admitting) → Draining →
+//! Promoting → Repointing → Completed | Failed`.
+//!
+//! Order, so that no lease holder and no client can write to two primaries:
+//! admission (a live failover-hold defers; the target must be ready) →
+//! fence the old primary → bounded catch-up of the target → the decision
+//! (record, then status: active = target, generation + 1) → promote the
+//! target → repoint the old primary → done. A fence or catch-up that cannot
+//! finish in its bound unfences the old primary and fails, with no decision.
+//!
+//! Crash safety: the engine persists only the phase (in status) and the
+//! decision (record + status). Every action is chosen from them and fresh
+//! observations, so a new leader resumes where the old one stopped; the
+//! decision is taken only while the decided active site is not yet the
+//! target, so a request never bumps the generation twice.
+//!
+//! Invariants (property-tested below on a simulated pair of sites, with
+//! failures and crashes injected at every step): at most one writable site;
+//! the generation moves by exactly one for a completed request and never for
+//! a failed one; a hold defers admission, never a later phase.
+//!
+//! This module is the engine's decision table; the engine that runs the
+//! actions against the sites is built on it (issue 7).
+
+/// A phase of a planned failover, as `status.plannedFailover.phase` spells it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Requested, not yet looked at.
+    Pending,
+    /// Checking holds and the target.
+    Admitting,
+    /// A live failover-hold defers it.
+    Deferred,
+    /// Fencing the old primary and letting the target catch up.
+    Draining,
+    /// Decided; the target is being made the writable primary.
+    Promoting,
+    /// The old primary is being made a replica of the new one.
+    Repointing,
+    /// Done.
+    Completed,
+    /// Ended without a decision (or, after one, could not finish repointing).
+    Failed,
+}
+
+impl Phase {
+    /// The status spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Admitting => "Admitting",
+            Phase::Deferred => "Deferred",
+            Phase::Draining => "Draining",
+            Phase::Promoting => "Promoting",
+            Phase::Repointing => "Repointing",
+            Phase::Completed => "Completed",
+            Phase::Failed => "Failed",
+        }
+    }
+
+    /// Parses the status spelling.
+    pub fn parse(s: &str) -> Option<Phase> {
+        [
+            Phase::Pending,
+            Phase::Admitting,
+            Phase::Deferred,
+            Phase::Draining,
+            Phase::Promoting,
+            Phase::Repointing,
+            Phase::Completed,
+            Phase::Failed,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == s)
+    }
+
+    /// Whether the request is over.
+    pub const fn is_final(self) -> bool {
+        matches!(self, Phase::Completed | Phase::Failed)
+    }
+}
+
+/// What the engine observes for one step of a request to move the primary to `target`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Facts {
+    /// The decided active site (record and status agree).
+    pub active: String,
+    /// The target of the request.
+    pub target: String,
+    /// A live failover-hold: `(operationId, instance)`.
+    pub hold: Option<(String, String)>,
+    /// Whether the target is ready: reachable, replicating from the active
+    /// site with both threads running, lag ≤ `maxLagSeconds`, no errant
+    /// GTIDs; else what to fix.
+    pub target_ready: Result<(), String>,
+    /// Whether the old primary (the active site before the decision) is fenced (read-only, sessions ended).
+    pub old_fenced: bool,
+    /// The outcome of the last fence attempt in this phase, if any failed: why.
+    pub fence_failed: Option<String>,
+    /// The catch-up wait: `None` not done yet, `Some(true)` caught up,
+    /// `Some(false)` it ran out of its bound.
+    pub caught_up: Option<bool>,
+    /// Whether the target is the writable primary with replication stopped.
+    pub target_promoted: bool,
+    /// Whether the old primary replicates from the target.
+    pub old_repointed: bool,
+}
+
+/// The next thing to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Persist the phase (and, for `Deferred`, the blocking hold).
+    Enter(Phase),
+    /// Defer: a hold blocks; retry when it ends (an `Enter(Deferred)` when not there yet).
+    Defer {
+        /// The blocking operationId.
+        operation_id: String,
+        /// Its instance.
+        instance: String,
+    },
+    /// Make `site` read-only and end its client sessions after a bounded grace.
+    Fence(String),
+    /// Wait, bounded, for `site` to apply everything of the fenced primary.
+    CatchUp(String),
+    /// Make `site` writable again (a failed drain).
+    Unfence(String),
+    /// The authoritative change: record, then status (`activeSite = site`,
+    /// generation + 1); revokes every deploy lease.
+    Decide(String),
+    /// Stop replication on `site` and make it writable.
+    Promote(String),
+    /// Make `site` replicate from `source` with GTID auto-position.
+    Repoint {
+        /// The old primary.
+        site: String,
+        /// The new primary.
+        source: String,
+    },
+    /// End the request as failed, with a reason that says what to fix.
+    Fail(String),
+    /// Nothing to do (a final phase).
+    Idle,
+}
+
+/// The next action of a request in `phase` (persisted) with old primary
+/// `old` (the active site when the request was admitted), given `facts`.
+pub fn next(phase: Phase, old: &str, facts: &Facts) -> Action {
+    let decided = facts.active == facts.target;
+    match phase {
+        Phase::Completed | Phase::Failed => Action::Idle,
+        Phase::Pending => Action::Enter(Phase::Admitting),
+        Phase::Admitting | Phase::Deferred => {
+            if decided {
+                // A crash between the decision and the next phase write.
+                return Action::Enter(Phase::Promoting);
+            }
+            if let Some((operation_id, instance)) = &facts.hold {
+                return Action::Defer { operation_id: operation_id.clone(), instance: instance.clone() };
+            }
+            if phase == Phase::Deferred {
+                // The hold ended: revalidate.
+                return Action::Enter(Phase::Admitting);
+            }
+            match &facts.target_ready {
+                Ok(()) => Action::Enter(Phase::Draining),
+                Err(why) => Action::Fail(format!("target {} is not ready: {why}", facts.target)),
+            }
+        }
+        Phase::Draining => {
+            if decided {
+                return Action::Enter(Phase::Promoting);
+            }
+            if let Some(why) = &facts.fence_failed {
+                return if facts.old_fenced {
+                    Action::Unfence(old.to_owned())
+                } else {
+                    Action::Fail(format!("could not fence {old}: {why}"))
+                };
+            }
+            if !facts.old_fenced {
+                return match facts.caught_up {
+                    // Unfenced after a failed catch-up: the request ends.
+                    Some(false) => Action::Fail(format!(
+                        "{} did not catch up with {old} within the bound; {old} is writable again",
+                        facts.target
+                    )),
+                    _ => Action::Fence(old.to_owned()),
+                };
+            }
+            match facts.caught_up {
+                None => Action::CatchUp(facts.target.clone()),
+                Some(false) => Action::Unfence(old.to_owned()),
+                Some(true) => Action::Decide(facts.target.clone()),
+            }
+        }
+        Phase::Promoting => {
+            if facts.target_promoted {
+                Action::Enter(Phase::Repointing)
+            } else {
+                Action::Promote(facts.target.clone())
+            }
+        }
+        Phase::Repointing => {
+            if facts.old_repointed {
+                Action::Enter(Phase::Completed)
+            } else {
+                Action::Repoint { site: old.to_owned(), source: facts.target.clone() }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,194 @@
+use proptest::prelude::*;
+
+use super::*;
+
+fn facts(active: &str, target: &str) -> Facts {
+    Facts {
+        active: active.into(),
+        target: target.into(),
+        hold: None,
+        target_ready: Ok(()),
+        old_fenced: false,
+        fence_failed: None,
+        caught_up: None,
+        target_promoted: false,
+        old_repointed: false,
+    }
+}
+
+#[test]
+fn the_happy_path_in_order() {
+    let mut f = facts("iad", "pdx");
+    assert_eq!(next(Phase::Pending, "iad", &f), Action::Enter(Phase::Admitting));
+    assert_eq!(next(Phase::Admitting, "iad", &f), Action::Enter(Phase::Draining));
+    assert_eq!(next(Phase::Draining, "iad", &f), Action::Fence("iad".into()));
+    f.old_fenced = true;
+    assert_eq!(next(Phase::Draining, "iad", &f), Action::CatchUp("pdx".into()));
+    f.caught_up = Some(true);
+    assert_eq!(next(Phase::Draining, "iad", &f), Action::Decide("pdx".into()));
+    f.active = "pdx".into();
+    assert_eq!(next(Phase::Draining, "iad", &f), Action::Enter(Phase::Promoting));
+    assert_eq!(next(Phase::Promoting, "iad", &f), Action::Promote("pdx".into()));
+    f.target_promoted = true;
+    assert_eq!(next(Phase::Promoting, "iad", &f), Action::Enter(Phase::Repointing));
+    assert_eq!(next(Phase::Repointing, "iad", &f), Action::Repoint { site: "iad".into(), source: "pdx".into() });
+    f.old_repointed = true;
+    assert_eq!(next(Phase::Repointing, "iad", &f), Action::Enter(Phase::Completed));
+    assert_eq!(next(Phase::Completed, "iad", &f), Action::Idle);
+}
+
+#[test]
+fn a_hold_defers_admission_and_the_request_revalidates_after_it() {
+    let mut f = facts("iad", "pdx");
+    f.hold = Some(("op-1".into(), "counter-app".into()));
+    assert_eq!(
+        next(Phase::Admitting, "iad", &f),
+        Action::Defer { operation_id: "op-1".into(), instance: "counter-app".into() }
+    );
+    assert!(matches!(next(Phase::Deferred, "iad", &f), Action::Defer { .. }));
+    f.hold = None;
+    assert_eq!(next(Phase::Deferred, "iad", &f), Action::Enter(Phase::Admitting));
+    // A hold appearing after admission defers nothing.
+    f.hold = Some(("op-2".into(), "counter-app".into()));
+    assert_eq!(next(Phase::Draining, "iad", &f), Action::Fence("iad".into()));
+    // A target that is not ready fails admission with the reason.
+    let mut f = facts("iad", "pdx");
+    f.target_ready = Err("replication lag 30 s > maxLagSeconds 10".into());
+    assert!(matches!(next(Phase::Admitting, "iad", &f), Action::Fail(why) if why.contains("lag")));
+}
+
+#[test]
+fn a_drain_that_runs_out_unfences_and_fails_without_a_decision() {
+    let mut f = facts("iad", "pdx");
+    f.old_fenced = true;
+    f.caught_up = Some(false);
+    assert_eq!(next(Phase::Draining, "iad", &f), Action::Unfence("iad".into()));
+    f.old_fenced = false;
+    assert!(matches!(next(Phase::Draining, "iad", &f), Action::Fail(why) if why.contains("writable again")));
+    let mut f = facts("iad", "pdx");
+    f.fence_failed = Some("lock wait timeout".into());
+    assert!(matches!(next(Phase::Draining, "iad", &f), Action::Fail(why) if why.contains("could not fence")));
+}
+
+#[test]
+fn phases_round_trip_their_spelling() {
+    for p in [Phase::Pending, Phase::Deferred, Phase::Repointing, Phase::Failed] {
+        assert_eq!(Phase::parse(p.as_str()), Some(p));
+    }
+    assert_eq!(Phase::parse("Bogus"), None);
+}
+
+/// A simulated pair of sites the actions run against.
+#[derive(Clone, Debug)]
+struct World {
+    writable: [bool; 2],
+    active: usize,
+    generation: i64,
+    phase: Phase,
+    repointed: bool,
+    decisions: usize,
+}
+
+const NAMES: [&str; 2] = ["iad", "pdx"];
+
+/// What can happen besides the engine's own step.
+#[derive(Clone, Debug)]
+enum Event {
+    Step,
+    Crash,
+    Hold(bool),
+}
+
+fn event() -> impl Strategy<Value = Event> {
+    prop_oneof![8 => Just(Event::Step), 1 => Just(Event::Crash), 1 => any::<bool>().prop_map(Event::Hold)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Runs a request from iad to pdx against the simulated pair, with a
+    /// fence that may fail, a catch-up that may run out, holds coming and
+    /// going, and the engine crashing (losing what it only held in memory)
+    /// at any step; checks the invariants of the module header.
+    #[test]
+    fn one_writable_site_and_one_bump_per_completed_request(
+        events in proptest::collection::vec(event(), 1..80),
+        fence_fails in any::<bool>(),
+        catches_up in any::<bool>(),
+        target_ready in any::<bool>(),
+    ) {
+        let mut w = World { writable: [true, false], active: 0, generation: 4, phase: Phase::Pending, repointed: false, decisions: 0 };
+        let (mut fence_failed, mut caught_up): (Option<String>, Option<bool>) = (None, None);
+        let mut hold = false;
+        let mut admitted = false;
+        for e in events.into_iter().chain(std::iter::repeat_n(Event::Hold(false), 1)).chain(std::iter::repeat_n(Event::Step, 40)) {
+            match e {
+                Event::Crash => { fence_failed = None; caught_up = None; continue; }
+                Event::Hold(on) => { hold = on; continue; }
+                Event::Step => {}
+            }
+            let f = Facts {
+                active: NAMES[w.active].into(),
+                target: "pdx".into(),
+                hold: hold.then(|| ("op".to_owned(), "app".to_owned())),
+                target_ready: if target_ready { Ok(()) } else { Err("not replicating".into()) },
+                old_fenced: !w.writable[0],
+                fence_failed: fence_failed.clone(),
+                caught_up,
+                target_promoted: w.writable[1] && w.active == 1,
+                old_repointed: w.repointed,
+            };
+            let action = next(w.phase, "iad", &f);
+            match action {
+                Action::Idle => break,
+                Action::Enter(p) => {
+                    if p == Phase::Draining { admitted = true; }
+                    w.phase = p;
+                    fence_failed = None;
+                    caught_up = None;
+                }
+                Action::Defer { .. } => {
+                    prop_assert!(!admitted || w.active == 1, "a hold defers admission only");
+                    w.phase = Phase::Deferred;
+                }
+                Action::Fence(s) => {
+                    prop_assert_eq!(s.as_str(), "iad");
+                    if fence_fails { fence_failed = Some("timeout".into()); } else { w.writable[0] = false; }
+                }
+                Action::CatchUp(_) => caught_up = Some(catches_up),
+                Action::Unfence(s) => {
+                    prop_assert_eq!(s.as_str(), "iad");
+                    prop_assert_eq!(w.active, 0, "never unfence a site that lost its role");
+                    w.writable[0] = true;
+                }
+                Action::Decide(s) => {
+                    prop_assert_eq!(s.as_str(), "pdx");
+                    prop_assert_eq!(w.active, 0, "one decision per request");
+                    prop_assert!(!w.writable[0], "decide only with the old primary fenced");
+                    w.active = 1;
+                    w.generation += 1;
+                    w.decisions += 1;
+                }
+                Action::Promote(s) => {
+                    prop_assert_eq!(s.as_str(), "pdx");
+                    prop_assert_eq!(w.active, 1, "promote only after the decision");
+                    w.writable[1] = true;
+                }
+                Action::Repoint { site, source } => {
+                    prop_assert_eq!((site.as_str(), source.as_str()), ("iad", "pdx"));
+                    w.repointed = true;
+                }
+                Action::Fail(_) => w.phase = Phase::Failed,
+            }
+            prop_assert!(!(w.writable[0] && w.writable[1]), "two writable sites: {:?}", w);
+        }
+        prop_assert!(w.phase.is_final(), "the request ends once holds are gone: {:?}", w);
+        if w.phase == Phase::Completed {
+            prop_assert_eq!((w.generation, w.decisions, w.active), (5, 1, 1));
+            prop_assert!(w.writable[1] && !w.writable[0] && w.repointed);
+        } else {
+            prop_assert_eq!((w.generation, w.decisions, w.active), (4, 0, 0), "Failed never moves the generation");
+            prop_assert!(w.writable[0], "the old primary is writable again");
+        }
+    }
+}
