@@ -11,6 +11,7 @@
 //!   and "errant?"; [`statements`] holds the SQL of each failover step for
 //!   each flavour (the failover engine itself is a later piece of work).
 
+pub mod actions;
 pub mod gtid;
 mod observation;
 mod probe;

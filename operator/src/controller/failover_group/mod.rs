@@ -19,6 +19,7 @@ mod claims;
 pub mod cleanup;
 mod decision;
 mod deploy_leases;
+mod reassert;
 pub mod record;
 mod sites;
 
@@ -131,7 +132,13 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         deploy_leases::maintain(&ctx, &group).await?;
     }
     let verification = deploy_leases::verification_condition(&ctx, &group).await?;
-    let probes = sites::probe_all(&group, &ctx).await;
+    let mut probes = sites::probe_all(&group, &ctx).await;
+    if let decision::Resolution::At { site, .. } = &resolution
+        && reassert::reassert(&ctx, &group, site, &probes).await
+    {
+        // Report what the sites are now, not what they were before the fence.
+        probes = sites::probe_all(&group, &ctx).await;
+    }
     let decided = match &resolution {
         decision::Resolution::Undecided { .. } => Decided::Undecided,
         decision::Resolution::At { site, generation, .. } => Decided::At(site, *generation),

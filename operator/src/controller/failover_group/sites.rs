@@ -37,7 +37,7 @@ async fn probe_site(site: &Site, ctx: &Context, timeout: Duration) -> SiteProbe 
 
 /// Reads `username` and `password` from the site's Secret. The failure
 /// message names the Secret and the key, never a value.
-async fn read_credentials(site: &Site, ctx: &Context) -> Result<Credentials, ProbeFailure> {
+pub(crate) async fn read_credentials(site: &Site, ctx: &Context) -> Result<Credentials, ProbeFailure> {
     let r = &site.credentials_secret_ref;
     let fail = |message: String| ProbeFailure { reason: reason::CREDENTIALS_UNAVAILABLE, message };
     if r.namespace != ctx.credentials_namespace {

@@ -1,0 +1,59 @@
+//! Primary reassertion (DESIGN.md "Failover engine"; lease seed: a safety
+//! path that never reads a lease): once a group has a decision, on every
+//! probe a site other than the decided active site that is writable is made
+//! read-only again and its client sessions ended — a replica restarted
+//! without `read_only` in its configuration, or a hand-made promotion, must
+//! not leave two writable sites. One Warning Event `PrimaryReasserted` per
+//! fence says what was done.
+
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::MysqlFailoverGroup;
+use kube::runtime::events::EventType;
+
+use super::assess::SiteProbe;
+use super::{publish, sites};
+use crate::controller::Context;
+use crate::mysql::{ProbeTarget, actions};
+
+/// Fences every writable site other than `active` (leader only); returns
+/// whether it fenced any, so the caller probes again before reporting.
+pub async fn reassert(ctx: &Context, group: &MysqlFailoverGroup, active: &str, probes: &[SiteProbe]) -> bool {
+    let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
+    let mut fenced_any = false;
+    for probe in probes.iter().filter(|p| p.site != active) {
+        let Ok(obs) = &probe.outcome else { continue };
+        if !obs.writable || !ctx.leadership.is_leader() {
+            continue;
+        }
+        let Some(site) = group.site(&probe.site) else { continue };
+        let creds = match sites::read_credentials(site, ctx).await {
+            Ok(c) => c,
+            Err(f) => {
+                tracing::warn!(site = %site.name, reason = f.reason, "cannot fence a writable non-active site: no credentials");
+                continue;
+            }
+        };
+        let target = ProbeTarget { host: site.host.clone(), port: site.port };
+        if !ctx.leadership.is_leader() {
+            return fenced_any;
+        }
+        match actions::fence(&target, &creds, obs.flavor, timeout).await {
+            Ok(done) => {
+                fenced_any = true;
+                let note = format!(
+                    "site {} was writable while {active} is the decided active site; made it read-only again and ended {} client session(s)",
+                    site.name,
+                    done.killed.len()
+                );
+                tracing::warn!(site = %site.name, active, killed = done.killed.len(), "primary reasserted");
+                publish(ctx, group, EventType::Warning, "PrimaryReasserted", note, "Fence", None).await;
+            }
+            Err(err) => {
+                let (reason, message) = crate::mysql::classify(&err);
+                tracing::warn!(site = %site.name, reason, error = %message, "failed to fence a writable non-active site");
+            }
+        }
+    }
+    fenced_any
+}

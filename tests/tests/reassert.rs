@@ -1,0 +1,51 @@
+//! Primary reassertion on the real MariaDB pair (issue 7's input, kept
+//! here as the first safety path): a replica restarted without `read_only`
+//! in its configuration comes back writable; the operator makes it
+//! read-only again and ends its client sessions, with an Event, because the
+//! decision says which site is active.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
+
+use std::time::Duration;
+
+use bloodraven_e2e::fixtures::{Scenario, is_ready_at, wait_event, wait_status};
+use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::wait::wait_for;
+
+const T: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn a_replica_restarted_writable_is_made_read_only_again() {
+    let sc = Scenario::start("reassert", 1, LeaderTimings::default()).await;
+    let name = sc.bootstrapped_group("g").await;
+
+    // The replica's server restarts without read_only: it is writable.
+    sc.pair.stop("pdx");
+    sc.pair.restart("pdx", false);
+    assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "0");
+    // A client session on it (root, which read_only alone would not stop).
+    let session = std::process::Command::new(bloodraven_e2e::repo_root().join("hack/mariadb.sh"))
+        .args(["sql", sc.pair.dir().to_str().unwrap(), "pdx", "SELECT SLEEP(300)"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+
+    let note = wait_event(&sc.cluster, &name, "PrimaryReasserted").await;
+    assert!(note.contains("pdx") && note.contains("iad is the decided active site"), "{note}");
+    assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "1");
+    let session = std::sync::Mutex::new(session);
+    wait_for("the client session on the fenced site to be ended", T, || {
+        let done = session.lock().unwrap().try_wait();
+        async move {
+            match done {
+                Ok(Some(_)) => Ok(()),
+                other => Err(format!("still running: {other:?}")),
+            }
+        }
+    })
+    .await;
+    wait_status(&sc.cluster, &name, "Ready at iad, generation 1", T, |s| is_ready_at(s, "iad", 1)).await;
+    let _ = session.lock().unwrap().kill();
+    sc.cluster.delete_group(&name).await;
+}
