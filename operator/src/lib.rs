@@ -27,6 +27,12 @@ use tokio::sync::watch;
 
 pub use config::Config;
 
+/// Time the controllers get to finish in-flight reconciles after SIGTERM
+/// (a probe is bounded by `probeTimeoutSeconds`, at most 60 s, but the
+/// usual one ends in well under this); within Kubernetes' default 30 s
+/// termination grace period.
+const CONTROLLER_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Runs the operator until SIGTERM or SIGINT.
 pub async fn run(config: Config) -> anyhow::Result<()> {
     let timings = config.leader_timings().map_err(anyhow::Error::msg)?;
@@ -92,10 +98,24 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     });
     tokio::spawn(controller::failover_group::cleanup::sweep_while_leading(ctx.clone()));
     ready.store(true, Ordering::Relaxed);
-    tokio::join!(
-        controller::failover_group::run(ctx.clone(), &config.group_selector, stopped(stop_rx.clone())),
-        controller::database::run(ctx, stopped(stop_rx.clone())),
-    );
+    let controllers = async {
+        tokio::join!(
+            controller::failover_group::run(ctx.clone(), &config.group_selector, stopped(stop_rx.clone())),
+            controller::database::run(ctx, stopped(stop_rx.clone())),
+        );
+    };
+    // A controller stops gracefully once in-flight reconciles end, but one
+    // whose cache never filled (a SIGTERM during start-up) would wait for
+    // it forever: after the signal, the controllers get a bounded grace.
+    tokio::select! {
+        // Asked to stop during start-up: do not start what would only wait.
+        () = async {}, if *stop_rx.borrow() => {}
+        () = controllers => {}
+        () = async {
+            stopped(stop_rx.clone()).await;
+            tokio::time::sleep(CONTROLLER_SHUTDOWN_GRACE).await;
+        } => tracing::warn!(grace_seconds = CONTROLLER_SHUTDOWN_GRACE.as_secs(), "controllers did not stop within their grace; exiting"),
+    }
     // Controllers are down: release leadership before exiting.
     let _ = elector.await;
     match plain.await {

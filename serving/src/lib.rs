@@ -78,7 +78,7 @@ pub async fn serve_tls(
         .acceptor(LimitAcceptor::new(listener, &limits));
     let mut server = axum_server::bind(addr).acceptor(acceptor).handle(handle).http1_only();
     *server.http_builder() = http_builder(&limits);
-    server.serve(router.into_make_service()).await
+    server.serve(close_on_error(router).into_make_service()).await
 }
 
 /// Serves `router` over plain HTTP on `addr` until `shutdown` resolves, with
@@ -95,7 +95,25 @@ pub async fn serve_plain(
     let mut server =
         axum_server::bind(addr).acceptor(LimitAcceptor::new(listener, &limits)).handle(handle).http1_only();
     *server.http_builder() = http_builder(&limits);
-    server.serve(router.into_make_service()).await
+    server.serve(close_on_error(router).into_make_service()).await
+}
+
+/// Every error answer (4xx, 5xx) ends its connection (`Connection: close`).
+/// A client can then keep a connection only by making requests that
+/// succeed — for the deploy API, with the token of an authorized client —
+/// so an unauthenticated client that keeps its connections busy with
+/// requests (one every few seconds, under the idle bound) must reconnect,
+/// which the per-peer cap bounds. Well-behaved clients rarely see an error,
+/// and a reconnect costs them one handshake.
+pub fn close_on_error(router: Router) -> Router {
+    router.layer(axum::middleware::map_response(|mut response: axum::response::Response| async move {
+        if response.status().is_client_error() || response.status().is_server_error() {
+            response
+                .headers_mut()
+                .insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+        }
+        response
+    }))
 }
 
 /// A handle that logs the bound address once listening and shuts the

@@ -3,8 +3,12 @@
 //! watches and its health checks) by opening idle or slow connections
 //! without credentials (issue 6, item 2):
 //!
-//! - at most [`Limits::max_connections`] connections at once; one more is
-//!   closed at accept, before any TLS or HTTP work;
+//! - at most [`Limits::max_connections`] connections at once, and at most
+//!   [`Limits::max_connections_per_peer`] from one peer address; one more is
+//!   closed at accept, before any TLS or HTTP work — so one client that keeps
+//!   reconnecting, or keeps its connections busy with requests, cannot take
+//!   every slot from the others (an unauthenticated answer also closes its
+//!   connection: see the deploy router);
 //! - a TLS handshake must finish within [`Limits::handshake_timeout`];
 //! - only HTTP/1.1 is spoken (see [`crate::configure_http`]): an HTTP/2
 //!   preface is refused like any other malformed request line;
@@ -85,6 +89,19 @@ pub struct Limits {
     pub write_stall_timeout: Duration,
     /// Largest request head in bytes ([`MAX_HEAD_BYTES`]).
     pub max_head_bytes: usize,
+    /// Most connections open at once from one peer IP address (≥ 1):
+    /// [`per_peer_default`] of `max_connections` unless a listener says
+    /// otherwise.
+    pub max_connections_per_peer: usize,
+}
+
+/// The default per-peer cap for a listener of `max_connections`: an eighth
+/// of it, at least 4. A pipeline's sidecar or a Prometheus scrape holds one
+/// or two connections; kubelet probes come from the node's address; so a
+/// well-behaved peer never comes near it, while one peer can take at most
+/// an eighth of the slots.
+pub fn per_peer_default(max_connections: usize) -> usize {
+    (max_connections / 8).max(4).min(max_connections.max(1))
 }
 
 impl Limits {
@@ -97,7 +114,59 @@ impl Limits {
             header_timeout: HEADER_TIMEOUT,
             write_stall_timeout: WRITE_STALL_TIMEOUT,
             max_head_bytes: MAX_HEAD_BYTES,
+            max_connections_per_peer: per_peer_default(max_connections.max(1)),
         }
+    }
+}
+
+/// A stream that knows its peer's address (for the per-peer cap).
+pub trait PeerAddr {
+    /// The peer's IP address, if known.
+    fn peer_ip(&self) -> Option<std::net::IpAddr>;
+}
+
+impl PeerAddr for tokio::net::TcpStream {
+    fn peer_ip(&self) -> Option<std::net::IpAddr> {
+        self.peer_addr().ok().map(|a| a.ip())
+    }
+}
+
+/// Open connections per peer address; a [`PeerSlot`] gives its count back on drop.
+#[derive(Debug, Default)]
+struct Peers(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One connection's place in its peer's count.
+#[derive(Debug)]
+pub(crate) struct PeerSlot {
+    peers: Arc<Peers>,
+    ip: Option<std::net::IpAddr>,
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let Some(ip) = self.ip else { return };
+        let mut map = self.peers.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&ip);
+            }
+        }
+    }
+}
+
+impl Peers {
+    /// Takes a place for `ip` unless it already holds `max` connections.
+    fn take(self: &Arc<Self>, ip: Option<std::net::IpAddr>, max: usize) -> Option<PeerSlot> {
+        if let Some(ip) = ip {
+            let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let n = map.entry(ip).or_insert(0);
+            if *n >= max {
+                return None;
+            }
+            *n += 1;
+        }
+        Some(PeerSlot { peers: self.clone(), ip })
     }
 }
 
@@ -108,6 +177,8 @@ pub(crate) struct LimitAcceptor {
     listener: &'static str,
     slots: Arc<Semaphore>,
     max_connections: usize,
+    peers: Arc<Peers>,
+    max_connections_per_peer: usize,
     write_stall_timeout: Duration,
     refusals: Arc<Refusals>,
 }
@@ -147,6 +218,8 @@ impl LimitAcceptor {
             listener,
             slots: Arc::new(Semaphore::new(limits.max_connections)),
             max_connections: limits.max_connections,
+            peers: Arc::default(),
+            max_connections_per_peer: limits.max_connections_per_peer.max(1),
             write_stall_timeout: limits.write_stall_timeout,
             refusals: Arc::new(Refusals {
                 since_log: AtomicU64::new(0),
@@ -162,10 +235,15 @@ impl LimitAcceptor {
         self.max_connections - self.slots.available_permits()
     }
 
-    /// Wraps `io` in a slot, or refuses it when every slot is taken.
-    pub(crate) fn limit<I>(&self, io: I) -> io::Result<Limited<I>> {
+    /// Wraps `io` in a slot, or refuses it when every slot is taken or its
+    /// peer already holds its share.
+    pub(crate) fn limit<I: PeerAddr>(&self, io: I) -> io::Result<Limited<I>> {
+        let Some(peer) = self.peers.take(io.peer_ip(), self.max_connections_per_peer) else {
+            self.refusals.refused(self.listener, self.max_connections);
+            return Err(io::Error::other("per-peer connection limit reached"));
+        };
         if let Ok(slot) = self.slots.clone().try_acquire_owned() {
-            Ok(Limited::new(io, slot, self.write_stall_timeout))
+            Ok(Limited::new(io, slot, peer, self.write_stall_timeout))
         } else {
             self.refusals.refused(self.listener, self.max_connections);
             Err(io::Error::other("connection limit reached"))
@@ -175,7 +253,7 @@ impl LimitAcceptor {
 
 impl<I, S> Accept<I, S> for LimitAcceptor
 where
-    I: Send + 'static,
+    I: PeerAddr + Send + 'static,
     S: Send + 'static,
 {
     type Stream = Limited<I>;
@@ -199,14 +277,15 @@ where
 pub(crate) struct Limited<I> {
     inner: I,
     _slot: OwnedSemaphorePermit,
+    _peer: PeerSlot,
     write_stall_timeout: Duration,
     /// Armed at the first write that could not proceed; cleared by progress.
     stalled: Option<Pin<Box<Sleep>>>,
 }
 
 impl<I> Limited<I> {
-    fn new(inner: I, slot: OwnedSemaphorePermit, write_stall_timeout: Duration) -> Self {
-        Limited { inner, _slot: slot, write_stall_timeout, stalled: None }
+    fn new(inner: I, slot: OwnedSemaphorePermit, peer: PeerSlot, write_stall_timeout: Duration) -> Self {
+        Limited { inner, _slot: slot, _peer: peer, write_stall_timeout, stalled: None }
     }
 
     /// Called when the inner write is pending: pending until the stall
@@ -278,6 +357,46 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Limited<I> {
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+
+    /// A peer at a given address, for the counting tests.
+    struct From(Option<std::net::IpAddr>);
+
+    impl PeerAddr for From {
+        fn peer_ip(&self) -> Option<std::net::IpAddr> {
+            self.0
+        }
+    }
+
+    impl PeerAddr for () {
+        fn peer_ip(&self) -> Option<std::net::IpAddr> {
+            None
+        }
+    }
+
+    impl PeerAddr for tokio::io::DuplexStream {
+        fn peer_ip(&self) -> Option<std::net::IpAddr> {
+            None
+        }
+    }
+
+    #[test]
+    fn one_peer_takes_at_most_its_share() {
+        let acceptor = LimitAcceptor::new("test", &Limits { max_connections_per_peer: 2, ..Limits::new(8) });
+        let ip = |last: u8| From(Some(std::net::IpAddr::from([127, 0, 0, last])));
+        let a = acceptor.limit(ip(2)).unwrap();
+        let b = acceptor.limit(ip(2)).unwrap();
+        assert!(acceptor.limit(ip(2)).is_err(), "a third connection of one peer is refused");
+        let other = acceptor.limit(ip(1)).unwrap();
+        drop(a);
+        let c = acceptor.limit(ip(2)).unwrap();
+        assert_eq!(acceptor.open_connections(), 3);
+        drop((b, c, other));
+        assert_eq!(acceptor.open_connections(), 0);
+        assert_eq!(per_peer_default(512), 64);
+        assert_eq!(per_peer_default(128), 16);
+        assert_eq!(per_peer_default(4), 4);
+        assert_eq!(per_peer_default(2), 2);
+    }
 
     fn limits(max: usize, stall: Duration) -> Limits {
         Limits { write_stall_timeout: stall, ..Limits::new(max) }

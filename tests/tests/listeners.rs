@@ -172,7 +172,10 @@ impl Env {
     async fn hold(&self, tls: bool, kind: Hold) -> tokio::task::JoinHandle<Option<Duration>> {
         let opened = Instant::now();
         let port = if tls { self.deploy_port } else { self.op.plain_port };
-        let tcp = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        // From 127.0.0.2: the holders are one peer, the real client another.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+        let tcp = socket.connect(([127, 0, 0, 1], port).into()).await.unwrap();
         let io: Option<Box<dyn Io>> = match (tls, kind) {
             (false, _) | (true, Hold::Silent) => Some(Box::new(tcp)),
             (true, Hold::AlpnH2) => {
@@ -479,5 +482,71 @@ async fn hostile_request_values_never_reach_the_log() {
         .filter(|l| l.contains("\"msg\":\"deploy api\"") && l.contains("\"operationId\":\"invalid(61443 bytes)"))
         .count();
     assert!(marked >= 2, "the POST and PUT lines carry the operationId marked invalid:\n{}", e.op.log_tail());
+    e.cluster.delete_group(&e.group).await;
+}
+
+/// Attack input (second attack on issue 6): one client keeps every slot
+/// busy — connections that each send an unauthenticated request every
+/// second (under the idle bound), reconnecting whenever the server closes
+/// one. Every error answer closes its connection, and one peer address may
+/// hold only its share of the slots, so a client on another address keeps
+/// getting answers throughout.
+#[tokio::test]
+async fn one_busy_peer_cannot_take_every_slot() {
+    let e = env("busypeer", &["--deploy-api-max-connections".to_owned(), "16".to_owned()]).await;
+    e.wait_answering().await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut attackers = Vec::new();
+    for _ in 0..32 {
+        let (stop, port, connector) = (stop.clone(), e.deploy_port, e.tls_connector(&[b"http/1.1"]));
+        attackers.push(tokio::spawn(async move {
+            let mut answered = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                // From 127.0.0.2: another peer than the real client.
+                let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                socket.bind("127.0.0.2:0".parse().unwrap()).unwrap();
+                let Ok(tcp) = socket.connect(([127, 0, 0, 1], port).into()).await else {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                };
+                let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+                let Ok(mut io) = connector.connect(name, tcp).await else { continue };
+                loop {
+                    let req = b"GET /deploy/v1/groups/x HTTP/1.1\r\nhost: localhost\r\n\r\n";
+                    if io.write_all(req).await.is_err() {
+                        break;
+                    }
+                    let mut buf = [0u8; 2048];
+                    match tokio::time::timeout(Duration::from_secs(5), io.read(&mut buf)).await {
+                        Ok(Ok(n)) if n > 0 => answered += 1,
+                        _ => break,
+                    }
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+            answered
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let http = e.fresh_client();
+    let (mut ok, mut tries) = (0, 0);
+    for _ in 0..20 {
+        tries += 1;
+        if e.get_group(&http).await == Ok(200) {
+            ok += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut attacker_answers = 0;
+    for a in attackers {
+        attacker_answers += a.await.unwrap();
+    }
+    println!("figure: real client answered {ok}/{tries} while a busy peer got {attacker_answers} answers");
+    assert!(attacker_answers > 0, "the attack ran");
+    assert_eq!(ok, tries, "the real client was answered every time");
     e.cluster.delete_group(&e.group).await;
 }

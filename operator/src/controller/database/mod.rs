@@ -180,6 +180,13 @@ async fn reconcile(db: Arc<MysqlDatabase>, ctx: Ctx) -> Result<Action, Error> {
         Err(ReadError::Invalid(err)) => Err(err),
         Err(ReadError::Kube(err)) => return Err(kube_err("read the failover group")(err)),
     };
+    // A group of another shard (`--group-selector`): its operator speaks
+    // for its databases and claims their names, not this one.
+    if let Ok(Some(g)) = &group
+        && ctx.authority.group(&g.name_any()).is_none()
+    {
+        return Ok(Action::requeue(RECHECK));
+    }
     let all = ctx.authority.databases.state();
     let mut standing = group.as_ref().ok().map(|group| {
         authority::standing(&db, group.as_ref(), all.iter().map(AsRef::as_ref), |ns| ctx.authority.labels(ns))
