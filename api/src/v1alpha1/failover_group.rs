@@ -35,10 +35,10 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.unstableReason","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
-#[x_kube(validation = Rule::new("self.sites.exists(s, s.name == self.initialActiveSite)").message("initialActiveSite must name one of spec.sites").reason(kube::core::Reason::FieldValueInvalid).field_path(".initialActiveSite"))]
-#[x_kube(validation = Rule::new("self.sites[0].host != self.sites[1].host || self.sites[0].port != self.sites[1].port").message("the two sites must be different servers (host or port must differ)").reason(kube::core::Reason::FieldValueInvalid).field_path(".sites"))]
-#[x_kube(validation = Rule::new("self.sites.all(s, oldSelf.sites.exists(o, o.name == s.name))").message("site names cannot change: status and history refer to them; create a new group to rename a site").reason(kube::core::Reason::FieldValueForbidden).field_path(".sites"))]
-#[x_kube(validation = Rule::new("!has(self.plannedFailover) || self.sites.exists(s, s.name == self.plannedFailover.targetSite)").message("plannedFailover.targetSite must name one of spec.sites").reason(kube::core::Reason::FieldValueInvalid).field_path(".plannedFailover.targetSite"))]
+#[x_kube(validation = Rule::new("size(self.sites) > 2 || self.sites.exists(s, s.name == self.initialActiveSite)").message("initialActiveSite must name one of spec.sites").reason(kube::core::Reason::FieldValueInvalid).field_path(".initialActiveSite"))]
+#[x_kube(validation = Rule::new("size(self.sites) != 2 || self.sites[0].host != self.sites[1].host || self.sites[0].port != self.sites[1].port").message("the two sites must be different servers (host or port must differ)").reason(kube::core::Reason::FieldValueInvalid).field_path(".sites"))]
+#[x_kube(validation = Rule::new("size(self.sites) > 2 || size(oldSelf.sites) > 2 || self.sites.all(s, oldSelf.sites.exists(o, o.name == s.name))").message("site names cannot change: status and history refer to them; create a new group to rename a site").reason(kube::core::Reason::FieldValueForbidden).field_path(".sites"))]
+#[x_kube(validation = Rule::new("!has(self.plannedFailover) || size(self.sites) > 2 || self.sites.exists(s, s.name == self.plannedFailover.targetSite)").message("plannedFailover.targetSite must name one of spec.sites").reason(kube::core::Reason::FieldValueInvalid).field_path(".plannedFailover.targetSite"))]
 #[serde(rename_all = "camelCase")]
 pub struct MysqlFailoverGroupSpec {
     /// The two sites of the group, each a MySQL or MariaDB server. Exactly two;
@@ -300,11 +300,14 @@ pub struct SiteHealth {
     /// `gtid_executed` on MySQL.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gtid_position: Option<String>,
-    /// The `server_id` of the server this site replicates from, if any.
+    /// The `server_id` of the server this site replicates from, if any
+    /// (0–4294967295: the bound is stated so a stored value always decodes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 4_294_967_295_u32))]
     pub source_server_id: Option<u32>,
-    /// The site's own `server_id`.
+    /// The site's own `server_id` (0–4294967295).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 4_294_967_295_u32))]
     pub server_id: Option<u32>,
     /// Server version string, e.g. `10.11.14-MariaDB-0+deb12u2-log`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -40,7 +40,20 @@ pub struct Authenticator {
     reviews: Api<TokenReview>,
     cache_ttl: Duration,
     cache: Arc<Mutex<HashMap<String, (Caller, Instant)>>>,
+    /// Tokens the API server refused, by SHA-256, until when: a client
+    /// repeating a bogus token costs the API server one review per
+    /// [`REJECTION_TTL`], not one per request.
+    rejected: Arc<Mutex<HashMap<String, Instant>>>,
 }
+
+/// How long a refused token is answered 401 without asking again. A token
+/// does not become valid later (an expired one stays expired; a token for
+/// another audience stays one), so this only bounds memory and staleness.
+const REJECTION_TTL: Duration = Duration::from_secs(30);
+
+/// Most entries of either cache before expired ones are dropped; past it,
+/// new entries are not kept (a flood of distinct tokens costs reviews, not memory).
+const MAX_CACHED: usize = 10_000;
 
 /// Seconds until the token's `exp` claim, read without verification (the
 /// TokenReview verifies); `None` when unreadable.
@@ -65,7 +78,7 @@ fn service_account_of(username: &str) -> Option<Caller> {
 impl Authenticator {
     /// An authenticator using `reviews`, caching results for at most `cache_ttl`.
     pub fn new(reviews: Api<TokenReview>, cache_ttl: Duration) -> Self {
-        Authenticator { reviews, cache_ttl, cache: Arc::default() }
+        Authenticator { reviews, cache_ttl, cache: Arc::default(), rejected: Arc::default() }
     }
 
     /// Authenticates the value of an `Authorization` header.
@@ -78,6 +91,43 @@ impl Authenticator {
         if let Some(caller) = self.cached(&key) {
             return Ok(caller);
         }
+        if self.was_rejected(&key) {
+            return Err(AuthError::Unauthenticated(
+                "the token was not accepted (expired, revoked, for another audience, or not a token of this cluster)"
+                    .into(),
+            ));
+        }
+        let result = self.review(token, &key).await;
+        if matches!(result, Err(AuthError::Unauthenticated(_))) {
+            self.reject(key);
+        }
+        result
+    }
+
+    fn was_rejected(&self, key: &str) -> bool {
+        let mut rejected = self.rejected.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match rejected.get(key) {
+            Some(until) if Instant::now() < *until => true,
+            Some(_) => {
+                rejected.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn reject(&self, key: String) {
+        let mut rejected = self.rejected.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if rejected.len() >= MAX_CACHED {
+            let now = Instant::now();
+            rejected.retain(|_, until| *until > now);
+        }
+        if rejected.len() < MAX_CACHED {
+            rejected.insert(key, Instant::now() + REJECTION_TTL);
+        }
+    }
+
+    async fn review(&self, token: &str, key: &str) -> Result<Caller, AuthError> {
         let review = TokenReview {
             spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: Some(vec![DEPLOY_AUDIENCE.to_owned()]) },
             ..TokenReview::default()
@@ -96,7 +146,7 @@ impl Authenticator {
         let username = status.user.and_then(|u| u.username).unwrap_or_default();
         let caller = service_account_of(&username)
             .ok_or_else(|| AuthError::Unauthenticated("only ServiceAccount tokens are accepted".into()))?;
-        self.remember(key, token, &caller);
+        self.remember(key.to_owned(), token, &caller);
         Ok(caller)
     }
 
@@ -121,7 +171,7 @@ impl Authenticator {
         }
         let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         // Bounded: drop expired entries when the map grows.
-        if cache.len() > 10_000 {
+        if cache.len() > MAX_CACHED {
             let now = Instant::now();
             cache.retain(|_, (_, until)| *until > now);
         }

@@ -50,8 +50,19 @@ pub enum ProbeError {
     Unexpected(String),
 }
 
-/// Maps a probe failure to a stable reason and a message that says what to fix.
+/// Longest text of a server or socket error kept in a message: the site
+/// (or anything answering on its port) chooses that text, and it reaches
+/// status, Events (whose notes hold at most 1024 characters) and logs.
+const MAX_ERROR_TEXT: usize = 160;
+
+/// Maps a probe failure to a stable reason and a message that says what to
+/// fix; text that comes from the server or the socket is escaped and bounded.
 pub fn classify(err: &ProbeError) -> (&'static str, String) {
+    let (reason, message) = classify_raw(err);
+    (reason, bloodraven_serving::log::escape(&message, MAX_ERROR_TEXT))
+}
+
+fn classify_raw(err: &ProbeError) -> (&'static str, String) {
     match err {
         ProbeError::Timeout(d) => (reason::SITE_UNREACHABLE, format!("no answer within {}s", d.as_secs_f32())),
         ProbeError::Mysql(mysql_async::Error::Server(s)) => match s.code {
@@ -163,6 +174,14 @@ mod tests {
         let text = format!("{c:?}");
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("bloodraven"));
+    }
+
+    #[test]
+    fn server_text_is_escaped_and_bounded() {
+        let hostile = format!("\u{202e}{}\n{{\"level\":\"ERROR\"}}", "x".repeat(6000));
+        let (_, m) = classify(&ProbeError::Unexpected(hostile));
+        assert!(m.chars().count() <= MAX_ERROR_TEXT + 16, "{}", m.len());
+        assert!(!m.contains('\u{202e}') && !m.contains('\n'), "{m}");
     }
 
     #[test]

@@ -230,7 +230,18 @@ impl Reporter {
             return;
         }
         let params = PatchParams::apply(OBSERVER_FIELD_MANAGER).force();
-        match api.patch_status(&key.name, &params, &Patch::Apply(&patch)).await {
+        let mut written = api.patch_status(&key.name, &params, &Patch::Apply(&patch)).await;
+        if let Err(kube::Error::Api(s)) = &written
+            && (s.code == 500 || s.code == 422)
+        {
+            // Server-side apply must first convert the stored object to its
+            // schema's types, which fails for a field of the wrong JSON type
+            // (`port: "3306"`) or one the apply would drop; a merge patch of
+            // the conditions alone needs no such conversion.
+            let conditions = json!({ "status": { "conditions": patch["status"]["conditions"].clone() } });
+            written = api.patch_status(&key.name, &PatchParams::default(), &Patch::Merge(&conditions)).await;
+        }
+        match written {
             Ok(_) => {
                 tracing::info!(kind = key.kind.as_str(), namespace = key.namespace.as_deref().unwrap_or(""), name = %key.name, "reported the decode error on the object's status");
                 if let Some(entry) = self.entries().get_mut(key) {

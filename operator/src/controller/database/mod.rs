@@ -73,6 +73,88 @@ pub async fn run(ctx: Ctx, shutdown: impl std::future::Future<Output = ()> + Sen
         .await;
 }
 
+/// Writes the database's `Ready` condition when it changed (leader only),
+/// with a Warning Event when `announce` and the reason is new.
+async fn write_ready(
+    ctx: &super::Context,
+    db: &MysqlDatabase,
+    name: &str,
+    namespace: &str,
+    computed: Computed,
+    announce: bool,
+) -> Result<Action, Error> {
+    let previous = db.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    if previous.iter().any(|c| {
+        c.type_ == computed.type_
+            && c.status == computed.status
+            && c.reason == computed.reason
+            && c.message == computed.message
+    }) && db.status.as_ref().and_then(|s| s.observed_generation) == db.meta().generation
+    {
+        return Ok(Action::requeue(RECHECK));
+    }
+    let changed_reason = !previous.iter().any(|c| c.type_ == computed.type_ && c.reason == computed.reason);
+    if changed_reason && announce {
+        let event = kube::runtime::events::Event {
+            type_: kube::runtime::events::EventType::Warning,
+            reason: computed.reason.to_owned(),
+            note: Some(computed.message.clone()),
+            action: "Authorize".to_owned(),
+            secondary: None,
+        };
+        if let Err(err) = ctx.recorder.publish(&event, &db.object_ref(&())).await {
+            tracing::warn!(database = %name, namespace = %namespace, error = %err, "failed to publish an event");
+        }
+    }
+    let conditions = materialize(previous, &[computed], db.meta().generation, Timestamp::now());
+    let patch = json!({
+        "apiVersion": "bloodraven.shipstream.io/v1alpha1",
+        "kind": "MysqlDatabase",
+        "status": { "conditions": conditions, "observedGeneration": db.meta().generation },
+    });
+    if !ctx.leadership.is_leader() {
+        return Ok(Action::requeue(RECHECK));
+    }
+    let api: Api<MysqlDatabase> = Api::namespaced(ctx.client.clone(), namespace);
+    api.patch_status(name, &PatchParams::apply(OBSERVER_FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(kube_err("write the database status"))?;
+    Ok(Action::requeue(RECHECK))
+}
+
+/// What the schema says of a MysqlDatabase's spec, checked again: an object
+/// stored under a looser schema (a CRD downgrade) may decode yet hold a
+/// group name the operator must not put in a request path, or thousands of
+/// deployment clients.
+fn validate_spec(spec: &bloodraven_api::v1alpha1::MysqlDatabaseSpec) -> Result<(), String> {
+    let subdomain = |s: &str| {
+        (1..=253).contains(&s.len())
+            && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+            && s.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
+            && s.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric)
+    };
+    let shown = |v: &str| bloodraven_serving::log::escape(v, 64);
+    if !subdomain(&spec.failover_group_ref.name) {
+        return Err(format!(
+            "spec.failoverGroupRef.name {:?} is not a DNS subdomain",
+            shown(&spec.failover_group_ref.name)
+        ));
+    }
+    if spec.deployment_clients.len() > 64 {
+        return Err(format!("spec.deploymentClients lists {} clients; at most 64", spec.deployment_clients.len()));
+    }
+    for c in &spec.deployment_clients {
+        if !subdomain(&c.namespace) || !subdomain(&c.service_account) {
+            return Err(format!(
+                "spec.deploymentClients holds {:?}/{:?}, not a namespace and ServiceAccount name",
+                shown(&c.namespace),
+                shown(&c.service_account)
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The `Ready` condition of a MysqlDatabase from its standing (`None` when
 /// the group's read failed) and how the group read went.
 fn ready_condition(
@@ -175,6 +257,11 @@ async fn reconcile(db: Arc<MysqlDatabase>, ctx: Ctx) -> Result<Action, Error> {
     let name = db.meta().name.clone().ok_or(Error::NoName)?;
     let namespace = db.namespace().ok_or(Error::NoName)?;
     let group_name = &db.spec.failover_group_ref.name;
+    if let Err(why) = validate_spec(&db.spec) {
+        // Stored under a looser schema: never used as a name in a request or a log line.
+        let computed = Computed::flag("Ready", false, reason::INVALID_SPEC, why);
+        return write_ready(&ctx, &db, &name, &namespace, computed, false).await;
+    }
     let group = match ctx.tolerant.get::<MysqlFailoverGroup>(None, group_name).await {
         Ok(group) => Ok(group),
         Err(ReadError::Invalid(err)) => Err(err),
@@ -196,41 +283,6 @@ async fn reconcile(db: Arc<MysqlDatabase>, ctx: Ctx) -> Result<Action, Error> {
         standing = Some(Standing::Authoritative);
     }
     let computed = ready_condition(standing.as_ref(), group.as_ref().map(drop), &name, &namespace, group_name);
-    let previous = db.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-    if previous.iter().any(|c| {
-        c.type_ == computed.type_
-            && c.status == computed.status
-            && c.reason == computed.reason
-            && c.message == computed.message
-    }) && db.status.as_ref().and_then(|s| s.observed_generation) == db.meta().generation
-    {
-        return Ok(Action::requeue(RECHECK));
-    }
-    let changed_reason = !previous.iter().any(|c| c.type_ == computed.type_ && c.reason == computed.reason);
-    if changed_reason && matches!(standing, Some(Standing::NamespaceNotAllowed | Standing::NameConflict { .. })) {
-        let event = kube::runtime::events::Event {
-            type_: kube::runtime::events::EventType::Warning,
-            reason: computed.reason.to_owned(),
-            note: Some(computed.message.clone()),
-            action: "Authorize".to_owned(),
-            secondary: None,
-        };
-        if let Err(err) = ctx.recorder.publish(&event, &db.object_ref(&())).await {
-            tracing::warn!(database = %name, namespace = %namespace, error = %err, "failed to publish an event");
-        }
-    }
-    let conditions = materialize(previous, &[computed], db.meta().generation, Timestamp::now());
-    let patch = json!({
-        "apiVersion": "bloodraven.shipstream.io/v1alpha1",
-        "kind": "MysqlDatabase",
-        "status": { "conditions": conditions, "observedGeneration": db.meta().generation },
-    });
-    if !ctx.leadership.is_leader() {
-        return Ok(Action::requeue(RECHECK));
-    }
-    let api: Api<MysqlDatabase> = Api::namespaced(ctx.client.clone(), &namespace);
-    api.patch_status(&name, &PatchParams::apply(OBSERVER_FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await
-        .map_err(kube_err("write the database status"))?;
-    Ok(Action::requeue(RECHECK))
+    let announce = matches!(standing, Some(Standing::NamespaceNotAllowed | Standing::NameConflict { .. }));
+    write_ready(&ctx, &db, &name, &namespace, computed, announce).await
 }

@@ -52,6 +52,32 @@ pub struct Assessment {
 /// Checks what the CRD schema cannot guarantee (old CRD versions, hand-made
 /// objects): two sites with distinct names, and `initialActiveSite` among them.
 pub fn validate_spec(spec: &MysqlFailoverGroupSpec) -> Result<(), String> {
+    // What the schema says, checked again: an object stored under a looser
+    // schema (a CRD downgrade) may decode yet hold values the operator must
+    // not probe, log, or use as a metric label.
+    let shown = |v: &str| bloodraven_serving::log::escape(v, 64);
+    for site in &spec.sites {
+        if !dns_label(&site.name) {
+            return Err(format!("spec.sites[].name {:?} is not a DNS label", shown(&site.name)));
+        }
+        if site.host.is_empty()
+            || site.host.len() > 253
+            || !site.host.bytes().all(|b| b.is_ascii_graphic())
+            || site.host.contains('/')
+        {
+            return Err(format!(
+                "spec.sites[].host {:?} of site {} is not a host name or IP address",
+                shown(&site.host),
+                site.name
+            ));
+        }
+        if site.port == 0 {
+            return Err(format!("spec.sites[].port of site {} must be 1–65535", site.name));
+        }
+    }
+    if !dns_label(&spec.initial_active_site) {
+        return Err(format!("spec.initialActiveSite {:?} is not a DNS label", shown(&spec.initial_active_site)));
+    }
     if spec.sites.len() != 2 {
         return Err(format!("spec.sites must list exactly two sites, found {}", spec.sites.len()));
     }
@@ -66,6 +92,15 @@ pub fn validate_spec(spec: &MysqlFailoverGroupSpec) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A DNS label (RFC 1123, lowercase, starting with a letter): the schema's
+/// pattern for site names.
+pub fn dns_label(s: &str) -> bool {
+    (1..=63).contains(&s.len())
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && s.as_bytes().first().is_some_and(u8::is_ascii_lowercase)
+        && s.as_bytes().last().is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
 }
 
 /// What the operator knows of the group's decided roles.

@@ -47,6 +47,8 @@ use super::conditions::{Computed, materialize, transitions};
 use super::{Context, Ctx, Error, kube_err};
 
 const CONTROLLER: &str = "failovergroup";
+/// Longest Event note the API server accepts (`events.k8s.io/v1`).
+const MAX_EVENT_NOTE: usize = 1024;
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
@@ -322,6 +324,14 @@ pub(crate) async fn publish(
     if !ctx.leadership.is_leader() {
         return;
     }
+    // The API server refuses a note over 1024 characters (and the Event with it).
+    let note = if note.chars().count() > MAX_EVENT_NOTE {
+        let mut cut: String = note.chars().take(MAX_EVENT_NOTE - 3).collect();
+        cut.push_str("...");
+        cut
+    } else {
+        note
+    };
     let event = Event { type_, reason: reason.to_owned(), note: Some(note), action: action.to_owned(), secondary };
     if let Err(err) = ctx.recorder.publish(&event, &group.object_ref(&())).await {
         tracing::warn!(group = %group.name_any(), reason, error = %err, "failed to publish an event");
