@@ -30,6 +30,7 @@
 //!   the number of objects not decoding now (alert on it).
 
 pub mod decode;
+pub mod raw;
 pub mod report;
 pub mod stream;
 
@@ -37,7 +38,7 @@ use std::fmt::Debug;
 
 use bloodraven_api::v1alpha1::{MysqlDatabase, MysqlFailoverGroup};
 use futures::{Stream, StreamExt, future};
-use kube::api::{ApiResource, DynamicObject};
+use kube::api::ApiResource;
 use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
@@ -161,13 +162,21 @@ impl Tolerant {
         store: Option<(Writer<K>, Store<K>)>,
         findings: Findings,
     ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K> {
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &K::KIND.api_resource());
+        // Raw bodies: one object nested too deeply fails alone, not the list (`raw`).
+        let api: Api<raw::RawObject> = Api::all_with(self.client.clone(), &K::KIND.api_resource());
         let mut tolerance = Tolerance::<K>::new(store);
         let reporter = self.reporter.clone();
         let mut found = Vec::new();
         watcher::watcher(api, config).default_backoff().filter_map(move |event| {
             let out = match event {
                 Ok(event) => {
+                    let event = match event {
+                        watcher::Event::Apply(o) => watcher::Event::Apply(o.parsed()),
+                        watcher::Event::InitApply(o) => watcher::Event::InitApply(o.parsed()),
+                        watcher::Event::Delete(o) => watcher::Event::Delete(o.parsed()),
+                        watcher::Event::Init => watcher::Event::Init,
+                        watcher::Event::InitDone => watcher::Event::InitDone,
+                    };
                     let out = tolerance.step(event, &mut found);
                     if findings == Findings::Report {
                         reporter.learn(found.drain(..));
@@ -187,11 +196,11 @@ impl Tolerant {
     /// decode (counted; the owning watch reports it on the object).
     pub async fn get<K: Watched>(&self, namespace: Option<&str>, name: &str) -> Result<Option<K>, ReadError> {
         let ar = K::KIND.api_resource();
-        let api: Api<DynamicObject> = match namespace {
+        let api: Api<raw::RawObject> = match namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
             None => Api::all_with(self.client.clone(), &ar),
         };
-        let Some(obj) = api.get_opt(name).await? else { return Ok(None) };
+        let Some(obj) = api.get_opt(name).await?.map(|o| o.parsed()) else { return Ok(None) };
         match decode::decode::<K>(&obj) {
             Ok(k) => Ok(Some(k)),
             Err(err) => {

@@ -26,7 +26,7 @@ use std::time::Duration;
 use bloodraven_api::names::OBSERVER_FIELD_MANAGER;
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{DynamicObject, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Client};
 use prometheus::{IntCounterVec, IntGaugeVec, Opts};
@@ -221,7 +221,8 @@ impl Reporter {
     async fn write_condition(&self, bad: &Bad) {
         let key = &bad.key;
         let ar = key.kind.api_resource();
-        let api: Api<DynamicObject> = match &key.namespace {
+        // Raw: the response echoes the stored object, which may not parse (`raw`).
+        let api: Api<super::raw::RawObject> = match &key.namespace {
             Some(ns) => Api::namespaced_with(self.inner.client.clone(), ns, &ar),
             None => Api::all_with(self.inner.client.clone(), &ar),
         };
