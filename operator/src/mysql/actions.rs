@@ -5,22 +5,10 @@
 use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
-use mysql_async::{Conn, OptsBuilder};
 
 use super::observation::Flavor;
-use super::probe::{Credentials, ProbeError, ProbeTarget};
+use super::probe::{Credentials, ProbeError, ProbeTarget, connect};
 use super::statements;
-
-async fn connect(target: &ProbeTarget, creds: &Credentials) -> Result<Conn, ProbeError> {
-    let opts = OptsBuilder::default()
-        .ip_or_hostname(target.host.clone())
-        .tcp_port(target.port)
-        .user(Some(creds.username.clone()))
-        .pass(Some(creds.password.clone()))
-        .prefer_socket(false)
-        .stmt_cache_size(0);
-    Ok(Conn::new(opts).await?)
-}
 
 /// What a fence did.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -102,7 +102,9 @@ pub async fn probe(
     tokio::time::timeout(timeout, probe_once(target, creds)).await.unwrap_or(Err(ProbeError::Timeout(timeout)))
 }
 
-async fn probe_once(target: &ProbeTarget, creds: &Credentials) -> Result<SiteObservation, ProbeError> {
+/// A fresh connection to a site with the operator's account (TCP, no
+/// statement cache: every use is a single short exchange).
+pub(crate) async fn connect(target: &ProbeTarget, creds: &Credentials) -> Result<Conn, ProbeError> {
     let opts = OptsBuilder::default()
         .ip_or_hostname(target.host.clone())
         .tcp_port(target.port)
@@ -110,7 +112,11 @@ async fn probe_once(target: &ProbeTarget, creds: &Credentials) -> Result<SiteObs
         .pass(Some(creds.password.clone()))
         .prefer_socket(false)
         .stmt_cache_size(0);
-    let mut conn = Conn::new(opts).await?;
+    Ok(Conn::new(opts).await?)
+}
+
+async fn probe_once(target: &ProbeTarget, creds: &Credentials) -> Result<SiteObservation, ProbeError> {
+    let mut conn = connect(target, creds).await?;
     let result = observe(&mut conn).await;
     // A failed disconnect only loses a polite goodbye; the observation stands.
     let _ = conn.disconnect().await;
