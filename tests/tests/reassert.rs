@@ -22,19 +22,31 @@ async fn a_replica_restarted_writable_is_made_read_only_again() {
     // The replica's server restarts without read_only: it is writable.
     sc.pair.stop("pdx");
     sc.pair.restart("pdx", false);
-    assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "0");
-    // A client session on it (root, which read_only alone would not stop).
+    let note = wait_event(&sc.cluster, &name, "PrimaryReasserted").await;
+    assert!(note.contains("pdx") && note.contains("iad is the decided active site"), "{note}");
+    wait_for("pdx to be read-only again", T, || async {
+        let ro = sc.pair.sql("pdx", "SELECT @@read_only");
+        if ro.trim() == "1" { Ok(()) } else { Err(ro) }
+    })
+    .await;
+    wait_status(&sc.cluster, &name, "Ready at iad, generation 1", T, |s| is_ready_at(s, "iad", 1)).await;
+
+    // A client session on it (root, which read_only alone would not stop),
+    // connected while it is read-only; then someone makes it writable.
     let session = std::process::Command::new(bloodraven_e2e::repo_root().join("hack/mariadb.sh"))
         .args(["sql", sc.pair.dir().to_str().unwrap(), "pdx", "SELECT SLEEP(300)"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-
-    let note = wait_event(&sc.cluster, &name, "PrimaryReasserted").await;
-    assert!(note.contains("pdx") && note.contains("iad is the decided active site"), "{note}");
-    assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "1");
     let session = std::sync::Mutex::new(session);
+    wait_for("the session to be connected", T, || async {
+        let n =
+            sc.pair.sql("pdx", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT SLEEP%'");
+        if n.trim() == "0" { Err("not yet".to_owned()) } else { Ok(()) }
+    })
+    .await;
+    sc.pair.sql("pdx", "SET GLOBAL read_only=0");
     wait_for("the client session on the fenced site to be ended", T, || {
         let done = session.lock().unwrap().try_wait();
         async move {
@@ -45,7 +57,7 @@ async fn a_replica_restarted_writable_is_made_read_only_again() {
         }
     })
     .await;
-    wait_status(&sc.cluster, &name, "Ready at iad, generation 1", T, |s| is_ready_at(s, "iad", 1)).await;
+    assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "1");
     let _ = session.lock().unwrap().kill();
     sc.cluster.delete_group(&name).await;
 }
