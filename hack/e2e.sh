@@ -5,7 +5,6 @@
 # processes), and always stops everything it started, pass or fail.
 #
 #   hack/e2e.sh [ARGS]           run the suite; ARGS go to `cargo test` after `--`
-#   hack/e2e.sh --test FILE [ARGS]  run one test file (tests/tests/FILE.rs) only
 #   hack/e2e.sh --figures        instead print the scale figures (tests/src/bin/scale-figures.rs)
 #   hack/e2e.sh --bench          instead run the deploy-API renewal benchmark (tests/src/bin/deploy-bench.rs)
 #   E2E_TEST_THREADS             parallel tests (default 3)
@@ -45,10 +44,6 @@ if [ "${1:-}" = "--figures" ]; then
   cargo run --locked --release -p bloodraven-e2e --bin scale-figures
 elif [ "${1:-}" = "--bench" ]; then
   cargo run --locked --release -p bloodraven-e2e --bin deploy-bench
-elif [ "${1:-}" = "--test" ] && [ -n "${2:-}" ]; then
-  file=$2
-  shift 2
-  cargo test --locked -p bloodraven-e2e --test "$file" -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
 else
   # --no-fail-fast: one failing test file must not hide the others' results.
   cargo test --locked --no-fail-fast -p bloodraven-e2e ${E2E_TEST:+--test "$E2E_TEST"} -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
