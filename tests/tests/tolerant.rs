@@ -88,6 +88,27 @@ async fn create_while_loosened(cluster: &Cluster, objects: &[(Api<DynamicObject>
     panic!("could not create the objects under the loosened CRDs; last error: {last}");
 }
 
+/// Merge-patches `name` while the CRDs are loosened, and restores them.
+async fn patch_while_loosened(cluster: &Cluster, api: &Api<DynamicObject>, name: &str, patch: serde_json::Value) {
+    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    let mut last = String::new();
+    for _ in 0..20 {
+        for (crd, loosen) in loosenings() {
+            let _ = crds
+                .patch(crd, &PatchParams::default(), &Patch::<()>::Json(serde_json::from_value(loosen).unwrap()))
+                .await;
+        }
+        let done = api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await;
+        cluster.install_crds().await;
+        match done {
+            Ok(_) => return,
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("could not patch {name} under the loosened CRDs; last error: {last}");
+}
+
 /// The `Ready` condition of a stored object read as JSON (a typed read of a
 /// bad object fails, which is the point).
 async fn ready_condition(api: &Api<DynamicObject>, name: &str) -> Result<serde_json::Value, String> {
@@ -332,6 +353,24 @@ async fn scenario(sc: Scenario, bad_group: String) {
     let s = wait_status(cluster, &bad_group, "the fixed group to bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
     assert_eq!(s.unstable_reason, None);
     assert_eq!(app_ready("GroupFound").await.status, "True");
+
+    // A group that decoded (so it holds the operator's finalizer) and then
+    // stopped decoding is deleted: the operator still finishes the deletion
+    // (second attack: it used to stay Terminating).
+    let g = groups.get(&bad_group).await.unwrap();
+    assert!(g.metadata.finalizers.unwrap_or_default().iter().any(|f| f == "bloodraven.shipstream.io/cleanup"));
+    let mut broken_sites = fixed_sites.clone();
+    broken_sites[0]["port"] = json!(70000);
+    patch_while_loosened(cluster, &groups, &bad_group, json!({"spec": {"sites": broken_sites}})).await;
+    wait_invalid(&groups, &bad_group, "port").await;
+    groups.delete(&bad_group, &DeleteParams::default()).await.unwrap();
+    wait_for("the unreadable group's deletion to finish", Duration::from_secs(90), || async {
+        match groups.get_opt(&bad_group).await {
+            Ok(None) => Ok(()),
+            other => Err(format!("still there: {:?}", other.map(|o| o.map(|o| o.metadata.deletion_timestamp)))),
+        }
+    })
+    .await;
 
     let log = std::fs::read_to_string(&op.log).unwrap();
     assert!(log.contains("stored object does not decode"), "{}", op.log_tail());

@@ -19,10 +19,12 @@ use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::{Api, Resource, ResourceExt};
 
 use super::record;
 use crate::controller::{Context, Ctx, Error, kube_err};
+use crate::tolerant::ReadError;
 
 fn has_finalizer(group: &MysqlFailoverGroup) -> bool {
     group.finalizers().iter().any(|f| f == GROUP_FINALIZER)
@@ -31,7 +33,7 @@ fn has_finalizer(group: &MysqlFailoverGroup) -> bool {
 /// A JSON patch that adds or removes the finalizer, with a `test` of the
 /// list as read, so a concurrent change of the list makes it fail (and the
 /// next reconcile tries again) instead of clobbering someone's finalizer.
-fn finalizer_patch(group: &MysqlFailoverGroup, add: bool) -> Result<json_patch::Patch, serde_json::Error> {
+fn finalizer_patch(group: &impl Resource, add: bool) -> Result<json_patch::Patch, serde_json::Error> {
     let current = group.meta().finalizers.clone();
     let ops = match (add, current) {
         (true, None) => serde_json::json!([
@@ -138,8 +140,43 @@ pub async fn sweep(ctx: &Context) -> Result<(usize, usize), Error> {
         list.items.iter().filter_map(|g| Some((g.metadata.name.clone()?, g.metadata.uid.clone()?))).collect();
     let leases = ctx.leases.sweep(&live, listed_at).await.map_err(|e| Error::Deploy(e.to_string()))?;
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
+    // A group deleted while it does not decode never reaches the reconciler,
+    // which runs the finalizer: finish its deletion here.
+    for g in list.items.iter().filter(|g| g.metadata.deletion_timestamp.is_some() && has_finalizer_meta(g)) {
+        let Some(name) = g.metadata.name.as_deref() else { continue };
+        if matches!(ctx.tolerant.get::<MysqlFailoverGroup>(None, name).await, Err(ReadError::Invalid(_))) {
+            finalize_unreadable(ctx, &records, g).await?;
+        }
+    }
     let records = record::sweep(&records, &live, listed_at).await?;
     Ok((leases, records))
+}
+
+fn has_finalizer_meta(g: &PartialObjectMeta<MysqlFailoverGroup>) -> bool {
+    g.metadata.finalizers.as_ref().is_some_and(|f| f.iter().any(|x| x == GROUP_FINALIZER))
+}
+
+/// Cleans up after a group that is being deleted but does not decode, by
+/// its name, and removes the finalizer (leader only).
+async fn finalize_unreadable(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: &PartialObjectMeta<MysqlFailoverGroup>,
+) -> Result<(), Error> {
+    let Some(name) = group.metadata.name.as_deref() else { return Ok(()) };
+    if !ctx.leadership.is_leader() {
+        return Ok(());
+    }
+    ctx.leases.forget_group(name).await.map_err(|e| Error::Deploy(e.to_string()))?;
+    record::delete(records, name).await;
+    let patch = finalizer_patch(group, false).map_err(|e| Error::Deploy(e.to_string()))?;
+    let api: Api<PartialObjectMeta<MysqlFailoverGroup>> = Api::all(ctx.client.clone());
+    match api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
+        Ok(_) | Err(kube::Error::Api(_)) => {}
+        Err(err) => return Err(kube_err("remove the finalizer of an unreadable group")(err)),
+    }
+    tracing::info!(group = name, "an unreadable group was deleted: its stored state is gone and its finalizer removed");
+    Ok(())
 }
 
 /// How often the leader sweeps after the sweep at acquisition. Objects
