@@ -227,7 +227,7 @@ async fn the_schema_refuses_malformed_objects() {
 
     db.spec.schema = "Information_Schema".into();
     let (code, msg) = refused(dbs.create(&pp, &db).await.unwrap_err());
-    assert!(code == 422 && msg.contains("system schema"), "{code} {msg}");
+    assert!(code == 422 && msg.contains("spec.schema") && msg.contains("(not)"), "a system schema: {code} {msg}");
 
     db.metadata = ObjectMeta { name: Some("fine".into()), ..ObjectMeta::default() };
     db.spec.schema = "counter".into();

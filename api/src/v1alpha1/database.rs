@@ -33,9 +33,16 @@ pub struct MysqlDatabaseSpec {
     pub failover_group_ref: FailoverGroupRef,
     /// SQL schema name: 1–64 characters of `[A-Za-z0-9_$]`, not all digits,
     /// and not a system schema (`mysql`, `information_schema`,
-    /// `performance_schema`, `sys`).
+    /// `performance_schema`, `sys`, any case: the API server answers "must
+    /// not validate the schema (not)" for those).
+    ///
+    /// The system-schema rule is a `not` pattern rather than a CEL rule: the
+    /// API server cannot bind a CEL rule to a value of the wrong type (one a
+    /// CRD downgrade can leave behind), and then refuses every write of the
+    /// object, its status included; a pattern is ratcheted like every other
+    /// schema check, so such an object can still be reported on and fixed.
     #[schemars(length(min = 1, max = 64), regex(pattern = r"^[A-Za-z0-9_$]*[A-Za-z_$][A-Za-z0-9_$]*$"))]
-    #[x_kube(validation = Rule::new("!(self.lowerAscii() in ['mysql', 'information_schema', 'performance_schema', 'sys'])").message("schema must not be a system schema"))]
+    #[schemars(extend("not" = {"pattern": "^(?i)(mysql|information_schema|performance_schema|sys)$"}))]
     pub schema: String,
     /// ServiceAccounts allowed to take deploy leases for this database, at
     /// most one per namespace (a list keyed by `namespace`), at most 64.

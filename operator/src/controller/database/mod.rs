@@ -140,6 +140,13 @@ fn validate_spec(spec: &bloodraven_api::v1alpha1::MysqlDatabaseSpec) -> Result<(
             shown(&spec.failover_group_ref.name)
         ));
     }
+    if ["mysql", "information_schema", "performance_schema", "sys"].contains(&spec.schema.to_ascii_lowercase().as_str())
+    {
+        return Err(format!(
+            "spec.schema {:?} is a system schema; name the application's own schema",
+            shown(&spec.schema)
+        ));
+    }
     if spec.deployment_clients.len() > 64 {
         return Err(format!("spec.deploymentClients lists {} clients; at most 64", spec.deployment_clients.len()));
     }
