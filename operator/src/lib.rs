@@ -108,8 +108,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     // whose cache never filled (a SIGTERM during start-up) would wait for
     // it forever: after the signal, the controllers get a bounded grace.
     tokio::select! {
-        // Asked to stop during start-up: do not start what would only wait.
-        () = async {}, if *stop_rx.borrow() => {}
         () = controllers => {}
         () = async {
             stopped(stop_rx.clone()).await;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bloodraven_api::v1alpha1::{DeploymentClient, MysqlDatabase};
 use bloodraven_e2e::deploy::{self, Pipeline, token_of, wait_database_reason, wait_object_event};
-use bloodraven_e2e::fixtures::Scenario;
+use bloodraven_e2e::fixtures::{Scenario, last_probe, wait_status};
 use bloodraven_e2e::wait::wait_for;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -149,7 +149,13 @@ async fn a_claimed_name_is_never_taken_over() {
     // 2. The victim's object deleted and re-created: the claim waits for it.
     let mine: Api<MysqlDatabase> = Api::namespaced(sc.cluster.client.clone(), &sc.ns.name);
     mine.delete("ledger", &kube::api::DeleteParams::default()).await.unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await; // several probes of the group
+    // Several probes of the group (each prunes claims nobody holds) pass.
+    let seen = last_probe(&groups.get(&victim.group).await.unwrap().status.unwrap_or_default()).unwrap_or_default();
+    wait_status(&sc.cluster, &victim.group, "three more probes of the group", T, |s| match last_probe(s) {
+        Some(t) if t >= seen + 3.0 => Ok(()),
+        other => Err(format!("last probe {other:?}, first {seen}")),
+    })
+    .await;
     assert_eq!(squatter.post("migration", "op-s", "ledger", 30).await.status, 403, "the squatter never gets the name");
     deploy::database(&sc.cluster, &sc.ns.name, "ledger", &victim.group, &[(&sc.ns.name, "deployer")]).await;
     wait_database_reason(&sc.cluster, &sc.ns.name, "ledger", "GroupFound").await;
