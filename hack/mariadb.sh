@@ -245,6 +245,7 @@ cmd_start() { # DIR NAME PORT SERVER_ID
     --innodb-buffer-pool-size=16M --innodb-log-file-size=$INNODB_LOG_FILE_SIZE \
     --innodb-log-buffer-size=2M --innodb-flush-log-at-trx-commit=2 \
     --innodb-use-native-aio=0 --innodb-temp-data-file-path=ibtmp1:1M:autoextend \
+    --innodb-autoextend-increment=1 \
     --performance-schema=OFF --max-connections=100 \
     --key-buffer-size=1M --aria-pagecache-buffer-size=8M --table-open-cache=200 \
     </dev/null >>"$d/error.log" 2>&1 &
