@@ -47,6 +47,18 @@ pub const SECRET_USERNAME_KEY: &str = "username";
 /// Key of the password in a site's credentials Secret.
 pub const SECRET_PASSWORD_KEY: &str = "password";
 
+/// Optional key of the replication account's name in a site's credentials
+/// Secret: the account a repointed replica uses to connect to the new
+/// primary (`REPLICATION SLAVE`). Absent: the operator's own account.
+pub const SECRET_REPLICATION_USERNAME_KEY: &str = "replicationUsername";
+
+/// Optional key of the replication account's password (with
+/// [`SECRET_REPLICATION_USERNAME_KEY`]).
+pub const SECRET_REPLICATION_PASSWORD_KEY: &str = "replicationPassword";
+
+/// Field manager of the failover engine's progress (`status.plannedFailover`).
+pub const ENGINE_FIELD_MANAGER: &str = "bloodraven-operator-engine";
+
 /// Finalizer on every MysqlFailoverGroup the operator manages: the group's
 /// deploy Leases, tombstones, verification records and decision record are
 /// deleted before the group is, whichever replica leads when it is deleted.

@@ -95,6 +95,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         authority,
         leases: lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
         tolerant,
+        missed: controller::failover_group::emergency::Missed::default(),
     });
     tokio::spawn(controller::failover_group::cleanup::sweep_while_leading(ctx.clone()));
     ready.store(true, Ordering::Relaxed);

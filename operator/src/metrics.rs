@@ -39,6 +39,12 @@ pub struct Metrics {
     pub deploy_request_duration_seconds: HistogramVec,
     /// `bloodraven_deploy_leases_revoked_total{reason}`.
     pub deploy_leases_revoked_total: IntCounterVec,
+    /// `bloodraven_planned_failovers_deferred_total{group}`: times a planned
+    /// failover entered `Deferred` behind a failover-hold.
+    pub planned_failovers_deferred_total: IntCounterVec,
+    /// `bloodraven_failovers_total{group,kind,outcome}`: failovers by kind
+    /// (`planned`, `emergency`) and outcome (`completed`, `failed`).
+    pub failovers_total: IntCounterVec,
 }
 
 /// Failed to register a metric (a programming error: duplicate name).
@@ -48,6 +54,7 @@ pub struct MetricsError(#[from] prometheus::Error);
 
 impl Metrics {
     /// Creates and registers every metric.
+    #[allow(clippy::too_many_lines)] // one declaration and one registration per metric
     pub fn new() -> Result<Self, MetricsError> {
         let registry = Registry::new();
         let topology_generation = IntGaugeVec::new(
@@ -105,6 +112,19 @@ impl Metrics {
             Opts::new("bloodraven_deploy_leases_revoked_total", "Deploy operations revoked, by reason"),
             &["reason"],
         )?;
+        let planned_failovers_deferred_total = IntCounterVec::new(
+            Opts::new(
+                "bloodraven_planned_failovers_deferred_total",
+                "Times a planned failover entered Deferred behind a failover-hold",
+            ),
+            &["group"],
+        )?;
+        let failovers_total = IntCounterVec::new(
+            Opts::new("bloodraven_failovers_total", "Failovers by kind (planned, emergency) and outcome"),
+            &["group", "kind", "outcome"],
+        )?;
+        registry.register(Box::new(planned_failovers_deferred_total.clone()))?;
+        registry.register(Box::new(failovers_total.clone()))?;
         registry.register(Box::new(topology_generation.clone()))?;
         registry.register(Box::new(site_up.clone()))?;
         registry.register(Box::new(site_writable.clone()))?;
@@ -135,6 +155,8 @@ impl Metrics {
             deploy_requests_total,
             deploy_request_duration_seconds,
             deploy_leases_revoked_total,
+            planned_failovers_deferred_total,
+            failovers_total,
         })
     }
 

@@ -26,11 +26,25 @@ pub enum ConditionType {
     /// A deploy lease was revoked after DDL had started: a person must verify
     /// the schema.
     SchemaVerificationRequired,
+    /// A planned failover is running, so the operator's automatic failover
+    /// waits for it (lease seed: "AutomaticFailoverHeld").
+    AutomaticFailoverHeld,
+    /// A site that lost the primary role holds transactions the new primary
+    /// lacks (errant GTIDs): it stays fenced until a person acts.
+    SiteDiverged,
+    /// The decision record does not verify (edited by hand) or disagrees
+    /// with status in a way no decision explains: failover is refused until
+    /// a person resolves it.
+    DecisionConflict,
+    /// Accounts other than the operator's can write through `read_only`
+    /// (MariaDB `READ_ONLY ADMIN`/`SUPER`): the fence ends their sessions,
+    /// but they should not be application or migration accounts.
+    ReadOnlyBypass,
 }
 
 impl ConditionType {
     /// Every type, in the order the operator writes them.
-    pub const ALL: [ConditionType; 7] = [
+    pub const ALL: [ConditionType; 11] = [
         ConditionType::Ready,
         ConditionType::Degraded,
         ConditionType::SplitBrain,
@@ -38,6 +52,10 @@ impl ConditionType {
         ConditionType::ReplicationNotRunning,
         ConditionType::RecoveryPending,
         ConditionType::SchemaVerificationRequired,
+        ConditionType::AutomaticFailoverHeld,
+        ConditionType::SiteDiverged,
+        ConditionType::DecisionConflict,
+        ConditionType::ReadOnlyBypass,
     ];
 
     /// The type's name as it appears in `status.conditions[].type`.
@@ -50,6 +68,10 @@ impl ConditionType {
             ConditionType::ReplicationNotRunning => "ReplicationNotRunning",
             ConditionType::RecoveryPending => "RecoveryPending",
             ConditionType::SchemaVerificationRequired => "SchemaVerificationRequired",
+            ConditionType::AutomaticFailoverHeld => "AutomaticFailoverHeld",
+            ConditionType::SiteDiverged => "SiteDiverged",
+            ConditionType::DecisionConflict => "DecisionConflict",
+            ConditionType::ReadOnlyBypass => "ReadOnlyBypass",
         }
     }
 }
@@ -119,4 +141,24 @@ pub mod reason {
     pub const SCHEMA_VERIFIED: &str = "SchemaVerified";
     /// No lease was lost mid-DDL, or every such loss was verified.
     pub const NO_VERIFICATION_PENDING: &str = "NoVerificationPending";
+    /// A planned failover (or the steps after a decision) is running.
+    pub const OPERATION_IN_PROGRESS: &str = "OperationInProgress";
+    /// A live failover-hold defers a planned failover.
+    pub const DEPLOYMENT_HOLD: &str = "DeploymentHold";
+    /// The active site failed `failureThreshold` probes in a row and the
+    /// standby was promoted.
+    pub const EMERGENCY_FAILOVER: &str = "EmergencyFailover";
+    /// An emergency failover is due but the standby may not be promoted
+    /// (unreachable, or has not applied everything it received).
+    pub const STANDBY_NOT_PROMOTABLE: &str = "StandbyNotPromotable";
+    /// Automatic failover is off (`spec.failover.automatic: false`).
+    pub const AUTOMATIC_FAILOVER_DISABLED: &str = "AutomaticFailoverDisabled";
+    /// A site that lost the primary role has transactions the new primary lacks.
+    pub const ERRANT_TRANSACTIONS: &str = "ErrantTransactions";
+    /// A returning former primary was fenced and repointed as a replica.
+    pub const SITE_REJOINED: &str = "SiteRejoined";
+    /// The decision record does not verify or cannot be explained by any decision.
+    pub const DECISION_RECORD_MISMATCH: &str = "DecisionRecordMismatch";
+    /// An account other than the operator's holds `READ_ONLY ADMIN` or `SUPER`.
+    pub const READ_ONLY_ADMIN_ACCOUNTS: &str = "ReadOnlyAdminAccounts";
 }

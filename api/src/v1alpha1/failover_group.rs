@@ -174,6 +174,28 @@ pub struct FailoverPolicy {
     #[serde(default = "default_max_lag")]
     #[schemars(range(min = 0, max = 86400))]
     pub max_lag_seconds: u32,
+    /// Seconds a planned failover may spend fencing the old primary
+    /// (`read_only`, then ending client sessions), 1–300. Default 10. A
+    /// transaction holding the global read lock longer than this fails the
+    /// request with the old primary writable again and no generation change.
+    #[serde(default = "default_fence_timeout")]
+    #[schemars(range(min = 1, max = 300))]
+    pub fence_timeout_seconds: u32,
+    /// Seconds a planned failover waits for the target to apply everything
+    /// the fenced primary wrote (`MASTER_GTID_WAIT`), 1–3600. Default 30.
+    /// Past it the request fails, the old primary is made writable again and
+    /// the generation does not move.
+    #[serde(default = "default_catch_up_timeout")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub catch_up_timeout_seconds: u32,
+    /// Semi-synchronous replication (MariaDB's built-in, AFTER_SYNC): the
+    /// primary waits for the standby to acknowledge each commit before the
+    /// client sees it, so an emergency failover loses no acknowledged write
+    /// while the standby is connected. Default false (asynchronous: writes
+    /// acknowledged in the last moments before a primary dies can be lost;
+    /// see docs/failover-groups.md).
+    #[serde(default)]
+    pub semi_sync: bool,
 }
 
 fn default_true() -> bool {
@@ -191,6 +213,12 @@ fn default_probe_timeout() -> u32 {
 fn default_max_lag() -> u32 {
     10
 }
+fn default_fence_timeout() -> u32 {
+    10
+}
+fn default_catch_up_timeout() -> u32 {
+    30
+}
 
 impl Default for FailoverPolicy {
     fn default() -> Self {
@@ -200,6 +228,9 @@ impl Default for FailoverPolicy {
             failure_threshold: default_failure_threshold(),
             probe_timeout_seconds: default_probe_timeout(),
             max_lag_seconds: default_max_lag(),
+            fence_timeout_seconds: default_fence_timeout(),
+            catch_up_timeout_seconds: default_catch_up_timeout(),
+            semi_sync: false,
         }
     }
 }
@@ -334,9 +365,37 @@ pub struct PlannedFailoverStatus {
     /// `Pending`, `Admitting`, `Deferred`, `Draining`, `Promoting`,
     /// `Repointing`, `Completed` or `Failed`.
     pub phase: String,
+    /// The active site when the request was taken up (the old primary).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_site: Option<String>,
+    /// The topology generation the request started from; a completed
+    /// request leaves the group at exactly this + 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_generation: Option<i64>,
+    /// What happened last, in words: for `Failed`, what to fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
     /// Why admission waits, when it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<PlannedFailoverAdmission>,
+    /// Every phase the request entered, oldest first (at most 32 entries;
+    /// `Deferred ↔ Admitting` rounds beyond that drop the oldest rounds).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub history: Vec<PhaseTransition>,
+}
+
+/// One phase a planned failover entered.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PhaseTransition {
+    /// The phase entered.
+    pub phase: String,
+    /// When.
+    pub time: Time,
+    /// Why, when there is more to say (a deferral's blocking operation, a failure's cause).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// Admission state of a deferred planned failover.

@@ -12,8 +12,8 @@ pub use conditions::{ConditionType, reason};
 pub use database::{DeploymentClient, FailoverGroupRef, MysqlDatabase, MysqlDatabaseSpec, MysqlDatabaseStatus};
 pub use failover_group::{
     AllowedDatabases, DatabaseNamespaces, FailoverPolicy, InstanceClaim, MysqlFailoverGroup, MysqlFailoverGroupSpec,
-    MysqlFailoverGroupStatus, NamespacesFrom, PlannedFailoverAdmission, PlannedFailoverRequest, PlannedFailoverStatus,
-    SecretRef, Site, SiteHealth,
+    MysqlFailoverGroupStatus, NamespacesFrom, PhaseTransition, PlannedFailoverAdmission, PlannedFailoverRequest,
+    PlannedFailoverStatus, SecretRef, Site, SiteHealth,
 };
 
 /// `metav1.Condition`, as every status here uses it.

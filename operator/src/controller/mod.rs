@@ -36,6 +36,8 @@ pub struct Context {
     pub leases: crate::lease::store::Store,
     /// The tolerant reader of Bloodraven's custom resources (watches and gets).
     pub tolerant: crate::tolerant::Tolerant,
+    /// Consecutive failed probes of each group's active site (emergency failover).
+    pub missed: failover_group::emergency::Missed,
 }
 
 impl std::fmt::Debug for Context {
@@ -62,6 +64,20 @@ pub enum Error {
     /// Revoking deploy leases failed.
     #[error("failed to revoke deploy leases: {0}")]
     Deploy(String),
+    /// This process lost leadership mid-reconcile: it stops acting.
+    #[error("not the leader any more")]
+    NotLeader,
+    /// A site could not be acted on (fence, promote, repoint) and the step
+    /// must be retried.
+    #[error("failed to {action} site {site}: {message}")]
+    Site {
+        /// What was being done.
+        action: &'static str,
+        /// The site.
+        site: String,
+        /// Why (escaped, bounded; never a password).
+        message: String,
+    },
 }
 
 impl Error {
@@ -73,6 +89,8 @@ impl Error {
             Error::Kube { .. } => "KubeError",
             Error::NoName => "NoName",
             Error::Deploy(_) => "DeployLeaseError",
+            Error::NotLeader => "NotLeader",
+            Error::Site { .. } => "SiteActionFailed",
         }
     }
 

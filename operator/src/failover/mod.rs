@@ -1,7 +1,8 @@
-//! The failover engine's pure parts: [`planned`], the decision table of a
-//! planned failover (switchover), property-tested against a simulated pair
-//! of sites. The engine that runs it against the MariaDB/MySQL sites
-//! (`crate::mysql::statements`, `crate::mysql::gtid`) is the next piece of
-//! work (issue 7).
+//! The failover engine's pure parts, property- and unit-tested:
+//! [`planned`], the decision table of a planned failover (switchover), and
+//! [`emergency`], when an emergency failover may promote and whether a
+//! returning former primary diverged. The controller runs them against the
+//! sites (`crate::controller::failover_group::{switchover, emergency}`).
 
+pub mod emergency;
 pub mod planned;

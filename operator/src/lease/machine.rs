@@ -145,6 +145,11 @@ pub struct GroupFacts {
     pub generation: Option<i64>,
     /// `None` when stable, else why not.
     pub unstable_reason: Option<String>,
+    /// The only instability is a planned failover deferred by a
+    /// failover-hold: renewals go on (each renewal of the hold moves the
+    /// deferral's retry time, lease seed "What a hold holds"); new grants
+    /// still get `423 unstable`.
+    pub deferring: bool,
 }
 
 /// The two slots of one group, as read.
@@ -550,8 +555,11 @@ pub fn renew(
         out.hold = None;
         return Outcome { slots: out, new_tombstones: Vec::new(), verifications, answer: Err(Refusal::Expired) };
     }
-    if let Some(reason) =
-        facts.unstable_reason.clone().or_else(|| facts.generation.is_none().then(|| "BootstrapPending".into()))
+    if let Some(reason) = facts
+        .unstable_reason
+        .clone()
+        .filter(|_| !facts.deferring)
+        .or_else(|| facts.generation.is_none().then(|| "BootstrapPending".into()))
     {
         return refuse(slots, Refusal::Unstable { reason });
     }

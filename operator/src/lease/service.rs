@@ -83,7 +83,9 @@ pub fn facts_of(group: &MysqlFailoverGroup) -> GroupFacts {
         Some(true) => None,
         _ => Some(status.unstable_reason.unwrap_or_else(|| "NotObserved".to_owned())),
     };
-    GroupFacts { generation: status.topology_generation, unstable_reason }
+    let deferring = unstable_reason.as_deref() == Some(bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS)
+        && status.planned_failover.as_ref().is_some_and(|p| p.phase == "Deferred");
+    GroupFacts { generation: status.topology_generation, unstable_reason, deferring }
 }
 
 /// Now, to the microsecond: a Lease's `renewTime` keeps microseconds, so a
@@ -244,7 +246,7 @@ impl Service {
             g.operation_id == operation_id
                 && machine::constant_time_eq(g.token_sha256.as_bytes(), hash.as_bytes())
                 && facts.generation == Some(g.generation)
-                && facts.unstable_reason.is_none()
+                && (facts.unstable_reason.is_none() || facts.deferring)
         });
         if !fits {
             return Ok(None);
@@ -296,6 +298,38 @@ impl Service {
             Outcome { slots, new_tombstones: revoked, verifications, answer }
         })
         .await
+    }
+
+    /// A planned failover's admission check (lease seed, "What a hold
+    /// holds"): the group's live failover-hold, if any (`Some`: defer);
+    /// otherwise the hold slot is fenced with `marker` at the
+    /// resourceVersion read, so no hold granted on an earlier read can land
+    /// after this answer (`None`: admitted). Call it only after status
+    /// shows the group unstable, so a grant that re-reads finds `423`.
+    pub async fn admit(&self, group: &str, marker: &str) -> Result<Option<Grant>, ServiceError> {
+        let lock = self.lock(group);
+        let _guard = lock.lock().await;
+        for _ in 0..CAS_ATTEMPTS {
+            let g = self.group(group).await?;
+            let key = GroupKey::of(&g);
+            let read = self.store.read(&key).await?;
+            if let Some(hold) = read.slots.effective_hold(now_micros()) {
+                return Ok(Some(hold.clone()));
+            }
+            match self.store.fence_hold_slot(&key, &read, marker).await {
+                Ok(()) => return Ok(None),
+                Err(StoreError::Conflict) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(ServiceError::Contention)
+    }
+
+    /// The live failover-hold of `group` as last stored (no write), for
+    /// a deferred request's retry time and message.
+    pub async fn live_hold(&self, group: &MysqlFailoverGroup) -> Result<Option<Grant>, ServiceError> {
+        let read = self.store.read(&GroupKey::of(group)).await?;
+        Ok(read.slots.effective_hold(now_micros()).cloned())
     }
 
     /// The store (for cleanup, verification records and metrics).

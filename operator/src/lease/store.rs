@@ -50,6 +50,8 @@ const ANN_REASON: &str = "bloodraven.shipstream.io/revoke-reason";
 const ANN_GROUP_UID: &str = "bloodraven.shipstream.io/group-uid";
 const ANN_CLIENT: &str = "bloodraven.shipstream.io/client";
 const ANN_ENDING: &str = "bloodraven.shipstream.io/ending";
+/// Written on the hold slot by a planned failover's admission (see [`Store::fence_hold_slot`]).
+const ANN_ADMISSION: &str = "bloodraven.shipstream.io/admitted";
 /// Set on a verification record once its Event was published.
 pub const ANN_ANNOUNCED: &str = "bloodraven.shipstream.io/announced";
 /// Label with the group's hash, on every slot and tombstone.
@@ -390,6 +392,36 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Admission's fence against a concurrent hold grant: rewrites the hold
+    /// slot as read (same grant, or none) with `marker` in an annotation,
+    /// at the resourceVersion read. A grant written since the read makes
+    /// this fail with [`StoreError::Conflict`]; a grant decided on the old
+    /// read fails its own compare-and-swap and, re-reading the group, finds
+    /// it unstable (`423`). So a hold is either seen by admission or never
+    /// granted while the planned failover runs.
+    pub async fn fence_hold_slot(&self, key: &GroupKey, read: &Read, marker: &str) -> Result<(), StoreError> {
+        let mut lease =
+            encode_slot(key, LeaseKind::FailoverHold, read.hold.as_ref(), read.slots.get(LeaseKind::FailoverHold));
+        lease.metadata.annotations.get_or_insert_default().insert(ANN_ADMISSION.to_owned(), marker.to_owned());
+        let pp = PostParams::default();
+        let name = slot_name(&key.name, LeaseKind::FailoverHold);
+        let written = match &read.hold {
+            None => self.api.create(&pp, &lease).await.map_err(kube_err("create a")),
+            Some(_) => self.api.replace(&name, &pp, &lease).await.map_err(kube_err("update a")),
+        };
+        let mut cache = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match written {
+            Ok(l) => {
+                cache.insert(name, Some(l));
+                Ok(())
+            }
+            Err(e) => {
+                cache.remove(&name);
+                Err(e)
+            }
+        }
     }
 
     /// The slots of `key`'s group as this process last wrote or read them,

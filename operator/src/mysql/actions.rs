@@ -31,6 +31,10 @@ pub async fn fence(
 ) -> Result<Fenced, ProbeError> {
     let run = async {
         let mut conn = connect(target, creds).await?;
+        // The server gives up waiting for the global read lock itself (error
+        // 1205) at the bound, so a fence that timed out here never takes
+        // effect later behind our back.
+        conn.query_drop(format!("SET SESSION lock_wait_timeout = {}", timeout.as_secs().max(1))).await?;
         for stmt in statements::fence(flavor) {
             conn.query_drop(*stmt).await?;
         }
@@ -48,4 +52,157 @@ pub async fn fence(
         Ok(Fenced { killed })
     };
     tokio::time::timeout(timeout, run).await.unwrap_or(Err(ProbeError::Timeout(timeout)))
+}
+
+/// Runs `statements` on a site over one fresh connection, within `timeout`.
+async fn run_all<S: AsRef<str> + Send + Sync>(
+    target: &ProbeTarget,
+    creds: &Credentials,
+    statements: &[S],
+    timeout: Duration,
+) -> Result<(), ProbeError> {
+    let run = async {
+        let mut conn = connect(target, creds).await?;
+        for stmt in statements {
+            conn.query_drop(stmt.as_ref()).await?;
+        }
+        let _ = conn.disconnect().await;
+        Ok(())
+    };
+    tokio::time::timeout(timeout, run).await.unwrap_or(Err(ProbeError::Timeout(timeout)))
+}
+
+/// Makes a fenced site writable again (a planned failover that could not
+/// finish its drain).
+pub async fn unfence(
+    target: &ProbeTarget,
+    creds: &Credentials,
+    flavor: Flavor,
+    timeout: Duration,
+) -> Result<(), ProbeError> {
+    run_all(target, creds, statements::unfence(flavor), timeout).await
+}
+
+/// Promotes a site: stops replication, forgets its source, makes it writable.
+pub async fn promote(
+    target: &ProbeTarget,
+    creds: &Credentials,
+    flavor: Flavor,
+    timeout: Duration,
+) -> Result<(), ProbeError> {
+    let mut all: Vec<&str> = statements::stop_replication(flavor).to_vec();
+    all.extend_from_slice(statements::unfence(flavor));
+    run_all(target, creds, &all, timeout).await
+}
+
+/// Makes a site a replica of `source` with GTID auto-positioning, read-only.
+pub async fn repoint(
+    target: &ProbeTarget,
+    creds: &Credentials,
+    flavor: Flavor,
+    source: &statements::Source,
+    timeout: Duration,
+) -> Result<(), ProbeError> {
+    let mut all: Vec<String> = statements::fence(flavor).iter().map(|s| (*s).to_owned()).collect();
+    all.extend(statements::replicate_from(flavor, source).iter().map(|s| s.expose().to_owned()));
+    run_all(target, creds, &all, timeout).await
+}
+
+/// Turns semi-synchronous replication on or off for a site's role.
+pub async fn semi_sync(
+    target: &ProbeTarget,
+    creds: &Credentials,
+    flavor: Flavor,
+    on: bool,
+    primary: bool,
+    timeout: Duration,
+) -> Result<(), ProbeError> {
+    run_all(target, creds, &statements::semi_sync(flavor, on, primary), timeout).await
+}
+
+/// A site's GTID positions: what it applied from a source, what it wrote
+/// to its own binlog, and everything it has (MariaDB `gtid_slave_pos`,
+/// `gtid_binlog_pos`, `gtid_current_pos`; MySQL `gtid_executed` for each).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Positions {
+    /// Applied from a source.
+    pub applied: String,
+    /// In its own binary log (what a replica of it can receive).
+    pub binlog: String,
+    /// Everything it has.
+    pub current: String,
+}
+
+/// Reads a site's GTID positions.
+pub async fn positions(
+    target: &ProbeTarget,
+    creds: &Credentials,
+    flavor: Flavor,
+    timeout: Duration,
+) -> Result<Positions, ProbeError> {
+    let run = async {
+        let mut conn = connect(target, creds).await?;
+        let sql = match flavor {
+            Flavor::MariaDb => "SELECT @@gtid_slave_pos, @@gtid_binlog_pos, @@gtid_current_pos",
+            Flavor::MySql => "SELECT @@gtid_executed, @@gtid_executed, @@gtid_executed",
+        };
+        let row: Option<(String, String, String)> = conn.query_first(sql).await?;
+        let _ = conn.disconnect().await;
+        let (applied, binlog, current) =
+            row.ok_or_else(|| ProbeError::Unexpected("no row for the GTID positions".into()))?;
+        let clean = |s: String| s.replace('\n', "");
+        Ok(Positions { applied: clean(applied), binlog: clean(binlog), current: clean(current) })
+    };
+    tokio::time::timeout(timeout, run).await.unwrap_or(Err(ProbeError::Timeout(timeout)))
+}
+
+/// Waits, at most `bound`, for a replica to apply everything up to
+/// `position` (`MASTER_GTID_WAIT` / `WAIT_FOR_EXECUTED_GTID_SET`).
+/// `Ok(true)` reached, `Ok(false)` the bound ran out.
+pub async fn catch_up(
+    target: &ProbeTarget,
+    creds: &Credentials,
+    flavor: Flavor,
+    position: &str,
+    bound: Duration,
+) -> Result<bool, ProbeError> {
+    let (sql, reached) = statements::wait_for_position(flavor);
+    let secs = bound.as_secs().max(1);
+    let run = async {
+        let mut conn = connect(target, creds).await?;
+        let got: Option<Option<i64>> = conn.exec_first(sql, (position, secs)).await?;
+        let _ = conn.disconnect().await;
+        Ok(got.flatten() == Some(reached))
+    };
+    // The server's own bound, plus a margin for connecting.
+    let outer = bound + Duration::from_secs(5);
+    tokio::time::timeout(outer, run).await.unwrap_or(Err(ProbeError::Timeout(outer)))
+}
+
+/// Accounts other than `own` that can write through `read_only` (MariaDB
+/// `READ_ONLY ADMIN` or `SUPER`), as `'user'@'host'`. Empty on MySQL, where
+/// `super_read_only` stops them.
+pub async fn read_only_bypass(
+    target: &ProbeTarget,
+    creds: &Credentials,
+    flavor: Flavor,
+    timeout: Duration,
+) -> Result<Vec<String>, ProbeError> {
+    let Some(sql) = statements::read_only_bypass_accounts(flavor) else { return Ok(Vec::new()) };
+    let run = async {
+        let mut conn = connect(target, creds).await?;
+        let rows: Vec<String> = conn.query(sql).await?;
+        let _ = conn.disconnect().await;
+        Ok(rows)
+    };
+    let own = format!("'{}'@", creds.username);
+    let mut accounts: Vec<String> = tokio::time::timeout(timeout, run)
+        .await
+        .unwrap_or(Err(ProbeError::Timeout(timeout)))?
+        .into_iter()
+        .filter(|grantee| !grantee.starts_with(&own))
+        .collect();
+    accounts.sort();
+    accounts.dedup();
+    Ok(accounts)
 }

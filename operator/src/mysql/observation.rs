@@ -53,6 +53,9 @@ pub struct ReplicationObservation {
     pub source_port: u16,
     /// The last IO or SQL error text, if any.
     pub last_error: Option<String>,
+    /// What the replica has received from its source: MariaDB
+    /// `Gtid_IO_Pos`, MySQL `Retrieved_Gtid_Set`; `None` when not shown.
+    pub received_position: Option<String>,
 }
 
 impl ReplicationObservation {
@@ -81,6 +84,7 @@ impl ReplicationObservation {
             source_host: get("Master_Host", "Source_Host").unwrap_or_default().to_owned(),
             source_port: get("Master_Port", "Source_Port").and_then(|v| v.parse().ok()).unwrap_or(0),
             last_error: if errors.is_empty() { None } else { Some(errors.join("; ")) },
+            received_position: get("Gtid_IO_Pos", "Retrieved_Gtid_Set").map(|p| p.replace('\n', "")),
         }
     }
 }

@@ -8,7 +8,7 @@
 //! | unfence | `SET GLOBAL read_only = 0` | `SET GLOBAL super_read_only = 0`, `SET GLOBAL read_only = 0` |
 //! | catch-up | `SELECT MASTER_GTID_WAIT(pos, s)` (0 done, -1 timed out) | `SELECT WAIT_FOR_EXECUTED_GTID_SET(set, s)` (0 done, 1 timed out) |
 //! | stop replicating | `STOP SLAVE`, `RESET SLAVE ALL` | `STOP REPLICA`, `RESET REPLICA ALL` |
-//! | repoint | `CHANGE MASTER TO … MASTER_USE_GTID = slave_pos` | `CHANGE REPLICATION SOURCE TO … SOURCE_AUTO_POSITION = 1` |
+//! | repoint | `SET GLOBAL gtid_slave_pos = @@gtid_current_pos`, `CHANGE MASTER TO … MASTER_USE_GTID = slave_pos` | `CHANGE REPLICATION SOURCE TO … SOURCE_AUTO_POSITION = 1` |
 //! | start | `START SLAVE` | `START REPLICA` |
 //! | semi-sync | `rpl_semi_sync_master_*` / `rpl_semi_sync_slave_enabled` (built in since 10.3) | `rpl_semi_sync_source_*` / `rpl_semi_sync_replica_enabled` (plugins) |
 //!
@@ -181,6 +181,10 @@ pub fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
     match flavor {
         Flavor::MariaDb => vec![
             Secret("STOP SLAVE".into()),
+            // A former primary has its history in its binlog, not in
+            // gtid_slave_pos: start from everything it has (it was checked
+            // for errant transactions before it is repointed).
+            Secret("SET GLOBAL gtid_slave_pos = @@gtid_current_pos".into()),
             Secret(format!(
                 "CHANGE MASTER TO MASTER_HOST = {host}, MASTER_PORT = {port}, MASTER_USER = {user}, \
                  MASTER_PASSWORD = {password}, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1"
@@ -243,10 +247,11 @@ mod tests {
     fn repointing_uses_gtid_auto_position_on_both_flavours() {
         let maria = replicate_from(Flavor::MariaDb, &source());
         assert_eq!(maria[0].expose(), "STOP SLAVE");
-        assert!(maria[1].expose().starts_with("CHANGE MASTER TO MASTER_HOST = '10.0.0.2', MASTER_PORT = 3307"));
-        assert!(maria[1].expose().contains("MASTER_USE_GTID = slave_pos"));
-        assert!(maria[1].expose().contains(r"MASTER_PASSWORD = 'p\'w\\d'"));
-        assert_eq!(maria[2].expose(), "START SLAVE");
+        assert_eq!(maria[1].expose(), "SET GLOBAL gtid_slave_pos = @@gtid_current_pos");
+        assert!(maria[2].expose().starts_with("CHANGE MASTER TO MASTER_HOST = '10.0.0.2', MASTER_PORT = 3307"));
+        assert!(maria[2].expose().contains("MASTER_USE_GTID = slave_pos"));
+        assert!(maria[2].expose().contains(r"MASTER_PASSWORD = 'p\'w\\d'"));
+        assert_eq!(maria[3].expose(), "START SLAVE");
         let mysql = replicate_from(Flavor::MySql, &source());
         assert!(
             mysql[1].expose().starts_with("CHANGE REPLICATION SOURCE TO SOURCE_HOST = '10.0.0.2', SOURCE_PORT = 3307")

@@ -42,6 +42,10 @@ pub enum Resolution {
     },
     /// Only a person can resolve this; the text says how.
     Invalid(String),
+    /// The decision record was edited by hand, or was left by an older
+    /// operator and disagrees with status: no decision explains it. Nothing
+    /// is restored and nothing fails over until a person resolves it.
+    Conflict(String),
 }
 
 fn describe(site: Option<&str>, generation: Option<i64>) -> String {
@@ -62,6 +66,34 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
     let in_spec = |s: &str| group.spec.sites.iter().any(|x| x.name == s);
     let record = record::read(records, &name).await?;
     match record {
+        Some(r) if r.group_uid == uid && r.tampered.is_some() => Ok(Resolution::Conflict(format!(
+            "the decision record {} was edited by hand ({}); bloodraven will not fail this group over until a person resolves it: see docs/runbook.md, DecisionConflict",
+            record::record_name(&name),
+            r.tampered.unwrap_or_default()
+        ))),
+        Some(r) if r.group_uid == uid && (r.legacy || r.generation < 1) => {
+            if r.generation >= 1
+                && in_spec(&r.active_site)
+                && site == Some(r.active_site.as_str())
+                && generation == Some(r.generation)
+            {
+                // An older operator's record that agrees with status: take it over.
+                let taken =
+                    record::write(records, &name, &uid, &r.active_site, r.generation, &r.extra(), Some(&r)).await?;
+                return Ok(Resolution::At {
+                    site: taken.active_site,
+                    generation: taken.generation,
+                    restored_from: None,
+                });
+            }
+            Ok(Resolution::Conflict(format!(
+                "the decision record {} shows activeSite={}, topologyGeneration={} and status shows {}; no decision explains the difference: see docs/runbook.md, DecisionConflict",
+                record::record_name(&name),
+                r.active_site,
+                r.generation,
+                describe(site, generation)
+            )))
+        }
         Some(r) if r.group_uid == uid => {
             if !in_spec(&r.active_site) {
                 return Ok(Resolution::Invalid(format!(
@@ -82,7 +114,7 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
         stale => match (site, generation) {
             (None, None) => Ok(Resolution::Undecided { stale }),
             (Some(s), Some(g)) if in_spec(s) && g >= 1 => {
-                record::write(records, &name, &uid, s, g, stale.as_ref()).await?;
+                record::write(records, &name, &uid, s, g, &record::Extra::default(), stale.as_ref()).await?;
                 tracing::info!(group = %name, site = s, generation = g, "decision record created from status");
                 Ok(Resolution::At { site: s.to_owned(), generation: g, restored_from: None })
             }
@@ -109,15 +141,42 @@ pub async fn bootstrap(
         return Ok(());
     }
     let uid = group.meta().uid.clone().unwrap_or_default();
-    record::write(records, &group.name_any(), &uid, site, 1, stale).await?;
-    write_status(ctx, group, site, 1).await
+    record::write(records, &group.name_any(), &uid, site, 1, &record::Extra::default(), stale).await?;
+    write_status(ctx, group, site, 1).await.map(drop)
+}
+
+/// A failover's decision (planned or emergency): records `site` at
+/// `generation` (the record read, `previous`, is the compare-and-swap
+/// base), then writes status. Returns the group as written. The record is
+/// first, so a crash in between is completed by the next restore, never
+/// decided twice.
+pub async fn decide(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: &MysqlFailoverGroup,
+    previous: &Record,
+    site: &str,
+    extra: &record::Extra,
+) -> Result<MysqlFailoverGroup, Error> {
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    let uid = group.meta().uid.clone().unwrap_or_default();
+    let generation = previous.generation + 1;
+    record::write(records, &group.name_any(), &uid, site, generation, extra, Some(previous)).await?;
+    write_status(ctx, group, site, generation).await
 }
 
 /// The status half of a decision: one merge patch carrying the
 /// resourceVersion the reconcile read (a 409 if anyone wrote in between).
-async fn write_status(ctx: &Context, group: &MysqlFailoverGroup, site: &str, generation: i64) -> Result<(), Error> {
+async fn write_status(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    site: &str,
+    generation: i64,
+) -> Result<MysqlFailoverGroup, Error> {
     if !ctx.leadership.is_leader() {
-        return Ok(());
+        return Err(Error::NotLeader);
     }
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     let patch = json!({
@@ -127,6 +186,5 @@ async fn write_status(ctx: &Context, group: &MysqlFailoverGroup, site: &str, gen
     let params = PatchParams { field_manager: Some(DECIDER_FIELD_MANAGER.into()), ..PatchParams::default() };
     api.patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
         .await
-        .map(drop)
         .map_err(kube_err("write the topology decision"))
 }

@@ -19,9 +19,11 @@ mod claims;
 pub mod cleanup;
 mod decision;
 mod deploy_leases;
+pub mod emergency;
 mod reassert;
 pub mod record;
 mod sites;
+mod switchover;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -123,28 +125,31 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
 
     let started = Instant::now();
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let resolution = decision::resolve(&ctx, &records, &group).await?;
+    let mut resolution = decision::resolve(&ctx, &records, &group).await?;
     if let decision::Resolution::At { site, generation, restored_from: Some(was) } = &resolution {
         tracing::warn!(group = %name, site = %site, generation, was = %was, "status restored from the decision record");
         publish(&ctx, &group, EventType::Warning, reason::STATUS_RESTORED, format!(
             "status showed {was}; restored activeSite={site}, topologyGeneration={generation} from the operator's decision record (status is written by the operator alone; edits to activeSite or topologyGeneration are undone)"
         ), "Restore", None).await;
     }
+    let mut group: MysqlFailoverGroup = (*group).clone();
+    // The planned failover, if any, runs first: it probes and acts on its
+    // own, and may move the decision.
+    let mut planned = switchover::Drive { group: group.clone(), running: false, recovering: false, requeue: None };
     if matches!(resolution, decision::Resolution::At { .. }) {
+        planned = switchover::drive(&ctx, &records, group).await?;
+        group = planned.group.clone();
+        resolution = decided_now(&group, resolution);
         deploy_leases::maintain(&ctx, &group).await?;
     }
     let verification = deploy_leases::verification_condition(&ctx, &group).await?;
-    let mut probes = sites::probe_all(&group, &ctx).await;
-    if let decision::Resolution::At { site, .. } = &resolution
-        && reassert::reassert(&ctx, &group, site, &probes).await
-    {
-        // Report what the sites are now, not what they were before the fence.
-        probes = sites::probe_all(&group, &ctx).await;
-    }
+    let probes = sites::probe_all(&group, &ctx).await;
+    let safety = safety_paths(&ctx, &records, group, resolution, probes, planned.running).await?;
+    let (group, resolution, probes) = (safety.group, safety.resolution, safety.probes);
     let decided = match &resolution {
         decision::Resolution::Undecided { .. } => Decided::Undecided,
         decision::Resolution::At { site, generation, .. } => Decided::At(site, *generation),
-        decision::Resolution::Invalid(why) => Decided::Invalid(why),
+        decision::Resolution::Invalid(why) | decision::Resolution::Conflict(why) => Decided::Invalid(why),
     };
     let mut assessment = assess(&group.spec, decided, &probes);
     let mut generation = match decided {
@@ -172,6 +177,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         assessment = assess(&group.spec, Decided::At(&site, 1), &probes);
     }
 
+    operation_conditions(&mut assessment, &planned, safety.recovery.as_ref(), safety.diverged.as_ref(), &resolution);
     assessment.conditions.push(verification);
     let health = health_of(&probes);
     write_observation(
@@ -188,7 +194,141 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     ctx.metrics.probe_to_status_seconds.with_label_values(&[CONTROLLER]).observe(started.elapsed().as_secs_f64());
     record_metrics(&ctx, &name, generation, &assessment, &probes);
     announce(&ctx, &group, &previous.conditions, &assessment.conditions).await;
-    Ok(Action::requeue(interval))
+    Ok(Action::requeue(planned.requeue.map_or(interval, |r| r.min(interval))))
+}
+
+/// What the safety paths left: the group and resolution (an emergency
+/// decision moves them), the probes as the sites are now, and conditions.
+struct Safety {
+    group: MysqlFailoverGroup,
+    resolution: decision::Resolution,
+    probes: Vec<SiteProbe>,
+    recovery: Option<(&'static str, String)>,
+    diverged: Option<Computed>,
+}
+
+/// Emergency failover, finishing a decided promotion, primary reassertion
+/// and returning-primary handling, in that order; none reads a deploy
+/// lease. `held`: a planned failover runs.
+async fn safety_paths(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    mut group: MysqlFailoverGroup,
+    mut resolution: decision::Resolution,
+    mut probes: Vec<SiteProbe>,
+    held: bool,
+) -> Result<Safety, Error> {
+    let name = group.name_any();
+    let uid = group.meta().uid.clone().unwrap_or_default();
+    let mut recovery: Option<(&'static str, String)> = None;
+    let mut diverged: Option<Computed> = None;
+    if let decision::Resolution::At { site, .. } = resolution.clone() {
+        let out = emergency::check(ctx, records, &group, &site, &probes, held).await?;
+        if let Some(decided) = out.decided {
+            group = decided;
+            resolution = decided_now(&group, resolution);
+        }
+        recovery = out.blocked;
+        if let Some(rec) = record::read(records, &name).await?
+            && rec.group_uid == uid
+            && rec.tampered.is_none()
+        {
+            if let Some(pending) = emergency::recover(ctx, records, &group, &rec, &probes).await? {
+                recovery = Some((reason::OPERATION_IN_PROGRESS, pending));
+            } else if rec.pending.is_some() {
+                probes = sites::probe_all(&group, ctx).await;
+            }
+        }
+    }
+    if let decision::Resolution::At { site, .. } = &resolution
+        && reassert::reassert(ctx, &group, site, &probes).await
+    {
+        // Report what the sites are now, not what they were before the fence.
+        probes = sites::probe_all(&group, ctx).await;
+    }
+    if let decision::Resolution::At { .. } = &resolution
+        && !held
+        && let Some(rec) = record::read(records, &name).await?
+        && rec.group_uid == uid
+        && rec.tampered.is_none()
+    {
+        diverged = Some(emergency::rejoin(ctx, &group, &rec, &probes).await?);
+    }
+    Ok(Safety { group, resolution, probes, recovery, diverged })
+}
+
+/// The resolution after a decision this reconcile took (status moved).
+fn decided_now(group: &MysqlFailoverGroup, was: decision::Resolution) -> decision::Resolution {
+    match (group.decided(), was) {
+        (Some((site, generation)), decision::Resolution::At { site: s, generation: g, restored_from })
+            if s == site && g == generation =>
+        {
+            decision::Resolution::At { site: s, generation: g, restored_from }
+        }
+        (Some((site, generation)), _) => {
+            decision::Resolution::At { site: site.to_owned(), generation, restored_from: None }
+        }
+        (None, was) => was,
+    }
+}
+
+/// Adds the conditions of operations (planned failover, recovery after a
+/// decision, diverged sites, decision conflicts) and lets a running
+/// operation make the group unstable.
+fn operation_conditions(
+    assessment: &mut Assessment,
+    planned: &switchover::Drive,
+    recovery: Option<&(&'static str, String)>,
+    diverged: Option<&Computed>,
+    resolution: &decision::Resolution,
+) {
+    use bloodraven_api::v1alpha1::ConditionType as T;
+    let held = if planned.running {
+        Computed::flag(
+            T::AutomaticFailoverHeld.as_str(),
+            true,
+            reason::OPERATION_IN_PROGRESS,
+            "a planned failover is running; automatic failover waits for it",
+        )
+    } else {
+        Computed::flag(T::AutomaticFailoverHeld.as_str(), false, reason::AS_EXPECTED, "no planned failover is running")
+    };
+    let recovering = match (recovery, planned.recovering) {
+        (Some((r, m)), _) => Computed::flag(T::RecoveryPending.as_str(), true, r, m.clone()),
+        (None, true) => Computed::flag(
+            T::RecoveryPending.as_str(),
+            true,
+            reason::OPERATION_IN_PROGRESS,
+            "the planned failover is decided; promotion and repointing are under way",
+        ),
+        (None, false) => Computed::flag(T::RecoveryPending.as_str(), false, reason::AS_EXPECTED, "nothing is pending"),
+    };
+    let conflict = match resolution {
+        decision::Resolution::Conflict(why) => {
+            Computed::flag(T::DecisionConflict.as_str(), true, reason::DECISION_RECORD_MISMATCH, why.clone())
+        }
+        _ => Computed::flag(T::DecisionConflict.as_str(), false, reason::AS_EXPECTED, "the decision record verifies"),
+    };
+    let diverged = diverged.cloned().unwrap_or_else(|| {
+        Computed::flag(T::SiteDiverged.as_str(), false, reason::AS_EXPECTED, "no site is known to have diverged")
+    });
+    let unstable = if planned.running {
+        Some(reason::OPERATION_IN_PROGRESS.to_owned())
+    } else if recovering.is_true() {
+        Some(T::RecoveryPending.as_str().to_owned())
+    } else if conflict.is_true() {
+        Some(T::DecisionConflict.as_str().to_owned())
+    } else {
+        None
+    };
+    if let Some(why) = unstable {
+        assessment.stable = false;
+        // A problem condition found by the probes explains more than a running operation.
+        if assessment.unstable_reason.is_none() || planned.running {
+            assessment.unstable_reason = Some(why);
+        }
+    }
+    assessment.conditions.extend([recovering, held, diverged, conflict]);
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -8,6 +8,15 @@
 //! decision is written here first (resourceVersion CAS), then to status; on
 //! every probe the operator compares the two and restores status from the
 //! record. Status alone can therefore never re-bootstrap a group at 1.
+//!
+//! Integrity: the record is written only by the operator, under its own
+//! field manager (`bloodraven-operator-decider`). A record whose decision
+//! fields are owned (in `metadata.managedFields`) by any other manager —
+//! `kubectl edit`, `kubectl patch`, `kubectl apply` — was edited by hand and
+//! is never trusted: the group gets `DecisionConflict` and the operator
+//! refuses to fail it over until a person resolves it (docs/runbook.md).
+//! Records of an older operator (no `record-version: "2"` annotation) are
+//! taken over only when they agree with status.
 
 use std::collections::BTreeMap;
 
@@ -19,7 +28,7 @@ use sha2::{Digest, Sha256};
 use crate::controller::{Error, kube_err};
 
 /// A decision as recorded.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Record {
     /// The decided active site.
     pub active_site: String,
@@ -29,6 +38,51 @@ pub struct Record {
     pub group_uid: String,
     /// resourceVersion of the ConfigMap, for the next compare-and-swap.
     pub resource_version: Option<String>,
+    /// The GTID position the active site was promoted at (its
+    /// `gtid_current_pos` before it took writes); a returning former primary
+    /// with transactions past it has errant GTIDs. `None` before the first
+    /// failover.
+    pub promotion_position: Option<String>,
+    /// The last planned-failover `requestId`s taken up, newest last (at most
+    /// [`MAX_REQUESTS`]): a repeated or older request is not run again.
+    pub requests: Vec<String>,
+    /// A step after the decision still to do: `promote` (an emergency
+    /// failover decided, the new active site not yet made writable).
+    pub pending: Option<String>,
+    /// Set when the record was edited by hand: which managers own which of
+    /// its decision fields. Such a record is never trusted.
+    pub tampered: Option<String>,
+    /// Written by an operator before record integrity (no version annotation).
+    pub legacy: bool,
+}
+
+/// How many planned-failover request ids a record remembers.
+pub const MAX_REQUESTS: usize = 64;
+/// The field manager every record write uses (and integrity checks for).
+pub const RECORD_FIELD_MANAGER: &str = bloodraven_api::names::DECIDER_FIELD_MANAGER;
+const VERSION_ANNOTATION: &str = "bloodraven.shipstream.io/record-version";
+const DECISION_KEYS: [&str; 7] =
+    ["group", "groupUID", "activeSite", "topologyGeneration", "promotionPosition", "requests", "pending"];
+
+/// The decision fields of a record that a manager other than the operator's
+/// owns, as `manager: field, ...` (`None`: all are the operator's).
+fn foreign_owners(cm: &ConfigMap) -> Option<String> {
+    let mut found = Vec::new();
+    for entry in cm.metadata.managed_fields.iter().flatten() {
+        let manager = entry.manager.as_deref().unwrap_or("<unnamed>");
+        if manager == RECORD_FIELD_MANAGER {
+            continue;
+        }
+        let Some(data) = entry.fields_v1.as_ref().and_then(|f| f.0.get("f:data")).and_then(|d| d.as_object()) else {
+            continue;
+        };
+        for key in DECISION_KEYS {
+            if data.contains_key(&format!("f:{key}")) {
+                found.push(format!("{}: data.{key}", bloodraven_serving::log::escape(manager, 64)));
+            }
+        }
+    }
+    (!found.is_empty()).then(|| found.join(", "))
 }
 
 /// Name of the record of `group`: fixed length, whatever the group's name.
@@ -44,6 +98,9 @@ pub async fn read(api: &Api<ConfigMap>, group: &str) -> Result<Option<Record>, E
     let Some(cm) = api.get_opt(&record_name(group)).await.map_err(kube_err("read the decision record"))? else {
         return Ok(None);
     };
+    let legacy =
+        cm.metadata.annotations.as_ref().and_then(|a| a.get(VERSION_ANNOTATION)).map(String::as_str) != Some("2");
+    let tampered = if legacy { None } else { foreign_owners(&cm) };
     let data = cm.data.unwrap_or_default();
     let generation = data.get("topologyGeneration").and_then(|g| g.parse().ok()).unwrap_or(0);
     Ok(Some(Record {
@@ -51,7 +108,37 @@ pub async fn read(api: &Api<ConfigMap>, group: &str) -> Result<Option<Record>, E
         generation,
         group_uid: data.get("groupUID").cloned().unwrap_or_default(),
         resource_version: cm.metadata.resource_version,
+        promotion_position: data.get("promotionPosition").filter(|p| !p.is_empty()).cloned(),
+        requests: data
+            .get("requests")
+            .map(|r| r.lines().map(str::to_owned).filter(|l| !l.is_empty()).collect())
+            .unwrap_or_default(),
+        pending: data.get("pending").filter(|p| !p.is_empty()).cloned(),
+        tampered,
+        legacy,
     }))
+}
+
+/// What a decision write records besides the site and generation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Extra {
+    /// See [`Record::promotion_position`].
+    pub promotion_position: Option<String>,
+    /// See [`Record::requests`].
+    pub requests: Vec<String>,
+    /// See [`Record::pending`].
+    pub pending: Option<String>,
+}
+
+impl Record {
+    /// What this record carries over to the next write.
+    pub fn extra(&self) -> Extra {
+        Extra {
+            promotion_position: self.promotion_position.clone(),
+            requests: self.requests.clone(),
+            pending: self.pending.clone(),
+        }
+    }
 }
 
 /// Writes a decision: creates the record, or replaces the one read at
@@ -62,13 +149,21 @@ pub async fn write(
     group_uid: &str,
     active_site: &str,
     generation: i64,
+    extra: &Extra,
     previous: Option<&Record>,
-) -> Result<(), Error> {
+) -> Result<Record, Error> {
+    let mut requests = extra.requests.clone();
+    if requests.len() > MAX_REQUESTS {
+        requests.drain(..requests.len() - MAX_REQUESTS);
+    }
     let data = BTreeMap::from([
         ("group".to_owned(), group.to_owned()),
         ("groupUID".to_owned(), group_uid.to_owned()),
         ("activeSite".to_owned(), active_site.to_owned()),
         ("topologyGeneration".to_owned(), generation.to_string()),
+        ("promotionPosition".to_owned(), extra.promotion_position.clone().unwrap_or_default()),
+        ("requests".to_owned(), requests.join("\n")),
+        ("pending".to_owned(), extra.pending.clone().unwrap_or_default()),
     ]);
     let cm = ConfigMap {
         metadata: ObjectMeta {
@@ -78,18 +173,31 @@ pub async fn write(
                 ("app.kubernetes.io/managed-by".to_owned(), "bloodraven-operator".to_owned()),
                 ("bloodraven.shipstream.io/record".to_owned(), "topology".to_owned()),
             ])),
+            annotations: Some(BTreeMap::from([(VERSION_ANNOTATION.to_owned(), "2".to_owned())])),
+            // `[{}]` resets field ownership (an absent or empty list keeps
+            // it), so every field of a record the operator writes is its own.
+            managed_fields: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry::default()]),
             ..ObjectMeta::default()
         },
         data: Some(data),
         ..ConfigMap::default()
     };
-    let pp = PostParams::default();
-    match previous {
-        None => api.create(&pp, &cm).await.map(drop).map_err(kube_err("create the decision record")),
-        Some(_) => {
-            api.replace(&record_name(group), &pp, &cm).await.map(drop).map_err(kube_err("update the decision record"))
-        }
-    }
+    let pp = PostParams { field_manager: Some(RECORD_FIELD_MANAGER.to_owned()), ..PostParams::default() };
+    let written = match previous {
+        None => api.create(&pp, &cm).await.map_err(kube_err("create the decision record"))?,
+        Some(_) => api.replace(&record_name(group), &pp, &cm).await.map_err(kube_err("update the decision record"))?,
+    };
+    Ok(Record {
+        active_site: active_site.to_owned(),
+        generation,
+        group_uid: group_uid.to_owned(),
+        resource_version: written.metadata.resource_version,
+        promotion_position: extra.promotion_position.clone(),
+        requests,
+        pending: extra.pending.clone(),
+        tampered: None,
+        legacy: false,
+    })
 }
 
 /// Deletes the record of a deleted group (best effort: a leftover record of

@@ -3,7 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use bloodraven_api::names::{SECRET_PASSWORD_KEY, SECRET_USERNAME_KEY};
+use bloodraven_api::names::{
+    SECRET_PASSWORD_KEY, SECRET_REPLICATION_PASSWORD_KEY, SECRET_REPLICATION_USERNAME_KEY, SECRET_USERNAME_KEY,
+};
 use bloodraven_api::v1alpha1::{MysqlFailoverGroup, Site, reason};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
@@ -38,6 +40,17 @@ async fn probe_site(site: &Site, ctx: &Context, timeout: Duration) -> SiteProbe 
 /// Reads `username` and `password` from the site's Secret. The failure
 /// message names the Secret and the key, never a value.
 pub(crate) async fn read_credentials(site: &Site, ctx: &Context) -> Result<Credentials, ProbeFailure> {
+    read_secret(site, ctx).await.map(|(operator, _)| operator)
+}
+
+/// The replication account a replica of `site`'s server uses to connect
+/// to it: `replicationUsername`/`replicationPassword` of `site`'s Secret, or
+/// the operator's own account when the Secret has no such keys.
+pub(crate) async fn read_replication_credentials(site: &Site, ctx: &Context) -> Result<Credentials, ProbeFailure> {
+    read_secret(site, ctx).await.map(|(operator, replication)| replication.unwrap_or(operator))
+}
+
+async fn read_secret(site: &Site, ctx: &Context) -> Result<(Credentials, Option<Credentials>), ProbeFailure> {
     let r = &site.credentials_secret_ref;
     let fail = |message: String| ProbeFailure { reason: reason::CREDENTIALS_UNAVAILABLE, message };
     if r.namespace != ctx.credentials_namespace {
@@ -66,5 +79,14 @@ pub(crate) async fn read_credentials(site: &Site, ctx: &Context) -> Result<Crede
         String::from_utf8(bytes.0.clone())
             .map_err(|_| fail(format!("Secret {}/{} key {key} is not UTF-8", r.namespace, r.name)))
     };
-    Ok(Credentials { username: field(SECRET_USERNAME_KEY)?, password: field(SECRET_PASSWORD_KEY)? })
+    let operator = Credentials { username: field(SECRET_USERNAME_KEY)?, password: field(SECRET_PASSWORD_KEY)? };
+    let replication = if data.contains_key(SECRET_REPLICATION_USERNAME_KEY) {
+        Some(Credentials {
+            username: field(SECRET_REPLICATION_USERNAME_KEY)?,
+            password: field(SECRET_REPLICATION_PASSWORD_KEY)?,
+        })
+    } else {
+        None
+    };
+    Ok((operator, replication))
 }

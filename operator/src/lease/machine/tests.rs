@@ -9,7 +9,7 @@ fn t(secs: i64) -> Timestamp {
 }
 
 fn stable(generation: i64) -> GroupFacts {
-    GroupFacts { generation: Some(generation), unstable_reason: None }
+    GroupFacts { generation: Some(generation), unstable_reason: None, deferring: false }
 }
 
 fn grant_of<T: std::fmt::Debug>(o: &Outcome<T>) -> &T {
@@ -119,12 +119,21 @@ fn refusals() {
         Err(Refusal::TokenMismatch)
     );
     assert_eq!(put(&s, None, &stable(3), LeaseKind::Migration, "op1", "h1", None, t(30)).answer, Err(Refusal::Expired));
-    let unstable = GroupFacts { generation: Some(3), unstable_reason: Some("Degraded".into()) };
+    let unstable = GroupFacts { generation: Some(3), unstable_reason: Some("Degraded".into()), deferring: false };
     let u = put(&s, None, &unstable, LeaseKind::Migration, "op1", "h1", None, t(5));
     assert!(matches!(u.answer, Err(Refusal::Unstable { .. })));
     assert_eq!(u.slots, s, "423 never moves the deadline");
+    // A planned failover deferred by the hold: renewals go on (the hold's
+    // renewal is what moves the deferral), new grants get 423.
+    let deferring = GroupFacts { deferring: true, unstable_reason: Some("OperationInProgress".into()), ..stable(3) };
+    let d = put(&s, None, &deferring, LeaseKind::Migration, "op1", "h1", None, t(5));
+    assert!(d.answer.is_ok(), "{:?}", d.answer);
+    assert!(matches!(
+        post(&Slots::default(), None, &deferring, LeaseKind::Migration, "op9", "app", 30, "h9", t(5)).answer,
+        Err(Refusal::Unstable { .. })
+    ));
     // Before bootstrap: unstable.
-    let none = GroupFacts { generation: None, unstable_reason: None };
+    let none = GroupFacts { generation: None, unstable_reason: None, deferring: false };
     assert!(matches!(
         post(&Slots::default(), None, &none, LeaseKind::Migration, "op", "app", 30, "h", t(0)).answer,
         Err(Refusal::Unstable { .. })

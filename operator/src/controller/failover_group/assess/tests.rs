@@ -41,6 +41,7 @@ fn from(source: u32, io: bool, sql: bool) -> Option<ReplicationObservation> {
         source_host: "127.0.0.1".into(),
         source_port: 3306,
         last_error: None,
+        received_position: None,
     })
 }
 

@@ -1,0 +1,317 @@
+//! Emergency failover, the steps after its decision, and returning-primary
+//! handling, against the real sites (the pure rules are
+//! `crate::failover::emergency`). None of these reads a deploy lease.
+//!
+//! - Detection: consecutive failed probes of the active site are counted
+//!   per group in this process (a new leader starts counting afresh, so a
+//!   leader change can delay a failover by at most one detection budget,
+//!   never cause one). At `failureThreshold` the standby is promoted if it
+//!   is reachable and has applied everything it received.
+//! - The decision is recorded first with `pending: promote` (record, then
+//!   status: generation + 1, every deploy lease revoked), then the standby
+//!   is promoted and the pending step cleared; a leader that dies in
+//!   between leaves `pending`, which the next one finishes
+//!   (`RecoveryPending` until then).
+//! - A site that is not the active one, read-only (primary reassertion
+//!   fenced it on first sight) and not replicating from the active site,
+//!   after a failover: its transactions are compared with the new
+//!   primary's history (the promotion position in the record). Clean: it
+//!   is repointed as a replica (`SiteRejoined`). Diverged: left fenced,
+//!   `SiteDiverged`, never repointed and never `RESET MASTER`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::{ConditionType, MysqlFailoverGroup, reason};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::events::EventType;
+use kube::{Api, Resource, ResourceExt};
+
+use super::assess::SiteProbe;
+use super::record::{self, Record};
+use super::{decision, deploy_leases, publish, sites};
+use crate::controller::conditions::Computed;
+use crate::controller::{Context, Error};
+use crate::failover::emergency::{self, Standby, Verdict};
+use crate::mysql::statements::Source;
+use crate::mysql::{ProbeTarget, actions};
+
+/// Consecutive failed probes of each group's active site (by group UID).
+#[derive(Clone, Debug, Default)]
+pub struct Missed(Arc<Mutex<HashMap<String, u32>>>);
+
+impl Missed {
+    /// Counts one probe round: returns the consecutive failures so far.
+    pub fn count(&self, uid: &str, active_answered: bool) -> u32 {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if active_answered {
+            map.remove(uid);
+            return 0;
+        }
+        let n = map.entry(uid.to_owned()).or_default();
+        *n = n.saturating_add(1);
+        *n
+    }
+
+    /// Forgets a group (after a decision, or deletion).
+    pub fn forget(&self, uid: &str) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(uid);
+    }
+}
+
+/// What the emergency pass did.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// The group as written, when a decision was taken.
+    pub decided: Option<MysqlFailoverGroup>,
+    /// `RecoveryPending` when something is due but cannot be done.
+    pub blocked: Option<(&'static str, String)>,
+}
+
+/// Runs the emergency check for a decided group whose active site is
+/// `active`, given this round's probes; `held`: a planned failover runs.
+pub async fn check(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: &MysqlFailoverGroup,
+    active: &str,
+    probes: &[SiteProbe],
+    held: bool,
+) -> Result<Outcome, Error> {
+    let uid = group.meta().uid.clone().unwrap_or_default();
+    let answered = probes.iter().any(|p| p.site == active && p.outcome.is_ok());
+    let missed = ctx.missed.count(&uid, answered);
+    if missed == 0 {
+        return Ok(Outcome::default());
+    }
+    let policy = &group.spec.failover;
+    let standby_probe = probes.iter().find(|p| p.site != active);
+    let timeout = Duration::from_secs(u64::from(policy.probe_timeout_seconds.clamp(1, 60)));
+    // The applied position is read only once the budget is spent.
+    let mut applied = String::new();
+    let mut standby_err: Option<String> = None;
+    if missed >= policy.failure_threshold.max(1)
+        && let Some(p) = standby_probe
+        && let Ok(obs) = &p.outcome
+        && let Some(site) = group.site(&p.site)
+    {
+        match sites::read_credentials(site, ctx).await {
+            Ok(creds) => {
+                let at = ProbeTarget { host: site.host.clone(), port: site.port };
+                match actions::positions(&at, &creds, obs.flavor, timeout).await {
+                    Ok(pos) => applied = pos.applied,
+                    Err(e) => standby_err = Some(crate::mysql::classify(&e).1),
+                }
+            }
+            Err(f) => standby_err = Some(f.message),
+        }
+    }
+    let standby = standby_probe.map(|p| match &p.outcome {
+        Ok(obs) => Standby {
+            site: &p.site,
+            reachable: standby_err.as_deref().map_or(Ok(()), Err),
+            flavor: obs.flavor,
+            applied: &applied,
+            received: obs.replication.as_ref().and_then(|r| r.received_position.as_deref()),
+        },
+        Err(f) => Standby {
+            site: &p.site,
+            reachable: Err(f.message.as_str()),
+            flavor: crate::mysql::Flavor::MariaDb,
+            applied: "",
+            received: None,
+        },
+    });
+    match emergency::judge(active, missed, policy.failure_threshold, policy.automatic, held, standby.as_ref()) {
+        Verdict::Wait { .. } => Ok(Outcome::default()),
+        Verdict::Blocked { reason, message } => Ok(Outcome { decided: None, blocked: Some((reason, message)) }),
+        Verdict::Promote { site } => {
+            let Some(rec) = record::read(records, &group.name_any()).await? else {
+                return Ok(Outcome::default());
+            };
+            if rec.tampered.is_some() || rec.active_site != active || rec.pending.is_some() {
+                return Ok(Outcome::default());
+            }
+            let standby_obs = standby_probe.and_then(|p| p.outcome.as_ref().ok());
+            let mut extra = rec.extra();
+            extra.promotion_position = standby_obs.map(|o| o.gtid_position.clone());
+            extra.pending = Some("promote".into());
+            let decided = decision::decide(ctx, records, group, &rec, &site, &extra).await?;
+            let generation = rec.generation + 1;
+            ctx.missed.forget(&uid);
+            tracing::warn!(group = %group.name_any(), site = %site, generation, missed, "emergency failover decided");
+            publish(
+                ctx,
+                &decided,
+                EventType::Warning,
+                reason::EMERGENCY_FAILOVER,
+                format!(
+                    "the active site {active} failed {missed} probes in a row; {site} is the active site at topologyGeneration {generation}; every deploy lease of the group is revoked"
+                ),
+                "Decide",
+                None,
+            )
+            .await;
+            ctx.metrics.topology_generation.with_label_values(&[&group.name_any()]).set(generation);
+            ctx.metrics.failovers_total.with_label_values(&[&group.name_any(), "emergency", "completed"]).inc();
+            deploy_leases::maintain(ctx, &decided).await?;
+            Ok(Outcome { decided: Some(decided), blocked: None })
+        }
+    }
+}
+
+/// Finishes a decided emergency failover's promotion (`pending: promote`
+/// in the record). Returns the pending step's message when it could not be
+/// done yet (`RecoveryPending`).
+pub async fn recover(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: &MysqlFailoverGroup,
+    rec: &Record,
+    probes: &[SiteProbe],
+) -> Result<Option<String>, Error> {
+    if rec.pending.as_deref() != Some("promote") {
+        return Ok(None);
+    }
+    let active = rec.active_site.as_str();
+    let Some(site) = group.site(active) else { return Ok(Some(format!("site {active} is not in spec.sites"))) };
+    let Some(obs) = probes.iter().find(|p| p.site == active).and_then(|p| p.outcome.as_ref().ok()) else {
+        return Ok(Some(format!("promotion of {active} is pending: it is unreachable")));
+    };
+    if !(obs.writable && obs.replication.is_none()) {
+        let creds = sites::read_credentials(site, ctx).await.map_err(|f| Error::Site {
+            action: "read credentials for",
+            site: active.to_owned(),
+            message: f.message,
+        })?;
+        let at = ProbeTarget { host: site.host.clone(), port: site.port };
+        let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)) * 5);
+        if !ctx.leadership.is_leader() {
+            return Err(Error::NotLeader);
+        }
+        if let Err(e) = actions::promote(&at, &creds, obs.flavor, timeout).await {
+            return Ok(Some(format!("promotion of {active} is pending: {}", crate::mysql::classify(&e).1)));
+        }
+        if group.spec.failover.semi_sync {
+            let _ = actions::semi_sync(&at, &creds, obs.flavor, true, true, timeout).await;
+        }
+        tracing::info!(group = %group.name_any(), site = active, "promoted after an emergency decision");
+    }
+    let mut extra = rec.extra();
+    extra.pending = None;
+    let uid = group.meta().uid.clone().unwrap_or_default();
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    record::write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(rec)).await?;
+    Ok(None)
+}
+
+/// Returning-primary handling for the non-active sites (only after a
+/// failover: the record holds a promotion position). Returns the
+/// `SiteDiverged` condition.
+pub async fn rejoin(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    rec: &Record,
+    probes: &[SiteProbe],
+) -> Result<Computed, Error> {
+    let t = ConditionType::SiteDiverged.as_str();
+    let clean = Computed::flag(t, false, reason::AS_EXPECTED, "no site holds transactions the active site lacks");
+    let Some(promotion) = rec.promotion_position.as_deref() else { return Ok(clean) };
+    if rec.pending.is_some() {
+        return Ok(clean);
+    }
+    let active = rec.active_site.as_str();
+    let (Some(active_spec), Some(active_obs)) =
+        (group.site(active), probes.iter().find(|p| p.site == active).and_then(|p| p.outcome.as_ref().ok()))
+    else {
+        return Ok(clean);
+    };
+    let mut diverged = Vec::new();
+    for probe in probes.iter().filter(|p| p.site != active) {
+        let Ok(obs) = &probe.outcome else { continue };
+        let Some(spec) = group.site(&probe.site) else { continue };
+        let follows = obs.replication.as_ref().is_some_and(|r| {
+            (r.source_host == active_spec.host && r.source_port == active_spec.port)
+                || r.source_server_id == Some(active_obs.server_id)
+        });
+        if obs.writable || follows {
+            // Writable: reassertion fences it first. Following: a replica.
+            continue;
+        }
+        let creds = sites::read_credentials(spec, ctx).await.map_err(|f| Error::Site {
+            action: "read credentials for",
+            site: spec.name.clone(),
+            message: f.message,
+        })?;
+        let at = ProbeTarget { host: spec.host.clone(), port: spec.port };
+        let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)) * 5);
+        let positions = actions::positions(&at, &creds, obs.flavor, timeout).await.map_err(|e| Error::Site {
+            action: "read the GTID position of",
+            site: spec.name.clone(),
+            message: crate::mysql::classify(&e).1,
+        })?;
+        let errant = emergency::returning(
+            obs.flavor,
+            &positions.binlog,
+            promotion,
+            active_obs.server_id,
+            &active_obs.gtid_position,
+        )
+        .map_err(|m| Error::Site {
+            action: "compare the GTID positions of",
+            site: spec.name.clone(),
+            message: m,
+        })?;
+        if let Some(errant) = errant {
+            diverged.push(format!(
+                "site {} has transactions the active site {active} lacks (errant GTIDs {errant}, past the promotion position {promotion}); it stays read-only and is not repointed: save what you need from it, then rebuild it from {active} (or remove those transactions) and make it replicate from {active}",
+                spec.name
+            ));
+            continue;
+        }
+        let repl = sites::read_replication_credentials(active_spec, ctx).await.map_err(|f| Error::Site {
+            action: "read replication credentials for",
+            site: active.to_owned(),
+            message: f.message,
+        })?;
+        let from = Source {
+            host: active_spec.host.clone(),
+            port: active_spec.port,
+            user: repl.username.clone(),
+            password: repl.password.clone(),
+        };
+        if !ctx.leadership.is_leader() {
+            return Err(Error::NotLeader);
+        }
+        actions::repoint(&at, &creds, obs.flavor, &from, timeout).await.map_err(|e| Error::Site {
+            action: "repoint",
+            site: spec.name.clone(),
+            message: crate::mysql::classify(&e).1,
+        })?;
+        if group.spec.failover.semi_sync {
+            let _ = actions::semi_sync(&at, &creds, obs.flavor, true, false, timeout).await;
+        }
+        tracing::info!(group = %group.name_any(), site = %spec.name, active, "returning site repointed");
+        publish(
+            ctx,
+            group,
+            EventType::Normal,
+            reason::SITE_REJOINED,
+            format!(
+                "site {} came back without transactions the active site {active} lacks; it replicates from {active} again",
+                spec.name
+            ),
+            "Repoint",
+            None,
+        )
+        .await;
+    }
+    if diverged.is_empty() {
+        Ok(clean)
+    } else {
+        Ok(Computed::flag(t, true, reason::ERRANT_TRANSACTIONS, diverged.join("; ")))
+    }
+}

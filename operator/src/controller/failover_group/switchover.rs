@@ -1,0 +1,653 @@
+//! The planned failover (switchover) engine: runs the decision table of
+//! `crate::failover::planned` against the real sites (DESIGN.md "Failover
+//! engine"; lease seed "What a hold holds", "The generation is the fence").
+//!
+//! A request is `spec.plannedFailover` (`targetSite`, `requestId`). Its
+//! progress lives in `status.plannedFailover` (phase, history, admission),
+//! written with the resourceVersion read (merge patch, field manager
+//! `bloodraven-operator-engine`), and its id in the decision record, so a
+//! repeated or older `requestId` is never run twice, even after status is
+//! wiped. Each round re-probes both sites and asks `planned::next` for the
+//! one next action, so a new leader resumes any phase from status, the
+//! record and what the sites show: never a second bump, never two writable
+//! sites.
+//!
+//! Admission: a live failover-hold defers the request (`Deferred`,
+//! `admission.retryTime` = the hold's expiry, moved by every renewal); the
+//! hold slot is fenced at admission (`lease::Service::admit`) so a hold
+//! cannot be granted between the check and the drain. A migration lease
+//! alone defers nothing. Then the target must be reachable, replicating
+//! from the active site with both threads, lag ≤ `maxLagSeconds`, and free
+//! of errant GTIDs.
+//!
+//! Order: fence the old primary (`read_only`, then end every client
+//! session; bounded by `fenceTimeoutSeconds`) → bounded GTID catch-up of the
+//! target (`catchUpTimeoutSeconds`) → the decision (record, then status:
+//! `activeSite` = target, generation + 1; every deploy lease revoked with
+//! `TopologyChanged`) → promote → repoint the old primary → `Completed`.
+//! A fence or catch-up that runs out of its bound makes the old primary
+//! writable again and ends `Failed`, with no decision and leases untouched.
+
+use std::time::Duration;
+
+use bloodraven_api::names::ENGINE_FIELD_MANAGER;
+use bloodraven_api::v1alpha1::{
+    MysqlFailoverGroup, MysqlFailoverGroupSpec, PhaseTransition, PlannedFailoverAdmission, PlannedFailoverStatus,
+    reason,
+};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::assess::SiteProbe;
+use super::{decision, deploy_leases, publish, record, sites};
+use crate::controller::{Context, Error, kube_err};
+use crate::failover::planned::{self, Action, Facts, Phase};
+use crate::mysql::gtid::{MariaDbPosition, MySqlGtidSet};
+use crate::mysql::statements::Source;
+use crate::mysql::{Flavor, ProbeTarget, SiteObservation, actions};
+
+/// Entries kept in `status.plannedFailover.history`.
+const MAX_HISTORY: usize = 32;
+/// Rounds of one drive before it yields to the next reconcile.
+const MAX_ROUNDS: usize = 24;
+
+/// What a drive left behind.
+#[derive(Debug)]
+pub struct Drive {
+    /// The group as last written or read (status may have moved).
+    pub group: MysqlFailoverGroup,
+    /// A request is in a non-final phase: the group is unstable
+    /// (`OperationInProgress`) and automatic failover is held.
+    pub running: bool,
+    /// The request is past its decision (`Promoting`, `Repointing`):
+    /// `RecoveryPending`.
+    pub recovering: bool,
+    /// When to look again, if sooner than the probe interval.
+    pub requeue: Option<Duration>,
+}
+
+/// Drives the group's planned failover, if any, as far as it goes now.
+pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailoverGroup) -> Result<Drive, Error> {
+    let idle = |group| Drive { group, running: false, recovering: false, requeue: None };
+    let (mut group, mut state) = match take_up(ctx, records, group).await? {
+        Ok(taken) => taken,
+        Err(group) => return Ok(idle(group)),
+    };
+    let source = state.source_site.clone().unwrap_or_default();
+    let mut local = Local::default();
+    // What a previous drive (or leader) learned of the hold is re-learned:
+    // a deferred request stays deferred while the hold lives (no
+    // Deferred ↔ Admitting churn on every probe), and an admitting one is
+    // admitted again before it may drain.
+    match Phase::parse(&state.phase) {
+        Some(Phase::Deferred) => {
+            if let Some(service) = ctx.deploy.as_ref() {
+                let hold = service.live_hold(&group).await.map_err(|e| Error::deploy(&e))?;
+                local.hold = hold.map(|h| (h.operation_id, h.instance));
+            }
+        }
+        Some(Phase::Admitting) => local.hold = admit(ctx, &group, &state).await?,
+        _ => {}
+    }
+    for _ in 0..MAX_ROUNDS {
+        if !ctx.leadership.is_leader() {
+            return Err(Error::NotLeader);
+        }
+        let phase = Phase::parse(&state.phase).unwrap_or(Phase::Failed);
+        if phase.is_final() {
+            return Ok(idle(group));
+        }
+        let probes = sites::probe_all(&group, ctx).await;
+        let observed = |site: &str| probes.iter().find(|p| p.site == site).and_then(|p| p.outcome.as_ref().ok());
+        let (Some(source_spec), Some(target_spec)) =
+            (group.site(&source).cloned(), group.site(&state.target_site).cloned())
+        else {
+            let why = format!("site {source} or {} is no longer in spec.sites", state.target_site);
+            group = enter(ctx, &group, &mut state, Phase::Failed, Some(why), None).await?;
+            return Ok(idle(group));
+        };
+        let active = group.decided().map(|(s, _)| s.to_owned()).unwrap_or_default();
+        let (src, tgt) = (observed(&source), observed(&state.target_site));
+        let facts = Facts {
+            active: active.clone(),
+            target: state.target_site.clone(),
+            hold: local.hold.clone(),
+            target_ready: target_readiness(&group.spec, &source, src, &state.target_site, &probes),
+            old_fenced: src.is_some_and(|o| !o.writable),
+            fence_failed: local.fence_failed.clone(),
+            caught_up: local.caught_up,
+            target_promoted: tgt.is_some_and(|o| o.writable && o.replication.is_none()),
+            old_repointed: src.is_some_and(|o| {
+                o.replication.as_ref().is_some_and(|r| {
+                    r.sql_running && r.source_host == target_spec.host && r.source_port == target_spec.port
+                })
+            }),
+        };
+        let action = planned::next(phase, &source, &facts);
+        tracing::debug!(group = %group.name_any(), phase = phase.as_str(), action = ?action, "planned failover step");
+        let flavor = src.or(tgt).map_or(Flavor::MariaDb, |o| o.flavor);
+        let fence_bound = Duration::from_secs(u64::from(group.spec.failover.fence_timeout_seconds.clamp(1, 300)));
+        let action_bound = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)) * 5);
+        let step = Step {
+            phase,
+            source: source.clone(),
+            source_spec,
+            target_spec,
+            tgt: tgt.cloned(),
+            flavor,
+            policy: group.spec.failover.clone(),
+            fence_bound,
+            action_bound,
+        };
+        if let Some(done) = act(ctx, records, &mut group, &mut state, &mut local, action, &step).await? {
+            return Ok(done);
+        }
+    }
+    let phase = Phase::parse(&state.phase).unwrap_or(Phase::Failed);
+    let recovering = matches!(phase, Phase::Promoting | Phase::Repointing);
+    Ok(Drive { group, running: !phase.is_final(), recovering, requeue: Some(Duration::from_secs(1)) })
+}
+
+/// Takes up the request to drive: the one in a non-final phase, or a new
+/// `spec.plannedFailover` (its id recorded first, so it is never run twice;
+/// a target that is already active completes at once, one not in
+/// `spec.sites` fails). `Err(group)`: nothing to drive.
+async fn take_up(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: MysqlFailoverGroup,
+) -> Result<Result<(MysqlFailoverGroup, PlannedFailoverStatus), MysqlFailoverGroup>, Error> {
+    let current = group.status.as_ref().and_then(|s| s.planned_failover.clone());
+    let mut state = match current {
+        Some(st) if Phase::parse(&st.phase).is_some_and(|p| !p.is_final()) => st,
+        _ => {
+            let Some(request) = group.spec.planned_failover.clone() else { return Ok(Err(group)) };
+            if current.as_ref().is_some_and(|st| st.request_id == request.request_id) {
+                return Ok(Err(group));
+            }
+            let Some((active, generation)) = group.decided().map(|(s, g)| (s.to_owned(), g)) else {
+                return Ok(Err(group));
+            };
+            let Some(rec) = record::read(records, &group.name_any()).await? else { return Ok(Err(group)) };
+            if rec.requests.contains(&request.request_id) {
+                // Taken up before (status may have been wiped since): never again.
+                tracing::debug!(group = %group.name_any(), request_id = %request.request_id, "planned failover request already taken up");
+                return Ok(Err(group));
+            }
+            if rec.tampered.is_some() || rec.active_site != active || rec.generation != generation {
+                // resolve() reports it; nothing starts on a record that does not agree.
+                return Ok(Err(group));
+            }
+            // The id goes into the record first: a crash after this never runs it twice.
+            let mut extra = rec.extra();
+            extra.requests.push(request.request_id.clone());
+            let uid = group.metadata.uid.clone().unwrap_or_default();
+            if !ctx.leadership.is_leader() {
+                return Err(Error::NotLeader);
+            }
+            record::write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec))
+                .await?;
+            PlannedFailoverStatus {
+                request_id: request.request_id,
+                target_site: request.target_site,
+                phase: String::new(),
+                source_site: Some(active),
+                source_generation: Some(generation),
+                ..PlannedFailoverStatus::default()
+            }
+        }
+    };
+    let mut group = group;
+    if state.phase.is_empty() {
+        let already = state.source_site.as_deref() == Some(state.target_site.as_str());
+        let (phase, message) = if already {
+            (Phase::Completed, Some(format!("{} is already the active site; nothing to do", state.target_site)))
+        } else if group.site(&state.target_site).is_none() {
+            (Phase::Failed, Some(format!("target {} is not one of spec.sites", state.target_site)))
+        } else {
+            (Phase::Pending, None)
+        };
+        group = enter(ctx, &group, &mut state, phase, message, None).await?;
+        if phase.is_final() {
+            return Ok(Err(group));
+        }
+    }
+    Ok(Ok((group, state)))
+}
+
+/// What one round saw, for [`act`].
+struct Step {
+    phase: Phase,
+    source: String,
+    source_spec: bloodraven_api::v1alpha1::Site,
+    target_spec: bloodraven_api::v1alpha1::Site,
+    tgt: Option<SiteObservation>,
+    flavor: Flavor,
+    policy: bloodraven_api::v1alpha1::FailoverPolicy,
+    fence_bound: Duration,
+    action_bound: Duration,
+}
+
+/// Runs one action of the decision table; `Some` ends the drive with that answer.
+#[allow(clippy::too_many_lines)] // one arm per action of the decision table, each short
+async fn act(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: &mut MysqlFailoverGroup,
+    state: &mut PlannedFailoverStatus,
+    local: &mut Local,
+    action: Action,
+    step: &Step,
+) -> Result<Option<Drive>, Error> {
+    let idle = |group| Drive { group, running: false, recovering: false, requeue: None };
+    let phase = step.phase;
+    match action {
+        Action::Idle => return Ok(Some(idle(group.clone()))),
+        Action::Enter(next) => {
+            let message = (next == Phase::Completed).then(|| {
+                format!("{} is the writable primary and {} replicates from it", state.target_site, step.source)
+            });
+            *group = enter(ctx, group, state, next, message, None).await?;
+            if next == Phase::Completed {
+                ctx.metrics.failovers_total.with_label_values(&[&group.name_any(), "planned", "completed"]).inc();
+                return Ok(Some(idle(group.clone())));
+            }
+            if next == Phase::Admitting {
+                local.hold = admit(ctx, group, state).await?;
+            }
+        }
+        Action::Defer { .. } => {
+            let Some(hold) = local.hold.clone() else { return Ok(None) };
+            let expires = hold_expiry(ctx, group).await?.unwrap_or_else(Timestamp::now);
+            let admission = PlannedFailoverAdmission {
+                defer_reason: Some(reason::DEPLOYMENT_HOLD.to_owned()),
+                retry_time: Some(Time(expires)),
+                message: Some(format!(
+                    "the failover-hold of operation {} (instance {}) defers this planned failover until it is released or lapses",
+                    hold.0, hold.1
+                )),
+            };
+            if phase == Phase::Deferred {
+                if state.admission.as_ref() != Some(&admission) {
+                    state.admission = Some(admission);
+                    *group = write_state(ctx, group, state).await?;
+                }
+            } else {
+                let note = admission.message.clone();
+                ctx.metrics.planned_failovers_deferred_total.with_label_values(&[&group.name_any()]).inc();
+                *group = enter(ctx, group, state, Phase::Deferred, note, Some(admission)).await?;
+            }
+            let wait = (expires.as_millisecond() - Timestamp::now().as_millisecond()).max(0);
+            let requeue = Duration::from_millis(u64::try_from(wait).unwrap_or(0)) + Duration::from_millis(200);
+            return Ok(Some(Drive { group: group.clone(), running: true, recovering: false, requeue: Some(requeue) }));
+        }
+        Action::Fence(site) => {
+            let spec = group.site(&site).cloned().ok_or(Error::NoName)?;
+            let creds = credentials(ctx, &spec).await?;
+            let target = ProbeTarget { host: spec.host.clone(), port: spec.port };
+            report_bypass(ctx, group, &spec.name, &target, &creds, step.flavor).await;
+            if !ctx.leadership.is_leader() {
+                return Err(Error::NotLeader);
+            }
+            match actions::fence(&target, &creds, step.flavor, step.fence_bound).await {
+                Ok(done) => {
+                    tracing::info!(group = %group.name_any(), site = %site, killed = done.killed.len(), "old primary fenced");
+                }
+                Err(err) => {
+                    let (_, message) = crate::mysql::classify(&err);
+                    tracing::warn!(group = %group.name_any(), site = %site, error = %message, "fence failed");
+                    local.fence_failed = Some(message);
+                }
+            }
+        }
+        Action::CatchUp(site) => {
+            let creds = credentials(ctx, &step.source_spec).await?;
+            let at = ProbeTarget { host: step.source_spec.host.clone(), port: step.source_spec.port };
+            let positions = actions::positions(&at, &creds, step.flavor, step.action_bound)
+                .await
+                .map_err(|e| site_err("read the GTID position of", &step.source, &e))?;
+            let bound = Duration::from_secs(u64::from(step.policy.catch_up_timeout_seconds.clamp(1, 3600)));
+            let tcreds = credentials(ctx, &step.target_spec).await?;
+            let tat = ProbeTarget { host: step.target_spec.host.clone(), port: step.target_spec.port };
+            let reached = actions::catch_up(&tat, &tcreds, step.flavor, &positions.binlog, bound)
+                .await
+                .map_err(|e| site_err("wait for the catch-up of", &site, &e))?;
+            local.caught_up = Some(reached);
+            local.promotion_position = Some(positions.binlog);
+        }
+        Action::Unfence(site) => {
+            let spec = group.site(&site).cloned().ok_or(Error::NoName)?;
+            let creds = credentials(ctx, &spec).await?;
+            let at = ProbeTarget { host: spec.host.clone(), port: spec.port };
+            if !ctx.leadership.is_leader() {
+                return Err(Error::NotLeader);
+            }
+            actions::unfence(&at, &creds, step.flavor, step.action_bound)
+                .await
+                .map_err(|e| site_err("unfence", &site, &e))?;
+            tracing::warn!(group = %group.name_any(), site = %site, "old primary made writable again after a failed drain");
+        }
+        Action::Fail(why) => {
+            *group = enter(ctx, group, state, Phase::Failed, Some(why), None).await?;
+            ctx.metrics.failovers_total.with_label_values(&[&group.name_any(), "planned", "failed"]).inc();
+            return Ok(Some(idle(group.clone())));
+        }
+        Action::Decide(site) => {
+            let Some(rec) = record::read(records, &group.name_any()).await? else {
+                return Err(Error::Site { action: "decide for", site, message: "the decision record is gone".into() });
+            };
+            if rec.tampered.is_some() || rec.active_site != step.source {
+                let why =
+                    "the decision record no longer shows the source site as active; see the DecisionConflict condition"
+                        .to_owned();
+                *group = enter(ctx, group, state, Phase::Failed, Some(why), None).await?;
+                return Ok(Some(idle(group.clone())));
+            }
+            let mut extra = rec.extra();
+            extra.promotion_position =
+                local.promotion_position.clone().or(step.tgt.as_ref().map(|o| o.gtid_position.clone()));
+            let decided = decision::decide(ctx, records, group, &rec, &site, &extra).await?;
+            let generation = rec.generation + 1;
+            tracing::info!(group = %group.name_any(), site = %site, generation, request_id = %state.request_id, "planned failover decided");
+            publish(
+                ctx,
+                &decided,
+                EventType::Normal,
+                "ActiveSiteChanged",
+                format!(
+                    "planned failover {}: {site} is the active site at topologyGeneration {generation} (was {}); every deploy lease of the group is revoked",
+                    state.request_id, step.source
+                ),
+                "Decide",
+                None,
+            )
+            .await;
+            ctx.metrics.topology_generation.with_label_values(&[&group.name_any()]).set(generation);
+            deploy_leases::maintain(ctx, &decided).await?;
+            *group = decided;
+        }
+        Action::Promote(site) => {
+            let creds = credentials(ctx, &step.target_spec).await?;
+            let at = ProbeTarget { host: step.target_spec.host.clone(), port: step.target_spec.port };
+            if !ctx.leadership.is_leader() {
+                return Err(Error::NotLeader);
+            }
+            actions::promote(&at, &creds, step.flavor, step.action_bound)
+                .await
+                .map_err(|e| site_err("promote", &site, &e))?;
+            semi_sync(ctx, group, &step.target_spec, step.flavor, true).await;
+            tracing::info!(group = %group.name_any(), site = %site, "promoted");
+        }
+        Action::Repoint { site, source: new_primary } => {
+            let Some(spec) = group.site(&site).cloned() else { return Ok(None) };
+            let creds = credentials(ctx, &spec).await?;
+            let repl = sites::read_replication_credentials(&step.target_spec, ctx).await.map_err(|f| Error::Site {
+                action: "read replication credentials for",
+                site: site.clone(),
+                message: f.message,
+            })?;
+            let at = ProbeTarget { host: spec.host.clone(), port: spec.port };
+            let from = Source {
+                host: step.target_spec.host.clone(),
+                port: step.target_spec.port,
+                user: repl.username.clone(),
+                password: repl.password.clone(),
+            };
+            if !ctx.leadership.is_leader() {
+                return Err(Error::NotLeader);
+            }
+            actions::repoint(&at, &creds, step.flavor, &from, step.action_bound)
+                .await
+                .map_err(|e| site_err("repoint", &site, &e))?;
+            semi_sync(ctx, group, &spec, step.flavor, false).await;
+            tracing::info!(group = %group.name_any(), site = %site, source = %new_primary, "repointed");
+        }
+    }
+    Ok(None)
+}
+
+/// What one drive learned that the sites do not show.
+#[derive(Default)]
+struct Local {
+    hold: Option<(String, String)>,
+    fence_failed: Option<String>,
+    caught_up: Option<bool>,
+    promotion_position: Option<String>,
+}
+
+fn site_err(action: &'static str, site: &str, err: &crate::mysql::ProbeError) -> Error {
+    let (_, message) = crate::mysql::classify(err);
+    Error::Site { action, site: site.to_owned(), message }
+}
+
+async fn credentials(ctx: &Context, site: &bloodraven_api::v1alpha1::Site) -> Result<crate::mysql::Credentials, Error> {
+    sites::read_credentials(site, ctx).await.map_err(|f| Error::Site {
+        action: "read credentials for",
+        site: site.name.clone(),
+        message: f.message,
+    })
+}
+
+/// The admission check: the live failover-hold that defers the request, as
+/// (operationId, instance); `None` admits (and fences the hold slot).
+async fn admit(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &PlannedFailoverStatus,
+) -> Result<Option<(String, String)>, Error> {
+    let Some(service) = ctx.deploy.as_ref() else { return Ok(None) };
+    let marker = format!("{}@{}", state.request_id, Timestamp::now());
+    let hold = service.admit(&group.name_any(), &marker).await.map_err(|e| Error::deploy(&e))?;
+    Ok(hold.map(|h| (h.operation_id, h.instance)))
+}
+
+async fn hold_expiry(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Option<Timestamp>, Error> {
+    let Some(service) = ctx.deploy.as_ref() else { return Ok(None) };
+    let hold = service.live_hold(group).await.map_err(|e| Error::deploy(&e))?;
+    Ok(hold.map(|h| h.expires_at()))
+}
+
+/// Reports accounts that can write through `read_only` on `site` (MariaDB
+/// `READ_ONLY ADMIN`/`SUPER`) other than the operator's own: a Warning
+/// Event; the fence ends their sessions anyway.
+async fn report_bypass(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    site: &str,
+    target: &ProbeTarget,
+    creds: &crate::mysql::Credentials,
+    flavor: Flavor,
+) {
+    let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
+    match actions::read_only_bypass(target, creds, flavor, timeout).await {
+        Ok(accounts) if !accounts.is_empty() => {
+            let shown: Vec<String> = accounts.iter().take(10).map(|a| bloodraven_serving::log::escape(a, 80)).collect();
+            publish(
+                ctx,
+                group,
+                EventType::Warning,
+                reason::READ_ONLY_ADMIN_ACCOUNTS,
+                format!(
+                    "on site {site}, {} can write through read_only (READ_ONLY ADMIN or SUPER); the fence ends their sessions, but application and migration accounts should not hold these privileges",
+                    shown.join(", ")
+                ),
+                "Fence",
+                None,
+            )
+            .await;
+        }
+        Ok(_) => {}
+        Err(err) => {
+            tracing::debug!(site, error = %crate::mysql::classify(&err).1, "could not list read_only bypass accounts");
+        }
+    }
+}
+
+/// Turns semi-sync on for `site`'s new role when the group asks for it.
+async fn semi_sync(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    site: &bloodraven_api::v1alpha1::Site,
+    flavor: Flavor,
+    primary: bool,
+) {
+    if !group.spec.failover.semi_sync {
+        return;
+    }
+    let Ok(creds) = credentials(ctx, site).await else { return };
+    let at = ProbeTarget { host: site.host.clone(), port: site.port };
+    let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
+    if let Err(err) = actions::semi_sync(&at, &creds, flavor, true, primary, timeout).await {
+        tracing::warn!(site = %site.name, error = %crate::mysql::classify(&err).1, "failed to set semi-synchronous replication");
+    }
+}
+
+/// Whether `target` may be promoted in a planned failover from `source`:
+/// reachable, replicating from the source (by `server_id`) with both
+/// threads, lag ≤ `maxLagSeconds`, and no transaction the source lacks
+/// (errant GTIDs). `Err` says what to fix.
+pub fn target_readiness(
+    spec: &MysqlFailoverGroupSpec,
+    source: &str,
+    source_obs: Option<&SiteObservation>,
+    target: &str,
+    probes: &[SiteProbe],
+) -> Result<(), String> {
+    let probe = probes.iter().find(|p| p.site == target).ok_or_else(|| format!("{target} was not probed"))?;
+    let obs = probe.outcome.as_ref().map_err(|f| format!("{target} is unreachable: {}", f.message))?;
+    let src = source_obs.ok_or_else(|| format!("the active site {source} is unreachable"))?;
+    let Some(r) = &obs.replication else {
+        return Err(format!("{target} has no replication configured; make it a replica of {source}"));
+    };
+    if !r.running() {
+        return Err(format!(
+            "{target} replication is not running (IO thread: {}, SQL thread: {}); start it (START SLAVE) and fix its errors",
+            r.io_running, r.sql_running
+        ));
+    }
+    if r.source_server_id != Some(src.server_id) {
+        return Err(format!("{target} does not replicate from {source} (server_id {})", src.server_id));
+    }
+    match r.lag_seconds {
+        Some(lag) if lag > u64::from(spec.failover.max_lag_seconds) => {
+            return Err(format!(
+                "{target} is {lag}s behind, more than maxLagSeconds ({}s); wait for it to catch up",
+                spec.failover.max_lag_seconds
+            ));
+        }
+        None => return Err(format!("{target} reports no replication lag (NULL); wait until it is replicating")),
+        Some(_) => {}
+    }
+    if let Some(errant) = errant(obs.flavor, &obs.gtid_position, &src.gtid_position)? {
+        return Err(format!(
+            "{target} has transactions {source} lacks (errant GTIDs: {errant}); remove them or rebuild {target} from {source}"
+        ));
+    }
+    Ok(())
+}
+
+/// Transactions `have` has that `base` lacks (`None`: none). MariaDB: per
+/// domain, a sequence number past `base`'s; MySQL: `have − base`.
+pub fn errant(flavor: Flavor, have: &str, base: &str) -> Result<Option<String>, String> {
+    match flavor {
+        Flavor::MariaDb => {
+            let have = MariaDbPosition::parse(have).map_err(|e| e.to_string())?;
+            let base = MariaDbPosition::parse(base).map_err(|e| e.to_string())?;
+            let beyond = have.beyond(&base);
+            Ok((!beyond.is_empty()).then(|| beyond.to_string()))
+        }
+        Flavor::MySql => {
+            let have = MySqlGtidSet::parse(have).map_err(|e| e.to_string())?;
+            let base = MySqlGtidSet::parse(base).map_err(|e| e.to_string())?;
+            let extra = have.minus(&base);
+            Ok((!extra.is_empty()).then(|| extra.to_string()))
+        }
+    }
+}
+
+/// Enters `phase`: history, Event, status (one write).
+async fn enter(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &mut PlannedFailoverStatus,
+    phase: Phase,
+    message: Option<String>,
+    admission: Option<PlannedFailoverAdmission>,
+) -> Result<MysqlFailoverGroup, Error> {
+    phase.as_str().clone_into(&mut state.phase);
+    state.message.clone_from(&message);
+    state.admission = admission;
+    state.history.push(PhaseTransition {
+        phase: state.phase.clone(),
+        time: Time(Timestamp::now()),
+        message: message.clone(),
+    });
+    if state.history.len() > MAX_HISTORY {
+        // Keep the first entry (when it started) and the latest ones.
+        let excess = state.history.len() - MAX_HISTORY;
+        state.history.drain(1..=excess);
+    }
+    let written = write_state(ctx, group, state).await?;
+    let type_ = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
+    let note = format!(
+        "planned failover {} to {}: {}{}",
+        state.request_id,
+        state.target_site,
+        phase.as_str(),
+        message.map(|m| format!(": {m}")).unwrap_or_default()
+    );
+    publish(ctx, &written, type_, &format!("PlannedFailover{}", phase.as_str()), note, "PlannedFailover", None).await;
+    Ok(written)
+}
+
+/// Writes `status.plannedFailover` (and, while it runs, `stable: false`,
+/// `unstableReason: OperationInProgress`, so the deploy API answers `423`
+/// at once) with the resourceVersion of `group`.
+async fn write_state(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &PlannedFailoverStatus,
+) -> Result<MysqlFailoverGroup, Error> {
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    let running = Phase::parse(&state.phase).is_some_and(|p| !p.is_final());
+    let mut status = json!({ "plannedFailover": state });
+    if running {
+        status["stable"] = json!(false);
+        status["unstableReason"] = json!(reason::OPERATION_IN_PROGRESS);
+    }
+    let patch = json!({ "metadata": { "resourceVersion": group.resource_version() }, "status": status });
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    let params = PatchParams { field_manager: Some(ENGINE_FIELD_MANAGER.into()), ..PatchParams::default() };
+    api.patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("write the planned failover's progress"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errant_transactions_by_flavour() {
+        assert_eq!(errant(Flavor::MariaDb, "0-1-10", "0-1-10"), Ok(None));
+        assert_eq!(errant(Flavor::MariaDb, "0-1-9", "0-1-10"), Ok(None), "behind is not errant");
+        assert_eq!(errant(Flavor::MariaDb, "0-2-11", "0-1-10"), Ok(Some("0-2-11".into())));
+        assert_eq!(
+            errant(Flavor::MariaDb, "0-1-10,1-2-3", "0-1-10"),
+            Ok(Some("1-2-3".into())),
+            "a domain the base lacks"
+        );
+        assert_eq!(errant(Flavor::MariaDb, "", "0-1-10"), Ok(None));
+        assert!(errant(Flavor::MariaDb, "zzz", "0-1-1").is_err());
+        let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        assert_eq!(errant(Flavor::MySql, &format!("{u}:1-5"), &format!("{u}:1-5")), Ok(None));
+        assert!(errant(Flavor::MySql, &format!("{u}:1-6"), &format!("{u}:1-5")).unwrap().is_some());
+    }
+}

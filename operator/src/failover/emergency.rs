@@ -1,0 +1,223 @@
+//! Emergency failover and returning-primary judgement, pure (DESIGN.md
+//! "Failover engine"; lease seed: "Emergency failover never reads
+//! deployment leases").
+//!
+//! - [`judge`]: after `failureThreshold` consecutive failed probes of the
+//!   active site (the detection budget, `probeIntervalSeconds ×
+//!   failureThreshold`), promote the standby only if it is reachable and
+//!   has applied everything it received (MariaDB `gtid_slave_pos` covers
+//!   `Gtid_IO_Pos`); otherwise say why nothing is promoted. A lease is
+//!   never an input.
+//! - [`returning`]: a site that is not the active one and does not
+//!   replicate from it, after a failover: clean (its transactions are all
+//!   in the new primary's history) → repoint it; diverged → leave it
+//!   fenced and say what a person must do.
+
+use crate::mysql::Flavor;
+use crate::mysql::gtid::{MariaDbPosition, MySqlGtidSet};
+
+/// What an emergency check concludes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// The active site answers, or has not yet missed enough probes.
+    Wait {
+        /// Consecutive failed probes so far.
+        missed: u32,
+    },
+    /// Promote `site` now.
+    Promote {
+        /// The standby to promote.
+        site: String,
+    },
+    /// The detection budget is spent but nothing may be promoted; why (for
+    /// `RecoveryPending` and an Event).
+    Blocked {
+        /// Stable reason.
+        reason: &'static str,
+        /// What is wrong and what to fix.
+        message: String,
+    },
+}
+
+/// The standby as an emergency check sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Standby<'a> {
+    /// Site name.
+    pub site: &'a str,
+    /// `Err(why)` when the probe failed.
+    pub reachable: Result<(), &'a str>,
+    /// Server flavour.
+    pub flavor: Flavor,
+    /// What it applied (`gtid_slave_pos` / `gtid_executed`).
+    pub applied: &'a str,
+    /// What it received (`Gtid_IO_Pos` / `Retrieved_Gtid_Set`); `None`
+    /// when it shows no replication (nothing pending).
+    pub received: Option<&'a str>,
+}
+
+/// Judges an emergency failover. `missed`: consecutive failed probes of
+/// the active site (0 when it answered); `automatic`:
+/// `spec.failover.automatic`; `held`: a planned failover runs
+/// (`AutomaticFailoverHeld`).
+pub fn judge(
+    active: &str,
+    missed: u32,
+    threshold: u32,
+    automatic: bool,
+    held: bool,
+    standby: Option<&Standby<'_>>,
+) -> Verdict {
+    if missed < threshold.max(1) {
+        return Verdict::Wait { missed };
+    }
+    let budget = format!("the active site {active} failed {missed} probes in a row");
+    if !automatic {
+        return Verdict::Blocked {
+            reason: bloodraven_api::v1alpha1::reason::AUTOMATIC_FAILOVER_DISABLED,
+            message: format!("{budget}; spec.failover.automatic is false, so a person must fail over"),
+        };
+    }
+    if held {
+        return Verdict::Blocked {
+            reason: bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS,
+            message: format!("{budget}; a planned failover is running and holds automatic failover"),
+        };
+    }
+    let Some(s) = standby else {
+        return Verdict::Blocked {
+            reason: bloodraven_api::v1alpha1::reason::STANDBY_NOT_PROMOTABLE,
+            message: format!("{budget}; the group has no other site"),
+        };
+    };
+    if let Err(why) = s.reachable {
+        return Verdict::Blocked {
+            reason: bloodraven_api::v1alpha1::reason::STANDBY_NOT_PROMOTABLE,
+            message: format!("{budget}; the standby {} is unreachable too ({why}); nothing is promoted", s.site),
+        };
+    }
+    match applied_all(s.flavor, s.applied, s.received) {
+        Ok(true) => Verdict::Promote { site: s.site.to_owned() },
+        Ok(false) => Verdict::Blocked {
+            reason: bloodraven_api::v1alpha1::reason::STANDBY_NOT_PROMOTABLE,
+            message: format!(
+                "{budget}; the standby {} has not applied everything it received (applied {}, received {}); waiting for it",
+                s.site,
+                s.applied,
+                s.received.unwrap_or("")
+            ),
+        },
+        Err(why) => Verdict::Blocked {
+            reason: bloodraven_api::v1alpha1::reason::STANDBY_NOT_PROMOTABLE,
+            message: format!("{budget}; cannot read the standby {}'s positions: {why}", s.site),
+        },
+    }
+}
+
+/// Whether `applied` covers `received`.
+pub fn applied_all(flavor: Flavor, applied: &str, received: Option<&str>) -> Result<bool, String> {
+    let Some(received) = received else { return Ok(true) };
+    match flavor {
+        Flavor::MariaDb => {
+            let a = MariaDbPosition::parse(applied).map_err(|e| e.to_string())?;
+            let r = MariaDbPosition::parse(received).map_err(|e| e.to_string())?;
+            Ok(a.covers(&r))
+        }
+        Flavor::MySql => {
+            let a = MySqlGtidSet::parse(applied).map_err(|e| e.to_string())?;
+            let r = MySqlGtidSet::parse(received).map_err(|e| e.to_string())?;
+            Ok(a.covers(&r))
+        }
+    }
+}
+
+/// A returning former primary's transactions that the new primary's
+/// history lacks (`None`: clean).
+///
+/// MariaDB (one last GTID per domain, `gtid_strict_mode`): the returning
+/// site's last GTID of a domain is in the new history when its sequence
+/// number is at most the one the new primary was promoted at
+/// (`promotion`), or when it was written by the new primary itself
+/// (`new_server_id`, received by replication) and the new primary has
+/// reached it. MySQL: `returning − new_executed`.
+pub fn returning(
+    flavor: Flavor,
+    returning_position: &str,
+    promotion: &str,
+    new_server_id: u32,
+    new_current: &str,
+) -> Result<Option<String>, String> {
+    match flavor {
+        Flavor::MariaDb => {
+            let have = MariaDbPosition::parse(returning_position).map_err(|e| e.to_string())?;
+            let promoted = MariaDbPosition::parse(promotion).map_err(|e| e.to_string())?;
+            let new = MariaDbPosition::parse(new_current).map_err(|e| e.to_string())?;
+            let errant: MariaDbPosition = MariaDbPosition(
+                have.0
+                    .iter()
+                    .filter(|(d, (server, seq))| {
+                        let shared = promoted.0.get(d).is_some_and(|(_, p)| seq <= p);
+                        let replicated = *server == new_server_id && new.0.get(d).is_some_and(|(_, n)| seq <= n);
+                        !shared && !replicated
+                    })
+                    .map(|(d, v)| (*d, *v))
+                    .collect(),
+            );
+            Ok((!errant.is_empty()).then(|| errant.to_string()))
+        }
+        Flavor::MySql => {
+            let have = MySqlGtidSet::parse(returning_position).map_err(|e| e.to_string())?;
+            let new = MySqlGtidSet::parse(new_current).map_err(|e| e.to_string())?;
+            let extra = have.minus(&new);
+            Ok((!extra.is_empty()).then(|| extra.to_string()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn standby<'a>(applied: &'a str, received: Option<&'a str>) -> Standby<'a> {
+        Standby { site: "pdx", reachable: Ok(()), flavor: Flavor::MariaDb, applied, received }
+    }
+
+    #[test]
+    fn waits_for_the_detection_budget() {
+        let s = standby("0-1-5", Some("0-1-5"));
+        assert_eq!(judge("iad", 0, 3, true, false, Some(&s)), Verdict::Wait { missed: 0 });
+        assert_eq!(judge("iad", 2, 3, true, false, Some(&s)), Verdict::Wait { missed: 2 });
+        assert_eq!(judge("iad", 3, 3, true, false, Some(&s)), Verdict::Promote { site: "pdx".into() });
+    }
+
+    #[test]
+    fn never_promotes_a_standby_that_has_not_applied_what_it_received() {
+        let s = standby("0-1-5", Some("0-1-7"));
+        assert!(matches!(judge("iad", 3, 3, true, false, Some(&s)), Verdict::Blocked { .. }));
+        let unreachable = Standby { reachable: Err("refused"), ..standby("0-1-7", Some("0-1-7")) };
+        assert!(matches!(judge("iad", 9, 3, true, false, Some(&unreachable)), Verdict::Blocked { .. }));
+    }
+
+    #[test]
+    fn manual_groups_and_running_switchovers_block() {
+        let s = standby("0-1-5", None);
+        let Verdict::Blocked { reason, .. } = judge("iad", 3, 3, false, false, Some(&s)) else { panic!() };
+        assert_eq!(reason, "AutomaticFailoverDisabled");
+        let Verdict::Blocked { reason, .. } = judge("iad", 3, 3, true, true, Some(&s)) else { panic!() };
+        assert_eq!(reason, "OperationInProgress");
+    }
+
+    #[test]
+    fn returning_primary_errant_transactions() {
+        // iad (1) wrote up to 100; pdx (2) was promoted at 95 and wrote on.
+        assert_eq!(returning(Flavor::MariaDb, "0-1-100", "0-1-95", 2, "0-2-150"), Ok(Some("0-1-100".into())));
+        // iad had nothing past 95: clean.
+        assert_eq!(returning(Flavor::MariaDb, "0-1-95", "0-1-95", 2, "0-2-150"), Ok(None));
+        // iad since replicated pdx's own writes: clean.
+        assert_eq!(returning(Flavor::MariaDb, "0-2-120", "0-1-95", 2, "0-2-150"), Ok(None));
+        // A domain the promotion never had, written by iad itself: errant.
+        assert_eq!(returning(Flavor::MariaDb, "0-1-95,7-1-3", "0-1-95", 2, "0-2-150"), Ok(Some("7-1-3".into())));
+        let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        assert_eq!(returning(Flavor::MySql, &format!("{u}:1-5"), "", 2, &format!("{u}:1-9")), Ok(None));
+        assert!(returning(Flavor::MySql, &format!("{u}:1-10"), "", 2, &format!("{u}:1-9")).unwrap().is_some());
+    }
+}
