@@ -38,10 +38,14 @@ INNODB_LOG_FILE_SIZE=8M
 # The operator's privileges. All exist in MariaDB 10.11 (SHOW PRIVILEGES).
 # Since 10.11 SUPER no longer implies READ_ONLY ADMIN, and `SET GLOBAL
 # read_only` itself needs READ_ONLY ADMIN; the rest are named too so that
-# nothing depends on what SUPER happens to imply. Not granted (so these fail
-# for the operator): RELOAD (RESET SLAVE [ALL], RESET MASTER, FLUSH TABLES WITH
-# READ LOCK), REPLICATION MASTER ADMIN (SHOW SLAVE HOSTS), any data privilege.
-OPERATOR_PRIVILEGES="PROCESS, BINLOG MONITOR, SLAVE MONITOR, REPLICATION SLAVE ADMIN, READ_ONLY ADMIN, CONNECTION ADMIN, SUPER"
+# nothing depends on what SUPER happens to imply. RELOAD is for promotion's
+# RESET SLAVE ALL (a promoted site must forget its source, or a restart would
+# start replicating from the old primary again); the operator never runs
+# RESET MASTER or FLUSH TABLES WITH READ LOCK, which RELOAD would also allow.
+# Not granted: REPLICATION MASTER ADMIN (SHOW SLAVE HOSTS), any data privilege.
+OPERATOR_PRIVILEGES="PROCESS, BINLOG MONITOR, SLAVE MONITOR, REPLICATION SLAVE ADMIN, READ_ONLY ADMIN, CONNECTION ADMIN, SUPER, RELOAD"
+# What a template was built with: a template of other accounts is rebuilt.
+TEMPLATE_STAMP="accounts-v2 $OPERATOR_PRIVILEGES"
 
 PATH=$PATH:/usr/sbin:/usr/local/sbin
 me=mariadb.sh
@@ -149,12 +153,12 @@ cmd_template() { # DIR
   local dir; dir=$(need_dir "${1:-}")
   ensure_mariadb
   local tpl="$dir/template"
-  if [ -f "$tpl/.bloodraven-template-ok" ]; then return 0; fi
+  if [ "$(cat "$tpl/.bloodraven-template-ok" 2>/dev/null)" = "$TEMPLATE_STAMP" ]; then return 0; fi
   # Two concurrent first runs on one DIR: the second waits for the first.
   # (fd 9 must not leak into any mariadbd, or the lock would outlive us.)
   exec 9>"$dir/.template.lock"
   flock -w "$TIMEOUT" 9 || die "template: another run holds $dir/.template.lock for more than ${TIMEOUT}s"
-  if [ -f "$tpl/.bloodraven-template-ok" ]; then exec 9>&-; return 0; fi
+  if [ "$(cat "$tpl/.bloodraven-template-ok" 2>/dev/null)" = "$TEMPLATE_STAMP" ]; then exec 9>&-; return 0; fi
   rm -rf "$tpl" "$dir/.template.tmp"
   local tmp="$dir/.template.tmp" sock="$dir/.template.sock"
   check_sock "$sock"
@@ -206,7 +210,7 @@ SQL
   kill -0 "$pid" 2>/dev/null && { kill_pid "$pid" template; die "template: clean shutdown timed out"; }
   # Each site starts its own binary log (and its relay log) from nothing.
   rm -f "$tmp"/data/mysql-bin.* "$tmp/mysqld.pid" "$sock"
-  touch "$tmp/.bloodraven-template-ok"
+  printf '%s' "$TEMPLATE_STAMP" >"$tmp/.bloodraven-template-ok"
   mv "$tmp" "$tpl"
   exec 9>&-
   log "template: ready in $tpl"

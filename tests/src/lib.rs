@@ -21,6 +21,7 @@ pub mod fixtures;
 pub mod operator;
 pub mod sites;
 pub mod wait;
+pub mod writer;
 
 pub use cluster::{Cluster, TestNamespace};
 pub use operator::Operator;

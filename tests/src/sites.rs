@@ -84,6 +84,27 @@ impl SitePair {
         script(&["stop", self.dir_str(), site]).unwrap();
     }
 
+    /// Kills `site`'s server with SIGKILL (no shutdown at all: a crash).
+    pub fn kill9(&self, site: &str) {
+        let pid_file = self.dir.join("sites").join(site).join("mysqld.pid");
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        let status = Command::new("kill").args(["-9", pid.trim()]).status().unwrap();
+        assert!(status.success(), "kill -9 {} failed", pid.trim());
+        // Gone before the caller goes on.
+        for _ in 0..100 {
+            if !std::path::Path::new(&format!("/proc/{}", pid.trim())).exists() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        panic!("mariadbd of {site} (pid {}) survived SIGKILL", pid.trim());
+    }
+
+    /// The port of `site`.
+    pub fn port(&self, site: &str) -> u16 {
+        if site == "iad" { self.iad_port } else { self.pdx_port }
+    }
+
     /// Starts `site`'s server again on its port (same data); `read_only`
     /// says whether it comes back read-only (MariaDB forgets a runtime
     /// `SET GLOBAL read_only` across a restart).

@@ -183,15 +183,8 @@ async fn take_up(
                 // resolve() reports it; nothing starts on a record that does not agree.
                 return Ok(Err(group));
             }
-            // The id goes into the record first: a crash after this never runs it twice.
-            let mut extra = rec.extra();
-            extra.requests.push(request.request_id.clone());
-            let uid = group.metadata.uid.clone().unwrap_or_default();
-            if !ctx.leadership.is_leader() {
-                return Err(Error::NotLeader);
-            }
-            record::write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec))
-                .await?;
+            // Status first (Pending); the id goes into the record when the
+            // request leaves Pending, before anything is done to a site.
             PlannedFailoverStatus {
                 request_id: request.request_id,
                 target_site: request.target_site,
@@ -218,6 +211,34 @@ async fn take_up(
         }
     }
     Ok(Ok((group, state)))
+}
+
+/// Records that `request_id` was taken up (decision record, compare-and-swap),
+/// so neither a repeat of it nor a wiped status ever runs it again.
+async fn remember_request(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: &MysqlFailoverGroup,
+    request_id: &str,
+) -> Result<(), Error> {
+    let Some(rec) = record::read(records, &group.name_any()).await? else {
+        return Err(Error::Site {
+            action: "record the request for",
+            site: String::new(),
+            message: "no decision record".into(),
+        });
+    };
+    if rec.requests.iter().any(|r| r == request_id) {
+        return Ok(());
+    }
+    let mut extra = rec.extra();
+    extra.requests.push(request_id.to_owned());
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    let uid = group.metadata.uid.clone().unwrap_or_default();
+    record::write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec)).await?;
+    Ok(())
 }
 
 /// What one round saw, for [`act`].
@@ -258,6 +279,9 @@ async fn act(
                 return Ok(Some(idle(group.clone())));
             }
             if next == Phase::Admitting {
+                if step.phase == Phase::Pending {
+                    remember_request(ctx, records, group, &state.request_id).await?;
+                }
                 local.hold = admit(ctx, group, state).await?;
             }
         }

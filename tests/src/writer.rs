@@ -1,0 +1,130 @@
+//! A client that keeps writing to whichever site the group says is the
+//! primary, as an application would through `<db>-primary`: one INSERT of
+//! a new id at a time, over an ordinary account (no `SUPER`, no
+//! `READ_ONLY ADMIN`), reconnecting when a write fails. It records every
+//! acknowledged id and the longest time without an acknowledged write.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use mysql_async::prelude::Queryable;
+
+use crate::cluster::Cluster;
+use crate::sites::SitePair;
+
+/// The application account the writer uses.
+pub const APP_USER: &str = "app";
+/// Its password.
+pub const APP_PASSWORD: &str = "app-pw-4711";
+
+/// Creates database `bench`, table `bench.t` and the account `app` on the
+/// primary `site` (replicated to the other site).
+pub fn prepare(pair: &SitePair, site: &str) {
+    pair.sql(
+        site,
+        &format!(
+            "CREATE DATABASE IF NOT EXISTS bench; CREATE TABLE IF NOT EXISTS bench.t (id BIGINT PRIMARY KEY, at TIMESTAMP(6) DEFAULT CURRENT_TIMESTAMP(6)); \
+             CREATE USER IF NOT EXISTS '{APP_USER}'@'127.0.0.1' IDENTIFIED BY '{APP_PASSWORD}'; GRANT ALL ON bench.* TO '{APP_USER}'@'127.0.0.1';"
+        ),
+    );
+}
+
+/// What a writer saw.
+#[derive(Debug, Default, Clone)]
+pub struct Written {
+    /// Every id whose INSERT was acknowledged.
+    pub acknowledged: Vec<u64>,
+    /// Gaps between acknowledged writes longer than 50 ms, in order.
+    pub gaps: Vec<Duration>,
+    /// Writes that failed (and were retried).
+    pub failures: u64,
+}
+
+/// A running writer.
+#[derive(Debug)]
+pub struct Writer {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Written>,
+}
+
+impl Writer {
+    /// Starts writing to the group `group`'s active site (read from status
+    /// on every reconnect).
+    pub fn start(cluster: &Cluster, pair: &SitePair, group: &str) -> Writer {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ports, groups, name, flag) =
+            ((pair.port("iad"), pair.port("pdx")), cluster.groups(), group.to_owned(), stop.clone());
+        let task = tokio::spawn(async move {
+            let mut out = Written::default();
+            let mut conn: Option<mysql_async::Conn> = None;
+            let mut id: u64 = 1;
+            let mut last_ok = Instant::now();
+            while !flag.load(Ordering::Relaxed) {
+                if conn.is_none() {
+                    let active = groups
+                        .get(&name)
+                        .await
+                        .ok()
+                        .and_then(|g| g.status.and_then(|s| s.active_site))
+                        .unwrap_or_else(|| "iad".into());
+                    let port = if active == "iad" { ports.0 } else { ports.1 };
+                    let opts = mysql_async::OptsBuilder::default()
+                        .ip_or_hostname("127.0.0.1")
+                        .tcp_port(port)
+                        .user(Some(APP_USER))
+                        .pass(Some(APP_PASSWORD))
+                        .prefer_socket(false);
+                    if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_secs(2), mysql_async::Conn::new(opts)).await
+                    {
+                        conn = Some(c);
+                    } else {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                }
+                let c = conn.as_mut().unwrap();
+                let sql = format!("INSERT INTO bench.t (id) VALUES ({id})");
+                match tokio::time::timeout(Duration::from_secs(2), c.query_drop(sql)).await {
+                    Ok(Ok(())) => {}
+                    // Committed before the connection broke: a retry finds it.
+                    Ok(Err(mysql_async::Error::Server(e))) if e.code == 1062 => {}
+                    _ => {
+                        out.failures += 1;
+                        conn = None;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                }
+                let gap = last_ok.elapsed();
+                if gap > Duration::from_millis(50) && id > 1 {
+                    out.gaps.push(gap);
+                }
+                last_ok = Instant::now();
+                out.acknowledged.push(id);
+                id += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            out
+        });
+        Writer { stop, task }
+    }
+
+    /// Stops the writer and returns what it saw.
+    pub async fn stop(self) -> Written {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap()
+    }
+}
+
+/// `(count, checksum)` of `bench.t` on `site`.
+pub fn checksum(pair: &SitePair, site: &str) -> String {
+    pair.sql(site, "SELECT COUNT(*), COALESCE(BIT_XOR(CRC32(id)), 0) FROM bench.t").trim().to_owned()
+}
+
+/// Whether every id in `ids` is in `bench.t` on `site`.
+pub fn missing(pair: &SitePair, site: &str, ids: &[u64]) -> Vec<u64> {
+    let have: std::collections::HashSet<u64> =
+        pair.sql(site, "SELECT id FROM bench.t").lines().filter_map(|l| l.trim().parse().ok()).collect();
+    ids.iter().copied().filter(|i| !have.contains(i)).collect()
+}

@@ -1,0 +1,243 @@
+//! Failover for real on the MariaDB pair (issue 7): planned switchover
+//! there and back under a live writer, a repeated request id, emergency
+//! failover after `kill -9` (twice), the returning primary with and
+//! without errant transactions, and a fence that cannot finish.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
+
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
+use bloodraven_e2e::fixtures::{Scenario, condition, is_ready_at, wait_event, wait_status};
+use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::wait::wait_for;
+use bloodraven_e2e::writer::{self, Writer};
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(90);
+
+async fn request(sc: &Scenario, group: &str, target: &str, id: &str) {
+    let patch = json!({"spec": {"plannedFailover": {"targetSite": target, "requestId": id}}});
+    sc.cluster.groups().patch(group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+}
+
+fn phase(s: &MysqlFailoverGroupStatus) -> (String, String) {
+    s.planned_failover.as_ref().map(|p| (p.request_id.clone(), p.phase.clone())).unwrap_or_default()
+}
+
+fn completed(s: &MysqlFailoverGroupStatus, id: &str, site: &str, generation: i64) -> Result<(), String> {
+    let (rid, ph) = phase(s);
+    if rid != id || ph != "Completed" {
+        return Err(format!("request {rid} in phase {ph:?}"));
+    }
+    is_ready_at(s, site, generation)
+}
+
+#[tokio::test]
+async fn planned_switchover_there_and_back_loses_no_acknowledged_write() {
+    let sc = Scenario::start("switch", 1, LeaderTimings::default()).await;
+    let name = sc.bootstrapped_group("g").await;
+    writer::prepare(&sc.pair, "iad");
+    let w = Writer::start(&sc.cluster, &sc.pair, &name);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    request(&sc, &name, "pdx", "r1").await;
+    let s =
+        wait_status(&sc.cluster, &name, "r1 completed at pdx, generation 2", T, |s| completed(s, "r1", "pdx", 2)).await;
+    let history: Vec<&str> = s.planned_failover.as_ref().unwrap().history.iter().map(|h| h.phase.as_str()).collect();
+    assert_eq!(history, ["Pending", "Admitting", "Draining", "Promoting", "Repointing", "Completed"]);
+    assert_eq!(s.planned_failover.as_ref().unwrap().source_site.as_deref(), Some("iad"));
+    assert_eq!(sc.pair.sql("iad", "SELECT @@read_only").trim(), "1", "the old primary is read-only");
+    assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "0");
+    let note = wait_event(&sc.cluster, &name, "PlannedFailoverCompleted").await;
+    assert!(note.contains("r1"), "{note}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    request(&sc, &name, "iad", "r2").await;
+    wait_status(&sc.cluster, &name, "r2 completed at iad, generation 3", T, |s| completed(s, "r2", "iad", 3)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let written = w.stop().await;
+
+    // An older request id again: not run twice.
+    request(&sc, &name, "pdx", "r1").await;
+    let want = sc.cluster.groups().get(&name).await.unwrap().metadata.generation;
+    let s = wait_status(&sc.cluster, &name, "the repeated request to be seen", T, |s| {
+        if s.observed_generation == want { Ok(()) } else { Err(format!("observed {:?}", s.observed_generation)) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let s2 = sc.cluster.groups().get(&name).await.unwrap().status.unwrap();
+    assert_eq!((s2.active_site.as_deref(), s2.topology_generation), (Some("iad"), Some(3)), "{s:?}");
+    assert_eq!(phase(&s2), ("r2".to_owned(), "Completed".to_owned()));
+
+    // Every acknowledged write is on both sites, and the sites agree.
+    assert!(written.acknowledged.len() > 50, "{} writes", written.acknowledged.len());
+    wait_for("the sites to converge", T, || async {
+        let (a, b) = (writer::checksum(&sc.pair, "iad"), writer::checksum(&sc.pair, "pdx"));
+        if a == b { Ok(()) } else { Err(format!("iad {a} pdx {b}")) }
+    })
+    .await;
+    for site in ["iad", "pdx"] {
+        let lost = writer::missing(&sc.pair, site, &written.acknowledged);
+        assert!(lost.is_empty(), "{} acknowledged writes missing on {site}: {lost:?}", lost.len());
+    }
+    let worst = written.gaps.iter().max().copied().unwrap_or_default();
+    eprintln!(
+        "switchover writer: {} acknowledged, {} failed attempts, longest gap {worst:?}",
+        written.acknowledged.len(),
+        written.failures
+    );
+    sc.cluster.delete_group(&name).await;
+}
+
+#[tokio::test]
+async fn kill_9_of_the_primary_twice_fails_over_each_time_and_the_returning_primary_rejoins() {
+    let sc = Scenario::start("kill", 1, LeaderTimings::default()).await;
+    let name = sc.group("g", "iad").await;
+    // A short detection budget: 1 s × 3.
+    let patch =
+        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
+    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    writer::prepare(&sc.pair, "iad");
+    sc.pair.sql("iad", "INSERT INTO bench.t (id) VALUES (1), (2), (3)");
+    wait_for("pdx to have the rows", T, || async {
+        let n = sc.pair.sql("pdx", "SELECT COUNT(*) FROM bench.t");
+        if n.trim() == "3" { Ok(()) } else { Err(n) }
+    })
+    .await;
+
+    let killed = std::time::Instant::now();
+    sc.pair.kill9("iad");
+    wait_for("pdx to be writable", T, || async {
+        let ro = sc.pair.sql("pdx", "SELECT @@read_only");
+        if ro.trim() == "0" { Ok(()) } else { Err(ro) }
+    })
+    .await;
+    let writable_after = killed.elapsed();
+    let s = wait_status(&sc.cluster, &name, "activeSite pdx at generation 2", T, |s| {
+        match (s.active_site.as_deref(), s.topology_generation) {
+            (Some("pdx"), Some(2)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    eprintln!("kill -9 → pdx writable in {writable_after:?} (detection budget 3 s)");
+    let note = wait_event(&sc.cluster, &name, "EmergencyFailover").await;
+    assert!(note.contains("pdx") && note.contains("topologyGeneration 2"), "{note}");
+    assert!(condition(&s, "SiteDiverged").is_none_or(|c| c.status == "False"));
+
+    // The old primary comes back writable (read_only is not in its
+    // configuration): fenced on first sight, clean, repointed.
+    sc.pair.restart("iad", false);
+    let note = wait_event(&sc.cluster, &name, "SiteRejoined").await;
+    assert!(note.contains("iad"), "{note}");
+    wait_status(&sc.cluster, &name, "Ready at pdx, generation 2", T, |s| is_ready_at(s, "pdx", 2)).await;
+    assert_eq!(sc.pair.sql("iad", "SELECT @@read_only").trim(), "1");
+    sc.pair.sql("pdx", "INSERT INTO bench.t (id) VALUES (4)");
+    wait_for("iad to replicate from pdx", T, || async {
+        let n = sc.pair.sql("iad", "SELECT COUNT(*) FROM bench.t");
+        if n.trim() == "4" { Ok(()) } else { Err(n) }
+    })
+    .await;
+
+    // Twice in a row: now pdx dies, and iad takes over at generation 3.
+    sc.pair.kill9("pdx");
+    wait_status(&sc.cluster, &name, "activeSite iad at generation 3", T, |s| {
+        match (s.active_site.as_deref(), s.topology_generation) {
+            (Some("iad"), Some(3)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    wait_for("iad to be writable", T, || async {
+        let ro = sc.pair.sql("iad", "SELECT @@read_only");
+        if ro.trim() == "0" { Ok(()) } else { Err(ro) }
+    })
+    .await;
+    assert_eq!(sc.pair.sql("iad", "SELECT COUNT(*) FROM bench.t").trim(), "4");
+    sc.cluster.delete_group(&name).await;
+}
+
+#[tokio::test]
+async fn a_returning_primary_with_errant_transactions_stays_fenced() {
+    let sc = Scenario::start("errant", 1, LeaderTimings::default()).await;
+    let name = sc.group("g", "iad").await;
+    let patch =
+        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
+    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    writer::prepare(&sc.pair, "iad");
+    wait_for("pdx to have the table", T, || async {
+        let n = sc.pair.sql("pdx", "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA='bench'");
+        if n.trim() == "1" { Ok(()) } else { Err(n) }
+    })
+    .await;
+    // pdx stops receiving; iad commits a row pdx never gets, then dies.
+    sc.pair.sql("pdx", "STOP SLAVE IO_THREAD");
+    sc.pair.sql("iad", "INSERT INTO bench.t (id) VALUES (99)");
+    sc.pair.kill9("iad");
+    wait_status(&sc.cluster, &name, "activeSite pdx at generation 2", T, |s| {
+        match (s.active_site.as_deref(), s.topology_generation) {
+            (Some("pdx"), Some(2)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    sc.pair.restart("iad", false);
+    let s = wait_status(&sc.cluster, &name, "SiteDiverged on iad", T, |s| match condition(s, "SiteDiverged") {
+        Some(c) if c.status == "True" && c.message.contains("iad") => Ok(()),
+        other => Err(format!("{other:?}")),
+    })
+    .await;
+    let c = condition(&s, "SiteDiverged").unwrap();
+    assert_eq!(c.reason, "ErrantTransactions");
+    // Fenced, not repointed, history kept.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(sc.pair.sql("iad", "SELECT @@read_only").trim(), "1");
+    assert_eq!(sc.pair.sql("iad", "SHOW SLAVE STATUS").trim(), "", "never repointed");
+    assert_eq!(
+        sc.pair.sql("iad", "SELECT COUNT(*) FROM bench.t WHERE id = 99").trim(),
+        "1",
+        "its transactions are kept"
+    );
+    sc.cluster.delete_group(&name).await;
+}
+
+#[tokio::test]
+async fn a_fence_that_cannot_finish_fails_the_request_with_no_bump() {
+    let sc = Scenario::start("fencefail", 1, LeaderTimings::default()).await;
+    let name = sc.bootstrapped_group("g").await;
+    let patch = json!({"spec": {"failover": {"fenceTimeoutSeconds": 2}}});
+    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    writer::prepare(&sc.pair, "iad");
+    // A session holds a table write lock for a long time: SET GLOBAL
+    // read_only waits for it, past the fence's bound.
+    let holder = std::process::Command::new(bloodraven_e2e::repo_root().join("hack/mariadb.sh"))
+        .args(["sql", sc.pair.dir().to_str().unwrap(), "iad", "LOCK TABLES bench.t WRITE; SELECT SLEEP(60)"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let holder = std::sync::Mutex::new(holder);
+    wait_for("the lock holder to be connected", T, || async {
+        let n =
+            sc.pair.sql("iad", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT SLEEP%'");
+        if n.trim() == "0" { Err("not yet".to_owned()) } else { Ok(()) }
+    })
+    .await;
+    request(&sc, &name, "pdx", "r-lock").await;
+    let s = wait_status(&sc.cluster, &name, "r-lock failed", T, |s| match phase(s) {
+        (id, ph) if id == "r-lock" && ph == "Failed" => Ok(()),
+        other => Err(format!("{other:?}")),
+    })
+    .await;
+    let pf = s.planned_failover.as_ref().unwrap();
+    assert!(pf.message.as_deref().unwrap_or("").contains("fence"), "{pf:?}");
+    assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("iad"), Some(1)), "no bump");
+    assert_eq!(sc.pair.sql("iad", "SELECT @@read_only").trim(), "0", "the old primary is writable again");
+    let _ = holder.lock().unwrap().kill();
+    wait_status(&sc.cluster, &name, "Ready at iad, generation 1", T, |s| is_ready_at(s, "iad", 1)).await;
+    sc.cluster.delete_group(&name).await;
+}
