@@ -39,6 +39,10 @@ pub struct Metrics {
     pub deploy_request_duration_seconds: HistogramVec,
     /// `bloodraven_deploy_leases_revoked_total{reason}`.
     pub deploy_leases_revoked_total: IntCounterVec,
+    /// `bloodraven_primary_service_writes_total{kind,action}`: writes of
+    /// `<mysqldatabase>-primary` objects (`kind` Service or EndpointSlice,
+    /// `action` apply or delete); flat at steady state.
+    pub primary_service_writes_total: IntCounterVec,
 }
 
 /// Failed to register a metric (a programming error: duplicate name).
@@ -105,6 +109,14 @@ impl Metrics {
             Opts::new("bloodraven_deploy_leases_revoked_total", "Deploy operations revoked, by reason"),
             &["reason"],
         )?;
+        let primary_service_writes_total = IntCounterVec::new(
+            Opts::new(
+                "bloodraven_primary_service_writes_total",
+                "Writes of <mysqldatabase>-primary Services and EndpointSlices, by kind and action",
+            ),
+            &["kind", "action"],
+        )?;
+        registry.register(Box::new(primary_service_writes_total.clone()))?;
         registry.register(Box::new(topology_generation.clone()))?;
         registry.register(Box::new(site_up.clone()))?;
         registry.register(Box::new(site_writable.clone()))?;
@@ -135,6 +147,7 @@ impl Metrics {
             deploy_requests_total,
             deploy_request_duration_seconds,
             deploy_leases_revoked_total,
+            primary_service_writes_total,
         })
     }
 
