@@ -32,6 +32,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 
 const T: Duration = Duration::from_secs(60);
+/// Well under the database controller's 60 s re-check: a change that only a
+/// watch can bring this fast.
+const PROMPT: Duration = Duration::from_secs(15);
 
 /// The `PrimaryService` condition of `namespace/name` once `check` accepts it.
 async fn wait_primary(
@@ -56,9 +59,10 @@ async fn wait_service(
     api: &Api<Service>,
     name: &str,
     what: &str,
+    timeout: Duration,
     check: impl Fn(&Service) -> Result<(), String>,
 ) -> Service {
-    wait_for(&format!("Service {name}: {what}"), T, || async {
+    wait_for(&format!("Service {name}: {what}"), timeout, || async {
         let svc = api.get_opt(name).await.map_err(|e| e.to_string())?.ok_or("no Service")?;
         check(&svc).map(|()| svc.clone()).map_err(|why| format!("{why}: {svc:?}"))
     })
@@ -84,17 +88,30 @@ async fn the_primary_service_follows_the_group_decision_and_hosts() {
         s.host = "localhost".into();
     }
     let name = format!("{ns}-g");
-    create_group(&sc.cluster, &group(&name, &ns, sites.clone(), "iad")).await;
-    wait_status(&sc.cluster, &name, "bootstrap at iad over localhost", T, |s| is_ready_at(s, "iad", 1)).await;
-
+    // The database first, settled on a group that cannot bootstrap yet (the
+    // replica does not replicate): its Service must then follow the
+    // bootstrap decision, a status-only change of the group.
+    sc.pair.sql("pdx", "STOP SLAVE");
     database(&sc.cluster, &ns, "app", &name, &[]).await;
     let dbs: Api<MysqlDatabase> = Api::namespaced(sc.cluster.client.clone(), &ns);
+    wait_primary(&dbs, "app", "False NoActiveSite before the group exists", |c| c.reason == "NoActiveSite").await;
+    create_group(&sc.cluster, &group(&name, &ns, sites.clone(), "iad")).await;
+    wait_primary(&dbs, "app", "NoActiveSite: no decision yet", |c| c.message.contains("no decided active site")).await;
+    let ready = dbs.get("app").await.unwrap().status.unwrap().conditions;
+    assert!(ready.iter().any(|c| c.type_ == "Ready" && c.status == "True"), "{ready:?}");
+    // Let retries of the database's own first writes (5 s) pass, so that
+    // nothing but the decision can wake it within PROMPT below.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    sc.pair.sql("pdx", "START SLAVE");
+    wait_status(&sc.cluster, &name, "bootstrap at iad over localhost", T, |s| is_ready_at(s, "iad", 1)).await;
     let services: Api<Service> = Api::namespaced(sc.cluster.client.clone(), &ns);
     let slices: Api<EndpointSlice> = Api::namespaced(sc.cluster.client.clone(), &ns);
     let iad_port = i32::from(sc.pair.iad_port);
 
-    // DNS host: an ExternalName on the site's name and port, owned by the database.
-    let svc = wait_service(&services, "app-primary", "ExternalName localhost", |svc| {
+    // DNS host: an ExternalName on the site's name and port, owned by the
+    // database. Promptly: the database's periodic re-check is 60 s, so only
+    // the watch of the group's decision can make this bound.
+    let svc = wait_service(&services, "app-primary", "ExternalName localhost", PROMPT, |svc| {
         let s = spec(svc);
         match (s.type_.as_deref(), s.external_name.as_deref()) {
             (Some("ExternalName"), Some("localhost")) => Ok(()),
@@ -136,7 +153,7 @@ async fn the_primary_service_follows_the_group_decision_and_hosts() {
         .patch(&name, &PatchParams::default(), &Patch::Merge(serde_json::json!({"spec": {"sites": ip_sites}})))
         .await
         .unwrap();
-    let svc2 = wait_service(&services, "app-primary", "ClusterIP 3306 -> iad's port", |svc| {
+    let svc2 = wait_service(&services, "app-primary", "ClusterIP 3306 -> iad's port", PROMPT, |svc| {
         let s = spec(svc);
         let port = s.ports.clone().unwrap_or_default().first().cloned().unwrap_or_default();
         match (s.type_.as_deref(), s.external_name, port.port, port.target_port) {
@@ -214,7 +231,7 @@ async fn a_foreign_service_is_left_alone_and_a_long_name_gets_no_service() {
     // the two above still have none of theirs).
     let fits = "b".repeat(55);
     database(&sc.cluster, &ns, &fits, &name, &[]).await;
-    wait_service(&services, &format!("{fits}-primary"), "created", |_| Ok(())).await;
+    wait_service(&services, &format!("{fits}-primary"), "created", T, |_| Ok(())).await;
     let list = services.list(&ListParams::default()).await.unwrap();
     let names: Vec<_> = list.items.iter().filter_map(|s| s.metadata.name.clone()).collect();
     assert_eq!(names.len(), 2, "the foreign one and the 55-character one: {names:?}");
