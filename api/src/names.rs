@@ -78,3 +78,37 @@ pub const RELEASE_INSTANCE_ANNOTATION: &str = "bloodraven.shipstream.io/release-
 
 /// Field manager of the operator's instance claims (`status.instanceClaims`).
 pub const CLAIMS_FIELD_MANAGER: &str = "bloodraven-operator-claims";
+
+/// Field manager of the `<mysqldatabase>-primary` Services and
+/// EndpointSlices the operator keeps (server-side apply).
+pub const PRIMARY_SERVICE_FIELD_MANAGER: &str = "bloodraven-operator-primary";
+
+/// Suffix of the Service that points at a MysqlDatabase's primary:
+/// `<mysqldatabase>-primary`, in the MysqlDatabase's namespace.
+pub const PRIMARY_SERVICE_SUFFIX: &str = "-primary";
+
+/// Label on the `-primary` Service and EndpointSlice: the name of the
+/// MysqlDatabase they belong to (the operator watches objects carrying it).
+pub const PRIMARY_OF_LABEL: &str = "bloodraven.shipstream.io/primary-of";
+
+/// Annotation on the `-primary` Service and EndpointSlice: the failover group.
+pub const GROUP_ANNOTATION: &str = "bloodraven.shipstream.io/group";
+
+/// Annotation on the `-primary` Service and EndpointSlice: the active site
+/// they point at.
+pub const ACTIVE_SITE_ANNOTATION: &str = "bloodraven.shipstream.io/active-site";
+
+/// Annotation on the `-primary` Service and EndpointSlice: the group's
+/// `status.topologyGeneration` they were written for.
+pub const TOPOLOGY_GENERATION_ANNOTATION: &str = "bloodraven.shipstream.io/topology-generation";
+
+/// `app.kubernetes.io/managed-by` value of objects the operator creates.
+pub const MANAGED_BY: &str = "bloodraven-operator";
+
+/// `endpointslice.kubernetes.io/managed-by` value of the EndpointSlices the
+/// operator keeps, so the EndpointSlice controller leaves them alone.
+pub const ENDPOINT_SLICE_MANAGER: &str = "bloodraven.shipstream.io";
+
+/// Port the `-primary` Service listens on when it is a ClusterIP Service
+/// (the site's own port is the target): MySQL's well-known port.
+pub const PRIMARY_SERVICE_PORT: u16 = 3306;

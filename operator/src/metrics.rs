@@ -45,6 +45,10 @@ pub struct Metrics {
     /// `bloodraven_failovers_total{group,kind,outcome}`: failovers by kind
     /// (`planned`, `emergency`) and outcome (`completed`, `failed`).
     pub failovers_total: IntCounterVec,
+    /// `bloodraven_primary_service_writes_total{kind,action}`: writes of
+    /// `<mysqldatabase>-primary` objects (`kind` Service or EndpointSlice,
+    /// `action` apply or delete); flat at steady state.
+    pub primary_service_writes_total: IntCounterVec,
 }
 
 /// Failed to register a metric (a programming error: duplicate name).
@@ -125,6 +129,14 @@ impl Metrics {
         )?;
         registry.register(Box::new(planned_failovers_deferred_total.clone()))?;
         registry.register(Box::new(failovers_total.clone()))?;
+        let primary_service_writes_total = IntCounterVec::new(
+            Opts::new(
+                "bloodraven_primary_service_writes_total",
+                "Writes of <mysqldatabase>-primary Services and EndpointSlices, by kind and action",
+            ),
+            &["kind", "action"],
+        )?;
+        registry.register(Box::new(primary_service_writes_total.clone()))?;
         registry.register(Box::new(topology_generation.clone()))?;
         registry.register(Box::new(site_up.clone()))?;
         registry.register(Box::new(site_writable.clone()))?;
@@ -157,6 +169,7 @@ impl Metrics {
             deploy_leases_revoked_total,
             planned_failovers_deferred_total,
             failovers_total,
+            primary_service_writes_total,
         })
     }
 

@@ -161,4 +161,22 @@ pub mod reason {
     pub const DECISION_RECORD_MISMATCH: &str = "DecisionRecordMismatch";
     /// An account other than the operator's holds `READ_ONLY ADMIN` or `SUPER`.
     pub const READ_ONLY_ADMIN_ACCOUNTS: &str = "ReadOnlyAdminAccounts";
+    /// The MysqlDatabase's `<name>-primary` Service points at the group's
+    /// decided active site.
+    pub const POINTS_AT_ACTIVE_SITE: &str = "PointsAtActiveSite";
+    /// The `<name>-primary` Service has no target: the database has no
+    /// authority on its group, or the group is gone or has no decided active
+    /// site. The operator keeps no EndpointSlice for it.
+    pub const NO_ACTIVE_SITE: &str = "NoActiveSite";
+    /// A Service or EndpointSlice named `<name>-primary` exists that this
+    /// MysqlDatabase does not own; the operator leaves it alone.
+    pub const PRIMARY_SERVICE_CONFLICT: &str = "PrimaryServiceConflict";
+    /// `<name>-primary` is not a valid Service name (a DNS-1035 label of at
+    /// most 63 characters), so the operator keeps no Service.
+    pub const PRIMARY_SERVICE_NAME_INVALID: &str = "PrimaryServiceNameInvalid";
+    /// The active site's host cannot be a Service target: an IP address that
+    /// is loopback, link-local, multicast or unspecified (the API server
+    /// refuses it in an EndpointSlice, and a Pod could not reach it), or a
+    /// name that is not a DNS-1123 subdomain.
+    pub const UNROUTABLE_SITE_HOST: &str = "UnroutableSiteHost";
 }

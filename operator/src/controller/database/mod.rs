@@ -5,15 +5,24 @@
 //! speaks for the name. So a typo, a namespace the group does not accept,
 //! or a name someone else holds shows up before a deploy pipeline is
 //! refused; a refusal of the last two also gets a Warning Event on the
-//! database. Woken by changes of the database, of any group, of any
-//! namespace's labels, and of same-named databases.
+//! database. It also keeps the database's `<name>-primary` Service and
+//! EndpointSlice pointing at the group's decided active site (`primary`),
+//! reported in a `PrimaryService` condition. Woken by changes of the
+//! database, of a group's metadata or decision, of any namespace's labels,
+//! of same-named databases, and of its own `-primary` objects.
 
+mod primary;
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bloodraven_api::names::{CLAIMS_FIELD_MANAGER, OBSERVER_FIELD_MANAGER, RELEASE_INSTANCE_ANNOTATION};
 use bloodraven_api::v1alpha1::{InstanceClaim, MysqlDatabase, MysqlFailoverGroup, reason};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
@@ -28,10 +37,76 @@ use super::conditions::{Computed, materialize};
 use super::{Ctx, Error, kube_err};
 use crate::authority::{self, Standing};
 use crate::tolerant::{Findings, ReadError};
+use primary::{Decided, Primary};
 
 const CONTROLLER: &str = "database";
 /// Re-check period, in case a group event was missed.
 const RECHECK: Duration = Duration::from_secs(60);
+
+/// What this controller's reconciles get: the shared context and the
+/// caches of the `-primary` objects.
+struct DbContext {
+    ctx: Ctx,
+    primary: Primary,
+}
+
+type DbCtx = Arc<DbContext>;
+
+/// Passes on, from a watch of objects `K`, each object whose
+/// `fingerprint` differs from the last one seen of that name (and every
+/// deletion); `Init`/`InitDone` and unchanged objects are dropped.
+fn changed_only<K, S>(events: S, fingerprint: fn(&K) -> u64) -> impl Stream<Item = Result<K, watcher::Error>> + Send
+where
+    K: Resource + Send + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
+{
+    let mut seen: HashMap<String, u64> = HashMap::new();
+    events.filter_map(move |event| {
+        let out = match event {
+            Ok(watcher::Event::Apply(k) | watcher::Event::InitApply(k)) => {
+                let fp = fingerprint(&k);
+                (seen.insert(k.meta().name.clone().unwrap_or_default(), fp) != Some(fp)).then_some(Ok(k))
+            }
+            Ok(watcher::Event::Delete(k)) => {
+                seen.remove(k.meta().name.as_deref().unwrap_or_default());
+                Some(Ok(k))
+            }
+            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
+            Err(err) => Some(Err(err)),
+        };
+        std::future::ready(out)
+    })
+}
+
+fn hash_of(value: impl Hash) -> u64 {
+    let mut h = DefaultHasher::new();
+    value.hash(&mut h);
+    h.finish()
+}
+
+/// What of a group's metadata a database depends on: the incarnation, the
+/// spec (sites, allowed namespaces; also how a group that no longer
+/// decodes shows itself), the labels (`--group-selector` shards), the
+/// annotations and the deletion.
+fn metadata_fingerprint(group: &PartialObjectMeta<MysqlFailoverGroup>) -> u64 {
+    let m = &group.metadata;
+    hash_of((
+        &m.uid,
+        m.generation,
+        &m.labels,
+        &m.annotations,
+        m.deletion_timestamp.as_ref().map(|t| t.0.as_millisecond()),
+    ))
+}
+
+/// What of a group's status a database depends on: the decision (active
+/// site, topology generation) and the instance claims. Health, conditions
+/// and probe times are not in it.
+fn decision_fingerprint(group: &MysqlFailoverGroup) -> u64 {
+    let status = group.status.clone().unwrap_or_default();
+    let claims: Vec<(String, String)> = status.instance_claims.into_iter().map(|c| (c.instance, c.namespace)).collect();
+    hash_of((&group.metadata.uid, status.active_site, status.topology_generation, claims))
+}
 
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(ctx: Ctx, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
@@ -42,20 +117,56 @@ pub async fn run(ctx: Ctx, shutdown: impl std::future::Future<Output = ()> + Sen
         .tolerant
         .watch::<MysqlDatabase>(WatcherConfig::default(), Some((writer, reader.clone())), Findings::Report)
         .applied_objects();
-    // Groups, namespaces and same-named databases only wake databases by
-    // name: metadata watches, which decode whatever a spec holds (the
-    // failover-group controller reports a group that does not decode).
-    let groups = Api::<PartialObjectMeta<MysqlFailoverGroup>>::all(ctx.client.clone());
-    let groups = watcher(groups, WatcherConfig::default()).default_backoff().touched_objects();
+    // Groups wake their databases through two filtered watches. The group's
+    // status is written on every probe (every probeIntervalSeconds), and a
+    // plain watch would reconcile every database of the group each time.
+    // Only what a database depends on passes:
+    // - a metadata watch, which decodes whatever a spec holds, for the
+    //   group's spec generation, labels, annotations, deletion and
+    //   disappearance (a group that no longer decodes still wakes its
+    //   databases, which report GroupInvalid);
+    // - a full, tolerant watch (bad objects skipped; the failover-group
+    //   controller reports them) for `status.activeSite`,
+    //   `status.topologyGeneration` and `status.instanceClaims`, so the
+    //   `-primary` Service is repointed within a watch round-trip of the
+    //   decision.
+    // A fingerprint per group is kept; a reconcile that changes nothing also
+    // writes nothing (the caches below and the condition compare).
+    let group_meta = Api::<PartialObjectMeta<MysqlFailoverGroup>>::all(ctx.client.clone());
+    let group_meta =
+        changed_only(watcher(group_meta, WatcherConfig::default()).default_backoff(), metadata_fingerprint);
+    let decisions = ctx.tolerant.watch::<MysqlFailoverGroup>(WatcherConfig::default(), None, Findings::Skip);
+    let decisions = changed_only(decisions, decision_fingerprint);
     let namespaces = Api::<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>::all(ctx.client.clone());
     let namespaces = watcher(namespaces, WatcherConfig::default()).default_backoff().touched_objects();
     let names = Api::<PartialObjectMeta<MysqlDatabase>>::all(ctx.client.clone());
     let names = watcher(names, WatcherConfig::default()).default_backoff().touched_objects();
-    let (by_group, by_namespace, by_name) = (reader.clone(), reader.clone(), reader.clone());
+    // The operator's own `-primary` objects (label-selected, so the caches
+    // hold nothing else): compared before any write, and a deleted or
+    // edited one wakes its database (ownerReference) to be put back.
+    let only_primary = WatcherConfig::default().labels(primary::selector());
+    let (services, services_writer) = reflector::store::<Service>();
+    let service_events = watcher(Api::<Service>::all(ctx.client.clone()), only_primary.clone())
+        .default_backoff()
+        .reflect(services_writer)
+        .touched_objects();
+    let (slices, slices_writer) = reflector::store::<EndpointSlice>();
+    let slice_events = watcher(Api::<EndpointSlice>::all(ctx.client.clone()), only_primary)
+        .default_backoff()
+        .reflect(slices_writer)
+        .touched_objects();
+    let (by_group, by_decision, by_namespace, by_name) =
+        (reader.clone(), reader.clone(), reader.clone(), reader.clone());
+    let acquisitions = ctx.leadership.acquisitions();
+    let dctx = Arc::new(DbContext { ctx, primary: Primary { services, slices } });
     Controller::for_stream(databases, reader)
-        .watches_stream(groups, move |group| {
+        .watches_stream(group_meta, move |group| {
             let name = group.name_any();
             refs(&by_group, |db| db.spec.failover_group_ref.name == name)
+        })
+        .watches_stream(decisions, move |group| {
+            let name = group.name_any();
+            refs(&by_decision, |db| db.spec.failover_group_ref.name == name)
         })
         .watches_stream(namespaces, move |ns| {
             let name = ns.name_any();
@@ -66,55 +177,85 @@ pub async fn run(ctx: Ctx, shutdown: impl std::future::Future<Output = ()> + Sen
             let name = changed.name_any();
             refs(&by_name, |db| db.name_any() == name)
         })
-        .reconcile_all_on(ctx.leadership.acquisitions())
+        .owns_stream(service_events)
+        .owns_stream(slice_events)
+        .reconcile_all_on(acquisitions)
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, dctx)
         .for_each(|_| async {})
         .await;
 }
 
-/// Writes the database's `Ready` condition when it changed (leader only),
-/// with a Warning Event when `announce` and the reason is new.
-async fn write_ready(
+/// The Event to raise for `computed` given the `previous` conditions, if
+/// any: the `Ready` refusals named by `announce` when their reason is new;
+/// for `PrimaryService`, a Normal Event when it points somewhere new and a
+/// Warning when a problem reason is new.
+fn event_for(
+    previous: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    computed: &Computed,
+    announce: bool,
+) -> Option<kube::runtime::events::Event> {
+    use kube::runtime::events::{Event, EventType};
+    let before = previous.iter().find(|c| c.type_ == computed.type_);
+    let new_reason = before.is_none_or(|c| c.reason != computed.reason);
+    let (type_, action) = match computed.type_ {
+        "Ready" if announce && new_reason => (EventType::Warning, "Authorize"),
+        primary::desired::CONDITION if computed.is_true() && before.is_none_or(|c| c.message != computed.message) => {
+            (EventType::Normal, "PointPrimaryService")
+        }
+        primary::desired::CONDITION
+            if !computed.is_true() && new_reason && computed.reason != reason::NO_ACTIVE_SITE =>
+        {
+            (EventType::Warning, "PointPrimaryService")
+        }
+        _ => return None,
+    };
+    Some(Event {
+        type_,
+        reason: computed.reason.to_owned(),
+        note: Some(computed.message.clone()),
+        action: action.to_owned(),
+        secondary: None,
+    })
+}
+
+/// Writes the database's conditions when they changed (leader only), with
+/// the Events of [`event_for`]; `announce` says whether a new `Ready`
+/// reason is a refusal worth an Event.
+async fn write_conditions(
     ctx: &super::Context,
     db: &MysqlDatabase,
     name: &str,
     namespace: &str,
-    computed: Computed,
+    computed: &[Computed],
     announce: bool,
 ) -> Result<Action, Error> {
     let previous = db.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-    if previous.iter().any(|c| {
-        c.type_ == computed.type_
-            && c.status == computed.status
-            && c.reason == computed.reason
-            && c.message == computed.message
-    }) && db.status.as_ref().and_then(|s| s.observed_generation) == db.meta().generation
+    let same = |c: &Computed| {
+        previous
+            .iter()
+            .any(|p| p.type_ == c.type_ && p.status == c.status && p.reason == c.reason && p.message == c.message)
+    };
+    if previous.len() == computed.len()
+        && computed.iter().all(same)
+        && db.status.as_ref().and_then(|s| s.observed_generation) == db.meta().generation
     {
         return Ok(Action::requeue(RECHECK));
     }
-    let changed_reason = !previous.iter().any(|c| c.type_ == computed.type_ && c.reason == computed.reason);
-    if changed_reason && announce {
-        let event = kube::runtime::events::Event {
-            type_: kube::runtime::events::EventType::Warning,
-            reason: computed.reason.to_owned(),
-            note: Some(computed.message.clone()),
-            action: "Authorize".to_owned(),
-            secondary: None,
-        };
+    if !ctx.leadership.is_leader() {
+        return Ok(Action::requeue(RECHECK));
+    }
+    for event in computed.iter().filter_map(|c| event_for(previous, c, announce)) {
         if let Err(err) = ctx.recorder.publish(&event, &db.object_ref(&())).await {
             tracing::warn!(database = %name, namespace = %namespace, error = %err, "failed to publish an event");
         }
     }
-    let conditions = materialize(previous, &[computed], db.meta().generation, Timestamp::now());
+    let conditions = materialize(previous, computed, db.meta().generation, Timestamp::now());
     let patch = json!({
         "apiVersion": "bloodraven.shipstream.io/v1alpha1",
         "kind": "MysqlDatabase",
         "status": { "conditions": conditions, "observedGeneration": db.meta().generation },
     });
-    if !ctx.leadership.is_leader() {
-        return Ok(Action::requeue(RECHECK));
-    }
     let api: Api<MysqlDatabase> = Api::namespaced(ctx.client.clone(), namespace);
     api.patch_status(name, &PatchParams::apply(OBSERVER_FIELD_MANAGER).force(), &Patch::Apply(&patch))
         .await
@@ -250,13 +391,38 @@ fn refs(
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube's Controller::run requires
-fn error_policy(db: Arc<MysqlDatabase>, err: &Error, ctx: Ctx) -> Action {
-    ctx.metrics.reconcile_errors_total.with_label_values(&[CONTROLLER, err.reason()]).inc();
+fn error_policy(db: Arc<MysqlDatabase>, err: &Error, dctx: DbCtx) -> Action {
+    dctx.ctx.metrics.reconcile_errors_total.with_label_values(&[CONTROLLER, err.reason()]).inc();
     tracing::warn!(database = %db.name_any(), reason = err.reason(), error = %err, "database reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }
 
-async fn reconcile(db: Arc<MysqlDatabase>, ctx: Ctx) -> Result<Action, Error> {
+/// Where the `-primary` Service should point: the decided active site of
+/// the group, when this database is its authority; otherwise why not.
+fn target<'a>(
+    standing: Option<&Standing>,
+    group: Result<&'a Option<MysqlFailoverGroup>, &crate::tolerant::DecodeError>,
+    group_name: &'a str,
+) -> Result<Decided<'a>, String> {
+    let g = match group {
+        Err(_) => return Err(format!("failover group {group_name} cannot be read (see Ready)")),
+        Ok(None) => return Err(format!("failover group {group_name} does not exist")),
+        Ok(Some(g)) => g,
+    };
+    if standing != Some(&Standing::Authoritative) {
+        return Err(format!("this MysqlDatabase has no authority on failover group {group_name} (see Ready)"));
+    }
+    let Some((site, generation)) = g.decided() else {
+        return Err(format!("failover group {group_name} has no decided active site yet (bootstrap pending)"));
+    };
+    match g.site(site) {
+        Some(site) => Ok(Decided { group: group_name, site, generation }),
+        None => Err(format!("the active site of failover group {group_name} is not in its spec.sites")),
+    }
+}
+
+async fn reconcile(db: Arc<MysqlDatabase>, dctx: DbCtx) -> Result<Action, Error> {
+    let ctx = &dctx.ctx;
     ctx.metrics.reconcile_total.with_label_values(&[CONTROLLER]).inc();
     if !ctx.leadership.is_leader() {
         return Ok(Action::requeue(RECHECK));
@@ -267,7 +433,7 @@ async fn reconcile(db: Arc<MysqlDatabase>, ctx: Ctx) -> Result<Action, Error> {
     if let Err(why) = validate_spec(&db.spec) {
         // Stored under a looser schema: never used as a name in a request or a log line.
         let computed = Computed::flag("Ready", false, reason::INVALID_SPEC, why);
-        return write_ready(&ctx, &db, &name, &namespace, computed, false).await;
+        return write_conditions(ctx, &db, &name, &namespace, &[computed], false).await;
     }
     let group = match ctx.tolerant.get::<MysqlFailoverGroup>(None, group_name).await {
         Ok(group) => Ok(group),
@@ -286,10 +452,12 @@ async fn reconcile(db: Arc<MysqlDatabase>, ctx: Ctx) -> Result<Action, Error> {
         authority::standing(&db, group.as_ref(), all.iter().map(AsRef::as_ref), |ns| ctx.authority.labels(ns))
     });
     if let (Some(Standing::Unclaimed { candidate: true }), Ok(Some(g))) = (&standing, &group) {
-        claim(&ctx, g, &name, &namespace).await?;
+        claim(ctx, g, &name, &namespace).await?;
         standing = Some(Standing::Authoritative);
     }
     let computed = ready_condition(standing.as_ref(), group.as_ref().map(drop), &name, &namespace, group_name);
     let announce = matches!(standing, Some(Standing::NamespaceNotAllowed | Standing::NameConflict { .. }));
-    write_ready(&ctx, &db, &name, &namespace, computed, announce).await
+    let target = target(standing.as_ref(), group.as_ref(), group_name);
+    let pointed = primary::keep(ctx, &dctx.primary, &db, target).await?;
+    write_conditions(ctx, &db, &name, &namespace, &[computed, pointed], announce).await
 }

@@ -1,0 +1,209 @@
+//! Keeps each MysqlDatabase's `<name>-primary` Service (and its
+//! EndpointSlice) pointing at the group's decided active site, so
+//! applications find the primary without reading status (DESIGN.md,
+//! "Conventions"; issue 7). Leader only. What the objects should be is
+//! [`desired`]; this module reads, compares and writes.
+//!
+//! Invariants:
+//! - The operator changes or deletes only objects carrying a controller
+//!   ownerReference to the MysqlDatabase's UID. A same-named Service or
+//!   EndpointSlice of anyone else is left untouched and reported
+//!   (`PrimaryServiceConflict`). Updates carry the UID that was checked as
+//!   a precondition (the API server answers 409 "uid mismatch" if the
+//!   object was replaced meanwhile); creation is a server-side apply
+//!   without `force`, so an object someone created a moment earlier makes
+//!   it fail with a field conflict instead of being taken over.
+//! - Nothing is written when the stored objects already match (compared
+//!   with the label-selected watch caches): a reconcile with no change
+//!   costs no API call.
+//! - Without a target the EndpointSlice is deleted, so a connection fails
+//!   fast rather than reaching a former primary.
+
+pub mod desired;
+
+use bloodraven_api::names::{PRIMARY_OF_LABEL, PRIMARY_SERVICE_FIELD_MANAGER};
+use bloodraven_api::v1alpha1::reason;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Api, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use self::desired::{CONDITION, Owner, Plan, owned_by};
+use crate::controller::conditions::Computed;
+use crate::controller::{Context, Error, kube_err};
+
+pub use self::desired::Decided;
+
+/// The watch caches of the operator's `-primary` objects (label
+/// `bloodraven.shipstream.io/primary-of`).
+#[derive(Clone)]
+pub struct Primary {
+    /// `-primary` Services.
+    pub services: Store<Service>,
+    /// `-primary` EndpointSlices.
+    pub slices: Store<EndpointSlice>,
+}
+
+impl std::fmt::Debug for Primary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Primary").finish_non_exhaustive()
+    }
+}
+
+/// The label selector of the caches: objects carrying the `primary-of` label.
+pub fn selector() -> &'static str {
+    PRIMARY_OF_LABEL
+}
+
+/// Where one object stands against the plan.
+enum Found<K> {
+    /// Ours (controller ownerReference to the database), as stored.
+    Ours(K),
+    /// Someone else's: never touched.
+    Foreign,
+    /// No such object.
+    Absent,
+}
+
+/// The object `name` in `namespace`: from the cache when it is ours there,
+/// else read (a cache miss is either an object that does not carry our
+/// label, or a cache that has not caught up).
+async fn find<K>(api: &Api<K>, cache: &Store<K>, namespace: &str, name: &str, uid: &str) -> Result<Found<K>, Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    if let Some(k) = cache.get(&ObjectRef::new(name).within(namespace))
+        && owned_by(k.meta(), uid)
+    {
+        return Ok(Found::Ours((*k).clone()));
+    }
+    match api.get_opt(name).await.map_err(kube_err("read the primary Service or EndpointSlice"))? {
+        Some(k) if owned_by(k.meta(), uid) => Ok(Found::Ours(k)),
+        Some(_) => Ok(Found::Foreign),
+        None => Ok(Found::Absent),
+    }
+}
+
+/// Server-side applies `want` under the operator's field manager: over an
+/// object of ours with its UID as precondition and `force` (fields someone
+/// edited are taken back), or as a creation without `force`.
+async fn apply<K>(ctx: &Context, api: &Api<K>, mut want: K, existing: Option<&ObjectMeta>) -> Result<(), Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Serialize + std::fmt::Debug,
+{
+    if !ctx.leadership.is_leader() {
+        return Ok(());
+    }
+    let mut params = PatchParams::apply(PRIMARY_SERVICE_FIELD_MANAGER);
+    if let Some(meta) = existing {
+        want.meta_mut().uid.clone_from(&meta.uid);
+        params = params.force();
+    }
+    let name = want.meta().name.clone().unwrap_or_default();
+    api.patch(&name, &params, &Patch::Apply(&want))
+        .await
+        .map_err(kube_err("apply the primary Service or EndpointSlice"))?;
+    ctx.metrics.primary_service_writes_total.with_label_values(&[K::kind(&()).as_ref(), "apply"]).inc();
+    Ok(())
+}
+
+fn conflict(kind: &str, name: &str, namespace: &str) -> Computed {
+    Computed::flag(
+        CONDITION,
+        false,
+        reason::PRIMARY_SERVICE_CONFLICT,
+        format!(
+            "a {kind} {name} exists in namespace {namespace} that this MysqlDatabase does not own (no controller ownerReference to it); the operator leaves it alone and keeps no primary Service: delete or rename that {kind}, or rename this MysqlDatabase"
+        ),
+    )
+}
+
+/// Brings the `-primary` Service and EndpointSlice of `db` in line with
+/// `target` (the decided site, or why there is none) and returns the
+/// `PrimaryService` condition. Writes only as the leader and only what
+/// differs. Errors: a failed read or write (retried by the controller).
+pub async fn keep(
+    ctx: &Context,
+    primary: &Primary,
+    db: &bloodraven_api::v1alpha1::MysqlDatabase,
+    target: Result<Decided<'_>, String>,
+) -> Result<Computed, Error> {
+    let (Some(name), Some(namespace), Some(uid)) = (&db.metadata.name, &db.metadata.namespace, &db.metadata.uid) else {
+        return Err(Error::NoName);
+    };
+    let owner = Owner { name, namespace, uid };
+    let site = target.as_ref().ok().map(|d| (d.site.name.clone(), d.generation));
+    let (service, create, slice, condition) = match desired::plan(owner, target) {
+        Plan::NameInvalid(condition) => return Ok(condition),
+        Plan::Keep { service, create, slice, condition } => (service, create, slice, condition),
+    };
+    let svc_name = service.metadata.name.clone().unwrap_or_default();
+    let services: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
+    let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), namespace);
+
+    let mut changed = false;
+    match find(&services, &primary.services, namespace, &svc_name, uid).await? {
+        Found::Foreign => return Ok(conflict("Service", &svc_name, namespace)),
+        Found::Ours(have) if desired::service_matches(&have, &service) => {}
+        Found::Ours(have) => {
+            apply(ctx, &services, service, Some(&have.metadata)).await?;
+            changed = true;
+        }
+        Found::Absent if create => {
+            apply(ctx, &services, service, None).await?;
+            changed = true;
+        }
+        Found::Absent => {}
+    }
+    match slice {
+        Some(want) => match find(&slices, &primary.slices, namespace, &svc_name, uid).await? {
+            Found::Foreign => return Ok(conflict("EndpointSlice", &svc_name, namespace)),
+            Found::Ours(have) if desired::slice_matches(&have, &want) => {}
+            Found::Ours(have) => {
+                apply(ctx, &slices, want, Some(&have.metadata)).await?;
+                changed = true;
+            }
+            Found::Absent => {
+                apply(ctx, &slices, want, None).await?;
+                changed = true;
+            }
+        },
+        None => {
+            // Only ours, which always carries the label the cache selects:
+            // a foreign same-named slice is not ours to delete.
+            if let Some(have) = primary.slices.get(&ObjectRef::new(&svc_name).within(namespace))
+                && owned_by(have.meta(), uid)
+                && ctx.leadership.is_leader()
+            {
+                let params = DeleteParams {
+                    preconditions: Some(Preconditions { uid: have.metadata.uid.clone(), resource_version: None }),
+                    ..DeleteParams::default()
+                };
+                match slices.delete(&svc_name, &params).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(err) => return Err(kube_err("delete the primary EndpointSlice")(err)),
+                }
+                ctx.metrics.primary_service_writes_total.with_label_values(&["EndpointSlice", "delete"]).inc();
+                changed = true;
+            }
+        }
+    }
+    if changed {
+        let (site, generation) = site.unwrap_or_default();
+        tracing::info!(
+            database = %name,
+            namespace = %namespace,
+            service = %svc_name,
+            site = %site,
+            generation,
+            reason = condition.reason,
+            "primary service written"
+        );
+    }
+    Ok(condition)
+}
