@@ -1,6 +1,8 @@
-//! A client that keeps writing to whichever site the group says is the
-//! primary, as an application would through `<db>-primary`: one INSERT of
-//! a new id at a time, over an ordinary account (no `SUPER`, no
+//! A client that keeps writing to the primary it finds through the
+//! MysqlDatabase's `<db>-primary` Service, as an application would (the
+//! local sites listen on loopback, which no EndpointSlice may name, so the
+//! writer follows the Service's `targetPort`, which is the active site's
+//! port): one INSERT of a new id at a time, over an ordinary account (no `SUPER`, no
 //! `READ_ONLY ADMIN`), reconnecting when a write fails. It records every
 //! acknowledged id and the longest time without an acknowledged write.
 
@@ -49,12 +51,13 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Starts writing to the group `group`'s active site (read from status
-    /// on every reconnect).
-    pub fn start(cluster: &Cluster, pair: &SitePair, group: &str) -> Writer {
+    /// Starts writing to the port Service `<database>-primary` in
+    /// `namespace` targets (read on every reconnect).
+    pub fn start(cluster: &Cluster, namespace: &str, database: &str) -> Writer {
         let stop = Arc::new(AtomicBool::new(false));
-        let (ports, groups, name, flag) =
-            ((pair.port("iad"), pair.port("pdx")), cluster.groups(), group.to_owned(), stop.clone());
+        let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+            kube::Api::namespaced(cluster.client.clone(), namespace);
+        let (name, flag) = (format!("{database}-primary"), stop.clone());
         let task = tokio::spawn(async move {
             let mut out = Written::default();
             let mut conn: Option<mysql_async::Conn> = None;
@@ -62,13 +65,17 @@ impl Writer {
             let mut last_ok = Instant::now();
             while !flag.load(Ordering::Relaxed) {
                 if conn.is_none() {
-                    let active = groups
-                        .get(&name)
-                        .await
-                        .ok()
-                        .and_then(|g| g.status.and_then(|s| s.active_site))
-                        .unwrap_or_else(|| "iad".into());
-                    let port = if active == "iad" { ports.0 } else { ports.1 };
+                    let port = services.get(&name).await.ok().and_then(|svc| {
+                        let port = svc.spec?.ports?.into_iter().next()?;
+                        match port.target_port? {
+                            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(p) => u16::try_from(p).ok(),
+                            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(_) => None,
+                        }
+                    });
+                    let Some(port) = port else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    };
                     let opts = mysql_async::OptsBuilder::default()
                         .ip_or_hostname("127.0.0.1")
                         .tcp_port(port)

@@ -39,8 +39,13 @@ async fn planned_switchover_there_and_back_loses_no_acknowledged_write() {
     let sc = Scenario::start("switch", 1, LeaderTimings::default()).await;
     let name = sc.bootstrapped_group("g").await;
     writer::prepare(&sc.pair, "iad");
-    let w = Writer::start(&sc.cluster, &sc.pair, &name);
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    bloodraven_e2e::deploy::database(&sc.cluster, &sc.ns.name, "app", &name, &[(&sc.ns.name, "deployer")]).await;
+    let w = Writer::start(&sc.cluster, &sc.ns.name, "app");
+    wait_for("the writer to write through app-primary", T, || async {
+        let n = sc.pair.sql("iad", "SELECT COUNT(*) FROM bench.t");
+        if n.trim().parse::<u64>().unwrap_or(0) > 10 { Ok(()) } else { Err(n) }
+    })
+    .await;
 
     request(&sc, &name, "pdx", "r1").await;
     let s =
@@ -52,6 +57,16 @@ async fn planned_switchover_there_and_back_loses_no_acknowledged_write() {
     assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "0");
     let note = wait_event(&sc.cluster, &name, "PlannedFailoverCompleted").await;
     assert!(note.contains("r1"), "{note}");
+    // The Service applications use was repointed with the decision.
+    let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(sc.cluster.client.clone(), &sc.ns.name);
+    wait_for("app-primary to point at pdx", T, || async {
+        let svc = services.get("app-primary").await.map_err(|e| e.to_string())?;
+        let a = svc.metadata.annotations.unwrap_or_default();
+        let site = a.get("bloodraven.shipstream.io/active-site").cloned().unwrap_or_default();
+        if site == "pdx" { Ok(()) } else { Err(format!("{a:?}")) }
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     request(&sc, &name, "iad", "r2").await;
