@@ -133,6 +133,14 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         ), "Restore", None).await;
     }
     let mut group: MysqlFailoverGroup = (*group).clone();
+    if let decision::Resolution::At { restored_from: Some(_), .. } = &resolution {
+        // Status was just restored: what follows acts on the restored
+        // status, never on the edited copy this reconcile started from.
+        group = match api.get_opt(&name).await.map_err(kube_err("read the group after restoring its status"))? {
+            Some(g) => g,
+            None => return Ok(Action::await_change()),
+        };
+    }
     // The planned failover, if any, runs first: it probes and acts on its
     // own, and may move the decision.
     let mut planned = switchover::Drive { group: group.clone(), running: false, recovering: false, requeue: None };
@@ -257,18 +265,15 @@ async fn safety_paths(
     Ok(Safety { group, resolution, probes, recovery, diverged })
 }
 
-/// The resolution after a decision this reconcile took (status moved).
+/// The resolution after a decision this reconcile took: only a higher
+/// generation, written by this process's own decision, replaces it (a
+/// group object that shows anything else is a stale copy, not a decision).
 fn decided_now(group: &MysqlFailoverGroup, was: decision::Resolution) -> decision::Resolution {
     match (group.decided(), was) {
-        (Some((site, generation)), decision::Resolution::At { site: s, generation: g, restored_from })
-            if s == site && g == generation =>
-        {
-            decision::Resolution::At { site: s, generation: g, restored_from }
-        }
-        (Some((site, generation)), _) => {
+        (Some((site, generation)), decision::Resolution::At { generation: g, .. }) if generation > g => {
             decision::Resolution::At { site: site.to_owned(), generation, restored_from: None }
         }
-        (None, was) => was,
+        (_, was) => was,
     }
 }
 
