@@ -19,6 +19,13 @@ pub enum LogFormat {
 #[derive(Clone, Debug, Parser)]
 #[command(name = "bloodraven-operator", version, about)]
 pub struct Config {
+    /// Crash-test hook: the process aborts (as by SIGKILL: no cleanup, no
+    /// Lease release) when the failover engine reaches the named point,
+    /// e.g. `planned-after-decide` (see `crate::failpoint`). Hidden; for
+    /// the e2e tests that kill the leader at every phase.
+    #[arg(long, env = "BLOODRAVEN_FAILPOINT", hide = true)]
+    pub failpoint: Option<String>,
+
     /// Namespace the operator runs in: its leader-election Lease (and, later,
     /// the deploy Leases) live here.
     #[arg(long, env = "BLOODRAVEN_NAMESPACE", default_value = bloodraven_api::names::DEFAULT_NAMESPACE)]

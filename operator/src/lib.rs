@@ -8,6 +8,7 @@ pub mod config;
 pub mod controller;
 pub mod deploy_api;
 pub mod failover;
+pub mod failpoint;
 pub mod http;
 pub mod leader;
 pub mod lease;
@@ -35,6 +36,7 @@ const CONTROLLER_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from
 
 /// Runs the operator until SIGTERM or SIGINT.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    failpoint::arm(config.failpoint.clone());
     let timings = config.leader_timings().map_err(anyhow::Error::msg)?;
     let identity = config.identity.clone().unwrap_or_else(default_identity);
     tracing::info!(

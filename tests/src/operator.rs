@@ -218,6 +218,14 @@ impl Operator {
         }
     }
 
+    /// Waits (bounded) for the process to end by itself; its exit status.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let child = self.child.as_mut()?;
+        let status = tokio::time::timeout(timeout, child.wait()).await.ok()?.ok()?;
+        self.child = None;
+        Some(status)
+    }
+
     /// Sends a signal by name (`STOP`, `CONT`, ...) to the process.
     pub fn signal(&self, name: &str) {
         let pid = self.child.as_ref().and_then(Child::id).expect("the operator is running").to_string();

@@ -164,6 +164,7 @@ pub async fn decide(
     let uid = group.meta().uid.clone().unwrap_or_default();
     let generation = previous.generation + 1;
     record::write(records, &group.name_any(), &uid, site, generation, extra, Some(previous)).await?;
+    crate::failpoint::hit("decide-after-record");
     write_status(ctx, group, site, generation).await
 }
 

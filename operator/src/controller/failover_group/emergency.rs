@@ -138,6 +138,7 @@ pub async fn check(
             extra.promotion_position = standby_obs.map(|o| o.gtid_position.clone());
             extra.pending = Some("promote".into());
             let decided = decision::decide(ctx, records, group, &rec, &site, &extra).await?;
+            crate::failpoint::hit("emergency-after-decide");
             let generation = rec.generation + 1;
             ctx.missed.forget(&uid);
             tracing::warn!(group = %group.name_any(), site = %site, generation, missed, "emergency failover decided");

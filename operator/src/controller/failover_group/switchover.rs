@@ -321,6 +321,7 @@ async fn act(
             match actions::fence(&target, &creds, step.flavor, step.fence_bound).await {
                 Ok(done) => {
                     tracing::info!(group = %group.name_any(), site = %site, killed = done.killed.len(), "old primary fenced");
+                    crate::failpoint::hit("planned-after-fence");
                 }
                 Err(err) => {
                     let (_, message) = crate::mysql::classify(&err);
@@ -342,6 +343,7 @@ async fn act(
                 .await
                 .map_err(|e| site_err("wait for the catch-up of", &site, &e))?;
             local.caught_up = Some(reached);
+            crate::failpoint::hit("planned-after-catch-up");
             local.promotion_position = Some(positions.binlog);
         }
         Action::Unfence(site) => {
@@ -376,6 +378,7 @@ async fn act(
             extra.promotion_position =
                 local.promotion_position.clone().or(step.tgt.as_ref().map(|o| o.gtid_position.clone()));
             let decided = decision::decide(ctx, records, group, &rec, &site, &extra).await?;
+            crate::failpoint::hit("planned-after-decide");
             let generation = rec.generation + 1;
             tracing::info!(group = %group.name_any(), site = %site, generation, request_id = %state.request_id, "planned failover decided");
             publish(
@@ -406,6 +409,7 @@ async fn act(
                 .map_err(|e| site_err("promote", &site, &e))?;
             semi_sync(ctx, group, &step.target_spec, step.flavor, true).await;
             tracing::info!(group = %group.name_any(), site = %site, "promoted");
+            crate::failpoint::hit("planned-after-promote");
         }
         Action::Repoint { site, source: new_primary } => {
             let Some(spec) = group.site(&site).cloned() else { return Ok(None) };
@@ -430,6 +434,7 @@ async fn act(
                 .map_err(|e| site_err("repoint", &site, &e))?;
             semi_sync(ctx, group, &spec, step.flavor, false).await;
             tracing::info!(group = %group.name_any(), site = %site, source = %new_primary, "repointed");
+            crate::failpoint::hit("planned-after-repoint");
         }
     }
     Ok(None)
@@ -617,6 +622,7 @@ async fn enter(
         state.history.drain(1..=excess);
     }
     let written = write_state(ctx, group, state).await?;
+    crate::failpoint::hit(&format!("planned-entered-{}", phase.as_str()));
     let type_ = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
     let note = format!(
         "planned failover {} to {}: {}{}",

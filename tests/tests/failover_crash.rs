@@ -1,0 +1,120 @@
+//! The failover engine is crash-safe (issue 7): the leader is killed at
+//! every phase of a planned failover (a failpoint aborts the real binary
+//! at that point, as SIGKILL would), and the next leader finishes the
+//! request from the decision record, status and the sites: the generation
+//! moves by exactly one, and at no sample are two sites writable.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
+use bloodraven_e2e::Operator;
+use bloodraven_e2e::fixtures::{Scenario, is_ready_at, wait_status};
+use bloodraven_e2e::operator::LeaderTimings;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(90);
+/// Quick takeovers: a killed leader's Lease lapses in 3 s.
+const QUICK: LeaderTimings = LeaderTimings { lease_duration: 3, renew_deadline: 2, retry_period: 1 };
+
+/// Every point of a planned failover where a leader can die.
+const POINTS: [&str; 10] = [
+    "planned-entered-Admitting",
+    "planned-entered-Draining",
+    "planned-after-fence",
+    "planned-after-catch-up",
+    "decide-after-record",
+    "planned-after-decide",
+    "planned-entered-Promoting",
+    "planned-after-promote",
+    "planned-entered-Repointing",
+    "planned-after-repoint",
+];
+
+fn completed(s: &MysqlFailoverGroupStatus, id: &str, site: &str, generation: i64) -> Result<(), String> {
+    match &s.planned_failover {
+        Some(p) if p.request_id == id && p.phase == "Completed" => is_ready_at(s, site, generation),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+#[tokio::test]
+async fn a_leader_killed_at_every_phase_is_finished_by_the_next_one() {
+    let sc = Scenario::start("crash", 0, QUICK).await;
+    let mut op = Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, "first", QUICK).await;
+    let name = sc.bootstrapped_group("g").await;
+
+    // Sample both sites' roles all along: never two writable.
+    let (stop, both, samples) =
+        (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let roles = {
+        let (stop, both, samples, dir) = (stop.clone(), both.clone(), samples.clone(), sc.pair.dir().to_owned());
+        tokio::task::spawn_blocking(move || {
+            let ro = |site: &str| {
+                let out = std::process::Command::new(bloodraven_e2e::repo_root().join("hack/mariadb.sh"))
+                    .args(["sql", dir.to_str().unwrap(), site, "SELECT @@read_only"])
+                    .output()
+                    .unwrap();
+                String::from_utf8_lossy(&out.stdout).trim().to_owned()
+            };
+            while !stop.load(Ordering::Relaxed) {
+                // Sandwiched reads: a site writable before and after the
+                // other's read was writable at that moment too.
+                let (a, b, c, d) = (ro("iad"), ro("pdx"), ro("iad"), ro("pdx"));
+                if b == "0" && c == "0" && (a == "0" || d == "0") {
+                    both.fetch_add(1, Ordering::Relaxed);
+                }
+                samples.fetch_add(1, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+
+    let mut generation = 1;
+    for (i, point) in POINTS.iter().enumerate() {
+        let target = if i % 2 == 0 { "pdx" } else { "iad" };
+        let id = format!("c{i}");
+        op.stop().await;
+        op = Operator::start_with(
+            &sc.cluster,
+            &sc.ns,
+            &sc.ns.name,
+            &format!("crash{i}"),
+            QUICK,
+            &["--failpoint".into(), (*point).into()],
+        )
+        .await;
+        let patch = json!({"spec": {"plannedFailover": {"targetSite": target, "requestId": id}}});
+        sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        let status = op
+            .wait_exit(T)
+            .await
+            .unwrap_or_else(|| panic!("{point}: the leader did not reach its failpoint:\n{}", op.log_tail()));
+        assert!(!status.success(), "{point}: {status:?}");
+        assert!(std::fs::read_to_string(&op.log).unwrap().contains("failpoint reached"), "{point}: {}", op.log_tail());
+        // The next leader finishes it: exactly one generation further.
+        op = Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, &format!("next{i}"), QUICK).await;
+        generation += 1;
+        wait_status(
+            &sc.cluster,
+            &name,
+            &format!("{id} ({point}) completed at {target}, generation {generation}"),
+            T,
+            |s| completed(s, &id, target, generation),
+        )
+        .await;
+        let other = if target == "pdx" { "iad" } else { "pdx" };
+        assert_eq!(sc.pair.sql(other, "SELECT @@read_only").trim(), "1", "{point}");
+        eprintln!("{point}: finished by the next leader at generation {generation}");
+    }
+    stop.store(true, Ordering::Relaxed);
+    roles.await.unwrap();
+    let (both, samples) = (both.load(Ordering::Relaxed), samples.load(Ordering::Relaxed));
+    assert!(samples > 100, "{samples} samples");
+    assert_eq!(both, 0, "two writable sites in {both} of {samples} samples");
+    sc.cluster.delete_group(&name).await;
+}
