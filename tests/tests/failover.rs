@@ -256,3 +256,52 @@ async fn a_fence_that_cannot_finish_fails_the_request_with_no_bump() {
     wait_status(&sc.cluster, &name, "Ready at iad, generation 1", T, |s| is_ready_at(s, "iad", 1)).await;
     sc.cluster.delete_group(&name).await;
 }
+
+#[tokio::test]
+async fn semi_sync_keeps_acknowledged_writes_through_kill_9_and_follows_the_roles() {
+    let sc = Scenario::start("semisync", 1, LeaderTimings::default()).await;
+    let name = sc.group("g", "iad").await;
+    let patch = json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1, "semiSync": true}}});
+    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    let status_of = |site: &'static str, var: &'static str| {
+        let out = sc.pair.sql(site, &format!("SHOW GLOBAL STATUS LIKE '{var}'"));
+        out.split_whitespace().nth(1).unwrap_or("").to_owned()
+    };
+    wait_for("semi-sync to be active on iad", T, || async {
+        let on = status_of("iad", "Rpl_semi_sync_master_status");
+        if on == "ON" { Ok(()) } else { Err(on) }
+    })
+    .await;
+    writer::prepare(&sc.pair, "iad");
+    for i in 1..=50 {
+        sc.pair.sql("iad", &format!("INSERT INTO bench.t (id) VALUES ({i})"));
+    }
+    let acknowledged: u64 = status_of("iad", "Rpl_semi_sync_master_yes_tx").parse().unwrap();
+    assert!(acknowledged >= 50, "{acknowledged} commits acknowledged by the replica");
+    sc.pair.kill9("iad");
+    wait_status(&sc.cluster, &name, "activeSite pdx at generation 2", T, |s| {
+        match (s.active_site.as_deref(), s.topology_generation) {
+            (Some("pdx"), Some(2)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let ids: Vec<u64> = (1..=50).collect();
+    assert_eq!(writer::missing(&sc.pair, "pdx", &ids), Vec::<u64>::new(), "acknowledged writes lost");
+    // The roles follow the decision: pdx is the semi-sync primary now.
+    wait_for("pdx to wait for acknowledgements", T, || async {
+        let v = sc.pair.sql("pdx", "SELECT @@rpl_semi_sync_master_enabled, @@rpl_semi_sync_slave_enabled");
+        if v.split_whitespace().collect::<Vec<_>>() == ["1", "0"] { Ok(()) } else { Err(v) }
+    })
+    .await;
+    // And off again when the group no longer asks.
+    let patch = json!({"spec": {"failover": {"semiSync": false}}});
+    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_for("semi-sync off on pdx", T, || async {
+        let v = sc.pair.sql("pdx", "SELECT @@rpl_semi_sync_master_enabled, @@rpl_semi_sync_slave_enabled");
+        if v.split_whitespace().collect::<Vec<_>>() == ["0", "0"] { Ok(()) } else { Err(v) }
+    })
+    .await;
+    sc.cluster.delete_group(&name).await;
+}

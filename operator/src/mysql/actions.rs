@@ -111,16 +111,23 @@ pub async fn repoint(
     run_all(target, creds, &all, timeout).await
 }
 
-/// Turns semi-synchronous replication on or off for a site's role.
+/// Turns semi-synchronous replication on or off for a site's role;
+/// `restart_io`: restart a replica's IO thread so it takes effect (only
+/// when replication is configured).
 pub async fn semi_sync(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
     on: bool,
     primary: bool,
+    restart_io: bool,
     timeout: Duration,
 ) -> Result<(), ProbeError> {
-    run_all(target, creds, &statements::semi_sync(flavor, on, primary), timeout).await
+    let all: Vec<String> = statements::semi_sync(flavor, on, primary)
+        .into_iter()
+        .filter(|s| restart_io || !s.ends_with("IO_THREAD"))
+        .collect();
+    run_all(target, creds, &all, timeout).await
 }
 
 /// A site's GTID positions: what it applied from a source, what it wrote

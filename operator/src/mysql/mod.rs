@@ -17,5 +17,5 @@ mod observation;
 mod probe;
 pub mod statements;
 
-pub use observation::{Flavor, ReplicationObservation, SiteObservation};
+pub use observation::{Flavor, ReplicationObservation, SemiSync, SiteObservation};
 pub use probe::{Credentials, ProbeError, ProbeTarget, classify, probe};

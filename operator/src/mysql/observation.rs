@@ -34,6 +34,19 @@ pub struct SiteObservation {
     pub gtid_position: String,
     /// Replication state; `None` when no replication is configured.
     pub replication: Option<ReplicationObservation>,
+    /// Semi-synchronous replication switches (MariaDB, built in):
+    /// `rpl_semi_sync_master_enabled`, `rpl_semi_sync_slave_enabled`.
+    /// `None` on MySQL (plugins; not managed here).
+    pub semi_sync: Option<SemiSync>,
+}
+
+/// The semi-sync switches of a MariaDB site.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SemiSync {
+    /// `rpl_semi_sync_master_enabled`: commits wait for a replica's acknowledgement.
+    pub primary: bool,
+    /// `rpl_semi_sync_slave_enabled`: this replica acknowledges.
+    pub replica: bool,
 }
 
 /// The replica side of one replication channel.

@@ -10,7 +10,7 @@ use bloodraven_api::v1alpha1::reason;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Row, Value};
 
-use super::observation::{Flavor, ReplicationObservation, SiteObservation};
+use super::observation::{Flavor, ReplicationObservation, SemiSync, SiteObservation};
 
 /// Where a site listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -129,15 +129,19 @@ async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
         .await?
         .ok_or_else(|| ProbeError::Unexpected("no row for @@version".into()))?;
     let flavor = Flavor::from_version(&version);
-    let (writable, gtid_position, status_sql) = match flavor {
+    let (writable, gtid_position, status_sql, semi_sync) = match flavor {
         Flavor::MariaDb => {
-            let gtid: Option<String> = conn.query_first("SELECT @@gtid_current_pos").await?;
-            (read_only == 0, gtid.unwrap_or_default(), "SHOW SLAVE STATUS")
+            let row: Option<(String, u8, u8)> = conn
+                .query_first("SELECT @@gtid_current_pos, @@rpl_semi_sync_master_enabled, @@rpl_semi_sync_slave_enabled")
+                .await?;
+            let (gtid, primary, replica) = row.unwrap_or_default();
+            let semi = SemiSync { primary: primary == 1, replica: replica == 1 };
+            (read_only == 0, gtid, "SHOW SLAVE STATUS", Some(semi))
         }
         Flavor::MySql => {
             let row: Option<(u8, String)> = conn.query_first("SELECT @@super_read_only, @@gtid_executed").await?;
             let (super_read_only, gtid) = row.unwrap_or((1, String::new()));
-            (read_only == 0 && super_read_only == 0, gtid, "SHOW REPLICA STATUS")
+            (read_only == 0 && super_read_only == 0, gtid, "SHOW REPLICA STATUS", None)
         }
     };
     let rows: Vec<Row> = conn.query(status_sql).await?;
@@ -149,6 +153,7 @@ async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
         writable,
         gtid_position: gtid_position.replace('\n', ""),
         replication,
+        semi_sync,
     })
 }
 

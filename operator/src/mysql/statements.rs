@@ -214,9 +214,13 @@ pub fn semi_sync(flavor: Flavor, on: bool, primary: bool) -> Vec<String> {
             format!("SET GLOBAL rpl_semi_sync_master_enabled = {v}"),
             "SET GLOBAL rpl_semi_sync_slave_enabled = OFF".into(),
         ],
+        // The IO thread reads the switch when it connects: restarted, so a
+        // running replica starts (or stops) acknowledging at once.
         (Flavor::MariaDb, false) => vec![
             "SET GLOBAL rpl_semi_sync_master_enabled = OFF".into(),
             format!("SET GLOBAL rpl_semi_sync_slave_enabled = {v}"),
+            "STOP SLAVE IO_THREAD".into(),
+            "START SLAVE IO_THREAD".into(),
         ],
         (Flavor::MySql, true) => vec![
             "SET GLOBAL rpl_semi_sync_source_wait_point = AFTER_SYNC".into(),

@@ -194,9 +194,6 @@ pub async fn recover(
         if let Err(e) = actions::promote(&at, &creds, obs.flavor, timeout).await {
             return Ok(Some(format!("promotion of {active} is pending: {}", crate::mysql::classify(&e).1)));
         }
-        if group.spec.failover.semi_sync {
-            let _ = actions::semi_sync(&at, &creds, obs.flavor, true, true, timeout).await;
-        }
         tracing::info!(group = %group.name_any(), site = active, "promoted after an emergency decision");
     }
     let mut extra = rec.extra();
@@ -292,9 +289,6 @@ pub async fn rejoin(
             site: spec.name.clone(),
             message: crate::mysql::classify(&e).1,
         })?;
-        if group.spec.failover.semi_sync {
-            let _ = actions::semi_sync(&at, &creds, obs.flavor, true, false, timeout).await;
-        }
         tracing::info!(group = %group.name_any(), site = %spec.name, active, "returning site repointed");
         publish(
             ctx,

@@ -22,6 +22,7 @@ mod deploy_leases;
 pub mod emergency;
 mod reassert;
 pub mod record;
+mod semisync;
 mod sites;
 mod switchover;
 
@@ -252,6 +253,11 @@ async fn safety_paths(
         && reassert::reassert(ctx, &group, site, &probes).await
     {
         // Report what the sites are now, not what they were before the fence.
+        probes = sites::probe_all(&group, ctx).await;
+    }
+    if let decision::Resolution::At { site, .. } = &resolution
+        && semisync::maintain(ctx, &group, site, &probes).await
+    {
         probes = sites::probe_all(&group, ctx).await;
     }
     if let decision::Resolution::At { .. } = &resolution

@@ -407,7 +407,6 @@ async fn act(
             actions::promote(&at, &creds, step.flavor, step.action_bound)
                 .await
                 .map_err(|e| site_err("promote", &site, &e))?;
-            semi_sync(ctx, group, &step.target_spec, step.flavor, true).await;
             tracing::info!(group = %group.name_any(), site = %site, "promoted");
             crate::failpoint::hit("planned-after-promote");
         }
@@ -432,7 +431,6 @@ async fn act(
             actions::repoint(&at, &creds, step.flavor, &from, step.action_bound)
                 .await
                 .map_err(|e| site_err("repoint", &site, &e))?;
-            semi_sync(ctx, group, &spec, step.flavor, false).await;
             tracing::info!(group = %group.name_any(), site = %site, source = %new_primary, "repointed");
             crate::failpoint::hit("planned-after-repoint");
         }
@@ -514,25 +512,6 @@ async fn report_bypass(
         Err(err) => {
             tracing::debug!(site, error = %crate::mysql::classify(&err).1, "could not list read_only bypass accounts");
         }
-    }
-}
-
-/// Turns semi-sync on for `site`'s new role when the group asks for it.
-async fn semi_sync(
-    ctx: &Context,
-    group: &MysqlFailoverGroup,
-    site: &bloodraven_api::v1alpha1::Site,
-    flavor: Flavor,
-    primary: bool,
-) {
-    if !group.spec.failover.semi_sync {
-        return;
-    }
-    let Ok(creds) = credentials(ctx, site).await else { return };
-    let at = ProbeTarget { host: site.host.clone(), port: site.port };
-    let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
-    if let Err(err) = actions::semi_sync(&at, &creds, flavor, true, primary, timeout).await {
-        tracing::warn!(site = %site.name, error = %crate::mysql::classify(&err).1, "failed to set semi-synchronous replication");
     }
 }
 

@@ -28,6 +28,7 @@ fn obs(server_id: u32, writable: bool, replication: Option<ReplicationObservatio
         writable,
         gtid_position: "0-1-5".into(),
         replication,
+        semi_sync: None,
     }
 }
 
