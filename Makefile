@@ -33,6 +33,10 @@ e2e: tools ## End-to-end tests: real kube-apiserver + etcd, real MariaDB sites, 
 figures: tools ## Print figures: operator RSS with 1 and 50 groups, probe-to-status latency (release build)
 	hack/e2e.sh --figures
 
+.PHONY: bench-failover
+bench-failover: tools ## Failover benchmark: client write unavailability over 20 switchovers, kill -9 → writable over 10 kills (release build)
+	hack/e2e.sh --bench-failover
+
 .PHONY: bench
 bench: tools ## Deploy-API renewal benchmark beside a plain Lease CAS baseline (release build; BENCH_RATE, BENCH_WORKERS, BENCH_SECONDS, BENCH_GROUPS)
 	hack/e2e.sh --bench

@@ -7,6 +7,7 @@
 #   hack/e2e.sh [ARGS]           run the suite; ARGS go to `cargo test` after `--`
 #   hack/e2e.sh --figures        instead print the scale figures (tests/src/bin/scale-figures.rs)
 #   hack/e2e.sh --bench          instead run the deploy-API renewal benchmark (tests/src/bin/deploy-bench.rs)
+#   hack/e2e.sh --bench-failover instead run the failover benchmark (tests/src/bin/failover-bench.rs)
 #   E2E_TEST_THREADS             parallel tests (default 3)
 #   E2E_TEST                     run one test file only (tests/tests/$E2E_TEST.rs), e.g. E2E_TEST=listeners
 set -euo pipefail
@@ -31,7 +32,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [ "${1:-}" = "--figures" ] || [ "${1:-}" = "--bench" ]; then
+if [ "${1:-}" = "--figures" ] || [ "${1:-}" = "--bench" ] || [ "${1:-}" = "--bench-failover" ]; then
   # Figures are of the release build users run.
   cargo build --locked --release -p bloodraven-operator
   export BLOODRAVEN_OPERATOR_BIN="$target/release/bloodraven-operator"
@@ -44,6 +45,8 @@ if [ "${1:-}" = "--figures" ]; then
   cargo run --locked --release -p bloodraven-e2e --bin scale-figures
 elif [ "${1:-}" = "--bench" ]; then
   cargo run --locked --release -p bloodraven-e2e --bin deploy-bench
+elif [ "${1:-}" = "--bench-failover" ]; then
+  cargo run --locked --release -p bloodraven-e2e --bin failover-bench
 else
   # --no-fail-fast: one failing test file must not hide the others' results.
   cargo test --locked --no-fail-fast -p bloodraven-e2e ${E2E_TEST:+--test "$E2E_TEST"} -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"

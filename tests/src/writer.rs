@@ -41,6 +41,22 @@ pub struct Written {
     pub gaps: Vec<Duration>,
     /// Writes that failed (and were retried).
     pub failures: u64,
+    /// When each acknowledged write was acknowledged, in order.
+    pub times: Vec<Instant>,
+}
+
+impl Written {
+    /// The longest time without an acknowledged write between `from` and
+    /// `to` (the write unavailability a client saw in that window).
+    pub fn longest_gap(&self, from: Instant, to: Instant) -> Duration {
+        let mut last = from;
+        let mut worst = Duration::ZERO;
+        for &t in self.times.iter().filter(|t| **t > from && **t <= to) {
+            worst = worst.max(t - last);
+            last = t;
+        }
+        worst.max(to.saturating_duration_since(last))
+    }
 }
 
 /// A running writer.
@@ -108,6 +124,7 @@ impl Writer {
                     out.gaps.push(gap);
                 }
                 last_ok = Instant::now();
+                out.times.push(last_ok);
                 out.acknowledged.push(id);
                 id += 1;
                 tokio::time::sleep(Duration::from_millis(5)).await;
@@ -115,6 +132,11 @@ impl Writer {
             out
         });
         Writer { stop, task }
+    }
+
+    /// Whether the writer is still running.
+    pub fn is_running(&self) -> bool {
+        !self.task.is_finished()
     }
 
     /// Stops the writer and returns what it saw.
