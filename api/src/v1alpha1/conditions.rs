@@ -36,15 +36,11 @@ pub enum ConditionType {
     /// with status in a way no decision explains: failover is refused until
     /// a person resolves it.
     DecisionConflict,
-    /// Accounts other than the operator's can write through `read_only`
-    /// (MariaDB `READ_ONLY ADMIN`/`SUPER`): the fence ends their sessions,
-    /// but they should not be application or migration accounts.
-    ReadOnlyBypass,
 }
 
 impl ConditionType {
     /// Every type, in the order the operator writes them.
-    pub const ALL: [ConditionType; 11] = [
+    pub const ALL: [ConditionType; 10] = [
         ConditionType::Ready,
         ConditionType::Degraded,
         ConditionType::SplitBrain,
@@ -55,7 +51,6 @@ impl ConditionType {
         ConditionType::AutomaticFailoverHeld,
         ConditionType::SiteDiverged,
         ConditionType::DecisionConflict,
-        ConditionType::ReadOnlyBypass,
     ];
 
     /// The type's name as it appears in `status.conditions[].type`.
@@ -71,7 +66,6 @@ impl ConditionType {
             ConditionType::AutomaticFailoverHeld => "AutomaticFailoverHeld",
             ConditionType::SiteDiverged => "SiteDiverged",
             ConditionType::DecisionConflict => "DecisionConflict",
-            ConditionType::ReadOnlyBypass => "ReadOnlyBypass",
         }
     }
 }
