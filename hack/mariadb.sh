@@ -45,7 +45,7 @@ INNODB_LOG_FILE_SIZE=8M
 # Not granted: REPLICATION MASTER ADMIN (SHOW SLAVE HOSTS), any data privilege.
 OPERATOR_PRIVILEGES="PROCESS, BINLOG MONITOR, SLAVE MONITOR, REPLICATION SLAVE ADMIN, READ_ONLY ADMIN, CONNECTION ADMIN, SUPER, RELOAD"
 # What a template was built with: a template of other accounts is rebuilt.
-TEMPLATE_STAMP="accounts-v2 $OPERATOR_PRIVILEGES"
+TEMPLATE_STAMP="accounts-v3 $OPERATOR_PRIVILEGES"
 
 PATH=$PATH:/usr/sbin:/usr/local/sbin
 me=mariadb.sh
@@ -197,6 +197,12 @@ CREATE USER 'repl'@'127.0.0.1' IDENTIFIED BY '$rp';
 CREATE USER 'repl'@'localhost' IDENTIFIED BY '$rp';
 GRANT REPLICATION SLAVE ON *.* TO 'repl'@'127.0.0.1';
 GRANT REPLICATION SLAVE ON *.* TO 'repl'@'localhost';
+-- Sites in their own network namespaces (the partition tests) are reached
+-- over veth pairs in 10.0.0.0/8.
+CREATE USER 'bloodraven'@'10.%' IDENTIFIED BY '$sp';
+GRANT $OPERATOR_PRIVILEGES ON *.* TO 'bloodraven'@'10.%';
+CREATE USER 'repl'@'10.%' IDENTIFIED BY '$rp';
+GRANT REPLICATION SLAVE ON *.* TO 'repl'@'10.%';
 SET sql_log_bin=1;
 RESET MASTER;
 SQL
@@ -237,13 +243,17 @@ cmd_start() { # DIR NAME PORT SERVER_ID
     cp -a "$dir/template/data" "$d.tmp/data"
     mkdir -p "$dir/sites"; rm -rf "$d"; mv "$d.tmp" "$d"
   fi
-  local ro_args=()
+  local ro_args=() in_ns=() addr=${BLOODRAVEN_SITE_ADDR:-127.0.0.1}
   if [ "${BLOODRAVEN_SITE_READ_ONLY:-0}" = 1 ]; then ro_args=(--read-only); fi
+  # BLOODRAVEN_SITE_NETNS: run in that network namespace (made by the
+  # caller), listening on BLOODRAVEN_SITE_ADDR; its unix socket stays
+  # reachable from everywhere (a "local client" a partition does not cut).
+  if [ -n "${BLOODRAVEN_SITE_NETNS:-}" ]; then in_ns=(ip netns exec "$BLOODRAVEN_SITE_NETNS"); fi
   rm -f "$d/mysqld.pid" "$sock"
-  setsid mariadbd --no-defaults "${user_args[@]}" "${ro_args[@]}" \
-    --datadir="$d/data" --port="$port" --bind-address=127.0.0.1 \
+  setsid "${in_ns[@]}" mariadbd --no-defaults "${user_args[@]}" "${ro_args[@]}" \
+    --datadir="$d/data" --port="$port" --bind-address="$addr" \
     --socket="$sock" --pid-file="$d/mysqld.pid" --log-error="$d/error.log" \
-    --server-id="$sid" --report-host=127.0.0.1 --report-port="$port" \
+    --server-id="$sid" --report-host="$addr" --report-port="$port" \
     --log-bin=mysql-bin --relay-log=relay-bin --log-slave-updates=1 \
     --gtid-strict-mode=1 --binlog-format=ROW --skip-name-resolve \
     --innodb-buffer-pool-size=16M --innodb-log-file-size=$INNODB_LOG_FILE_SIZE \
@@ -263,11 +273,11 @@ cmd_replicate() { # DIR REPLICA_NAME PRIMARY_PORT
   local dir name=$2 pport=$3
   dir=$(need_dir "$1"); check_name "$name"; check_num PRIMARY_PORT "$pport"
   [ -n "$(site_pid "$dir" "$name")" ] || die "replicate: site $name is not running (hack/mariadb.sh start first)"
-  local rp; rp=$(sql_str "$REPL_PASSWORD")
+  local rp phost=${BLOODRAVEN_PRIMARY_HOST:-127.0.0.1}; rp=$(sql_str "$REPL_PASSWORD")
   client "$dir" "$name" -e "
     SET GLOBAL read_only=1;
     STOP SLAVE;
-    CHANGE MASTER TO MASTER_HOST='127.0.0.1', MASTER_PORT=$pport, MASTER_USER='repl',
+    CHANGE MASTER TO MASTER_HOST='$phost', MASTER_PORT=$pport, MASTER_USER='repl',
       MASTER_PASSWORD='$rp', MASTER_USE_GTID=slave_pos, MASTER_CONNECT_RETRY=1;
     START SLAVE;" || die "replicate: CHANGE MASTER / START SLAVE on $name failed"
   local st='' io='' sq='' deadline=$((SECONDS + TIMEOUT))
@@ -276,7 +286,7 @@ cmd_replicate() { # DIR REPLICA_NAME PRIMARY_PORT
     io=$(sed -n 's/^ *Slave_IO_Running: //p' <<<"$st")
     sq=$(sed -n 's/^ *Slave_SQL_Running: //p' <<<"$st")
     if [ "$io" = Yes ] && [ "$sq" = Yes ]; then
-      log "replicate: $name replicates from 127.0.0.1:$pport (IO and SQL threads running)"
+      log "replicate: $name replicates from $phost:$pport (IO and SQL threads running)"
       return 0
     fi
     sleep 0.2

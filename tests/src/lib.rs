@@ -18,6 +18,7 @@
 pub mod cluster;
 pub mod deploy;
 pub mod fixtures;
+pub mod netns;
 pub mod operator;
 pub mod sites;
 pub mod wait;

@@ -14,6 +14,8 @@ use crate::{e2e_dir, free_port, repo_root};
 #[derive(Debug)]
 pub struct SitePair {
     dir: PathBuf,
+    /// Where iad listens (127.0.0.1, or an address in its own network namespace).
+    pub iad_host: String,
     /// Port of iad.
     pub iad_port: u16,
     /// Port of pdx.
@@ -60,8 +62,31 @@ impl SitePair {
         // only the sites' own data folders take room per test.
         std::os::unix::fs::symlink(&template, dir.join("template")).unwrap();
         let (iad_port, pdx_port) = (free_port(), free_port());
-        let pair = SitePair { dir, iad_port, pdx_port };
+        let pair = SitePair { dir, iad_host: "127.0.0.1".into(), iad_port, pdx_port };
         script(&["pair", pair.dir_str(), &iad_port.to_string(), &pdx_port.to_string()]).unwrap();
+        pair
+    }
+
+    /// A pair whose primary iad runs in the network namespace `ns`
+    /// (listening on `ns.ns_ip`), so that `ns.cut()` partitions it from
+    /// the operator and from pdx while its unix socket still serves local
+    /// clients; pdx replicates from it over the link.
+    pub fn start_in_netns(test: &str, ns: &crate::netns::NetNs) -> SitePair {
+        let dir = e2e_dir().join("mariadb").join(format!("{}-{}", &test[..test.len().min(12)], crate::suffix()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(shared_template(), dir.join("template")).unwrap();
+        let (iad_port, pdx_port) = (free_port(), free_port());
+        let pair = SitePair { dir, iad_host: ns.ns_ip.clone(), iad_port, pdx_port };
+        let d = pair.dir_str();
+        script_env(
+            &["start", d, "iad", &iad_port.to_string(), "1"],
+            &[("BLOODRAVEN_SITE_NETNS", ns.name.as_str()), ("BLOODRAVEN_SITE_ADDR", ns.ns_ip.as_str())],
+        )
+        .unwrap();
+        script(&["sql", d, "iad", "SET GLOBAL read_only=0"]).unwrap();
+        script(&["start", d, "pdx", &pdx_port.to_string(), "2"]).unwrap();
+        script_env(&["replicate", d, "pdx", &iad_port.to_string()], &[("BLOODRAVEN_PRIMARY_HOST", ns.ns_ip.as_str())])
+            .unwrap();
         pair
     }
 
@@ -119,7 +144,7 @@ impl SitePair {
     pub fn sites(&self, namespace: &str, secret: &str) -> Vec<Site> {
         let site = |name: &str, port| Site {
             name: name.into(),
-            host: "127.0.0.1".into(),
+            host: if name == "iad" { self.iad_host.clone() } else { "127.0.0.1".into() },
             port,
             credentials_secret_ref: SecretRef { namespace: namespace.into(), name: secret.into() },
         };

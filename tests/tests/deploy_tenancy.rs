@@ -177,8 +177,9 @@ async fn a_hold_never_outlives_its_operations_mutex() {
     // The input: A takes the mutex (ttl 5) and the hold (ttl 30), then
     // renews only the hold.
     let a = p.post_until(201, "migration", "op-a", "counter-app", 5).await;
-    let a_hold = p.post("failover-hold", "op-a", "counter-app", 30).await;
-    assert_eq!(a_hold.status, 201);
+    // Until 201: a loaded machine can cost the operator its leadership for a
+    // moment (503 not_leader), which is a right answer, not the one tested.
+    let a_hold = p.post_until(201, "failover-hold", "op-a", "counter-app", 30).await;
     let a_hold = token_of(&a_hold);
     let _ = a;
     let b = wait_for("A's mutex to lapse and B to take it", T, || async {

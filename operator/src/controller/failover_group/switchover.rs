@@ -551,7 +551,7 @@ pub fn target_readiness(
         None => return Err(format!("{target} reports no replication lag (NULL); wait until it is replicating")),
         Some(_) => {}
     }
-    if let Some(errant) = errant(obs.flavor, &obs.gtid_position, &src.gtid_position)? {
+    if let Some(errant) = errant(obs.flavor, &obs.gtid_position, &src.gtid_position, src.server_id)? {
         return Err(format!(
             "{target} has transactions {source} lacks (errant GTIDs: {errant}); remove them or rebuild {target} from {source}"
         ));
@@ -559,14 +559,19 @@ pub fn target_readiness(
     Ok(())
 }
 
-/// Transactions `have` has that `base` lacks (`None`: none). MariaDB: per
-/// domain, a sequence number past `base`'s; MySQL: `have − base`.
-pub fn errant(flavor: Flavor, have: &str, base: &str) -> Result<Option<String>, String> {
+/// Transactions `have` (a replica) has that `base` (its source, server
+/// `base_server_id`) lacks (`None`: none). MariaDB: per domain, a last GTID
+/// past `base`'s that the source did not write itself — the two positions
+/// are read at slightly different moments, so a replica can be ahead of a
+/// busy source's snapshot with the source's own transactions, which are not
+/// errant. MySQL: `have − base`.
+pub fn errant(flavor: Flavor, have: &str, base: &str, base_server_id: u32) -> Result<Option<String>, String> {
     match flavor {
         Flavor::MariaDb => {
             let have = MariaDbPosition::parse(have).map_err(|e| e.to_string())?;
             let base = MariaDbPosition::parse(base).map_err(|e| e.to_string())?;
-            let beyond = have.beyond(&base);
+            let mut beyond = have.beyond(&base);
+            beyond.0.retain(|_, (server, _)| *server != base_server_id);
             Ok((!beyond.is_empty()).then(|| beyond.to_string()))
         }
         Flavor::MySql => {
@@ -645,18 +650,20 @@ mod tests {
 
     #[test]
     fn errant_transactions_by_flavour() {
-        assert_eq!(errant(Flavor::MariaDb, "0-1-10", "0-1-10"), Ok(None));
-        assert_eq!(errant(Flavor::MariaDb, "0-1-9", "0-1-10"), Ok(None), "behind is not errant");
-        assert_eq!(errant(Flavor::MariaDb, "0-2-11", "0-1-10"), Ok(Some("0-2-11".into())));
+        assert_eq!(errant(Flavor::MariaDb, "0-1-10", "0-1-10", 1), Ok(None));
+        assert_eq!(errant(Flavor::MariaDb, "0-1-9", "0-1-10", 1), Ok(None), "behind is not errant");
+        assert_eq!(errant(Flavor::MariaDb, "0-2-11", "0-1-10", 1), Ok(Some("0-2-11".into())));
+        // Read a moment after a busy source: ahead with the source's own transactions.
+        assert_eq!(errant(Flavor::MariaDb, "0-2-240", "0-2-238", 2), Ok(None));
         assert_eq!(
-            errant(Flavor::MariaDb, "0-1-10,1-2-3", "0-1-10"),
+            errant(Flavor::MariaDb, "0-1-10,1-2-3", "0-1-10", 1),
             Ok(Some("1-2-3".into())),
             "a domain the base lacks"
         );
-        assert_eq!(errant(Flavor::MariaDb, "", "0-1-10"), Ok(None));
-        assert!(errant(Flavor::MariaDb, "zzz", "0-1-1").is_err());
+        assert_eq!(errant(Flavor::MariaDb, "", "0-1-10", 1), Ok(None));
+        assert!(errant(Flavor::MariaDb, "zzz", "0-1-1", 1).is_err());
         let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
-        assert_eq!(errant(Flavor::MySql, &format!("{u}:1-5"), &format!("{u}:1-5")), Ok(None));
-        assert!(errant(Flavor::MySql, &format!("{u}:1-6"), &format!("{u}:1-5")).unwrap().is_some());
+        assert_eq!(errant(Flavor::MySql, &format!("{u}:1-5"), &format!("{u}:1-5"), 1), Ok(None));
+        assert!(errant(Flavor::MySql, &format!("{u}:1-6"), &format!("{u}:1-5"), 1).unwrap().is_some());
     }
 }

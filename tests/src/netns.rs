@@ -1,0 +1,67 @@
+//! A network namespace joined to this one by a veth pair, for putting a
+//! MariaDB site where a partition can cut it off: `cut` takes the host side
+//! of the link down (the operator and the other site lose it; clients on
+//! its unix socket, "local" ones, still reach it), `heal` brings it back.
+//! Needs root and iproute2 (`ip`). Removed on drop.
+
+use std::process::Command;
+
+/// A network namespace `bl-<tag>` with address `ns_ip`, reached from here at `host_ip`.
+#[derive(Debug)]
+pub struct NetNs {
+    /// Namespace name.
+    pub name: String,
+    host_if: String,
+    /// The address of this side of the link.
+    pub host_ip: String,
+    /// The address inside the namespace (where a site listens).
+    pub ns_ip: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("iproute2 (ip) is needed for partition tests");
+    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+impl NetNs {
+    /// Creates the namespace and the link (a /30 in 10.128.0.0/9 chosen at random).
+    pub fn create() -> NetNs {
+        let tag = crate::suffix();
+        let n: u32 = u32::from_str_radix(&tag, 16).unwrap_or(1) % (1 << 14);
+        let (b, c) = (128 + (n >> 8) % 128, (n & 0xff) & 0xfc);
+        let ns = NetNs {
+            name: format!("bl-{tag}"),
+            host_if: format!("bh-{tag}"),
+            host_ip: format!("10.{b}.{c}.1"),
+            ns_ip: format!("10.{b}.{c}.2"),
+        };
+        let peer = format!("bn-{tag}");
+        ip(&["netns", "add", &ns.name]);
+        ip(&["link", "add", &ns.host_if, "type", "veth", "peer", "name", &peer]);
+        ip(&["link", "set", &peer, "netns", &ns.name]);
+        ip(&["addr", "add", &format!("{}/30", ns.host_ip), "dev", &ns.host_if]);
+        ip(&["link", "set", &ns.host_if, "up"]);
+        ip(&["-n", &ns.name, "addr", "add", &format!("{}/30", ns.ns_ip), "dev", &peer]);
+        ip(&["-n", &ns.name, "link", "set", &peer, "up"]);
+        ip(&["-n", &ns.name, "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// Cuts the namespace off (no answer at all, as a dead network).
+    pub fn cut(&self) {
+        ip(&["link", "set", &self.host_if, "down"]);
+    }
+
+    /// Joins it again.
+    pub fn heal(&self) {
+        ip(&["link", "set", &self.host_if, "up"]);
+    }
+}
+
+impl Drop for NetNs {
+    fn drop(&mut self) {
+        // Deleting the namespace deletes its end of the pair, and with it ours.
+        let _ = Command::new("ip").args(["netns", "del", &self.name]).status();
+        let _ = Command::new("ip").args(["link", "del", &self.host_if]).status();
+    }
+}
