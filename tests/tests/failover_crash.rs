@@ -118,3 +118,48 @@ async fn a_leader_killed_at_every_phase_is_finished_by_the_next_one() {
     assert_eq!(both, 0, "two writable sites in {both} of {samples} samples");
     sc.cluster.delete_group(&name).await;
 }
+
+#[tokio::test]
+async fn a_leader_killed_between_an_emergency_decision_and_the_promotion_is_finished_by_the_next_one() {
+    let sc = Scenario::start("crashemerg", 0, QUICK).await;
+    let mut op = Operator::start_with(
+        &sc.cluster,
+        &sc.ns,
+        &sc.ns.name,
+        "first",
+        QUICK,
+        &["--failpoint".into(), "emergency-after-decide".into()],
+    )
+    .await;
+    let name = sc.group("g", "iad").await;
+    let patch =
+        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
+    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    sc.pair.kill9("iad");
+    let status =
+        op.wait_exit(T).await.unwrap_or_else(|| panic!("the leader did not reach its failpoint:\n{}", op.log_tail()));
+    assert!(!status.success(), "{status:?}");
+    // Decided (record and status at pdx, generation 2) but pdx not promoted yet.
+    let s = sc.cluster.groups().get(&name).await.unwrap().status.unwrap();
+    assert_eq!(s.topology_generation, Some(2), "{s:?}");
+    assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "1", "not promoted before the crash");
+    let _next = Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, "next", QUICK).await;
+    bloodraven_e2e::wait::wait_for("pdx to be promoted by the next leader", T, || async {
+        let ro = sc.pair.sql("pdx", "SELECT @@read_only");
+        if ro.trim() == "0" { Ok(()) } else { Err(ro) }
+    })
+    .await;
+    wait_status(&sc.cluster, &name, "RecoveryPending cleared at pdx, generation 2", T, |s| {
+        match (s.active_site.as_deref(), s.topology_generation) {
+            (Some("pdx"), Some(2)) => {}
+            other => return Err(format!("{other:?}")),
+        }
+        match bloodraven_e2e::fixtures::condition(s, "RecoveryPending") {
+            Some(c) if c.status == "False" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    sc.cluster.delete_group(&name).await;
+}
