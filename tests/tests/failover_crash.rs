@@ -163,3 +163,39 @@ async fn a_leader_killed_between_an_emergency_decision_and_the_promotion_is_fini
     .await;
     sc.cluster.delete_group(&name).await;
 }
+
+#[tokio::test]
+async fn a_new_primary_that_dies_before_its_promotion_is_failed_over_and_the_request_ends_superseded() {
+    let sc = Scenario::start("crashtarget", 0, QUICK).await;
+    let mut op = Operator::start_with(
+        &sc.cluster,
+        &sc.ns,
+        &sc.ns.name,
+        "first",
+        QUICK,
+        &["--failpoint".into(), "planned-after-decide".into()],
+    )
+    .await;
+    let name = sc.group("g", "iad").await;
+    let patch =
+        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
+    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    let request = json!({"spec": {"plannedFailover": {"targetSite": "pdx", "requestId": "t1"}}});
+    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&request)).await.unwrap();
+    op.wait_exit(T).await.unwrap_or_else(|| panic!("the leader did not reach its failpoint:\n{}", op.log_tail()));
+    // Decided for pdx (generation 2), iad fenced; pdx dies before its promotion.
+    sc.pair.kill9("pdx");
+    let _next = Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, "next", QUICK).await;
+    let s = wait_status(&sc.cluster, &name, "iad active again at generation 3, t1 superseded", T, |s| {
+        match (s.active_site.as_deref(), s.topology_generation, s.planned_failover.as_ref().map(|p| p.phase.as_str())) {
+            (Some("iad"), Some(3), Some("Failed")) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let message = s.planned_failover.unwrap().message.unwrap_or_default();
+    assert!(message.contains("superseded"), "{message}");
+    assert_eq!(sc.pair.sql("iad", "SELECT @@read_only").trim(), "0", "iad is the writable primary again");
+    sc.cluster.delete_group(&name).await;
+}

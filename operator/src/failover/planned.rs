@@ -43,7 +43,9 @@ pub enum Phase {
     Repointing,
     /// Done.
     Completed,
-    /// Ended without a decision (or, after one, could not finish repointing).
+    /// Ended without a decision; or, after one, superseded by an emergency
+    /// failover that moved the decision on (the controller ends it so; that
+    /// generation change is the emergency's, not the request's).
     Failed,
 }
 

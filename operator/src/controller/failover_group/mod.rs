@@ -153,7 +153,10 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     }
     let verification = deploy_leases::verification_condition(&ctx, &group).await?;
     let probes = sites::probe_all(&group, &ctx).await;
-    let safety = safety_paths(&ctx, &records, group, resolution, probes, planned.running).await?;
+    // Automatic failover waits for a planned failover until its decision;
+    // after it, a new primary that dies is failed over like any other.
+    let held = planned.running && !planned.recovering;
+    let safety = safety_paths(&ctx, &records, group, resolution, probes, held).await?;
     let (group, resolution, probes) = (safety.group, safety.resolution, safety.probes);
     let decided = match &resolution {
         decision::Resolution::Undecided { .. } => Decided::Undecided,
@@ -294,12 +297,12 @@ fn operation_conditions(
     resolution: &decision::Resolution,
 ) {
     use bloodraven_api::v1alpha1::ConditionType as T;
-    let held = if planned.running {
+    let held = if planned.running && !planned.recovering {
         Computed::flag(
             T::AutomaticFailoverHeld.as_str(),
             true,
             reason::OPERATION_IN_PROGRESS,
-            "a planned failover is running; automatic failover waits for it",
+            "a planned failover is running; automatic failover waits for it until its decision",
         )
     } else {
         Computed::flag(T::AutomaticFailoverHeld.as_str(), false, reason::AS_EXPECTED, "no planned failover is running")

@@ -128,7 +128,17 @@ pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailover
                 })
             }),
         };
-        let action = planned::next(phase, &source, &facts);
+        let action = if matches!(phase, Phase::Promoting | Phase::Repointing) && active != state.target_site {
+            // Decided, and since superseded: the new primary failed and an
+            // emergency failover moved the decision on. Promoting the old
+            // target now would make two primaries.
+            Action::Fail(format!(
+                "the decision for {} was superseded: {active} is the active site now (an emergency failover after the decision)",
+                state.target_site
+            ))
+        } else {
+            planned::next(phase, &source, &facts)
+        };
         tracing::debug!(group = %group.name_any(), phase = phase.as_str(), action = ?action, "planned failover step");
         let flavor = src.or(tgt).map_or(Flavor::MariaDb, |o| o.flavor);
         let fence_bound = Duration::from_secs(u64::from(group.spec.failover.fence_timeout_seconds.clamp(1, 300)));
@@ -144,8 +154,17 @@ pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailover
             fence_bound,
             action_bound,
         };
-        if let Some(done) = act(ctx, records, &mut group, &mut state, &mut local, action, &step).await? {
-            return Ok(done);
+        match act(ctx, records, &mut group, &mut state, &mut local, action, &step).await {
+            Ok(Some(done)) => return Ok(done),
+            Ok(None) => {}
+            // After the decision a site that cannot be acted on is retried,
+            // and the reconcile goes on (probes, status, and the emergency
+            // path, which may fail over a new primary that died).
+            Err(Error::Site { action, site, message }) if matches!(phase, Phase::Promoting | Phase::Repointing) => {
+                tracing::warn!(group = %group.name_any(), site = %site, error = %message, action, "step after the decision failed; retrying");
+                return Ok(Drive { group, running: true, recovering: true, requeue: Some(Duration::from_secs(2)) });
+            }
+            Err(e) => return Err(e),
         }
     }
     let phase = Phase::parse(&state.phase).unwrap_or(Phase::Failed);
@@ -339,9 +358,17 @@ async fn act(
             let bound = Duration::from_secs(u64::from(step.policy.catch_up_timeout_seconds.clamp(1, 3600)));
             let tcreds = credentials(ctx, &step.target_spec).await?;
             let tat = ProbeTarget { host: step.target_spec.host.clone(), port: step.target_spec.port };
-            let reached = actions::catch_up(&tat, &tcreds, step.flavor, &positions.binlog, bound)
-                .await
-                .map_err(|e| site_err("wait for the catch-up of", &site, &e))?;
+            // A target that cannot be asked is one that did not catch up:
+            // the old primary is made writable again and the request fails,
+            // rather than leaving it fenced while the wait is retried.
+            let reached = match actions::catch_up(&tat, &tcreds, step.flavor, &positions.binlog, bound).await {
+                Ok(reached) => reached,
+                Err(e) => {
+                    let (_, message) = crate::mysql::classify(&e);
+                    tracing::warn!(group = %group.name_any(), site = %site, error = %message, "catch-up failed");
+                    false
+                }
+            };
             local.caught_up = Some(reached);
             crate::failpoint::hit("planned-after-catch-up");
             local.promotion_position = Some(positions.binlog);
