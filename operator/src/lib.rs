@@ -86,6 +86,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
     let deploy = start_deploy_api(&config, &client, &tolerant, &authority, &leadership, &metrics, &stop_rx)?;
 
+    // The key of decision-record digests, before any record is read.
+    controller::failover_group::record::init_key(&Api::namespaced(client.clone(), &config.namespace))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let ctx = Arc::new(controller::Context {
         client: client.clone(),
         recorder,

@@ -53,6 +53,11 @@ pub struct Standby<'a> {
     /// What it received (`Gtid_IO_Pos` / `Retrieved_Gtid_Set`); `None`
     /// when it shows no replication (nothing pending).
     pub received: Option<&'a str>,
+    /// Whether it was still replicating when the primary went away: the
+    /// applier (SQL thread) runs and the receiver is running or retrying
+    /// (`Connecting`). A standby whose replication was stopped (by a person,
+    /// or an error) may lack any number of acknowledged writes.
+    pub replicating: bool,
 }
 
 /// Judges an emergency failover. `missed`: consecutive failed probes of
@@ -93,6 +98,15 @@ pub fn judge(
         return Verdict::Blocked {
             reason: bloodraven_api::v1alpha1::reason::STANDBY_NOT_PROMOTABLE,
             message: format!("{budget}; the standby {} is unreachable too ({why}); nothing is promoted", s.site),
+        };
+    }
+    if !s.replicating {
+        return Verdict::Blocked {
+            reason: bloodraven_api::v1alpha1::reason::STANDBY_NOT_PROMOTABLE,
+            message: format!(
+                "{budget}; the standby {} was not replicating (its replication threads are stopped), so it may lack writes the primary acknowledged; nothing is promoted: start its replication if the primary comes back, or promote it by hand after checking what it lacks",
+                s.site
+            ),
         };
     }
     match applied_all(s.flavor, s.applied, s.received) {
@@ -180,7 +194,7 @@ mod tests {
     use super::*;
 
     fn standby<'a>(applied: &'a str, received: Option<&'a str>) -> Standby<'a> {
-        Standby { site: "pdx", reachable: Ok(()), flavor: Flavor::MariaDb, applied, received }
+        Standby { site: "pdx", reachable: Ok(()), flavor: Flavor::MariaDb, applied, received, replicating: true }
     }
 
     #[test]
@@ -197,6 +211,11 @@ mod tests {
         assert!(matches!(judge("iad", 3, 3, true, false, Some(&s)), Verdict::Blocked { .. }));
         let unreachable = Standby { reachable: Err("refused"), ..standby("0-1-7", Some("0-1-7")) };
         assert!(matches!(judge("iad", 9, 3, true, false, Some(&unreachable)), Verdict::Blocked { .. }));
+        // Replication stopped by hand before the primary died: it may lack
+        // any number of acknowledged writes (found by the third attack).
+        let stopped = Standby { replicating: false, ..standby("0-1-1", Some("0-1-1")) };
+        let Verdict::Blocked { message, .. } = judge("iad", 3, 3, true, false, Some(&stopped)) else { panic!() };
+        assert!(message.contains("not replicating"), "{message}");
     }
 
     #[test]

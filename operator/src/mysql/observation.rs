@@ -54,6 +54,9 @@ pub struct SemiSync {
 pub struct ReplicationObservation {
     /// IO (receiver) thread running (`Yes`).
     pub io_running: bool,
+    /// The IO thread's state as shown: `Yes`, `Connecting` (retrying a
+    /// source that went away) or `No` (stopped: by a person, or an error).
+    pub io_state: String,
     /// SQL (applier) thread running (`Yes`).
     pub sql_running: bool,
     /// `Seconds_Behind_Master`/`Seconds_Behind_Source`; `None` when NULL.
@@ -89,6 +92,7 @@ impl ReplicationObservation {
             .collect();
         ReplicationObservation {
             io_running: yes(get("Slave_IO_Running", "Replica_IO_Running")),
+            io_state: get("Slave_IO_Running", "Replica_IO_Running").unwrap_or("No").to_owned(),
             sql_running: yes(get("Slave_SQL_Running", "Replica_SQL_Running")),
             lag_seconds: get("Seconds_Behind_Master", "Seconds_Behind_Source").and_then(|v| v.parse().ok()),
             source_server_id: get("Master_Server_Id", "Source_Server_Id")

@@ -71,29 +71,11 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
             record::record_name(&name),
             r.tampered.unwrap_or_default()
         ))),
-        Some(r) if r.group_uid == uid && (r.legacy || r.generation < 1) => {
-            if r.generation >= 1
-                && in_spec(&r.active_site)
-                && site == Some(r.active_site.as_str())
-                && generation == Some(r.generation)
-            {
-                // An older operator's record that agrees with status: take it over.
-                let taken =
-                    record::write(records, &name, &uid, &r.active_site, r.generation, &r.extra(), Some(&r)).await?;
-                return Ok(Resolution::At {
-                    site: taken.active_site,
-                    generation: taken.generation,
-                    restored_from: None,
-                });
-            }
-            Ok(Resolution::Conflict(format!(
-                "the decision record {} shows activeSite={}, topologyGeneration={} and status shows {}; no decision explains the difference: see docs/runbook.md, DecisionConflict",
-                record::record_name(&name),
-                r.active_site,
-                r.generation,
-                describe(site, generation)
-            )))
-        }
+        Some(r) if r.group_uid == uid && r.generation < 1 => Ok(Resolution::Conflict(format!(
+            "the decision record {} shows topologyGeneration {}, which no decision writes: see docs/runbook.md, DecisionConflict",
+            record::record_name(&name),
+            r.generation
+        ))),
         Some(r) if r.group_uid == uid => {
             if !in_spec(&r.active_site) {
                 return Ok(Resolution::Invalid(format!(

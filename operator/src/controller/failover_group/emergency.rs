@@ -114,6 +114,10 @@ pub async fn check(
             flavor: obs.flavor,
             applied: &applied,
             received: obs.replication.as_ref().and_then(|r| r.received_position.as_deref()),
+            replicating: obs
+                .replication
+                .as_ref()
+                .is_some_and(|r| r.sql_running && (r.io_running || r.io_state.eq_ignore_ascii_case("connecting"))),
         },
         Err(f) => Standby {
             site: &p.site,
@@ -121,6 +125,7 @@ pub async fn check(
             flavor: crate::mysql::Flavor::MariaDb,
             applied: "",
             received: None,
+            replicating: false,
         },
     });
     match emergency::judge(active, missed, policy.failure_threshold, policy.automatic, held, standby.as_ref()) {

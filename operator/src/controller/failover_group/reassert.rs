@@ -1,7 +1,7 @@
 //! Primary reassertion (DESIGN.md "Failover engine"; lease seed: a safety
 //! path that never reads a lease): once a group has a decision, on every
-//! probe a site other than the decided active site that is writable is made
-//! read-only again and its client sessions ended — a replica restarted
+//! probe where the decided active site is writable, a site other than it
+//! that is writable too is made read-only again and its client sessions ended — a replica restarted
 //! without `read_only` in its configuration, or a hand-made promotion, must
 //! not leave two writable sites. One Warning Event `PrimaryReasserted` per
 //! fence says what was done.
@@ -16,11 +16,22 @@ use super::{publish, sites};
 use crate::controller::Context;
 use crate::mysql::{ProbeTarget, actions};
 
-/// Fences every writable site other than `active` (leader only); returns
-/// whether it fenced any, so the caller probes again before reporting.
+/// Fences every writable site other than `active` (leader only), but only
+/// while `active` itself is observed writable: then the decision and the
+/// sites agree on which one is the primary and a second writable site is
+/// the fault. When the decided site is read-only or unreachable and another
+/// is writable, the sites and the decision disagree (a hand-made promotion,
+/// swapped site addresses, an edited decision): fencing would take the
+/// only primary away on a guess, so nothing is done and the assessment
+/// reports `UnexpectedPrimary`. Returns whether it fenced any, so the
+/// caller probes again before reporting.
 pub async fn reassert(ctx: &Context, group: &MysqlFailoverGroup, active: &str, probes: &[SiteProbe]) -> bool {
     let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
     let mut fenced_any = false;
+    let active_writable = probes.iter().any(|p| p.site == active && p.outcome.as_ref().is_ok_and(|o| o.writable));
+    if !active_writable {
+        return false;
+    }
     for probe in probes.iter().filter(|p| p.site != active) {
         let Ok(obs) = &probe.outcome else { continue };
         if !obs.writable || !ctx.leadership.is_leader() {

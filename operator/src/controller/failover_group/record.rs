@@ -9,14 +9,16 @@
 //! every probe the operator compares the two and restores status from the
 //! record. Status alone can therefore never re-bootstrap a group at 1.
 //!
-//! Integrity: the record is written only by the operator, under its own
-//! field manager (`bloodraven-operator-decider`). A record whose decision
-//! fields are owned (in `metadata.managedFields`) by any other manager —
-//! `kubectl edit`, `kubectl patch`, `kubectl apply` — was edited by hand and
-//! is never trusted: the group gets `DecisionConflict` and the operator
-//! refuses to fail it over until a person resolves it (docs/runbook.md).
-//! Records of an older operator (no `record-version: "2"` annotation) are
-//! taken over only when they agree with status.
+//! Integrity: every record carries `digest`, an HMAC-SHA256 of its decision
+//! fields under a key only the operator holds (Secret
+//! `bloodraven-record-key` in its namespace, created at first start). A
+//! record whose digest is missing or does not verify — edited with
+//! `kubectl edit`/`patch`/`apply`/`replace`, whatever field manager the
+//! edit names, or written by an older operator — is never trusted: the
+//! group gets `DecisionConflict` and the operator refuses to fail it over
+//! until a person resolves it (docs/runbook.md). The field managers that
+//! own its fields are named in the message when they are not the
+//! operator's, to say who edited it.
 
 use std::collections::BTreeMap;
 
@@ -26,6 +28,71 @@ use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use sha2::{Digest, Sha256};
 
 use crate::controller::{Error, kube_err};
+
+/// Secret (in the operator's namespace) holding the key of record digests.
+pub const KEY_SECRET: &str = "bloodraven-record-key";
+const KEY_FIELD: &str = "key";
+static KEY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
+/// Loads the digest key from [`KEY_SECRET`], creating it (32 random bytes)
+/// when absent; once, at start-up, before any record is read or written.
+/// Errors: the Secret cannot be read or created (RBAC), or holds no `key`.
+pub async fn init_key(api: &Api<k8s_openapi::api::core::v1::Secret>) -> Result<(), Error> {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::api::core::v1::Secret;
+    let existing = api.get_opt(KEY_SECRET).await.map_err(kube_err("read the decision-record key"))?;
+    let secret = if let Some(s) = existing {
+        s
+    } else {
+        let fresh = Secret {
+            metadata: ObjectMeta { name: Some(KEY_SECRET.to_owned()), ..ObjectMeta::default() },
+            data: Some(BTreeMap::from([(KEY_FIELD.to_owned(), ByteString(rand::random::<[u8; 32]>().to_vec()))])),
+            ..Secret::default()
+        };
+        match api.create(&PostParams::default(), &fresh).await {
+            Ok(s) => s,
+            // Another replica created it first: use that one.
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                api.get(KEY_SECRET).await.map_err(kube_err("read the decision-record key"))?
+            }
+            Err(e) => return Err(kube_err("create the decision-record key")(e)),
+        }
+    };
+    let key = secret.data.and_then(|d| d.get(KEY_FIELD).map(|b| b.0.clone())).filter(|k| k.len() >= 16);
+    let Some(key) = key else {
+        return Err(Error::Site {
+            action: "load the decision-record key from",
+            site: KEY_SECRET.to_owned(),
+            message: format!(
+                "Secret {KEY_SECRET} has no key `{KEY_FIELD}` of at least 16 bytes; delete it and restart"
+            ),
+        });
+    };
+    let _ = KEY.set(key);
+    Ok(())
+}
+
+/// HMAC-SHA256 (hex) of the decision fields of `data`, or `None` without a key.
+fn digest(data: &BTreeMap<String, String>) -> Option<String> {
+    use hmac::{Hmac, Mac};
+    let key = KEY.get()?;
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).ok()?;
+    for field in DECISION_KEYS {
+        mac.update(field.as_bytes());
+        mac.update(b"=");
+        mac.update(data.get(field).map_or("", String::as_str).as_bytes());
+        mac.update(b"\n");
+    }
+    Some(format!("{:x}", mac.finalize().into_bytes()))
+}
+
+/// Whether `data` carries a digest that verifies (constant time).
+fn verifies(data: &BTreeMap<String, String>) -> bool {
+    match (data.get("digest"), digest(data)) {
+        (Some(have), Some(want)) => crate::lease::machine::constant_time_eq(have.as_bytes(), want.as_bytes()),
+        _ => false,
+    }
+}
 
 /// A decision as recorded.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -46,14 +113,17 @@ pub struct Record {
     /// The last planned-failover `requestId`s taken up, newest last (at most
     /// [`MAX_REQUESTS`]): a repeated or older request is not run again.
     pub requests: Vec<String>,
+    /// The planned failover the operator admitted (`requestId target
+    /// source`), written before its drain: a request in a later phase that
+    /// the record does not name was not run by the operator (status is
+    /// writable by anyone with access to it) and is never acted on.
+    pub admitted: Option<String>,
     /// A step after the decision still to do: `promote` (an emergency
     /// failover decided, the new active site not yet made writable).
     pub pending: Option<String>,
     /// Set when the record was edited by hand: which managers own which of
     /// its decision fields. Such a record is never trusted.
     pub tampered: Option<String>,
-    /// Written by an operator before record integrity (no version annotation).
-    pub legacy: bool,
 }
 
 /// How many planned-failover request ids a record remembers.
@@ -61,8 +131,8 @@ pub const MAX_REQUESTS: usize = 64;
 /// The field manager every record write uses (and integrity checks for).
 pub const RECORD_FIELD_MANAGER: &str = bloodraven_api::names::DECIDER_FIELD_MANAGER;
 const VERSION_ANNOTATION: &str = "bloodraven.shipstream.io/record-version";
-const DECISION_KEYS: [&str; 7] =
-    ["group", "groupUID", "activeSite", "topologyGeneration", "promotionPosition", "requests", "pending"];
+const DECISION_KEYS: [&str; 8] =
+    ["group", "groupUID", "activeSite", "topologyGeneration", "promotionPosition", "requests", "pending", "admitted"];
 
 /// The decision fields of a record that a manager other than the operator's
 /// owns, as `manager: field, ...` (`None`: all are the operator's).
@@ -98,10 +168,15 @@ pub async fn read(api: &Api<ConfigMap>, group: &str) -> Result<Option<Record>, E
     let Some(cm) = api.get_opt(&record_name(group)).await.map_err(kube_err("read the decision record"))? else {
         return Ok(None);
     };
-    let legacy =
-        cm.metadata.annotations.as_ref().and_then(|a| a.get(VERSION_ANNOTATION)).map(String::as_str) != Some("2");
-    let tampered = if legacy { None } else { foreign_owners(&cm) };
-    let data = cm.data.unwrap_or_default();
+    let data = cm.data.clone().unwrap_or_default();
+    let tampered = if verifies(&data) {
+        None
+    } else {
+        Some(foreign_owners(&cm).map_or_else(
+            || "its digest is missing or does not verify: written by hand or by an older operator".to_owned(),
+            |owners| format!("its digest does not verify; fields owned by {owners}"),
+        ))
+    };
     let generation = data.get("topologyGeneration").and_then(|g| g.parse().ok()).unwrap_or(0);
     Ok(Some(Record {
         active_site: data.get("activeSite").cloned().unwrap_or_default(),
@@ -114,8 +189,8 @@ pub async fn read(api: &Api<ConfigMap>, group: &str) -> Result<Option<Record>, E
             .map(|r| r.lines().map(str::to_owned).filter(|l| !l.is_empty()).collect())
             .unwrap_or_default(),
         pending: data.get("pending").filter(|p| !p.is_empty()).cloned(),
+        admitted: data.get("admitted").filter(|p| !p.is_empty()).cloned(),
         tampered,
-        legacy,
     }))
 }
 
@@ -128,6 +203,8 @@ pub struct Extra {
     pub requests: Vec<String>,
     /// See [`Record::pending`].
     pub pending: Option<String>,
+    /// See [`Record::admitted`].
+    pub admitted: Option<String>,
 }
 
 impl Record {
@@ -137,6 +214,7 @@ impl Record {
             promotion_position: self.promotion_position.clone(),
             requests: self.requests.clone(),
             pending: self.pending.clone(),
+            admitted: self.admitted.clone(),
         }
     }
 }
@@ -156,7 +234,7 @@ pub async fn write(
     if requests.len() > MAX_REQUESTS {
         requests.drain(..requests.len() - MAX_REQUESTS);
     }
-    let data = BTreeMap::from([
+    let mut data = BTreeMap::from([
         ("group".to_owned(), group.to_owned()),
         ("groupUID".to_owned(), group_uid.to_owned()),
         ("activeSite".to_owned(), active_site.to_owned()),
@@ -164,7 +242,11 @@ pub async fn write(
         ("promotionPosition".to_owned(), extra.promotion_position.clone().unwrap_or_default()),
         ("requests".to_owned(), requests.join("\n")),
         ("pending".to_owned(), extra.pending.clone().unwrap_or_default()),
+        ("admitted".to_owned(), extra.admitted.clone().unwrap_or_default()),
     ]);
+    if let Some(d) = digest(&data) {
+        data.insert("digest".to_owned(), d);
+    }
     let cm = ConfigMap {
         metadata: ObjectMeta {
             name: Some(record_name(group)),
@@ -195,8 +277,8 @@ pub async fn write(
         promotion_position: extra.promotion_position.clone(),
         requests,
         pending: extra.pending.clone(),
+        admitted: extra.admitted.clone(),
         tampered: None,
-        legacy: false,
     })
 }
 

@@ -78,6 +78,12 @@ pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailover
         Ok(taken) => taken,
         Err(group) => return Ok(idle(group)),
     };
+    let rec = record::read(records, &group.name_any()).await?;
+    if let Some(why) = not_ours(&group, rec.as_ref(), &state) {
+        tracing::warn!(group = %group.name_any(), request_id = %state.request_id, phase = %state.phase, why = %why, "planned failover not acted on");
+        group = enter(ctx, &group, &mut state, Phase::Failed, Some(why), None).await?;
+        return Ok(idle(group));
+    }
     let source = state.source_site.clone().unwrap_or_default();
     let mut local = Local::default();
     // What a previous drive (or leader) learned of the hold is re-learned:
@@ -232,6 +238,74 @@ async fn take_up(
     Ok(Ok((group, state)))
 }
 
+/// The record's word for an admitted request.
+fn admission_of(state: &PlannedFailoverStatus) -> String {
+    format!("{} {} {}", state.request_id, state.target_site, state.source_site.as_deref().unwrap_or(""))
+}
+
+/// Records that `state`'s request was admitted (decision record,
+/// compare-and-swap), before its drain.
+async fn remember_admission(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: &MysqlFailoverGroup,
+    state: &PlannedFailoverStatus,
+) -> Result<(), Error> {
+    let Some(rec) = record::read(records, &group.name_any()).await? else {
+        return Err(Error::Site {
+            action: "record the admission for",
+            site: String::new(),
+            message: "no decision record".into(),
+        });
+    };
+    let admitted = admission_of(state);
+    if rec.admitted.as_deref() == Some(admitted.as_str()) {
+        return Ok(());
+    }
+    if rec.tampered.is_some() || state.source_site.as_deref() != Some(rec.active_site.as_str()) {
+        return Err(Error::Site {
+            action: "admit a planned failover for",
+            site: state.target_site.clone(),
+            message: "the decision record does not show the request's source as active".into(),
+        });
+    }
+    let mut extra = rec.extra();
+    extra.admitted = Some(admitted);
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    let uid = group.metadata.uid.clone().unwrap_or_default();
+    record::write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec)).await?;
+    Ok(())
+}
+
+/// Why the operator will not act on the request `state` shows, if so:
+/// before its drain it must be what `spec.plannedFailover` asks (else it was
+/// cancelled, or never asked); from the drain on, the decision record must
+/// name it as admitted (else status was written by someone else).
+fn not_ours(group: &MysqlFailoverGroup, rec: Option<&record::Record>, state: &PlannedFailoverStatus) -> Option<String> {
+    let phase = Phase::parse(&state.phase)?;
+    match phase {
+        Phase::Pending | Phase::Admitting | Phase::Deferred => {
+            let asked = group.spec.planned_failover.as_ref();
+            (asked.map(|r| (r.request_id.as_str(), r.target_site.as_str()))
+                != Some((state.request_id.as_str(), state.target_site.as_str())))
+            .then(|| "cancelled: spec.plannedFailover no longer asks for it".to_owned())
+        }
+        Phase::Draining | Phase::Promoting | Phase::Repointing => {
+            let admitted = rec.and_then(|r| r.admitted.as_deref());
+            (admitted != Some(admission_of(state).as_str())).then(|| {
+                format!(
+                    "status showed request {} in phase {} but the operator never admitted it (status is written by the operator only); nothing was done",
+                    state.request_id,
+                    phase.as_str()
+                )
+            })
+        }
+        Phase::Completed | Phase::Failed => None,
+    }
+}
+
 /// Records that `request_id` was taken up (decision record, compare-and-swap),
 /// so neither a repeat of it nor a wiped status ever runs it again.
 async fn remember_request(
@@ -289,6 +363,11 @@ async fn act(
     match action {
         Action::Idle => return Ok(Some(idle(group.clone()))),
         Action::Enter(next) => {
+            if next == Phase::Draining {
+                // Recorded before anything is done to a site: only a request
+                // the record names is ever drained, promoted or repointed.
+                remember_admission(ctx, records, group, state).await?;
+            }
             let message = (next == Phase::Completed).then(|| {
                 format!("{} is the writable primary and {} replicates from it", state.target_site, step.source)
             });

@@ -36,6 +36,7 @@ fn obs(server_id: u32, writable: bool, replication: Option<ReplicationObservatio
 fn from(source: u32, io: bool, sql: bool) -> Option<ReplicationObservation> {
     Some(ReplicationObservation {
         io_running: io,
+        io_state: if io { "Yes".into() } else { "No".into() },
         sql_running: sql,
         lag_seconds: Some(0),
         source_server_id: Some(source),
