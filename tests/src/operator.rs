@@ -43,6 +43,21 @@ struct RbacFile {
     namespace_rules: Vec<PolicyRule>,
 }
 
+/// Seconds of [`fast_heartbeat`].
+pub const FAST_HEARTBEAT_SECONDS: u64 = 2;
+
+/// Flags for a test whose claim is that an operator keeps probing a group
+/// (a new leader, a restarted process, a group beside broken ones): status
+/// is written when an observation changes and otherwise once per
+/// `--status-heartbeat-seconds` (60 s by default), so with this heartbeat
+/// `lastProbeTime` moves every [`FAST_HEARTBEAT_SECONDS`] while, and only
+/// while, the operator probes and writes. Other tests keep the default, so
+/// a change that is not written fails them instead of being hidden by the
+/// heartbeat.
+pub fn fast_heartbeat() -> Vec<String> {
+    vec!["--status-heartbeat-seconds".to_owned(), FAST_HEARTBEAT_SECONDS.to_string()]
+}
+
 /// One running operator process.
 #[derive(Debug)]
 pub struct Operator {

@@ -38,6 +38,10 @@ pub struct Context {
     pub tolerant: crate::tolerant::Tolerant,
     /// Consecutive failed probes of each group's active site (emergency failover).
     pub missed: failover_group::emergency::Missed,
+    /// Longest time an unchanged group status goes unwritten: its
+    /// `health[].lastProbeTime` is refreshed at least this often
+    /// (`--status-heartbeat-seconds`).
+    pub status_heartbeat: std::time::Duration,
 }
 
 impl std::fmt::Debug for Context {
