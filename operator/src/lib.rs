@@ -98,6 +98,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         tolerant,
         missed: controller::failover_group::emergency::Missed::default(),
         status_heartbeat: std::time::Duration::from_secs(config.status_heartbeat_seconds),
+        credentials: controller::failover_group::credentials::Cache::start(&client, &credentials_namespace),
         credentials_namespace,
     });
     tokio::spawn(controller::failover_group::cleanup::sweep_while_leading(ctx.clone()));

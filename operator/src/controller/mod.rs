@@ -42,6 +42,8 @@ pub struct Context {
     /// `health[].lastProbeTime` is refreshed at least this often
     /// (`--status-heartbeat-seconds`).
     pub status_heartbeat: std::time::Duration,
+    /// Site credentials, read through a watch of the credentials namespace.
+    pub credentials: failover_group::credentials::Cache,
 }
 
 impl std::fmt::Debug for Context {

@@ -17,6 +17,7 @@
 pub mod assess;
 mod claims;
 pub mod cleanup;
+pub mod credentials;
 mod decision;
 mod deploy_leases;
 pub mod emergency;
