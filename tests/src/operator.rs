@@ -286,4 +286,18 @@ impl Operator {
         };
         Some((field("VmHWM:")?, field("VmRSS:")?))
     }
+
+    /// CPU time the process has used so far (user + system), in seconds,
+    /// from `/proc/<pid>/stat` (`utime` and `stime`, in clock ticks of
+    /// `getconf CLK_TCK`).
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let pid = self.child.as_ref()?.id()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces), from `state` (field 3).
+        let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: f64 = rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?;
+        let tck = std::process::Command::new("getconf").arg("CLK_TCK").output().ok()?;
+        let per_second: f64 = String::from_utf8_lossy(&tck.stdout).trim().parse().ok()?;
+        Some(ticks / per_second)
+    }
 }
