@@ -42,6 +42,9 @@ fi
 "$root/hack/control-plane.sh" up "$dir/control-plane" >/dev/null
 rm -rf "$dir/logs"
 if [ "${1:-}" = "--figures" ]; then
+  # 1,000 groups probe the one pair (2 sites x 1,000 / 5 s = 400 connections
+  # a second, bursts of concurrent ones while groups bootstrap).
+  export BLOODRAVEN_MARIADB_MAX_CONNECTIONS=${BLOODRAVEN_MARIADB_MAX_CONNECTIONS:-2000}
   cargo run --locked --release -p bloodraven-e2e --bin scale-figures
 elif [ "${1:-}" = "--bench" ]; then
   cargo run --locked --release -p bloodraven-e2e --bin deploy-bench

@@ -27,6 +27,8 @@
 # read_only is a runtime setting: a restarted site comes up writable, unless
 # BLOODRAVEN_SITE_READ_ONLY=1 is set for `start` (then it passes --read-only).
 # Timeouts: BLOODRAVEN_MARIADB_TIMEOUT seconds (default 60) for every wait.
+# max_connections: BLOODRAVEN_MARIADB_MAX_CONNECTIONS (default 100; `make figures`
+# raises it: 1,000 groups probe the one pair, 400 connections a second).
 set -euo pipefail
 
 SITE_PASSWORD=${BLOODRAVEN_SITE_PASSWORD:-bloodraven-operator-pw}
@@ -260,7 +262,7 @@ cmd_start() { # DIR NAME PORT SERVER_ID
     --innodb-log-buffer-size=2M --innodb-flush-log-at-trx-commit=2 \
     --innodb-use-native-aio=0 --innodb-temp-data-file-path=ibtmp1:1M:autoextend \
     --innodb-autoextend-increment=1 \
-    --performance-schema=OFF --max-connections=100 \
+    --performance-schema=OFF --max-connections="${BLOODRAVEN_MARIADB_MAX_CONNECTIONS:-100}" \
     --key-buffer-size=1M --aria-pagecache-buffer-size=8M --table-open-cache=200 \
     </dev/null >>"$d/error.log" 2>&1 &
   pid=$!

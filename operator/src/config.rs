@@ -114,6 +114,15 @@ pub struct Config {
     #[arg(long, env = "BLOODRAVEN_TOKEN_REVIEW_CACHE_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=300))]
     pub token_review_cache_seconds: u64,
 
+    /// Longest time, in seconds, a group's status goes unwritten while
+    /// nothing in it changes: status is written when an observation changes,
+    /// and otherwise at least this often to refresh
+    /// `status.health[].lastProbeTime` (and GTID positions and small lag
+    /// moves). Each group costs the API server about one write per this
+    /// many seconds at steady state.
+    #[arg(long, env = "BLOODRAVEN_STATUS_HEARTBEAT_SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=600))]
+    pub status_heartbeat_seconds: u64,
+
     /// Log format.
     #[arg(long, env = "BLOODRAVEN_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -54,6 +54,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         deploy_api_addr = %config.deploy_api_addr,
         deploy_api_max_connections = config.deploy_api_max_connections,
         credentials_namespace = %config.credentials_namespace.as_deref().unwrap_or(&config.namespace),
+        status_heartbeat_seconds = config.status_heartbeat_seconds,
         "starting bloodraven-operator"
     );
     let client = Client::try_default().await.context("failed to build a Kubernetes client")?;
@@ -90,18 +91,21 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     controller::failover_group::record::init_key(&Api::namespaced(client.clone(), &config.namespace))
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let credentials_namespace = config.credentials_namespace.clone().unwrap_or_else(|| config.namespace.clone());
     let ctx = Arc::new(controller::Context {
         client: client.clone(),
         recorder,
         metrics,
         leadership,
         namespace: config.namespace.clone(),
-        credentials_namespace: config.credentials_namespace.clone().unwrap_or_else(|| config.namespace.clone()),
         deploy,
         authority,
         leases: lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
         tolerant,
         missed: controller::failover_group::emergency::Missed::default(),
+        status_heartbeat: std::time::Duration::from_secs(config.status_heartbeat_seconds),
+        credentials: controller::failover_group::credentials::Cache::start(&client, &credentials_namespace),
+        credentials_namespace,
     });
     tokio::spawn(controller::failover_group::cleanup::sweep_while_leading(ctx.clone()));
     ready.store(true, Ordering::Relaxed);

@@ -27,7 +27,8 @@ pub struct Metrics {
     /// `bloodraven_probe_duration_seconds{outcome}`: time one site probe took.
     pub probe_duration_seconds: HistogramVec,
     /// `bloodraven_probe_to_status_seconds`: from the start of a group's
-    /// probes to the status write that reports them.
+    /// probes to the status write that reports them, or to the check that
+    /// the stored status already reports them (no write needed).
     pub probe_to_status_seconds: HistogramVec,
     /// `bloodraven_leader`: 1 while this process is the leader.
     pub leader: IntGauge,
@@ -49,6 +50,11 @@ pub struct Metrics {
     /// `<mysqldatabase>-primary` objects (`kind` Service or EndpointSlice,
     /// `action` apply or delete); flat at steady state.
     pub primary_service_writes_total: IntCounterVec,
+    /// `bloodraven_status_writes_total{outcome}`: observations of a group's
+    /// probes, `written` (status applied: something changed, or the
+    /// heartbeat was due) or `unchanged` (the status already said so; no
+    /// API request). Mostly `unchanged` at steady state.
+    pub status_writes_total: IntCounterVec,
 }
 
 /// Failed to register a metric (a programming error: duplicate name).
@@ -93,7 +99,7 @@ impl Metrics {
         let probe_to_status_seconds = HistogramVec::new(
             HistogramOpts::new(
                 "bloodraven_probe_to_status_seconds",
-                "From the start of a group's probes to the status write reporting them",
+                "From the start of a group's probes to the status that reports them (written, or found already current)",
             )
             .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
             &["controller"],
@@ -137,6 +143,14 @@ impl Metrics {
             &["kind", "action"],
         )?;
         registry.register(Box::new(primary_service_writes_total.clone()))?;
+        let status_writes_total = IntCounterVec::new(
+            Opts::new(
+                "bloodraven_status_writes_total",
+                "Observations of a group's probes, by outcome: written (status applied) or unchanged (no write needed)",
+            ),
+            &["outcome"],
+        )?;
+        registry.register(Box::new(status_writes_total.clone()))?;
         registry.register(Box::new(topology_generation.clone()))?;
         registry.register(Box::new(site_up.clone()))?;
         registry.register(Box::new(site_writable.clone()))?;
@@ -170,6 +184,7 @@ impl Metrics {
             planned_failovers_deferred_total,
             failovers_total,
             primary_service_writes_total,
+            status_writes_total,
         })
     }
 

@@ -43,6 +43,21 @@ struct RbacFile {
     namespace_rules: Vec<PolicyRule>,
 }
 
+/// Seconds of [`fast_heartbeat`].
+pub const FAST_HEARTBEAT_SECONDS: u64 = 2;
+
+/// Flags for a test whose claim is that an operator keeps probing a group
+/// (a new leader, a restarted process, a group beside broken ones): status
+/// is written when an observation changes and otherwise once per
+/// `--status-heartbeat-seconds` (60 s by default), so with this heartbeat
+/// `lastProbeTime` moves every [`FAST_HEARTBEAT_SECONDS`] while, and only
+/// while, the operator probes and writes. Other tests keep the default, so
+/// a change that is not written fails them instead of being hidden by the
+/// heartbeat.
+pub fn fast_heartbeat() -> Vec<String> {
+    vec!["--status-heartbeat-seconds".to_owned(), FAST_HEARTBEAT_SECONDS.to_string()]
+}
+
 /// One running operator process.
 #[derive(Debug)]
 pub struct Operator {
@@ -278,5 +293,19 @@ impl Operator {
                 .and_then(|v| v.parse().ok())
         };
         Some((field("VmHWM:")?, field("VmRSS:")?))
+    }
+
+    /// CPU time the process has used so far (user + system), in seconds,
+    /// from `/proc/<pid>/stat` (`utime` and `stime`, in clock ticks of
+    /// `getconf CLK_TCK`).
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        let pid = self.child.as_ref()?.id()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // Fields after the command name (which may hold spaces), from `state` (field 3).
+        let rest: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+        let ticks: f64 = rest.get(11)?.parse::<f64>().ok()? + rest.get(12)?.parse::<f64>().ok()?;
+        let tck = std::process::Command::new("getconf").arg("CLK_TCK").output().ok()?;
+        let per_second: f64 = String::from_utf8_lossy(&tck.stdout).trim().parse().ok()?;
+        Some(ticks / per_second)
     }
 }

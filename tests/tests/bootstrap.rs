@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use bloodraven_e2e::Operator;
 use bloodraven_e2e::fixtures::{Scenario, last_probe, wait_event, wait_status};
-use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::operator::{LeaderTimings, fast_heartbeat};
 use bloodraven_e2e::wait::wait_for;
 
 const T: Duration = Duration::from_secs(60);
@@ -83,7 +83,9 @@ async fn restarting_the_operator_keeps_the_topology_generation() {
     let first = &mut sc.operators[0];
     assert!(first.stop().await, "SIGTERM must end the operator cleanly; log:\n{}", first.log_tail());
     let stopped_at = k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
-    let second = Operator::start(cluster, ns, &ns.name, "second", LeaderTimings::default()).await;
+    // Its fresh probes are read from lastProbeTime: a short heartbeat.
+    let second =
+        Operator::start_with(cluster, ns, &ns.name, "second", LeaderTimings::default(), &fast_heartbeat()).await;
     // Several fresh probes by the new process, all at generation 1.
     for round in 1..=3 {
         let s = wait_status(cluster, &name, "probes by the restarted operator", T, |s| match last_probe(s) {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use bloodraven_e2e::fixtures::{Scenario, has_condition, is_ready_at, wait_event, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::wait::wait_for;
 
 const T: Duration = Duration::from_secs(60);
 
@@ -97,5 +98,53 @@ async fn the_other_site_writable_is_never_bootstrapped() {
     assert_eq!(s.topology_generation, None);
     let message = &s.conditions.iter().find(|c| c.type_ == "Degraded").unwrap().message;
     assert!(message.contains("iad is writable") && message.contains("pdx"), "{message}");
+    cluster.delete_group(&name).await;
+}
+
+/// `bloodraven_status_writes_total{outcome}` of the operator.
+fn status_writes(metrics: &str, outcome: &str) -> u64 {
+    let prefix = format!("bloodraven_status_writes_total{{outcome=\"{outcome}\"}}");
+    metrics
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Issue 7, "Scale": status is written when an observation changes, not on
+/// every probe. With the default 60 s heartbeat and a 1 s probe interval, a
+/// steady group goes many probes without a write; a change is written at once.
+#[tokio::test]
+async fn an_unchanged_group_is_not_rewritten_and_a_change_is() {
+    let sc = Scenario::start("quiet", 1, LeaderTimings::default()).await;
+    let (cluster, pair, operator) = (&sc.cluster, &sc.pair, sc.operator());
+    let name = sc.bootstrapped_group("g").await;
+    let groups = cluster.groups();
+
+    // A window of 8 s in which the operator probed at least 5 times, found
+    // nothing new, and the group's resourceVersion did not move. (Retried
+    // within T: the first seconds after bootstrap may still bring changes.)
+    wait_for("8 s of probes with no status write", T, || async {
+        let before = groups.get(&name).await.map_err(|e| e.to_string())?;
+        let unchanged_before = status_writes(&operator.metrics().await?, "unchanged");
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let after = groups.get(&name).await.map_err(|e| e.to_string())?;
+        let unchanged = status_writes(&operator.metrics().await?, "unchanged") - unchanged_before;
+        match (before.metadata.resource_version == after.metadata.resource_version, unchanged >= 5) {
+            (true, true) => Ok(()),
+            (kept, _) => Err(format!("resourceVersion kept: {kept}, probes found unchanged: {unchanged}")),
+        }
+    })
+    .await;
+
+    // A change is written at the next probe, as before.
+    pair.sql("pdx", "STOP SLAVE SQL_THREAD");
+    wait_status(cluster, &name, "ReplicationNotRunning", T, |s| {
+        has_condition(s, "ReplicationNotRunning", "True", Some("ReplicationStopped"))
+    })
+    .await;
+    pair.sql("pdx", "START SLAVE SQL_THREAD");
+    wait_status(cluster, &name, "recovery after START SLAVE", T, |s| is_ready_at(s, "iad", 1)).await;
     cluster.delete_group(&name).await;
 }

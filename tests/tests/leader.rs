@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use bloodraven_api::names::LEADER_LEASE_NAME;
 use bloodraven_e2e::fixtures::{create_group, group, is_ready_at, last_probe, wait_status};
-use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::operator::{LeaderTimings, fast_heartbeat};
 use bloodraven_e2e::wait::wait_for;
 use bloodraven_e2e::{Cluster, Operator, SitePair, cluster::OPERATOR_DB_PASSWORD};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -34,8 +34,10 @@ async fn killing_the_leader_hands_over_within_the_lease_duration() {
     let pair = SitePair::start("leader");
     ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
     let timings = LeaderTimings::default();
-    let mut a = Operator::start(&cluster, &ns, &ns.name, "a", timings).await;
-    let mut b = Operator::start(&cluster, &ns, &ns.name, "b", timings).await;
+    // Whether the new leader keeps status current is read from
+    // lastProbeTime: a short heartbeat, on both (either may lead first).
+    let mut a = Operator::start_with(&cluster, &ns, &ns.name, "a", timings, &fast_heartbeat()).await;
+    let mut b = Operator::start_with(&cluster, &ns, &ns.name, "b", timings, &fast_heartbeat()).await;
     let name = format!("{}-g", ns.name);
     create_group(&cluster, &group(&name, &ns.name, pair.sites(&ns.name, "site-creds"), "iad")).await;
     wait_status(&cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bloodraven_api::v1alpha1::{DeploymentClient, FailoverGroupRef, MysqlDatabase, MysqlDatabaseSpec, SecretRef};
 use bloodraven_e2e::fixtures::{create_group, group, has_condition, is_ready_at, last_probe, wait_event, wait_status};
-use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::operator::{LeaderTimings, fast_heartbeat};
 use bloodraven_e2e::wait::wait_for;
 use bloodraven_e2e::{Cluster, Operator, SitePair, cluster::OPERATOR_DB_PASSWORD};
 use kube::Api;
@@ -21,7 +21,9 @@ async fn bad_secret_host_and_password_are_explained_and_other_groups_keep_reconc
     let pair = SitePair::start("misconf");
     ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
     ns.credentials_secret("wrong-creds", "bloodraven", "not-the-password-4711").await;
-    let operator = Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
+    // "Keeps being probed" is read from lastProbeTime: a short heartbeat.
+    let operator =
+        Operator::start_with(&cluster, &ns, &ns.name, "op", LeaderTimings::default(), &fast_heartbeat()).await;
     let label = &ns.name;
 
     let good = format!("{}-good", ns.name);

@@ -18,7 +18,7 @@ use std::time::Duration;
 use bloodraven_api::v1alpha1::MysqlDatabase;
 use bloodraven_e2e::deploy::{self, call};
 use bloodraven_e2e::fixtures::{SITE_SECRET, Scenario, group_events, is_ready_at, last_probe, wait_status};
-use bloodraven_e2e::operator::{E2E_LABEL, LeaderTimings};
+use bloodraven_e2e::operator::{E2E_LABEL, LeaderTimings, fast_heartbeat};
 use bloodraven_e2e::{Cluster, wait_for};
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -237,7 +237,9 @@ async fn scenario(sc: Scenario, bad_group: String) {
 
     let tls = deploy::tls_files(&sc.pair.dir().join("tls"));
     // start_operator returns once the deploy API accepts connections.
-    let (op, base) = deploy::start_operator(cluster, &sc.ns, "op", &tls, LeaderTimings::default()).await;
+    // "Keeps being probed" is read from lastProbeTime: a short heartbeat.
+    let (op, base) =
+        deploy::start_operator_with(cluster, &sc.ns, "op", &tls, LeaderTimings::default(), &fast_heartbeat()).await;
     wait_for("/readyz to answer 200", T, || async {
         match op.plain_status("/readyz").await? {
             200 => Ok(()),

@@ -323,12 +323,15 @@ pub struct SiteHealth {
     /// Absent when unreachable; false on a server with no replication.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication_running: Option<bool>,
-    /// Seconds the replica is behind its source (`Seconds_Behind_Master`);
-    /// absent when not replicating or unknown.
+    /// Seconds the replica is behind its source (`Seconds_Behind_Master`)
+    /// at `lastProbeTime`; absent when not replicating or unknown. A move of
+    /// less than 5 s and less than a fifth is written with the next
+    /// heartbeat, not at once (`bloodraven_replication_lag_seconds` has every probe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication_lag_seconds: Option<u64>,
     /// The server's GTID position: `gtid_current_pos` on MariaDB,
-    /// `gtid_executed` on MySQL.
+    /// `gtid_executed` on MySQL, at `lastProbeTime` (a moved position alone
+    /// is written with the next heartbeat, not at once).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gtid_position: Option<String>,
     /// The `server_id` of the server this site replicates from, if any
@@ -349,7 +352,13 @@ pub struct SiteHealth {
     /// Human-readable detail of the last probe failure. Never holds a password.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// When the probe finished.
+    /// When the last *written* probe was taken. Status is written when an
+    /// observation changes (reachable, writable, replication, server ids,
+    /// version, errors, conditions, or lag by 5 s or a fifth), and otherwise
+    /// at least every heartbeat (60 s by default; the operator's
+    /// `--status-heartbeat-seconds`), so this is at most a heartbeat old
+    /// while the operator runs. Probes in between that found nothing new
+    /// are not written; `bloodraven_*` metrics report every probe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_probe_time: Option<Time>,
 }

@@ -38,6 +38,12 @@ pub struct Context {
     pub tolerant: crate::tolerant::Tolerant,
     /// Consecutive failed probes of each group's active site (emergency failover).
     pub missed: failover_group::emergency::Missed,
+    /// Longest time an unchanged group status goes unwritten: its
+    /// `health[].lastProbeTime` is refreshed at least this often
+    /// (`--status-heartbeat-seconds`).
+    pub status_heartbeat: std::time::Duration,
+    /// Site credentials, read through a watch of the credentials namespace.
+    pub credentials: failover_group::credentials::Cache,
 }
 
 impl std::fmt::Debug for Context {

@@ -1,7 +1,8 @@
 //! Prints the figures the first issue asks for, measured on real
 //! components: the operator's memory with 1 and with 50 groups, and
 //! probe-to-status latency (inside the operator, and from a change on a
-//! MariaDB site to the status that reports it). No thresholds: figures only.
+//! MariaDB site to the status that reports it); then issue 7's run with
+//! 1,000 groups (`thousand`). No thresholds: figures only.
 //!
 //! Run with `make figures` (starts the control plane, like `make e2e`).
 
@@ -12,6 +13,9 @@ use std::time::{Duration, Instant};
 use bloodraven_e2e::fixtures::{create_group, group, has_condition, is_ready_at, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::{Cluster, Operator, SitePair, cluster::OPERATOR_DB_PASSWORD};
+
+#[path = "scale-figures/thousand.rs"]
+mod thousand;
 
 const T: Duration = Duration::from_secs(120);
 
@@ -37,7 +41,7 @@ async fn main() {
     let ns = cluster.namespace("figures").await;
     let pair = SitePair::start("figures");
     ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
-    let operator = Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
+    let mut operator = Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
     let settle = Duration::from_secs(10);
 
     let mut names = Vec::new();
@@ -93,4 +97,9 @@ async fn main() {
         samples[samples.len() - 1]
     );
     cluster.delete_group(&name).await;
+
+    // The 1,000-group run gets a process of its own (it takes over the
+    // leader Lease once this one releases it).
+    assert!(operator.stop().await, "the operator must stop cleanly");
+    thousand::run(&cluster, &ns, &pair).await;
 }

@@ -17,9 +17,11 @@
 pub mod assess;
 mod claims;
 pub mod cleanup;
+pub mod credentials;
 mod decision;
 mod deploy_leases;
 pub mod emergency;
+mod observed;
 mod reassert;
 pub mod record;
 mod semisync;
@@ -357,7 +359,21 @@ async fn write_observation(
     health: Vec<SiteHealth>,
 ) -> Result<(), Error> {
     let previous = group.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
-    let conditions = materialize(previous, computed, group.meta().generation, Timestamp::now());
+    let now = Timestamp::now();
+    let conditions = materialize(previous, computed, group.meta().generation, now);
+    let next = observed::Observation {
+        stable,
+        unstable_reason: unstable_reason.as_deref(),
+        observed_generation: group.meta().generation,
+        conditions: &conditions,
+        health: &health,
+    };
+    // Nothing a reader acts on changed and the heartbeat is not due: the
+    // stored status already reports this probe (see `observed`).
+    if !observed::must_write(group.status.as_ref(), &next, name, now, ctx.status_heartbeat) {
+        ctx.metrics.status_writes_total.with_label_values(&["unchanged"]).inc();
+        return Ok(());
+    }
     let mut status = json!({
         "stable": stable,
         "health": health,
@@ -378,7 +394,10 @@ async fn write_observation(
         return Ok(());
     }
     match api.patch_status(name, &PatchParams::apply(OBSERVER_FIELD_MANAGER).force(), &Patch::Apply(&patch)).await {
-        Ok(_) => Ok(()),
+        Ok(_) => {
+            ctx.metrics.status_writes_total.with_label_values(&["written"]).inc();
+            Ok(())
+        }
         // Deleted while it was being probed: nothing to report.
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
         Err(err) => Err(kube_err("write the observed status")(err)),

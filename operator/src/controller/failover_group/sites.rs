@@ -1,5 +1,6 @@
-//! Probing a group's sites: read each site's credentials Secret, then probe
-//! it, all sites concurrently, each bounded by `probeTimeoutSeconds`.
+//! Probing a group's sites: read each site's credentials Secret (through
+//! the watch-backed [`super::credentials::Cache`]), then probe it, all sites
+//! concurrently, each bounded by `probeTimeoutSeconds`.
 
 use std::time::{Duration, Instant};
 
@@ -7,8 +8,6 @@ use bloodraven_api::names::{
     SECRET_PASSWORD_KEY, SECRET_REPLICATION_PASSWORD_KEY, SECRET_REPLICATION_USERNAME_KEY, SECRET_USERNAME_KEY,
 };
 use bloodraven_api::v1alpha1::{MysqlFailoverGroup, Site, reason};
-use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
 
 use super::assess::{ProbeFailure, SiteProbe};
 use crate::controller::Context;
@@ -59,9 +58,8 @@ async fn read_secret(site: &Site, ctx: &Context) -> Result<(Credentials, Option<
             r.namespace, r.name, ctx.credentials_namespace
         )));
     }
-    let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &r.namespace);
-    let secret = match api.get_opt(&r.name).await {
-        Ok(Some(s)) => s,
+    let data = match ctx.credentials.get(&r.name).await {
+        Ok(Some(data)) => data,
         Ok(None) => {
             return Err(fail(format!(
                 "credentials Secret {}/{} not found; create it with keys username and password",
@@ -73,7 +71,6 @@ async fn read_secret(site: &Site, ctx: &Context) -> Result<(Credentials, Option<
         }
         Err(err) => return Err(fail(format!("failed to read Secret {}/{}: {err}", r.namespace, r.name))),
     };
-    let data = secret.data.unwrap_or_default();
     let field = |key: &str| -> Result<String, ProbeFailure> {
         let bytes = data.get(key).ok_or_else(|| fail(format!("Secret {}/{} has no key {key}", r.namespace, r.name)))?;
         String::from_utf8(bytes.0.clone())

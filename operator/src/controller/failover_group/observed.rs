@@ -1,0 +1,290 @@
+//! Whether an observation is news: the observer writes a group's status only
+//! when what it would apply differs from what the status holds, or when the
+//! heartbeat is due (issue 7, "Scale": a group must not cost the API server
+//! a write every probe interval when nothing changed).
+//!
+//! Model: the observer owns `status.{stable, unstableReason, health,
+//! conditions, observedGeneration}` (server-side apply under
+//! `OBSERVER_FIELD_MANAGER`; `health` and `conditions` are atomic lists, so
+//! an apply replaces them whole). The comparison is against the group's
+//! current status, whoever wrote it last (the failover engine also sets
+//! `stable`/`unstableReason` by merge patch; `plannedFailover`, `activeSite`
+//! and `topologyGeneration` belong to other managers and are not compared):
+//! a status that differs in any compared field, for whatever reason, is
+//! rewritten as on every probe before; only applies that would change
+//! nothing a reader acts on are skipped.
+//!
+//! Not a change by themselves (they are refreshed with the heartbeat):
+//! - `health[].lastProbeTime`: the time of the last *written* probe.
+//! - `health[].gtidPosition`: moves with every transaction on a busy
+//!   primary. Nothing reads it from status (the failover engine reads
+//!   positions from the servers); people read role, reachability and lag.
+//! - `health[].replicationLagSeconds` moving by less than
+//!   [`LAG_STEP_SECONDS`] and less than a fifth of the stored value (lag
+//!   appearing or disappearing is a change). The threshold is measured from
+//!   the stored value, so a lag that jitters around a value writes nothing;
+//!   `bloodraven_replication_lag_seconds` carries every probe's lag.
+//!
+//! Everything else in `health` (reachable, writable, replicationRunning,
+//! server ids, version, errorReason, message), any condition field, and
+//! `stable`, `unstableReason` and `observedGeneration` are changes.
+
+use std::hash::{Hash, Hasher};
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::{Condition, MysqlFailoverGroupStatus, SiteHealth};
+use k8s_openapi::jiff::Timestamp;
+
+/// Smallest move of `replicationLagSeconds` (seconds) that is a change by
+/// itself: a replica's lag commonly jitters by a second or two between
+/// probes, which nobody acts on.
+pub const LAG_STEP_SECONDS: u64 = 5;
+
+/// The heartbeat fires up to this fraction of the heartbeat early, spread by
+/// group, so that groups created together do not all write in the same
+/// second forever after.
+const HEARTBEAT_SPREAD: f64 = 0.1;
+
+/// What the observer would apply.
+#[derive(Debug)]
+pub struct Observation<'a> {
+    /// `status.stable`.
+    pub stable: bool,
+    /// `status.unstableReason` (absent when stable).
+    pub unstable_reason: Option<&'a str>,
+    /// `status.observedGeneration`: the group's `metadata.generation`.
+    pub observed_generation: Option<i64>,
+    /// `status.conditions`, after `materialize` (transition times kept).
+    pub conditions: &'a [Condition],
+    /// `status.health`, one entry per site.
+    pub health: &'a [SiteHealth],
+}
+
+/// Whether `next` must be written over `stored`: it differs in a compared
+/// field, or the oldest stored `lastProbeTime` is older than `heartbeat`
+/// (less a spread of up to a tenth, derived from `group`). A status with no
+/// `lastProbeTime` (a group whose spec is invalid is never probed) has no
+/// heartbeat: nothing in it goes stale.
+pub fn must_write(
+    stored: Option<&MysqlFailoverGroupStatus>,
+    next: &Observation<'_>,
+    group: &str,
+    now: Timestamp,
+    heartbeat: Duration,
+) -> bool {
+    let Some(s) = stored else { return true };
+    if s.stable != Some(next.stable)
+        || s.unstable_reason.as_deref() != next.unstable_reason
+        || s.observed_generation != next.observed_generation
+        || s.conditions != next.conditions
+        || s.health.len() != next.health.len()
+        || s.health.iter().zip(next.health).any(|(a, b)| !same_health(a, b))
+    {
+        return true;
+    }
+    let Some(oldest) = s.health.iter().filter_map(|h| h.last_probe_time.as_ref()).map(|t| t.0).min() else {
+        return false;
+    };
+    let age_ms = now.as_millisecond().saturating_sub(oldest.as_millisecond());
+    age_ms >= due_after(heartbeat, group, oldest).as_millis().try_into().unwrap_or(i64::MAX)
+}
+
+/// The heartbeat of one group in one cycle: `heartbeat` less a spread in
+/// `[0, HEARTBEAT_SPREAD)` of it, fixed by the group's name and the time of
+/// its last written probe.
+fn due_after(heartbeat: Duration, group: &str, last: Timestamp) -> Duration {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (group, last.as_millisecond()).hash(&mut h);
+    #[allow(clippy::cast_precision_loss)] // a fraction in [0, 1)
+    let fraction = (h.finish() % 1000) as f64 / 1000.0;
+    heartbeat.mul_f64(1.0 - HEARTBEAT_SPREAD * fraction)
+}
+
+/// Whether two probe results of a site say the same to a reader (see the
+/// module header for what is left out).
+fn same_health(a: &SiteHealth, b: &SiteHealth) -> bool {
+    let lag_same = match (a.replication_lag_seconds, b.replication_lag_seconds) {
+        (None, None) => true,
+        (Some(stored), Some(now)) => stored.abs_diff(now) < LAG_STEP_SECONDS.max(stored / 5),
+        _ => false,
+    };
+    let strip = |h: &SiteHealth| SiteHealth {
+        gtid_position: None,
+        last_probe_time: None,
+        replication_lag_seconds: None,
+        ..h.clone()
+    };
+    lag_same && strip(a) == strip(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+
+    const HEARTBEAT: Duration = Duration::from_secs(60);
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + seconds).unwrap()
+    }
+
+    fn site(name: &str, probed: i64) -> SiteHealth {
+        SiteHealth {
+            site: name.into(),
+            reachable: true,
+            writable: Some(name == "iad"),
+            replication_running: Some(name != "iad"),
+            replication_lag_seconds: (name != "iad").then_some(0),
+            gtid_position: Some("0-1-100".into()),
+            source_server_id: (name != "iad").then_some(1),
+            server_id: Some(if name == "iad" { 1 } else { 2 }),
+            version: Some("10.11.14-MariaDB".into()),
+            error_reason: None,
+            message: None,
+            last_probe_time: Some(Time(at(probed))),
+        }
+    }
+
+    fn ready(since: i64) -> Condition {
+        Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            reason: "AsExpected".into(),
+            message: "iad is the writable primary".into(),
+            observed_generation: Some(1),
+            last_transition_time: Time(at(since)),
+        }
+    }
+
+    fn stored(probed: i64) -> MysqlFailoverGroupStatus {
+        MysqlFailoverGroupStatus {
+            stable: Some(true),
+            observed_generation: Some(1),
+            conditions: vec![ready(0)],
+            health: vec![site("iad", probed), site("pdx", probed)],
+            ..MysqlFailoverGroupStatus::default()
+        }
+    }
+
+    /// The status as stored at second 0, and what a probe at `now` observed
+    /// after `edit`; whether it is written.
+    fn written(now: i64, edit: impl FnOnce(&mut Vec<SiteHealth>, &mut Vec<Condition>)) -> bool {
+        let mut health = vec![site("iad", now), site("pdx", now)];
+        let mut conditions = vec![ready(0)];
+        edit(&mut health, &mut conditions);
+        let next = Observation {
+            stable: true,
+            unstable_reason: None,
+            observed_generation: Some(1),
+            conditions: &conditions,
+            health: &health,
+        };
+        must_write(Some(&stored(0)), &next, "g", at(now), HEARTBEAT)
+    }
+
+    #[test]
+    fn what_is_a_change() {
+        type Edit = fn(&mut Vec<SiteHealth>, &mut Vec<Condition>);
+        let cases: &[(&str, Edit, bool)] = &[
+            ("nothing", |_, _| {}, false),
+            ("the GTID position moved", |h, _| h[0].gtid_position = Some("0-1-5000".into()), false),
+            ("lag jitters by a second", |h, _| h[1].replication_lag_seconds = Some(1), false),
+            ("lag grew by the step", |h, _| h[1].replication_lag_seconds = Some(LAG_STEP_SECONDS), true),
+            ("lag became unknown", |h, _| h[1].replication_lag_seconds = None, true),
+            ("unreachable", |h, _| h[1].reachable = false, true),
+            ("read-only", |h, _| h[0].writable = Some(false), true),
+            ("replication stopped", |h, _| h[1].replication_running = Some(false), true),
+            ("another source", |h, _| h[1].source_server_id = Some(7), true),
+            ("another server_id", |h, _| h[1].server_id = Some(9), true),
+            ("another version", |h, _| h[1].version = Some("11.4.2-MariaDB".into()), true),
+            ("a failure reason", |h, _| h[1].error_reason = Some("SiteUnreachable".into()), true),
+            ("a failure message", |h, _| h[1].message = Some("connection refused".into()), true),
+            ("a site fewer", |h, _| h.truncate(1), true),
+            ("a condition message", |_, c| c[0].message = "other".into(), true),
+            ("a condition status", |_, c| c[0].status = "False".into(), true),
+            ("a condition more", |_, c| c.push(ready(0)), true),
+        ];
+        for (what, edit, expected) in cases {
+            assert_eq!(written(5, *edit), *expected, "{what}");
+        }
+    }
+
+    #[test]
+    fn large_lag_moves_by_a_fifth() {
+        let mut s = stored(0);
+        s.health[1].replication_lag_seconds = Some(1000);
+        let probe = |lag| {
+            let mut health = s.health.clone();
+            health[1].replication_lag_seconds = Some(lag);
+            let next = Observation {
+                stable: true,
+                unstable_reason: None,
+                observed_generation: Some(1),
+                conditions: &s.conditions,
+                health: &health,
+            };
+            must_write(Some(&s), &next, "g", at(5), HEARTBEAT)
+        };
+        assert!(!probe(1100), "a tenth more is not news");
+        assert!(probe(1200), "a fifth more is");
+        assert!(probe(790), "and so is a fifth less");
+    }
+
+    #[test]
+    fn the_heartbeat_writes_at_most_a_minute_after_the_last_write() {
+        assert!(!written(50, |_, _| {}), "younger than 0.9 of the heartbeat");
+        assert!(written(60, |_, _| {}), "a full heartbeat old");
+        // Spread: some groups fire early, none after the heartbeat, none before 0.9 of it.
+        let due: Vec<Duration> = (0..200).map(|i| due_after(HEARTBEAT, &format!("g{i}"), at(0))).collect();
+        assert!(due.iter().all(|d| *d <= HEARTBEAT && *d >= HEARTBEAT.mul_f64(0.9)), "{due:?}");
+        assert!(due.iter().any(|d| *d < HEARTBEAT.mul_f64(0.95)), "spread over the window: {due:?}");
+    }
+
+    #[test]
+    fn status_fields_and_missing_status_are_changes() {
+        let conditions = vec![ready(0)];
+        let health = vec![site("iad", 5), site("pdx", 5)];
+        let base = Observation {
+            stable: true,
+            unstable_reason: None,
+            observed_generation: Some(1),
+            conditions: &conditions,
+            health: &health,
+        };
+        let s = stored(0);
+        assert!(!must_write(Some(&s), &base, "g", at(5), HEARTBEAT));
+        assert!(must_write(None, &base, "g", at(5), HEARTBEAT), "no status yet");
+        let unstable = Observation { stable: false, unstable_reason: Some("Degraded"), ..base };
+        assert!(must_write(Some(&s), &unstable, "g", at(5), HEARTBEAT));
+        let base = Observation { stable: true, unstable_reason: None, ..unstable };
+        let newer = Observation { observed_generation: Some(2), ..base };
+        assert!(must_write(Some(&s), &newer, "g", at(5), HEARTBEAT), "a new spec generation");
+        // The engine set stable=false by merge patch; the observer sees it stable again.
+        let mut engine = stored(0);
+        engine.stable = Some(false);
+        engine.unstable_reason = Some("OperationInProgress".into());
+        let base = Observation { observed_generation: Some(1), ..newer };
+        assert!(must_write(Some(&engine), &base, "g", at(5), HEARTBEAT));
+    }
+
+    #[test]
+    fn an_unprobed_status_has_no_heartbeat() {
+        let conditions = vec![ready(0)];
+        let s = MysqlFailoverGroupStatus {
+            stable: Some(false),
+            unstable_reason: Some("Degraded".into()),
+            observed_generation: Some(1),
+            conditions: conditions.clone(),
+            ..MysqlFailoverGroupStatus::default()
+        };
+        let next = Observation {
+            stable: false,
+            unstable_reason: Some("Degraded"),
+            observed_generation: Some(1),
+            conditions: &conditions,
+            health: &[],
+        };
+        assert!(!must_write(Some(&s), &next, "g", at(3600), HEARTBEAT));
+    }
+}
