@@ -236,6 +236,10 @@ async fn safety_paths(
     let uid = group.meta().uid.clone().unwrap_or_default();
     let mut recovery: Option<(&'static str, String)> = None;
     let mut diverged: Option<Computed> = None;
+    // The record is read once here (and again only after a write to it):
+    // at a thousand groups every read per probe is hundreds per second.
+    let trusted = |r: Option<record::Record>| r.filter(|r| r.group_uid == uid && r.tampered.is_none());
+    let mut current = None;
     if let decision::Resolution::At { site, .. } = resolution.clone() {
         let out = emergency::check(ctx, records, &group, &site, &probes, held).await?;
         if let Some(decided) = out.decided {
@@ -243,14 +247,13 @@ async fn safety_paths(
             resolution = decided_now(&group, resolution);
         }
         recovery = out.blocked;
-        if let Some(rec) = record::read(records, &name).await?
-            && rec.group_uid == uid
-            && rec.tampered.is_none()
-        {
+        current = trusted(record::read(records, &name).await?);
+        if let Some(rec) = current.clone() {
             if let Some(pending) = emergency::recover(ctx, records, &group, &rec, &probes).await? {
                 recovery = Some((reason::OPERATION_IN_PROGRESS, pending));
             } else if rec.pending.is_some() {
                 probes = sites::probe_all(&group, ctx).await;
+                current = trusted(record::read(records, &name).await?);
             }
         }
     }
@@ -267,11 +270,9 @@ async fn safety_paths(
     }
     if let decision::Resolution::At { .. } = &resolution
         && !held
-        && let Some(rec) = record::read(records, &name).await?
-        && rec.group_uid == uid
-        && rec.tampered.is_none()
+        && let Some(rec) = &current
     {
-        diverged = Some(emergency::rejoin(ctx, &group, &rec, &probes).await?);
+        diverged = Some(emergency::rejoin(ctx, &group, rec, &probes).await?);
     }
     Ok(Safety { group, resolution, probes, recovery, diverged })
 }
