@@ -70,7 +70,10 @@ pub struct Outcome {
 }
 
 /// Runs the emergency check for a decided group whose active site is
-/// `active`, given this round's probes; `held`: a planned failover runs.
+/// `active`, given this round's probes; `held`: a planned failover runs
+/// before its decision; `standby_complete`: the standby is the fenced old
+/// primary of a planned failover whose target was decided but never
+/// promoted, so it has every write although it does not replicate.
 pub async fn check(
     ctx: &Context,
     records: &Api<ConfigMap>,
@@ -78,6 +81,7 @@ pub async fn check(
     active: &str,
     probes: &[SiteProbe],
     held: bool,
+    standby_complete: bool,
 ) -> Result<Outcome, Error> {
     let uid = group.meta().uid.clone().unwrap_or_default();
     let answered = probes.iter().any(|p| p.site == active && p.outcome.is_ok());
@@ -114,10 +118,11 @@ pub async fn check(
             flavor: obs.flavor,
             applied: &applied,
             received: obs.replication.as_ref().and_then(|r| r.received_position.as_deref()),
-            replicating: obs
-                .replication
-                .as_ref()
-                .is_some_and(|r| r.sql_running && (r.io_running || r.io_state.eq_ignore_ascii_case("connecting"))),
+            replicating: standby_complete
+                || obs
+                    .replication
+                    .as_ref()
+                    .is_some_and(|r| r.sql_running && (r.io_running || r.io_state.eq_ignore_ascii_case("connecting"))),
         },
         Err(f) => Standby {
             site: &p.site,

@@ -146,7 +146,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     }
     // The planned failover, if any, runs first: it probes and acts on its
     // own, and may move the decision.
-    let mut planned = switchover::Drive { group: group.clone(), running: false, recovering: false, requeue: None };
+    let mut planned = switchover::Drive::idle(group.clone());
     if matches!(resolution, decision::Resolution::At { .. }) {
         planned = switchover::drive(&ctx, &records, group).await?;
         group = planned.group.clone();
@@ -158,7 +158,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     // Automatic failover waits for a planned failover until its decision;
     // after it, a new primary that dies is failed over like any other.
     let held = planned.running && !planned.recovering;
-    let safety = safety_paths(&ctx, &records, group, resolution, probes, held).await?;
+    let safety = safety_paths(&ctx, &records, group, resolution, probes, held, planned.before_promotion).await?;
     let (group, resolution, probes) = (safety.group, safety.resolution, safety.probes);
     let decided = match &resolution {
         decision::Resolution::Undecided { .. } => Decided::Undecided,
@@ -231,6 +231,7 @@ async fn safety_paths(
     mut resolution: decision::Resolution,
     mut probes: Vec<SiteProbe>,
     held: bool,
+    standby_complete: bool,
 ) -> Result<Safety, Error> {
     let name = group.name_any();
     let uid = group.meta().uid.clone().unwrap_or_default();
@@ -241,7 +242,7 @@ async fn safety_paths(
     let trusted = |r: Option<record::Record>| r.filter(|r| r.group_uid == uid && r.tampered.is_none());
     let mut current = None;
     if let decision::Resolution::At { site, .. } = resolution.clone() {
-        let out = emergency::check(ctx, records, &group, &site, &probes, held).await?;
+        let out = emergency::check(ctx, records, &group, &site, &probes, held, standby_complete).await?;
         if let Some(decided) = out.decided {
             group = decided;
             resolution = decided_now(&group, resolution);

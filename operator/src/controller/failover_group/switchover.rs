@@ -67,13 +67,34 @@ pub struct Drive {
     /// The request is past its decision (`Promoting`, `Repointing`):
     /// `RecoveryPending`.
     pub recovering: bool,
+    /// The request is decided and its target not yet promoted (`Promoting`):
+    /// the fenced old primary has every write.
+    pub before_promotion: bool,
     /// When to look again, if sooner than the probe interval.
     pub requeue: Option<Duration>,
 }
 
+impl Drive {
+    /// Nothing running.
+    pub fn idle(group: MysqlFailoverGroup) -> Drive {
+        Drive { group, running: false, recovering: false, before_promotion: false, requeue: None }
+    }
+
+    /// A request left in `phase`, looked at again after `requeue`.
+    fn at(group: MysqlFailoverGroup, phase: Phase, requeue: Duration) -> Drive {
+        Drive {
+            group,
+            running: !phase.is_final(),
+            recovering: matches!(phase, Phase::Promoting | Phase::Repointing),
+            before_promotion: phase == Phase::Promoting,
+            requeue: Some(requeue),
+        }
+    }
+}
+
 /// Drives the group's planned failover, if any, as far as it goes now.
 pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailoverGroup) -> Result<Drive, Error> {
-    let idle = |group| Drive { group, running: false, recovering: false, requeue: None };
+    let idle = |group| Drive { group, running: false, recovering: false, before_promotion: false, requeue: None };
     let (mut group, mut state) = match take_up(ctx, records, group).await? {
         Ok(taken) => taken,
         Err(group) => return Ok(idle(group)),
@@ -168,14 +189,13 @@ pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailover
             // path, which may fail over a new primary that died).
             Err(Error::Site { action, site, message }) if matches!(phase, Phase::Promoting | Phase::Repointing) => {
                 tracing::warn!(group = %group.name_any(), site = %site, error = %message, action, "step after the decision failed; retrying");
-                return Ok(Drive { group, running: true, recovering: true, requeue: Some(Duration::from_secs(2)) });
+                return Ok(Drive::at(group, phase, Duration::from_secs(2)));
             }
             Err(e) => return Err(e),
         }
     }
     let phase = Phase::parse(&state.phase).unwrap_or(Phase::Failed);
-    let recovering = matches!(phase, Phase::Promoting | Phase::Repointing);
-    Ok(Drive { group, running: !phase.is_final(), recovering, requeue: Some(Duration::from_secs(1)) })
+    Ok(Drive::at(group, phase, Duration::from_secs(1)))
 }
 
 /// Takes up the request to drive: the one in a non-final phase, or a new
@@ -358,7 +378,7 @@ async fn act(
     action: Action,
     step: &Step,
 ) -> Result<Option<Drive>, Error> {
-    let idle = |group| Drive { group, running: false, recovering: false, requeue: None };
+    let idle = |group| Drive { group, running: false, recovering: false, before_promotion: false, requeue: None };
     let phase = step.phase;
     match action {
         Action::Idle => return Ok(Some(idle(group.clone()))),
@@ -406,7 +426,13 @@ async fn act(
             }
             let wait = (expires.as_millisecond() - Timestamp::now().as_millisecond()).max(0);
             let requeue = Duration::from_millis(u64::try_from(wait).unwrap_or(0)) + Duration::from_millis(200);
-            return Ok(Some(Drive { group: group.clone(), running: true, recovering: false, requeue: Some(requeue) }));
+            return Ok(Some(Drive {
+                group: group.clone(),
+                running: true,
+                recovering: false,
+                before_promotion: false,
+                requeue: Some(requeue),
+            }));
         }
         Action::Fence(site) => {
             let spec = group.site(&site).cloned().ok_or(Error::NoName)?;
