@@ -106,6 +106,14 @@ pub fn has_condition(
     }
 }
 
+/// A check: the decision names `site` at `generation` (whatever the sites show).
+pub fn is_active_at(s: &MysqlFailoverGroupStatus, site: &str, generation: i64) -> Result<(), String> {
+    match (s.active_site.as_deref(), s.topology_generation) {
+        (Some(a), Some(g)) if a == site && g == generation => Ok(()),
+        other => Err(format!("activeSite, topologyGeneration = {other:?}")),
+    }
+}
+
 /// A check: bootstrapped at `site` with generation `generation`, Ready and stable.
 pub fn is_ready_at(s: &MysqlFailoverGroupStatus, site: &str, generation: i64) -> Result<(), String> {
     if s.active_site.as_deref() != Some(site) || s.topology_generation != Some(generation) {
@@ -189,6 +197,21 @@ impl Scenario {
             is_ready_at(s, "iad", 1)
         })
         .await;
+        name
+    }
+
+    /// Creates a group with a short detection budget (probes every 1 s,
+    /// 1 s timeout, 3 misses: 3 s), waits for its bootstrap at iad, and
+    /// returns its name.
+    pub async fn quick_group(&self, suffix: &str) -> String {
+        let name = self.group(suffix, "iad").await;
+        let patch = serde_json::json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
+        self.cluster
+            .groups()
+            .patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .unwrap();
+        wait_status(&self.cluster, &name, "bootstrap", Duration::from_secs(90), |s| is_ready_at(s, "iad", 1)).await;
         name
     }
 

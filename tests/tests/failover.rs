@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
-use bloodraven_e2e::fixtures::{Scenario, condition, is_ready_at, wait_event, wait_status};
+use bloodraven_e2e::fixtures::{Scenario, condition, is_active_at, is_ready_at, wait_event, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::wait::wait_for;
 use bloodraven_e2e::writer::{self, Writer};
@@ -109,12 +109,8 @@ async fn planned_switchover_there_and_back_loses_no_acknowledged_write() {
 #[tokio::test]
 async fn kill_9_of_the_primary_twice_fails_over_each_time_and_the_returning_primary_rejoins() {
     let sc = Scenario::start("kill", 1, LeaderTimings::default()).await;
-    let name = sc.group("g", "iad").await;
     // A short detection budget: 1 s × 3.
-    let patch =
-        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
-    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    let name = sc.quick_group("g").await;
     writer::prepare(&sc.pair, "iad");
     sc.pair.sql("iad", "INSERT INTO bench.t (id) VALUES (1), (2), (3)");
     wait_for("pdx to have the rows", T, || async {
@@ -131,13 +127,7 @@ async fn kill_9_of_the_primary_twice_fails_over_each_time_and_the_returning_prim
     })
     .await;
     let writable_after = killed.elapsed();
-    let s = wait_status(&sc.cluster, &name, "activeSite pdx at generation 2", T, |s| {
-        match (s.active_site.as_deref(), s.topology_generation) {
-            (Some("pdx"), Some(2)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    let s = wait_status(&sc.cluster, &name, "activeSite pdx at generation 2", T, |s| is_active_at(s, "pdx", 2)).await;
     eprintln!("kill -9 → pdx writable in {writable_after:?} (detection budget 3 s)");
     let note = wait_event(&sc.cluster, &name, "EmergencyFailover").await;
     assert!(note.contains("pdx") && note.contains("topologyGeneration 2"), "{note}");
@@ -159,13 +149,7 @@ async fn kill_9_of_the_primary_twice_fails_over_each_time_and_the_returning_prim
 
     // Twice in a row: now pdx dies, and iad takes over at generation 3.
     sc.pair.kill9("pdx");
-    wait_status(&sc.cluster, &name, "activeSite iad at generation 3", T, |s| {
-        match (s.active_site.as_deref(), s.topology_generation) {
-            (Some("iad"), Some(3)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    wait_status(&sc.cluster, &name, "activeSite iad at generation 3", T, |s| is_active_at(s, "iad", 3)).await;
     wait_for("iad to be writable", T, || async {
         let ro = sc.pair.sql("iad", "SELECT @@read_only");
         if ro.trim() == "0" { Ok(()) } else { Err(ro) }
@@ -181,11 +165,8 @@ async fn a_standby_whose_replication_was_stopped_is_not_promoted() {
     // standby had "applied everything it received" and was promoted, losing
     // every write since. (The errant-GTID return is in partition.rs.)
     let sc = Scenario::start("stalestby", 1, LeaderTimings::default()).await;
-    let name = sc.group("g", "iad").await;
-    let patch =
-        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
-    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    // A short detection budget: 1 s × 3.
+    let name = sc.quick_group("g").await;
     writer::prepare(&sc.pair, "iad");
     wait_for("pdx to have the table", T, || async {
         let n = sc.pair.sql("pdx", "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA='bench'");
@@ -282,13 +263,7 @@ async fn semi_sync_keeps_acknowledged_writes_through_kill_9_and_follows_the_role
     let acknowledged: u64 = status_of("iad", "Rpl_semi_sync_master_yes_tx").parse().unwrap();
     assert!(acknowledged >= 50, "{acknowledged} commits acknowledged by the replica");
     sc.pair.kill9("iad");
-    wait_status(&sc.cluster, &name, "activeSite pdx at generation 2", T, |s| {
-        match (s.active_site.as_deref(), s.topology_generation) {
-            (Some("pdx"), Some(2)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    wait_status(&sc.cluster, &name, "activeSite pdx at generation 2", T, |s| is_active_at(s, "pdx", 2)).await;
     let ids: Vec<u64> = (1..=50).collect();
     assert_eq!(writer::missing(&sc.pair, "pdx", &ids), Vec::<u64>::new(), "acknowledged writes lost");
     // The roles follow the decision: pdx is the semi-sync primary now.

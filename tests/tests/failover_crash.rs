@@ -131,11 +131,8 @@ async fn a_leader_killed_between_an_emergency_decision_and_the_promotion_is_fini
         &["--failpoint".into(), "emergency-after-decide".into()],
     )
     .await;
-    let name = sc.group("g", "iad").await;
-    let patch =
-        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
-    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    // A short detection budget: 1 s × 3.
+    let name = sc.quick_group("g").await;
     sc.pair.kill9("iad");
     let status =
         op.wait_exit(T).await.unwrap_or_else(|| panic!("the leader did not reach its failpoint:\n{}", op.log_tail()));
@@ -176,11 +173,8 @@ async fn a_new_primary_that_dies_before_its_promotion_is_failed_over_and_the_req
         &["--failpoint".into(), "planned-after-decide".into()],
     )
     .await;
-    let name = sc.group("g", "iad").await;
-    let patch =
-        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
-    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    // A short detection budget: 1 s × 3.
+    let name = sc.quick_group("g").await;
     let request = json!({"spec": {"plannedFailover": {"targetSite": "pdx", "requestId": "t1"}}});
     sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&request)).await.unwrap();
     op.wait_exit(T).await.unwrap_or_else(|| panic!("the leader did not reach its failpoint:\n{}", op.log_tail()));

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use bloodraven_e2e::fixtures::{SITE_SECRET, condition, create_group, group, is_ready_at, wait_status};
+use bloodraven_e2e::fixtures::{SITE_SECRET, condition, create_group, group, is_active_at, is_ready_at, wait_status};
 use bloodraven_e2e::netns::NetNs;
 use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::wait::wait_for;
@@ -43,13 +43,7 @@ async fn a_partitioned_primary_is_replaced_and_its_local_writes_are_found_errant
     ns_link.cut();
     // Local clients (the unix socket) still reach iad, and it still takes writes.
     pair.sql("iad", "INSERT INTO part.t VALUES (2)");
-    wait_status(&cluster, &name, "pdx promoted at generation 2", T, |s| {
-        match (s.active_site.as_deref(), s.topology_generation) {
-            (Some("pdx"), Some(2)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    wait_status(&cluster, &name, "pdx promoted at generation 2", T, |s| is_active_at(s, "pdx", 2)).await;
     wait_for("pdx to be writable", T, || async {
         let ro = pair.sql("pdx", "SELECT @@read_only");
         if ro.trim() == "0" { Ok(()) } else { Err(ro) }

@@ -374,24 +374,32 @@ impl Store {
                 continue;
             }
             let lease = encode_slot(key, kind, base.as_ref(), slots.get(kind));
-            let pp = PostParams::default();
-            let name = slot_name(&key.name, kind);
-            let written = match base {
-                None => self.api.create(&pp, &lease).await.map_err(kube_err("create a")),
-                Some(_) => self.api.replace(&name, &pp, &lease).await.map_err(kube_err("update a")),
-            };
-            let mut cache = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            match written {
-                Ok(l) => {
-                    cache.insert(name, Some(l));
-                }
-                Err(e) => {
-                    cache.remove(&name);
-                    return Err(e);
-                }
-            }
+            self.put_slot(&slot_name(&key.name, kind), base.is_some(), &lease).await?;
         }
         Ok(())
+    }
+
+    /// Creates (`exists` false) or replaces at its resourceVersion a slot
+    /// Lease, keeping the renewal fast path's copy in step: the written
+    /// object, or none after a failure.
+    async fn put_slot(&self, name: &str, exists: bool, lease: &Lease) -> Result<(), StoreError> {
+        let pp = PostParams::default();
+        let written = if exists {
+            self.api.replace(name, &pp, lease).await.map_err(kube_err("update a"))
+        } else {
+            self.api.create(&pp, lease).await.map_err(kube_err("create a"))
+        };
+        let mut cache = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match written {
+            Ok(l) => {
+                cache.insert(name.to_owned(), Some(l));
+                Ok(())
+            }
+            Err(e) => {
+                cache.remove(name);
+                Err(e)
+            }
+        }
     }
 
     /// Admission's fence against a concurrent hold grant: rewrites the hold
@@ -405,23 +413,7 @@ impl Store {
         let mut lease =
             encode_slot(key, LeaseKind::FailoverHold, read.hold.as_ref(), read.slots.get(LeaseKind::FailoverHold));
         lease.metadata.annotations.get_or_insert_default().insert(ANN_ADMISSION.to_owned(), marker.to_owned());
-        let pp = PostParams::default();
-        let name = slot_name(&key.name, LeaseKind::FailoverHold);
-        let written = match &read.hold {
-            None => self.api.create(&pp, &lease).await.map_err(kube_err("create a")),
-            Some(_) => self.api.replace(&name, &pp, &lease).await.map_err(kube_err("update a")),
-        };
-        let mut cache = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        match written {
-            Ok(l) => {
-                cache.insert(name, Some(l));
-                Ok(())
-            }
-            Err(e) => {
-                cache.remove(&name);
-                Err(e)
-            }
-        }
+        self.put_slot(&slot_name(&key.name, LeaseKind::FailoverHold), read.hold.is_some(), &lease).await
     }
 
     /// The slots of `key`'s group as this process last wrote or read them,

@@ -41,11 +41,8 @@ fn ms(d: Duration) -> String {
 async fn main() {
     let (switchovers, kills) = (env("BENCH_SWITCHOVERS", 20), env("BENCH_KILLS", 10));
     let sc = Scenario::start("fobench", 1, LeaderTimings::default()).await;
-    let name = sc.group("g", "iad").await;
-    let patch =
-        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
-    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    // A short detection budget: 1 s × 3.
+    let name = sc.quick_group("g").await;
     writer::prepare(&sc.pair, "iad");
     bloodraven_e2e::deploy::database(&sc.cluster, &sc.ns.name, "app", &name, &[(&sc.ns.name, "deployer")]).await;
     let w = Writer::start(&sc.cluster, &sc.ns.name, "app");
