@@ -125,6 +125,18 @@ impl SitePair {
         panic!("mariadbd of {site} (pid {}) survived SIGKILL", pid.trim());
     }
 
+    /// Waits (at most `timeout`) until `site` is read-only (`true`) or
+    /// writable (`false`).
+    pub async fn wait_read_only(&self, site: &str, read_only: bool, timeout: std::time::Duration) {
+        let want = if read_only { "1" } else { "0" };
+        let what = format!("{site} to be {}", if read_only { "read-only" } else { "writable" });
+        crate::wait_for(&what, timeout, || async {
+            let ro = self.sql(site, "SELECT @@read_only");
+            if ro.trim() == want { Ok(()) } else { Err(ro) }
+        })
+        .await;
+    }
+
     /// The port of `site`.
     pub fn port(&self, site: &str) -> u16 {
         if site == "iad" { self.iad_port } else { self.pdx_port }

@@ -121,11 +121,7 @@ async fn kill_9_of_the_primary_twice_fails_over_each_time_and_the_returning_prim
 
     let killed = std::time::Instant::now();
     sc.pair.kill9("iad");
-    wait_for("pdx to be writable", T, || async {
-        let ro = sc.pair.sql("pdx", "SELECT @@read_only");
-        if ro.trim() == "0" { Ok(()) } else { Err(ro) }
-    })
-    .await;
+    sc.pair.wait_read_only("pdx", false, T).await;
     let writable_after = killed.elapsed();
     let s = wait_status(&sc.cluster, &name, "activeSite pdx at generation 2", T, |s| is_active_at(s, "pdx", 2)).await;
     eprintln!("kill -9 → pdx writable in {writable_after:?} (detection budget 3 s)");
@@ -150,11 +146,7 @@ async fn kill_9_of_the_primary_twice_fails_over_each_time_and_the_returning_prim
     // Twice in a row: now pdx dies, and iad takes over at generation 3.
     sc.pair.kill9("pdx");
     wait_status(&sc.cluster, &name, "activeSite iad at generation 3", T, |s| is_active_at(s, "iad", 3)).await;
-    wait_for("iad to be writable", T, || async {
-        let ro = sc.pair.sql("iad", "SELECT @@read_only");
-        if ro.trim() == "0" { Ok(()) } else { Err(ro) }
-    })
-    .await;
+    sc.pair.wait_read_only("iad", false, T).await;
     assert_eq!(sc.pair.sql("iad", "SELECT COUNT(*) FROM bench.t").trim(), "4");
     sc.cluster.delete_group(&name).await;
 }

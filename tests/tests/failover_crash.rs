@@ -142,11 +142,7 @@ async fn a_leader_killed_between_an_emergency_decision_and_the_promotion_is_fini
     assert_eq!(s.topology_generation, Some(2), "{s:?}");
     assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "1", "not promoted before the crash");
     let _next = Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, "next", QUICK).await;
-    bloodraven_e2e::wait::wait_for("pdx to be promoted by the next leader", T, || async {
-        let ro = sc.pair.sql("pdx", "SELECT @@read_only");
-        if ro.trim() == "0" { Ok(()) } else { Err(ro) }
-    })
-    .await;
+    sc.pair.wait_read_only("pdx", false, T).await;
     wait_status(&sc.cluster, &name, "RecoveryPending cleared at pdx, generation 2", T, |s| {
         match (s.active_site.as_deref(), s.topology_generation) {
             (Some("pdx"), Some(2)) => {}

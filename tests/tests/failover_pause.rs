@@ -11,7 +11,6 @@ use std::time::Duration;
 use bloodraven_api::names::LEADER_LEASE_NAME;
 use bloodraven_e2e::fixtures::{Scenario, group_events, is_ready_at, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
-use bloodraven_e2e::wait::wait_for;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -36,11 +35,7 @@ async fn a_leader_paused_mid_switchover_acts_no_more_after_its_deadline() {
         other => Err(format!("{other:?}")),
     })
     .await;
-    wait_for("iad to be fenced", T, || async {
-        let ro = sc.pair.sql("iad", "SELECT @@read_only");
-        if ro.trim() == "1" { Ok(()) } else { Err(ro) }
-    })
-    .await;
+    sc.pair.wait_read_only("iad", true, T).await;
     let leases: Api<Lease> = Api::namespaced(sc.cluster.client.clone(), &sc.ns.name);
     let holder = leases.get(LEADER_LEASE_NAME).await.unwrap().spec.unwrap().holder_identity.unwrap();
     let (paused, other) = if sc.operators[0].identity == holder { (0, 1) } else { (1, 0) };

@@ -44,11 +44,7 @@ async fn a_partitioned_primary_is_replaced_and_its_local_writes_are_found_errant
     // Local clients (the unix socket) still reach iad, and it still takes writes.
     pair.sql("iad", "INSERT INTO part.t VALUES (2)");
     wait_status(&cluster, &name, "pdx promoted at generation 2", T, |s| is_active_at(s, "pdx", 2)).await;
-    wait_for("pdx to be writable", T, || async {
-        let ro = pair.sql("pdx", "SELECT @@read_only");
-        if ro.trim() == "0" { Ok(()) } else { Err(ro) }
-    })
-    .await;
+    pair.wait_read_only("pdx", false, T).await;
     pair.sql("iad", "INSERT INTO part.t VALUES (3)");
     assert_eq!(pair.sql("iad", "SELECT @@read_only").trim(), "0", "the operator cannot reach iad to fence it");
 

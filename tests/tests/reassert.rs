@@ -24,11 +24,7 @@ async fn a_replica_restarted_writable_is_made_read_only_again() {
     sc.pair.restart("pdx", false);
     let note = wait_event(&sc.cluster, &name, "PrimaryReasserted").await;
     assert!(note.contains("pdx") && note.contains("iad is the decided active site"), "{note}");
-    wait_for("pdx to be read-only again", T, || async {
-        let ro = sc.pair.sql("pdx", "SELECT @@read_only");
-        if ro.trim() == "1" { Ok(()) } else { Err(ro) }
-    })
-    .await;
+    sc.pair.wait_read_only("pdx", true, T).await;
     wait_status(&sc.cluster, &name, "Ready at iad, generation 1", T, |s| is_ready_at(s, "iad", 1)).await;
 
     // A client session on it (root, which read_only alone would not stop),

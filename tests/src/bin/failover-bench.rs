@@ -18,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use bloodraven_e2e::fixtures::{Scenario, is_ready_at, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
-use bloodraven_e2e::wait::wait_for;
 use bloodraven_e2e::writer::{self, Writer};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -77,11 +76,7 @@ async fn main() {
         let standby = if active == "iad" { "pdx" } else { "iad" };
         let killed = Instant::now();
         sc.pair.kill9(active);
-        wait_for(&format!("{standby} to be writable"), T, || async {
-            let ro = sc.pair.sql(standby, "SELECT @@read_only");
-            if ro.trim() == "0" { Ok(()) } else { Err(ro) }
-        })
-        .await;
+        sc.pair.wait_read_only(standby, false, T).await;
         to_writable.push(killed.elapsed());
         generation += 1;
         sc.pair.restart(active, false);

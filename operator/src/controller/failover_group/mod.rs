@@ -157,8 +157,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     let probes = sites::probe_all(&group, &ctx).await;
     // Automatic failover waits for a planned failover until its decision;
     // after it, a new primary that dies is failed over like any other.
-    let held = planned.running && !planned.recovering;
-    let safety = safety_paths(&ctx, &records, group, resolution, probes, held, planned.before_promotion).await?;
+    let safety = safety_paths(&ctx, &records, group, resolution, probes, &planned).await?;
     let (group, resolution, probes) = (safety.group, safety.resolution, safety.probes);
     let decided = match &resolution {
         decision::Resolution::Undecided { .. } => Decided::Undecided,
@@ -223,16 +222,18 @@ struct Safety {
 
 /// Emergency failover, finishing a decided promotion, primary reassertion
 /// and returning-primary handling, in that order; none reads a deploy
-/// lease. `held`: a planned failover runs.
+/// lease. `planned` says whether a planned failover holds automatic
+/// failover (before its decision) and whether its old primary is a
+/// complete standby (decided, target not promoted).
 async fn safety_paths(
     ctx: &Context,
     records: &Api<ConfigMap>,
     mut group: MysqlFailoverGroup,
     mut resolution: decision::Resolution,
     mut probes: Vec<SiteProbe>,
-    held: bool,
-    standby_complete: bool,
+    planned: &switchover::Drive,
 ) -> Result<Safety, Error> {
+    let (held, standby_complete) = (planned.holds_automatic_failover(), planned.before_promotion());
     let name = group.name_any();
     let uid = group.meta().uid.clone().unwrap_or_default();
     let mut recovery: Option<(&'static str, String)> = None;
@@ -301,7 +302,7 @@ fn operation_conditions(
     resolution: &decision::Resolution,
 ) {
     use bloodraven_api::v1alpha1::ConditionType as T;
-    let held = if planned.running && !planned.recovering {
+    let held = if planned.holds_automatic_failover() {
         Computed::flag(
             T::AutomaticFailoverHeld.as_str(),
             true,
@@ -311,7 +312,7 @@ fn operation_conditions(
     } else {
         Computed::flag(T::AutomaticFailoverHeld.as_str(), false, reason::AS_EXPECTED, "no planned failover is running")
     };
-    let recovering = match (recovery, planned.recovering) {
+    let recovering = match (recovery, planned.recovering()) {
         (Some((r, m)), _) => Computed::flag(T::RecoveryPending.as_str(), true, r, m.clone()),
         (None, true) => Computed::flag(
             T::RecoveryPending.as_str(),
@@ -330,7 +331,7 @@ fn operation_conditions(
     let diverged = diverged.cloned().unwrap_or_else(|| {
         Computed::flag(T::SiteDiverged.as_str(), false, reason::AS_EXPECTED, "no site is known to have diverged")
     });
-    let unstable = if planned.running {
+    let unstable = if planned.running() {
         Some(reason::OPERATION_IN_PROGRESS.to_owned())
     } else if recovering.is_true() {
         Some(T::RecoveryPending.as_str().to_owned())
@@ -342,7 +343,7 @@ fn operation_conditions(
     if let Some(why) = unstable {
         assessment.stable = false;
         // A problem condition found by the probes explains more than a running operation.
-        if assessment.unstable_reason.is_none() || planned.running {
+        if assessment.unstable_reason.is_none() || planned.running() {
             assessment.unstable_reason = Some(why);
         }
     }

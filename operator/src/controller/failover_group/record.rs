@@ -130,7 +130,6 @@ pub struct Record {
 pub const MAX_REQUESTS: usize = 64;
 /// The field manager every record write uses (and integrity checks for).
 pub const RECORD_FIELD_MANAGER: &str = bloodraven_api::names::DECIDER_FIELD_MANAGER;
-const VERSION_ANNOTATION: &str = "bloodraven.shipstream.io/record-version";
 const DECISION_KEYS: [&str; 8] =
     ["group", "groupUID", "activeSite", "topologyGeneration", "promotionPosition", "requests", "pending", "admitted"];
 
@@ -255,7 +254,6 @@ pub async fn write(
                 ("app.kubernetes.io/managed-by".to_owned(), "bloodraven-operator".to_owned()),
                 ("bloodraven.shipstream.io/record".to_owned(), "topology".to_owned()),
             ])),
-            annotations: Some(BTreeMap::from([(VERSION_ANNOTATION.to_owned(), "2".to_owned())])),
             // `[{}]` resets field ownership (an absent or empty list keeps
             // it), so every field of a record the operator writes is its own.
             managed_fields: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry::default()]),

@@ -47,6 +47,7 @@ use super::assess::SiteProbe;
 use super::{decision, deploy_leases, publish, record, sites};
 use crate::controller::{Context, Error, kube_err};
 use crate::failover::planned::{self, Action, Facts, Phase};
+use crate::lease::machine::Grant;
 use crate::mysql::gtid::{MariaDbPosition, MySqlGtidSet};
 use crate::mysql::statements::Source;
 use crate::mysql::{Flavor, ProbeTarget, SiteObservation, actions};
@@ -61,15 +62,8 @@ const MAX_ROUNDS: usize = 24;
 pub struct Drive {
     /// The group as last written or read (status may have moved).
     pub group: MysqlFailoverGroup,
-    /// A request is in a non-final phase: the group is unstable
-    /// (`OperationInProgress`) and automatic failover is held.
-    pub running: bool,
-    /// The request is past its decision (`Promoting`, `Repointing`):
-    /// `RecoveryPending`.
-    pub recovering: bool,
-    /// The request is decided and its target not yet promoted (`Promoting`):
-    /// the fenced old primary has every write.
-    pub before_promotion: bool,
+    /// The phase the request was left in; `None` when nothing runs.
+    phase: Option<Phase>,
     /// When to look again, if sooner than the probe interval.
     pub requeue: Option<Duration>,
 }
@@ -77,24 +71,41 @@ pub struct Drive {
 impl Drive {
     /// Nothing running.
     pub fn idle(group: MysqlFailoverGroup) -> Drive {
-        Drive { group, running: false, recovering: false, before_promotion: false, requeue: None }
+        Drive { group, phase: None, requeue: None }
     }
 
     /// A request left in `phase`, looked at again after `requeue`.
     fn at(group: MysqlFailoverGroup, phase: Phase, requeue: Duration) -> Drive {
-        Drive {
-            group,
-            running: !phase.is_final(),
-            recovering: matches!(phase, Phase::Promoting | Phase::Repointing),
-            before_promotion: phase == Phase::Promoting,
-            requeue: Some(requeue),
-        }
+        Drive { group, phase: Some(phase), requeue: Some(requeue) }
+    }
+
+    /// A request is in a non-final phase: the group is unstable
+    /// (`OperationInProgress`).
+    pub fn running(&self) -> bool {
+        self.phase.is_some_and(|p| !p.is_final())
+    }
+
+    /// The request is past its decision (`Promoting`, `Repointing`):
+    /// `RecoveryPending`.
+    pub fn recovering(&self) -> bool {
+        matches!(self.phase, Some(Phase::Promoting | Phase::Repointing))
+    }
+
+    /// Automatic failover waits for the request: it runs and is not decided yet.
+    pub fn holds_automatic_failover(&self) -> bool {
+        self.running() && !self.recovering()
+    }
+
+    /// The request is decided and its target not yet promoted (`Promoting`):
+    /// the fenced old primary has every write.
+    pub fn before_promotion(&self) -> bool {
+        self.phase == Some(Phase::Promoting)
     }
 }
 
 /// Drives the group's planned failover, if any, as far as it goes now.
 pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailoverGroup) -> Result<Drive, Error> {
-    let idle = |group| Drive { group, running: false, recovering: false, before_promotion: false, requeue: None };
+    let idle = Drive::idle;
     let (mut group, mut state) = match take_up(ctx, records, group).await? {
         Ok(taken) => taken,
         Err(group) => return Ok(idle(group)),
@@ -115,7 +126,7 @@ pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailover
         Some(Phase::Deferred) => {
             if let Some(service) = ctx.deploy.as_ref() {
                 let hold = service.live_hold(&group).await.map_err(|e| Error::deploy(&e))?;
-                local.hold = hold.map(|h| (h.operation_id, h.instance));
+                local.hold = hold;
             }
         }
         Some(Phase::Admitting) => local.hold = admit(ctx, &group, &state).await?,
@@ -143,7 +154,7 @@ pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailover
         let facts = Facts {
             active: active.clone(),
             target: state.target_site.clone(),
-            hold: local.hold.clone(),
+            hold: local.hold.as_ref().map(|h| (h.operation_id.clone(), h.instance.clone())),
             target_ready: target_readiness(&group.spec, &source, src, &state.target_site, &probes),
             old_fenced: src.is_some_and(|o| !o.writable),
             fence_failed: local.fence_failed.clone(),
@@ -378,7 +389,7 @@ async fn act(
     action: Action,
     step: &Step,
 ) -> Result<Option<Drive>, Error> {
-    let idle = |group| Drive { group, running: false, recovering: false, before_promotion: false, requeue: None };
+    let idle = Drive::idle;
     let phase = step.phase;
     match action {
         Action::Idle => return Ok(Some(idle(group.clone()))),
@@ -405,13 +416,13 @@ async fn act(
         }
         Action::Defer { .. } => {
             let Some(hold) = local.hold.clone() else { return Ok(None) };
-            let expires = hold_expiry(ctx, group).await?.unwrap_or_else(Timestamp::now);
+            let expires = hold.expires_at();
             let admission = PlannedFailoverAdmission {
                 defer_reason: Some(reason::DEPLOYMENT_HOLD.to_owned()),
                 retry_time: Some(Time(expires)),
                 message: Some(format!(
                     "the failover-hold of operation {} (instance {}) defers this planned failover until it is released or lapses",
-                    hold.0, hold.1
+                    hold.operation_id, hold.instance
                 )),
             };
             if phase == Phase::Deferred {
@@ -426,13 +437,7 @@ async fn act(
             }
             let wait = (expires.as_millisecond() - Timestamp::now().as_millisecond()).max(0);
             let requeue = Duration::from_millis(u64::try_from(wait).unwrap_or(0)) + Duration::from_millis(200);
-            return Ok(Some(Drive {
-                group: group.clone(),
-                running: true,
-                recovering: false,
-                before_promotion: false,
-                requeue: Some(requeue),
-            }));
+            return Ok(Some(Drive::at(group.clone(), Phase::Deferred, requeue)));
         }
         Action::Fence(site) => {
             let spec = group.site(&site).cloned().ok_or(Error::NoName)?;
@@ -573,7 +578,7 @@ async fn act(
 /// What one drive learned that the sites do not show.
 #[derive(Default)]
 struct Local {
-    hold: Option<(String, String)>,
+    hold: Option<Grant>,
     fence_failed: Option<String>,
     caught_up: Option<bool>,
     promotion_position: Option<String>,
@@ -592,23 +597,16 @@ async fn credentials(ctx: &Context, site: &bloodraven_api::v1alpha1::Site) -> Re
     })
 }
 
-/// The admission check: the live failover-hold that defers the request, as
-/// (operationId, instance); `None` admits (and fences the hold slot).
+/// The admission check: the live failover-hold that defers the request;
+/// `None` admits (and fences the hold slot).
 async fn admit(
     ctx: &Context,
     group: &MysqlFailoverGroup,
     state: &PlannedFailoverStatus,
-) -> Result<Option<(String, String)>, Error> {
+) -> Result<Option<Grant>, Error> {
     let Some(service) = ctx.deploy.as_ref() else { return Ok(None) };
     let marker = format!("{}@{}", state.request_id, Timestamp::now());
-    let hold = service.admit(&group.name_any(), &marker).await.map_err(|e| Error::deploy(&e))?;
-    Ok(hold.map(|h| (h.operation_id, h.instance)))
-}
-
-async fn hold_expiry(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Option<Timestamp>, Error> {
-    let Some(service) = ctx.deploy.as_ref() else { return Ok(None) };
-    let hold = service.live_hold(group).await.map_err(|e| Error::deploy(&e))?;
-    Ok(hold.map(|h| h.expires_at()))
+    service.admit(&group.name_any(), &marker).await.map_err(|e| Error::deploy(&e))
 }
 
 /// Reports accounts that can write through `read_only` on `site` (MariaDB
