@@ -16,6 +16,9 @@ cd "$root"
 dir="$root/.e2e"
 mkdir -p "$dir"
 export BLOODRAVEN_E2E_DIR="$dir"
+# The checkout the tests run against (test binaries may come from a target
+# folder shared with other clones; see tests/src/lib.rs repo_root).
+export BLOODRAVEN_REPO_ROOT="$root"
 target=${CARGO_TARGET_DIR:-$root/target}
 export BLOODRAVEN_OPERATOR_BIN="$target/debug/bloodraven-operator"
 

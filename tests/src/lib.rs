@@ -31,9 +31,18 @@ pub use wait::wait_for;
 
 use std::path::PathBuf;
 
-/// The repository root.
+/// The repository root: `BLOODRAVEN_REPO_ROOT` (set by `hack/e2e.sh`), else
+/// the parent of `CARGO_MANIFEST_DIR` as cargo sets it when it runs the test
+/// (at run time: a binary reused from a shared target folder was compiled
+/// in whichever checkout built it first, and its compile-time path may name
+/// another clone, or one since deleted).
 pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    if let Some(root) = std::env::var_os("BLOODRAVEN_REPO_ROOT") {
+        return PathBuf::from(root);
+    }
+    let manifest =
+        std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    manifest.parent().expect("tests/ has a parent").to_path_buf()
 }
 
 /// The e2e state folder (`BLOODRAVEN_E2E_DIR`), set by `make test`.

@@ -41,8 +41,17 @@ fn run() -> Result<ExitCode> {
     }
 }
 
+/// The repository root, from `CARGO_MANIFEST_DIR` as `cargo run` sets it at
+/// run time: the compile-time value names whichever checkout first built
+/// this binary in a shared target folder (CI's clone, another worktree).
+fn repo_root() -> PathBuf {
+    let manifest =
+        std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    manifest.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
 fn crd_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new(".")).join("charts/bloodraven/crds")
+    repo_root().join("charts/bloodraven/crds")
 }
 
 /// The CRD files this project ships: (file name, YAML text).
@@ -97,7 +106,7 @@ struct RbacRules {
 }
 
 fn rbac(namespace: &str, service_account: &str) -> Result<ExitCode> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/bloodraven/files/operator-rbac.yaml");
+    let path = repo_root().join("charts/bloodraven/files/operator-rbac.yaml");
     let text = std::fs::read_to_string(&path).with_context(|| format!("failed to read {}", path.display()))?;
     let rules: RbacRules =
         serde_saphyr::from_str(&text).with_context(|| format!("failed to parse {}", path.display()))?;
