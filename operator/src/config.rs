@@ -123,6 +123,14 @@ pub struct Config {
     #[arg(long, env = "BLOODRAVEN_STATUS_HEARTBEAT_SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=600))]
     pub status_heartbeat_seconds: u64,
 
+    /// Most failover groups reconciled (probed, acted on, status written)
+    /// at once. A group's reconcile is mostly waiting on MySQL and the API
+    /// server, so a few dozen keep up with a thousand groups at a 5 s probe
+    /// interval; the bound keeps memory (connections, TLS buffers) and the
+    /// burst on the API server flat when every group changes at once.
+    #[arg(long, env = "BLOODRAVEN_RECONCILE_CONCURRENCY", default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub reconcile_concurrency: u16,
+
     /// Log format.
     #[arg(long, env = "BLOODRAVEN_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

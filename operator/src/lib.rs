@@ -100,18 +100,24 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         namespace: config.namespace.clone(),
         deploy,
         authority,
-        leases: lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
+        leases: lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)).watch_verifications(),
         tolerant,
         missed: controller::failover_group::emergency::Missed::default(),
         status_heartbeat: std::time::Duration::from_secs(config.status_heartbeat_seconds),
         credentials: controller::failover_group::credentials::Cache::start(&client, &credentials_namespace),
+        records: controller::failover_group::record::Cache::start(&client, &config.namespace),
         credentials_namespace,
     });
     tokio::spawn(controller::failover_group::cleanup::sweep_while_leading(ctx.clone()));
     ready.store(true, Ordering::Relaxed);
     let controllers = async {
         tokio::join!(
-            controller::failover_group::run(ctx.clone(), &config.group_selector, stopped(stop_rx.clone())),
+            controller::failover_group::run(
+                ctx.clone(),
+                &config.group_selector,
+                config.reconcile_concurrency,
+                stopped(stop_rx.clone()),
+            ),
             controller::database::run(ctx, stopped(stop_rx.clone())),
         );
     };

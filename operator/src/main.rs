@@ -3,6 +3,11 @@
 
 use clap::Parser;
 
+/// jemalloc, not glibc's malloc: see the note on `tikv-jemallocator` in
+/// Cargo.toml for the figures.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // One rustls crypto provider for the whole process (ring), installed

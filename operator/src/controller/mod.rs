@@ -44,6 +44,8 @@ pub struct Context {
     pub status_heartbeat: std::time::Duration,
     /// Site credentials, read through a watch of the credentials namespace.
     pub credentials: failover_group::credentials::Cache,
+    /// The decision records, read through a watch of the operator's namespace.
+    pub records: failover_group::record::Cache,
 }
 
 impl std::fmt::Debug for Context {

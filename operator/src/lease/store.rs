@@ -33,7 +33,8 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::ResourceExt as _;
+use kube::api::{DeleteParams, ListParams, PartialObjectMeta, PostParams};
 use sha2::{Digest, Sha256};
 
 use super::machine::{Ending, Grant, RevokeReason, Slots, Tombstone, Verification};
@@ -163,11 +164,22 @@ pub struct Read {
 #[derive(Clone, Debug)]
 pub struct Store {
     api: Api<Lease>,
+    /// Metadata of the verification records, when watched
+    /// ([`Store::watch_verifications`]): lets [`Store::verifications`] skip
+    /// its LIST for a group that has none. `None` until the watch has listed.
+    verification_index: Option<VerificationIndex>,
     /// Slot Leases as this process last wrote or read them, by name. Used
     /// only by the renewal fast path: a stale entry makes the
     /// compare-and-swap fail, which drops the entry and takes the full path.
     /// `None` records a slot Lease known not to exist.
     written: Arc<Mutex<HashMap<String, Option<Lease>>>>,
+}
+
+/// See [`Store::watch_verifications`].
+#[derive(Clone, Debug)]
+struct VerificationIndex {
+    store: kube::runtime::reflector::Store<PartialObjectMeta<Lease>>,
+    ready: Arc<std::sync::atomic::AtomicBool>,
 }
 
 fn annotations(lease: &Lease) -> BTreeMap<String, String> {
@@ -315,7 +327,49 @@ fn record_lease(key: &GroupKey, name: String, role: &str, mut a: BTreeMap<String
 impl Store {
     /// A store over `api` (the operator's namespace).
     pub fn new(api: Api<Lease>) -> Self {
-        Store { api, written: Arc::default() }
+        Store { api, verification_index: None, written: Arc::default() }
+    }
+
+    /// Also watches the metadata of the verification records of the Leases'
+    /// namespace (a spawned task, retried with backoff for the life of the
+    /// process), so that [`Store::verifications`] of a group without any
+    /// costs no API request (issue 7, "Scale": a LIST per probe was 200
+    /// LIST/s at a thousand groups). A group the watch shows with records,
+    /// and every group before the watch's first list, is LISTed as before.
+    #[must_use]
+    pub fn watch_verifications(mut self) -> Self {
+        use futures::StreamExt as _;
+        use kube::runtime::{WatchStreamExt as _, reflector, watcher};
+        let (store, writer) = reflector::store();
+        let client = self.api.clone().into_client();
+        let meta: Api<PartialObjectMeta<Lease>> = match self.api.namespace() {
+            Some(ns) => Api::namespaced(client, ns),
+            None => Api::all(client),
+        };
+        let config = watcher::Config::default().labels(&format!("{LABEL_ROLE}=verification"));
+        let stream = watcher(meta, config)
+            .default_backoff()
+            .modify(|m| {
+                // Only the group label is read.
+                m.metadata.annotations = None;
+                m.metadata.managed_fields = None;
+            })
+            .reflect(writer);
+        tokio::spawn(stream.for_each(|event| {
+            if let Err(err) = event {
+                tracing::warn!(error = %err, "the verification record watch failed; listing records directly until it recovers");
+            }
+            async {}
+        }));
+        let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (flag, waiting) = (ready.clone(), store.clone());
+        tokio::spawn(async move {
+            if waiting.wait_until_ready().await.is_ok() {
+                flag.store(true, std::sync::atomic::Ordering::Release);
+            }
+        });
+        self.verification_index = Some(VerificationIndex { store, ready });
+        self
     }
 
     /// Reads both slots of `key`'s group.
@@ -482,8 +536,14 @@ impl Store {
 
     /// The verification records of `key`'s group, oldest first.
     pub async fn verifications(&self, key: &GroupKey) -> Result<Vec<Pending>, StoreError> {
-        let lp = ListParams::default()
-            .labels(&format!("{LABEL_GROUP}={},{LABEL_ROLE}=verification", short_hash(&key.name, 16)));
+        let hash = short_hash(&key.name, 16);
+        if let Some(index) = &self.verification_index
+            && index.ready.load(std::sync::atomic::Ordering::Acquire)
+            && !index.store.state().iter().any(|m| m.labels().get(LABEL_GROUP) == Some(&hash))
+        {
+            return Ok(Vec::new());
+        }
+        let lp = ListParams::default().labels(&format!("{LABEL_GROUP}={hash},{LABEL_ROLE}=verification"));
         let mut items = self.api.list(&lp).await.map_err(kube_err("list the verification records of a"))?.items;
         items.sort_by_key(|l| l.metadata.creation_timestamp.as_ref().map(|t| t.0));
         Ok(items

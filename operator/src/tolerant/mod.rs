@@ -170,10 +170,18 @@ impl Tolerant {
         watcher::watcher(api, config).default_backoff().filter_map(move |event| {
             let out = match event {
                 Ok(event) => {
+                    // managedFields are never read from a watched object, and
+                    // are often its largest part: the caches drop them
+                    // (a thousand groups are held by two caches).
+                    let slim = |o: raw::RawObject| {
+                        let mut o = o.parsed();
+                        o.metadata.managed_fields = None;
+                        o
+                    };
                     let event = match event {
-                        watcher::Event::Apply(o) => watcher::Event::Apply(o.parsed()),
-                        watcher::Event::InitApply(o) => watcher::Event::InitApply(o.parsed()),
-                        watcher::Event::Delete(o) => watcher::Event::Delete(o.parsed()),
+                        watcher::Event::Apply(o) => watcher::Event::Apply(slim(o)),
+                        watcher::Event::InitApply(o) => watcher::Event::InitApply(slim(o)),
+                        watcher::Event::Delete(o) => watcher::Event::Delete(slim(o)),
                         watcher::Event::Init => watcher::Event::Init,
                         watcher::Event::InitDone => watcher::Event::InitDone,
                     };

@@ -41,6 +41,11 @@ async fn main() {
     let ns = cluster.namespace("figures").await;
     let pair = SitePair::start("figures");
     ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
+    if std::env::var("FIGURES").as_deref() == Ok("thousand") {
+        // Only the 1,000-group run (`FIGURES=thousand make figures`).
+        thousand::run(&cluster, &ns, &pair).await;
+        return;
+    }
     let mut operator = Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
     let settle = Duration::from_secs(10);
 

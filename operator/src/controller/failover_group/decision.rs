@@ -64,7 +64,7 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
     let status = group.status.clone().unwrap_or_default();
     let (site, generation) = (status.active_site.as_deref(), status.topology_generation);
     let in_spec = |s: &str| group.spec.sites.iter().any(|x| x.name == s);
-    let record = record::read(records, &name).await?;
+    let record = ctx.records.read_settled(records, &name, &uid, (site, generation)).await?;
     match record {
         Some(r) if r.group_uid == uid && r.tampered.is_some() => Ok(Resolution::Conflict(format!(
             "the decision record {} was edited by hand ({}); bloodraven will not fail this group over until a person resolves it: see docs/runbook.md, DecisionConflict",

@@ -55,8 +55,14 @@ const CONTROLLER: &str = "failovergroup";
 /// Longest Event note the API server accepts (`events.k8s.io/v1`).
 const MAX_EVENT_NOTE: usize = 1024;
 
-/// Runs the controller until `shutdown` resolves.
-pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+/// Runs the controller until `shutdown` resolves, reconciling at most
+/// `concurrency` groups at once (`--reconcile-concurrency`).
+pub async fn run(
+    ctx: Ctx,
+    selector: &str,
+    concurrency: u16,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
     let config = if selector.is_empty() { WatcherConfig::default() } else { WatcherConfig::default().labels(selector) };
     let (reader, writer) = reflector::store();
     let metrics = ctx.metrics.clone();
@@ -77,6 +83,7 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
         .predicate_filter(predicates::generation.combine(predicates::annotations), PredicateConfig::default());
     let takeover = ctx.leadership.acquisitions();
     Controller::for_stream(stream, reader)
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .reconcile_all_on(takeover)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -249,7 +256,9 @@ async fn safety_paths(
             resolution = decided_now(&group, resolution);
         }
         recovery = out.blocked;
-        current = trusted(record::read(records, &name).await?);
+        let status = group.status.clone().unwrap_or_default();
+        let decided = (status.active_site.as_deref(), status.topology_generation);
+        current = trusted(ctx.records.read_settled(records, &name, &uid, decided).await?);
         if let Some(rec) = current.clone() {
             if let Some(pending) = emergency::recover(ctx, records, &group, &rec, &probes).await? {
                 recovery = Some((reason::OPERATION_IN_PROGRESS, pending));

@@ -20,11 +20,17 @@
 //! own its fields are named in the message when they are not the
 //! operator's, to say who edited it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use futures::StreamExt as _;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use sha2::{Digest, Sha256};
 
 use crate::controller::{Error, kube_err};
@@ -32,6 +38,9 @@ use crate::controller::{Error, kube_err};
 /// Secret (in the operator's namespace) holding the key of record digests.
 pub const KEY_SECRET: &str = "bloodraven-record-key";
 const KEY_FIELD: &str = "key";
+/// Label of every decision record ConfigMap (value `topology`).
+const RECORD_LABEL: &str = "bloodraven.shipstream.io/record";
+
 static KEY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
 
 /// Loads the digest key from [`KEY_SECRET`], creating it (32 random bytes)
@@ -164,24 +173,27 @@ pub fn record_name(group: &str) -> String {
 /// older group of the same name (another UID) is returned with its
 /// resourceVersion so bootstrap can overwrite it, and never trusted.
 pub async fn read(api: &Api<ConfigMap>, group: &str) -> Result<Option<Record>, Error> {
-    let Some(cm) = api.get_opt(&record_name(group)).await.map_err(kube_err("read the decision record"))? else {
-        return Ok(None);
-    };
+    let cm = api.get_opt(&record_name(group)).await.map_err(kube_err("read the decision record"))?;
+    Ok(cm.as_ref().map(decode))
+}
+
+/// A stored record ConfigMap as a [`Record`] (digest checked).
+fn decode(cm: &ConfigMap) -> Record {
     let data = cm.data.clone().unwrap_or_default();
     let tampered = if verifies(&data) {
         None
     } else {
-        Some(foreign_owners(&cm).map_or_else(
+        Some(foreign_owners(cm).map_or_else(
             || "its digest is missing or does not verify: written by hand or by an older operator".to_owned(),
             |owners| format!("its digest does not verify; fields owned by {owners}"),
         ))
     };
     let generation = data.get("topologyGeneration").and_then(|g| g.parse().ok()).unwrap_or(0);
-    Ok(Some(Record {
+    Record {
         active_site: data.get("activeSite").cloned().unwrap_or_default(),
         generation,
         group_uid: data.get("groupUID").cloned().unwrap_or_default(),
-        resource_version: cm.metadata.resource_version,
+        resource_version: cm.metadata.resource_version.clone(),
         promotion_position: data.get("promotionPosition").filter(|p| !p.is_empty()).cloned(),
         requests: data
             .get("requests")
@@ -190,7 +202,116 @@ pub async fn read(api: &Api<ConfigMap>, group: &str) -> Result<Option<Record>, E
         pending: data.get("pending").filter(|p| !p.is_empty()).cloned(),
         admitted: data.get("admitted").filter(|p| !p.is_empty()).cloned(),
         tampered,
-    }))
+    }
+}
+
+/// resourceVersion of each record (by ConfigMap name) as this process last
+/// wrote it: a cached copy at another version is older than a write this
+/// process already made, and is not used.
+static WRITTEN: std::sync::LazyLock<std::sync::Mutex<HashMap<String, String>>> =
+    std::sync::LazyLock::new(Default::default);
+
+fn written() -> std::sync::MutexGuard<'static, HashMap<String, String>> {
+    // Single inserts and removes: a poisoned lock holds no half-written state.
+    WRITTEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The cached record `cm` when it may stand for a fresh read (see
+/// [`Cache::read_settled`]): `last_written` is the resourceVersion this
+/// process last wrote for it, if any.
+fn settled(
+    cm: &ConfigMap,
+    last_written: Option<&str>,
+    uid: &str,
+    decided: (Option<&str>, Option<i64>),
+) -> Option<Record> {
+    let version = cm.metadata.resource_version.as_deref().unwrap_or_default();
+    if last_written.is_some_and(|v| v != version) {
+        return None;
+    }
+    let r = decode(cm);
+    let quiet = r.tampered.is_none() && r.group_uid == uid && r.pending.is_none() && r.admitted.is_none();
+    (quiet && decided == (Some(r.active_site.as_str()), Some(r.generation))).then_some(r)
+}
+
+/// A watch cache of the decision records of the operator's namespace
+/// (label `bloodraven.shipstream.io/record=topology`), so that the
+/// steady-state reconcile of a group reads its record without an API
+/// request (issue 7, "Scale": two record GETs per probe were 400 GET/s at a
+/// thousand groups).
+///
+/// The cache only ever short-cuts the quiet case, see [`Cache::read_settled`];
+/// everything that acts (a decision, a switchover step, recovery) reads the
+/// record from the API server, and every record write is a
+/// compare-and-swap on the resourceVersion read.
+#[derive(Clone)]
+pub struct Cache {
+    namespace: String,
+    store: Store<ConfigMap>,
+    ready: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Cache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache").field("namespace", &self.namespace).finish_non_exhaustive()
+    }
+}
+
+impl Cache {
+    /// Starts the watch (a spawned task that retries with backoff for the
+    /// life of the process) and returns at once; until its first list is in,
+    /// every read goes to the API server.
+    pub fn start(client: &kube::Client, namespace: &str) -> Cache {
+        let (store, writer) = reflector::store();
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+        let config = watcher::Config::default().labels(&format!("{RECORD_LABEL}=topology"));
+        let stream =
+            watcher(api, config).default_backoff().modify(|cm| cm.metadata.managed_fields = None).reflect(writer);
+        let ns = namespace.to_owned();
+        tokio::spawn(stream.for_each(move |event| {
+            if let Err(err) = event {
+                tracing::warn!(namespace = %ns, error = %err, "the decision record watch failed; reading records directly until it recovers");
+            }
+            async {}
+        }));
+        let ready = Arc::new(AtomicBool::new(false));
+        let (flag, waiting) = (ready.clone(), store.clone());
+        tokio::spawn(async move {
+            if waiting.wait_until_ready().await.is_ok() {
+                flag.store(true, Ordering::Release);
+            }
+        });
+        Cache { namespace: namespace.to_owned(), store, ready }
+    }
+
+    /// The record of `group` (UID `uid`), read from the watch cache when it
+    /// is settled, else from the API server ([`read`]). Settled: the watch
+    /// has listed, the cached copy is the last one this process wrote (or
+    /// this process wrote none), it verifies, belongs to `uid`, has no
+    /// `pending` step and no `admitted` request, and shows exactly
+    /// `decided` (the group's status: active site and generation). Anything
+    /// else, including a cache that lags a write, is read afresh.
+    ///
+    /// # Errors
+    /// The fallback read failed.
+    pub async fn read_settled(
+        &self,
+        api: &Api<ConfigMap>,
+        group: &str,
+        uid: &str,
+        decided: (Option<&str>, Option<i64>),
+    ) -> Result<Option<Record>, Error> {
+        if self.ready.load(Ordering::Acquire) {
+            let name = record_name(group);
+            if let Some(cm) = self.store.get(&ObjectRef::new(&name).within(&self.namespace)) {
+                let last_written = written().get(&name).cloned();
+                if let Some(r) = settled(&cm, last_written.as_deref(), uid, decided) {
+                    return Ok(Some(r));
+                }
+            }
+        }
+        read(api, group).await
+    }
 }
 
 /// What a decision write records besides the site and generation.
@@ -252,7 +373,7 @@ pub async fn write(
             resource_version: previous.and_then(|p| p.resource_version.clone()),
             labels: Some(BTreeMap::from([
                 ("app.kubernetes.io/managed-by".to_owned(), "bloodraven-operator".to_owned()),
-                ("bloodraven.shipstream.io/record".to_owned(), "topology".to_owned()),
+                (RECORD_LABEL.to_owned(), "topology".to_owned()),
             ])),
             // `[{}]` resets field ownership (an absent or empty list keeps
             // it), so every field of a record the operator writes is its own.
@@ -267,6 +388,9 @@ pub async fn write(
         None => api.create(&pp, &cm).await.map_err(kube_err("create the decision record"))?,
         Some(_) => api.replace(&record_name(group), &pp, &cm).await.map_err(kube_err("update the decision record"))?,
     };
+    if let Some(v) = &written.metadata.resource_version {
+        self::written().insert(record_name(group), v.clone());
+    }
     Ok(Record {
         active_site: active_site.to_owned(),
         generation,
@@ -283,6 +407,7 @@ pub async fn write(
 /// Deletes the record of a deleted group (best effort: a leftover record of
 /// another UID is never trusted).
 pub async fn delete(api: &Api<ConfigMap>, group: &str) {
+    written().remove(&record_name(group));
     match api.delete(&record_name(group), &DeleteParams::default()).await {
         Ok(_) | Err(kube::Error::Api(_)) => {}
         Err(err) => tracing::warn!(group, error = %err, "failed to delete the decision record"),
@@ -298,7 +423,7 @@ pub async fn sweep<S: std::hash::BuildHasher>(
     listed_at: k8s_openapi::jiff::Timestamp,
 ) -> Result<usize, Error> {
     use crate::lease::store::created_before;
-    let lp = kube::api::ListParams::default().labels("bloodraven.shipstream.io/record=topology");
+    let lp = kube::api::ListParams::default().labels(&format!("{RECORD_LABEL}=topology"));
     let list = api.list(&lp).await.map_err(kube_err("list decision records"))?;
     let mut deleted = 0;
     for cm in list.items.iter().filter(|c| created_before(c.metadata.creation_timestamp.as_ref(), listed_at)) {
@@ -329,5 +454,52 @@ mod tests {
         assert_eq!(record_name(&long).len(), "bloodraven-topology-".len() + 16);
         assert_ne!(record_name("a"), record_name("b"));
         assert_eq!(record_name("playground"), record_name("playground"));
+    }
+
+    /// A record ConfigMap as `write` stores it, at resourceVersion `rv`,
+    /// with `edit` applied to its data after the digest.
+    fn stored(rv: &str, pending: &str, edit: impl FnOnce(&mut BTreeMap<String, String>)) -> ConfigMap {
+        let _ = KEY.set(vec![7; 32]);
+        let mut data = BTreeMap::from([
+            ("group".to_owned(), "g".to_owned()),
+            ("groupUID".to_owned(), "uid-1".to_owned()),
+            ("activeSite".to_owned(), "iad".to_owned()),
+            ("topologyGeneration".to_owned(), "3".to_owned()),
+            ("promotionPosition".to_owned(), String::new()),
+            ("requests".to_owned(), String::new()),
+            ("pending".to_owned(), pending.to_owned()),
+            ("admitted".to_owned(), String::new()),
+        ]);
+        let d = digest(&data).unwrap();
+        data.insert("digest".to_owned(), d);
+        edit(&mut data);
+        ConfigMap {
+            metadata: ObjectMeta { resource_version: Some(rv.to_owned()), ..ObjectMeta::default() },
+            data: Some(data),
+            ..ConfigMap::default()
+        }
+    }
+
+    #[test]
+    fn only_a_settled_cached_record_stands_for_a_read() {
+        let at = (Some("iad"), Some(3));
+        let plain = stored("10", "", |_| {});
+        assert!(settled(&plain, None, "uid-1", at).is_some(), "settled, and this process never wrote it");
+        assert!(settled(&plain, Some("10"), "uid-1", at).is_some(), "the copy this process wrote last");
+        // Each of these must go to the API server instead.
+        assert!(settled(&plain, Some("11"), "uid-1", at).is_none(), "older than this process's last write");
+        assert!(settled(&plain, None, "uid-2", at).is_none(), "another group of the same name");
+        assert!(settled(&plain, None, "uid-1", (Some("pdx"), Some(3))).is_none(), "status shows another site");
+        assert!(settled(&plain, None, "uid-1", (Some("iad"), Some(4))).is_none(), "status shows another generation");
+        assert!(settled(&plain, None, "uid-1", (None, None)).is_none(), "status shows no decision");
+        assert!(settled(&stored("10", "promote", |_| {}), None, "uid-1", at).is_none(), "a step is pending");
+        let admitted = stored("10", "", |d| {
+            d.insert("admitted".to_owned(), "r1".to_owned());
+        });
+        assert!(settled(&admitted, None, "uid-1", at).is_none(), "edited after the digest (and admitted)");
+        let edited = stored("10", "", |d| {
+            d.insert("topologyGeneration".to_owned(), "9".to_owned());
+        });
+        assert!(settled(&edited, None, "uid-1", (Some("iad"), Some(9))).is_none(), "a hand edit never stands");
     }
 }
