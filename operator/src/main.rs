@@ -3,8 +3,12 @@
 
 use clap::Parser;
 
-/// jemalloc, not glibc's malloc: see the note on `tikv-jemallocator` in
-/// Cargo.toml for the figures.
+/// jemalloc, not glibc's malloc, in release builds (what users run): see the
+/// note on `tikv-jemallocator` in Cargo.toml for the figures. Debug builds
+/// (the e2e tests' operator) keep the system allocator: with jemalloc there
+/// the tests' two-second leader Lease retries timed out far more often on
+/// two cores.
+#[cfg(not(debug_assertions))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

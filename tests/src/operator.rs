@@ -30,9 +30,13 @@ pub struct LeaderTimings {
 
 impl Default for LeaderTimings {
     /// Shorter than production's 15/10/2 so that takeover tests are quick;
-    /// the same ordering (retry < renew deadline < lease duration).
+    /// the same ordering (retry < renew deadline < lease duration). Each
+    /// attempt may take one retry period: at 1 s, a debug-build operator
+    /// among three parallel tests on two cores timed out a renewal now and
+    /// then, and two in a row lost the Lease in the middle of tests that are
+    /// not about leadership.
     fn default() -> Self {
-        LeaderTimings { lease_duration: 6, renew_deadline: 4, retry_period: 1 }
+        LeaderTimings { lease_duration: 10, renew_deadline: 8, retry_period: 2 }
     }
 }
 
