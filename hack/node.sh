@@ -375,10 +375,12 @@ import_image() { # src ref
   local src=$1 ref=$2 name tag
   name=${ref%:*}; tag=${ref##*:}
   [ "$name" != "$ref" ] && [[ $tag != */* ]] || die "import: REF must be NAME:TAG (got '$ref')"
-  # An archive's index names its manifest by tag only (what umoci and
-  # `docker save`-like OCI tools write); --base-name makes that NAME:TAG.
-  # An archive whose tag differs from REF's is re-tagged to REF.
-  local out
+  # An OCI archive's index names its manifest by tag only (umoci writes
+  # that); --base-name makes it NAME:TAG, --digests also NAME@DIGEST. The
+  # manifest's digest (ctr prints it) is then tagged REF, and the names the
+  # import added besides REF are removed again.
+  local before out digest
+  before=$(ctr_ images ls -q)
   if [ -d "$src" ]; then
     [ -f "$src/index.json" ] || die "import: $src is not an OCI layout (no index.json)"
     out=$(tar -C "$src" -cf - . | ctr_ images import --base-name "$name" --digests -) || die "import of $src failed"
@@ -386,19 +388,13 @@ import_image() { # src ref
     [ -f "$src" ] || die "import: no $src"
     out=$(ctr_ images import --base-name "$name" --digests "$src") || die "import of $src failed"
   fi
-  if ! ctr_ images ls -q | grep -qxF "$ref"; then
-    # The archive's own digest-named image (from --digests) carries the manifest.
-    local digest
-    digest=$(sed -n 's/.*@\(sha256:[0-9a-f]\{64\}\).*/\1/p' <<<"$out" | head -n 1)
-    local from
-    from=$(ctr_ images ls -q | grep -F "@$digest" | head -n 1)
-    [ -n "$from" ] || die "import of $src: no image with REF $ref and no manifest digest in ctr's output: $out"
-    ctr_ images tag --force "$from" "$ref" >/dev/null
-  fi
-  # The digest-named helper images are not needed.
-  ctr_ images ls -q | grep -E '^import-[0-9-]+@sha256:' | xargs -r ctr --address "$DIR/node/containerd/containerd.sock" --namespace k8s.io images rm >/dev/null 2>&1 || true
-  ctr_ images ls -q | grep -qxF "$ref" || die "import of $src: $ref not in containerd afterwards"
-  log "imported $ref"
+  digest=$(sed -n 's/^unpacking [^ ]*@sha256:[0-9a-f]* (\(sha256:[0-9a-f]\{64\}\)).*/\1/p' <<<"$out" | head -n 1)
+  [ -n "$digest" ] || die "import of $src: no manifest digest in ctr's output: $out"
+  ctr_ images tag --force "$name@$digest" "$ref" >/dev/null || die "import of $src: cannot tag $ref"
+  local extra
+  extra=$(ctr_ images ls -q | grep -vxF "$ref" | grep -v '^sha256:' | grep -vxF -f <(echo "$before") || true)
+  if [ -n "$extra" ]; then ctr_ images rm $extra >/dev/null; fi
+  log "imported $ref ($digest)"
 }
 
 cmd_up() {
@@ -410,8 +406,7 @@ cmd_up() {
   [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/host-local ] && [ -x /usr/lib/cni/loopback ] ||
     die "the CNI plugins are missing in /usr/lib/cni (apt-get install containernetworking-plugins)"
   local start=$SECONDS
-  mkdir -p "$1"
-  DIR=$(abs_dir "$1")
+  DIR=$(realpath -m "$1")
   local other; other=$(other_node "$DIR")
   [ -z "$other" ] || die "another node runs on this machine: $other (one node per machine: stop it with hack/node.sh down $other)"
   local sock="$DIR/node/containerd/containerd.sock.ttrpc"
