@@ -118,12 +118,12 @@ wait_for() { # dir name what check-cmd...
     if "$@"; then return 0; fi
     if ! kill -0 "$pid" 2>/dev/null; then
       tail_log "$dir/node/logs/$name.log"
-      die "$name exited before $what (hack/node.sh down $dir cleans up)"
+      die "$name exited before $what"
     fi
     sleep 0.25
   done
   tail_log "$dir/node/logs/$name.log"
-  die "$name: timed out after ${TIMEOUT}s waiting for $what (hack/node.sh down $dir cleans up)"
+  die "$name: timed out after ${TIMEOUT}s waiting for $what"
 }
 
 stop_pid() { # pid name seconds
@@ -163,8 +163,13 @@ k8s_bin() { # dir
 kc() { "$BIN/kubectl" --kubeconfig "$DIR/kubeconfig" "$@"; }
 ctr_() { ctr --address "$DIR/node/containerd/containerd.sock" --namespace k8s.io "$@"; }
 
+# Ready, and (when SINCE is set: during `up`) reported by this kubelet, not
+# a stale condition left in the API by an earlier run.
 node_ready() {
-  [ "$(kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
+  local st
+  st=$(kc get node "$NODE_NAME" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}' 2>/dev/null) || return 1
+  [ "${st%% *}" = True ] || return 1
+  [ -z "${SINCE:-}" ] || [[ ! ${st#* } < $SINCE ]]
 }
 containerd_ready() { ctr_ version >/dev/null 2>&1; }
 coredns_ready() { curl -sf --max-time 2 "http://$NODE_ADDRESS:8181/ready" >/dev/null 2>&1; }
@@ -431,10 +436,13 @@ cmd_up() {
   done < <("$root/hack/node-images.sh" build)
   [ -n "${pause:-}" ] && [ -n "${busybox:-}" ] || die "hack/node-images.sh build did not print both images"
 
+  # From here on a failed `up` takes down what it started (logs stay).
+  trap 'rc=$?; if [ $rc -ne 0 ]; then log "up failed: stopping what it started"; (cmd_down "$DIR") >&2 || true; fi' EXIT
   save_host_state "$DIR"
   write_configs "$DIR" "${pause%% *}"
   bridge_up
 
+  SINCE=$(date -u +%FT%TZ)
   spawn "$DIR" containerd containerd --config "$n/containerd/config.toml"
   wait_for "$DIR" containerd "its socket to answer" containerd_ready
   import_image "${pause#* }" "${pause%% *}"
@@ -461,6 +469,7 @@ cmd_up() {
     [ -n "$(live_pid "$DIR" "$c")" ] || { tail_log "$n/logs/$c.log"; die "$c exited"; }
   done
   write_env_lines "$DIR" "${pause%% *}" "${busybox%% *}"
+  trap - EXIT
   log "up in $((SECONDS - start))s: node $NODE_NAME Ready at $NODE_ADDRESS (bridge $NODE_BRIDGE); logs in $n/logs"
   sed -n "\\|^$ENV_NODE_MARKER\$|,\$p" "$DIR/env"
 }
@@ -485,10 +494,12 @@ delete_pods() {
   local deadline=$((SECONDS + 45)) left
   while ((SECONDS < deadline)); do
     left=$(kc get pods --all-namespaces --field-selector "spec.nodeName=$NODE_NAME" -o name 2>/dev/null | wc -l)
-    [ "$left" = 0 ] && return 0
+    [ "$left" = 0 ] && break
     sleep 0.5
   done
-  log "$left Pod(s) still on the node after 45s; they are killed below"
+  [ "$left" = 0 ] || log "$left Pod(s) still on the node after 45s; they are killed below"
+  # The Node object goes too: the next `up` waits for a fresh registration.
+  kc delete node "$NODE_NAME" --wait=false >/dev/null 2>&1 || true
 }
 
 # Every rule that jumps to CHAINS is deleted, then the chains themselves.
