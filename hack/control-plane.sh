@@ -360,7 +360,7 @@ cmd_up() { # dir
     log "already up ($dir)"; cat "$dir/env"; return 0
   fi
   # Half up (one process dead, or not ready): start over cleanly.
-  if [ -n "$(procs_of "$dir")" ]; then log "not healthy: restarting"; cmd_down "$dir"; fi
+  if [ -n "$(procs_of "$dir")" ]; then log "not healthy or started with other flags: restarting"; cmd_down "$dir"; fi
   command -v curl >/dev/null || die "curl is needed"
   local bin; bin=$(k8s_bin)
   mkdir -p "$dir/logs" "$dir/pids" "$dir/etcd"; chmod 700 "$dir/etcd"
