@@ -116,7 +116,10 @@ spec:
   - name: echo
     image: $img
     imagePullPolicy: IfNotPresent
-    command: ["/bin/sh", "-c", "while true; do echo pong | nc -l -p 8080; done"]
+    # -ll -e: a persistent server, one `echo` per connection (a loop around a
+    # single-connection `nc -l` refuses connections between two clients,
+    # the readiness probe's included).
+    command: ["nc", "-ll", "-p", "8080", "-e", "echo", "pong"]
     readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}
 ---
 apiVersion: v1
@@ -143,9 +146,9 @@ spec:
     - -c
     - |
       set -e
-      nslookup kubernetes.default.svc.cluster.local | grep -q 'Address: $BLOODRAVEN_NODE_ADDRESS\|Address: 10.96.0.1'
+      nslookup kubernetes.default.svc.cluster.local | grep -qx 'Address: 10.96.0.1'
       echo resolved-kubernetes
-      nslookup echo.$ns.svc.cluster.local | grep -q "Address: $cip"
+      nslookup echo.$ns.svc.cluster.local | grep -qx "Address: $cip"
       echo resolved-echo
       for i in 1 2 3 4 5; do
         out=\$(nc -w 3 echo.$ns.svc.cluster.local 80 </dev/null || true)
