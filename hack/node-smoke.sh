@@ -105,7 +105,9 @@ reason=$(jp job/deadline '{.status.conditions[?(@.type=="Failed")].reason}')
 [ "$reason" = DeadlineExceeded ] || fail "Job deadline failed with reason '$reason', not DeadlineExceeded"
 ok "activeDeadlineSeconds ends a stuck Job: Failed, DeadlineExceeded"
 
-# --- a Service in front of a busybox nc server
+# --- a Service in front of a busybox nc server: -ll -e is a persistent
+# server, one `echo pong` per connection (a loop around a one-shot `nc -l`
+# refuses connections between two clients, the readiness probe's included).
 kubectl apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
@@ -116,9 +118,6 @@ spec:
   - name: echo
     image: $img
     imagePullPolicy: IfNotPresent
-    # -ll -e: a persistent server, one `echo` per connection (a loop around a
-    # single-connection `nc -l` refuses connections between two clients,
-    # the readiness probe's included).
     command: ["nc", "-ll", "-p", "8080", "-e", "echo", "pong"]
     readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}
 ---
