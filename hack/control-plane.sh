@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
-# A bare Kubernetes control plane as local processes on 127.0.0.1: etcd and
-# kube-apiserver, configured the way controller-runtime's envtest does (RBAC,
-# service-account tokens, no ServiceAccount admission plugin). There is no
-# kube-controller-manager and no kubelet: namespaces are never finalized and
-# no `default` ServiceAccount appears; that is expected.
+# A Kubernetes control plane as local processes: etcd (127.0.0.1) and
+# kube-apiserver (RBAC + Node authorization, service-account tokens, the
+# ServiceAccount and NodeRestriction admission plugins, the lease endpoint
+# reconciler). Alone it has no kube-controller-manager and no kubelet:
+# namespaces are never finalized and no `default` ServiceAccount appears.
+# hack/node.sh adds those (a node, on top of the same DIR); this script
+# prepares what the node needs: the node's network (DIR/node-net.env, chosen
+# once per DIR), client certificates and kubeconfigs for each node component.
 #
 #   hack/control-plane.sh up DIR      # start (or, when already up, just reprint DIR/env)
 #   hack/control-plane.sh down DIR    # stop every process of DIR; verifies none remains
 #   hack/control-plane.sh status DIR  # exit 0 when up and /readyz is ok, 1 otherwise
 #
-# DIR holds pki/ (CA, serving and admin client certs, service-account keys;
-# kept across down/up), etcd/ (data, kept), logs/{etcd,kube-apiserver}.log,
-# pids/, ports.env, kubeconfig (admin = CN bloodraven-admin, O system:masters;
-# certs embedded) and env (shell `export` lines, also printed by `up`):
+# DIR holds pki/ (CA, serving and admin client certs, service-account keys,
+# node component certs; kept across down/up), etcd/ (data, kept),
+# logs/{etcd,kube-apiserver}.log, pids/, ports.env, node-net.env,
+# kubeconfig (admin = CN bloodraven-admin, O system:masters; certs embedded),
+# kubeconfigs/ (one per node component) and env (shell `export` lines, also
+# printed by `up`; hack/node.sh appends its own lines after a marker, kept):
 #   KUBECONFIG BLOODRAVEN_APISERVER_URL BLOODRAVEN_APISERVER_CA BLOODRAVEN_K8S_BIN
+# kube-apiserver listens on 0.0.0.0 (clients use 127.0.0.1; Pods reach it
+# through the `kubernetes` Service at the node address, see hack/README.md).
+# `down` also stops a node of DIR (hack/node.sh down) when one runs.
 # Binaries come from hack/build-k8s.sh (or from $BLOODRAVEN_K8S_BIN when it
 # is set and holds etcd, kube-apiserver and kubectl).
 # Timeouts: BLOODRAVEN_CONTROL_PLANE_TIMEOUT seconds (default 90) per wait.
@@ -23,6 +31,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 TIMEOUT=${BLOODRAVEN_CONTROL_PLANE_TIMEOUT:-90}
 # The issuer is also the default audience of TokenRequest (as in a real cluster).
 SA_ISSUER=https://kubernetes.default.svc.cluster.local
+# Service ClusterIPs; the first is the `kubernetes` Service.
+SERVICE_CIDR=10.96.0.0/24
+SERVICE_IP=10.96.0.1
 me=control-plane.sh
 log() { echo "$me: $*" >&2; }
 die() { echo "$me: error: $*" >&2; exit 1; }
@@ -130,13 +141,11 @@ extendedKeyUsage=clientAuth
 authorityKeyIdentifier=keyid
 subjectKeyIdentifier=hash
 EXT
-    q openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out apiserver.key
-    q openssl req -new -key apiserver.key -subj "/CN=kube-apiserver" -out apiserver.csr
-    q openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial -CAserial ca.srl \
-      -days 3650 -extfile leaf.ext -extensions server -out apiserver.crt
+    # (kube-apiserver's serving certificate is made by node_pki: its SANs
+    # include the node address.)
     q openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out admin.key
     q openssl req -new -key admin.key -subj "/O=system:masters/CN=bloodraven-admin" -out admin.csr
-    q openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAserial ca.srl \
+    q openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAserial ca.srl -CAcreateserial \
       -days 3650 -extfile leaf.ext -extensions client -out admin.crt
     q openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key
     q openssl pkey -in sa.key -pubout -out sa.pub
@@ -145,9 +154,82 @@ EXT
   touch "$pki/.complete"
 }
 
-write_kubeconfig() { # dir url
-  local b64='base64 -w0'
-  cat >"$1/kubeconfig.tmp" <<EOF
+# The node's network, chosen once per DIR and kept (node-net.env): a bridge
+# name and a /24 under 10.224.0.0/12 derived from DIR's path, so two DIRs
+# differ. The bridge's own address (.1) is the node address: kube-apiserver
+# advertises it (the `kubernetes` Service's endpoint), kubelet registers it as
+# the node's InternalIP, CoreDNS listens there. Only hack/node.sh creates the
+# bridge; without a node the address is simply not reachable.
+node_net() { # dir
+  local f="$1/node-net.env"
+  if ! [ -s "$f" ]; then
+    local h; h=$(printf '%s' "$1" | cksum | cut -d' ' -f1)
+    local b=$((224 + h % 16)) c=$(((h / 16) % 256))
+    {
+      printf 'NODE_NAME=%s\n' bloodraven-node
+      printf 'NODE_BRIDGE=%s\n' "brv-$(printf '%08x' "$h")"
+      printf 'NODE_ADDRESS=%s\n' "10.$b.$c.1"
+      printf 'NODE_POD_SUBNET=%s\n' "10.$b.$c.0/24"
+      printf 'NODE_SERVICE_CIDR=%s\n' "$SERVICE_CIDR"
+      printf 'NODE_SERVICE_IP=%s\n' "$SERVICE_IP"
+    } >"$f.tmp"
+    mv "$f.tmp" "$f"
+  fi
+}
+
+# A leaf certificate signed by DIR's CA (EC P-256: fast to make), created
+# when missing or when its subject or SANs changed (recorded in NAME.spec).
+# The CA is never replaced, so every kubeconfig stays valid.
+leaf() { # dir name server|client subject [sans]
+  local pki="$1/pki" name=$2 kind=$3 subj=$4 sans=${5:-}
+  local spec="$kind|$subj|$sans"
+  if [ -f "$pki/$name.crt" ] && [ "$(cat "$pki/$name.spec" 2>/dev/null)" = "$spec" ]; then return 0; fi
+  (
+    cd "$pki"
+    q() { "$@" >/dev/null 2>"$name.err" || { cat "$name.err" >&2; exit 1; }; }
+    {
+      echo "basicConstraints=critical,CA:FALSE"
+      echo "keyUsage=critical,digitalSignature,keyEncipherment"
+      if [ "$kind" = server ]; then echo "extendedKeyUsage=serverAuth"; else echo "extendedKeyUsage=clientAuth"; fi
+      [ -z "$sans" ] || echo "subjectAltName=$sans"
+      echo "authorityKeyIdentifier=keyid"
+      echo "subjectKeyIdentifier=hash"
+    } >"$name.ext"
+    q openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$name.key.tmp"
+    q openssl req -new -key "$name.key.tmp" -subj "$subj" -out "$name.csr"
+    q openssl x509 -req -in "$name.csr" -CA ca.crt -CAkey ca.key -CAserial ca.srl -CAcreateserial \
+      -days 3650 -extfile "$name.ext" -out "$name.crt.tmp"
+    chmod 600 "$name.key.tmp"
+    mv "$name.key.tmp" "$name.key"; mv "$name.crt.tmp" "$name.crt"
+    echo "$spec" >"$name.spec"
+    rm -f "$name.csr" "$name.ext" "$name.err"
+  ) || die "openssl failed while making $pki/$name.crt"
+}
+
+# What a node needs besides the CA: kube-apiserver's serving certificate also
+# for the `kubernetes` Service's names and IP and the node address (Pods call
+# https://kubernetes.default.svc), its client certificate for kubelets (logs,
+# exec), and one client identity per node component, with the names the
+# default RBAC bindings (and the Node authorizer) expect.
+node_pki() { # dir
+  local dir=$1
+  # shellcheck source=/dev/null
+  . "$dir/node-net.env"
+  local svc=kubernetes.default.svc
+  leaf "$dir" apiserver-serving server "/CN=kube-apiserver" \
+    "IP:127.0.0.1,DNS:localhost,IP:$NODE_SERVICE_IP,IP:$NODE_ADDRESS,DNS:kubernetes,DNS:kubernetes.default,DNS:$svc,DNS:$svc.cluster.local"
+  leaf "$dir" apiserver-kubelet-client client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+  leaf "$dir" kube-controller-manager client "/CN=system:kube-controller-manager"
+  leaf "$dir" kube-scheduler client "/CN=system:kube-scheduler"
+  leaf "$dir" kubelet client "/O=system:nodes/CN=system:node:$NODE_NAME"
+  leaf "$dir" kubelet-serving server "/CN=$NODE_NAME" "IP:$NODE_ADDRESS,DNS:$NODE_NAME"
+  leaf "$dir" kube-proxy client "/CN=system:kube-proxy"
+  leaf "$dir" coredns client "/CN=bloodraven:coredns"
+}
+
+write_kubeconfig() { # dir url [user cert-name file]
+  local b64='base64 -w0' user=${3:-bloodraven-admin} cert=${4:-admin} out=${5:-$1/kubeconfig}
+  cat >"$out.tmp" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -156,20 +238,31 @@ clusters:
     server: $2
     certificate-authority-data: $($b64 <"$1/pki/ca.crt")
 users:
-- name: bloodraven-admin
+- name: $user
   user:
-    client-certificate-data: $($b64 <"$1/pki/admin.crt")
-    client-key-data: $($b64 <"$1/pki/admin.key")
+    client-certificate-data: $($b64 <"$1/pki/$cert.crt")
+    client-key-data: $($b64 <"$1/pki/$cert.key")
 contexts:
 - name: bloodraven
   context:
     cluster: bloodraven
-    user: bloodraven-admin
+    user: $user
     namespace: default
 current-context: bloodraven
 EOF
-  chmod 600 "$1/kubeconfig.tmp"; mv "$1/kubeconfig.tmp" "$1/kubeconfig"
+  chmod 600 "$out.tmp"; mv "$out.tmp" "$out"
 }
+
+write_component_kubeconfigs() { # dir url
+  local c
+  mkdir -p "$1/kubeconfigs"
+  for c in kube-controller-manager kube-scheduler kubelet kube-proxy coredns; do
+    write_kubeconfig "$1" "$2" "$c" "$c" "$1/kubeconfigs/$c.kubeconfig"
+  done
+}
+
+# The line after which hack/node.sh keeps its own env lines (image refs...).
+ENV_NODE_MARKER='# --- hack/node.sh ---'
 
 write_env() { # dir url bin
   {
@@ -177,6 +270,7 @@ write_env() { # dir url bin
     printf 'export BLOODRAVEN_APISERVER_URL=%q\n' "$2"
     printf 'export BLOODRAVEN_APISERVER_CA=%q\n' "$1/pki/ca.crt"
     printf 'export BLOODRAVEN_K8S_BIN=%q\n' "$3"
+    if [ -f "$1/env" ]; then sed -n "\\|^$ENV_NODE_MARKER\$|,\$p" "$1/env"; fi
   } >"$1/env.tmp"
   mv "$1/env.tmp" "$1/env"
 }
@@ -206,9 +300,53 @@ wait_for() { # dir name what check-cmd...
 
 etcd_healthy() { local b; b=$(curl -sf --max-time 2 "$1/health" 2>/dev/null) && [[ $b == *'"health":"true"'* ]]; }
 
-is_up() { # dir : both processes alive and readyz ok
-  local dir=$1 url
-  [ -n "$(live_pid "$dir" etcd)" ] && [ -n "$(live_pid "$dir" kube-apiserver)" ] || return 1
+# kube-apiserver's arguments (after argv[0]); is_up compares them with the
+# running process, so a control plane started by an older version of this
+# script is restarted with the current flags.
+apiserver_args() { # dir etcd-url port
+  local dir=$1
+  # shellcheck source=/dev/null
+  . "$dir/node-net.env"
+  APISERVER_ARGS=(
+    --etcd-servers="$2"
+    --bind-address=0.0.0.0 --advertise-address="$NODE_ADDRESS" --secure-port="$3"
+    --cert-dir="$dir/pki/apiserver-cert-dir"
+    --tls-cert-file="$dir/pki/apiserver-serving.crt" --tls-private-key-file="$dir/pki/apiserver-serving.key"
+    --client-ca-file="$dir/pki/ca.crt"
+    --authorization-mode=Node,RBAC
+    --enable-admission-plugins=NodeRestriction
+    --service-account-issuer="$SA_ISSUER" --api-audiences="$SA_ISSUER"
+    --service-account-key-file="$dir/pki/sa.pub"
+    --service-account-signing-key-file="$dir/pki/sa.key"
+    --service-cluster-ip-range="$SERVICE_CIDR"
+    --endpoint-reconciler-type=lease
+    --kubelet-client-certificate="$dir/pki/apiserver-kubelet-client.crt"
+    --kubelet-client-key="$dir/pki/apiserver-kubelet-client.key"
+    --kubelet-certificate-authority="$dir/pki/ca.crt"
+    --kubelet-preferred-address-types=InternalIP
+    --allow-privileged=true
+    --profiling=false
+  )
+}
+
+running_args_match() { # dir pid
+  local etcd_url port want got
+  # shellcheck source=/dev/null
+  etcd_url=$(. "$1/ports.env" && echo "http://127.0.0.1:$ETCD_PORT")
+  # shellcheck source=/dev/null
+  port=$(. "$1/ports.env" && echo "$APISERVER_PORT")
+  apiserver_args "$1" "$etcd_url" "$port"
+  want=$(printf '%s\n' "${APISERVER_ARGS[@]}")
+  got=$(tr '\0' '\n' <"/proc/$2/cmdline" 2>/dev/null | tail -n +2)
+  [ "$want" = "$got" ]
+}
+
+is_up() { # dir : both processes alive, current flags and readyz ok
+  local dir=$1 url pid
+  [ -n "$(live_pid "$dir" etcd)" ] || return 1
+  pid=$(live_pid "$dir" kube-apiserver)
+  [ -n "$pid" ] || return 1
+  [ -f "$dir/node-net.env" ] && [ -f "$dir/ports.env" ] && running_args_match "$dir" "$pid" || return 1
   [ -f "$dir/ports.env" ] && [ -f "$dir/env" ] && [ -f "$dir/kubeconfig" ] || return 1
   # shellcheck source=/dev/null
   url=$(. "$dir/ports.env" && echo "https://127.0.0.1:$APISERVER_PORT")
@@ -222,11 +360,13 @@ cmd_up() { # dir
     log "already up ($dir)"; cat "$dir/env"; return 0
   fi
   # Half up (one process dead, or not ready): start over cleanly.
-  if [ -n "$(procs_of "$dir")" ]; then log "not healthy: restarting"; cmd_down "$dir"; fi
+  if [ -n "$(procs_of "$dir")" ]; then log "not healthy or started with other flags: restarting"; cmd_down "$dir"; fi
   command -v curl >/dev/null || die "curl is needed"
   local bin; bin=$(k8s_bin)
   mkdir -p "$dir/logs" "$dir/pids" "$dir/etcd"; chmod 700 "$dir/etcd"
   gen_pki "$dir"
+  node_net "$dir"
+  node_pki "$dir"
 
   # Keep the ports of the previous run when they are still free (a stable URL
   # across down/up), else pick new ones.
@@ -253,24 +393,12 @@ cmd_up() { # dir
     --unsafe-no-fsync --log-level=warn
   wait_for "$dir" etcd "/health on $etcd_url" etcd_healthy "$etcd_url"
 
-  spawn "$dir" kube-apiserver "$bin/kube-apiserver" \
-    --etcd-servers="$etcd_url" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
-    --cert-dir="$dir/pki/apiserver-cert-dir" \
-    --tls-cert-file="$dir/pki/apiserver.crt" --tls-private-key-file="$dir/pki/apiserver.key" \
-    --client-ca-file="$dir/pki/ca.crt" \
-    --authorization-mode=RBAC \
-    --service-account-issuer="$SA_ISSUER" --api-audiences="$SA_ISSUER" \
-    --service-account-key-file="$dir/pki/sa.pub" \
-    --service-account-signing-key-file="$dir/pki/sa.key" \
-    --service-cluster-ip-range=10.96.0.0/24 \
-    --allow-privileged=true \
-    --disable-admission-plugins=ServiceAccount \
-    --endpoint-reconciler-type=none \
-    --profiling=false
+  apiserver_args "$dir" "$etcd_url" "$APISERVER_PORT"
+  spawn "$dir" kube-apiserver "$bin/kube-apiserver" "${APISERVER_ARGS[@]}"
   wait_for "$dir" kube-apiserver "/readyz ok on $url" readyz "$dir" "$url"
 
   write_kubeconfig "$dir" "$url"
+  write_component_kubeconfigs "$dir" "$url"
   write_env "$dir" "$url" "$bin"
   log "up in $((SECONDS - start))s: $url (etcd $etcd_url); logs in $dir/logs"
   cat "$dir/env"
@@ -291,6 +419,9 @@ cmd_down() { # dir
   local dir name pid
   [ -d "$1" ] || { log "no $1: nothing to stop"; return 0; }
   dir=$(cd "$1" && pwd)
+  # A node on this control plane goes first (it deletes its Pods through the
+  # API server while that still runs).
+  if [ -d "$dir/node" ]; then "$root/hack/node.sh" down "$dir" || log "hack/node.sh down $dir failed"; fi
   # The API server first (it holds etcd connections), then etcd, then strays.
   for name in kube-apiserver etcd; do
     pid=$(live_pid "$dir" "$name")
