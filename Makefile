@@ -26,7 +26,7 @@ unit: ## Unit and property tests
 	$(CARGO) test --locked --workspace --exclude bloodraven-e2e
 
 .PHONY: e2e
-e2e: tools ## End-to-end tests: real kube-apiserver + etcd, real MariaDB sites, the real operator
+e2e: tools ## End-to-end tests: real kube-apiserver + etcd and a real node (kubelet, containerd), real MariaDB sites, the real operator
 	hack/e2e.sh
 
 .PHONY: figures
@@ -40,6 +40,10 @@ bench-failover: tools ## Failover benchmark: client write unavailability over 20
 .PHONY: bench
 bench: tools ## Deploy-API renewal benchmark beside a plain Lease CAS baseline (release build; BENCH_RATE, BENCH_WORKERS, BENCH_SECONDS, BENCH_GROUPS)
 	hack/e2e.sh --bench
+
+.PHONY: images
+images: ## Build the project's OCI images here (static operator binary; no daemon, no registry) into ~/.cache/bloodraven/images
+	hack/images.sh build
 
 .PHONY: test
 test: check unit e2e ## Everything CI runs: checks, unit tests, then the e2e suite

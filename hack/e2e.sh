@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Runs the e2e suite against real components: builds the operator, starts
-# etcd + kube-apiserver (hack/control-plane.sh) under .e2e/, runs the
-# bloodraven-e2e tests (each starts its own MariaDB sites and operator
-# processes), and always stops everything it started, pass or fail.
+# etcd + kube-apiserver (hack/control-plane.sh) and one real node
+# (hack/node.sh: kubelet, containerd, kube-proxy, CoreDNS, the controller
+# manager and scheduler) under .e2e/, builds the project's images
+# (hack/images.sh) into the node, runs the bloodraven-e2e tests (each starts
+# its own MariaDB sites and operator processes, or Pods), and always stops
+# everything it started, pass or fail. Needs root (the node).
 #
 #   hack/e2e.sh [ARGS]           run the suite; ARGS go to `cargo test` after `--`
 #   hack/e2e.sh --figures        instead print the scale figures (tests/src/bin/scale-figures.rs)
@@ -27,6 +30,8 @@ cleanup() {
   for d in "$dir"/mariadb/*/; do
     [ -d "$d" ] && "$root/hack/mariadb.sh" down "$d" >/dev/null 2>&1 || true
   done
+  # The node first (its Pods, mounts, bridge and chains), then the control plane.
+  "$root/hack/node.sh" down "$dir/control-plane" >/dev/null 2>&1 || true
   "$root/hack/control-plane.sh" down "$dir/control-plane" >/dev/null 2>&1 || true
   if [ "$status" -ne 0 ]; then
     echo "e2e: failed; operator logs are in $dir/logs, control-plane logs in $dir/control-plane/logs" >&2
@@ -42,7 +47,23 @@ if [ "${1:-}" = "--figures" ] || [ "${1:-}" = "--bench" ] || [ "${1:-}" = "--ben
 else
   cargo build --locked -p bloodraven-operator
 fi
-"$root/hack/control-plane.sh" up "$dir/control-plane" >/dev/null
+if [ "${1:-}" = "--figures" ] || [ "${1:-}" = "--bench" ] || [ "${1:-}" = "--bench-failover" ]; then
+  # Figures measure the operator process against the control plane alone.
+  "$root/hack/control-plane.sh" up "$dir/control-plane" >/dev/null
+else
+  # One real node for the whole run (tests keep their own namespaces), and
+  # the project's images built here and imported into it.
+  started=$(date +%s)
+  "$root/hack/node.sh" up "$dir/control-plane" >/dev/null
+  "$root/hack/images.sh" import "$dir/control-plane" >/dev/null
+  echo "e2e: node up and images imported in $(( $(date +%s) - started )) s"
+  set -a
+  # shellcheck source=/dev/null
+  . "$dir/control-plane/env"
+  # shellcheck source=/dev/null
+  . "$dir/control-plane/images.env"
+  set +a
+fi
 rm -rf "$dir/logs"
 if [ "${1:-}" = "--figures" ]; then
   # 1,000 groups probe the one pair (2 sites x 1,000 / 5 s = 400 connections

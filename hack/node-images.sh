@@ -30,22 +30,8 @@ need() {
     die "$BUSYBOX is not busybox-static with nc (apt-get install busybox-static)"
 }
 
-# Packs DIR/rootfs (files already in place) into an OCI archive for NAME:TAG.
-# umoci unpack/repack as root keeps the owners written in the rootfs.
-pack() { # work name tag archive umoci-config-args...
-  local work=$1 name=$2 tag=$3 out=$4; shift 4
-  local layout="$work/oci" bundle="$work/bundle"
-  umoci init --layout "$layout"
-  umoci new --image "$layout:$tag"
-  umoci unpack --image "$layout:$tag" "$bundle" >/dev/null
-  cp -a "$work/rootfs/." "$bundle/rootfs/"
-  umoci repack --image "$layout:$tag" "$bundle"
-  umoci config --image "$layout:$tag" --author=bloodraven \
-    --config.env=PATH=/bin --history.comment="hack/node-images.sh $name recipe $RECIPE" "$@"
-  umoci gc --layout "$layout"
-  tar -C "$layout" -cf "$out.tmp" .
-  mv "$out.tmp" "$out"
-}
+# shellcheck source=hack/lib/oci.sh
+. "$root/hack/lib/oci.sh"
 
 build_pause() { # work -> prints "ref archive"
   local work=$1 tag out

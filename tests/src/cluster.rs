@@ -117,6 +117,12 @@ impl std::fmt::Debug for TestNamespace {
 }
 
 impl TestNamespace {
+    /// A handle on namespace `name`, which already exists (e.g. the
+    /// operator's own `bloodraven`).
+    pub fn existing(cluster: &Cluster, name: &str) -> TestNamespace {
+        TestNamespace { name: name.to_owned(), client: cluster.client.clone() }
+    }
+
     /// Creates a Secret with `username` and `password` for a site account.
     pub async fn credentials_secret(&self, name: &str, username: &str, password: &str) {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &self.name);

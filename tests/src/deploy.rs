@@ -29,8 +29,15 @@ fn openssl(args: &[&str]) {
     assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// Makes a CA and a server certificate (EC P-256) in `dir`.
+/// Makes a CA and a server certificate (EC P-256) for 127.0.0.1 and
+/// localhost in `dir`.
 pub fn tls_files(dir: &Path) -> TlsFiles {
+    tls_files_for(dir, "IP:127.0.0.1,DNS:localhost")
+}
+
+/// Makes a CA and a server certificate (EC P-256) in `dir` whose
+/// subjectAltName is `sans` (OpenSSL syntax, e.g. `DNS:a.b.svc,IP:10.0.0.1`).
+pub fn tls_files_for(dir: &Path, sans: &str) -> TlsFiles {
     std::fs::create_dir_all(dir).unwrap();
     let p = |f: &str| dir.join(f).to_str().unwrap().to_owned();
     let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
@@ -45,7 +52,7 @@ pub fn tls_files(dir: &Path) -> TlsFiles {
     openssl(
         &[&["req"][..], &ec, &["-keyout", &p("tls.key"), "-out", &p("tls.csr"), "-subj", "/CN=bloodraven"]].concat(),
     );
-    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n").unwrap();
+    std::fs::write(dir.join("san.ext"), format!("subjectAltName={sans}\n")).unwrap();
     openssl(&[
         "x509",
         "-req",

@@ -20,6 +20,7 @@ pub mod deploy;
 pub mod fixtures;
 pub mod netns;
 pub mod operator;
+pub mod pods;
 pub mod sites;
 pub mod wait;
 pub mod writer;

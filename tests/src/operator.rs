@@ -89,64 +89,8 @@ where
 /// writes a kubeconfig holding a fresh token for it. Returns its path.
 pub async fn operator_kubeconfig(cluster: &Cluster, ns: &TestNamespace) -> PathBuf {
     let sa_name = "bloodraven-operator";
-    let rbac: RbacFile = serde_saphyr::from_str(
-        &std::fs::read_to_string(repo_root().join("charts/bloodraven/files/operator-rbac.yaml")).unwrap(),
-    )
-    .unwrap();
+    grant_operator_rbac(cluster, &ns.name).await;
     let c = cluster.client.clone();
-    let meta = |name: &str, namespace: Option<&str>| ObjectMeta {
-        name: Some(name.into()),
-        namespace: namespace.map(Into::into),
-        ..ObjectMeta::default()
-    };
-    let subject = Subject {
-        kind: "ServiceAccount".into(),
-        name: sa_name.into(),
-        namespace: Some(ns.name.clone()),
-        ..Subject::default()
-    };
-    let cluster_role = format!("bloodraven-operator-{}", ns.name);
-    create_or_exists(
-        &Api::<ServiceAccount>::namespaced(c.clone(), &ns.name),
-        &ServiceAccount { metadata: meta(sa_name, Some(&ns.name)), ..ServiceAccount::default() },
-    )
-    .await;
-    create_or_exists(
-        &Api::<ClusterRole>::all(c.clone()),
-        &ClusterRole { metadata: meta(&cluster_role, None), rules: Some(rbac.cluster_rules), ..ClusterRole::default() },
-    )
-    .await;
-    create_or_exists(
-        &Api::<ClusterRoleBinding>::all(c.clone()),
-        &ClusterRoleBinding {
-            metadata: meta(&cluster_role, None),
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".into(),
-                kind: "ClusterRole".into(),
-                name: cluster_role.clone(),
-            },
-            subjects: Some(vec![subject.clone()]),
-        },
-    )
-    .await;
-    create_or_exists(
-        &Api::<Role>::namespaced(c.clone(), &ns.name),
-        &Role { metadata: meta("bloodraven-operator", Some(&ns.name)), rules: Some(rbac.namespace_rules) },
-    )
-    .await;
-    create_or_exists(
-        &Api::<RoleBinding>::namespaced(c.clone(), &ns.name),
-        &RoleBinding {
-            metadata: meta("bloodraven-operator", Some(&ns.name)),
-            role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".into(),
-                kind: "Role".into(),
-                name: "bloodraven-operator".into(),
-            },
-            subjects: Some(vec![subject]),
-        },
-    )
-    .await;
     let request = TokenRequest {
         spec: TokenRequestSpec { audiences: Vec::new(), expiration_seconds: Some(3600), ..TokenRequestSpec::default() },
         ..TokenRequest::default()
@@ -169,6 +113,71 @@ pub async fn operator_kubeconfig(cluster: &Cluster, ns: &TestNamespace) -> PathB
     });
     std::fs::write(&path, serde_saphyr::to_string(&kubeconfig).unwrap()).unwrap();
     path
+}
+
+/// Creates ServiceAccount `bloodraven-operator` in `namespace` and grants it
+/// exactly the chart's RBAC (a ClusterRole named after the namespace, and a
+/// Role in it).
+pub async fn grant_operator_rbac(cluster: &Cluster, namespace: &str) {
+    let sa_name = "bloodraven-operator";
+    let rbac: RbacFile = serde_saphyr::from_str(
+        &std::fs::read_to_string(repo_root().join("charts/bloodraven/files/operator-rbac.yaml")).unwrap(),
+    )
+    .unwrap();
+    let c = cluster.client.clone();
+    let meta = |name: &str, namespace: Option<&str>| ObjectMeta {
+        name: Some(name.into()),
+        namespace: namespace.map(Into::into),
+        ..ObjectMeta::default()
+    };
+    let subject = Subject {
+        kind: "ServiceAccount".into(),
+        name: sa_name.into(),
+        namespace: Some(namespace.to_owned()),
+        ..Subject::default()
+    };
+    let cluster_role = format!("bloodraven-operator-{namespace}");
+    create_or_exists(
+        &Api::<ServiceAccount>::namespaced(c.clone(), namespace),
+        &ServiceAccount { metadata: meta(sa_name, Some(namespace)), ..ServiceAccount::default() },
+    )
+    .await;
+    create_or_exists(
+        &Api::<ClusterRole>::all(c.clone()),
+        &ClusterRole { metadata: meta(&cluster_role, None), rules: Some(rbac.cluster_rules), ..ClusterRole::default() },
+    )
+    .await;
+    create_or_exists(
+        &Api::<ClusterRoleBinding>::all(c.clone()),
+        &ClusterRoleBinding {
+            metadata: meta(&cluster_role, None),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: cluster_role.clone(),
+            },
+            subjects: Some(vec![subject.clone()]),
+        },
+    )
+    .await;
+    create_or_exists(
+        &Api::<Role>::namespaced(c.clone(), namespace),
+        &Role { metadata: meta("bloodraven-operator", Some(namespace)), rules: Some(rbac.namespace_rules) },
+    )
+    .await;
+    create_or_exists(
+        &Api::<RoleBinding>::namespaced(c.clone(), namespace),
+        &RoleBinding {
+            metadata: meta("bloodraven-operator", Some(namespace)),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name: "bloodraven-operator".into(),
+            },
+            subjects: Some(vec![subject]),
+        },
+    )
+    .await;
 }
 
 /// Path of the operator binary (`make test` builds it first).

@@ -16,6 +16,8 @@ pub struct SitePair {
     dir: PathBuf,
     /// Where iad listens (127.0.0.1, or an address in its own network namespace).
     pub iad_host: String,
+    /// Where pdx listens (127.0.0.1, or the node's bridge address).
+    pub pdx_host: String,
     /// Port of iad.
     pub iad_port: u16,
     /// Port of pdx.
@@ -62,7 +64,7 @@ impl SitePair {
         // only the sites' own data folders take room per test.
         std::os::unix::fs::symlink(&template, dir.join("template")).unwrap();
         let (iad_port, pdx_port) = (free_port(), free_port());
-        let pair = SitePair { dir, iad_host: "127.0.0.1".into(), iad_port, pdx_port };
+        let pair = SitePair { dir, iad_host: "127.0.0.1".into(), pdx_host: "127.0.0.1".into(), iad_port, pdx_port };
         script(&["pair", pair.dir_str(), &iad_port.to_string(), &pdx_port.to_string()]).unwrap();
         pair
     }
@@ -76,7 +78,7 @@ impl SitePair {
         std::fs::create_dir_all(&dir).unwrap();
         std::os::unix::fs::symlink(shared_template(), dir.join("template")).unwrap();
         let (iad_port, pdx_port) = (free_port(), free_port());
-        let pair = SitePair { dir, iad_host: ns.ns_ip.clone(), iad_port, pdx_port };
+        let pair = SitePair { dir, iad_host: ns.ns_ip.clone(), pdx_host: "127.0.0.1".into(), iad_port, pdx_port };
         let d = pair.dir_str();
         script_env(
             &["start", d, "iad", &iad_port.to_string(), "1"],
@@ -87,6 +89,28 @@ impl SitePair {
         script(&["start", d, "pdx", &pdx_port.to_string(), "2"]).unwrap();
         script_env(&["replicate", d, "pdx", &iad_port.to_string()], &[("BLOODRAVEN_PRIMARY_HOST", ns.ns_ip.as_str())])
             .unwrap();
+        pair
+    }
+
+    /// A pair whose two sites listen on `addr` (the node's bridge address,
+    /// `BLOODRAVEN_NODE_ADDRESS`), so that Pods reach them, as they reach
+    /// external MySQL servers in production.
+    pub fn start_on(test: &str, addr: &str) -> SitePair {
+        let dir = e2e_dir().join("mariadb").join(format!("{}-{}", &test[..test.len().min(12)], crate::suffix()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(shared_template(), dir.join("template")).unwrap();
+        let (iad_port, pdx_port) = (free_port(), free_port());
+        let pair = SitePair { dir, iad_host: addr.into(), pdx_host: addr.into(), iad_port, pdx_port };
+        let d = pair.dir_str();
+        let on = [("BLOODRAVEN_SITE_ADDR", addr)];
+        script_env(&["start", d, "iad", &iad_port.to_string(), "1"], &on).unwrap();
+        script(&["sql", d, "iad", "SET GLOBAL read_only=0"]).unwrap();
+        script_env(
+            &["start", d, "pdx", &pdx_port.to_string(), "2"],
+            &[("BLOODRAVEN_SITE_ADDR", addr), ("BLOODRAVEN_SITE_READ_ONLY", "1")],
+        )
+        .unwrap();
+        script_env(&["replicate", d, "pdx", &iad_port.to_string()], &[("BLOODRAVEN_PRIMARY_HOST", addr)]).unwrap();
         pair
     }
 
@@ -156,7 +180,7 @@ impl SitePair {
     pub fn sites(&self, namespace: &str, secret: &str) -> Vec<Site> {
         let site = |name: &str, port| Site {
             name: name.into(),
-            host: if name == "iad" { self.iad_host.clone() } else { "127.0.0.1".into() },
+            host: if name == "iad" { self.iad_host.clone() } else { self.pdx_host.clone() },
             port,
             credentials_secret_ref: SecretRef { namespace: namespace.into(), name: secret.into() },
         };

@@ -1,0 +1,164 @@
+//! Pods on the run's real node (`hack/node.sh`: kubelet, containerd, the Job
+//! controller, kube-proxy, CoreDNS), with the images `hack/images.sh` and
+//! `hack/node-images.sh` built on this machine and imported into the node;
+//! `hack/e2e.sh` exports their references. Also the operator as a Pod: a
+//! Deployment in namespace `bloodraven` from its image, under the chart's
+//! RBAC, behind the Service `bloodraven` (port 8443), as the seed's
+//! walk-through calls it from inside the cluster.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use kube::api::{Api, ListParams, LogParams, Patch, PatchParams};
+use serde_json::json;
+
+use crate::Cluster;
+use crate::deploy::TlsFiles;
+
+/// The operator's namespace and its Service's name, as the seed names them.
+pub const OPERATOR_NAMESPACE: &str = "bloodraven";
+
+/// An image reference `hack/e2e.sh` exported (`BLOODRAVEN_BUSYBOX_IMAGE`,
+/// `BLOODRAVEN_TOOLS_IMAGE`, `BLOODRAVEN_OPERATOR_IMAGE`, …).
+pub fn image(var: &str) -> String {
+    std::env::var(var).unwrap_or_else(|_| panic!("{var} is not set: run the e2e tests with `make test` (hack/e2e.sh brings up the node and imports the images)"))
+}
+
+/// The node's bridge address (`BLOODRAVEN_NODE_ADDRESS`): Pods reach host
+/// services bound to it.
+pub fn node_address() -> String {
+    image("BLOODRAVEN_NODE_ADDRESS")
+}
+
+/// Server-side applies `obj` (a JSON manifest) with the test's field manager.
+pub async fn apply<K>(api: &Api<K>, obj: serde_json::Value) -> K
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let name = obj["metadata"]["name"].as_str().expect("manifest has a name").to_owned();
+    api.patch(&name, &PatchParams::apply("bloodraven-e2e").force(), &Patch::Apply(&obj)).await.unwrap()
+}
+
+/// Waits until Job `name` has condition `Complete` or `Failed` True; returns
+/// the Job and the condition that ended it (type, reason).
+pub async fn wait_job_end(cluster: &Cluster, ns: &str, name: &str, timeout: Duration) -> (Job, String, String) {
+    let api: Api<Job> = Api::namespaced(cluster.client.clone(), ns);
+    crate::wait_for(&format!("Job {ns}/{name} to end"), timeout, || async {
+        let job = api.get(name).await.map_err(|e| e.to_string())?;
+        let end = job.status.as_ref().and_then(|s| s.conditions.as_ref()).and_then(|cs| {
+            cs.iter()
+                .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+                .map(|c| (c.type_.clone(), c.reason.clone().unwrap_or_default()))
+        });
+        match end {
+            Some((t, r)) => Ok((job, t, r)),
+            None => Err(format!("{:?}", job.status)),
+        }
+    })
+    .await
+}
+
+/// The Pods of Job `job` (label `batch.kubernetes.io/job-name`).
+pub async fn job_pods(cluster: &Cluster, ns: &str, job: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+    api.list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}"))).await.unwrap().items
+}
+
+/// A container's log (through the API server and the kubelet).
+pub async fn logs(cluster: &Cluster, ns: &str, pod: &str, container: &str) -> String {
+    let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+    api.logs(pod, &LogParams { container: Some(container.into()), ..LogParams::default() }).await.unwrap_or_default()
+}
+
+/// Waits until Pod `name` has phase `Succeeded` or `Failed`; returns it.
+pub async fn wait_pod_end(cluster: &Cluster, ns: &str, name: &str, timeout: Duration) -> Pod {
+    let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+    crate::wait_for(&format!("Pod {ns}/{name} to end"), timeout, || async {
+        let pod = api.get(name).await.map_err(|e| e.to_string())?;
+        match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
+            Some("Succeeded" | "Failed") => Ok(pod),
+            other => Err(format!("phase {other:?}")),
+        }
+    })
+    .await
+}
+
+/// Runs the operator as a Deployment in [`OPERATOR_NAMESPACE`] from
+/// `BLOODRAVEN_OPERATOR_IMAGE`, under the chart's RBAC, managing groups
+/// labelled `E2E_LABEL=label`, with the deploy API on (certificate `tls`)
+/// behind Service `bloodraven`; waits until its Pod is Ready. Site
+/// credentials Secrets go in the same namespace (the credentials namespace).
+pub async fn operator_in_cluster(cluster: &Cluster, label: &str, tls: &TlsFiles) {
+    let c = cluster.client.clone();
+    let ns = OPERATOR_NAMESPACE;
+    apply(
+        &Api::<Namespace>::all(c.clone()),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+    )
+    .await;
+    crate::operator::grant_operator_rbac(cluster, ns).await;
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap();
+    apply(
+        &Api::<Secret>::namespaced(c.clone(), ns),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "bloodraven-deploy-tls", "namespace": ns},
+               "type": "kubernetes.io/tls", "stringData": {"tls.crt": read(&tls.cert), "tls.key": read(&tls.key)}}),
+    )
+    .await;
+    let labels = json!({"app.kubernetes.io/name": "bloodraven-operator"});
+    apply(
+        &Api::<Service>::namespaced(c.clone(), ns),
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "bloodraven", "namespace": ns},
+               "spec": {"selector": labels, "ports": [{"name": "deploy", "port": 8443, "targetPort": "deploy"}]}}),
+    )
+    .await;
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "bloodraven-operator", "namespace": ns},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": "bloodraven-operator",
+                    "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [{
+                        "name": "operator",
+                        "image": image("BLOODRAVEN_OPERATOR_IMAGE"),
+                        "imagePullPolicy": "IfNotPresent",
+                        "args": [
+                            format!("--namespace={ns}"),
+                            format!("--group-selector={}={label}", crate::operator::E2E_LABEL),
+                            "--deploy-api-enabled",
+                            "--tls-cert-file=/tls/tls.crt",
+                            "--tls-key-file=/tls/tls.key",
+                        ],
+                        "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                        "ports": [{"name": "deploy", "containerPort": 8443}, {"name": "plain", "containerPort": 8082}],
+                        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "plain"}, "periodSeconds": 2},
+                        "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+                                            "capabilities": {"drop": ["ALL"]}},
+                        "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}],
+                    }],
+                    "volumes": [{"name": "tls", "secret": {"secretName": "bloodraven-deploy-tls"}}],
+                }
+            }
+        }
+    });
+    let api = Api::<Deployment>::namespaced(c, ns);
+    apply(&api, deployment).await;
+    // Rolled out: this spec observed, and its one replica updated and Ready
+    // (a Deployment left by an earlier run rolls over to this image).
+    crate::wait_for("the operator Deployment to roll out", Duration::from_secs(120), || async {
+        let d = api.get("bloodraven-operator").await.map_err(|e| e.to_string())?;
+        let s = d.status.clone().unwrap_or_default();
+        let done = s.observed_generation == d.metadata.generation
+            && s.updated_replicas == Some(1)
+            && s.ready_replicas == Some(1)
+            && s.replicas == Some(1);
+        if done { Ok(()) } else { Err(format!("{s:?}")) }
+    })
+    .await;
+}
