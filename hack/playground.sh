@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The local playground: etcd + kube-apiserver, two MariaDB sites (iad primary,
-# pdx replica), the CRDs, the operator running under its own ServiceAccount
-# with the chart's RBAC, the group `playground` and the MysqlDatabase
-# `counter-app`. Everything lives in .playground/ and runs on 127.0.0.1.
+# The local playground: a single-node Kubernetes cluster (etcd, kube-apiserver
+# and the node of hack/node.sh: kubelet, containerd, kube-proxy, CoreDNS, the
+# controller manager and scheduler), two MariaDB sites outside the cluster
+# (iad primary, pdx replica) listening on the node's bridge address, the
+# CRDs, the operator as a Deployment in namespace `bloodraven` from its image
+# (hack/images.sh) under the chart's RBAC, behind the Service `bloodraven`
+# (deploy API on 8443, metrics and health on 8082, ClusterIP 10.96.0.84, which
+# the host reaches too), the group `playground` and the MysqlDatabase
+# `counter-app`. Everything lives in .playground/ and stays on this machine.
+# Needs root (the node). One node per machine: not while `make test` runs.
 #
 #   hack/playground.sh up     build what is missing, start, bootstrap, print the env
-#   hack/playground.sh down   stop every process of the playground
-#
-#   BLOODRAVEN_PLAYGROUND_PLAIN_PORT   operator metrics/health port (default 8082)
-#   BLOODRAVEN_PLAYGROUND_DEPLOY_PORT  deploy API TLS port (default 8443)
+#   hack/playground.sh down   stop every process of the playground (and the node's
+#                             mounts, bridge, firewall chains and sysctls)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -16,6 +20,7 @@ pg="$root/.playground"
 ns=bloodraven
 site_password=${BLOODRAVEN_SITE_PASSWORD:-bloodraven-operator-pw}
 log() { echo "playground: $*" >&2; }
+die() { echo "playground: error: $*" >&2; exit 1; }
 
 stop_operator() {
   local pidfile="$pg/pids/operator.pid"
@@ -30,7 +35,7 @@ stop_operator() {
 }
 
 down() {
-  stop_operator
+  stop_operator # a playground from before the node ran the operator as a process
   [ -d "$pg/mariadb" ] && "$root/hack/mariadb.sh" down "$pg/mariadb" || true
   [ -d "$pg/control-plane" ] && "$root/hack/control-plane.sh" down "$pg/control-plane" || true
   log "stopped"
@@ -40,19 +45,31 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 up() {
   mkdir -p "$pg/pids" "$pg/logs"
+  "$root/hack/deps.sh"
   local bin; bin=$("$root/hack/build-k8s.sh" | tail -n 1)
   export BLOODRAVEN_K8S_BIN="$bin"
   export PATH="$bin:$PATH"
-  "$root/hack/control-plane.sh" up "$pg/control-plane" >/dev/null
+  stop_operator
+  "$root/hack/node.sh" up "$pg/control-plane" >/dev/null
   # shellcheck source=/dev/null
   . "$pg/control-plane/env"
+  local addr=$BLOODRAVEN_NODE_ADDRESS
 
   # MariaDB ports are chosen once and kept, so the group's spec stays valid.
+  # The sites listen on the node's bridge address: the operator Pod (and
+  # migration Jobs) reach them there, as external servers.
+  if [ -f "$pg/sites.env" ] && ! grep -q '^SITE_ADDR=' "$pg/sites.env"; then
+    log "the MariaDB sites were made for a playground without a node (127.0.0.1); making them again"
+    "$root/hack/mariadb.sh" down "$pg/mariadb" >/dev/null 2>&1 || true
+    rm -rf "$pg/mariadb" "$pg/sites.env"
+  fi
   if [ ! -f "$pg/sites.env" ]; then
-    printf 'IAD_PORT=%s\nPDX_PORT=%s\n' "$(free_port)" "$(free_port)" > "$pg/sites.env"
+    printf 'IAD_PORT=%s\nPDX_PORT=%s\nSITE_ADDR=%s\n' "$(free_port)" "$(free_port)" "$addr" > "$pg/sites.env"
   fi
   # shellcheck source=/dev/null
   . "$pg/sites.env"
+  [ "$SITE_ADDR" = "$addr" ] || die "the sites listen on $SITE_ADDR but the node's address is now $addr: make playground-down; rm -rf .playground"
+  export BLOODRAVEN_SITE_ADDR=$addr BLOODRAVEN_PRIMARY_HOST=$addr
   if [ -f "$pg/mariadb/sites/iad/mysqld.pid" ] && kill -0 "$(cat "$pg/mariadb/sites/iad/mysqld.pid")" 2>/dev/null; then
     log "MariaDB sites already running"
   elif [ -d "$pg/mariadb/sites/iad" ]; then
@@ -62,9 +79,10 @@ up() {
     "$root/hack/mariadb.sh" pair "$pg/mariadb" "$IAD_PORT" "$PDX_PORT" >/dev/null
   fi
 
-  log "building the operator"
-  cargo build --quiet -p bloodraven-operator
-  local target; target=${CARGO_TARGET_DIR:-$root/target}
+  log "building the operator image"
+  "$root/hack/images.sh" import "$pg/control-plane" >/dev/null
+  # shellcheck source=/dev/null
+  . "$pg/control-plane/images.env"
 
   kubectl apply --server-side --field-manager=bloodraven-playground -f "$root/charts/bloodraven/crds/" >/dev/null
   kubectl wait --for=condition=Established --timeout=60s crd/mysqlfailovergroups.bloodraven.shipstream.io crd/mysqldatabases.bloodraven.shipstream.io >/dev/null
@@ -75,46 +93,76 @@ up() {
     --from-literal=username=bloodraven --from-literal=password="$site_password" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
-  # The operator authenticates with its own ServiceAccount token, never as admin.
-  local token; token=$(kubectl -n "$ns" create token bloodraven-operator --duration=24h)
-  umask 077
-  cat > "$pg/operator.kubeconfig" <<KUBECONFIG
-apiVersion: v1
-kind: Config
-clusters:
-- name: playground
-  cluster: {server: "$BLOODRAVEN_APISERVER_URL", certificate-authority: "$BLOODRAVEN_APISERVER_CA"}
-users:
-- name: bloodraven-operator
-  user: {token: "$token"}
-contexts:
-- name: playground
-  context: {cluster: playground, user: bloodraven-operator, namespace: $ns}
-current-context: playground
-KUBECONFIG
-  umask 022
-
   # The deploy API's certificate: a playground CA and a server certificate
-  # for 127.0.0.1/localhost (in a cluster: the auxiliary.escrowTLS Secret).
-  if [ ! -f "$pg/tls/tls.crt" ]; then
-    mkdir -p "$pg/tls"
+  # for the Service's names and its fixed ClusterIP (in a real cluster: the
+  # auxiliary.escrowTLS Secret).
+  local cluster_ip=10.96.0.84
+  if [ ! -f "$pg/tls/tls.crt" ] || ! openssl x509 -in "$pg/tls/tls.crt" -noout -ext subjectAltName 2>/dev/null | grep -q "$cluster_ip"; then
+    rm -rf "$pg/tls"; mkdir -p "$pg/tls"
     local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
     openssl req -x509 "${ec[@]}" -keyout "$pg/tls/ca.key" -out "$pg/tls/ca.crt" -days 365 -subj /CN=bloodraven-playground-ca 2>/dev/null
     openssl req "${ec[@]}" -keyout "$pg/tls/tls.key" -out "$pg/tls/tls.csr" -subj /CN=bloodraven 2>/dev/null
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > "$pg/tls/san.ext"
+    printf 'subjectAltName=DNS:bloodraven.%s.svc,DNS:bloodraven.%s.svc.cluster.local,IP:%s\n' "$ns" "$ns" "$cluster_ip" > "$pg/tls/san.ext"
     openssl x509 -req -in "$pg/tls/tls.csr" -CA "$pg/tls/ca.crt" -CAkey "$pg/tls/ca.key" -CAcreateserial \
       -out "$pg/tls/tls.crt" -days 365 -extfile "$pg/tls/san.ext" 2>/dev/null
   fi
+  kubectl -n "$ns" create secret tls bloodraven-deploy-tls --cert="$pg/tls/tls.crt" --key="$pg/tls/tls.key" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
-  stop_operator
-  local plain_port=${BLOODRAVEN_PLAYGROUND_PLAIN_PORT:-8082}
-  local deploy_port=${BLOODRAVEN_PLAYGROUND_DEPLOY_PORT:-8443}
-  KUBECONFIG="$pg/operator.kubeconfig" setsid nohup "$target/debug/bloodraven-operator" \
-    --namespace "$ns" --plain-addr "127.0.0.1:$plain_port" --log-format json \
-    --deploy-api-enabled --deploy-api-addr "127.0.0.1:$deploy_port" \
-    --tls-cert-file "$pg/tls/tls.crt" --tls-key-file "$pg/tls/tls.key" \
-    >> "$pg/logs/operator.log" 2>&1 < /dev/null &
-  echo $! > "$pg/pids/operator.pid"
+  kubectl apply -f - >/dev/null <<YAML
+apiVersion: v1
+kind: Service
+metadata: {name: bloodraven, namespace: $ns}
+spec:
+  clusterIP: $cluster_ip
+  selector: {app.kubernetes.io/name: bloodraven-operator}
+  ports:
+  - {name: deploy, port: 8443, targetPort: deploy}
+  - {name: plain, port: 8082, targetPort: plain}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: bloodraven-operator, namespace: $ns}
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app.kubernetes.io/name: bloodraven-operator}
+  template:
+    metadata:
+      labels: {app.kubernetes.io/name: bloodraven-operator}
+    spec:
+      serviceAccountName: bloodraven-operator
+      securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}
+      containers:
+      - name: operator
+        image: $BLOODRAVEN_OPERATOR_IMAGE
+        imagePullPolicy: IfNotPresent
+        args: [--namespace=$ns, --log-format=json, --deploy-api-enabled, --tls-cert-file=/tls/tls.crt, --tls-key-file=/tls/tls.key]
+        env:
+        - name: POD_NAME
+          valueFrom: {fieldRef: {fieldPath: metadata.name}}
+        ports:
+        - {name: deploy, containerPort: 8443}
+        - {name: plain, containerPort: 8082}
+        readinessProbe:
+          httpGet: {path: /readyz, port: plain}
+          periodSeconds: 2
+        securityContext:
+          allowPrivilegeEscalation: false
+          readOnlyRootFilesystem: true
+          capabilities: {drop: [ALL]}
+        volumeMounts:
+        - {name: tls, mountPath: /tls, readOnly: true}
+      volumes:
+      - name: tls
+        secret: {secretName: bloodraven-deploy-tls}
+YAML
+  if ! kubectl -n "$ns" rollout status deployment/bloodraven-operator --timeout=120s >/dev/null; then
+    log "the operator Deployment did not roll out; its Pods:"
+    kubectl -n "$ns" get pods -o wide >&2 || true
+    kubectl -n "$ns" logs deployment/bloodraven-operator --tail=20 >&2 || true
+    exit 1
+  fi
 
   kubectl apply -f - >/dev/null <<YAML
 apiVersion: bloodraven.shipstream.io/v1alpha1
@@ -125,11 +173,11 @@ spec:
   initialActiveSite: iad
   sites:
   - name: iad
-    host: 127.0.0.1
+    host: $addr
     port: $IAD_PORT
     credentialsSecretRef: {namespace: $ns, name: playground-site-creds}
   - name: pdx
-    host: 127.0.0.1
+    host: $addr
     port: $PDX_PORT
     credentialsSecretRef: {namespace: $ns, name: playground-site-creds}
   failover:
@@ -174,7 +222,7 @@ YAML
   done
   if [ -z "$generation" ]; then
     log "the group did not bootstrap within 90 s; operator log tail:"
-    tail -n 20 "$pg/logs/operator.log" >&2
+    kubectl -n "$ns" logs deployment/bloodraven-operator --tail=20 >&2 || true
     kubectl get mysqlfailovergroup playground -o yaml >&2 || true
     exit 1
   fi
@@ -182,8 +230,8 @@ YAML
   cat > "$pg/env" <<ENV
 export KUBECONFIG=$pg/control-plane/kubeconfig
 export PATH=$bin:\$PATH
-export BLOODRAVEN_PLAIN_URL=http://127.0.0.1:$plain_port
-export BLOODRAVEN_URL=https://127.0.0.1:$deploy_port
+export BLOODRAVEN_PLAIN_URL=http://$cluster_ip:8082
+export BLOODRAVEN_URL=https://$cluster_ip:8443
 export BLOODRAVEN_CA=$pg/tls/ca.crt
 ENV
   kubectl get mysqlfailovergroups

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs, with apt-get, the Debian packages the playground and the tests need
+# when they are missing (MariaDB itself is installed by hack/mariadb.sh):
+# certificates, free ports, network namespaces, the local node (containerd,
+# runc, the CNI plugins, iptables, conntrack), image packing without a daemon
+# (umoci, busybox-static, binutils' strip, glibc's static libc for the
+# operator's static binary), and curl for the tools image.
+set -euo pipefail
+need=()
+command -v openssl >/dev/null || need+=(openssl)
+command -v python3 >/dev/null || need+=(python3)
+# The partition test puts a site in its own network namespace (needs root).
+command -v ip >/dev/null || need+=(iproute2)
+# The local node (hack/node.sh): container runtime, CNI plugins, image
+# packing without a daemon, kube-proxy's iptables, a shell image for tests.
+command -v containerd >/dev/null || need+=(containerd)
+command -v runc >/dev/null || need+=(runc)
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+command -v umoci >/dev/null || need+=(umoci)
+[ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx nc || need+=(busybox-static)
+command -v iptables >/dev/null || need+=(iptables)
+command -v conntrack >/dev/null || need+=(conntrack)
+command -v curl >/dev/null || need+=(curl)
+command -v strip >/dev/null || need+=(binutils)
+[ -f /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  [ "$(id -u)" = 0 ] || { echo "deps.sh: missing ${need[*]}; run as root or apt-get install them" >&2; exit 1; }
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
