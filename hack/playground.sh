@@ -44,8 +44,16 @@ down() {
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 up() {
-  mkdir -p "$pg/pids" "$pg/logs"
   "$root/hack/deps.sh"
+  # A playground made before the node (sites on 127.0.0.1, the operator as a
+  # process, a decision record without a digest) cannot be carried over:
+  # it held only the demo's state, so it is stopped and made afresh.
+  if [ -f "$pg/sites.env" ] && ! grep -q '^SITE_ADDR=' "$pg/sites.env"; then
+    log "this .playground was made before the node; stopping it and starting afresh"
+    down
+    rm -rf "$pg"
+  fi
+  mkdir -p "$pg/pids" "$pg/logs"
   local bin; bin=$("$root/hack/build-k8s.sh" | tail -n 1)
   export BLOODRAVEN_K8S_BIN="$bin"
   export PATH="$bin:$PATH"
@@ -58,11 +66,6 @@ up() {
   # MariaDB ports are chosen once and kept, so the group's spec stays valid.
   # The sites listen on the node's bridge address: the operator Pod (and
   # migration Jobs) reach them there, as external servers.
-  if [ -f "$pg/sites.env" ] && ! grep -q '^SITE_ADDR=' "$pg/sites.env"; then
-    log "the MariaDB sites were made for a playground without a node (127.0.0.1); making them again"
-    "$root/hack/mariadb.sh" down "$pg/mariadb" >/dev/null 2>&1 || true
-    rm -rf "$pg/mariadb" "$pg/sites.env"
-  fi
   if [ ! -f "$pg/sites.env" ]; then
     printf 'IAD_PORT=%s\nPDX_PORT=%s\nSITE_ADDR=%s\n' "$(free_port)" "$(free_port)" "$addr" > "$pg/sites.env"
   fi
