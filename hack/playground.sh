@@ -76,8 +76,13 @@ up() {
   if [ -f "$pg/mariadb/sites/iad/mysqld.pid" ] && kill -0 "$(cat "$pg/mariadb/sites/iad/mysqld.pid")" 2>/dev/null; then
     log "MariaDB sites already running"
   elif [ -d "$pg/mariadb/sites/iad" ]; then
-    "$root/hack/mariadb.sh" start "$pg/mariadb" iad "$IAD_PORT" 1 >/dev/null
-    BLOODRAVEN_SITE_READ_ONLY=1 "$root/hack/mariadb.sh" start "$pg/mariadb" pdx "$PDX_PORT" 2 >/dev/null
+    # Restarted as the decision left them: the decided active site writable,
+    # the other read-only (a switchover may have moved the primary to pdx).
+    local active; active=$(kubectl get mysqlfailovergroup playground -o jsonpath='{.status.activeSite}' 2>/dev/null || true)
+    local iad_ro=0 pdx_ro=1
+    if [ "$active" = pdx ]; then iad_ro=1 pdx_ro=0; fi
+    BLOODRAVEN_SITE_READ_ONLY=$iad_ro "$root/hack/mariadb.sh" start "$pg/mariadb" iad "$IAD_PORT" 1 >/dev/null
+    BLOODRAVEN_SITE_READ_ONLY=$pdx_ro "$root/hack/mariadb.sh" start "$pg/mariadb" pdx "$PDX_PORT" 2 >/dev/null
   else
     "$root/hack/mariadb.sh" pair "$pg/mariadb" "$IAD_PORT" "$PDX_PORT" >/dev/null
   fi
@@ -92,8 +97,12 @@ up() {
   kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   kubectl -n "$ns" create serviceaccount bloodraven-operator --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   cargo xtask rbac --namespace "$ns" | kubectl apply -f - >/dev/null
+  # The replication account is what a repointed old primary connects with
+  # after a switchover (without it the operator's own account, which has no
+  # REPLICATION SLAVE here, would be used and the repoint would be refused).
   kubectl -n "$ns" create secret generic playground-site-creds \
     --from-literal=username=bloodraven --from-literal=password="$site_password" \
+    --from-literal=replicationUsername=repl --from-literal=replicationPassword="${BLOODRAVEN_REPL_PASSWORD:-bloodraven-repl-pw}" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
   # The deploy API's certificate: a playground CA and a server certificate

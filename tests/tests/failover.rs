@@ -71,6 +71,16 @@ async fn planned_switchover_there_and_back_loses_no_acknowledged_write() {
 
     request(&sc, &name, "iad", "r2").await;
     wait_status(&sc.cluster, &name, "r2 completed at iad, generation 3", T, |s| completed(s, "r2", "iad", 3)).await;
+    // Stable again, with no reason left over from the operation (the engine
+    // set OperationInProgress under its own field manager; found on the
+    // playground: it stood beside stable: true).
+    wait_status(&sc.cluster, &name, "stable with no unstableReason", T, |s| {
+        match (s.stable, s.unstable_reason.as_deref()) {
+            (Some(true), None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let written = w.stop().await;
 

@@ -393,7 +393,12 @@ async fn write_observation(
         "observedGeneration": group.meta().generation,
     });
     // Left out when stable: server-side apply then removes the field this
-    // manager set before, instead of storing a null.
+    // manager set before, instead of storing a null. It does not remove a
+    // value another manager set (the failover engine sets
+    // `OperationInProgress` by merge patch while a switchover runs), so
+    // that one is removed by a merge patch below: a stale reason would keep
+    // a stable group reporting an operation, and be rewritten every probe.
+    let clear_reason = unstable_reason.is_none();
     if let Some(reason) = unstable_reason {
         status["unstableReason"] = json!(reason);
     }
@@ -406,8 +411,18 @@ async fn write_observation(
         return Ok(());
     }
     match api.patch_status(name, &PatchParams::apply(OBSERVER_FIELD_MANAGER).force(), &Patch::Apply(&patch)).await {
-        Ok(_) => {
+        Ok(written) => {
             ctx.metrics.status_writes_total.with_label_values(&["written"]).inc();
+            if clear_reason && written.status.as_ref().is_some_and(|s| s.unstable_reason.is_some()) {
+                let clear = json!({ "status": { "unstableReason": null } });
+                let params =
+                    PatchParams { field_manager: Some(OBSERVER_FIELD_MANAGER.into()), ..PatchParams::default() };
+                match api.patch_status(name, &params, &Patch::Merge(&clear)).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(s)) if s.code == 404 => {}
+                    Err(err) => return Err(kube_err("clear the unstable reason")(err)),
+                }
+            }
             Ok(())
         }
         // Deleted while it was being probed: nothing to report.
