@@ -92,6 +92,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let credentials_namespace = config.credentials_namespace.clone().unwrap_or_else(|| config.namespace.clone());
+    let records = controller::failover_group::record::Cache::start(
+        &client,
+        &config.namespace,
+        metrics.decision_record_reads_total.clone(),
+    );
     let ctx = Arc::new(controller::Context {
         client: client.clone(),
         recorder,
@@ -105,7 +110,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         missed: controller::failover_group::emergency::Missed::default(),
         status_heartbeat: std::time::Duration::from_secs(config.status_heartbeat_seconds),
         credentials: controller::failover_group::credentials::Cache::start(&client, &credentials_namespace),
-        records: controller::failover_group::record::Cache::start(&client, &config.namespace),
+        records,
         credentials_namespace,
     });
     tokio::spawn(controller::failover_group::cleanup::sweep_while_leading(ctx.clone()));

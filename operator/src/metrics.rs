@@ -55,6 +55,10 @@ pub struct Metrics {
     /// heartbeat was due) or `unchanged` (the status already said so; no
     /// API request). Mostly `unchanged` at steady state.
     pub status_writes_total: IntCounterVec,
+    /// `bloodraven_decision_record_reads_total{source}`: reads of a group's
+    /// decision record by the probe path, `cache` (the watch cache: the
+    /// group was settled) or `api` (a GET). Mostly `cache` at steady state.
+    pub decision_record_reads_total: IntCounterVec,
 }
 
 /// Failed to register a metric (a programming error: duplicate name).
@@ -151,6 +155,14 @@ impl Metrics {
             &["outcome"],
         )?;
         registry.register(Box::new(status_writes_total.clone()))?;
+        let decision_record_reads_total = IntCounterVec::new(
+            Opts::new(
+                "bloodraven_decision_record_reads_total",
+                "Reads of decision records by the probe path, by source: cache (watch cache) or api (GET)",
+            ),
+            &["source"],
+        )?;
+        registry.register(Box::new(decision_record_reads_total.clone()))?;
         registry.register(Box::new(topology_generation.clone()))?;
         registry.register(Box::new(site_up.clone()))?;
         registry.register(Box::new(site_writable.clone()))?;
@@ -185,6 +197,7 @@ impl Metrics {
             failovers_total,
             primary_service_writes_total,
             status_writes_total,
+            decision_record_reads_total,
         })
     }
 

@@ -56,6 +56,15 @@ fn describe(site: Option<&str>, generation: Option<i64>) -> String {
     )
 }
 
+/// Whether the group's status shows a planned failover that has not ended.
+pub fn switchover_running(group: &MysqlFailoverGroup) -> bool {
+    group
+        .status
+        .as_ref()
+        .and_then(|s| s.planned_failover.as_ref())
+        .is_some_and(|p| crate::failover::planned::Phase::parse(&p.phase).is_some_and(|ph| !ph.is_final()))
+}
+
 /// Resolves the decided roles, restoring status from the record or adopting
 /// a valid status into a missing record.
 pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailoverGroup) -> Result<Resolution, Error> {
@@ -64,7 +73,8 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
     let status = group.status.clone().unwrap_or_default();
     let (site, generation) = (status.active_site.as_deref(), status.topology_generation);
     let in_spec = |s: &str| group.spec.sites.iter().any(|x| x.name == s);
-    let record = ctx.records.read_settled(records, &name, &uid, (site, generation)).await?;
+    let running = switchover_running(group);
+    let record = ctx.records.read_settled(records, &name, &uid, (site, generation), running).await?;
     match record {
         Some(r) if r.group_uid == uid && r.tampered.is_some() => Ok(Resolution::Conflict(format!(
             "the decision record {} was edited by hand ({}); bloodraven will not fail this group over until a person resolves it: see docs/runbook.md, DecisionConflict",
@@ -76,6 +86,14 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
             record::record_name(&name),
             r.generation
         ))),
+        Some(r) if r.group_uid == uid && record::high_water(&uid).is_some_and(|hw| r.generation < hw) => {
+            Ok(Resolution::Conflict(format!(
+                "the decision record {} shows topologyGeneration {}, but this operator has seen generation {} decided: an older record was put back (replayed, or restored from a backup); bloodraven will not move the generation backwards: see docs/runbook.md, DecisionConflict",
+                record::record_name(&name),
+                r.generation,
+                record::high_water(&uid).unwrap_or_default()
+            )))
+        }
         Some(r) if r.group_uid == uid => {
             if !in_spec(&r.active_site) {
                 return Ok(Resolution::Invalid(format!(
@@ -84,6 +102,7 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
                 )));
             }
             if site == Some(r.active_site.as_str()) && generation == Some(r.generation) {
+                record::note_decided(&uid, r.generation);
                 return Ok(Resolution::At { site: r.active_site, generation: r.generation, restored_from: None });
             }
             write_status(ctx, group, &r.active_site, r.generation).await?;

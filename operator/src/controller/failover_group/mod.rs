@@ -258,7 +258,8 @@ async fn safety_paths(
         recovery = out.blocked;
         let status = group.status.clone().unwrap_or_default();
         let decided = (status.active_site.as_deref(), status.topology_generation);
-        current = trusted(ctx.records.read_settled(records, &name, &uid, decided).await?);
+        let running = decision::switchover_running(&group);
+        current = trusted(ctx.records.read_settled(records, &name, &uid, decided, running).await?);
         if let Some(rec) = current.clone() {
             if let Some(pending) = emergency::recover(ctx, records, &group, &rec, &probes).await? {
                 recovery = Some((reason::OPERATION_IN_PROGRESS, pending));

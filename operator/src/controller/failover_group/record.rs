@@ -224,14 +224,40 @@ fn settled(
     last_written: Option<&str>,
     uid: &str,
     decided: (Option<&str>, Option<i64>),
+    switchover_running: bool,
 ) -> Option<Record> {
     let version = cm.metadata.resource_version.as_deref().unwrap_or_default();
     if last_written.is_some_and(|v| v != version) {
         return None;
     }
     let r = decode(cm);
-    let quiet = r.tampered.is_none() && r.group_uid == uid && r.pending.is_none() && r.admitted.is_none();
+    // `admitted` names the last admitted request and stays after it ends;
+    // it only matters while a request runs (the switchover reads afresh).
+    let quiet = r.tampered.is_none()
+        && r.group_uid == uid
+        && r.pending.is_none()
+        && (r.admitted.is_none() || !switchover_running);
     (quiet && decided == (Some(r.active_site.as_str()), Some(r.generation))).then_some(r)
+}
+
+/// Highest topology generation this process has seen decided, by group UID
+/// (a record it wrote, or a record and status that agreed). A verified
+/// record below it is an older genuine record put back (a replay, or a
+/// restore from a backup): the digest proves who wrote a record, not when.
+/// In memory only: a restarted operator starts again from what it reads.
+static HIGH_WATER: std::sync::LazyLock<std::sync::Mutex<HashMap<String, i64>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Notes that `generation` was decided for group `uid`.
+pub fn note_decided(uid: &str, generation: i64) {
+    let mut hw = HIGH_WATER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let e = hw.entry(uid.to_owned()).or_insert(generation);
+    *e = (*e).max(generation);
+}
+
+/// The highest generation this process has seen decided for group `uid`.
+pub fn high_water(uid: &str) -> Option<i64> {
+    HIGH_WATER.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(uid).copied()
 }
 
 /// A watch cache of the decision records of the operator's namespace
@@ -249,6 +275,7 @@ pub struct Cache {
     namespace: String,
     store: Store<ConfigMap>,
     ready: Arc<AtomicBool>,
+    reads: prometheus::IntCounterVec,
 }
 
 impl std::fmt::Debug for Cache {
@@ -261,7 +288,7 @@ impl Cache {
     /// Starts the watch (a spawned task that retries with backoff for the
     /// life of the process) and returns at once; until its first list is in,
     /// every read goes to the API server.
-    pub fn start(client: &kube::Client, namespace: &str) -> Cache {
+    pub fn start(client: &kube::Client, namespace: &str, read_counter: prometheus::IntCounterVec) -> Cache {
         let (store, writer) = reflector::store();
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
         let config = watcher::Config::default().labels(&format!("{RECORD_LABEL}=topology"));
@@ -281,7 +308,7 @@ impl Cache {
                 flag.store(true, Ordering::Release);
             }
         });
-        Cache { namespace: namespace.to_owned(), store, ready }
+        Cache { namespace: namespace.to_owned(), store, ready, reads: read_counter }
     }
 
     /// The record of `group` (UID `uid`), read from the watch cache when it
@@ -300,16 +327,19 @@ impl Cache {
         group: &str,
         uid: &str,
         decided: (Option<&str>, Option<i64>),
+        switchover_running: bool,
     ) -> Result<Option<Record>, Error> {
         if self.ready.load(Ordering::Acquire) {
             let name = record_name(group);
             if let Some(cm) = self.store.get(&ObjectRef::new(&name).within(&self.namespace)) {
                 let last_written = written().get(&name).cloned();
-                if let Some(r) = settled(&cm, last_written.as_deref(), uid, decided) {
+                if let Some(r) = settled(&cm, last_written.as_deref(), uid, decided, switchover_running) {
+                    self.reads.with_label_values(&["cache"]).inc();
                     return Ok(Some(r));
                 }
             }
         }
+        self.reads.with_label_values(&["api"]).inc();
         read(api, group).await
     }
 }
@@ -391,6 +421,7 @@ pub async fn write(
     if let Some(v) = &written.metadata.resource_version {
         self::written().insert(record_name(group), v.clone());
     }
+    note_decided(group_uid, generation);
     Ok(Record {
         active_site: active_site.to_owned(),
         generation,
@@ -484,22 +515,34 @@ mod tests {
     fn only_a_settled_cached_record_stands_for_a_read() {
         let at = (Some("iad"), Some(3));
         let plain = stored("10", "", |_| {});
-        assert!(settled(&plain, None, "uid-1", at).is_some(), "settled, and this process never wrote it");
-        assert!(settled(&plain, Some("10"), "uid-1", at).is_some(), "the copy this process wrote last");
+        assert!(settled(&plain, None, "uid-1", at, false).is_some(), "settled, and this process never wrote it");
+        assert!(settled(&plain, Some("10"), "uid-1", at, false).is_some(), "the copy this process wrote last");
         // Each of these must go to the API server instead.
-        assert!(settled(&plain, Some("11"), "uid-1", at).is_none(), "older than this process's last write");
-        assert!(settled(&plain, None, "uid-2", at).is_none(), "another group of the same name");
-        assert!(settled(&plain, None, "uid-1", (Some("pdx"), Some(3))).is_none(), "status shows another site");
-        assert!(settled(&plain, None, "uid-1", (Some("iad"), Some(4))).is_none(), "status shows another generation");
-        assert!(settled(&plain, None, "uid-1", (None, None)).is_none(), "status shows no decision");
-        assert!(settled(&stored("10", "promote", |_| {}), None, "uid-1", at).is_none(), "a step is pending");
+        assert!(settled(&plain, Some("11"), "uid-1", at, false).is_none(), "older than this process's last write");
+        assert!(settled(&plain, None, "uid-2", at, false).is_none(), "another group of the same name");
+        assert!(settled(&plain, None, "uid-1", (Some("pdx"), Some(3)), false).is_none(), "status shows another site");
+        assert!(
+            settled(&plain, None, "uid-1", (Some("iad"), Some(4)), false).is_none(),
+            "status shows another generation"
+        );
+        assert!(settled(&plain, None, "uid-1", (None, None), false).is_none(), "status shows no decision");
+        assert!(settled(&stored("10", "promote", |_| {}), None, "uid-1", at, false).is_none(), "a step is pending");
         let admitted = stored("10", "", |d| {
             d.insert("admitted".to_owned(), "r1".to_owned());
         });
-        assert!(settled(&admitted, None, "uid-1", at).is_none(), "edited after the digest (and admitted)");
+        assert!(settled(&admitted, None, "uid-1", at, false).is_none(), "edited after the digest");
         let edited = stored("10", "", |d| {
             d.insert("topologyGeneration".to_owned(), "9".to_owned());
         });
-        assert!(settled(&edited, None, "uid-1", (Some("iad"), Some(9))).is_none(), "a hand edit never stands");
+        assert!(settled(&edited, None, "uid-1", (Some("iad"), Some(9)), false).is_none(), "a hand edit never stands");
+        // A request admitted by a switchover: settled once it ended, never while it runs.
+        let mut genuine = stored("10", "", |_| {});
+        let mut data = genuine.data.take().unwrap();
+        data.insert("admitted".to_owned(), "r1 pdx iad".to_owned());
+        let d = digest(&data).unwrap();
+        data.insert("digest".to_owned(), d);
+        genuine.data = Some(data);
+        assert!(settled(&genuine, None, "uid-1", at, false).is_some(), "the request ended");
+        assert!(settled(&genuine, None, "uid-1", at, true).is_none(), "the request runs");
     }
 }
