@@ -159,6 +159,11 @@ spec:
         readinessProbe:
           httpGet: {path: /readyz, port: plain}
           periodSeconds: 2
+        # About 66 MiB at steady state with 1,000 groups (make figures); the
+        # bootstrap of many groups at once peaks near 200 MiB.
+        resources:
+          requests: {cpu: 50m, memory: 64Mi}
+          limits: {memory: 256Mi}
         securityContext:
           allowPrivilegeEscalation: false
           readOnlyRootFilesystem: true
