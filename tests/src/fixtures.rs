@@ -166,7 +166,42 @@ pub struct Scenario {
 /// Name of the site Secret every scenario creates.
 pub const SITE_SECRET: &str = "site-creds";
 
+/// Ok when planned failover `id` completed and the group is Ready at
+/// `site`, `generation`.
+pub fn completed(s: &MysqlFailoverGroupStatus, id: &str, site: &str, generation: i64) -> Result<(), String> {
+    match &s.planned_failover {
+        Some(p) if p.request_id == id && p.phase == "Completed" => is_ready_at(s, site, generation),
+        other => Err(format!("{other:?}")),
+    }
+}
+
 impl Scenario {
+    /// The decision record ConfigMap of `group` (in the test's namespace,
+    /// which is the operators' namespace).
+    pub async fn record_of(&self, group: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+        let records: Api<k8s_openapi::api::core::v1::ConfigMap> =
+            Api::namespaced(self.cluster.client.clone(), &self.ns.name);
+        let lp = ListParams::default().labels("bloodraven.shipstream.io/record=topology");
+        records
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .find(|c| c.data.as_ref().and_then(|d| d.get("group")).map(String::as_str) == Some(group))
+            .unwrap()
+    }
+
+    /// Requests a planned failover of `group` to `target` (`requestId` `id`).
+    pub async fn request_failover(&self, group: &str, target: &str, id: &str) {
+        let patch = serde_json::json!({"spec": {"plannedFailover": {"targetSite": target, "requestId": id}}});
+        self.cluster
+            .groups()
+            .patch(group, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
     /// Sets up the namespace `<prefix>-<random>`, the pair, the Secret and the operators.
     pub async fn start(prefix: &str, operators: usize, timings: crate::operator::LeaderTimings) -> Scenario {
         let cluster = Cluster::connect().await;

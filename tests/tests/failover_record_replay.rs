@@ -37,55 +37,29 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
-use bloodraven_e2e::fixtures::{Scenario, condition, is_ready_at, wait_status};
+use bloodraven_e2e::fixtures::{Scenario, completed, condition, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(90);
 
-async fn record_of(sc: &Scenario, group: &str) -> ConfigMap {
-    let records: Api<ConfigMap> = Api::namespaced(sc.cluster.client.clone(), &sc.ns.name);
-    let lp = ListParams::default().labels("bloodraven.shipstream.io/record=topology");
-    records
-        .list(&lp)
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .find(|c| c.data.as_ref().and_then(|d| d.get("group")).map(String::as_str) == Some(group))
-        .unwrap()
-}
-
-async fn request(sc: &Scenario, group: &str, target: &str, id: &str) {
-    let patch = json!({"spec": {"plannedFailover": {"targetSite": target, "requestId": id}}});
-    sc.cluster.groups().patch(group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-}
-
-fn completed(s: &MysqlFailoverGroupStatus, id: &str, site: &str, generation: i64) -> Result<(), String> {
-    match &s.planned_failover {
-        Some(p) if p.request_id == id && p.phase == "Completed" => is_ready_at(s, site, generation),
-        other => Err(format!("{other:?}")),
-    }
-}
-
 #[tokio::test]
 async fn replaying_an_older_genuine_record_does_not_move_status_backwards() {
     let sc = Scenario::start("a4replay", 1, LeaderTimings::default()).await;
     let name = sc.bootstrapped_group("g").await;
-    request(&sc, &name, "pdx", "r1").await;
+    sc.request_failover(&name, "pdx", "r1").await;
     wait_status(&sc.cluster, &name, "r1 completed at pdx, generation 2", T, |s| completed(s, "r1", "pdx", 2)).await;
     // The attacker keeps a copy of the genuine generation-2 record ...
-    let old: BTreeMap<String, String> = record_of(&sc, &name).await.data.unwrap();
+    let old: BTreeMap<String, String> = sc.record_of(&name).await.data.unwrap();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    request(&sc, &name, "iad", "r2").await;
+    sc.request_failover(&name, "iad", "r2").await;
     wait_status(&sc.cluster, &name, "r2 completed at iad, generation 3", T, |s| completed(s, "r2", "iad", 3)).await;
 
     // ... and puts it back: kubectl patch cm <record> --type=merge -p '{"data": <old>}'.
-    let record = record_of(&sc, &name).await;
+    let record = sc.record_of(&name).await;
     let records: Api<ConfigMap> = Api::namespaced(sc.cluster.client.clone(), &sc.ns.name);
     let by_hand = PatchParams { field_manager: Some("kubectl-patch".into()), ..PatchParams::default() };
     records.patch(&record.name_any(), &by_hand, &Patch::Merge(&json!({"data": old}))).await.unwrap();
@@ -116,7 +90,7 @@ async fn replaying_an_older_genuine_record_does_not_move_status_backwards() {
 async fn a_completed_switchover_leaves_a_record_the_cache_can_settle_on() {
     let sc = Scenario::start("a4settle", 1, LeaderTimings::default()).await;
     let name = sc.bootstrapped_group("g").await;
-    request(&sc, &name, "pdx", "r1").await;
+    sc.request_failover(&name, "pdx", "r1").await;
     wait_status(&sc.cluster, &name, "r1 completed at pdx, generation 2", T, |s| completed(s, "r1", "pdx", 2)).await;
     // Let the completion settle (status written, the watch caught up).
     tokio::time::sleep(Duration::from_secs(5)).await;

@@ -21,46 +21,20 @@
 
 use std::time::Duration;
 
-use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
-use bloodraven_e2e::fixtures::{Scenario, condition, is_ready_at, wait_status};
+use bloodraven_e2e::fixtures::{Scenario, completed, condition, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(90);
 
-async fn record_of(sc: &Scenario, group: &str) -> ConfigMap {
-    let records: Api<ConfigMap> = Api::namespaced(sc.cluster.client.clone(), &sc.ns.name);
-    let lp = ListParams::default().labels("bloodraven.shipstream.io/record=topology");
-    records
-        .list(&lp)
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .find(|c| c.data.as_ref().and_then(|d| d.get("group")).map(String::as_str) == Some(group))
-        .unwrap()
-}
-
-async fn request(sc: &Scenario, group: &str, target: &str, id: &str) {
-    let patch = json!({"spec": {"plannedFailover": {"targetSite": target, "requestId": id}}});
-    sc.cluster.groups().patch(group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-}
-
-fn completed(s: &MysqlFailoverGroupStatus, id: &str, site: &str, generation: i64) -> Result<(), String> {
-    match &s.planned_failover {
-        Some(p) if p.request_id == id && p.phase == "Completed" => is_ready_at(s, site, generation),
-        other => Err(format!("{other:?}")),
-    }
-}
-
 #[tokio::test]
 async fn a_record_edit_under_the_operators_own_field_manager_name_is_not_trusted() {
     let sc = Scenario::start("a3spoof", 1, LeaderTimings::default()).await;
     let name = sc.bootstrapped_group("g").await;
-    let record = record_of(&sc, &name).await;
+    let record = sc.record_of(&name).await;
     let records: Api<ConfigMap> = Api::namespaced(sc.cluster.client.clone(), &sc.ns.name);
     // kubectl patch cm <record> --field-manager=bloodraven-operator-decider ...
     let spoof = PatchParams { field_manager: Some("bloodraven-operator-decider".into()), ..PatchParams::default() };
@@ -93,12 +67,12 @@ async fn a_record_edit_under_the_operators_own_field_manager_name_is_not_trusted
 async fn a_hand_edit_that_drops_the_record_version_is_not_laundered() {
     let sc = Scenario::start("a3legacy", 1, LeaderTimings::default()).await;
     let name = sc.bootstrapped_group("g").await;
-    request(&sc, &name, "pdx", "r1").await;
+    sc.request_failover(&name, "pdx", "r1").await;
     wait_status(&sc.cluster, &name, "r1 completed at pdx, generation 2", T, |s| completed(s, "r1", "pdx", 2)).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    request(&sc, &name, "iad", "r2").await;
+    sc.request_failover(&name, "iad", "r2").await;
     wait_status(&sc.cluster, &name, "r2 completed at iad, generation 3", T, |s| completed(s, "r2", "iad", 3)).await;
-    let record = record_of(&sc, &name).await;
+    let record = sc.record_of(&name).await;
     let requests = record.data.as_ref().unwrap().get("requests").cloned().unwrap_or_default();
     assert!(requests.lines().any(|l| l == "r1"), "the record remembers r1: {requests:?}");
 
@@ -123,7 +97,7 @@ async fn a_hand_edit_that_drops_the_record_version_is_not_laundered() {
     );
 
     // The old id again: docs/failover.md "An id the group has run before ... is never run again".
-    request(&sc, &name, "pdx", "r1").await;
+    sc.request_failover(&name, "pdx", "r1").await;
     tokio::time::sleep(Duration::from_secs(20)).await;
     let s = sc.cluster.groups().get(&name).await.unwrap().status.unwrap();
     eprintln!(
