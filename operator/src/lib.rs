@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod mysql;
 pub mod telemetry;
 pub mod tolerant;
+pub mod watch_cache;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

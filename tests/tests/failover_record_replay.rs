@@ -92,15 +92,19 @@ async fn a_completed_switchover_leaves_a_record_the_cache_can_settle_on() {
     let name = sc.bootstrapped_group("g").await;
     sc.request_failover(&name, "pdx", "r1").await;
     wait_status(&sc.cluster, &name, "r1 completed at pdx, generation 2", T, |s| completed(s, "r1", "pdx", 2)).await;
-    // Let the completion settle (status written, the watch caught up).
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let api_reads = |m: &str| {
-        m.lines()
-            .find(|l| l.starts_with("bloodraven_decision_record_reads_total{source=\"api\"}"))
-            .and_then(|l| l.rsplit(' ').next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
+    let reads = |m: &str, source: &str| {
+        let series = format!("bloodraven_decision_record_reads_total{{source=\"{source}\"}} ");
+        m.lines().find_map(|l| l.strip_prefix(series.as_str())).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
     };
+    // Settled: the completion is written and the watch caught up, so probes
+    // read from the cache again.
+    let at_completion = reads(&sc.operators[0].metrics().await.unwrap(), "cache");
+    bloodraven_e2e::wait_for("a record read from the cache after the completion", T, || async {
+        let now = reads(&sc.operators[0].metrics().await?, "cache");
+        if now > at_completion + 1.0 { Ok(()) } else { Err(format!("{now}")) }
+    })
+    .await;
+    let api_reads = |m: &str| reads(m, "api");
     let before = api_reads(&sc.operators[0].metrics().await.unwrap());
     // Ten probe rounds (1 s interval): each read its record from the API
     // server before the fix, because `admitted` stays set after the request.

@@ -80,10 +80,12 @@ async fn jobs_with_a_native_sidecar_complete_fail_closed_and_time_out() {
     assert!(logs(&cluster, &ns.name, &name, "sidecar").await.contains("sidecar stopped"));
 
     // Main exits 1 with backoffLimit 0: Failed, and no second Pod.
-    let (_, ended, reason, pods) = run(&cluster, &ns, job("fails", "exit 1", &json!({}))).await;
+    let (failed, ended, reason, pods) = run(&cluster, &ns, job("fails", "exit 1", &json!({}))).await;
     assert_eq!((ended.as_str(), reason.as_str()), ("Failed", "BackoffLimitExceeded"));
-    tokio::time::sleep(Duration::from_secs(3)).await; // a retry would have been created by now
-    assert_eq!(job_pods(&cluster, &ns.name, "fails").await.len(), 1, "{pods:?}");
+    // Failed is terminal: the controller has counted every Pod it made.
+    let counts = failed.status.as_ref().map(|s| (s.failed, s.succeeded.unwrap_or(0), s.active.unwrap_or(0)));
+    assert_eq!(counts, Some((Some(1), 0, 0)), "one Pod, failed, and no retry");
+    assert_eq!(pods.len(), 1, "{pods:?}");
 
     // A stuck main: activeDeadlineSeconds ends the Job as Failed.
     let (_, ended, reason, _) =

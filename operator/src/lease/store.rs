@@ -179,7 +179,7 @@ pub struct Store {
 #[derive(Clone, Debug)]
 struct VerificationIndex {
     store: kube::runtime::reflector::Store<PartialObjectMeta<Lease>>,
-    ready: Arc<std::sync::atomic::AtomicBool>,
+    ready: crate::watch_cache::Listed,
 }
 
 fn annotations(lease: &Lease) -> BTreeMap<String, String> {
@@ -338,7 +338,6 @@ impl Store {
     /// and every group before the watch's first list, is LISTed as before.
     #[must_use]
     pub fn watch_verifications(mut self) -> Self {
-        use futures::StreamExt as _;
         use kube::runtime::{WatchStreamExt as _, reflector, watcher};
         let (store, writer) = reflector::store();
         let client = self.api.clone().into_client();
@@ -355,19 +354,7 @@ impl Store {
                 m.metadata.managed_fields = None;
             })
             .reflect(writer);
-        tokio::spawn(stream.for_each(|event| {
-            if let Err(err) = event {
-                tracing::warn!(error = %err, "the verification record watch failed; listing records directly until it recovers");
-            }
-            async {}
-        }));
-        let ready = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (flag, waiting) = (ready.clone(), store.clone());
-        tokio::spawn(async move {
-            if waiting.wait_until_ready().await.is_ok() {
-                flag.store(true, std::sync::atomic::Ordering::Release);
-            }
-        });
+        let ready = crate::watch_cache::spawn(stream, &store, "verification record");
         self.verification_index = Some(VerificationIndex { store, ready });
         self
     }
@@ -538,7 +525,7 @@ impl Store {
     pub async fn verifications(&self, key: &GroupKey) -> Result<Vec<Pending>, StoreError> {
         let hash = short_hash(&key.name, 16);
         if let Some(index) = &self.verification_index
-            && index.ready.load(std::sync::atomic::Ordering::Acquire)
+            && index.ready.get()
             && !index.store.state().iter().any(|m| m.labels().get(LABEL_GROUP) == Some(&hash))
         {
             return Ok(Vec::new());

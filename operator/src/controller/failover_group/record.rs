@@ -21,10 +21,6 @@
 //! operator's, to say who edited it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
-use futures::StreamExt as _;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -274,7 +270,7 @@ pub fn high_water(uid: &str) -> Option<i64> {
 pub struct Cache {
     namespace: String,
     store: Store<ConfigMap>,
-    ready: Arc<AtomicBool>,
+    ready: crate::watch_cache::Listed,
     reads: prometheus::IntCounterVec,
 }
 
@@ -294,20 +290,7 @@ impl Cache {
         let config = watcher::Config::default().labels(&format!("{RECORD_LABEL}=topology"));
         let stream =
             watcher(api, config).default_backoff().modify(|cm| cm.metadata.managed_fields = None).reflect(writer);
-        let ns = namespace.to_owned();
-        tokio::spawn(stream.for_each(move |event| {
-            if let Err(err) = event {
-                tracing::warn!(namespace = %ns, error = %err, "the decision record watch failed; reading records directly until it recovers");
-            }
-            async {}
-        }));
-        let ready = Arc::new(AtomicBool::new(false));
-        let (flag, waiting) = (ready.clone(), store.clone());
-        tokio::spawn(async move {
-            if waiting.wait_until_ready().await.is_ok() {
-                flag.store(true, Ordering::Release);
-            }
-        });
+        let ready = crate::watch_cache::spawn(stream, &store, "decision record");
         Cache { namespace: namespace.to_owned(), store, ready, reads: read_counter }
     }
 
@@ -329,7 +312,7 @@ impl Cache {
         decided: (Option<&str>, Option<i64>),
         switchover_running: bool,
     ) -> Result<Option<Record>, Error> {
-        if self.ready.load(Ordering::Acquire) {
+        if self.ready.get() {
             let name = record_name(group);
             if let Some(cm) = self.store.get(&ObjectRef::new(&name).within(&self.namespace)) {
                 let last_written = written().get(&name).cloned();
