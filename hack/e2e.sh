@@ -47,6 +47,12 @@ if [ "${1:-}" = "--figures" ] || [ "${1:-}" = "--bench" ] || [ "${1:-}" = "--ben
 else
   cargo build --locked -p bloodraven-operator
 fi
+# The tests run a private copy: with a target folder shared between
+# checkouts, another checkout's build would otherwise replace the binary
+# under a running suite.
+mkdir -p "$dir/bin"
+cp -f "$BLOODRAVEN_OPERATOR_BIN" "$dir/bin/bloodraven-operator"
+export BLOODRAVEN_OPERATOR_BIN="$dir/bin/bloodraven-operator"
 if [ "${1:-}" = "--figures" ] || [ "${1:-}" = "--bench" ] || [ "${1:-}" = "--bench-failover" ]; then
   # Figures measure the operator process against the control plane alone.
   "$root/hack/control-plane.sh" up "$dir/control-plane" >/dev/null

@@ -109,6 +109,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         leases: lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)).watch_verifications(),
         tolerant,
         missed: controller::failover_group::emergency::Missed::default(),
+        bypass: controller::failover_group::bypass::Checks::default(),
         status_heartbeat: std::time::Duration::from_secs(config.status_heartbeat_seconds),
         credentials: controller::failover_group::credentials::Cache::start(&client, &credentials_namespace),
         records,

@@ -57,3 +57,58 @@ async fn a_replica_restarted_writable_is_made_read_only_again() {
     let _ = session.lock().unwrap().kill();
     sc.cluster.delete_group(&name).await;
 }
+
+/// Accounts other than the operator's that can write through `read_only`
+/// (MariaDB `READ_ONLY ADMIN`) get the `ReadOnlyBypassAccounts` condition
+/// and an Event at the fence. With the default grants the operator sees its
+/// own privileges only, and the condition says so (Unknown) instead of
+/// claiming there are none.
+#[tokio::test]
+async fn accounts_that_write_through_read_only_get_a_condition() {
+    use bloodraven_e2e::fixtures::{completed, has_condition};
+    let sc = Scenario::start("bypass", 1, LeaderTimings::default()).await;
+    let name = sc.bootstrapped_group("g").await;
+    let t = "ReadOnlyBypassAccounts";
+    let s = wait_status(&sc.cluster, &name, "bypass unknown: grants not visible", T, |s| {
+        has_condition(s, t, "Unknown", Some("GrantsNotVisible"))
+    })
+    .await;
+    let message = &bloodraven_e2e::fixtures::condition(&s, t).unwrap().message;
+    assert!(message.contains("SELECT ON mysql.*"), "{message}");
+
+    // An application account with READ_ONLY ADMIN, and the operator allowed
+    // to see every account's privileges; not replicated (each site's own).
+    for site in ["iad", "pdx"] {
+        sc.pair.sql(
+            site,
+            "SET sql_log_bin=0; CREATE USER 'app'@'%' IDENTIFIED BY 'app-pw'; \
+             GRANT READ_ONLY ADMIN ON *.* TO 'app'@'%'; \
+             GRANT SELECT ON mysql.* TO 'bloodraven'@'127.0.0.1', 'bloodraven'@'localhost'",
+        );
+    }
+    // The fence of a switchover checks the old primary afresh.
+    sc.request_failover(&name, "pdx", "r1").await;
+    let note = wait_event(&sc.cluster, &name, "ReadOnlyAdminAccounts").await;
+    assert!(note.contains("'app'@'%'") && note.contains("iad"), "{note}");
+    assert!(!note.contains("bloodraven"), "the operator's own account is not reported: {note}");
+    wait_status(&sc.cluster, &name, "switchover to pdx", T, |s| completed(s, "r1", "pdx", 2)).await;
+    let s = wait_status(&sc.cluster, &name, "bypass true", T, |s| {
+        has_condition(s, t, "True", Some("ReadOnlyAdminAccounts"))
+    })
+    .await;
+    let message = &bloodraven_e2e::fixtures::condition(&s, t).unwrap().message;
+    assert!(message.contains("on site iad, 'app'@'%'"), "{message}");
+    assert!(!message.contains("'bloodraven'"), "{message}");
+
+    // A group created now checks both sites on first sight.
+    let other = sc.group("h", "pdx").await;
+    wait_status(&sc.cluster, &other, "bootstrap at pdx", T, |s| is_ready_at(s, "pdx", 1)).await;
+    let s = wait_status(&sc.cluster, &other, "bypass true on both sites", T, |s| {
+        has_condition(s, t, "True", Some("ReadOnlyAdminAccounts"))
+    })
+    .await;
+    let message = &bloodraven_e2e::fixtures::condition(&s, t).unwrap().message;
+    assert!(message.contains("on site iad, 'app'@'%'") && message.contains("on site pdx, 'app'@'%'"), "{message}");
+    sc.cluster.delete_group(&other).await;
+    sc.cluster.delete_group(&name).await;
+}

@@ -36,11 +36,16 @@ pub enum ConditionType {
     /// with status in a way no decision explains: failover is refused until
     /// a person resolves it.
     DecisionConflict,
+    /// Accounts other than the operator's can write through `read_only` on a
+    /// site (MariaDB `READ_ONLY ADMIN` or `SUPER`): the fence ends their
+    /// sessions, but they should not belong to applications or migrations
+    /// (failover issue: "report such accounts … with a condition and Event").
+    ReadOnlyBypassAccounts,
 }
 
 impl ConditionType {
     /// Every type, in the order the operator writes them.
-    pub const ALL: [ConditionType; 10] = [
+    pub const ALL: [ConditionType; 11] = [
         ConditionType::Ready,
         ConditionType::Degraded,
         ConditionType::SplitBrain,
@@ -51,6 +56,7 @@ impl ConditionType {
         ConditionType::AutomaticFailoverHeld,
         ConditionType::SiteDiverged,
         ConditionType::DecisionConflict,
+        ConditionType::ReadOnlyBypassAccounts,
     ];
 
     /// The type's name as it appears in `status.conditions[].type`.
@@ -66,6 +72,7 @@ impl ConditionType {
             ConditionType::AutomaticFailoverHeld => "AutomaticFailoverHeld",
             ConditionType::SiteDiverged => "SiteDiverged",
             ConditionType::DecisionConflict => "DecisionConflict",
+            ConditionType::ReadOnlyBypassAccounts => "ReadOnlyBypassAccounts",
         }
     }
 }

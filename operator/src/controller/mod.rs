@@ -38,6 +38,8 @@ pub struct Context {
     pub tolerant: crate::tolerant::Tolerant,
     /// Consecutive failed probes of each group's active site (emergency failover).
     pub missed: failover_group::emergency::Missed,
+    /// The last read-only bypass check of each site (`ReadOnlyBypassAccounts`).
+    pub bypass: failover_group::bypass::Checks,
     /// Longest time an unchanged group status goes unwritten: its
     /// `health[].lastProbeTime` is refreshed at least this often
     /// (`--status-heartbeat-seconds`).

@@ -189,30 +189,43 @@ pub async fn catch_up(
     tokio::time::timeout(outer, run).await.unwrap_or(Err(ProbeError::Timeout(outer)))
 }
 
-/// Accounts other than `own` that can write through `read_only` (MariaDB
-/// `READ_ONLY ADMIN` or `SUPER`), as `'user'@'host'`. Empty on MySQL, where
-/// `super_read_only` stops them.
+/// What a site shows of the accounts that can write through `read_only`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Bypass {
+    /// Accounts other than the operator's (any host of its user name), as
+    /// `'user'@'host'`, sorted. Empty on MySQL, where `super_read_only`
+    /// stops them.
+    pub accounts: Vec<String>,
+    /// Whether the operator's account sees every account's privileges
+    /// (`SELECT` on `mysql.*` or globally); when not, `accounts` is empty
+    /// because MariaDB shows it its own grants only. Always true on MySQL.
+    pub all_visible: bool,
+}
+
+/// Lists the accounts other than `creds`' that can write through
+/// `read_only` on a server of `flavor` and `version` (`@@version`), bounded
+/// by `timeout`. Errors: connecting or querying fails.
 pub async fn read_only_bypass(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
+    version: &str,
     timeout: Duration,
-) -> Result<Vec<String>, ProbeError> {
-    let Some(sql) = statements::read_only_bypass_accounts(flavor) else { return Ok(Vec::new()) };
+) -> Result<Bypass, ProbeError> {
+    let Some(sql) = statements::read_only_bypass_accounts(flavor, version) else {
+        return Ok(Bypass { accounts: Vec::new(), all_visible: true });
+    };
     let run = async {
         let mut conn = connect(target, creds).await?;
         let rows: Vec<String> = conn.query(sql).await?;
+        let visible: Option<i64> = conn.query_first(statements::GRANTS_VISIBLE).await?;
         let _ = conn.disconnect().await;
-        Ok(rows)
+        Ok((rows, visible.unwrap_or(0) > 0))
     };
     let own = format!("'{}'@", creds.username);
-    let mut accounts: Vec<String> = tokio::time::timeout(timeout, run)
-        .await
-        .unwrap_or(Err(ProbeError::Timeout(timeout)))?
-        .into_iter()
-        .filter(|grantee| !grantee.starts_with(&own))
-        .collect();
+    let (rows, all_visible) = tokio::time::timeout(timeout, run).await.unwrap_or(Err(ProbeError::Timeout(timeout)))?;
+    let mut accounts: Vec<String> = rows.into_iter().filter(|grantee| !grantee.starts_with(&own)).collect();
     accounts.sort();
     accounts.dedup();
-    Ok(accounts)
+    Ok(Bypass { accounts, all_visible })
 }

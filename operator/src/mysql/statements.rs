@@ -119,19 +119,51 @@ pub fn kill(id: u64) -> String {
     format!("KILL CONNECTION {id}")
 }
 
-/// Accounts other than `except` that can write through `read_only`: on
-/// MariaDB those holding `READ_ONLY ADMIN` (or `SUPER`, which implies it
-/// before 11.0), on MySQL those holding `CONNECTION_ADMIN`/`SUPER` are
-/// stopped by `super_read_only`, so nothing is listed there.
-pub fn read_only_bypass_accounts(flavor: Flavor) -> Option<&'static str> {
+/// The query listing accounts that can write through `read_only` on a
+/// server of `flavor` and `version` (`@@version`), one `GRANTEE` per row as
+/// `'user'@'host'`; `None` on MySQL, where `super_read_only` stops every
+/// account. On MariaDB that is `READ_ONLY ADMIN`, and before 10.11 also
+/// `SUPER`, which implied it there (MariaDB 10.11 changelog: `SUPER` no
+/// longer includes `READ_ONLY ADMIN`). `information_schema.USER_PRIVILEGES`
+/// shows other accounts only to an account with `SELECT` on `mysql.*` (or
+/// globally): see [`GRANTS_VISIBLE`].
+pub fn read_only_bypass_accounts(flavor: Flavor, version: &str) -> Option<&'static str> {
     match flavor {
-        Flavor::MariaDb => Some(
+        Flavor::MariaDb if super_implies_read_only_admin(version) => Some(
             "SELECT DISTINCT GRANTEE FROM information_schema.USER_PRIVILEGES \
              WHERE PRIVILEGE_TYPE IN ('READ_ONLY ADMIN', 'SUPER')",
+        ),
+        Flavor::MariaDb => Some(
+            "SELECT DISTINCT GRANTEE FROM information_schema.USER_PRIVILEGES \
+             WHERE PRIVILEGE_TYPE = 'READ_ONLY ADMIN'",
         ),
         Flavor::MySql => None,
     }
 }
+
+/// Whether MariaDB `version` is older than 10.11, where `SUPER` still
+/// implied `READ_ONLY ADMIN`. An unreadable version counts as older: that
+/// lists more accounts, never fewer.
+fn super_implies_read_only_admin(version: &str) -> bool {
+    let mut parts = version.split(|c: char| !c.is_ascii_digit()).map(str::parse::<u32>);
+    match (parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor))) => (major, minor) < (10, 11),
+        _ => true,
+    }
+}
+
+/// One row, one integer: greater than zero when the current account holds
+/// `SELECT` on every table or on the `mysql` schema, without which
+/// `information_schema.USER_PRIVILEGES` shows it its own privileges only (a
+/// table grant such as `SELECT ON mysql.global_priv` is not enough: checked
+/// on MariaDB 10.11).
+pub const GRANTS_VISIBLE: &str = "SELECT \
+     (SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES u \
+        WHERE u.PRIVILEGE_TYPE = 'SELECT' AND u.GRANTEE = me.g) + \
+     (SELECT COUNT(*) FROM information_schema.SCHEMA_PRIVILEGES s \
+        WHERE s.PRIVILEGE_TYPE = 'SELECT' AND s.TABLE_SCHEMA = 'mysql' AND s.GRANTEE = me.g) \
+     FROM (SELECT CONCAT(QUOTE(SUBSTRING_INDEX(CURRENT_USER(), '@', 1)), '@', \
+        QUOTE(SUBSTRING_INDEX(CURRENT_USER(), '@', -1))) AS g) AS me";
 
 /// The catch-up wait: a query with two parameters (the position or set to
 /// reach, and a timeout in seconds) returning one integer, and the value
@@ -283,7 +315,14 @@ mod tests {
         assert_eq!(wait_for_position(Flavor::MariaDb).0, "SELECT MASTER_GTID_WAIT(?, ?)");
         assert_eq!(wait_for_position(Flavor::MySql).0, "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)");
         assert_eq!(replica_status(Flavor::MySql), "SHOW REPLICA STATUS");
-        assert!(read_only_bypass_accounts(Flavor::MySql).is_none());
+        assert!(read_only_bypass_accounts(Flavor::MySql, "8.4.3").is_none());
+        let old = read_only_bypass_accounts(Flavor::MariaDb, "10.6.21-MariaDB-log").unwrap();
+        assert!(old.contains("'SUPER'"), "{old}");
+        for version in ["10.11.19-MariaDB-0+deb12u1-log", "11.4.5-MariaDB"] {
+            let new = read_only_bypass_accounts(Flavor::MariaDb, version).unwrap();
+            assert!(new.contains("'READ_ONLY ADMIN'") && !new.contains("SUPER"), "{version}: {new}");
+        }
+        assert!(read_only_bypass_accounts(Flavor::MariaDb, "garbage").unwrap().contains("'SUPER'"));
         assert!(semi_sync(Flavor::MariaDb, true, true).iter().any(|s| s.contains("AFTER_SYNC")));
         assert!(semi_sync(Flavor::MySql, true, true).iter().any(|s| s.contains("rpl_semi_sync_source_enabled = ON")));
         assert_eq!(kill(42), "KILL CONNECTION 42");

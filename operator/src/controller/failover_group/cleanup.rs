@@ -121,6 +121,10 @@ pub async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
         .await;
     }
     ctx.leases.forget_group(&name).await.map_err(|e| Error::Deploy(e.to_string()))?;
+    if let Some(uid) = group.meta().uid.as_deref() {
+        ctx.bypass.forget(uid);
+        ctx.missed.forget(uid);
+    }
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     record::delete(&records, &name).await;
     tracing::info!(group = %name, "group deleted: its deploy leases, tombstones, verification records and decision record are gone");

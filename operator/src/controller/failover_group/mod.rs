@@ -15,6 +15,7 @@
 //!   the probe interval).
 
 pub mod assess;
+pub mod bypass;
 mod claims;
 pub mod cleanup;
 pub mod credentials;
@@ -199,6 +200,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
 
     operation_conditions(&mut assessment, &planned, safety.recovery.as_ref(), safety.diverged.as_ref(), &resolution);
     assessment.conditions.push(verification);
+    assessment.conditions.push(bypass::condition(&ctx, &group, &probes).await);
     let health = health_of(&probes);
     write_observation(
         &api,

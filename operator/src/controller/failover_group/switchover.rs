@@ -179,6 +179,7 @@ pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailover
         };
         tracing::debug!(group = %group.name_any(), phase = phase.as_str(), action = ?action, "planned failover step");
         let flavor = src.or(tgt).map_or(Flavor::MariaDb, |o| o.flavor);
+        let version = src.or(tgt).map(|o| o.version.clone()).unwrap_or_default();
         let fence_bound = Duration::from_secs(u64::from(group.spec.failover.fence_timeout_seconds.clamp(1, 300)));
         let action_bound = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)) * 5);
         let step = Step {
@@ -188,6 +189,7 @@ pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailover
             target_spec,
             tgt: tgt.cloned(),
             flavor,
+            version,
             policy: group.spec.failover.clone(),
             fence_bound,
             action_bound,
@@ -373,6 +375,8 @@ struct Step {
     target_spec: bloodraven_api::v1alpha1::Site,
     tgt: Option<SiteObservation>,
     flavor: Flavor,
+    /// `@@version` of the source (or the target), for the bypass check.
+    version: String,
     policy: bloodraven_api::v1alpha1::FailoverPolicy,
     fence_bound: Duration,
     action_bound: Duration,
@@ -443,7 +447,7 @@ async fn act(
             let spec = group.site(&site).cloned().ok_or(Error::NoName)?;
             let creds = credentials(ctx, &spec).await?;
             let target = ProbeTarget { host: spec.host.clone(), port: spec.port };
-            report_bypass(ctx, group, &spec.name, &target, &creds, step.flavor).await;
+            report_bypass(ctx, group, &spec.name, &target, &creds, step).await;
             if !ctx.leadership.is_leader() {
                 return Err(Error::NotLeader);
             }
@@ -610,27 +614,33 @@ async fn admit(
 }
 
 /// Reports accounts that can write through `read_only` on `site` (MariaDB
-/// `READ_ONLY ADMIN`/`SUPER`) other than the operator's own: a Warning
-/// Event; the fence ends their sessions anyway.
+/// `READ_ONLY ADMIN`, or `SUPER` before 10.11) other than the operator's
+/// own, right before the fence: a Warning Event, and a fresh check for the
+/// `ReadOnlyBypassAccounts` condition. The fence ends their sessions anyway.
 async fn report_bypass(
     ctx: &Context,
     group: &MysqlFailoverGroup,
     site: &str,
     target: &ProbeTarget,
     creds: &crate::mysql::Credentials,
-    flavor: Flavor,
+    step: &Step,
 ) {
     let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
-    match actions::read_only_bypass(target, creds, flavor, timeout).await {
-        Ok(accounts) if !accounts.is_empty() => {
-            let shown: Vec<String> = accounts.iter().take(10).map(|a| bloodraven_serving::log::escape(a, 80)).collect();
+    match actions::read_only_bypass(target, creds, step.flavor, &step.version, timeout).await {
+        Ok(found) => {
+            ctx.bypass.store(&group.uid().unwrap_or_default(), site, found.clone());
+            if found.accounts.is_empty() {
+                return;
+            }
+            let shown: Vec<String> =
+                found.accounts.iter().take(10).map(|a| bloodraven_serving::log::escape(a, 80)).collect();
             publish(
                 ctx,
                 group,
                 EventType::Warning,
                 reason::READ_ONLY_ADMIN_ACCOUNTS,
                 format!(
-                    "on site {site}, {} can write through read_only (READ_ONLY ADMIN or SUPER); the fence ends their sessions, but application and migration accounts should not hold these privileges",
+                    "on site {site}, {} can write through read_only (READ_ONLY ADMIN, or SUPER before MariaDB 10.11); the fence ends their sessions, but application and migration accounts should not hold these privileges",
                     shown.join(", ")
                 ),
                 "Fence",
@@ -638,7 +648,6 @@ async fn report_bypass(
             )
             .await;
         }
-        Ok(_) => {}
         Err(err) => {
             tracing::debug!(site, error = %crate::mysql::classify(&err).1, "could not list read_only bypass accounts");
         }
