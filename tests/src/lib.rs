@@ -21,6 +21,7 @@ pub mod fixtures;
 pub mod netns;
 pub mod operator;
 pub mod pods;
+pub mod promtext;
 pub mod sites;
 pub mod wait;
 pub mod writer;
