@@ -12,7 +12,8 @@
 #   hack/e2e.sh --bench          instead run the deploy-API renewal benchmark (tests/src/bin/deploy-bench.rs)
 #   hack/e2e.sh --bench-failover instead run the failover benchmark (tests/src/bin/failover-bench.rs)
 #   E2E_TEST_THREADS             parallel tests (default 3)
-#   E2E_TEST                     run one test file only (tests/tests/$E2E_TEST.rs), e.g. E2E_TEST=listeners
+#   E2E_TEST                     run these test files only (tests/tests/NAME.rs), e.g. E2E_TEST=listeners
+#                                or E2E_TEST="listeners health"
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -84,5 +85,7 @@ elif [ "${1:-}" = "--bench-failover" ]; then
   cargo run --locked --release -p bloodraven-e2e --bin failover-bench
 else
   # --no-fail-fast: one failing test file must not hide the others' results.
-  cargo test --locked --no-fail-fast -p bloodraven-e2e ${E2E_TEST:+--test "$E2E_TEST"} -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
+  only=()
+  for t in ${E2E_TEST:-}; do only+=(--test "$t"); done
+  cargo test --locked --no-fail-fast -p bloodraven-e2e "${only[@]}" -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
 fi
