@@ -191,3 +191,40 @@ async fn a_new_primary_that_dies_before_its_promotion_is_failed_over_and_the_req
     sc.pair.wait_read_only("iad", false, T).await;
     sc.cluster.delete_group(&name).await;
 }
+
+/// A group deleted while its switchover has fenced the old primary is let
+/// go only once the switchover has ended: deleting it at once left both
+/// sites read-only for good (found by an attack).
+#[tokio::test]
+async fn a_group_deleted_mid_switchover_is_let_go_with_a_writable_primary() {
+    let sc = Scenario::start("crashdel", 0, QUICK).await;
+    let mut op = Operator::start_with(
+        &sc.cluster,
+        &sc.ns,
+        &sc.ns.name,
+        "del0",
+        QUICK,
+        &["--failpoint".into(), "planned-after-fence".into()],
+    )
+    .await;
+    let name = sc.bootstrapped_group("g").await;
+    sc.request_failover(&name, "pdx", "d1").await;
+    op.wait_exit(T).await.unwrap_or_else(|| panic!("the leader did not reach its failpoint:\n{}", op.log_tail()));
+    assert_eq!(sc.pair.sql("iad", "SELECT @@read_only").trim(), "1", "iad was fenced");
+    sc.cluster.groups().delete(&name, &kube::api::DeleteParams::default()).await.unwrap();
+    let next = Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, "del1", QUICK).await;
+    bloodraven_e2e::wait::wait_for("the group to be gone", T, || async {
+        match sc.cluster.groups().get_opt(&name).await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{:?}", other.map(|g| g.and_then(|g| g.status).map(|s| s.planned_failover)))),
+        }
+    })
+    .await;
+    let (iad, pdx) = (sc.pair.sql("iad", "SELECT @@read_only"), sc.pair.sql("pdx", "SELECT @@read_only"));
+    assert_eq!(
+        (iad.trim(), pdx.trim()),
+        ("1", "0"),
+        "the switchover was finished: pdx is the primary\n{}",
+        next.log_tail()
+    );
+}

@@ -152,6 +152,9 @@ pub mod reason {
     /// An emergency failover is due but the standby may not be promoted
     /// (unreachable, or has not applied everything it received).
     pub const STANDBY_NOT_PROMOTABLE: &str = "StandbyNotPromotable";
+    /// The active site's host or port changed in spec and it has not
+    /// answered at the new endpoint: automatic failover waits.
+    pub const ACTIVE_SITE_ENDPOINT_CHANGED: &str = "ActiveSiteEndpointChanged";
     /// Automatic failover is off (`spec.failover.automatic: false`).
     pub const AUTOMATIC_FAILOVER_DISABLED: &str = "AutomaticFailoverDisabled";
     /// A site that lost the primary role has transactions the new primary lacks.

@@ -346,6 +346,13 @@ pub struct SiteHealth {
     /// Server version string, e.g. `10.11.14-MariaDB-0+deb12u2-log`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
+    /// `host:port` at which the site last answered a probe (kept while it
+    /// does not answer). Automatic failover counts the active site's missed
+    /// probes only at that endpoint: after its host or port changes in spec,
+    /// it waits until the site has answered at the new one (a typo must not
+    /// fail over a primary that is alive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_endpoint: Option<String>,
     /// Stable reason of the last probe failure (e.g. `SiteUnreachable`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_reason: Option<String>,

@@ -133,7 +133,8 @@ pub fn assess(spec: &MysqlFailoverGroupSpec, decided: Decided<'_>, probes: &[Sit
         reachable[i + 1..].iter().find(|(_, ob)| ob.server_id == oa.server_id).map(|(b, _)| (*a, *b, oa.server_id))
     });
 
-    let split_brain = split_brain_condition(&writable, primary, duplicate);
+    let unobserved: Vec<&str> = failures.iter().map(|(s, _)| *s).collect();
+    let split_brain = split_brain_condition(&writable, &unobserved, primary, duplicate);
     let no_primary = no_primary_condition(&writable, primary, primary_obs);
 
     let degraded = if let Decided::Invalid(why) = decided {
@@ -205,8 +206,15 @@ pub fn assess(spec: &MysqlFailoverGroupSpec, decided: Decided<'_>, probes: &[Sit
     }
 }
 
-/// SplitBrain: more than one writable site (Unknown when two sites are one server).
-fn split_brain_condition(writable: &[&str], primary: &str, duplicate: Option<(&str, &str, u32)>) -> Computed {
+/// SplitBrain: more than one writable site (Unknown when two sites are one
+/// server, or when a site is writable and another could not be observed: a
+/// site the operator cannot log in to or reach may be writable too).
+fn split_brain_condition(
+    writable: &[&str],
+    unobserved: &[&str],
+    primary: &str,
+    duplicate: Option<(&str, &str, u32)>,
+) -> Computed {
     if let Some((a, b, _)) = duplicate {
         Computed::unknown(
             ConditionType::SplitBrain.as_str(),
@@ -221,6 +229,16 @@ fn split_brain_condition(writable: &[&str], primary: &str, duplicate: Option<(&s
             format!(
                 "sites {} are all writable; only the active site {primary} may be: make the others read-only (SET GLOBAL read_only=1)",
                 writable.join(", ")
+            ),
+        )
+    } else if !writable.is_empty() && !unobserved.is_empty() {
+        Computed::unknown(
+            ConditionType::SplitBrain.as_str(),
+            reason::SITE_UNREACHABLE,
+            format!(
+                "cannot tell: {} is writable and {} could not be observed (it may be writable too)",
+                writable.join(", "),
+                unobserved.join(", ")
             ),
         )
     } else {

@@ -21,8 +21,8 @@ use super::assess::SiteProbe;
 use super::sites::read_credentials;
 use crate::controller::Context;
 use crate::controller::conditions::Computed;
-use crate::mysql::actions::{self, Bypass};
 use crate::mysql::ProbeTarget;
+use crate::mysql::actions::{self, Bypass};
 
 /// How long a site's check stands before the next probe repeats it.
 pub const RECHECK: Duration = Duration::from_secs(300);
@@ -32,7 +32,10 @@ pub const GRANTS_NOT_VISIBLE: &str = "GrantsNotVisible";
 
 /// The last check of each site, by group UID and site name.
 #[derive(Clone, Debug, Default)]
-pub struct Checks(Arc<Mutex<HashMap<(String, String), (Instant, Bypass)>>>);
+pub struct Checks(Arc<Mutex<HashMap<SiteKey, (Instant, Bypass)>>>);
+
+/// A site of a group: (group UID, site name).
+type SiteKey = (String, String);
 
 impl Checks {
     fn get(&self, uid: &str, site: &str) -> Option<(Instant, Bypass)> {

@@ -65,6 +65,20 @@ pub fn switchover_running(group: &MysqlFailoverGroup) -> bool {
         .is_some_and(|p| crate::failover::planned::Phase::parse(&p.phase).is_some_and(|ph| !ph.is_final()))
 }
 
+/// Whether the group's status shows a planned failover that has touched
+/// the sites and not ended (`Draining`: the old primary is fenced;
+/// `Promoting`, `Repointing`: decided, not yet done). Deleting such a group
+/// at once would leave no writable site; its deletion waits for the end.
+pub fn switchover_touching_sites(group: &MysqlFailoverGroup) -> bool {
+    use crate::failover::planned::Phase;
+    group
+        .status
+        .as_ref()
+        .and_then(|s| s.planned_failover.as_ref())
+        .and_then(|p| Phase::parse(&p.phase))
+        .is_some_and(|ph| matches!(ph, Phase::Draining | Phase::Promoting | Phase::Repointing))
+}
+
 /// Resolves the decided roles, restoring status from the record or adopting
 /// a valid status into a missing record.
 pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailoverGroup) -> Result<Resolution, Error> {

@@ -60,6 +60,49 @@ impl Missed {
     }
 }
 
+/// Whether this round shows the active site's server alive: it answered
+/// the probe, or it answered with an error of its own (wrong password,
+/// missing privilege, too many connections). Only a failure to reach it
+/// (refused, timed out, reset) is a missed probe: a server that refuses
+/// the operator's credentials is up and may be writable, and failing it
+/// over would make two primaries (found by an attack: a wrong password in
+/// the active site's Secret failed over a live primary within seconds).
+/// A site whose Secret cannot be read is not judged either way: not a miss.
+fn alive(probe: Option<&SiteProbe>) -> bool {
+    match probe.map(|p| &p.outcome) {
+        Some(Ok(_)) => true,
+        Some(Err(f)) => f.reason != reason::SITE_UNREACHABLE,
+        None => false,
+    }
+}
+
+/// `RecoveryPending` instead of counting misses while the active site's
+/// endpoint in spec differs from the one it last answered at
+/// (`status.health[].answeredEndpoint`) and it has not answered at the new
+/// one: a mistyped host or port is refused like a dead server, and must
+/// not fail over the live primary at the old endpoint. A status written
+/// before the field existed (no endpoint recorded) counts misses as before.
+fn endpoint_unconfirmed(
+    group: &MysqlFailoverGroup,
+    active: &str,
+    probe: Option<&SiteProbe>,
+) -> Option<(&'static str, String)> {
+    if probe.is_some_and(|p| p.outcome.is_ok()) {
+        return None;
+    }
+    let now = super::endpoint_of(&group.spec, active)?;
+    let health = group.status.as_ref()?.health.iter().find(|h| h.site == active)?;
+    let was = health.answered_endpoint.as_deref()?;
+    (was != now).then(|| {
+        (
+            reason::ACTIVE_SITE_ENDPOINT_CHANGED,
+            format!(
+                "the active site {active} last answered at {was} and its spec now says {now}, where it has not answered; automatic failover waits until it answers there (a mistyped host or port must not fail over a primary that is alive): fix the spec, or put it back to {was}"
+            ),
+        )
+    })
+}
+
 /// What the emergency pass did.
 #[derive(Debug, Default)]
 pub struct Outcome {
@@ -84,8 +127,12 @@ pub async fn check(
     standby_complete: bool,
 ) -> Result<Outcome, Error> {
     let uid = group.meta().uid.clone().unwrap_or_default();
-    let answered = probes.iter().any(|p| p.site == active && p.outcome.is_ok());
-    let missed = ctx.missed.count(&uid, answered);
+    let active_probe = probes.iter().find(|p| p.site == active);
+    if let Some(blocked) = endpoint_unconfirmed(group, active, active_probe) {
+        ctx.missed.forget(&uid);
+        return Ok(Outcome { decided: None, blocked: Some(blocked) });
+    }
+    let missed = ctx.missed.count(&uid, alive(active_probe));
     if missed == 0 {
         return Ok(Outcome::default());
     }
@@ -318,5 +365,67 @@ pub async fn rejoin(
         Ok(clean)
     } else {
         Ok(Computed::flag(t, true, reason::ERRANT_TRANSACTIONS, diverged.join("; ")))
+    }
+}
+
+#[cfg(test)]
+mod miss_tests {
+    use bloodraven_api::v1alpha1::{
+        FailoverPolicy, MysqlFailoverGroupSpec, MysqlFailoverGroupStatus, SecretRef, Site, SiteHealth,
+    };
+
+    use super::*;
+    use crate::controller::failover_group::assess::ProbeFailure;
+
+    fn failed(reason: &'static str) -> SiteProbe {
+        SiteProbe { site: "iad".into(), outcome: Err(ProbeFailure { reason, message: "m".into() }) }
+    }
+
+    #[test]
+    fn only_an_unreachable_server_is_a_missed_probe() {
+        assert!(!alive(Some(&failed(reason::SITE_UNREACHABLE))));
+        assert!(!alive(None));
+        for up in [reason::AUTHENTICATION_FAILED, reason::INSUFFICIENT_PRIVILEGES, reason::PROBE_FAILED] {
+            assert!(alive(Some(&failed(up))), "{up}");
+        }
+        // No Secret: the server is not judged, so not counted as missed either.
+        assert!(alive(Some(&failed(reason::CREDENTIALS_UNAVAILABLE))));
+    }
+
+    fn group(port: u16, answered: Option<&str>) -> MysqlFailoverGroup {
+        let site = |name: &str, port| Site {
+            name: name.into(),
+            host: "10.0.0.1".into(),
+            port,
+            credentials_secret_ref: SecretRef { namespace: "ns".into(), name: "c".into() },
+        };
+        let spec = MysqlFailoverGroupSpec {
+            sites: vec![site("iad", port), site("pdx", 3307)],
+            initial_active_site: "iad".into(),
+            failover: FailoverPolicy::default(),
+            planned_failover: None,
+            allowed_databases: bloodraven_api::v1alpha1::AllowedDatabases::default(),
+        };
+        let mut g = MysqlFailoverGroup::new("g", spec);
+        g.status = Some(MysqlFailoverGroupStatus {
+            health: vec![SiteHealth {
+                site: "iad".into(),
+                answered_endpoint: answered.map(str::to_owned),
+                ..SiteHealth::default()
+            }],
+            ..MysqlFailoverGroupStatus::default()
+        });
+        g
+    }
+
+    #[test]
+    fn a_changed_endpoint_waits_until_it_answers() {
+        let down = failed(reason::SITE_UNREACHABLE);
+        let blocked = endpoint_unconfirmed(&group(3316, Some("10.0.0.1:3306")), "iad", Some(&down)).unwrap();
+        assert_eq!(blocked.0, reason::ACTIVE_SITE_ENDPOINT_CHANGED);
+        assert!(blocked.1.contains("10.0.0.1:3306") && blocked.1.contains("10.0.0.1:3316"), "{}", blocked.1);
+        // Same endpoint, or nothing recorded (a status from before): misses count.
+        assert!(endpoint_unconfirmed(&group(3306, Some("10.0.0.1:3306")), "iad", Some(&down)).is_none());
+        assert!(endpoint_unconfirmed(&group(3316, None), "iad", Some(&down)).is_none());
     }
 }

@@ -115,8 +115,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         return Ok(Action::requeue(interval));
     }
     let name = group.meta().name.clone().ok_or(Error::NoName)?;
-    if group.meta().deletion_timestamp.is_some() {
-        cleanup::finalize(&ctx, &group).await?;
+    if group.meta().deletion_timestamp.is_some() && let_go(&ctx, &group).await? {
         return Ok(Action::await_change());
     }
     let group = cleanup::ensure_finalizer(&ctx, group).await?;
@@ -201,7 +200,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     operation_conditions(&mut assessment, &planned, safety.recovery.as_ref(), safety.diverged.as_ref(), &resolution);
     assessment.conditions.push(verification);
     assessment.conditions.push(bypass::condition(&ctx, &group, &probes).await);
-    let health = health_of(&probes);
+    let health = health_of(&group.spec, &previous.health, &probes);
     write_observation(
         &api,
         &name,
@@ -217,6 +216,19 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     record_metrics(&ctx, &name, generation, &assessment, &probes);
     announce(&ctx, &group, &previous.conditions, &assessment.conditions).await;
     Ok(Action::requeue(planned.requeue.map_or(interval, |r| r.min(interval))))
+}
+
+/// Finalizes a deleted group, unless a planned failover has touched its
+/// sites: that one is finished first (letting the group go with the old
+/// primary fenced would leave both sites read-only, and nothing would ever
+/// undo it; found by an attack). `true` when the group was let go.
+async fn let_go(ctx: &Context, group: &MysqlFailoverGroup) -> Result<bool, Error> {
+    if decision::switchover_touching_sites(group) {
+        tracing::info!(group = %group.name_any(), "deletion waits for the running planned failover to end");
+        return Ok(false);
+    }
+    cleanup::finalize(ctx, group).await?;
+    Ok(true)
 }
 
 /// What the safety paths left: the group and resolution (an emergency
@@ -434,8 +446,20 @@ async fn write_observation(
     }
 }
 
-fn health_of(probes: &[SiteProbe]) -> Vec<SiteHealth> {
+/// The `host:port` of `site` in `spec`, as [`SiteHealth::answered_endpoint`] records it.
+pub(crate) fn endpoint_of(spec: &bloodraven_api::v1alpha1::MysqlFailoverGroupSpec, site: &str) -> Option<String> {
+    spec.sites.iter().find(|s| s.name == site).map(|s| format!("{}:{}", s.host, s.port))
+}
+
+/// Health from this round's probes; `previous` gives each unanswering
+/// site's last `answeredEndpoint`.
+fn health_of(
+    spec: &bloodraven_api::v1alpha1::MysqlFailoverGroupSpec,
+    previous: &[SiteHealth],
+    probes: &[SiteProbe],
+) -> Vec<SiteHealth> {
     let now = Some(Time(Timestamp::now()));
+    let kept = |site: &str| previous.iter().find(|h| h.site == site).and_then(|h| h.answered_endpoint.clone());
     probes
         .iter()
         .map(|p| match &p.outcome {
@@ -451,6 +475,7 @@ fn health_of(probes: &[SiteProbe]) -> Vec<SiteHealth> {
                 source_server_id: o.replication.as_ref().and_then(|r| r.source_server_id),
                 server_id: Some(o.server_id),
                 version: Some(o.version.clone()),
+                answered_endpoint: endpoint_of(spec, &p.site),
                 error_reason: None,
                 message: None,
                 last_probe_time: now.clone(),
@@ -461,6 +486,7 @@ fn health_of(probes: &[SiteProbe]) -> Vec<SiteHealth> {
                 error_reason: Some(f.reason.to_owned()),
                 message: Some(f.message.clone()),
                 last_probe_time: now.clone(),
+                answered_endpoint: kept(&p.site),
                 ..SiteHealth::default()
             },
         })

@@ -140,6 +140,7 @@ mod tests {
             source_server_id: (name != "iad").then_some(1),
             server_id: Some(if name == "iad" { 1 } else { 2 }),
             version: Some("10.11.14-MariaDB".into()),
+            answered_endpoint: Some(format!("127.0.0.1:{}", if name == "iad" { 3306 } else { 3307 })),
             error_reason: None,
             message: None,
             last_probe_time: Some(Time(at(probed))),

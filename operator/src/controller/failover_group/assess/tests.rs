@@ -274,3 +274,23 @@ proptest! {
         prop_assert_eq!(a.stable, a.unstable_reason.is_none());
     }
 }
+
+/// A site the operator cannot log in to or reach may be writable: with the
+/// other site writable, SplitBrain is Unknown, not False (found by an
+/// attack: a wrong password on the active site's Secret hid two writable
+/// sites behind "at most one site is writable").
+#[test]
+fn split_brain_is_unknown_while_a_site_is_not_observed() {
+    for reason in [reason::AUTHENTICATION_FAILED, reason::SITE_UNREACHABLE, reason::CREDENTIALS_UNAVAILABLE] {
+        let a = assess(&spec(), Decided::At("pdx", 2), &[down("iad", reason), ok("pdx", obs(2, true, None))]);
+        assert_eq!(status_of(&a, ConditionType::SplitBrain), ("Unknown", reason::SITE_UNREACHABLE), "{reason}");
+        assert!(!a.stable);
+    }
+    // Nothing writable among the observed: no split brain to suspect.
+    let a = assess(
+        &spec(),
+        Decided::At("pdx", 2),
+        &[down("iad", reason::SITE_UNREACHABLE), ok("pdx", obs(2, false, None))],
+    );
+    assert_eq!(status_of(&a, ConditionType::SplitBrain).0, "False");
+}
