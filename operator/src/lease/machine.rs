@@ -30,33 +30,8 @@
 use bloodraven_api::deploy::{DdlState, Holder, LeaseKind};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-/// Why leases were revoked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RevokeReason {
-    /// The group's topology generation moved past the grant's.
-    TopologyChanged,
-    /// A person annotated the group with `revoke-deployment-leases`.
-    OperatorRevoked,
-}
-
-impl RevokeReason {
-    /// The reason as the API spells it.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            RevokeReason::TopologyChanged => "TopologyChanged",
-            RevokeReason::OperatorRevoked => "OperatorRevoked",
-        }
-    }
-
-    /// Parses the API spelling.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "TopologyChanged" => Some(RevokeReason::TopologyChanged),
-            "OperatorRevoked" => Some(RevokeReason::OperatorRevoked),
-            _ => None,
-        }
-    }
-}
+/// Why leases were revoked: the contract's type.
+pub use bloodraven_api::deploy::RevokeReason;
 
 /// A live or lapsed grant held in a slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -196,7 +171,7 @@ impl Slots {
 }
 
 /// Seconds a client is told to wait after `423 unstable`.
-pub const UNSTABLE_RETRY_AFTER_SECONDS: u32 = 5;
+pub use bloodraven_api::deploy::UNSTABLE_RETRY_AFTER_SECONDS;
 
 /// Why a person must verify the schema: how the grant that had started DDL ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

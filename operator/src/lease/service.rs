@@ -84,7 +84,10 @@ pub fn facts_of(group: &MysqlFailoverGroup) -> GroupFacts {
         _ => Some(status.unstable_reason.unwrap_or_else(|| "NotObserved".to_owned())),
     };
     let deferring = unstable_reason.as_deref() == Some(bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS)
-        && status.planned_failover.as_ref().is_some_and(|p| p.phase == "Deferred");
+        && status
+            .planned_failover
+            .as_ref()
+            .is_some_and(|p| p.phase == bloodraven_api::v1alpha1::PlannedFailoverPhase::Deferred.as_str());
     GroupFacts { generation: status.topology_generation, unstable_reason, deferring }
 }
 
