@@ -2,9 +2,7 @@
 //! the plain port's `/metrics`. Labels carry group, site and stable reasons,
 //! never credentials.
 
-use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
-};
+use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// The operator's metrics.
 #[derive(Clone, Debug)]
@@ -209,11 +207,12 @@ impl Metrics {
 
     /// The registry in Prometheus text format.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        if let Err(err) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
-            tracing::warn!(error = %err, "failed to encode metrics");
-        }
-        String::from_utf8(buf).unwrap_or_default()
+        bloodraven_serving::admin::render(&self.registry)
+    }
+
+    /// The registry every metric here is registered in (served on `/metrics`).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     /// Drops every series of a deleted group, so dashboards do not show a
@@ -227,5 +226,24 @@ impl Metrics {
             let _ = self.site_writable.remove_label_values(&labels);
             let _ = self.replication_lag_seconds.remove_label_values(&labels);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_are_prometheus_text_and_a_deleted_group_leaves_no_series() {
+        let m = Metrics::new().unwrap();
+        m.topology_generation.with_label_values(&["g"]).set(3);
+        let body = m.render();
+        assert!(body.contains("bloodraven_topology_generation{group=\"g\"} 3"), "{body}");
+        m.site_up.with_label_values(&["g", "iad"]).set(1);
+        m.site_up.with_label_values(&["h", "iad"]).set(1);
+        m.forget_group("g", &["iad", "pdx"]);
+        let body = m.render();
+        assert!(!body.contains("group=\"g\""), "a deleted group leaves no series: {body}");
+        assert!(body.contains("bloodraven_site_up{group=\"h\",site=\"iad\"} 1"), "other groups stay: {body}");
     }
 }
