@@ -175,6 +175,7 @@ fn start_deploy_api(
         tolerant.clone(),
     )
     .with_group_cache(authority.groups.clone());
+    let max_connections = usize::try_from(config.deploy_api_max_connections).unwrap_or(512);
     let state = deploy_api::DeployState {
         service: service.clone(),
         auth: deploy_api::auth::Authenticator::new(
@@ -184,16 +185,12 @@ fn start_deploy_api(
         authority: authority.clone(),
         leadership: leadership.clone(),
         metrics: metrics.clone(),
+        watches: deploy_api::watches_for(max_connections),
+        shutdown: shutdown.clone(),
     };
     tokio::spawn(deploy_api::track_active_leases(service.clone(), metrics.clone(), leadership.clone()));
     let addr = config.deploy_api_addr;
-    let server = deploy_api::serve(
-        addr,
-        tls,
-        usize::try_from(config.deploy_api_max_connections).unwrap_or(512),
-        state,
-        shutdown.stopped(),
-    );
+    let server = deploy_api::serve(addr, tls, max_connections, state, shutdown.stopped());
     tokio::spawn(async move {
         if let Err(err) = server.await {
             tracing::error!(addr = %addr, error = %err, "the deploy API listener failed");

@@ -42,6 +42,7 @@ pub fn router(state: DeployState) -> Router {
         .route("/deploy/v1/groups/{group}", get(get_group))
         .route("/deploy/v1/groups/{group}/leases", post(create_lease))
         .route("/deploy/v1/groups/{group}/leases/{kind}/{operation_id}", put(renew_lease).delete(release_lease))
+        .route("/deploy/v1/groups/{group}/leases/{kind}/{operation_id}/watch", post(watch::watch_lease))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -519,6 +520,8 @@ async fn release_lease(
     )
     .await
 }
+
+mod watch;
 
 #[cfg(test)]
 mod authz_tests;

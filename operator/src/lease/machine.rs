@@ -548,6 +548,39 @@ pub fn renew(
     Outcome { slots: out, new_tombstones: Vec::new(), verifications: Vec::new(), answer: Ok(renewed) }
 }
 
+/// Decides a watch (push revocation): the caller's grant of `kind` while it
+/// is still the caller's, exactly as a renewal would find it, without
+/// writing anything; or the refusal the renewal would answer now: `Revoked`
+/// (a tombstone, or a generation that moved past the grant's: the revocation
+/// the reconciler is about to write), `Expired` (lapsed, released, or a hold
+/// whose mutex is gone), `TokenMismatch` or `Forbidden`. An unstable group
+/// does not end a watch: the lease is still held (the renewal's `423` is
+/// about extending it, not about holding it).
+#[allow(clippy::too_many_arguments)]
+pub fn watch<'a>(
+    slots: &'a Slots,
+    tombstone: Option<&Tombstone>,
+    facts: &GroupFacts,
+    kind: LeaseKind,
+    operation_id: &str,
+    actor: &Actor<'_>,
+    token_sha256: &str,
+    now: Timestamp,
+) -> Result<&'a Grant, Refusal> {
+    let grant = held(slots, tombstone, kind, operation_id, actor, token_sha256, now)?;
+    if let Some(generation) = facts.generation
+        && generation != grant.generation
+    {
+        let (_, tombstones) = revoke(slots, RevokeReason::TopologyChanged, generation, now);
+        let t = tombstones.into_iter().find(|t| t.operation_id == operation_id && t.about(actor.client));
+        return Err(t.map_or(Refusal::Expired, Refusal::Revoked));
+    }
+    if kind == LeaseKind::FailoverHold && slots.effective_hold(now).is_none() {
+        return Err(Refusal::Expired);
+    }
+    Ok(grant)
+}
+
 /// Decides a DELETE (release); answers the grant released. Releasing the
 /// migration mutex also releases that operation's failover-hold.
 pub fn release(
