@@ -113,7 +113,8 @@ impl DdlState {
 pub struct CreateLeaseRequest {
     /// `migration` first, then `failover-hold`.
     pub kind: LeaseKind,
-    /// Caller-chosen id of the deploy operation: 1–128 characters of `[A-Za-z0-9._:-]`.
+    /// Caller-chosen id of the deploy operation: 1–128 characters of
+    /// `[A-Za-z0-9._:-]`, not `.` or `..`.
     #[schemars(with = "schema::OperationId")]
     pub operation_id: String,
     /// Name of the MysqlDatabase the operation migrates (not the SQL schema).
@@ -231,9 +232,14 @@ pub struct Holder {
     pub expires_at: String,
 }
 
-/// Whether `id` is a valid `operationId`: 1–128 characters of `[A-Za-z0-9._:-]`.
+/// Whether `id` is a valid `operationId`: 1–128 characters of
+/// `[A-Za-z0-9._:-]` (lease seed), other than `.` and `..`, which a URL path
+/// cannot carry (clients remove them as dot segments, RFC 3986 §5.2.4), so an
+/// operation of that id could never be renewed or released.
 pub fn valid_operation_id(id: &str) -> bool {
     (1..=MAX_OPERATION_ID_LEN).contains(&id.len())
+        && id != "."
+        && id != ".."
         && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 

@@ -130,14 +130,16 @@ use ErrorCode as E;
 
 /// Refusals every operation can give: a bad path parameter, no or a bad
 /// token, a caller that may not act in the group (or a group that does not
-/// exist, told only to a caller that a MysqlDatabase naming it lists),
-/// another method on the path, a failure inside, not the leader, a
-/// TokenReview that failed.
-const COMMON: [ErrorCode; 8] = [
+/// exist, told only to a caller that a MysqlDatabase naming it lists), a
+/// path that routes nowhere (an empty parameter; a `.` or `..` one, which
+/// clients remove before sending) or to another method, a failure inside,
+/// not the leader, a TokenReview that failed.
+const COMMON: [ErrorCode; 9] = [
     E::InvalidRequest,
     E::Unauthenticated,
     E::Forbidden,
     E::GroupNotFound,
+    E::NotFound,
     E::MethodNotAllowed,
     E::Internal,
     E::NotLeader,
@@ -179,6 +181,7 @@ pub const OPERATIONS: [Operation; 5] = [
             E::Unauthenticated,
             E::Forbidden,
             E::GroupNotFound,
+            E::NotFound,
             E::MethodNotAllowed,
             E::RequestTimeout,
             E::Held,
@@ -207,6 +210,7 @@ pub const OPERATIONS: [Operation; 5] = [
             E::Forbidden,
             E::TokenMismatch,
             E::GroupNotFound,
+            E::NotFound,
             E::Expired,
             E::MethodNotAllowed,
             E::RequestTimeout,
@@ -233,6 +237,7 @@ pub const OPERATIONS: [Operation; 5] = [
             E::Forbidden,
             E::TokenMismatch,
             E::GroupNotFound,
+            E::NotFound,
             E::Expired,
             E::MethodNotAllowed,
             E::RequestTimeout,
@@ -268,6 +273,7 @@ pub const OPERATIONS: [Operation; 5] = [
             E::Forbidden,
             E::TokenMismatch,
             E::GroupNotFound,
+            E::NotFound,
             E::Expired,
             E::MethodNotAllowed,
             E::RequestTimeout,
@@ -375,6 +381,34 @@ pub fn document() -> Result<Document, String> {
     })
 }
 
+/// What a client does with a grant (OpenAPI links, which stateful testing
+/// follows): renew it, watch it (a look that answers at once) and release it
+/// with the token it carries.
+fn grant_links() -> Value {
+    let parameters = json!({
+        "group": "$request.path.group",
+        "kind": "$response.body#/kind",
+        "operationId": "$response.body#/operationId",
+    });
+    json!({
+        "RenewTheGrant": {
+            "operationId": "renewLease",
+            "parameters": parameters,
+            "requestBody": {"token": "$response.body#/token"},
+        },
+        "WatchTheGrant": {
+            "operationId": "watchLease",
+            "parameters": parameters,
+            "requestBody": {"token": "$response.body#/token", "waitSeconds": 0},
+        },
+        "ReleaseTheGrant": {
+            "operationId": "releaseLease",
+            "parameters": parameters,
+            "requestBody": {"token": "$response.body#/token"},
+        },
+    })
+}
+
 /// One operation object: its request body, success answers and every
 /// refusal status, each with the codes it can carry.
 fn operation(op: &Operation, requests: &mut SchemaGenerator, answers: &mut SchemaGenerator, error: &Value) -> Value {
@@ -391,6 +425,9 @@ fn operation(op: &Operation, requests: &mut SchemaGenerator, answers: &mut Schem
         let mut r = json!({"description": s.description});
         if let Some(body) = s.body {
             r["content"] = json!({"application/json": {"schema": body.schema(requests, answers)}});
+        }
+        if s.body == Some(Body::Grant) {
+            r["links"] = grant_links();
         }
         responses.insert(s.status.to_string(), r);
     }

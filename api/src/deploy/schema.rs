@@ -15,8 +15,11 @@ pub const OPERATION_ID_PATTERN: &str = r"^[A-Za-z0-9._:-]{1,128}$";
 /// The pattern of [`ResourceName`].
 pub const NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$";
 
-/// A caller-chosen deploy operation id: 1–128 characters of `[A-Za-z0-9._:-]`.
+/// A caller-chosen deploy operation id: 1–128 characters of
+/// `[A-Za-z0-9._:-]`, other than `.` and `..` (a URL path cannot carry those:
+/// clients and proxies remove them as dot segments, RFC 3986 §5.2.4).
 #[derive(JsonSchema)]
+#[schemars(extend("not" = {"enum": [".", ".."]}))]
 pub struct OperationId(#[schemars(regex(pattern = OPERATION_ID_PATTERN), length(min = 1, max = 128))] String);
 
 /// A MysqlFailoverGroup or MysqlDatabase name: 1–253 characters of

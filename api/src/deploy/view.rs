@@ -56,8 +56,8 @@ pub struct OperationView {
     /// What it is.
     #[serde(rename = "type")]
     pub type_: OperationType,
-    /// The request's id (`spec.plannedFailover.requestId`).
-    #[schemars(with = "schema::OperationId")]
+    /// The request's id (`spec.plannedFailover.requestId`): 1–128 characters of `[A-Za-z0-9._:-]`.
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9._:-]+$"))]
     pub request_id: String,
     /// The site being promoted.
     pub target_site: String,
