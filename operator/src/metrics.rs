@@ -34,6 +34,8 @@ pub struct Metrics {
     pub deploy_leases_active: IntGaugeVec,
     /// `bloodraven_deploy_requests_total{handler,status}`.
     pub deploy_requests_total: IntCounterVec,
+    /// `bloodraven_deploy_watches_open`: watches (push revocation) waiting now.
+    pub deploy_watches_open: IntGauge,
     /// `bloodraven_deploy_request_duration_seconds{handler,status}`.
     pub deploy_request_duration_seconds: HistogramVec,
     /// `bloodraven_deploy_leases_revoked_total{reason}`.
@@ -115,6 +117,8 @@ impl Metrics {
             Opts::new("bloodraven_deploy_requests_total", "Deploy API requests by handler and status"),
             &["handler", "status"],
         )?;
+        let deploy_watches_open =
+            IntGauge::new("bloodraven_deploy_watches_open", "Deploy-lease watches (push revocation) waiting now")?;
         let deploy_request_duration_seconds = HistogramVec::new(
             HistogramOpts::new("bloodraven_deploy_request_duration_seconds", "Deploy API request latency")
                 .buckets(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5]),
@@ -173,6 +177,7 @@ impl Metrics {
         registry.register(Box::new(leader.clone()))?;
         registry.register(Box::new(deploy_leases_active.clone()))?;
         registry.register(Box::new(deploy_requests_total.clone()))?;
+        registry.register(Box::new(deploy_watches_open.clone()))?;
         registry.register(Box::new(deploy_request_duration_seconds.clone()))?;
         registry.register(Box::new(deploy_leases_revoked_total.clone()))?;
         Ok(Metrics {
@@ -188,6 +193,7 @@ impl Metrics {
             probe_to_status_seconds,
             leader,
             deploy_leases_active,
+            deploy_watches_open,
             deploy_requests_total,
             deploy_request_duration_seconds,
             deploy_leases_revoked_total,

@@ -54,6 +54,22 @@ pub const FRESH_READ: Duration = Duration::from_secs(10);
 /// Seconds a client is told to wait after `429 too_many_watches`.
 const TOO_MANY_RETRY_AFTER_SECONDS: u32 = 1;
 
+/// One watch in `bloodraven_deploy_watches_open`, for as long as it lives.
+struct Counted(prometheus::IntGauge);
+
+impl Counted {
+    fn new(gauge: &prometheus::IntGauge) -> Self {
+        gauge.inc();
+        Counted(gauge.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 impl LeaseBody for WatchRequest {
     fn token(&self) -> &str {
         &self.token
@@ -96,6 +112,7 @@ async fn watch(
             ..ErrorBody::new(ErrorCode::TooManyWatches, message)
         })
     })?;
+    let _counted = Counted::new(&state.metrics.deploy_watches_open);
     let hash = token_sha256(&req.token);
     let deadline = Instant::now() + Duration::from_secs(u64::from(wait));
     let mut changes = state.service.changes().subscribe(&group);
