@@ -328,6 +328,14 @@ impl Pipeline {
             .await
     }
 
+    /// `POST /groups/{group}/leases/{kind}/{op}/watch` (push revocation) with
+    /// a lease token and a wait in seconds.
+    pub async fn watch(&self, kind: &str, op: &str, lease_token: &str, wait_seconds: u32) -> Reply {
+        let body = serde_json::json!({"token": lease_token, "waitSeconds": wait_seconds});
+        let url = self.url(&format!("/leases/{kind}/{op}/watch"));
+        call(&self.http, reqwest::Method::POST, &url, &self.token, Some(body)).await
+    }
+
     /// The same calls with another caller's token.
     #[must_use]
     pub fn as_caller(&self, token: String) -> Pipeline {
