@@ -154,22 +154,22 @@ async fn a_watch_is_authenticated_authorized_and_bounded_like_a_renewal() {
     let no_token = p.as_caller(String::new()).watch("migration", "op-a", &lease_token, 1).await;
     assert_eq!((no_token.status, no_token.body["error"].as_str()), (401, Some("unauthenticated")), "{no_token:?}");
     let default_audience = deploy::token(cluster, ns, "deployer", &[]).await;
-    let r = p.as_caller(default_audience).watch("migration", "op-a", &lease_token, 1).await;
-    assert_eq!(r.status, 401, "a token for the API server's audience: {r:?}");
+    let answer = p.as_caller(default_audience).watch("migration", "op-a", &lease_token, 1).await;
+    assert_eq!(answer.status, 401, "a token for the API server's audience: {answer:?}");
     deploy::service_account(cluster, ns, "stranger").await;
     let stranger = deploy::token(cluster, ns, "stranger", &["bloodraven-deploy"]).await;
-    let r = p.as_caller(stranger).watch("migration", "op-a", &lease_token, 1).await;
-    assert_eq!((r.status, r.body["error"].as_str()), (403, Some("forbidden")), "{r:?}");
-    let r = p.watch("migration", "op-a", "not-the-lease-token", WAIT).await;
-    assert_eq!((r.status, r.body["error"].as_str()), (403, Some("token_mismatch")), "{r:?}");
-    let r = p.watch("migration", "op-a", &lease_token, 61).await;
-    assert_eq!((r.status, r.body["error"].as_str()), (400, Some("invalid_request")), "{r:?}");
-    assert!(r.body["message"].as_str().unwrap().contains("waitSeconds"), "{r:?}");
+    let answer = p.as_caller(stranger).watch("migration", "op-a", &lease_token, 1).await;
+    assert_eq!((answer.status, answer.body["error"].as_str()), (403, Some("forbidden")), "{answer:?}");
+    let answer = p.watch("migration", "op-a", "not-the-lease-token", WAIT).await;
+    assert_eq!((answer.status, answer.body["error"].as_str()), (403, Some("token_mismatch")), "{answer:?}");
+    let answer = p.watch("migration", "op-a", &lease_token, 61).await;
+    assert_eq!((answer.status, answer.body["error"].as_str()), (400, Some("invalid_request")), "{answer:?}");
+    assert!(answer.body["message"].as_str().unwrap().contains("waitSeconds"), "{answer:?}");
 
     // A wait that runs out: the lease as last renewed; not a renewal.
-    let r = p.watch("migration", "op-a", &lease_token, 1).await;
-    assert_eq!(r.status, 200, "{r:?}");
-    assert_eq!((&r.body["expiresAt"], &r.body["topologyGeneration"]), (&m.body["expiresAt"], &json!(1)));
+    let answer = p.watch("migration", "op-a", &lease_token, 1).await;
+    assert_eq!(answer.status, 200, "{answer:?}");
+    assert_eq!((&answer.body["expiresAt"], &answer.body["topologyGeneration"]), (&m.body["expiresAt"], &json!(1)));
 
     // Releasing the lease ends a watch on it.
     let watching = {

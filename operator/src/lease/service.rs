@@ -374,13 +374,12 @@ impl Service {
         };
         let key = GroupKey::of(&g);
         let facts = facts_of(&g);
-        let read = match self.store.remembered(&key).filter(|_| !fresh) {
-            Some(read) => read,
-            None => {
-                let read = self.store.read(&key).await?;
-                self.store.remember(&key, &read);
-                read
-            }
+        let read = if let Some(read) = self.store.remembered(&key).filter(|_| !fresh) {
+            read
+        } else {
+            let read = self.store.read(&key).await?;
+            self.store.remember(&key, &read);
+            read
         };
         let now = now_micros();
         match machine::watch(&read.slots, None, &facts, kind, operation_id, actor, token_sha256, now) {

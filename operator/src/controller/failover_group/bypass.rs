@@ -32,7 +32,10 @@ pub const GRANTS_NOT_VISIBLE: &str = "GrantsNotVisible";
 
 /// The last check of each site, by group UID and site name.
 #[derive(Clone, Debug, Default)]
-pub struct Checks(Arc<Mutex<HashMap<(String, String), (Instant, Bypass)>>>);
+pub struct Checks(Arc<Mutex<HashMap<SiteKey, (Instant, Bypass)>>>);
+
+/// A site of a group: (group UID, site name).
+type SiteKey = (String, String);
 
 impl Checks {
     fn get(&self, uid: &str, site: &str) -> Option<(Instant, Bypass)> {

@@ -153,7 +153,7 @@ async fn watch(
                 + Duration::from_millis(5);
         let sleep = (deadline - now).min(to_expiry).min(TICK).min(fresh_at.saturating_duration_since(now));
         tokio::select! {
-            changed = changes.changed(), if changes_open => changes_open = changed.is_ok(),
+            seen = changes.changed(), if changes_open => changes_open = seen.is_ok(),
             () = tokio::time::sleep(sleep) => {}
             () = state.shutdown.stopped() => {}
         }
