@@ -121,6 +121,7 @@ pub struct CreateLeaseRequest {
     #[schemars(with = "schema::ResourceName")]
     pub instance: String,
     /// Requested TTL in seconds, clamped to [5, 120].
+    #[serde(deserialize_with = "whole::u32")]
     #[schemars(range(min = 0, max = 4_294_967_295_u32))]
     pub ttl_seconds: u32,
 }
@@ -197,7 +198,7 @@ pub struct WatchRequest {
     #[schemars(with = "schema::LeaseToken")]
     pub token: String,
     /// Longest wait in seconds, 0–60 (default 30; 0 answers at once).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "whole::option_u32")]
     #[schemars(range(max = 60))]
     pub wait_seconds: Option<u32>,
 }
@@ -230,6 +231,39 @@ pub struct Holder {
     /// Expiry of its lease.
     #[schemars(with = "schema::Timestamp")]
     pub expires_at: String,
+}
+
+/// Whole numbers as JSON Schema reads them: `integer` is any number whose
+/// fractional part is zero, so `30.0` and `3e1` are integers to the contract
+/// (and to every client that builds its body from it) while serde's `u32`
+/// refuses them. Request fields the contract calls `integer` are read this way.
+mod whole {
+    use serde::de::{Deserialize, Deserializer, Error};
+
+    /// The value of `n` if it is a whole number in `0..=u32::MAX`.
+    pub(super) fn of(n: &serde_json::Number) -> Option<u32> {
+        if let Some(u) = n.as_u64() {
+            return u32::try_from(u).ok();
+        }
+        let f = n.as_f64()?;
+        // Exact: a u32 fits an f64's mantissa.
+        (f.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&f)).then(|| f as u32)
+    }
+
+    fn refuse<E: Error>(n: &serde_json::Number) -> E {
+        E::custom(format_args!("invalid value: {n}, expected a whole number in 0..=4294967295"))
+    }
+
+    /// A required whole number.
+    pub(super) fn u32<'de, D: Deserializer<'de>>(d: D) -> Result<u32, D::Error> {
+        let n = serde_json::Number::deserialize(d)?;
+        of(&n).ok_or_else(|| refuse(&n))
+    }
+
+    /// An optional whole number (`null` or absent: `None`).
+    pub(super) fn option_u32<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        Option::<serde_json::Number>::deserialize(d)?.map(|n| of(&n).ok_or_else(|| refuse(&n))).transpose()
+    }
 }
 
 /// Whether `id` is a valid `operationId`: 1–128 characters of

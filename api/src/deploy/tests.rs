@@ -119,3 +119,28 @@ fn the_document_is_built_and_names_every_code_once() {
         }
     }
 }
+
+/// `integer` in the contract is JSON Schema's: a number with no fractional
+/// part, `30.0` included (schemathesis sent one and got a 400).
+#[test]
+fn whole_numbers_are_read_as_the_contract_says() {
+    let ttl = |v: &str| {
+        serde_json::from_str::<CreateLeaseRequest>(&format!(
+            r#"{{"kind":"migration","operationId":"x","instance":"i","ttlSeconds":{v}}}"#
+        ))
+        .map(|r| r.ttl_seconds)
+    };
+    for (v, want) in [("30", 30), ("30.0", 30), ("3e1", 30), ("0", 0), ("-0.0", 0), ("4294967295.0", u32::MAX)] {
+        assert_eq!(ttl(v).unwrap(), want, "{v}");
+    }
+    for v in ["30.5", "-1", "4294967296", "1e300", "\"30\"", "null", "true"] {
+        assert!(ttl(v).is_err(), "{v}");
+    }
+    let wait = |v: &str| {
+        serde_json::from_str::<WatchRequest>(&format!(r#"{{"token":"t","waitSeconds":{v}}}"#)).map(|r| r.wait_seconds)
+    };
+    assert_eq!(wait("43.0").unwrap(), Some(43));
+    assert_eq!(wait("null").unwrap(), None);
+    assert!(wait("1.5").is_err());
+    assert_eq!(serde_json::from_str::<WatchRequest>(r#"{"token":"t"}"#).unwrap().wait_seconds, None);
+}
