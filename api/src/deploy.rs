@@ -247,7 +247,7 @@ mod whole {
         }
         let f = n.as_f64()?;
         // Exact: a u32 fits an f64's mantissa.
-        (f.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&f)).then(|| f as u32)
+        (f.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&f)).then_some(f as u32)
     }
 
     fn refuse<E: Error>(n: &serde_json::Number) -> E {

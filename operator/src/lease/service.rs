@@ -355,10 +355,12 @@ impl Service {
     /// [`machine::watch`]): the grant while it is still `actor`'s, or the
     /// refusal a renewal would answer now. Reads nothing when it can: the
     /// group's generation from the watch cache, the slots as this process
-    /// last wrote or read them — unless `fresh`, which reads the slots (a
-    /// watch does now and then, for writes this process did not make). The
-    /// tombstone is read only once the grant is gone, to tell `revoked`
-    /// from `expired`.
+    /// last wrote or read them — unless `fresh` (a watch asks now and then,
+    /// for writes this process did not make) or this process has no copy, when
+    /// the slots are read. A watch's read is not remembered: it may be older
+    /// than a write that lands meanwhile, and must not replace that write's
+    /// copy. The tombstone is read only once the grant is gone, to tell
+    /// `revoked` from `expired`.
     pub async fn watch_state(
         &self,
         group: &str,
@@ -374,12 +376,9 @@ impl Service {
         };
         let key = GroupKey::of(&g);
         let facts = facts_of(&g);
-        let read = if let Some(read) = self.store.remembered(&key).filter(|_| !fresh) {
-            read
-        } else {
-            let read = self.store.read(&key).await?;
-            self.store.remember(&key, &read);
-            read
+        let read = match self.store.remembered(&key).filter(|_| !fresh) {
+            Some(read) => read,
+            None => self.store.read(&key).await?,
         };
         let now = now_micros();
         match machine::watch(&read.slots, None, &facts, kind, operation_id, actor, token_sha256, now) {

@@ -118,6 +118,11 @@ async fn watch(
     let mut changes = state.service.changes().subscribe(&group);
     let mut changes_open = true;
     let mut fresh_at = Instant::now();
+    // A look is due first, after every change of the group's leases, at the
+    // grant's expiry, at the fresh-read interval and at the deadline; the
+    // ticks in between only check leadership and shutdown, and cost nothing.
+    let mut look_due = true;
+    let mut expiry = deadline;
     loop {
         if !state.leadership.is_leader() || state.shutdown.is_stopping() {
             return Err(error(
@@ -127,33 +132,42 @@ async fn watch(
         }
         let now = Instant::now();
         let fresh = now >= fresh_at;
-        if fresh {
-            fresh_at = now + FRESH_READ;
+        if look_due || fresh || now >= expiry || now >= deadline {
+            if fresh {
+                fresh_at = now + FRESH_READ;
+            }
+            // Seen before the look: a write from here on wakes the wait below.
+            changes.borrow_and_update();
+            // Authorization as it stands now: a caller removed from
+            // deploymentClients loses its watch as it would its renewal.
+            let instances: BTreeSet<String> = state.authority.instances(&caller, &group);
+            let actor = Actor { client: &client, instances: &instances };
+            let grant = state
+                .service
+                .watch_state(&group, kind, &operation_id, &actor, &hash, fresh)
+                .await
+                .map_err(|e| service_error(e, &group))?;
+            look_due = false;
+            if Instant::now() >= deadline {
+                let held =
+                    WatchResponse { expires_at: grant.expires_at().to_string(), topology_generation: grant.generation };
+                return Ok((json_response(StatusCode::OK, &held), grant.instance));
+            }
+            // A moment after the expiry, so that look finds it lapsed.
+            let to_expiry: Duration =
+                grant.expires_at().duration_since(k8s_openapi::jiff::Timestamp::now()).try_into().unwrap_or_default();
+            expiry = Instant::now() + to_expiry + Duration::from_millis(5);
         }
-        // Seen before the look: a write from here on wakes the wait below.
-        changes.borrow_and_update();
-        // Authorization as it stands now: a caller removed from
-        // deploymentClients loses its watch as it would its renewal.
-        let instances: BTreeSet<String> = state.authority.instances(&caller, &group);
-        let actor = Actor { client: &client, instances: &instances };
-        let grant = state
-            .service
-            .watch_state(&group, kind, &operation_id, &actor, &hash, fresh)
-            .await
-            .map_err(|e| service_error(e, &group))?;
         let now = Instant::now();
-        if now >= deadline {
-            let held =
-                WatchResponse { expires_at: grant.expires_at().to_string(), topology_generation: grant.generation };
-            return Ok((json_response(StatusCode::OK, &held), grant.instance));
-        }
-        // Wake a moment after the expiry, so the look finds it lapsed.
-        let to_expiry =
-            grant.expires_at().duration_since(k8s_openapi::jiff::Timestamp::now()).try_into().unwrap_or(Duration::ZERO)
-                + Duration::from_millis(5);
-        let sleep = (deadline - now).min(to_expiry).min(TICK).min(fresh_at.saturating_duration_since(now));
+        let sleep = [deadline, expiry, fresh_at]
+            .into_iter()
+            .map(|t| t.saturating_duration_since(now))
+            .fold(TICK, Duration::min);
         tokio::select! {
-            seen = changes.changed(), if changes_open => changes_open = seen.is_ok(),
+            seen = changes.changed(), if changes_open => {
+                changes_open = seen.is_ok();
+                look_due = true;
+            }
             () = tokio::time::sleep(sleep) => {}
             () = state.shutdown.stopped() => {}
         }
