@@ -28,6 +28,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/lib/detach.sh
+. "$root/hack/lib/detach.sh"
 TIMEOUT=${BLOODRAVEN_CONTROL_PLANE_TIMEOUT:-90}
 # The issuer is also the default audience of TokenRequest (as in a real cluster).
 SA_ISSUER=https://kubernetes.default.svc.cluster.local
@@ -279,7 +281,7 @@ write_env() { # dir url bin
 spawn() { # dir name cmd...
   local dir=$1 name=$2; shift 2
   echo "===== $(date -u +%FT%TZ) starting $name =====" >>"$dir/logs/$name.log"
-  setsid "$@" </dev/null >>"$dir/logs/$name.log" 2>&1 &
+  detach "$@" >>"$dir/logs/$name.log" 2>&1
   echo $! >"$dir/pids/$name.pid"
 }
 

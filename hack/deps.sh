@@ -24,6 +24,8 @@ command -v umoci >/dev/null || need+=(umoci)
 command -v iptables >/dev/null || need+=(iptables)
 command -v conntrack >/dev/null || need+=(conntrack)
 command -v curl >/dev/null || need+=(curl)
+# Pushing the images to a registry (hack/images.sh push, hack/registry-smoke.sh).
+command -v skopeo >/dev/null || need+=(skopeo)
 command -v strip >/dev/null || need+=(binutils)
 [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
 if [ ${#need[@]} -gt 0 ]; then

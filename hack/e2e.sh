@@ -66,6 +66,8 @@ else
   "$root/hack/node.sh" up "$dir/control-plane" >/dev/null
   "$root/hack/images.sh" import "$dir/control-plane" >/dev/null
   echo "e2e: node up and images imported in $(( $(date +%s) - started )) s"
+  # The registry path users take (docs/images.md): push, pull back, compare.
+  "$root/hack/registry-smoke.sh"
   BLOODRAVEN_SCHEMATHESIS=$("$root/hack/schemathesis.sh" | tail -n 1)
   export BLOODRAVEN_SCHEMATHESIS
   set -a

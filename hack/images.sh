@@ -6,6 +6,9 @@
 #   hack/images.sh build        build what is missing; print one line per image: REF ARCHIVE
 #   hack/images.sh import DIR   build, import each into DIR's node (hack/node.sh import), and
 #                               write DIR/images.env: BLOODRAVEN_OPERATOR_IMAGE, BLOODRAVEN_TOOLS_IMAGE
+#   hack/images.sh push PREFIX  build, then copy each project image (not tools) to a registry
+#                               with skopeo: PREFIX/NAME:TAG, e.g. PREFIX=registry.example/bloodraven;
+#                               skopeo's own options (credentials, TLS) come from SKOPEO_ARGS
 #
 # Images (tag = the first 12 hex digits of a sha256 over the image's inputs):
 #   localhost/bloodraven/operator:TAG  one static binary, /bloodraven-operator (glibc,
@@ -107,8 +110,23 @@ cmd_import() { # dir
   cat "$dir/images.env"
 }
 
+cmd_push() { # prefix
+  command -v skopeo >/dev/null || die "skopeo is missing (apt-get install skopeo)"
+  local prefix=${1%/} lines ref archive name
+  lines=$(cmd_build)
+  while read -r ref archive; do
+    name=${ref#localhost/bloodraven/}
+    case $name in tools:*) continue ;; esac
+    # shellcheck disable=SC2086 # SKOPEO_ARGS is a list of options
+    skopeo copy --quiet ${SKOPEO_ARGS:-} "oci-archive:$archive" "docker://$prefix/$name" >&2 \
+      || die "pushing $ref to $prefix/$name failed"
+    echo "$prefix/$name"
+  done <<<"$lines"
+}
+
 case "${1:-}" in
   build) cmd_build ;;
+  push) [ $# -eq 2 ] || { sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2; exit 2; }; cmd_push "$2" ;;
   import) [ $# -eq 2 ] || { sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2; exit 2; }; cmd_import "$2" ;;
   *) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "$0" >&2; exit 2 ;;
 esac

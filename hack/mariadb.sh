@@ -30,6 +30,8 @@
 # max_connections: BLOODRAVEN_MARIADB_MAX_CONNECTIONS (default 100; `make figures`
 # raises it: 1,000 groups probe the one pair, 400 connections a second).
 set -euo pipefail
+# shellcheck source=hack/lib/detach.sh
+. "$(cd "$(dirname "$0")" && pwd)/lib/detach.sh"
 
 SITE_PASSWORD=${BLOODRAVEN_SITE_PASSWORD:-bloodraven-operator-pw}
 REPL_PASSWORD=${BLOODRAVEN_REPL_PASSWORD:-bloodraven-repl-pw}
@@ -172,11 +174,11 @@ cmd_template() { # DIR
     tail_log "$tmp/install-db.log"; die "template: mariadb-install-db failed"
   fi
   # Socket only (no TCP), binary log on so that RESET MASTER has something to reset.
-  setsid mariadbd --no-defaults "${user_args[@]}" --datadir="$tmp/data" --skip-networking \
+  detach mariadbd --no-defaults "${user_args[@]}" --datadir="$tmp/data" --skip-networking \
     --socket="$sock" --pid-file="$tmp/mysqld.pid" --log-error="$tmp/error.log" \
     --server-id=1 --log-bin=mysql-bin --skip-name-resolve --performance-schema=OFF \
     --innodb-buffer-pool-size=16M --innodb-log-file-size=$INNODB_LOG_FILE_SIZE \
-    --innodb-use-native-aio=0 </dev/null >>"$tmp/error.log" 2>&1 9>&- &
+    --innodb-use-native-aio=0 >>"$tmp/error.log" 2>&1
   local pid=$!
   wait_ready "$sock" "$pid" "$tmp/error.log" "template"
   local sp rp
@@ -252,7 +254,7 @@ cmd_start() { # DIR NAME PORT SERVER_ID
   # reachable from everywhere (a "local client" a partition does not cut).
   if [ -n "${BLOODRAVEN_SITE_NETNS:-}" ]; then in_ns=(ip netns exec "$BLOODRAVEN_SITE_NETNS"); fi
   rm -f "$d/mysqld.pid" "$sock"
-  setsid "${in_ns[@]}" mariadbd --no-defaults "${user_args[@]}" "${ro_args[@]}" \
+  detach "${in_ns[@]}" mariadbd --no-defaults "${user_args[@]}" "${ro_args[@]}" \
     --datadir="$d/data" --port="$port" --bind-address="$addr" \
     --socket="$sock" --pid-file="$d/mysqld.pid" --log-error="$d/error.log" \
     --server-id="$sid" --report-host="$addr" --report-port="$port" \
@@ -264,7 +266,7 @@ cmd_start() { # DIR NAME PORT SERVER_ID
     --innodb-autoextend-increment=1 \
     --performance-schema=OFF --max-connections="${BLOODRAVEN_MARIADB_MAX_CONNECTIONS:-100}" \
     --key-buffer-size=1M --aria-pagecache-buffer-size=8M --table-open-cache=200 \
-    </dev/null >>"$d/error.log" 2>&1 &
+    >>"$d/error.log" 2>&1
   pid=$!
   wait_ready "$sock" "$pid" "$d/error.log" "start $name"
   log "start: site $name up: 127.0.0.1:$port, socket $sock, server-id $sid, pid $pid"

@@ -29,6 +29,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=hack/lib/detach.sh
+. "$root/hack/lib/detach.sh"
 TIMEOUT=${BLOODRAVEN_NODE_TIMEOUT:-90}
 me=node.sh
 log() { echo "$me: $*" >&2; }
@@ -103,7 +105,7 @@ live_pid() { # dir name
 spawn() { # dir name cmd...
   local dir=$1 name=$2; shift 2
   echo "===== $(date -u +%FT%TZ) starting $name =====" >>"$dir/node/logs/$name.log"
-  setsid "$@" </dev/null >>"$dir/node/logs/$name.log" 2>&1 &
+  detach "$@" >>"$dir/node/logs/$name.log" 2>&1
   echo $! >"$dir/node/pids/$name.pid"
 }
 
@@ -541,6 +543,13 @@ cmd_down() {
   [ -f "$DIR/node-net.env" ] && load_net "$DIR"
   BIN=$(sed -n 's/^export BLOODRAVEN_K8S_BIN=//p' "$DIR/env" 2>/dev/null | head -n 1)
   [ -x "${BIN:-/nonexistent}/kubectl" ] || BIN=''
+  # What is machine-wide (processes in kubepods cgroups, KUBE-* chains, the
+  # cgroups themselves, paths outside DIR, kernel settings) belongs to the
+  # node that runs: when another DIR's node runs, this down leaves it all
+  # alone (a stale DIR, e.g. the e2e's after a playground came up, must not
+  # kill the playground's containers or turn its ip_forward off).
+  local other; other=$(other_node "$DIR")
+  [ -z "$other" ] || log "the node of $other runs: leaving machine-wide state (containers, chains, cgroups, sysctls) to it"
 
   delete_pods
   for c in "${COMPONENTS[@]}"; do
@@ -562,7 +571,9 @@ cmd_down() {
   for pid in $(procs_of "$DIR"); do
     log "stray process $pid ($(cmdline "$pid" | cut -c1-80)): stopping it"; stop_pid "$pid" stray 5 || true
   done
-  for pid in $(container_procs); do kill -KILL "$pid" 2>/dev/null || true; done
+  if [ -z "$other" ]; then
+    for pid in $(container_procs); do kill -KILL "$pid" 2>/dev/null || true; done
+  fi
   rm -f "$n"/pids/*.pid
 
   # Mounts: kubelet's volumes and root dir, containerd's rootfs, shm, netns.
@@ -583,7 +594,7 @@ cmd_down() {
   # this node only: `up` refuses to start a second one. CNI-* chains come from
   # the bridge plugin's masquerading, which this node does not use; any
   # left on the machine with our network's name are removed too.
-  if [ -z "$(other_node "$DIR")" ]; then
+  if [ -z "$other" ]; then
     if [ -n "$BIN" ] && [ -x "$BIN/kube-proxy" ]; then "$BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
     delete_chains iptables 'KUBE-'
     delete_chains ip6tables 'KUBE-'
@@ -595,7 +606,7 @@ cmd_down() {
   fi
 
   # kubelet's cgroups (cgroupfs driver), deepest first, in every hierarchy.
-  if [ -z "$(other_node "$DIR")" ]; then
+  if [ -z "$other" ]; then
     local cg
     for cg in /sys/fs/cgroup/*/kubepods; do
       [ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
@@ -603,7 +614,7 @@ cmd_down() {
   fi
 
   # What kubelet, the shims and libcni wrote outside DIR, when up found it absent.
-  if [ -f "$n/outside.created" ]; then
+  if [ -z "$other" ] && [ -f "$n/outside.created" ]; then
     local p
     while read -r p; do
       [ -n "$p" ] || continue
@@ -614,7 +625,7 @@ cmd_down() {
   fi
 
   # Kernel settings, as they were before the first up.
-  if [ -f "$n/sysctl.saved" ]; then
+  if [ -z "$other" ] && [ -f "$n/sysctl.saved" ]; then
     local kv
     while read -r kv; do
       [ -n "$kv" ] && sysctl -qw "$kv" 2>/dev/null || log "could not restore $kv"
@@ -629,12 +640,14 @@ cmd_down() {
   local problems=()
   local left; left=$(procs_of "$DIR")
   [ -z "$left" ] || problems+=("processes of the node: $left")
-  left=$(container_procs | tr '\n' ' ')
-  [ -z "${left// /}" ] || problems+=("processes in kubepods cgroups: $left")
+  if [ -z "$other" ]; then
+    left=$(container_procs | tr '\n' ' ')
+    [ -z "${left// /}" ] || problems+=("processes in kubepods cgroups: $left")
+  fi
   left=$(mounts_under "$DIR" | tr '\n' ' ')
   [ -z "${left// /}" ] || problems+=("mounts under $DIR: $left")
   if [ -n "${NODE_BRIDGE:-}" ] && ip link show "$NODE_BRIDGE" >/dev/null 2>&1; then problems+=("the bridge $NODE_BRIDGE"); fi
-  if [ -z "$(other_node "$DIR")" ]; then
+  if [ -z "$other" ]; then
     left=$(remaining_chains | tr '\n' ';')
     [ -z "$left" ] || problems+=("iptables chains: $left")
     left=$(ls -d /sys/fs/cgroup/*/kubepods 2>/dev/null | tr "\n" " " || true)

@@ -18,7 +18,6 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 pg="$root/.playground"
 ns=bloodraven
-site_password=${BLOODRAVEN_SITE_PASSWORD:-bloodraven-operator-pw}
 log() { echo "playground: $*" >&2; }
 die() { echo "playground: error: $*" >&2; exit 1; }
 
@@ -41,6 +40,30 @@ down() {
   log "stopped"
 }
 
+# The sites' account passwords: random for a new playground, made once and
+# kept in .playground/passwords.env (mode 0600), so that a Pod on the node,
+# which reaches the sites, cannot log in with a password printed in this
+# repository. A playground made before this keeps the well-known ones (its
+# sites were made with them); rm -rf .playground for random ones.
+passwords() {
+  local file="$pg/passwords.env"
+  if [ ! -f "$file" ]; then
+    if [ -d "$pg/mariadb/sites" ]; then
+      log "this playground's sites use the well-known passwords of hack/mariadb.sh; for random ones: make playground-down; rm -rf .playground"
+      printf 'BLOODRAVEN_SITE_PASSWORD=%s\nBLOODRAVEN_REPL_PASSWORD=%s\n' \
+        "${BLOODRAVEN_SITE_PASSWORD:-bloodraven-operator-pw}" "${BLOODRAVEN_REPL_PASSWORD:-bloodraven-repl-pw}" > "$file.tmp"
+    else
+      (umask 077; printf 'BLOODRAVEN_SITE_PASSWORD=%s\nBLOODRAVEN_REPL_PASSWORD=%s\n' \
+        "$(openssl rand -hex 16)" "$(openssl rand -hex 16)" > "$file.tmp")
+    fi
+    chmod 600 "$file.tmp"; mv "$file.tmp" "$file"
+  fi
+  set -a
+  # shellcheck source=/dev/null
+  . "$file"
+  set +a
+}
+
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 up() {
@@ -54,6 +77,7 @@ up() {
     rm -rf "$pg"
   fi
   mkdir -p "$pg/pids" "$pg/logs"
+  passwords
   local bin; bin=$("$root/hack/build-k8s.sh" | tail -n 1)
   export BLOODRAVEN_K8S_BIN="$bin"
   export PATH="$bin:$PATH"
@@ -101,8 +125,8 @@ up() {
   # after a switchover (without it the operator's own account, which has no
   # REPLICATION SLAVE here, would be used and the repoint would be refused).
   kubectl -n "$ns" create secret generic playground-site-creds \
-    --from-literal=username=bloodraven --from-literal=password="$site_password" \
-    --from-literal=replicationUsername=repl --from-literal=replicationPassword="${BLOODRAVEN_REPL_PASSWORD:-bloodraven-repl-pw}" \
+    --from-literal=username=bloodraven --from-literal=password="$BLOODRAVEN_SITE_PASSWORD" \
+    --from-literal=replicationUsername=repl --from-literal=replicationPassword="$BLOODRAVEN_REPL_PASSWORD" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
   # The deploy API's certificate: a playground CA and a server certificate
