@@ -16,10 +16,15 @@ crd: ## Regenerate charts/bloodraven/crds from the Rust types
 	$(CARGO) xtask crd
 
 .PHONY: check
-check: ## fmt, clippy (warnings are errors) and the CRD drift check
+check: ## fmt, clippy (warnings are errors), the CRD and OpenAPI drift checks
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CARGO) xtask crd --check
+	$(CARGO) xtask openapi --check
+
+.PHONY: openapi
+openapi: ## Regenerate docs/deploy-api.openapi.yaml from the Rust types
+	$(CARGO) xtask openapi
 
 .PHONY: unit
 unit: ## Unit and property tests

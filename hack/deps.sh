@@ -4,11 +4,14 @@
 # certificates, free ports, network namespaces, the local node (containerd,
 # runc, the CNI plugins, iptables, conntrack), image packing without a daemon
 # (umoci, busybox-static, binutils' strip, glibc's static libc for the
-# operator's static binary), and curl for the tools image.
+# operator's static binary), curl for the tools image, and Python's venv
+# module for the API fuzzer (hack/schemathesis.sh).
 set -euo pipefail
 need=()
 command -v openssl >/dev/null || need+=(openssl)
 command -v python3 >/dev/null || need+=(python3)
+# schemathesis is installed into a venv (hack/schemathesis.sh): Debian splits venv and ensurepip out.
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 # The partition test puts a site in its own network namespace (needs root).
 command -v ip >/dev/null || need+=(iproute2)
 # The local node (hack/node.sh): container runtime, CNI plugins, image

@@ -7,6 +7,9 @@
 # its own MariaDB sites and operator processes, or Pods), and always stops
 # everything it started, pass or fail. Needs root (the node).
 #
+# The suite also needs schemathesis (tests/tests/deploy_fuzz.rs), which
+# hack/schemathesis.sh installs from PyPI into a venv cached outside the clone.
+#
 #   hack/e2e.sh [ARGS]           run the suite; ARGS go to `cargo test` after `--`
 #   hack/e2e.sh --figures        instead print the scale figures (tests/src/bin/scale-figures.rs)
 #   hack/e2e.sh --bench          instead run the deploy-API renewal benchmark (tests/src/bin/deploy-bench.rs)
@@ -66,6 +69,8 @@ else
   echo "e2e: node up and images imported in $(( $(date +%s) - started )) s"
   # The registry path users take (docs/images.md): push, pull back, compare.
   "$root/hack/registry-smoke.sh"
+  BLOODRAVEN_SCHEMATHESIS=$("$root/hack/schemathesis.sh" | tail -n 1)
+  export BLOODRAVEN_SCHEMATHESIS
   set -a
   # shellcheck source=/dev/null
   . "$dir/control-plane/env"

@@ -112,3 +112,121 @@ pub const ENDPOINT_SLICE_MANAGER: &str = "bloodraven.shipstream.io";
 /// Port the `-primary` Service listens on when it is a ClusterIP Service
 /// (the site's own port is the target): MySQL's well-known port.
 pub const PRIMARY_SERVICE_PORT: u16 = 3306;
+
+/// The deploy Lease objects the operator keeps in its namespace (DESIGN.md
+/// "Conventions": `bloodraven-deploy-*`, `bloodraven-tombstone-*`,
+/// `bloodraven-verify-*`): their names, labels and annotations, for every
+/// component that reads them (the operator writes them; the webhook refuses
+/// hand edits; tools and tests read them). Names hash the group (and the
+/// operation), so any group name and operationId fit in 63 characters.
+pub mod deploy_lease {
+    use sha2::{Digest, Sha256};
+
+    use crate::deploy::LeaseKind;
+
+    /// Label on every deploy Lease: what it is ([`ROLE_SLOT`],
+    /// [`ROLE_TOMBSTONE`] or [`ROLE_VERIFICATION`]).
+    pub const ROLE_LABEL: &str = "bloodraven.shipstream.io/deploy-lease";
+    /// [`ROLE_LABEL`] of a lease slot (`bloodraven-deploy-…`).
+    pub const ROLE_SLOT: &str = "slot";
+    /// [`ROLE_LABEL`] of a revocation tombstone (`bloodraven-tombstone-…`).
+    pub const ROLE_TOMBSTONE: &str = "tombstone";
+    /// [`ROLE_LABEL`] of a schema-verification record (`bloodraven-verify-…`).
+    pub const ROLE_VERIFICATION: &str = "verification";
+    /// Label on every deploy Lease: [`group_hash`] of its group.
+    pub const GROUP_HASH_LABEL: &str = "bloodraven.shipstream.io/group-hash";
+
+    /// Prefix every deploy annotation shares; the operator owns every
+    /// annotation under it on its Leases.
+    pub const ANNOTATION_PREFIX: &str = "bloodraven.shipstream.io/";
+    /// Annotation: the group's name.
+    pub const GROUP: &str = "bloodraven.shipstream.io/group";
+    /// Annotation: the group's UID (a Lease of another UID belongs to a deleted group).
+    pub const GROUP_UID: &str = "bloodraven.shipstream.io/group-uid";
+    /// Annotation on a slot: its kind (`migration`, `failover-hold`).
+    pub const KIND: &str = "bloodraven.shipstream.io/kind";
+    /// Annotation on a tombstone or verification record: the operationId
+    /// (a slot keeps it in `spec.holderIdentity`).
+    pub const OPERATION_ID: &str = "bloodraven.shipstream.io/operation-id";
+    /// Annotation: the MysqlDatabase name.
+    pub const INSTANCE: &str = "bloodraven.shipstream.io/instance";
+    /// Annotation: hex SHA-256 of the lease token (never the token).
+    pub const TOKEN_SHA256: &str = "bloodraven.shipstream.io/token-sha256";
+    /// Annotation: the topology generation of the grant (slot) or of the
+    /// revocation (tombstone, verification record).
+    pub const TOPOLOGY_GENERATION: &str = "bloodraven.shipstream.io/topology-generation";
+    /// Annotation: the last reported `ddlState`.
+    pub const DDL_STATE: &str = "bloodraven.shipstream.io/ddl-state";
+    /// Annotation on a tombstone: the [`crate::deploy::RevokeReason`].
+    pub const REVOKE_REASON: &str = "bloodraven.shipstream.io/revoke-reason";
+    /// Annotation: `namespace/serviceAccount` the grant was made to (not a secret).
+    pub const CLIENT: &str = "bloodraven.shipstream.io/client";
+    /// Annotation on a verification record: how the lease ended
+    /// (`TopologyChanged`, `OperatorRevoked` or `Lapsed`).
+    pub const ENDING: &str = "bloodraven.shipstream.io/ending";
+    /// Annotation on the hold slot, written by a planned failover's admission.
+    pub const ADMITTED: &str = "bloodraven.shipstream.io/admitted";
+    /// Annotation on a verification record once its Event was published.
+    pub const ANNOUNCED: &str = "bloodraven.shipstream.io/announced";
+
+    /// Hex SHA-256 of `s`, its first `n` characters (n ≤ 64).
+    fn short_hash(s: &str, n: usize) -> String {
+        let mut hex = format!("{:x}", Sha256::digest(s.as_bytes()));
+        hex.truncate(n);
+        hex
+    }
+
+    /// The value of [`GROUP_HASH_LABEL`] for `group`: 16 hex characters.
+    pub fn group_hash(group: &str) -> String {
+        short_hash(group, 16)
+    }
+
+    /// What names an operation's records: its client and operationId (two
+    /// tenants may pick the same operationId), or the operationId alone for
+    /// a grant stored before grants recorded their client.
+    fn operation_key(client: Option<&str>, operation_id: &str) -> String {
+        match client {
+            Some(c) => format!("{c}\n{operation_id}"),
+            None => operation_id.to_owned(),
+        }
+    }
+
+    /// `bloodraven-deploy-<h(group)>-<kind>`: a group's slot Lease of `kind`.
+    pub fn slot_name(group: &str, kind: LeaseKind) -> String {
+        format!("bloodraven-deploy-{}-{}", group_hash(group), kind.as_str())
+    }
+
+    /// `bloodraven-tombstone-<h(group)>-<h(client, operationId)>`: the
+    /// tombstone of `client`'s revoked operation.
+    pub fn tombstone_name(group: &str, client: Option<&str>, operation_id: &str) -> String {
+        format!("bloodraven-tombstone-{}-{}", group_hash(group), short_hash(&operation_key(client, operation_id), 16))
+    }
+
+    /// `bloodraven-verify-<h(group)>-<h(client, operationId)>`: the
+    /// verification record of `client`'s operation.
+    pub fn verification_name(group: &str, client: Option<&str>, operation_id: &str) -> String {
+        format!("bloodraven-verify-{}-{}", group_hash(group), short_hash(&operation_key(client, operation_id), 16))
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn names_fit_any_group_and_tell_tenants_apart() {
+            let long = "g".repeat(253);
+            assert!(slot_name(&long, LeaseKind::FailoverHold).len() <= 63);
+            assert!(tombstone_name(&long, Some(&"c".repeat(300)), &"o".repeat(128)).len() <= 63);
+            assert!(verification_name(&long, Some(&"c".repeat(300)), &"o".repeat(128)).len() <= 63);
+            assert_ne!(tombstone_name("g", None, "a"), tombstone_name("g", None, "b"));
+            assert_ne!(
+                tombstone_name("g", Some("tenant-a/sa"), "release-1"),
+                tombstone_name("g", Some("tenant-b/sa"), "release-1"),
+                "two tenants' operations of one id are two records"
+            );
+            // The names stored Leases already have: they must not change.
+            assert_eq!(slot_name("playground", LeaseKind::Migration), "bloodraven-deploy-f3cc87f78b21d53d-migration");
+            assert_eq!(group_hash("playground").len(), 16);
+        }
+    }
+}

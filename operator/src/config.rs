@@ -4,16 +4,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 
-/// Log output format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line, with named fields.
-    Json,
-}
+/// Log output format: shared by every binary (`bloodraven-serving`).
+pub use bloodraven_serving::telemetry::LogFormat;
 
 /// The operator's configuration.
 #[derive(Clone, Debug, Parser)]

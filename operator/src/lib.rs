@@ -1,5 +1,7 @@
 //! The Bloodraven operator: leader election, the failover-group and database
-//! reconcilers, the MySQL adapter, metrics and the plain HTTP listener.
+//! reconcilers, the MySQL adapter, the deploy API and metrics. Its listeners,
+//! tracing and shutdown come from `bloodraven-serving`, shared with the
+//! webhook and the sidecar.
 //!
 //! [`run`] wires them together; `main.rs` only parses flags and calls it.
 
@@ -9,23 +11,20 @@ pub mod controller;
 pub mod deploy_api;
 pub mod failover;
 pub mod failpoint;
-pub mod http;
 pub mod leader;
 pub mod lease;
 pub mod metrics;
 pub mod mysql;
-pub mod telemetry;
 pub mod tolerant;
 pub mod watch_cache;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Context as _;
+use bloodraven_serving::admin;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::{Api, Client};
-use tokio::sync::watch;
 
 pub use config::Config;
 
@@ -60,23 +59,22 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     );
     let client = Client::try_default().await.context("failed to build a Kubernetes client")?;
     let metrics = metrics::Metrics::new()?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    tokio::spawn(wait_for_signal(stop_tx));
+    let shutdown = bloodraven_serving::Shutdown::on_signals();
 
     let leases: Api<Lease> = Api::namespaced(client.clone(), &config.namespace);
     let (elector, leadership) = leader::Elector::new(leases, &config.leader_lease_name, &identity, timings);
-    let elector = tokio::spawn(elector.run(stopped(stop_rx.clone())));
+    let elector = tokio::spawn(elector.run(shutdown.stopped()));
     tokio::spawn(track_leadership(leadership.clone(), metrics.clone(), timings.retry_period));
     let reporter = Reporter { controller: "bloodraven-operator".into(), instance: Some(identity.clone()) };
     let recorder = Recorder::new(client.clone(), reporter);
     // Every read of a Bloodraven custom resource goes through this reader,
     // so one object that does not decode is reported and skipped.
-    let tolerant = tolerant::Tolerant::start(&client, &recorder, &leadership, &metrics, stopped(stop_rx.clone()))?;
+    let tolerant = tolerant::Tolerant::start(&client, &recorder, &leadership, &metrics, shutdown.stopped())?;
 
-    let ready = Arc::new(AtomicBool::new(false));
-    let plain = http::PlainState { metrics: metrics.clone(), ready: ready.clone() };
+    let ready = admin::Readiness::new();
+    let plain = admin::Admin { registry: metrics.registry().clone(), ready: ready.clone() };
     let plain_max_connections = usize::try_from(config.plain_max_connections).unwrap_or(128);
-    let plain = tokio::spawn(http::serve(config.plain_addr, plain, plain_max_connections, stopped(stop_rx.clone())));
+    let plain = tokio::spawn(admin::serve(config.plain_addr, plain, plain_max_connections, shutdown.stopped()));
 
     // Watch caches shared by the database reconciler and the deploy API:
     // authority is decided from them, never from a per-request read.
@@ -86,7 +84,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         namespaces: authority::namespace_reflector(client.clone()).await,
     };
 
-    let deploy = start_deploy_api(&config, &client, &tolerant, &authority, &leadership, &metrics, &stop_rx)?;
+    let deploy = start_deploy_api(&config, &client, &tolerant, &authority, &leadership, &metrics, &shutdown)?;
 
     // The key of decision-record digests, before any record is read.
     controller::failover_group::record::init_key(&Api::namespaced(client.clone(), &config.namespace))
@@ -116,16 +114,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         credentials_namespace,
     });
     tokio::spawn(controller::failover_group::cleanup::sweep_while_leading(ctx.clone()));
-    ready.store(true, Ordering::Relaxed);
+    ready.set_ready();
     let controllers = async {
         tokio::join!(
             controller::failover_group::run(
                 ctx.clone(),
                 &config.group_selector,
                 config.reconcile_concurrency,
-                stopped(stop_rx.clone()),
+                shutdown.stopped(),
             ),
-            controller::database::run(ctx, stopped(stop_rx.clone())),
+            controller::database::run(ctx, shutdown.stopped()),
         );
     };
     // A controller stops gracefully once in-flight reconciles end, but one
@@ -134,7 +132,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     tokio::select! {
         () = controllers => {}
         () = async {
-            stopped(stop_rx.clone()).await;
+            shutdown.stopped().await;
             tokio::time::sleep(CONTROLLER_SHUTDOWN_GRACE).await;
         } => tracing::warn!(grace_seconds = CONTROLLER_SHUTDOWN_GRACE.as_secs(), "controllers did not stop within their grace; exiting"),
     }
@@ -160,7 +158,7 @@ fn start_deploy_api(
     authority: &authority::Authority,
     leadership: &leader::Leadership,
     metrics: &metrics::Metrics,
-    stop_rx: &watch::Receiver<bool>,
+    shutdown: &bloodraven_serving::Shutdown,
 ) -> anyhow::Result<Option<lease::service::Service>> {
     if !config.deploy_api_enabled {
         return Ok(None);
@@ -177,6 +175,7 @@ fn start_deploy_api(
         tolerant.clone(),
     )
     .with_group_cache(authority.groups.clone());
+    let max_connections = usize::try_from(config.deploy_api_max_connections).unwrap_or(512);
     let state = deploy_api::DeployState {
         service: service.clone(),
         auth: deploy_api::auth::Authenticator::new(
@@ -186,16 +185,12 @@ fn start_deploy_api(
         authority: authority.clone(),
         leadership: leadership.clone(),
         metrics: metrics.clone(),
+        watches: deploy_api::watches_for(max_connections),
+        shutdown: shutdown.clone(),
     };
     tokio::spawn(deploy_api::track_active_leases(service.clone(), metrics.clone(), leadership.clone()));
     let addr = config.deploy_api_addr;
-    let server = deploy_api::serve(
-        addr,
-        tls,
-        usize::try_from(config.deploy_api_max_connections).unwrap_or(512),
-        state,
-        stopped(stop_rx.clone()),
-    );
+    let server = deploy_api::serve(addr, tls, max_connections, state, shutdown.stopped());
     tokio::spawn(async move {
         if let Err(err) = server.await {
             tracing::error!(addr = %addr, error = %err, "the deploy API listener failed");
@@ -212,35 +207,6 @@ fn default_identity() -> String {
         .unwrap_or_else(|| "bloodraven-operator".into());
     let suffix = uuid::Uuid::new_v4().simple().to_string();
     format!("{base}_{}", &suffix[..8])
-}
-
-async fn wait_for_signal(tx: watch::Sender<bool>) {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "failed to install the SIGTERM handler");
-                std::future::pending::<()>().await;
-            }
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        () = term => {}
-    }
-    tracing::info!("shutdown signal received");
-    let _ = tx.send(true);
-}
-
-/// Resolves once the shutdown flag is set.
-async fn stopped(mut rx: watch::Receiver<bool>) {
-    let _ = rx.wait_for(|stop| *stop).await;
 }
 
 async fn track_leadership(leadership: leader::Leadership, metrics: metrics::Metrics, period: std::time::Duration) {

@@ -20,6 +20,6 @@ async fn main() -> anyhow::Result<()> {
         anyhow::bail!("failed to install the ring crypto provider: another one is installed");
     }
     let config = bloodraven_operator::Config::parse();
-    bloodraven_operator::telemetry::init(config.log_format)?;
+    bloodraven_serving::telemetry::init(config.log_format)?;
     bloodraven_operator::run(config).await
 }

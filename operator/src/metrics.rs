@@ -2,9 +2,7 @@
 //! the plain port's `/metrics`. Labels carry group, site and stable reasons,
 //! never credentials.
 
-use prometheus::{
-    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
-};
+use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// The operator's metrics.
 #[derive(Clone, Debug)]
@@ -36,6 +34,8 @@ pub struct Metrics {
     pub deploy_leases_active: IntGaugeVec,
     /// `bloodraven_deploy_requests_total{handler,status}`.
     pub deploy_requests_total: IntCounterVec,
+    /// `bloodraven_deploy_watches_open`: watches (push revocation) waiting now.
+    pub deploy_watches_open: IntGauge,
     /// `bloodraven_deploy_request_duration_seconds{handler,status}`.
     pub deploy_request_duration_seconds: HistogramVec,
     /// `bloodraven_deploy_leases_revoked_total{reason}`.
@@ -117,6 +117,8 @@ impl Metrics {
             Opts::new("bloodraven_deploy_requests_total", "Deploy API requests by handler and status"),
             &["handler", "status"],
         )?;
+        let deploy_watches_open =
+            IntGauge::new("bloodraven_deploy_watches_open", "Deploy-lease watches (push revocation) waiting now")?;
         let deploy_request_duration_seconds = HistogramVec::new(
             HistogramOpts::new("bloodraven_deploy_request_duration_seconds", "Deploy API request latency")
                 .buckets(vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5]),
@@ -175,6 +177,7 @@ impl Metrics {
         registry.register(Box::new(leader.clone()))?;
         registry.register(Box::new(deploy_leases_active.clone()))?;
         registry.register(Box::new(deploy_requests_total.clone()))?;
+        registry.register(Box::new(deploy_watches_open.clone()))?;
         registry.register(Box::new(deploy_request_duration_seconds.clone()))?;
         registry.register(Box::new(deploy_leases_revoked_total.clone()))?;
         Ok(Metrics {
@@ -191,6 +194,7 @@ impl Metrics {
             leader,
             deploy_leases_active,
             deploy_requests_total,
+            deploy_watches_open,
             deploy_request_duration_seconds,
             deploy_leases_revoked_total,
             planned_failovers_deferred_total,
@@ -209,11 +213,12 @@ impl Metrics {
 
     /// The registry in Prometheus text format.
     pub fn render(&self) -> String {
-        let mut buf = Vec::new();
-        if let Err(err) = TextEncoder::new().encode(&self.registry.gather(), &mut buf) {
-            tracing::warn!(error = %err, "failed to encode metrics");
-        }
-        String::from_utf8(buf).unwrap_or_default()
+        bloodraven_serving::admin::render(&self.registry)
+    }
+
+    /// The registry every metric here is registered in (served on `/metrics`).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 
     /// Drops every series of a deleted group, so dashboards do not show a
@@ -227,5 +232,24 @@ impl Metrics {
             let _ = self.site_writable.remove_label_values(&labels);
             let _ = self.replication_lag_seconds.remove_label_values(&labels);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_are_prometheus_text_and_a_deleted_group_leaves_no_series() {
+        let m = Metrics::new().unwrap();
+        m.topology_generation.with_label_values(&["g"]).set(3);
+        let body = m.render();
+        assert!(body.contains("bloodraven_topology_generation{group=\"g\"} 3"), "{body}");
+        m.site_up.with_label_values(&["g", "iad"]).set(1);
+        m.site_up.with_label_values(&["h", "iad"]).set(1);
+        m.forget_group("g", &["iad", "pdx"]);
+        let body = m.render();
+        assert!(!body.contains("group=\"g\""), "a deleted group leaves no series: {body}");
+        assert!(body.contains("bloodraven_site_up{group=\"h\",site=\"iad\"} 1"), "other groups stay: {body}");
     }
 }

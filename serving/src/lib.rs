@@ -1,9 +1,11 @@
-//! Bloodraven's listeners, shared by the operator (deploy API on TLS :8443,
-//! metrics and health on plain :8082) and the webhook (TLS :9443): one way
-//! to serve an axum router over TLS ([`serve_tls`]) and one over plain HTTP
-//! ([`serve_plain`]), both with the same bounds ([`Limits`]), the rustls
-//! configuration and its reload ([`tls`]), and the rule for request values in
-//! log lines and error messages ([`log`]).
+//! What every Bloodraven binary (the operator, the webhook, the sidecar)
+//! needs to serve and to run: one way to serve an axum router over TLS
+//! ([`serve_tls`]) and one over plain HTTP ([`serve_plain`]), both with the
+//! same bounds ([`Limits`]); the rustls configuration and its reload
+//! ([`tls`]); the admin listener (`/metrics`, `/healthz`, `/readyz`:
+//! [`admin`]); tracing setup ([`telemetry`]); shutdown on SIGTERM
+//! ([`shutdown`]); and the rule for request values in log lines and error
+//! messages ([`log`]).
 //!
 //! Model: a listener speaks HTTP/1.1 only (ALPN `http/1.1` on TLS; the
 //! HTTP/1 connection builder alone, so an HTTP/2 preface is answered like any
@@ -20,8 +22,11 @@
 //! # }
 //! ```
 
+pub mod admin;
 pub mod limits;
 pub mod log;
+pub mod shutdown;
+pub mod telemetry;
 pub mod tls;
 
 use std::future::Future;
@@ -35,6 +40,7 @@ use hyper_util::server::conn::auto::Builder;
 
 use limits::LimitAcceptor;
 pub use limits::Limits;
+pub use shutdown::Shutdown;
 pub use tls::{RustlsConfig, TlsError};
 
 /// Time in-flight requests get to finish after shutdown was asked for; then

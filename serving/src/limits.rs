@@ -10,7 +10,7 @@
 //!   every slot from the others (an unauthenticated answer also closes its
 //!   connection: see the deploy router);
 //! - a TLS handshake must finish within [`Limits::handshake_timeout`];
-//! - only HTTP/1.1 is spoken (see [`crate::configure_http`]): an HTTP/2
+//! - only HTTP/1.1 is spoken (see the crate documentation): an HTTP/2
 //!   preface is refused like any other malformed request line;
 //! - a request's headers must arrive within [`Limits::header_timeout`],
 //!   counted from when the connection is ready for a request — so the same

@@ -229,10 +229,11 @@ fn resolve(v: &serde_json::Value, root: &serde_json::Value) -> serde_json::Value
 /// Panics unless the contract documents `status` for this call and `body` fits its schema.
 pub fn check_contract(method: &reqwest::Method, url: &str, status: u16, text: &str, body: &serde_json::Value) {
     let path = url.split("/deploy/v1/groups/").nth(1).unwrap_or_default();
-    let template = match path.split('/').count() {
-        1 => "/deploy/v1/groups/{group}",
-        2 => "/deploy/v1/groups/{group}/leases",
-        4 => "/deploy/v1/groups/{group}/leases/{kind}/{operationId}",
+    let template = match (path.split('/').count(), path.ends_with("/watch")) {
+        (1, _) => "/deploy/v1/groups/{group}",
+        (2, _) => "/deploy/v1/groups/{group}/leases",
+        (4, _) => "/deploy/v1/groups/{group}/leases/{kind}/{operationId}",
+        (5, true) => "/deploy/v1/groups/{group}/leases/{kind}/{operationId}/watch",
         _ => return, // not an API path: the router's 404 fallback
     };
     let root = contract();
@@ -325,6 +326,14 @@ impl Pipeline {
         let body = serde_json::json!({"token": lease_token});
         call(&self.http, reqwest::Method::DELETE, &self.url(&format!("/leases/{kind}/{op}")), &self.token, Some(body))
             .await
+    }
+
+    /// `POST /groups/{group}/leases/{kind}/{op}/watch` (push revocation) with
+    /// a lease token and a wait in seconds.
+    pub async fn watch(&self, kind: &str, op: &str, lease_token: &str, wait_seconds: u32) -> Reply {
+        let body = serde_json::json!({"token": lease_token, "waitSeconds": wait_seconds});
+        let url = self.url(&format!("/leases/{kind}/{op}/watch"));
+        call(&self.http, reqwest::Method::POST, &url, &self.token, Some(body)).await
     }
 
     /// The same calls with another caller's token.

@@ -7,6 +7,7 @@
 mod conditions;
 mod database;
 mod failover_group;
+mod phase;
 
 pub use conditions::{ConditionType, reason};
 pub use database::{DeploymentClient, FailoverGroupRef, MysqlDatabase, MysqlDatabaseSpec, MysqlDatabaseStatus};
@@ -15,6 +16,7 @@ pub use failover_group::{
     MysqlFailoverGroupStatus, NamespacesFrom, PhaseTransition, PlannedFailoverAdmission, PlannedFailoverRequest,
     PlannedFailoverStatus, SecretRef, Site, SiteHealth,
 };
+pub use phase::PlannedFailoverPhase;
 
 /// `metav1.Condition`, as every status here uses it.
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;

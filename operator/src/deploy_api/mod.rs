@@ -9,7 +9,8 @@
 //! - `auth`: TokenReview (audience `bloodraven-deploy`); who may act for an
 //!   instance is `crate::authority`'s.
 //! - `router`: the HTTP surface, served by `bloodraven-serving` (TLS 1.2/1.3,
-//!   HTTP/1.1 only, the listener bounds, certificate reloads).
+//!   HTTP/1.1 only, the listener bounds, certificate reloads), with the
+//!   watch (push revocation, a long-poll) in `router/watch.rs`.
 
 pub mod auth;
 pub mod router;
@@ -41,6 +42,17 @@ pub struct DeployState {
     pub leadership: Leadership,
     /// Metrics.
     pub metrics: Metrics,
+    /// Open watches, bounded (see [`watches_for`]).
+    pub watches: crate::lease::watch::Watches,
+    /// Set once the process is stopping: open watches answer at once.
+    pub shutdown: bloodraven_serving::Shutdown,
+}
+
+/// The bound on open watches for a listener of `max_connections`: half of
+/// it, so that watches (each holding a connection for up to a minute) can
+/// never take every slot from renewals, which must get through.
+pub fn watches_for(max_connections: usize) -> crate::lease::watch::Watches {
+    crate::lease::watch::Watches::new(max_connections / 2)
 }
 
 /// Starts a reflector of every MysqlDatabase (for authorization) and waits

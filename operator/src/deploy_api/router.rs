@@ -23,20 +23,18 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use bloodraven_api::deploy::{
-    CreateLeaseRequest, ErrorBody, LeaseGrant, LeaseKind, LeaseView, MAX_BODY_BYTES, ReleaseRequest, RenewRequest,
-    RenewResponse, clamp_ttl, valid_operation_id,
+    CreateLeaseRequest, ErrorBody, ErrorCode, GroupView, LeaseGrant, LeaseKind, LeaseView, MAX_BODY_BYTES,
+    OperationType, OperationView, ReleaseRequest, RenewRequest, RenewResponse, RevokeReason,
+    UNSTABLE_RETRY_AFTER_SECONDS, clamp_ttl, valid_name, valid_operation_id, valid_token,
 };
 use bloodraven_serving::log::{checked, escape};
 use serde::de::DeserializeOwned;
-use serde_json::json;
 
 use super::auth::{AuthError, Caller};
 use super::{DeployState, limits};
-use crate::lease::machine::{Actor, Refusal, RevokeReason, UNSTABLE_RETRY_AFTER_SECONDS};
+use crate::failover::planned::Phase;
+use crate::lease::machine::{Actor, Refusal};
 use crate::lease::service::ServiceError;
-
-/// Longest accepted token in a PUT/DELETE body.
-const MAX_TOKEN_LEN: usize = 512;
 
 /// The deploy API router.
 pub fn router(state: DeployState) -> Router {
@@ -44,6 +42,7 @@ pub fn router(state: DeployState) -> Router {
         .route("/deploy/v1/groups/{group}", get(get_group))
         .route("/deploy/v1/groups/{group}/leases", post(create_lease))
         .route("/deploy/v1/groups/{group}/leases/{kind}/{operation_id}", put(renew_lease).delete(release_lease))
+        .route("/deploy/v1/groups/{group}/leases/{kind}/{operation_id}/watch", post(watch::watch_lease))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -51,27 +50,23 @@ pub fn router(state: DeployState) -> Router {
 
 async fn not_found(State(state): State<DeployState>) -> Response {
     let done = Done::new("not_found", Instant::now());
-    done.finish(&state, error(StatusCode::NOT_FOUND, "not_found", "no such deploy API path"))
+    done.finish(&state, error(ErrorCode::NotFound, "no such deploy API path"))
 }
 
 async fn method_not_allowed(State(state): State<DeployState>) -> Response {
     let done = Done::new("method_not_allowed", Instant::now());
-    done.finish(&state, error(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "method not allowed on this path"))
+    done.finish(&state, error(ErrorCode::MethodNotAllowed, "method not allowed on this path"))
 }
 
-/// A JSON error response.
-pub fn error(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
-    json_response(
-        status,
-        &ErrorBody {
-            error: code.to_owned(),
-            message: message.into(),
-            holder: None,
-            reason: None,
-            topology_generation: None,
-            retry_after_seconds: None,
-        },
-    )
+/// A JSON refusal with `code`, answered with the code's status.
+pub fn error(code: ErrorCode, message: impl Into<String>) -> Response {
+    refused(&ErrorBody::new(code, message))
+}
+
+/// A refusal as its body says, answered with its code's status.
+fn refused(body: &ErrorBody) -> Response {
+    let status = StatusCode::from_u16(body.error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json_response(status, body)
 }
 
 fn json_response<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
@@ -145,81 +140,63 @@ impl<'a> Done<'a> {
     }
 }
 
-fn refusal(r: Refusal) -> Response {
-    let mut e = ErrorBody {
-        error: String::new(),
-        message: String::new(),
-        holder: None,
-        reason: None,
-        topology_generation: None,
-        retry_after_seconds: None,
-    };
-    let status = match r {
+/// The answer to a refusal of the lease domain.
+pub(crate) fn refusal(r: Refusal) -> Response {
+    let body = match r {
         Refusal::Held { kind, holder: h } => {
-            e.error = "held".into();
             let what = match kind {
                 LeaseKind::Migration => "the migration mutex",
                 LeaseKind::FailoverHold => "the failover-hold",
             };
-            e.message =
+            let message =
                 format!("{what} is held by operation {} for {} until {}", h.operation_id, h.instance, h.expires_at);
-            e.holder = Some(h);
-            StatusCode::CONFLICT
+            ErrorBody { holder: Some(h), ..ErrorBody::new(ErrorCode::Held, message) }
         }
         Refusal::Revoked(t) => {
-            e.error = "revoked".into();
             let why = match t.reason {
                 RevokeReason::TopologyChanged => "the primary moved: stop, and do not reconnect to the new primary",
                 RevokeReason::OperatorRevoked => "an operator revoked every deploy lease of the group: stop",
             };
-            e.message = format!(
+            let message = format!(
                 "operation {} was revoked ({}) at topology generation {}; {why}",
                 t.operation_id,
                 t.reason.as_str(),
                 t.generation
             );
-            e.reason = Some(t.reason.as_str().to_owned());
-            e.topology_generation = Some(t.generation);
-            StatusCode::CONFLICT
+            ErrorBody {
+                reason: Some(t.reason),
+                topology_generation: Some(t.generation),
+                ..ErrorBody::new(ErrorCode::Revoked, message)
+            }
         }
         Refusal::Unstable { reason } => {
-            e.error = "unstable".into();
-            e.message =
+            let message =
                 format!("the group is not stable ({reason}); this is not a renewal and the deadline did not move");
-            e.retry_after_seconds = Some(UNSTABLE_RETRY_AFTER_SECONDS);
-            StatusCode::LOCKED
+            ErrorBody {
+                retry_after_seconds: Some(UNSTABLE_RETRY_AFTER_SECONDS),
+                ..ErrorBody::new(ErrorCode::Unstable, message)
+            }
         }
-        Refusal::Forbidden(m) => {
-            e.error = "forbidden".into();
-            e.message = m;
-            StatusCode::FORBIDDEN
-        }
-        Refusal::Expired => {
-            e.error = "expired".into();
-            e.message = "the operation holds no live lease of this kind: it expired or was released".into();
-            StatusCode::NOT_FOUND
-        }
+        Refusal::Forbidden(m) => ErrorBody::new(ErrorCode::Forbidden, m),
+        Refusal::Expired => ErrorBody::new(
+            ErrorCode::Expired,
+            "the operation holds no live lease of this kind: it expired or was released",
+        ),
         Refusal::TokenMismatch => {
-            e.error = "token_mismatch".into();
-            e.message = "the token is not this lease's current token".into();
-            StatusCode::FORBIDDEN
+            ErrorBody::new(ErrorCode::TokenMismatch, "the token is not this lease's current token")
         }
     };
-    json_response(status, &e)
+    refused(&body)
 }
 
-fn service_error(err: ServiceError, group: &str) -> Response {
+pub(crate) fn service_error(err: ServiceError, group: &str) -> Response {
     match err {
-        ServiceError::GroupNotFound => {
-            error(StatusCode::NOT_FOUND, "group_not_found", format!("no MysqlFailoverGroup {group}"))
-        }
+        ServiceError::GroupNotFound => error(ErrorCode::GroupNotFound, format!("no MysqlFailoverGroup {group}")),
         ServiceError::Refused(r) => refusal(r),
-        ServiceError::Contention => {
-            error(StatusCode::SERVICE_UNAVAILABLE, "contention", "deploy leases kept changing; retry")
-        }
+        ServiceError::Contention => error(ErrorCode::Contention, "deploy leases kept changing; retry"),
         other => {
             tracing::warn!(group, error = %other, "deploy api failed");
-            error(StatusCode::INTERNAL_SERVER_ERROR, "internal", "the operator could not complete the request; retry")
+            error(ErrorCode::Internal, "the operator could not complete the request; retry")
         }
     }
 }
@@ -227,19 +204,15 @@ fn service_error(err: ServiceError, group: &str) -> Response {
 /// Leadership and authentication, shared by every handler.
 async fn admit(state: &DeployState, headers: &HeaderMap) -> Result<Caller, Response> {
     if !state.leadership.is_leader() {
-        return Err(error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not_leader",
-            "this operator replica is not the leader; retry",
-        ));
+        return Err(error(ErrorCode::NotLeader, "this operator replica is not the leader; retry"));
     }
     let header = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
     match state.auth.authenticate(header).await {
         Ok(caller) => Ok(caller),
-        Err(AuthError::Unauthenticated(m)) => Err(error(StatusCode::UNAUTHORIZED, "unauthenticated", m)),
+        Err(AuthError::Unauthenticated(m)) => Err(error(ErrorCode::Unauthenticated, m)),
         Err(AuthError::Review(e)) => {
             tracing::warn!(error = %e, "TokenReview request failed");
-            Err(error(StatusCode::SERVICE_UNAVAILABLE, "review_failed", "the token could not be reviewed; retry"))
+            Err(error(ErrorCode::ReviewFailed, "the token could not be reviewed; retry"))
         }
     }
 }
@@ -248,13 +221,8 @@ async fn admit(state: &DeployState, headers: &HeaderMap) -> Result<Caller, Respo
 /// [`limits::BODY_TIMEOUT`] and [`MAX_BODY_BYTES`], and parses it as JSON,
 /// naming the offending field on error.
 async fn parse<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T, Response> {
-    let too_large = || {
-        error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!("request bodies are limited to {MAX_BODY_BYTES} bytes"),
-        )
-    };
+    let too_large =
+        || error(ErrorCode::PayloadTooLarge, format!("request bodies are limited to {MAX_BODY_BYTES} bytes"));
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
@@ -262,17 +230,13 @@ async fn parse<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T
     }
     let bytes = match tokio::time::timeout(limits::BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
         Err(_) => {
-            return Err(error(
-                StatusCode::REQUEST_TIMEOUT,
-                "request_timeout",
-                "the request body did not arrive in time",
-            ));
+            return Err(error(ErrorCode::RequestTimeout, "the request body did not arrive in time"));
         }
         Ok(Err(e)) => {
             return Err(if e.into_inner().downcast_ref::<http_body_util::LengthLimitError>().is_some() {
                 too_large()
             } else {
-                error(StatusCode::BAD_REQUEST, "invalid_request", "failed to read the request body")
+                error(ErrorCode::InvalidRequest, "failed to read the request body")
             });
         }
         Ok(Ok(bytes)) => bytes,
@@ -284,24 +248,12 @@ async fn parse<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T
         // The path can hold a key of the body and the parser's message a
         // value of it (`unknown variant ...`): both escaped and bounded.
         let field = if path == "." || path == "?" { "body".to_owned() } else { escape(&path, 64) };
-        error(
-            StatusCode::BAD_REQUEST,
-            "invalid_request",
-            format!("invalid {field}: {}", escape(&e.inner().to_string(), 160)),
-        )
+        error(ErrorCode::InvalidRequest, format!("invalid {field}: {}", escape(&e.inner().to_string(), 160)))
     })
 }
 
 fn invalid(field: &str, why: &str) -> Response {
-    error(StatusCode::BAD_REQUEST, "invalid_request", format!("invalid {field}: {why}"))
-}
-
-/// A DNS subdomain (group and MysqlDatabase names).
-fn valid_name(s: &str) -> bool {
-    (1..=253).contains(&s.len())
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-        && s.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
-        && s.as_bytes().last().is_some_and(u8::is_ascii_alphanumeric)
+    error(ErrorCode::InvalidRequest, format!("invalid {field}: {why}"))
 }
 
 fn check_path(group: &str, kind: Option<&str>, operation_id: Option<&str>) -> Result<Option<LeaseKind>, Response> {
@@ -317,7 +269,7 @@ fn check_path(group: &str, kind: Option<&str>, operation_id: Option<&str>) -> Re
 }
 
 fn check_token(token: &str) -> Result<(), Response> {
-    if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+    if !valid_token(token) {
         return Err(invalid("token", "must be the lease token"));
     }
     Ok(())
@@ -344,22 +296,35 @@ async fn get_group(State(state): State<DeployState>, Path(group): Path<String>, 
                 ddl_state: g.ddl_state,
             })
             .collect();
-        let operations: Vec<serde_json::Value> = status
+        // A phase this operator does not know (written by hand) is not an
+        // operation it runs: the engine reports it and leaves it alone.
+        let operations: Vec<OperationView> = status
             .planned_failover
             .iter()
-            .filter(|p| !matches!(p.phase.as_str(), "Completed" | "Failed"))
-            .map(|p| json!({"type": "PlannedFailover", "requestId": p.request_id, "targetSite": p.target_site, "phase": p.phase}))
+            .filter_map(|p| Phase::parse(&p.phase).filter(|ph| !ph.is_final()).map(|phase| (p, phase)))
+            .map(|(p, phase)| OperationView {
+                type_: OperationType::PlannedFailover,
+                request_id: p.request_id.clone(),
+                target_site: p.target_site.clone(),
+                phase,
+            })
             .collect();
-        Ok(json_response(StatusCode::OK, &json!({
-            "group": group,
-            "activeSite": status.active_site,
-            "topologyGeneration": status.topology_generation,
-            "stable": view.facts.unstable_reason.is_none() && view.facts.generation.is_some(),
-            "unstableReason": view.facts.unstable_reason,
-            "health": status.health,
-            "operations": operations,
-            "leases": leases,
-        })))
+        let unstable_reason = view
+            .facts
+            .unstable_reason
+            .clone()
+            .or_else(|| view.facts.generation.is_none().then(|| "BootstrapPending".to_owned()));
+        let view = GroupView {
+            group: group.clone(),
+            active_site: status.active_site,
+            topology_generation: status.topology_generation,
+            stable: unstable_reason.is_none(),
+            unstable_reason,
+            health: status.health,
+            operations,
+            leases,
+        };
+        Ok(json_response(StatusCode::OK, &view))
     }
     .await;
     done.finish(&state, response.unwrap_or_else(|r| r))
@@ -387,9 +352,7 @@ async fn create_lease(
             return Err(invalid("instance", "must be the name of a MysqlDatabase"));
         }
         if !authorize_group(&state, &caller, &group)?.contains(&req.instance) {
-            return Err(error(
-                StatusCode::FORBIDDEN,
-                "forbidden",
+            return Err(error(ErrorCode::Forbidden,
                 format!(
                     "{} is not in spec.deploymentClients of the MysqlDatabase {} of group {group} (or that MysqlDatabase has no authority: see its Ready condition)",
                     caller.id(), req.instance
@@ -431,11 +394,10 @@ fn authorize_group(state: &DeployState, caller: &Caller, group: &str) -> Result<
         return Ok(instances);
     }
     if state.authority.group(group).is_none() && state.authority.names_group(caller, group) {
-        return Err(error(StatusCode::NOT_FOUND, "group_not_found", format!("no MysqlFailoverGroup {group}")));
+        return Err(error(ErrorCode::GroupNotFound, format!("no MysqlFailoverGroup {group}")));
     }
     Err(error(
-        StatusCode::FORBIDDEN,
-        "forbidden",
+        ErrorCode::Forbidden,
         format!("{} is not a deployment client of any MysqlDatabase with authority in group {group}", caller.id()),
     ))
 }
@@ -558,6 +520,8 @@ async fn release_lease(
     )
     .await
 }
+
+mod watch;
 
 #[cfg(test)]
 mod authz_tests;

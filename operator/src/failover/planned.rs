@@ -26,65 +26,9 @@
 //! This module is the engine's decision table; the engine that runs the
 //! actions against the sites is built on it (issue 7).
 
-/// A phase of a planned failover, as `status.plannedFailover.phase` spells it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
-    /// Requested, not yet looked at.
-    Pending,
-    /// Checking holds and the target.
-    Admitting,
-    /// A live failover-hold defers it.
-    Deferred,
-    /// Fencing the old primary and letting the target catch up.
-    Draining,
-    /// Decided; the target is being made the writable primary.
-    Promoting,
-    /// The old primary is being made a replica of the new one.
-    Repointing,
-    /// Done.
-    Completed,
-    /// Ended without a decision; or, after one, superseded by an emergency
-    /// failover that moved the decision on (the controller ends it so; that
-    /// generation change is the emergency's, not the request's).
-    Failed,
-}
-
-impl Phase {
-    /// The status spelling.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Phase::Pending => "Pending",
-            Phase::Admitting => "Admitting",
-            Phase::Deferred => "Deferred",
-            Phase::Draining => "Draining",
-            Phase::Promoting => "Promoting",
-            Phase::Repointing => "Repointing",
-            Phase::Completed => "Completed",
-            Phase::Failed => "Failed",
-        }
-    }
-
-    /// Parses the status spelling.
-    pub fn parse(s: &str) -> Option<Phase> {
-        [
-            Phase::Pending,
-            Phase::Admitting,
-            Phase::Deferred,
-            Phase::Draining,
-            Phase::Promoting,
-            Phase::Repointing,
-            Phase::Completed,
-            Phase::Failed,
-        ]
-        .into_iter()
-        .find(|p| p.as_str() == s)
-    }
-
-    /// Whether the request is over.
-    pub const fn is_final(self) -> bool {
-        matches!(self, Phase::Completed | Phase::Failed)
-    }
-}
+/// A phase of a planned failover, as `status.plannedFailover.phase` spells
+/// it: the contract's type (the deploy API shows it in `operations[]`).
+pub use bloodraven_api::v1alpha1::PlannedFailoverPhase as Phase;
 
 /// What the engine observes for one step of a request to move the primary to `target`.
 #[derive(Clone, Debug, PartialEq, Eq)]

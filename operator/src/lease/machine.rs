@@ -30,33 +30,8 @@
 use bloodraven_api::deploy::{DdlState, Holder, LeaseKind};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-/// Why leases were revoked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RevokeReason {
-    /// The group's topology generation moved past the grant's.
-    TopologyChanged,
-    /// A person annotated the group with `revoke-deployment-leases`.
-    OperatorRevoked,
-}
-
-impl RevokeReason {
-    /// The reason as the API spells it.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            RevokeReason::TopologyChanged => "TopologyChanged",
-            RevokeReason::OperatorRevoked => "OperatorRevoked",
-        }
-    }
-
-    /// Parses the API spelling.
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "TopologyChanged" => Some(RevokeReason::TopologyChanged),
-            "OperatorRevoked" => Some(RevokeReason::OperatorRevoked),
-            _ => None,
-        }
-    }
-}
+/// Why leases were revoked: the contract's type.
+pub use bloodraven_api::deploy::RevokeReason;
 
 /// A live or lapsed grant held in a slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -196,7 +171,7 @@ impl Slots {
 }
 
 /// Seconds a client is told to wait after `423 unstable`.
-pub const UNSTABLE_RETRY_AFTER_SECONDS: u32 = 5;
+pub use bloodraven_api::deploy::UNSTABLE_RETRY_AFTER_SECONDS;
 
 /// Why a person must verify the schema: how the grant that had started DDL ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -571,6 +546,39 @@ pub fn renew(
     let mut out = slots.clone();
     *out.get_mut(kind) = Some(renewed.clone());
     Outcome { slots: out, new_tombstones: Vec::new(), verifications: Vec::new(), answer: Ok(renewed) }
+}
+
+/// Decides a watch (push revocation): the caller's grant of `kind` while it
+/// is still the caller's, exactly as a renewal would find it, without
+/// writing anything; or the refusal the renewal would answer now: `Revoked`
+/// (a tombstone, or a generation that moved past the grant's: the revocation
+/// the reconciler is about to write), `Expired` (lapsed, released, or a hold
+/// whose mutex is gone), `TokenMismatch` or `Forbidden`. An unstable group
+/// does not end a watch: the lease is still held (the renewal's `423` is
+/// about extending it, not about holding it).
+#[allow(clippy::too_many_arguments)]
+pub fn watch<'a>(
+    slots: &'a Slots,
+    tombstone: Option<&Tombstone>,
+    facts: &GroupFacts,
+    kind: LeaseKind,
+    operation_id: &str,
+    actor: &Actor<'_>,
+    token_sha256: &str,
+    now: Timestamp,
+) -> Result<&'a Grant, Refusal> {
+    let grant = held(slots, tombstone, kind, operation_id, actor, token_sha256, now)?;
+    if let Some(generation) = facts.generation
+        && generation != grant.generation
+    {
+        let (_, tombstones) = revoke(slots, RevokeReason::TopologyChanged, generation, now);
+        let t = tombstones.into_iter().find(|t| t.operation_id == operation_id && t.about(actor.client));
+        return Err(t.map_or(Refusal::Expired, Refusal::Revoked));
+    }
+    if kind == LeaseKind::FailoverHold && slots.effective_hold(now).is_none() {
+        return Err(Refusal::Expired);
+    }
+    Ok(grant)
 }
 
 /// Decides a DELETE (release); answers the grant released. Releasing the

@@ -10,8 +10,11 @@
 //! - [`store`]: its storage on `coordination.k8s.io/v1` Lease objects in the
 //!   operator's namespace, compare-and-swap, bound to the group's UID.
 //! - [`service`]: the interface: read → decide → write, retried on conflict
-//!   (`create`, `renew`, `release`, `maintain`, `state`).
+//!   (`create`, `renew`, `release`, `maintain`, `state`, `watch_state`).
+//! - [`watch`]: push revocation's plumbing: a change counter per group that
+//!   every write bumps, and the bounds on open watches.
 
 pub mod machine;
 pub mod service;
 pub mod store;
+pub mod watch;

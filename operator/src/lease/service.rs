@@ -20,6 +20,7 @@ use super::machine::{
     Verification,
 };
 use super::store::{GroupKey, Read, Store, StoreError, token_sha256};
+use super::watch::Changes;
 use crate::tolerant::{ReadError, Tolerant};
 
 /// How often a decision is retried after a concurrent write.
@@ -74,6 +75,8 @@ pub struct Service {
     /// A watch cache of groups, for the renewal fast path's generation check.
     cache: Option<Reflector<MysqlFailoverGroup>>,
     locks: Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>,
+    /// Bumped after every write this service makes, per group (push revocation).
+    changes: Changes,
 }
 
 /// Generation and stability of a group, from its status.
@@ -84,7 +87,10 @@ pub fn facts_of(group: &MysqlFailoverGroup) -> GroupFacts {
         _ => Some(status.unstable_reason.unwrap_or_else(|| "NotObserved".to_owned())),
     };
     let deferring = unstable_reason.as_deref() == Some(bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS)
-        && status.planned_failover.as_ref().is_some_and(|p| p.phase == "Deferred");
+        && status
+            .planned_failover
+            .as_ref()
+            .is_some_and(|p| p.phase == bloodraven_api::v1alpha1::PlannedFailoverPhase::Deferred.as_str());
     GroupFacts { generation: status.topology_generation, unstable_reason, deferring }
 }
 
@@ -107,7 +113,7 @@ fn new_token() -> String {
 impl Service {
     /// A service over `store`, reading groups with `groups`.
     pub fn new(store: Store, groups: Tolerant) -> Self {
-        Service { store, groups, cache: None, locks: Arc::default() }
+        Service { store, groups, cache: None, locks: Arc::default(), changes: Changes::default() }
     }
 
     /// Uses `cache` for the group's generation and stability on the renewal
@@ -163,7 +169,12 @@ impl Service {
             };
             let outcome = decide(&read, tombstone.as_ref(), &facts, now_micros());
             match self.store.write(&key, &read, &outcome.slots, &outcome.new_tombstones, &outcome.verifications).await {
-                Ok(()) => return outcome.answer.map_err(ServiceError::Refused),
+                Ok(()) => {
+                    if outcome.slots != read.slots || !outcome.new_tombstones.is_empty() {
+                        self.changes.changed(group);
+                    }
+                    return outcome.answer.map_err(ServiceError::Refused);
+                }
                 // Someone wrote since the read: decide again on a fresh one.
                 Err(StoreError::Conflict) => {}
                 Err(e) => return Err(e.into()),
@@ -254,7 +265,10 @@ impl Service {
         let outcome = machine::renew(&read.slots, None, &facts, kind, operation_id, actor, hash, ddl_state, now);
         let Ok(grant) = outcome.answer else { return Ok(None) };
         match self.store.write(&key, &read, &outcome.slots, &[], &[]).await {
-            Ok(()) => Ok(Some(grant)),
+            Ok(()) => {
+                self.changes.changed(group);
+                Ok(Some(grant))
+            }
             Err(StoreError::Conflict) => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -330,6 +344,61 @@ impl Service {
     pub async fn live_hold(&self, group: &MysqlFailoverGroup) -> Result<Option<Grant>, ServiceError> {
         let read = self.store.read(&GroupKey::of(group)).await?;
         Ok(read.slots.effective_hold(now_micros()).cloned())
+    }
+
+    /// Where watches subscribe to this service's writes.
+    pub fn changes(&self) -> &Changes {
+        &self.changes
+    }
+
+    /// A watch's look at `operation_id`'s lease of `kind` (see
+    /// [`machine::watch`]): the grant while it is still `actor`'s, or the
+    /// refusal a renewal would answer now. Reads nothing when it can: the
+    /// group's generation from the watch cache, the slots as this process
+    /// last wrote or read them — unless `fresh` (a watch asks now and then,
+    /// for writes this process did not make) or this process has no copy, when
+    /// the slots are read. A watch's read is not remembered: it may be older
+    /// than a write that lands meanwhile, and must not replace that write's
+    /// copy. The tombstone is read only once the grant is gone, to tell
+    /// `revoked` from `expired`.
+    pub async fn watch_state(
+        &self,
+        group: &str,
+        kind: LeaseKind,
+        operation_id: &str,
+        actor: &Actor<'_>,
+        token_sha256: &str,
+        fresh: bool,
+    ) -> Result<Grant, ServiceError> {
+        let g = match self.cache.as_ref().and_then(|c| c.get(&ObjectRef::new(group))) {
+            Some(cached) => (*cached).clone(),
+            None => self.group(group).await?,
+        };
+        let key = GroupKey::of(&g);
+        let facts = facts_of(&g);
+        let read = match self.store.remembered(&key).filter(|_| !fresh) {
+            Some(read) => read,
+            None => self.store.read(&key).await?,
+        };
+        let now = now_micros();
+        match machine::watch(&read.slots, None, &facts, kind, operation_id, actor, token_sha256, now) {
+            Ok(grant) => Ok(grant.clone()),
+            Err(Refusal::Expired) => {
+                let tombstone = self.store.tombstone(&key, actor.client, operation_id).await?;
+                let answer = machine::watch(
+                    &read.slots,
+                    tombstone.as_ref(),
+                    &facts,
+                    kind,
+                    operation_id,
+                    actor,
+                    token_sha256,
+                    now,
+                );
+                Err(ServiceError::Refused(answer.err().unwrap_or(Refusal::Expired)))
+            }
+            Err(refusal) => Err(ServiceError::Refused(refusal)),
+        }
     }
 
     /// The store (for cleanup, verification records and metrics).

@@ -39,26 +39,17 @@ use sha2::{Digest, Sha256};
 
 use super::machine::{Ending, Grant, RevokeReason, Slots, Tombstone, Verification};
 
-const PREFIX: &str = "bloodraven.shipstream.io/";
-const ANN_GROUP: &str = "bloodraven.shipstream.io/group";
-const ANN_KIND: &str = "bloodraven.shipstream.io/kind";
-const ANN_OPERATION: &str = "bloodraven.shipstream.io/operation-id";
-const ANN_INSTANCE: &str = "bloodraven.shipstream.io/instance";
-const ANN_TOKEN: &str = "bloodraven.shipstream.io/token-sha256";
-const ANN_GENERATION: &str = "bloodraven.shipstream.io/topology-generation";
-const ANN_DDL: &str = "bloodraven.shipstream.io/ddl-state";
-const ANN_REASON: &str = "bloodraven.shipstream.io/revoke-reason";
-const ANN_GROUP_UID: &str = "bloodraven.shipstream.io/group-uid";
-const ANN_CLIENT: &str = "bloodraven.shipstream.io/client";
-const ANN_ENDING: &str = "bloodraven.shipstream.io/ending";
+use bloodraven_api::names::deploy_lease::{
+    self as names, ANNOTATION_PREFIX as PREFIX, ANNOUNCED as ANN_ANNOUNCED, CLIENT as ANN_CLIENT, DDL_STATE as ANN_DDL,
+    ENDING as ANN_ENDING, GROUP as ANN_GROUP, GROUP_HASH_LABEL as LABEL_GROUP, GROUP_UID as ANN_GROUP_UID,
+    INSTANCE as ANN_INSTANCE, KIND as ANN_KIND, OPERATION_ID as ANN_OPERATION, REVOKE_REASON as ANN_REASON,
+    ROLE_LABEL as LABEL_ROLE, ROLE_SLOT, ROLE_TOMBSTONE, ROLE_VERIFICATION, TOKEN_SHA256 as ANN_TOKEN,
+    TOPOLOGY_GENERATION as ANN_GENERATION, group_hash,
+};
+pub use bloodraven_api::names::deploy_lease::{slot_name, tombstone_name, verification_name};
+
 /// Written on the hold slot by a planned failover's admission (see [`Store::fence_hold_slot`]).
-const ANN_ADMISSION: &str = "bloodraven.shipstream.io/admitted";
-/// Set on a verification record once its Event was published.
-pub const ANN_ANNOUNCED: &str = "bloodraven.shipstream.io/announced";
-/// Label with the group's hash, on every slot and tombstone.
-pub const LABEL_GROUP: &str = "bloodraven.shipstream.io/group-hash";
-/// Label saying what the Lease is: `slot`, `tombstone` or `verification`.
-pub const LABEL_ROLE: &str = "bloodraven.shipstream.io/deploy-lease";
+const ANN_ADMISSION: &str = names::ADMITTED;
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
@@ -86,34 +77,9 @@ fn kube_err(action: &'static str) -> impl FnOnce(kube::Error) -> StoreError {
     }
 }
 
-/// Hex SHA-256 of `s`, first `n` characters.
-fn short_hash(s: &str, n: usize) -> String {
-    format!("{:x}", Sha256::digest(s.as_bytes()))[..n].to_owned()
-}
-
 /// Hex SHA-256 of a token: what is stored and compared.
 pub fn token_sha256(token: &str) -> String {
     format!("{:x}", Sha256::digest(token.as_bytes()))
-}
-
-/// Name of a group's slot Lease.
-pub fn slot_name(group: &str, kind: LeaseKind) -> String {
-    format!("bloodraven-deploy-{}-{}", short_hash(group, 16), kind.as_str())
-}
-
-/// What names an operation's records: its client and operationId (two
-/// tenants may pick the same operationId), or the operationId alone for a
-/// grant stored before grants recorded their client.
-fn operation_key(client: Option<&str>, operation_id: &str) -> String {
-    match client {
-        Some(c) => format!("{c}\n{operation_id}"),
-        None => operation_id.to_owned(),
-    }
-}
-
-/// Name of the tombstone Lease of `client`'s operation.
-pub fn tombstone_name(group: &str, client: Option<&str>, operation_id: &str) -> String {
-    format!("bloodraven-tombstone-{}-{}", short_hash(group, 16), short_hash(&operation_key(client, operation_id), 16))
 }
 
 /// The group a read or write is for: its name, and what ties objects to it.
@@ -213,8 +179,8 @@ fn encode_slot(key: &GroupKey, kind: LeaseKind, base: Option<&Lease>, grant: Opt
         metadata: ObjectMeta {
             name: Some(slot_name(group, kind)),
             labels: Some(BTreeMap::from([
-                (LABEL_GROUP.to_owned(), short_hash(group, 16)),
-                (LABEL_ROLE.to_owned(), "slot".to_owned()),
+                (LABEL_GROUP.to_owned(), group_hash(group)),
+                (LABEL_ROLE.to_owned(), ROLE_SLOT.to_owned()),
             ])),
             ..ObjectMeta::default()
         },
@@ -290,11 +256,6 @@ pub fn created_before(
     created.is_some_and(|c| c.0 < margin)
 }
 
-/// Name of the verification record of `client`'s operation.
-pub fn verification_name(group: &str, client: Option<&str>, operation_id: &str) -> String {
-    format!("bloodraven-verify-{}-{}", short_hash(group, 16), short_hash(&operation_key(client, operation_id), 16))
-}
-
 /// A verification record as listed: what it says, and whether its Event was published.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pending {
@@ -314,7 +275,7 @@ fn record_lease(key: &GroupKey, name: String, role: &str, mut a: BTreeMap<String
         metadata: ObjectMeta {
             name: Some(name),
             labels: Some(BTreeMap::from([
-                (LABEL_GROUP.to_owned(), short_hash(&key.name, 16)),
+                (LABEL_GROUP.to_owned(), group_hash(&key.name)),
                 (LABEL_ROLE.to_owned(), role.to_owned()),
             ])),
             annotations: Some(a),
@@ -345,7 +306,7 @@ impl Store {
             Some(ns) => Api::namespaced(client, ns),
             None => Api::all(client),
         };
-        let config = watcher::Config::default().labels(&format!("{LABEL_ROLE}=verification"));
+        let config = watcher::Config::default().labels(&format!("{LABEL_ROLE}={ROLE_VERIFICATION}"));
         let stream = watcher(meta, config)
             .default_backoff()
             .modify(|m| {
@@ -502,7 +463,8 @@ impl Store {
         if let Some(c) = &t.client {
             a.insert(ANN_CLIENT.to_owned(), c.clone());
         }
-        let lease = record_lease(key, tombstone_name(&key.name, t.client.as_deref(), &t.operation_id), "tombstone", a);
+        let lease =
+            record_lease(key, tombstone_name(&key.name, t.client.as_deref(), &t.operation_id), ROLE_TOMBSTONE, a);
         self.create_record(&lease, "create a tombstone of a").await
     }
 
@@ -517,20 +479,20 @@ impl Store {
             a.insert(ANN_CLIENT.to_owned(), c.clone());
         }
         let name = verification_name(&key.name, v.client.as_deref(), &v.operation_id);
-        let lease = record_lease(key, name, "verification", a);
+        let lease = record_lease(key, name, ROLE_VERIFICATION, a);
         self.create_record(&lease, "create a verification record of a").await
     }
 
     /// The verification records of `key`'s group, oldest first.
     pub async fn verifications(&self, key: &GroupKey) -> Result<Vec<Pending>, StoreError> {
-        let hash = short_hash(&key.name, 16);
+        let hash = group_hash(&key.name);
         if let Some(index) = &self.verification_index
             && index.ready.get()
             && !index.store.state().iter().any(|m| m.labels().get(LABEL_GROUP) == Some(&hash))
         {
             return Ok(Vec::new());
         }
-        let lp = ListParams::default().labels(&format!("{LABEL_GROUP}={hash},{LABEL_ROLE}=verification"));
+        let lp = ListParams::default().labels(&format!("{LABEL_GROUP}={hash},{LABEL_ROLE}={ROLE_VERIFICATION}"));
         let mut items = self.api.list(&lp).await.map_err(kube_err("list the verification records of a"))?.items;
         items.sort_by_key(|l| l.metadata.creation_timestamp.as_ref().map(|t| t.0));
         Ok(items
@@ -567,7 +529,7 @@ impl Store {
 
     /// Deletes every slot, tombstone and verification record of a deleted group.
     pub async fn forget_group(&self, group: &str) -> Result<(), StoreError> {
-        let lp = ListParams::default().labels(&format!("{LABEL_GROUP}={}", short_hash(group, 16)));
+        let lp = ListParams::default().labels(&format!("{LABEL_GROUP}={}", group_hash(group)));
         self.api.delete_collection(&DeleteParams::default(), &lp).await.map(drop).map_err(kube_err("delete a"))?;
         let mut cache = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for kind in [LeaseKind::Migration, LeaseKind::FailoverHold] {
@@ -606,7 +568,7 @@ impl Store {
 
     /// Every slot of the namespace, by group (for the active-lease metric).
     pub async fn all_slots(&self) -> Result<HashMap<String, Slots>, StoreError> {
-        let lp = ListParams::default().labels(&format!("{LABEL_ROLE}=slot"));
+        let lp = ListParams::default().labels(&format!("{LABEL_ROLE}={ROLE_SLOT}"));
         let list = self.api.list(&lp).await.map_err(kube_err("list a"))?;
         let mut out: HashMap<String, Slots> = HashMap::new();
         for l in &list.items {
@@ -651,18 +613,5 @@ mod tests {
         let freed = encode_slot(&key, LeaseKind::Migration, Some(&lease), None);
         assert_eq!(decode_grant(&freed), None);
         assert!(!serde_json::to_string(&freed).unwrap().contains(&g.token_sha256), "a free slot keeps no token hash");
-    }
-
-    #[test]
-    fn names_fit_any_group() {
-        let long = "g".repeat(253);
-        assert!(slot_name(&long, LeaseKind::FailoverHold).len() <= 63);
-        assert!(tombstone_name(&long, Some(&"c".repeat(300)), &"o".repeat(128)).len() <= 63);
-        assert_ne!(tombstone_name("g", None, "a"), tombstone_name("g", None, "b"));
-        assert_ne!(
-            tombstone_name("g", Some("tenant-a/sa"), "release-1"),
-            tombstone_name("g", Some("tenant-b/sa"), "release-1"),
-            "two tenants' operations of one id are two records"
-        );
     }
 }

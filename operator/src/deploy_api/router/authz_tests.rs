@@ -98,6 +98,8 @@ fn state(user: &'static str, seen: Arc<Mutex<Vec<String>>>) -> DeployState {
         authority,
         leadership: crate::leader::Leadership::leading_for_tests(),
         metrics: crate::metrics::Metrics::new().unwrap(),
+        watches: crate::deploy_api::watches_for(8),
+        shutdown: bloodraven_serving::Shutdown::manual().1,
     }
 }
 
@@ -113,6 +115,7 @@ async fn send(state: DeployState, method: &str, path: &str, body: &str) -> Statu
 }
 
 const LEASE: &str = "/deploy/v1/groups/playground/leases/migration/op-1";
+const WATCH: &str = "/deploy/v1/groups/playground/leases/migration/op-1/watch";
 
 #[tokio::test]
 async fn a_caller_listed_nowhere_costs_no_read() {
@@ -127,6 +130,7 @@ async fn a_caller_listed_nowhere_costs_no_read() {
         ),
         ("PUT", LEASE, r#"{"token":"t"}"#),
         ("DELETE", LEASE, r#"{"token":"t"}"#),
+        ("POST", WATCH, r#"{"token":"t","waitSeconds":5}"#),
     ];
     for (method, path, body) in cases {
         let status = send(state(attacker, seen.clone()), method, path, body).await;
@@ -143,4 +147,36 @@ async fn an_authorized_caller_does_reach_the_lease_store() {
         send(state("system:serviceaccount:counter-app:deployer", seen.clone()), "PUT", LEASE, r#"{"token":"t"}"#).await;
     assert_ne!(status, StatusCode::FORBIDDEN);
     assert!(!seen.lock().unwrap().is_empty(), "the stand-in records reads");
+}
+
+#[tokio::test]
+async fn another_method_answers_405_with_allow_before_authentication() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    for (method, path, allowed) in [
+        ("PATCH", "/deploy/v1/groups/playground", "GET,HEAD"),
+        ("GET", "/deploy/v1/groups/playground/leases", "POST"),
+        ("POST", LEASE, "PUT,DELETE"),
+        ("GET", WATCH, "POST"),
+    ] {
+        let req = Request::builder().method(method).uri(path).body(Body::empty()).unwrap();
+        let response = router(state("nobody", seen.clone())).oneshot(req).await.unwrap();
+        assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+        let allow = response.headers().get("allow").map(|v| v.to_str().unwrap().replace(' ', ""));
+        assert_eq!(allow.as_deref(), Some(allowed), "{method} {path}");
+    }
+}
+
+#[tokio::test]
+async fn a_watch_asking_for_more_than_a_minute_is_refused_before_any_read() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let deployer = "system:serviceaccount:counter-app:deployer";
+    for (body, want) in [
+        (r#"{"token":"t","waitSeconds":61}"#, StatusCode::BAD_REQUEST),
+        (r#"{"token":"t","waitSeconds":-1}"#, StatusCode::BAD_REQUEST),
+        (r#"{"token":"","waitSeconds":5}"#, StatusCode::BAD_REQUEST),
+        (r#"{"waitSeconds":5}"#, StatusCode::BAD_REQUEST),
+    ] {
+        assert_eq!(send(state(deployer, seen.clone()), "POST", WATCH, body).await, want, "{body}");
+    }
+    assert_eq!(*seen.lock().unwrap(), Vec::<String>::new());
 }

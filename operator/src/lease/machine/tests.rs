@@ -431,7 +431,15 @@ proptest! {
                     let token = if good { tokens.get(&(kind, op.clone())).cloned().unwrap_or_default() } else { "forged".into() };
                     let tomb = tombs.iter().find(|t| t.operation_id == op && t.about(&client)).cloned();
                     let before = slots.clone();
+                    let watched = watch(&slots, tomb.as_ref(), &facts, kind, &op, &actor(&client), &token, now).cloned();
                     let o = renew(&slots, tomb.as_ref(), &facts, kind, &op, &actor(&client), &token, None, now);
+                    // A watch ends exactly when the renewal would say authority is gone.
+                    match &o.answer {
+                        Ok(_) | Err(Refusal::Unstable { .. }) => {
+                            prop_assert_eq!(watched.map(|g| g.operation_id), Ok(op.clone()));
+                        }
+                        Err(r) => prop_assert_eq!(watched.as_ref().err(), Some(r)),
+                    }
                     match &o.answer {
                         Ok(g) => {
                             // 7: only for the client it was granted to.
@@ -489,4 +497,27 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn a_watch_sees_what_a_renewal_would_without_writing() {
+    let s = post(&Slots::default(), None, &stable(1), LeaseKind::Migration, "a", "app", 30, "ma", t(0)).slots;
+    let me = actor(CLIENT);
+    let w = |slots: &Slots, facts: &GroupFacts, token: &str, now| {
+        watch(slots, None, facts, LeaseKind::Migration, "a", &me, token, now).map(|g| g.generation)
+    };
+    assert_eq!(w(&s, &stable(1), "ma", t(1)), Ok(1));
+    let degraded = GroupFacts { unstable_reason: Some("Degraded".into()), ..stable(1) };
+    assert_eq!(w(&s, &degraded, "ma", t(1)), Ok(1), "an unstable group still holds the lease");
+    assert_eq!(w(&s, &stable(1), "other", t(1)), Err(Refusal::TokenMismatch));
+    assert_eq!(w(&s, &stable(1), "ma", t(30)), Err(Refusal::Expired), "lapsed at expiresAt");
+    match w(&s, &stable(2), "ma", t(1)) {
+        Err(Refusal::Revoked(t)) => assert_eq!((t.reason, t.generation), (RevokeReason::TopologyChanged, 2)),
+        other => panic!("a moved generation revokes: {other:?}"),
+    }
+    let other_client = actor("ns/else");
+    assert!(matches!(
+        watch(&s, None, &stable(1), LeaseKind::Migration, "a", &other_client, "ma", t(1)),
+        Err(Refusal::Forbidden(_))
+    ));
 }

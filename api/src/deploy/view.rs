@@ -1,0 +1,90 @@
+//! `GET /deploy/v1/groups/{group}`: a group as a deploy pipeline observes it
+//! (lease seed, "Two leases, in one order": the active site,
+//! topologyGeneration, the health block, every in-flight operation phase,
+//! and stable with an unstableReason). Never a token.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{DdlState, LeaseKind, schema};
+use crate::v1alpha1::{PlannedFailoverPhase, SiteHealth};
+
+/// The answer of `GET /deploy/v1/groups/{group}`. Every field is always
+/// present; `activeSite`, `topologyGeneration` and `unstableReason` are
+/// `null` when they have no value (before bootstrap; when stable).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("additionalProperties" = false))]
+pub struct GroupView {
+    /// The group's name.
+    #[schemars(with = "schema::ResourceName")]
+    pub group: String,
+    /// The site the operator decided holds the primary role.
+    pub active_site: Option<String>,
+    /// Durable count of authoritative active-site changes (≥ 1 once bootstrapped).
+    #[schemars(range(min = 1))]
+    pub topology_generation: Option<i64>,
+    /// False during any operation phase (Deferred included), while a planned
+    /// failover holds automatic failover, and when the group is Degraded,
+    /// SplitBrain, NoPrimary, recovery is pending or replication is not
+    /// running. Replication lag alone never makes it false.
+    pub stable: bool,
+    /// Why `stable` is false: a condition type, `BootstrapPending`,
+    /// `NotObserved`, `OperationInProgress` or `AutomaticFailoverHeld`;
+    /// `null` when stable.
+    pub unstable_reason: Option<String>,
+    /// The last written probe of each site (`status.health`).
+    pub health: Vec<SiteHealth>,
+    /// Operations in flight (a finished one is not listed).
+    pub operations: Vec<OperationView>,
+    /// Live leases (a lapsed or revoked one is not listed).
+    pub leases: Vec<LeaseView>,
+}
+
+/// What kind of operation is in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum OperationType {
+    /// A planned failover (switchover) of `spec.plannedFailover`.
+    PlannedFailover,
+}
+
+/// One operation in flight.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("additionalProperties" = false))]
+pub struct OperationView {
+    /// What it is.
+    #[serde(rename = "type")]
+    pub type_: OperationType,
+    /// The request's id (`spec.plannedFailover.requestId`): 1–128 characters of `[A-Za-z0-9._:-]`.
+    #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9._:-]+$"))]
+    pub request_id: String,
+    /// The site being promoted.
+    pub target_site: String,
+    /// Where it stands (never `Completed` or `Failed`: those are not in flight).
+    pub phase: PlannedFailoverPhase,
+}
+
+/// One live lease (never its token).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("additionalProperties" = false))]
+pub struct LeaseView {
+    /// The lease kind.
+    pub kind: LeaseKind,
+    /// The holding operation.
+    #[schemars(with = "schema::OperationId")]
+    pub operation_id: String,
+    /// Its MysqlDatabase name.
+    #[schemars(with = "schema::ResourceName")]
+    pub instance: String,
+    /// Expiry.
+    #[schemars(with = "schema::Timestamp")]
+    pub expires_at: String,
+    /// Generation of the grant.
+    #[schemars(range(min = 1))]
+    pub topology_generation: i64,
+    /// Last reported DDL state, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ddl_state: Option<DdlState>,
+}
