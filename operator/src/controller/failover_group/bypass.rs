@@ -32,9 +32,12 @@ pub const RECHECK: Duration = Duration::from_secs(300);
 /// Reason when no account is found but the operator sees its own grants only.
 pub const GRANTS_NOT_VISIBLE: &str = "GrantsNotVisible";
 
+/// By group UID and site name: when a site was last checked, and what it showed.
+type LastChecks = HashMap<(String, String), (Instant, Bypass)>;
+
 /// The last check of each site, by group UID and site name.
 #[derive(Clone, Debug, Default)]
-pub struct Checks(Arc<Mutex<HashMap<(String, String), (Instant, Bypass)>>>);
+pub struct Checks(Arc<Mutex<LastChecks>>);
 
 impl Checks {
     fn get(&self, uid: &str, site: &str) -> Option<(Instant, Bypass)> {
