@@ -8,7 +8,7 @@ use mysql_async::prelude::Queryable;
 
 use super::observation::Flavor;
 use super::probe::{Credentials, ProbeError, ProbeTarget, connect};
-use super::statements;
+use super::{grants, statements};
 
 /// What a fence did.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -192,19 +192,25 @@ pub async fn catch_up(
 /// What a site shows of the accounts that can write through `read_only`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Bypass {
-    /// Accounts other than the operator's (any host of its user name), as
-    /// `'user'@'host'`, sorted. Empty on MySQL, where `super_read_only`
-    /// stops them.
+    /// Accounts other than the exact one the operator is connected as
+    /// (`CURRENT_USER()`), as `'user'@'host'` (followed by `through role
+    /// 'name'` when held through a role), sorted, `PUBLIC (every account)`
+    /// first: see [`grants::bypass_accounts`]. Empty on MySQL, where
+    /// `super_read_only` stops them.
     pub accounts: Vec<String>,
     /// Whether the operator's account sees every account's privileges
-    /// (`SELECT` on `mysql.*` or globally); when not, `accounts` is empty
-    /// because MariaDB shows it its own grants only. Always true on MySQL.
+    /// (`SELECT` on `mysql.*` or globally); when not, MariaDB shows it its
+    /// own grants and `PUBLIC`'s only, so `accounts` holds at most
+    /// `PUBLIC`. Always true on MySQL.
     pub all_visible: bool,
 }
 
-/// Lists the accounts other than `creds`' that can write through
+/// Lists the accounts other than the operator's own that can write through
 /// `read_only` on a server of `flavor` and `version` (`@@version`), bounded
-/// by `timeout`. Errors: connecting or querying fails.
+/// by `timeout`: those that hold the privilege themselves, through roles
+/// (`mysql.roles_mapping`, roles of roles) and through `PUBLIC` when the
+/// operator sees every account's grants; `PUBLIC` alone otherwise. Errors:
+/// connecting or querying fails.
 pub async fn read_only_bypass(
     target: &ProbeTarget,
     creds: &Credentials,
@@ -215,17 +221,38 @@ pub async fn read_only_bypass(
     let Some(sql) = statements::read_only_bypass_accounts(flavor, version) else {
         return Ok(Bypass { accounts: Vec::new(), all_visible: true });
     };
+    let privileges = statements::read_only_bypass_privileges(version);
+    let public = statements::has_public_role(version);
     let run = async {
         let mut conn = connect(target, creds).await?;
-        let rows: Vec<String> = conn.query(sql).await?;
+        let me: Option<String> = conn.query_first(statements::CURRENT_USER).await?;
         let visible: Option<i64> = conn.query_first(statements::GRANTS_VISIBLE).await?;
+        let all_visible = visible.unwrap_or(0) > 0;
+        let mut found = grants::Grants { accounts: conn.query(sql).await?, ..grants::Grants::default() };
+        if all_visible {
+            found.mapping = conn.query(statements::ROLES_MAPPING).await?;
+        }
+        // The roles granted to someone, and PUBLIC (readable by anyone).
+        let mut roles: Vec<&str> = found.mapping.iter().map(|(_, _, role)| role.as_str()).collect();
+        if public {
+            roles.push(grants::PUBLIC);
+        }
+        roles.sort_unstable();
+        roles.dedup();
+        let mut holding = Vec::new();
+        for role in roles {
+            let lines: Vec<String> = conn.query(statements::show_grants_for_role(role)).await?;
+            if grants::show_grants_hold(&lines, privileges) {
+                holding.push(role.to_owned());
+            }
+        }
+        found.roles = holding;
         let _ = conn.disconnect().await;
-        Ok((rows, visible.unwrap_or(0) > 0))
+        Ok((found, me, all_visible))
     };
-    let own = format!("'{}'@", creds.username);
-    let (rows, all_visible) = tokio::time::timeout(timeout, run).await.unwrap_or(Err(ProbeError::Timeout(timeout)))?;
-    let mut accounts: Vec<String> = rows.into_iter().filter(|grantee| !grantee.starts_with(&own)).collect();
-    accounts.sort();
-    accounts.dedup();
+    let (found, me, all_visible) =
+        tokio::time::timeout(timeout, run).await.unwrap_or(Err(ProbeError::Timeout(timeout)))?;
+    let me = me.as_deref().and_then(grants::current_user);
+    let accounts = grants::bypass_accounts(&found, me.as_deref(), public);
     Ok(Bypass { accounts, all_visible })
 }

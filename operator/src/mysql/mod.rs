@@ -12,6 +12,7 @@
 //!   each flavour (the failover engine itself is a later piece of work).
 
 pub mod actions;
+pub mod grants;
 pub mod gtid;
 mod observation;
 mod probe;

@@ -126,7 +126,9 @@ pub fn kill(id: u64) -> String {
 /// `SUPER`, which implied it there (MariaDB 10.11 changelog: `SUPER` no
 /// longer includes `READ_ONLY ADMIN`). `information_schema.USER_PRIVILEGES`
 /// shows other accounts only to an account with `SELECT` on `mysql.*` (or
-/// globally): see [`GRANTS_VISIBLE`].
+/// globally): see [`GRANTS_VISIBLE`]. It lists login accounts only, never a
+/// role nor `PUBLIC` (MariaDB 10.11): those come from [`ROLES_MAPPING`] and
+/// [`show_grants_for_role`], see `super::grants`.
 pub fn read_only_bypass_accounts(flavor: Flavor, version: &str) -> Option<&'static str> {
     match flavor {
         Flavor::MariaDb if super_implies_read_only_admin(version) => Some(
@@ -141,14 +143,48 @@ pub fn read_only_bypass_accounts(flavor: Flavor, version: &str) -> Option<&'stat
     }
 }
 
+/// The privileges that let an account write through `read_only` on MariaDB
+/// `version`, as `SHOW GRANTS` names them ([`read_only_bypass_accounts`]
+/// has the same list; `ALL PRIVILEGES` counts too).
+pub fn read_only_bypass_privileges(version: &str) -> &'static [&'static str] {
+    if super_implies_read_only_admin(version) { &["READ_ONLY ADMIN", "SUPER"] } else { &["READ_ONLY ADMIN"] }
+}
+
+/// Whether MariaDB `version` has the `PUBLIC` role (10.11 and later), whose
+/// grants every account holds. An unreadable version counts as having it:
+/// `SHOW GRANTS FOR PUBLIC` then fails, and the check with it, rather than
+/// missing it.
+pub fn has_public_role(version: &str) -> bool {
+    !super_implies_read_only_admin(version) || mariadb_minor(version).is_none()
+}
+
+/// The account the operator is connected as, `user@host`.
+pub const CURRENT_USER: &str = "SELECT CURRENT_USER()";
+
+/// Every role grant, `(User, Host, Role)`: the grantee is a role (or
+/// `PUBLIC`) when `Host` is empty. Needs `SELECT` on `mysql`.
+pub const ROLES_MAPPING: &str = "SELECT User, Host, Role FROM mysql.roles_mapping";
+
+/// The grants of role `role`, with those of the roles granted to it (one
+/// line each). `PUBLIC` is readable by every account; other roles need
+/// `SELECT` on `mysql`.
+pub fn show_grants_for_role(role: &str) -> String {
+    format!("SHOW GRANTS FOR `{}`", role.replace('`', "``"))
+}
+
 /// Whether MariaDB `version` is older than 10.11, where `SUPER` still
 /// implied `READ_ONLY ADMIN`. An unreadable version counts as older: that
 /// lists more accounts, never fewer.
 fn super_implies_read_only_admin(version: &str) -> bool {
+    mariadb_minor(version).is_none_or(|v| v < (10, 11))
+}
+
+/// `(major, minor)` of a MariaDB `@@version`.
+fn mariadb_minor(version: &str) -> Option<(u32, u32)> {
     let mut parts = version.split(|c: char| !c.is_ascii_digit()).map(str::parse::<u32>);
     match (parts.next(), parts.next()) {
-        (Some(Ok(major)), Some(Ok(minor))) => (major, minor) < (10, 11),
-        _ => true,
+        (Some(Ok(major)), Some(Ok(minor))) => Some((major, minor)),
+        _ => None,
     }
 }
 
@@ -323,6 +359,16 @@ mod tests {
             assert!(new.contains("'READ_ONLY ADMIN'") && !new.contains("SUPER"), "{version}: {new}");
         }
         assert!(read_only_bypass_accounts(Flavor::MariaDb, "garbage").unwrap().contains("'SUPER'"));
+        assert_eq!(read_only_bypass_privileges("10.6.21-MariaDB-log"), ["READ_ONLY ADMIN", "SUPER"]);
+        assert_eq!(read_only_bypass_privileges("10.11.19-MariaDB-0+deb12u1-log"), ["READ_ONLY ADMIN"]);
+        assert!(
+            !has_public_role("10.6.21-MariaDB-log")
+                && has_public_role("10.11.19-MariaDB")
+                && has_public_role("11.4.5-MariaDB")
+        );
+        assert!(has_public_role("garbage"));
+        assert_eq!(show_grants_for_role("r`x"), "SHOW GRANTS FOR `r``x`");
+        assert_eq!(show_grants_for_role("PUBLIC"), "SHOW GRANTS FOR `PUBLIC`");
         assert!(semi_sync(Flavor::MariaDb, true, true).iter().any(|s| s.contains("AFTER_SYNC")));
         assert!(semi_sync(Flavor::MySql, true, true).iter().any(|s| s.contains("rpl_semi_sync_source_enabled = ON")));
         assert_eq!(kill(42), "KILL CONNECTION 42");

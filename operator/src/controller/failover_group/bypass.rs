@@ -1,6 +1,8 @@
-//! The `ReadOnlyBypassAccounts` condition: accounts other than the
-//! operator's that can write through `read_only` on a site (MariaDB
-//! `READ_ONLY ADMIN`, and `SUPER` before 10.11). The fence ends their
+//! The `ReadOnlyBypassAccounts` condition: accounts other than the exact
+//! one the operator is connected as (`CURRENT_USER()`) that can write
+//! through `read_only` on a site (MariaDB `READ_ONLY ADMIN`, and `SUPER`
+//! before 10.11), themselves, through roles or through `PUBLIC`
+//! (`crate::mysql::grants`). The fence ends their
 //! sessions, so they cannot defeat a switchover, but an application or
 //! migration account holding such a privilege writes to a fenced site until
 //! then; the failover issue asks for a condition and an Event (the Event
@@ -30,12 +32,12 @@ pub const RECHECK: Duration = Duration::from_secs(300);
 /// Reason when no account is found but the operator sees its own grants only.
 pub const GRANTS_NOT_VISIBLE: &str = "GrantsNotVisible";
 
+/// By group UID and site name: when a site was last checked, and what it showed.
+type LastChecks = HashMap<(String, String), (Instant, Bypass)>;
+
 /// The last check of each site, by group UID and site name.
 #[derive(Clone, Debug, Default)]
-pub struct Checks(Arc<Mutex<HashMap<SiteKey, (Instant, Bypass)>>>);
-
-/// A site of a group: (group UID, site name).
-type SiteKey = (String, String);
+pub struct Checks(Arc<Mutex<LastChecks>>);
 
 impl Checks {
     fn get(&self, uid: &str, site: &str) -> Option<(Instant, Bypass)> {
@@ -108,13 +110,21 @@ pub fn compute(seen: &[(String, Option<Bypass>)]) -> Computed {
             format!("on site {site}, {}{more}", shown.join(", "))
         })
         .collect();
+    let hidden: Vec<&str> =
+        seen.iter().filter(|(_, b)| b.as_ref().is_some_and(|b| !b.all_visible)).map(|(s, _)| s.as_str()).collect();
     if !found.is_empty() {
+        // PUBLIC shows even to an account that sees its own grants only.
+        let partial = if hidden.is_empty() {
+            String::new()
+        } else {
+            format!("; on {} other accounts cannot be listed (grant the operator SELECT ON mysql.*)", hidden.join(", "))
+        };
         return Computed::flag(
             t,
             true,
             reason::READ_ONLY_ADMIN_ACCOUNTS,
             format!(
-                "{} can write through read_only (READ_ONLY ADMIN, or SUPER before MariaDB 10.11); the fence ends their sessions, but application and migration accounts should not hold these privileges",
+                "{} can write through read_only (READ_ONLY ADMIN, or SUPER before MariaDB 10.11); the fence ends their sessions, but application and migration accounts should not hold these privileges, nor PUBLIC or a role they hold{partial}",
                 found.join("; ")
             ),
         );
@@ -127,8 +137,6 @@ pub fn compute(seen: &[(String, Option<Bypass>)]) -> Computed {
             format!("not checked yet: {} did not answer", unchecked.join(", ")),
         );
     }
-    let hidden: Vec<&str> =
-        seen.iter().filter(|(_, b)| b.as_ref().is_some_and(|b| !b.all_visible)).map(|(s, _)| s.as_str()).collect();
     if !hidden.is_empty() {
         return Computed::unknown(
             t,
@@ -156,7 +164,18 @@ mod tests {
         let c = compute(&[seen("iad", &["'app'@'%'"], true), seen("pdx", &[], false)]);
         assert_eq!((c.status, c.reason), ("True", reason::READ_ONLY_ADMIN_ACCOUNTS));
         assert!(c.message.contains("on site iad, 'app'@'%'"), "{}", c.message);
-        assert!(!c.message.contains("pdx"), "{}", c.message);
+        assert!(!c.message.contains("on site pdx"), "{}", c.message);
+        assert!(c.message.contains("on pdx other accounts cannot be listed"), "{}", c.message);
+    }
+
+    #[test]
+    fn public_seen_without_the_full_view_is_true_and_says_what_is_missing() {
+        let c = compute(&[seen("iad", &["PUBLIC (every account)"], false), seen("pdx", &[], true)]);
+        assert_eq!((c.status, c.reason), ("True", reason::READ_ONLY_ADMIN_ACCOUNTS));
+        assert!(c.message.contains("on site iad, PUBLIC (every account) can write"), "{}", c.message);
+        assert!(c.message.contains("on iad other accounts cannot be listed"), "{}", c.message);
+        let c = compute(&[seen("iad", &["'app'@'%'"], true)]);
+        assert!(!c.message.contains("cannot be listed"), "{}", c.message);
     }
 
     #[test]

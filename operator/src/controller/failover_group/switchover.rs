@@ -614,8 +614,9 @@ async fn admit(
 }
 
 /// Reports accounts that can write through `read_only` on `site` (MariaDB
-/// `READ_ONLY ADMIN`, or `SUPER` before 10.11) other than the operator's
-/// own, right before the fence: a Warning Event, and a fresh check for the
+/// `READ_ONLY ADMIN`, or `SUPER` before 10.11; themselves, through roles or
+/// `PUBLIC`) other than the exact one the operator is connected as, right
+/// before the fence: a Warning Event, and a fresh check for the
 /// `ReadOnlyBypassAccounts` condition. The fence ends their sessions anyway.
 async fn report_bypass(
     ctx: &Context,
