@@ -60,9 +60,12 @@ async fn a_replica_restarted_writable_is_made_read_only_again() {
 
 /// Accounts other than the operator's that can write through `read_only`
 /// (MariaDB `READ_ONLY ADMIN`) get the `ReadOnlyBypassAccounts` condition
-/// and an Event at the fence. With the default grants the operator sees its
-/// own privileges only, and the condition says so (Unknown) instead of
-/// claiming there are none.
+/// and an Event at the fence: those that hold it themselves, through a role
+/// (of a role, not a default one: `SET ROLE` is enough) or through PUBLIC,
+/// and an account of the operator's user name at another host, which
+/// someone else may have made with their own password. With the default
+/// grants the operator sees its own privileges only, and the condition says
+/// so (Unknown) instead of claiming there are none.
 #[tokio::test]
 async fn accounts_that_write_through_read_only_get_a_condition() {
     use bloodraven_e2e::fixtures::{completed, has_condition};
@@ -76,21 +79,37 @@ async fn accounts_that_write_through_read_only_get_a_condition() {
     let message = &bloodraven_e2e::fixtures::condition(&s, t).unwrap().message;
     assert!(message.contains("SELECT ON mysql.*"), "{message}");
 
-    // An application account with READ_ONLY ADMIN, and the operator allowed
-    // to see every account's privileges; not replicated (each site's own).
+    // An application account with READ_ONLY ADMIN, a migration account that
+    // gets it through a role granted to a role it may SET, an impostor of
+    // the operator's account, and the operator allowed to see every
+    // account's privileges; not replicated (each site's own).
     for site in ["iad", "pdx"] {
         sc.pair.sql(
             site,
             "SET sql_log_bin=0; CREATE USER 'app'@'%' IDENTIFIED BY 'app-pw'; \
              GRANT READ_ONLY ADMIN ON *.* TO 'app'@'%'; \
+             CREATE ROLE rw_admin; GRANT READ_ONLY ADMIN ON *.* TO rw_admin; \
+             CREATE ROLE deployer; GRANT rw_admin TO deployer; \
+             CREATE USER 'migrator'@'%' IDENTIFIED BY 'migrator-pw'; GRANT deployer TO 'migrator'@'%'; \
+             CREATE USER 'bloodraven'@'%' IDENTIFIED BY 'impostor-pw'; \
+             GRANT READ_ONLY ADMIN ON *.* TO 'bloodraven'@'%'; \
              GRANT SELECT ON mysql.* TO 'bloodraven'@'127.0.0.1', 'bloodraven'@'localhost'",
         );
     }
+    let named = |message: &str, site: &str| {
+        for account in ["'app'@'%'", "'migrator'@'%' through role 'deployer'", "'bloodraven'@'%'"] {
+            assert!(message.contains(account), "{site}: {account} is not named: {message}");
+        }
+        // The operator's own account (it connects over 127.0.0.1), and no
+        // other: its namesakes at other hosts are other accounts.
+        assert!(!message.contains("'bloodraven'@'127.0.0.1'"), "{message}");
+        assert!(message.contains("'bloodraven'@'localhost'"), "{message}");
+    };
     // The fence of a switchover checks the old primary afresh.
     sc.request_failover(&name, "pdx", "r1").await;
     let note = wait_event(&sc.cluster, &name, "ReadOnlyAdminAccounts").await;
-    assert!(note.contains("'app'@'%'") && note.contains("iad"), "{note}");
-    assert!(!note.contains("bloodraven"), "the operator's own account is not reported: {note}");
+    assert!(note.contains("on site iad, 'app'@'%'"), "{note}");
+    named(&note, "iad");
     wait_status(&sc.cluster, &name, "switchover to pdx", T, |s| completed(s, "r1", "pdx", 2)).await;
     let s = wait_status(&sc.cluster, &name, "bypass true", T, |s| {
         has_condition(s, t, "True", Some("ReadOnlyAdminAccounts"))
@@ -98,17 +117,31 @@ async fn accounts_that_write_through_read_only_get_a_condition() {
     .await;
     let message = &bloodraven_e2e::fixtures::condition(&s, t).unwrap().message;
     assert!(message.contains("on site iad, 'app'@'%'"), "{message}");
-    assert!(!message.contains("'bloodraven'"), "{message}");
+    named(message, "iad");
 
-    // A group created now checks both sites on first sight.
+    // PUBLIC holding it on iad (the replica now): every account can write
+    // there. A group created now checks both sites on first sight.
+    sc.pair.sql("iad", "SET sql_log_bin=0; GRANT READ_ONLY ADMIN ON *.* TO PUBLIC");
     let other = sc.group("h", "pdx").await;
     wait_status(&sc.cluster, &other, "bootstrap at pdx", T, |s| is_ready_at(s, "pdx", 1)).await;
     let s = wait_status(&sc.cluster, &other, "bypass true on both sites", T, |s| {
-        has_condition(s, t, "True", Some("ReadOnlyAdminAccounts"))
+        has_condition(s, t, "True", Some("ReadOnlyAdminAccounts"))?;
+        let message = &bloodraven_e2e::fixtures::condition(s, t).unwrap().message;
+        if message.contains("on site iad") && message.contains("on site pdx") {
+            Ok(())
+        } else {
+            Err(format!("not both sites yet: {message}"))
+        }
     })
     .await;
+    sc.pair.sql("iad", "SET sql_log_bin=0; REVOKE READ_ONLY ADMIN ON *.* FROM PUBLIC");
     let message = &bloodraven_e2e::fixtures::condition(&s, t).unwrap().message;
-    assert!(message.contains("on site iad, 'app'@'%'") && message.contains("on site pdx, 'app'@'%'"), "{message}");
+    assert!(message.contains("on site iad, PUBLIC (every account), 'app'@'%'"), "{message}");
+    assert!(message.contains("on site pdx, 'app'@'%'"), "{message}");
+    assert_eq!(message.matches("PUBLIC (every account)").count(), 1, "PUBLIC on iad only: {message}");
+    for site in message.split("; ").filter(|part| part.starts_with("on site ")) {
+        named(site, site);
+    }
     sc.cluster.delete_group(&other).await;
     sc.cluster.delete_group(&name).await;
 }
