@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # A Kubernetes control plane as local processes: etcd (127.0.0.1) and
 # kube-apiserver (RBAC + Node authorization, service-account tokens, the
-# ServiceAccount and NodeRestriction admission plugins, the lease endpoint
-# reconciler). Alone it has no kube-controller-manager and no kubelet:
-# namespaces are never finalized and no `default` ServiceAccount appears.
+# ServiceAccount and NodeRestriction admission plugins, Pod Security admission
+# enforcing `baseline` in every namespace, the lease endpoint reconciler).
+# Alone it has no kube-controller-manager and no kubelet: namespaces are
+# never finalized and no `default` ServiceAccount appears.
 # hack/node.sh adds those (a node, on top of the same DIR); this script
 # prepares what the node needs: the node's network (DIR/node-net.env, chosen
 # once per DIR), client certificates and kubeconfigs for each node component.
@@ -14,7 +15,7 @@
 #
 # DIR holds pki/ (CA, serving and admin client certs, service-account keys,
 # node component certs; kept across down/up), etcd/ (data, kept),
-# logs/{etcd,kube-apiserver}.log, pids/, ports.env, node-net.env,
+# logs/{etcd,kube-apiserver}.log, pids/, ports.env, node-net.env, admission.yaml,
 # kubeconfig (admin = CN bloodraven-admin, O system:masters; certs embedded),
 # kubeconfigs/ (one per node component) and env (shell `export` lines, also
 # printed by `up`; hack/node.sh appends its own lines after a marker, kept):
@@ -302,9 +303,50 @@ wait_for() { # dir name what check-cmd...
 
 etcd_healthy() { local b; b=$(curl -sf --max-time 2 "$1/health" 2>/dev/null) && [[ $b == *'"health":"true"'* ]]; }
 
+# The admission configuration kube-apiserver reads (DIR/admission.yaml):
+# Pod Security admission enforces `baseline` in every namespace, so a Pod that
+# asks for the host (privileged, hostNetwork/PID/IPC, hostPath, hostPort,
+# added capabilities beyond the default set) is refused at creation, whoever
+# may create Pods in its namespace. `restricted` only warns (kubectl prints
+# it; the test Pods and Jobs run busybox as root, which baseline allows).
+# Audit would annotate audit events; there is no audit log. No exemption: no
+# Pod runs in kube-system here (kube-proxy, CoreDNS and the CNI plugins are
+# host processes), and the operator's Pod in `bloodraven` meets `restricted`.
+# A namespace label (pod-security.kubernetes.io/enforce) overrides the
+# default; changing a Namespace's labels takes cluster-wide rights
+# (namespace-admins, RBAC's `admin` role, may not).
+admission_config() {
+  cat <<'EOF'
+apiVersion: apiserver.config.k8s.io/v1
+kind: AdmissionConfiguration
+plugins:
+- name: PodSecurity
+  configuration:
+    apiVersion: pod-security.admission.config.k8s.io/v1
+    kind: PodSecurityConfiguration
+    defaults:
+      enforce: baseline
+      enforce-version: latest
+      audit: restricted
+      audit-version: latest
+      warn: restricted
+      warn-version: latest
+    exemptions:
+      usernames: []
+      runtimeClasses: []
+      namespaces: []
+EOF
+}
+
+write_admission_config() { # dir
+  admission_config >"$1/admission.yaml.tmp"
+  mv "$1/admission.yaml.tmp" "$1/admission.yaml"
+}
+
 # kube-apiserver's arguments (after argv[0]); is_up compares them with the
-# running process, so a control plane started by an older version of this
-# script is restarted with the current flags.
+# running process (and DIR/admission.yaml with admission_config), so a
+# control plane started by an older version of this script is restarted
+# with the current flags.
 apiserver_args() { # dir etcd-url port
   local dir=$1
   # shellcheck source=/dev/null
@@ -317,6 +359,7 @@ apiserver_args() { # dir etcd-url port
     --client-ca-file="$dir/pki/ca.crt"
     --authorization-mode=Node,RBAC
     --enable-admission-plugins=NodeRestriction
+    --admission-control-config-file="$dir/admission.yaml"
     --service-account-issuer="$SA_ISSUER" --api-audiences="$SA_ISSUER"
     --service-account-key-file="$dir/pki/sa.pub"
     --service-account-signing-key-file="$dir/pki/sa.key"
@@ -340,7 +383,10 @@ running_args_match() { # dir pid
   apiserver_args "$1" "$etcd_url" "$port"
   want=$(printf '%s\n' "${APISERVER_ARGS[@]}")
   got=$(tr '\0' '\n' <"/proc/$2/cmdline" 2>/dev/null | tail -n +2)
-  [ "$want" = "$got" ]
+  [ "$want" = "$got" ] || return 1
+  # The file is read at start only: written just before the start, so what
+  # it holds is what the process runs with.
+  [ "$(admission_config)" = "$(cat "$1/admission.yaml" 2>/dev/null)" ]
 }
 
 is_up() { # dir : both processes alive, current flags and readyz ok
@@ -396,6 +442,7 @@ cmd_up() { # dir
   wait_for "$dir" etcd "/health on $etcd_url" etcd_healthy "$etcd_url"
 
   apiserver_args "$dir" "$etcd_url" "$APISERVER_PORT"
+  write_admission_config "$dir"
   spawn "$dir" kube-apiserver "$bin/kube-apiserver" "${APISERVER_ARGS[@]}"
   wait_for "$dir" kube-apiserver "/readyz ok on $url" readyz "$dir" "$url"
 

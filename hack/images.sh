@@ -47,8 +47,11 @@ need() {
 build_operator() { # work -> prints "ref archive"
   local work=$1 bin tag out
   log "building bloodraven-operator as a static binary (release)"
+  # `|| die`: callers run this inside $(...), where set -e does not stop a
+  # failed build, and the binary left in the target folder was packed.
   (cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --quiet --locked --release --target "$triple" -p bloodraven-operator)
+    cargo build --quiet --locked --release --target "$triple" -p bloodraven-operator) ||
+    die "cargo build of the static operator failed"
   bin="$target/$triple/release/bloodraven-operator"
   # A dynamic binary would not start in an image without libraries.
   ldd "$bin" 2>&1 | grep -Eq 'statically linked|not a dynamic executable' || die "$bin is not static: $(ldd "$bin" 2>&1 | head -3)"

@@ -175,7 +175,10 @@ node_ready() {
 }
 containerd_ready() { ctr_ version >/dev/null 2>&1; }
 coredns_ready() { curl -sf --max-time 2 "http://$NODE_ADDRESS:8181/ready" >/dev/null 2>&1; }
-proxy_ready() { curl -sf --max-time 2 "http://$NODE_ADDRESS:10256/healthz" >/dev/null 2>&1; }
+# kube-proxy's and kubelet's health servers listen on 127.0.0.1 only (Pods
+# reach the node address, not the host's loopback).
+proxy_ready() { curl -sf --max-time 2 "http://127.0.0.1:10256/healthz" >/dev/null 2>&1; }
+kubelet_healthy() { curl -sf --max-time 2 "http://127.0.0.1:10248/healthz" >/dev/null 2>&1; }
 
 # --- configuration -------------------------------------------------------------
 
@@ -248,7 +251,7 @@ failSwapOn: false
 address: $NODE_ADDRESS
 port: 10250
 readOnlyPort: 0
-healthzBindAddress: $NODE_ADDRESS
+healthzBindAddress: 127.0.0.1
 healthzPort: 10248
 tlsCertFile: $dir/pki/kubelet-serving.crt
 tlsPrivateKeyFile: $dir/pki/kubelet-serving.key
@@ -281,8 +284,8 @@ mode: iptables
 hostnameOverride: $NODE_NAME
 bindAddress: $NODE_ADDRESS
 clusterCIDR: $NODE_POD_SUBNET
-healthzBindAddress: $NODE_ADDRESS:10256
-metricsBindAddress: $NODE_ADDRESS:10249
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
 nodePortAddresses: [$NODE_ADDRESS/32]
 iptables: {localhostNodePorts: false, syncPeriod: 30s, minSyncPeriod: 0s}
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s, udpTimeout: 0s, udpStreamTimeout: 0s}
@@ -372,10 +375,13 @@ write_env_lines() { # dir pause busybox
   mv "$f.tmp" "$f"
 }
 
+# Up: every component runs, the node is Ready, and kube-proxy and kubelet
+# answer on 127.0.0.1 (a node started by an older version of this script has
+# them on the node address, where Pods reached them: it is restarted).
 is_up() { # dir
   local c
   for c in "${COMPONENTS[@]}"; do [ -n "$(live_pid "$1" "$c")" ] || return 1; done
-  grep -qx "$ENV_NODE_MARKER" "$1/env" 2>/dev/null && node_ready
+  grep -qx "$ENV_NODE_MARKER" "$1/env" 2>/dev/null && node_ready && proxy_ready && kubelet_healthy
 }
 
 import_image() { # src ref
@@ -425,7 +431,7 @@ cmd_up() {
   if is_up "$DIR"; then
     log "already up ($DIR)"; sed -n "\\|^$ENV_NODE_MARKER\$|,\$p" "$DIR/env"; return 0
   fi
-  if [ -n "$(procs_of "$DIR")" ]; then log "not healthy: restarting"; cmd_down "$DIR"; fi
+  if [ -n "$(procs_of "$DIR")" ]; then log "not healthy or started with other settings: restarting"; cmd_down "$DIR"; fi
   local n="$DIR/node"
   mkdir -p "$n/logs" "$n/pids"
 

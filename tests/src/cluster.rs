@@ -91,6 +91,23 @@ impl Cluster {
         TestNamespace { name, client: self.client.clone() }
     }
 
+    /// A client of this API server that authenticates with a bearer `token`
+    /// only (e.g. a ServiceAccount's, from [`crate::deploy::token`]): what
+    /// that identity may do, not what the admin may.
+    pub async fn client_with_token(&self, token: &str) -> Client {
+        let kubeconfig: Kubeconfig = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "e2e", "cluster": {"server": self.url, "certificate-authority": self.ca_path}}],
+            "users": [{"name": "token", "user": {"token": token}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "token"}}],
+            "current-context": "e2e",
+        }))
+        .unwrap();
+        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+        Client::try_from(config).unwrap()
+    }
+
     /// The groups API.
     pub fn groups(&self) -> Api<MysqlFailoverGroup> {
         Api::all(self.client.clone())

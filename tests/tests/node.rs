@@ -4,13 +4,19 @@
 //! and finalize; and a Pod reaches the operator, itself a Pod from its image,
 //! through `https://bloodraven.bloodraven.svc:8443` with a projected token
 //! of audience `bloodraven-deploy`, as the seed's walk-through does.
+//!
+//! And the node is no way onto the host for a tenant: Pod Security admission
+//! (`baseline`, hack/control-plane.sh) refuses a namespace-admin's Pods that
+//! ask for privileges, the host's namespaces or its file system, while a
+//! plain Pod runs; and from the pod network, kube-proxy's and kubelet's
+//! health and metrics ports are closed (they listen on the host's loopback).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
 
 use std::time::Duration;
 
 use bloodraven_e2e::cluster::OPERATOR_DB_PASSWORD;
-use bloodraven_e2e::deploy::{database, service_account, tls_files_for};
+use bloodraven_e2e::deploy::{database, service_account, tls_files_for, token};
 use bloodraven_e2e::fixtures::{create_group, group, is_ready_at, wait_status};
 use bloodraven_e2e::pods::{
     OPERATOR_NAMESPACE, apply, image, job_pods, logs, node_address, operator_in_cluster, wait_job_end, wait_pod_end,
@@ -18,7 +24,8 @@ use bloodraven_e2e::pods::{
 use bloodraven_e2e::{Cluster, SitePair, TestNamespace};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
-use kube::api::{Api, DeleteParams};
+use k8s_openapi::api::rbac::v1::RoleBinding;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(120);
@@ -182,4 +189,157 @@ async fn a_pod_reaches_the_operator_pod_through_its_service_with_a_projected_tok
     assert_eq!((body["activeSite"].as_str(), body["topologyGeneration"].as_i64()), (Some("iad"), Some(1)), "{body}");
 
     cluster.delete_group(&name).await;
+}
+
+/// A Pod of one busybox container `c` with `spec` merged into its spec and
+/// `security` as the container's securityContext; a volume `host`, when
+/// `spec` has one, is mounted at /host.
+fn host_pod(name: &str, spec: &serde_json::Value, security: &serde_json::Value) -> Pod {
+    let mut pod = json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "c", "image": image("BLOODRAVEN_BUSYBOX_IMAGE"), "imagePullPolicy": "IfNotPresent",
+                            "command": ["sleep", "3600"], "securityContext": security}],
+        },
+    });
+    for (k, v) in spec.as_object().unwrap() {
+        pod["spec"][k] = v.clone();
+    }
+    if pod["spec"]["volumes"].is_array() {
+        pod["spec"]["containers"][0]["volumeMounts"] = json!([{"name": "host", "mountPath": "/host"}]);
+    }
+    serde_json::from_value(pod).unwrap()
+}
+
+/// ServiceAccount `name` in `ns` with RBAC's `admin` role there and nothing
+/// else (a namespace-admin), and a client that authenticates with its own
+/// token; returns once that client may list Pods (its RoleBinding reached the
+/// authorizer) and sees the namespace's `default` ServiceAccount (without it
+/// the ServiceAccount admission plugin, which runs before Pod Security,
+/// refuses every Pod).
+async fn namespace_admin(cluster: &Cluster, ns: &str, name: &str) -> kube::Client {
+    service_account(cluster, ns, name).await;
+    apply(
+        &Api::<RoleBinding>::namespaced(cluster.client.clone(), ns),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": format!("{name}-admin")},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "admin"},
+               "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}]}),
+    )
+    .await;
+    let client = cluster.client_with_token(&token(cluster, ns, name, &[]).await).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    bloodraven_e2e::wait_for(&format!("{ns}/{name} to list Pods"), T, || async {
+        pods.list(&ListParams::default()).await.map(drop).map_err(|e| e.to_string())
+    })
+    .await;
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    bloodraven_e2e::wait_for("the default ServiceAccount", T, || async {
+        sas.get("default").await.map(drop).map_err(|e| e.to_string())
+    })
+    .await;
+    client
+}
+
+/// The playground's attack, replayed: a ServiceAccount with RBAC's `admin`
+/// role in its own namespace (and nothing else) created a privileged Pod
+/// with the host's network and PIDs and `/` mounted, and read the cluster's
+/// keys, the sites' data and etcd from it. Pod Security admission
+/// (`baseline`, every namespace) now refuses each of those asks on its own,
+/// with a 403 that names it; the tenant cannot relabel its namespace out of
+/// `baseline`; and its plain Pod still runs, reaches a host service on the
+/// node address (CoreDNS's readiness port), but not kube-proxy's metrics and
+/// health ports nor kubelet's health port, which listen on the host's loopback.
+#[tokio::test]
+async fn a_namespace_admin_is_refused_host_pods_and_its_plain_pod_runs() {
+    let cluster = Cluster::connect().await;
+    let ns = cluster.namespace("podsec").await;
+    // The tenant's own token: everything below is what it may do, not the admin.
+    let tenant = namespace_admin(&cluster, &ns.name, "tenant").await;
+    let pods: Api<Pod> = Api::namespaced(tenant.clone(), &ns.name);
+
+    let host_root = json!({"volumes": [{"name": "host", "hostPath": {"path": "/"}}]});
+    let cases = [
+        (
+            host_pod("privileged", &json!({}), &json!({"privileged": true})),
+            vec![r#"privileged (container "c" must not set securityContext.privileged=true)"#],
+        ),
+        (host_pod("host-path", &host_root, &json!({})), vec![r#"hostPath volumes (volume "host")"#]),
+        (
+            host_pod("host-network", &json!({"hostNetwork": true}), &json!({})),
+            vec!["host namespaces (hostNetwork=true)"],
+        ),
+        // The attack's Pod, all at once.
+        (
+            host_pod(
+                "attack",
+                &json!({"hostNetwork": true, "hostPID": true, "volumes": host_root["volumes"]}),
+                &json!({"privileged": true}),
+            ),
+            vec![
+                "host namespaces (hostNetwork=true, hostPID=true)",
+                r#"privileged (container "c" must not set securityContext.privileged=true)"#,
+                r#"hostPath volumes (volume "host")"#,
+            ],
+        ),
+    ];
+    let admin: Api<Pod> = Api::namespaced(cluster.client.clone(), &ns.name);
+    for (pod, fragments) in cases {
+        let name = pod.metadata.name.clone().unwrap();
+        match pods.create(&PostParams::default(), &pod).await {
+            Err(kube::Error::Api(s)) => {
+                assert_eq!(s.code, 403, "{name}: {s:?}");
+                assert!(s.message.contains(r#"violates PodSecurity "baseline:latest""#), "{name}: {}", s.message);
+                for f in fragments {
+                    assert!(s.message.contains(f), "{name}: no `{f}` in: {}", s.message);
+                }
+            }
+            other => panic!("the tenant's Pod {name} was not refused: {other:?}"),
+        }
+        assert!(admin.get_opt(&name).await.unwrap().is_none(), "{name} exists");
+    }
+
+    // Pod Security's per-namespace override is a Namespace label, which the
+    // tenant may not set.
+    let patch = json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "privileged"}}});
+    match Api::<Namespace>::all(tenant).patch(&ns.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403, "{s:?}");
+            assert!(s.message.contains(r#"cannot patch resource "namespaces""#), "{}", s.message);
+        }
+        other => panic!("the tenant relabelled its namespace: {other:?}"),
+    }
+
+    // A plain Pod (runs as root, no securityContext: baseline allows it,
+    // `restricted` only warns) runs. It reaches a host service on the node
+    // address, so a refused port there is that port's binding.
+    let addr = node_address();
+    let script = format!(
+        "for p in 8181/ready 10249/metrics 10256/healthz 10248/healthz; do \
+           curl -sS --max-time 5 -o /dev/null http://{addr}:$p; echo \"port $p exit=$?\"; done"
+    );
+    let plain: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain"},
+        "spec": {"restartPolicy": "Never", "containers": [{
+            "name": "plain", "image": image("BLOODRAVEN_TOOLS_IMAGE"), "imagePullPolicy": "IfNotPresent",
+            "command": ["/bin/sh", "-c", script],
+        }]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &plain).await.unwrap();
+    let ended = wait_pod_end(&cluster, &ns.name, "plain", T).await;
+    let out = logs(&cluster, &ns.name, "plain", "plain").await;
+    assert_eq!(ended.status.and_then(|s| s.phase).as_deref(), Some("Succeeded"), "{out}");
+    let exit = |port: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("port {port} exit=")))
+            .unwrap_or_else(|| panic!("no result for {port}: {out}"))
+            .to_owned()
+    };
+    assert_eq!(exit("8181/ready"), "0", "CoreDNS's readiness on the node address: {out}");
+    for port in ["10249/metrics", "10256/healthz", "10248/healthz"] {
+        // curl's 7: connection refused (nothing listens there).
+        assert_eq!(exit(port), "7", "{port} on the node address: {out}");
+    }
 }
