@@ -51,6 +51,16 @@ pub enum Command {
     Permit(SocketArgs),
     /// Startup probe: exit 0 when both leases are held, 1 otherwise.
     Probe(SocketArgs),
+    /// Copy this program into DIR (a volume shared with the migration
+    /// container, whose image does not have it), for the `exec` wrapper.
+    Install(InstallArgs),
+}
+
+/// `install`.
+#[derive(Debug, Args)]
+pub struct InstallArgs {
+    /// The directory (created if missing); the program lands in DIR/bloodraven-sidecar.
+    pub dir: PathBuf,
 }
 
 /// Parses decimal seconds (`10`, `2.5`) into a duration of at most a day.
@@ -177,6 +187,9 @@ pub struct SocketArgs {
     /// The sidecar's socket.
     #[arg(long, env = "BLOODRAVEN_SOCKET", default_value = "/run/bloodraven/sidecar.sock")]
     pub socket: PathBuf,
+    /// Longest wait for the sidecar's answer, seconds (no answer: exit 1).
+    #[arg(long, value_parser = seconds, default_value = "5")]
+    pub timeout: Duration,
 }
 
 /// `mark`.

@@ -37,6 +37,7 @@ pub async fn run(cli: config::Cli) -> i32 {
         Command::Mark(a) => modes::mark(a).await,
         Command::Permit(a) => modes::permit(a).await,
         Command::Probe(a) => modes::probe(a).await,
+        Command::Install(a) => modes::install(&a),
     }
 }
 

@@ -9,7 +9,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 
 use crate::client::DeployApi;
-use crate::config::{ExecArgs, HoldArgs, LeaseArgs, Mark, MarkArgs, RunArgs, SocketArgs, optional_path};
+use crate::config::{ExecArgs, HoldArgs, InstallArgs, LeaseArgs, Mark, MarkArgs, RunArgs, SocketArgs, optional_path};
 use crate::ddl::Detector;
 use crate::lease::driver::{Settings, drive};
 use crate::lease::ending::{Ending, exit, verdict};
@@ -263,8 +263,6 @@ pub async fn exec(args: ExecArgs) -> i32 {
     crate::exec::exec(&s).await
 }
 
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(5);
-
 /// `mark`.
 pub async fn mark(args: MarkArgs) -> i32 {
     let req = match args.what {
@@ -272,7 +270,7 @@ pub async fn mark(args: MarkArgs) -> i32 {
         Mark::DdlFinished { revision } => Request::Mark { event: MarkEvent::DdlFinished, revision },
         Mark::Outcome { result, revision, error } => Request::Outcome { result, revision, error },
     };
-    match socket::call(&args.socket.socket, &req, CLIENT_TIMEOUT).await {
+    match socket::call(&args.socket.socket, &req, args.socket.timeout).await {
         Ok(Reply::Ok) => 0,
         Ok(other) => {
             eprintln!("bloodraven-sidecar mark: refused: {other:?}");
@@ -287,7 +285,7 @@ pub async fn mark(args: MarkArgs) -> i32 {
 
 /// `permit`.
 pub async fn permit(args: SocketArgs) -> i32 {
-    match socket::call(&args.socket, &Request::Permit, CLIENT_TIMEOUT).await {
+    match socket::call(&args.socket, &Request::Permit, args.timeout).await {
         Ok(Reply::Permit { granted: true, remaining_ms, .. }) => {
             println!("granted: {remaining_ms} ms before the fence deadline");
             0
@@ -309,7 +307,7 @@ pub async fn permit(args: SocketArgs) -> i32 {
 
 /// `probe`.
 pub async fn probe(args: SocketArgs) -> i32 {
-    match socket::call(&args.socket, &Request::Status, Duration::from_secs(2)).await {
+    match socket::call(&args.socket, &Request::Status, args.timeout).await {
         Ok(Reply::Status { state: RunState::Held, remaining_ms }) => {
             println!("held ({remaining_ms} ms before the fence deadline)");
             0
@@ -325,6 +323,31 @@ pub async fn probe(args: SocketArgs) -> i32 {
         Err(e) => {
             eprintln!("{e}");
             1
+        }
+    }
+}
+
+/// `install`: copies this program to DIR/bloodraven-sidecar (mode 0755),
+/// through a temporary file renamed into place.
+pub fn install(args: &InstallArgs) -> i32 {
+    let result = (|| -> std::io::Result<PathBuf> {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::create_dir_all(&args.dir)?;
+        let target = args.dir.join("bloodraven-sidecar");
+        let tmp = args.dir.join(".bloodraven-sidecar.tmp");
+        std::fs::copy(std::env::current_exe()?, &tmp)?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::rename(&tmp, &target)?;
+        Ok(target)
+    })();
+    match result {
+        Ok(target) => {
+            println!("installed {}", target.display());
+            0
+        }
+        Err(e) => {
+            eprintln!("bloodraven-sidecar install: failed to copy this program into {}: {e}", args.dir.display());
+            exit::USAGE
         }
     }
 }
