@@ -51,6 +51,10 @@ pub fn init_tracing(format: config::LogFormat) {
         config::LogFormat::Json => registry
             .with(fmt::layer().json().flatten_event(true).with_current_span(false).with_writer(std::io::stderr))
             .try_init(),
-        config::LogFormat::Text => registry.with(fmt::layer().with_writer(std::io::stderr)).try_init(),
+        config::LogFormat::Text => {
+            use std::io::IsTerminal as _;
+            let ansi = std::io::stderr().is_terminal();
+            registry.with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr)).try_init()
+        }
     };
 }

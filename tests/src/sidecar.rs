@@ -42,6 +42,18 @@ impl SidecarRun {
     /// Starts `run` for `pipeline` as operation `operation_id`, with extra
     /// `flags`, around `sh -c script` (env: `D` the work dir, `S` the sidecar binary).
     pub fn start(pipeline: &Pipeline, tls: &TlsFiles, operation_id: &str, flags: &[&str], script: &str) -> SidecarRun {
+        Self::start_as(pipeline, tls, "counter-app", operation_id, flags, script)
+    }
+
+    /// As [`SidecarRun::start`], for MysqlDatabase `instance`.
+    pub fn start_as(
+        pipeline: &Pipeline,
+        tls: &TlsFiles,
+        instance: &str,
+        operation_id: &str,
+        flags: &[&str],
+        script: &str,
+    ) -> SidecarRun {
         let bin = sidecar_bin();
         assert!(
             bin.exists(),
@@ -56,7 +68,7 @@ impl SidecarRun {
         let err = std::fs::File::create(dir.join("stderr")).unwrap();
         let child = Command::new(&bin)
             .arg("run")
-            .args(["--url", &pipeline.base, "--group", &pipeline.group, "--instance", "counter-app"])
+            .args(["--url", &pipeline.base, "--group", &pipeline.group, "--instance", instance])
             .args(["--operation-id", operation_id])
             .arg("--ca")
             .arg(&tls.ca)
@@ -99,6 +111,19 @@ impl SidecarRun {
         status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
     }
 
+    /// Peak (VmHWM) and current (VmRSS) resident set of the `run` process, KiB.
+    pub fn memory_kib(&self) -> Option<(u64, u64)> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        };
+        Some((field("VmHWM:")?, field("VmRSS:")?))
+    }
+
     /// Whether marker file `name` exists in the work directory.
     pub fn has(&self, name: &str) -> bool {
         self.dir.join(name).exists()
@@ -124,6 +149,11 @@ impl SidecarRun {
         let text = std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(40)..].join("\n")
+    }
+
+    /// The sidecar's whole log (standard error).
+    pub fn full_log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
     }
 
     /// The final record: the JSON line on standard output.
