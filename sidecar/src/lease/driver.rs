@@ -425,11 +425,13 @@ async fn finish(run: &mut Run<'_>, mut ending: Ending, reply: Option<oneshot::Se
         }
     }
     let v: Verdict = verdict(&ending);
-    // 1. The hold, on every path.
-    release(run, LeaseKind::FailoverHold).await;
-    // 2. The final state on the Lease, while the mutex is still ours.
     let fenced = matches!(ending, Ending::Fenced { .. });
+    // 1. Not fenced: the final state on the Lease first, while the hold
+    // still defers a switchover (released first, the hold would let a
+    // waiting switchover revoke the mutex before its state is recorded).
     let recorded = !fenced && run.migration.is_some() && final_renewal(run, v.ddl_state).await;
+    // 2. The hold, on every path (fenced: at once).
+    release(run, LeaseKind::FailoverHold).await;
     // 3. Termination message, JSON line, state file.
     let (outcome, reported_error) = match &run.outcome {
         Some((r, e)) => (Some(r.as_str().to_owned()), e.clone()),
