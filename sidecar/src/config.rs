@@ -72,9 +72,9 @@ pub fn seconds(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(v))
 }
 
-/// A path flag where the empty string means none.
+/// A termination-message path where `none` means none.
 pub fn optional_path(path: &std::path::Path) -> Option<PathBuf> {
-    if path.as_os_str().is_empty() { None } else { Some(path.to_owned()) }
+    if path.as_os_str() == "none" { None } else { Some(path.to_owned()) }
 }
 
 /// The lease settings shared by `hold` and `run`.
@@ -139,7 +139,7 @@ pub struct HoldArgs {
     /// State file (no token in it) that tells a restarted sidecar this Pod's run began.
     #[arg(long, env = "BLOODRAVEN_STATE_FILE", default_value = "/run/bloodraven/sidecar-state.json")]
     pub state_file: PathBuf,
-    /// Termination message path ("" for none).
+    /// Termination message path (`none` for none).
     #[arg(long, env = "BLOODRAVEN_TERMINATION_LOG", default_value = "/dev/termination-log")]
     pub termination_log: PathBuf,
 }
@@ -153,8 +153,8 @@ pub struct RunArgs {
     /// The local socket; default: in a private temporary directory. CMD finds it in `BLOODRAVEN_SOCKET`.
     #[arg(long)]
     pub socket: Option<PathBuf>,
-    /// Termination message path (none by default outside a Pod).
-    #[arg(long, default_value = "")]
+    /// Termination message path (`none`, the default outside a Pod, for none).
+    #[arg(long, default_value = "none")]
     pub termination_log: PathBuf,
     /// The migration command and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
@@ -173,7 +173,7 @@ pub struct ExecArgs {
     /// How long to wait for the verdict after CMD ended, seconds.
     #[arg(long, env = "BLOODRAVEN_VERDICT_TIMEOUT", value_parser = seconds, default_value = "120")]
     pub verdict_timeout: Duration,
-    /// Termination message path for refusals and fences ("" for none).
+    /// Termination message path for refusals and fences (`none` for none).
     #[arg(long, env = "BLOODRAVEN_TERMINATION_LOG", default_value = "/dev/termination-log")]
     pub termination_log: PathBuf,
     /// The migration command and its arguments.
@@ -353,6 +353,11 @@ mod tests {
         let e =
             Cli::try_parse_from(["s", "run", "--url", "https://h", "--ca", "/c", "--group", "g", "--instance", "i"]);
         assert!(e.is_err());
+        let cli = Cli::try_parse_from(["s", "exec", "--termination-log", "none", "--", "true"]).unwrap();
+        match cli.command {
+            Command::Exec(e) => assert_eq!(optional_path(&e.termination_log), None),
+            other => panic!("{other:?}"),
+        }
         let cli = Cli::try_parse_from(["s", "mark", "outcome", "failed", "--error", "boom"]).unwrap();
         assert!(matches!(
             cli.command,

@@ -12,7 +12,7 @@ use crate::client::DeployApi;
 use crate::config::{ExecArgs, HoldArgs, InstallArgs, LeaseArgs, Mark, MarkArgs, RunArgs, SocketArgs, optional_path};
 use crate::ddl::Detector;
 use crate::lease::driver::{Settings, drive};
-use crate::lease::ending::{Ending, exit, verdict};
+use crate::lease::ending::{Ending, ProcessEnd, exit, verdict};
 use crate::lease::machine::{FenceReason, GiveUp};
 use crate::record::{FinalRecord, Phase, State, read_state, write_state};
 use crate::socket::{self, MarkEvent, Reply, Request, RunState, Shared, Status};
@@ -210,7 +210,7 @@ pub async fn run(args: RunArgs) -> i32 {
         .unwrap_or_else(|| private.as_ref().map_or_else(PathBuf::new, |d| d.path().join("sidecar.sock")));
     let (status_tx, mut status_rx) = watch::channel(Status::Acquiring);
     let (events_tx, events_rx) = mpsc::channel(64);
-    if let Err(e) = serve(&socket_path, status_rx.clone(), events_tx) {
+    if let Err(e) = serve(&socket_path, status_rx.clone(), events_tx.clone()) {
         tracing::error!(error = %e, "refusing to start");
         return exit::SIDECAR_FAILED;
     }
@@ -234,17 +234,27 @@ pub async fn run(args: RunArgs) -> i32 {
             .arg("exec")
             .arg("--socket")
             .arg(&socket_path)
-            .args(["--termination-log", "", "--connect-timeout", "10", "--"])
+            .args(["--termination-log", "none", "--connect-timeout", "10", "--"])
             .args(&args.command)
             .env("BLOODRAVEN_SOCKET", &socket_path)
             .spawn();
-        match child {
+        let status = match child {
             Ok(mut c) => c.wait().await.ok(),
             Err(e) => {
                 tracing::error!(error = %e, "failed to start the wrapper");
                 None
             }
-        }
+        };
+        // A wrapper that ended without reporting (it failed, or was killed)
+        // ends the run as the migration's end; after a report the driver
+        // no longer reads this.
+        let end = ProcessEnd {
+            code: status.and_then(|s| s.code()).or(Some(exit::SIDECAR_FAILED)),
+            signal: status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s)),
+        };
+        let (tx, _rx) = tokio::sync::oneshot::channel();
+        let _ = events_tx.send(Event::Exited(end, tx)).await;
+        status
     };
     let (record, wrapper_status) = tokio::join!(drive(&s, status_tx, events_rx, stopped(stop)), wrapper);
     tracing::debug!(wrapper = ?wrapper_status, "wrapper ended");
