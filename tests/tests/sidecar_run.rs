@@ -4,8 +4,9 @@
 //! timeout, a revocation during the migration (SIGTERM; schema
 //! verification required in DDL; a trapped SIGTERM that exits 0 still
 //! fails), `kill -9` of the sidecar (the migration is stopped while the
-//! lease is still live; the lease lapses by TTL) and SIGSTOP past the TTL
-//! (no step after the deadline).
+//! lease is still live; the lease lapses by TTL), SIGSTOP past the TTL
+//! (no step after the deadline), and an operator restart mid-run (nothing
+//! changes).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
 #![allow(clippy::many_single_char_names)] // a, b, c name the runs; d the scenario; p its pipeline
@@ -257,4 +258,53 @@ async fn kill_9_stops_the_migration_while_the_lease_lives_and_sigstop_allows_no_
     );
     let r = run.record();
     assert_eq!(r["fence"], "deadline_passed", "{r}");
+}
+
+#[tokio::test]
+async fn an_operator_restart_mid_run_changes_nothing() {
+    let mut d = scenario("sc-restart").await;
+    let p = d.pipeline.clone();
+    let script = format!("{}; while [ ! -e \"$D/go\" ]; do sleep 0.1; done", stamp("started"));
+    // TTL 60: the deadline outlasts a restart (renewals fail meanwhile and are retried).
+    let mut run =
+        SidecarRun::start(&p, &d.tls, "restart-1", &["--ttl", "60", "--grace", "3", "--request-timeout", "2"], &script);
+    run.wait_for_marker("started", T).await;
+    assert!(d.op.stop().await, "the operator stopped cleanly");
+    // The same address, so the sidecar's URL still holds.
+    let addr = p.base.trim_start_matches("https://").trim_end_matches("/deploy/v1").to_owned();
+    let flags: Vec<String> = [
+        "--deploy-api-enabled",
+        "--deploy-api-addr",
+        &addr,
+        "--tls-cert-file",
+        d.tls.cert.to_str().unwrap(),
+        "--tls-key-file",
+        d.tls.key.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    d.op = bloodraven_e2e::Operator::start_with(
+        &d.sc.cluster,
+        &d.sc.ns,
+        &d.sc.ns.name,
+        "op2",
+        bloodraven_e2e::operator::LeaderTimings::default(),
+        &flags,
+    )
+    .await;
+    wait_for("the restarted operator to serve both leases of restart-1", T, || async {
+        let r = p.get().await;
+        let ls = r.body["leases"].as_array().cloned().unwrap_or_default();
+        if r.status == 200 && ls.len() == 2 && ls.iter().all(|l| l["operationId"] == "restart-1") {
+            Ok(())
+        } else {
+            Err(format!("{r:?}"))
+        }
+    })
+    .await;
+    std::fs::write(run.dir.join("go"), "").unwrap();
+    assert_eq!(run.wait(T).await, 0, "{}", run.log());
+    let r = run.record();
+    assert_eq!((r["result"].as_str(), r["recordedOnLease"].as_bool()), (Some("succeeded"), Some(true)), "{r}");
 }
