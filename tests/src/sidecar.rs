@@ -192,3 +192,75 @@ pub async fn leases(pipeline: &Pipeline) -> Vec<(String, String, String)> {
         })
         .unwrap_or_default()
 }
+
+/// A TCP proxy on 127.0.0.1 in front of the deploy API that can be told
+/// to stop answering: it keeps accepting and reading, but forwards nothing
+/// either way (answers delayed forever, as a broken middlebox would).
+#[derive(Debug)]
+pub struct Proxy {
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    blackhole: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Proxy {
+    /// Starts a proxy to `upstream` (`host:port`).
+    pub async fn start(upstream: String) -> Proxy {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let blackhole = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = blackhole.clone();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let upstream = upstream.clone();
+                let flag = flag.clone();
+                tokio::spawn(async move {
+                    if flag.load(Ordering::SeqCst) {
+                        // Hold the connection; answer nothing.
+                        let mut sink = tokio::io::sink();
+                        let _ = tokio::io::copy(&mut client, &mut sink).await;
+                        return;
+                    }
+                    let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await else { return };
+                    let (mut cr, mut cw) = client.split();
+                    let (mut sr, mut sw) = server.split();
+                    // Forward in both directions until the switch flips; then drop everything.
+                    let open = || {
+                        let flag = flag.clone();
+                        move || !flag.load(Ordering::SeqCst)
+                    };
+                    let up = relay(&mut cr, &mut sw, open());
+                    let down = relay(&mut sr, &mut cw, open());
+                    let _ = tokio::join!(up, down);
+                });
+            }
+        });
+        Proxy { addr, blackhole }
+    }
+
+    /// From now on, nothing passes (open connections included).
+    pub fn blackhole(&self) {
+        self.blackhole.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to` while `open()`; afterwards reads are dropped.
+async fn relay(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    to: &mut (impl tokio::io::AsyncWrite + Unpin),
+    open: impl Fn() -> bool,
+) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let Ok(n) = from.read(&mut buf).await else { return };
+        if n == 0 {
+            let _ = to.shutdown().await;
+            return;
+        }
+        if open() && to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}

@@ -308,3 +308,25 @@ async fn an_operator_restart_mid_run_changes_nothing() {
     let r = run.record();
     assert_eq!((r["result"].as_str(), r["recordedOnLease"].as_bool()), (Some("succeeded"), Some(true)), "{r}");
 }
+
+#[tokio::test]
+async fn answers_that_never_come_fence_by_the_sidecar_s_own_deadline() {
+    let d = scenario("sc-proxy").await;
+    let upstream = d.pipeline.base.trim_start_matches("https://").trim_end_matches("/deploy/v1").to_owned();
+    let proxy = bloodraven_e2e::sidecar::Proxy::start(upstream).await;
+    let via =
+        bloodraven_e2e::deploy::Pipeline { base: format!("https://{}/deploy/v1", proxy.addr), ..d.pipeline.clone() };
+    let script = format!("trap '{}; exit 0' TERM; {}; while :; do sleep 0.1; done", stamp("term"), stamp("started"));
+    let timing = ["--ttl", "10", "--grace", "2", "--request-timeout", "1", "--ddl-boundary", "reported"];
+    let mut run = SidecarRun::start(&via, &d.tls, "proxy-1", &timing, &script);
+    run.wait_for_marker("started", T).await;
+    let cut = now_ms();
+    proxy.blackhole();
+    run.wait_for_marker("term", T).await;
+    let term: u64 = run.read("term").trim().parse().unwrap();
+    // The last confirmed renewal was sent before the cut: SIGTERM by cut + ttl − grace.
+    assert!(term <= cut + 8_000 + 500, "SIGTERM {} ms after the cut", term - cut);
+    println!("figure: answers cut → SIGTERM: {} ms (bound ttl − grace = 8000 ms)", term.saturating_sub(cut));
+    assert_eq!(run.wait(T).await, exit::FENCED, "{}", run.log());
+    assert_eq!(run.record()["fence"], "deadline_passed");
+}
