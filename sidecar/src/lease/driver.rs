@@ -234,7 +234,8 @@ async fn main_loop(
         }
         if let Some(reason) = run.hb.fenced().cloned() {
             tasks.abort_all();
-            if acquiring.is_some() {
+            // Lost before the migration started: it never will.
+            if !run.started {
                 let give_up = match reason {
                     FenceReason::GenerationChanged { granted, now, .. } => {
                         GiveUp::GenerationChanged { migration: granted, hold: now }
@@ -350,7 +351,7 @@ async fn main_loop(
             () = shutdown.as_mut(), if !shutdown_seen => {
                 shutdown_seen = true;
                 tracing::info!("SIGTERM received");
-                if acquiring.is_some() {
+                if !run.started {
                     tasks.abort_all();
                     return done(Ending::NotStarted(GiveUp::Stopped), None);
                 }
