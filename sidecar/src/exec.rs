@@ -250,3 +250,111 @@ async fn fresh_verdict(s: &ExecSettings, exited: &Request) -> Option<(i32, Strin
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::UnixListener;
+
+    /// A sidecar stand-in: answers `attach` with `start`, then runs `script`
+    /// of replies (a `None` closes the connection), then answers `exited`
+    /// with verdict 92. Returns the `exited` request it saw.
+    fn fake(
+        listener: UnixListener,
+        remaining_ms: u64,
+        then: Vec<Option<Reply>>,
+    ) -> tokio::task::JoinHandle<Option<Request>> {
+        tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.ok()?;
+            let (read, mut out) = stream.into_split();
+            let mut lines = BufReader::new(read).lines();
+            let attach: Request = serde_json::from_str(&lines.next_line().await.ok()??).ok()?;
+            assert_eq!(attach, Request::Attach);
+            let send = |r: &Reply| format!("{}\n", serde_json::to_string(r).unwrap_or_default());
+            out.write_all(send(&Reply::Start { remaining_ms, grace_ms: 500 }).as_bytes()).await.ok()?;
+            for r in then {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                match r {
+                    Some(r) => out.write_all(send(&r).as_bytes()).await.ok()?,
+                    None => return None,
+                }
+            }
+            let exited: Request = serde_json::from_str(&lines.next_line().await.ok()??).ok()?;
+            out.write_all(send(&Reply::Verdict { exit_code: 92, message: "fenced".into() }).as_bytes()).await.ok()?;
+            Some(exited)
+        })
+    }
+
+    fn settings(dir: &std::path::Path, script: &str) -> ExecSettings {
+        ExecSettings {
+            socket: dir.join("s.sock"),
+            command: vec!["/bin/sh".into(), "-c".into(), script.into()],
+            connect_timeout: Duration::from_secs(2),
+            verdict_timeout: Duration::from_secs(2),
+            termination_log: None,
+        }
+    }
+
+    const TRAPS_TERM_EXITS_0: &str = "trap 'exit 0' TERM; while :; do sleep 0.05; done";
+
+    #[tokio::test]
+    async fn a_fence_stops_the_migration_and_a_trapped_exit_0_takes_the_verdict() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path(), TRAPS_TERM_EXITS_0);
+        let server = fake(
+            UnixListener::bind(&s.socket).unwrap(),
+            60_000,
+            vec![Some(Reply::Fence { reason: "revoked".into(), grace_ms: 500 })],
+        );
+        let (code, _) = run(&s).await;
+        assert_eq!(code, 92, "the sidecar's verdict, not the migration's 0");
+        assert_eq!(server.await.unwrap(), Some(Request::Exited { code: Some(0), signal: None }));
+    }
+
+    #[tokio::test]
+    async fn the_wrapper_fences_by_its_own_deadline_when_no_renewal_is_confirmed() {
+        let dir = tempfile::tempdir().unwrap();
+        // SIGTERM ignored: only the SIGKILL after the grace ends it.
+        let s = settings(dir.path(), "trap '' TERM; while :; do sleep 0.05; done");
+        let server = fake(UnixListener::bind(&s.socket).unwrap(), 400, vec![]);
+        let started = Instant::now();
+        let (code, _) = run(&s).await;
+        assert_eq!(code, 92);
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert_eq!(server.await.unwrap(), Some(Request::Exited { code: None, signal: Some(9) }));
+    }
+
+    #[tokio::test]
+    async fn losing_the_sidecar_fences_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = settings(dir.path(), TRAPS_TERM_EXITS_0);
+        let server = fake(
+            UnixListener::bind(&s.socket).unwrap(),
+            60_000,
+            vec![Some(Reply::Held { remaining_ms: 60_000 }), None],
+        );
+        let (code, message) = run(&s).await;
+        assert!(server.await.unwrap().is_none());
+        assert_eq!(code, exit::SIDECAR_FAILED, "{message}");
+        assert!(message.contains("connection to the sidecar was lost"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_refusal_never_starts_the_migration() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let s = settings(dir.path(), &format!("touch {}", marker.display()));
+        let listener = UnixListener::bind(&s.socket).unwrap();
+        tokio::spawn(async move {
+            let (stream, _) = listener.accept().await.unwrap();
+            let (read, mut out) = stream.into_split();
+            let _ = BufReader::new(read).lines().next_line().await;
+            let refused = Reply::Refused { exit_code: 90, message: "held by op-a".into() };
+            out.write_all(format!("{}\n", serde_json::to_string(&refused).unwrap()).as_bytes()).await.unwrap();
+        });
+        let (code, message) = run(&s).await;
+        assert_eq!(code, 90);
+        assert!(message.contains("op-a"), "{message}");
+        assert!(!marker.exists(), "the migration must not start");
+    }
+}
