@@ -1,7 +1,7 @@
 //! Issue 9 in a real Job Pod on the run's node: `bloodraven-sidecar hold`
 //! as a native sidecar (startup probe `probe`), the migration container's
 //! entrypoint the `exec` wrapper (installed from the sidecar image into the
-//! shared emptyDir), the operator as a Pod behind `bloodraven.bloodraven.svc`.
+//! shared emptyDir), the operator as a Pod behind `bloodraven.<its namespace>.svc`.
 //! A migration Job completes and its record reaches the sidecar's
 //! termination message; a revoked Job whose migration traps SIGTERM and
 //! exits 0 still fails; a Job that cannot get the mutex never starts its
@@ -14,9 +14,7 @@ use std::time::Duration;
 use bloodraven_e2e::cluster::OPERATOR_DB_PASSWORD;
 use bloodraven_e2e::deploy::{database, service_account, tls_files_for};
 use bloodraven_e2e::fixtures::{create_group, group, is_ready_at, wait_status};
-use bloodraven_e2e::pods::{
-    OPERATOR_NAMESPACE, apply, image, job_pods, logs, node_address, operator_in_cluster, wait_job_end,
-};
+use bloodraven_e2e::pods::{apply, image, job_pods, logs, node_address, operator_in_namespace, wait_job_end};
 use bloodraven_e2e::{Cluster, SitePair, TestNamespace, wait_for};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
@@ -29,6 +27,8 @@ const SIDECAR_EXIT_FENCED_IN_DDL: i32 = 93;
 struct Env {
     cluster: Cluster,
     ns: TestNamespace,
+    /// The operator Pod's namespace (its own per test: one Deployment serves one group selector).
+    op_ns: TestNamespace,
     group: String,
     _pair: SitePair,
 }
@@ -38,18 +38,16 @@ struct Env {
 async fn setup(prefix: &str) -> Env {
     let cluster = Cluster::connect().await;
     let ns = cluster.namespace(prefix).await;
+    let op_ns = cluster.namespace(&format!("{prefix}-op")).await;
     let pair = SitePair::start_on(prefix, &node_address());
     let tls = tls_files_for(
         &pair.dir().join("tls"),
-        &format!("DNS:bloodraven.{OPERATOR_NAMESPACE}.svc,DNS:bloodraven.{OPERATOR_NAMESPACE}.svc.cluster.local"),
+        &format!("DNS:bloodraven.{0}.svc,DNS:bloodraven.{0}.svc.cluster.local", op_ns.name),
     );
-    operator_in_cluster(&cluster, &ns.name, &tls).await;
-    let creds = format!("{}-creds", ns.name);
-    TestNamespace::existing(&cluster, OPERATOR_NAMESPACE)
-        .credentials_secret(&creds, "bloodraven", OPERATOR_DB_PASSWORD)
-        .await;
+    operator_in_namespace(&cluster, &op_ns.name, &ns.name, &tls).await;
+    op_ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
     let name = format!("{}-g", ns.name);
-    create_group(&cluster, &group(&name, &ns.name, pair.sites(OPERATOR_NAMESPACE, &creds), "iad")).await;
+    create_group(&cluster, &group(&name, &ns.name, pair.sites(&op_ns.name, "site-creds"), "iad")).await;
     wait_status(&cluster, &name, "bootstrap by the operator Pod", T, |s| is_ready_at(s, "iad", 1)).await;
     service_account(&cluster, &ns.name, "deployer").await;
     database(&cluster, &ns.name, "counter-app", &name, &[(&ns.name, "deployer")]).await;
@@ -59,7 +57,7 @@ async fn setup(prefix: &str) -> Env {
                "data": {"ca.crt": std::fs::read_to_string(&tls.ca).unwrap()}}),
     )
     .await;
-    Env { cluster, ns, group: name, _pair: pair }
+    Env { cluster, ns, op_ns, group: name, _pair: pair }
 }
 
 /// A migration Job as the webhook will shape it: `install` copies the
@@ -71,7 +69,7 @@ fn job(env: &Env, name: &str, script: &str, sidecar_env: &[(&str, &str)], deadli
     let restricted = json!({"runAsNonRoot": true, "runAsUser": 65532, "allowPrivilegeEscalation": false,
                             "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}});
     let mut envs = vec![
-        json!({"name": "BLOODRAVEN_URL", "value": format!("https://bloodraven.{OPERATOR_NAMESPACE}.svc:8443")}),
+        json!({"name": "BLOODRAVEN_URL", "value": format!("https://bloodraven.{}.svc:8443", env.op_ns.name)}),
         json!({"name": "BLOODRAVEN_CA", "value": "/ca/ca.crt"}),
         json!({"name": "BLOODRAVEN_TOKEN_FILE", "value": "/var/run/secrets/bloodraven/token"}),
         json!({"name": "BLOODRAVEN_GROUP", "value": env.group}),
