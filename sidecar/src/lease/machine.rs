@@ -9,8 +9,10 @@
 //!   `409 held` waits until the holder's `expiresAt` plus jitter, or at most
 //!   one poll interval, and asks again; `423 unstable` waits
 //!   `retryAfterSeconds`; transport errors and `5xx` back off; all of it
-//!   only until the acquire timeout. `409 revoked`, `401`, `403`, `404` and
-//!   `400` end the attempt at once: asking again cannot change them.
+//!   only until the acquire timeout. `409 revoked` and `400` end the
+//!   attempt at once: asking again cannot change them; `401`, `403` and
+//!   `404` too, after [`REFUSAL_SETTLE_MS`] (authorization follows a new
+//!   MysqlDatabase through the operator's caches).
 //! - **Heartbeat** ([`Heartbeat`]): each lease is renewed every ttl/3. A
 //!   renewal acknowledged with the grant's generation confirms the lease
 //!   until *send time* + ttl (the operator's clock started its TTL no
@@ -49,6 +51,11 @@ pub const MIN_MARGIN_MS: Millis = 1_000;
 /// (transport error, timeout, `5xx`, `503 not_leader`), in ms: short, since
 /// the deadline keeps running.
 pub const RETRY_BACKOFF_MS: Millis = 1_000;
+
+/// How long, in ms from the start of acquisition, a `401`, `403` or `404`
+/// to a POST is asked again before it is taken as final (authorization
+/// caches follow a new MysqlDatabase within moments).
+pub const REFUSAL_SETTLE_MS: Millis = 30_000;
 
 /// The timing of a run, checked once at start.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -302,6 +309,15 @@ pub fn after_post(
         }
         PostAnswer::Revoked { reason } => {
             return AcquireStep::GiveUp(GiveUp::Revoked { kind, reason: reason.clone() });
+        }
+        // Authorization follows a MysqlDatabase's creation through the
+        // operator's watch caches: a pipeline that creates it and asks at
+        // once may be told 401/403/404 for a moment. Asked again for
+        // REFUSAL_SETTLE_MS, then taken as final.
+        PostAnswer::Refused { status: 401 | 403 | 404, .. }
+            if now < policy.started.saturating_add(REFUSAL_SETTLE_MS.min(policy.timeout)) =>
+        {
+            RETRY_BACKOFF_MS
         }
         PostAnswer::Refused { status, code, message } => {
             return AcquireStep::GiveUp(GiveUp::Refused {

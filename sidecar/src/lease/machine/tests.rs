@@ -55,8 +55,12 @@ fn acquisition_table() {
         step(&PostAnswer::Revoked { reason: "TopologyChanged".into() }, 10),
         AcquireStep::GiveUp(GiveUp::Revoked { .. })
     ));
+    // 401/403/404 are asked again while authorization may still settle, then final; 400 at once.
     let refused = PostAnswer::Refused { status: 403, code: "forbidden".into(), message: "m".into() };
-    assert!(matches!(step(&refused, 10), AcquireStep::GiveUp(GiveUp::Refused { status: 403, .. })));
+    assert_eq!(step(&refused, 10), AcquireStep::RetryAt(1_010));
+    assert!(matches!(step(&refused, REFUSAL_SETTLE_MS), AcquireStep::GiveUp(GiveUp::Refused { status: 403, .. })));
+    let bad = PostAnswer::Refused { status: 400, code: "invalid_request".into(), message: "m".into() };
+    assert!(matches!(step(&bad, 10), AcquireStep::GiveUp(GiveUp::Refused { status: 400, .. })));
     // Never past the acquire timeout; at it, give up naming the holder.
     assert_eq!(
         step(&PostAnswer::Held { holder: holder(), until_expiry: 5_000 }, 599_500),
