@@ -32,6 +32,10 @@ pub const MAX_LINE: usize = 4096;
 /// Most connections served at once (a probe, marks, the wrapper).
 const MAX_CONNECTIONS: usize = 32;
 
+/// Longest wait for the driver to confirm a report or a start (a renewal
+/// carrying the new `ddlState`): past it, the caller is refused.
+const ACK_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Longest wait for a request line on a new connection.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -238,8 +242,10 @@ impl Status {
 /// What the socket tells the driver.
 #[derive(Debug)]
 pub enum Event {
-    /// A DDL-boundary report.
-    Report(Report, Option<String>),
+    /// A DDL-boundary report; the sender is answered once the report is
+    /// safe to act on (`ddl-started`: once a renewal carrying `started` was
+    /// confirmed, so the operator knows before the DDL is sent).
+    Report(Report, Option<String>, oneshot::Sender<()>),
     /// The migration's outcome.
     Outcome {
         /// Succeeded or failed.
@@ -249,8 +255,9 @@ pub enum Event {
         /// Last error.
         error: Option<String>,
     },
-    /// The wrapper was told to start the migration.
-    Started,
+    /// The wrapper asks to start the migration; answered once it may (with
+    /// `--ddl-boundary at-start`: once the Lease has `ddlState: started`).
+    Started(oneshot::Sender<()>),
     /// The migration ended; the verdict goes back on the channel.
     Exited(ProcessEnd, oneshot::Sender<(i32, String)>),
     /// Something (a push watch, later) says a lease may be gone: renew now.
@@ -369,7 +376,17 @@ async fn connection(stream: UnixStream, shared: &Shared) -> std::io::Result<()> 
                 MarkEvent::DdlStarted => Report::DdlStarted,
                 MarkEvent::DdlFinished => Report::DdlFinished,
             };
-            event_reply(shared, &status, Event::Report(report, revision)).await
+            let (tx, rx) = oneshot::channel();
+            match event_reply(shared, &status, Event::Report(report, revision, tx)).await {
+                Reply::Ok => match tokio::time::timeout(ACK_TIMEOUT, rx).await {
+                    Ok(Ok(())) => Reply::Ok,
+                    _ => Reply::Error {
+                        message: "the report could not be recorded on the Lease (fenced, or no renewal confirmed it)"
+                            .into(),
+                    },
+                },
+                other => other,
+            }
         }
         Request::Outcome { result, revision, error } => {
             let error = error.map(|e| crate::record::bounded(&e, 1024));
@@ -431,6 +448,13 @@ async fn exited(shared: &Shared, out: &mut (impl AsyncWriteExt + Unpin), end: Pr
     }
 }
 
+/// Asks the driver to start the migration; `Some` once it may.
+async fn started(shared: &Shared) -> Option<()> {
+    let (tx, rx) = oneshot::channel();
+    shared.events.send(Event::Started(tx)).await.ok()?;
+    tokio::time::timeout(ACK_TIMEOUT, rx).await.ok()?.ok()
+}
+
 /// The wrapper's connection: start (or refusal), deadline updates, fence.
 async fn attach(
     shared: &Shared,
@@ -446,7 +470,8 @@ async fn attach(
                     exit_code: crate::lease::ending::exit::SIDECAR_FAILED,
                     message: "another wrapper already attached to this run".into(),
                 }
-            } else if shared.events.send(Event::Started).await.is_ok() {
+            } else if let Some(()) = started(shared).await {
+                let now = status.borrow_and_update().clone();
                 Reply::Start { remaining_ms: now.remaining_ms(), grace_ms: grace.as_millis() as u64 }
             } else {
                 Reply::Refused {
@@ -577,10 +602,23 @@ mod tests {
             Reply::Permit { granted: true, remaining_ms, .. } => assert!(remaining_ms > 15_000, "{remaining_ms}"),
             other => panic!("{other:?}"),
         }
+        let driver = tokio::spawn(async move {
+            let answered = match events.recv().await {
+                Some(Event::Report(Report::DdlStarted, Some(r), ack)) if r == "1" => ack.send(()).is_ok(),
+                _ => false,
+            };
+            (answered, events)
+        });
         let r =
             call(&path, &Request::Mark { event: MarkEvent::DdlStarted, revision: Some("1".into()) }, t).await.unwrap();
-        assert_eq!(r, Reply::Ok);
-        assert!(matches!(events.recv().await, Some(Event::Report(Report::DdlStarted, Some(r))) if r == "1"));
+        assert_eq!(r, Reply::Ok, "answered only once the driver confirmed the report");
+        let (answered, mut events) = driver.await.unwrap();
+        assert!(answered);
+        // Unconfirmed (the driver drops the ack: fenced): an error, not Ok.
+        let driver = tokio::spawn(async move { drop(events.recv().await) });
+        let r = call(&path, &Request::Mark { event: MarkEvent::DdlStarted, revision: None }, t).await.unwrap();
+        assert!(matches!(r, Reply::Error { .. }), "{r:?}");
+        driver.await.unwrap();
         // A line that is too long is refused, not buffered.
         let mut s = UnixStream::connect(&path).await.unwrap();
         s.write_all(&vec![b'x'; MAX_LINE + 10]).await.unwrap();
@@ -598,9 +636,12 @@ mod tests {
         let (read, mut out) = stream.into_split();
         out.write_all(b"{\"op\":\"attach\"}\n").await.unwrap();
         let mut reader = BufReader::new(read);
+        match events.recv().await {
+            Some(Event::Started(ack)) => ack.send(()).unwrap(),
+            other => panic!("{other:?}"),
+        }
         let first: Reply = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
         assert!(matches!(first, Reply::Start { grace_ms: 3000, .. }), "{first:?}");
-        assert!(matches!(events.recv().await, Some(Event::Started)));
         // A second wrapper is refused.
         let second = call(&path, &Request::Attach, Duration::from_secs(2)).await.unwrap();
         assert!(matches!(second, Reply::Refused { .. }), "{second:?}");

@@ -293,6 +293,10 @@ async fn an_operator_restart_mid_run_changes_nothing() {
         &flags,
     )
     .await;
+    wait_for("the restarted operator's listener", T, || async {
+        tokio::net::TcpStream::connect(&addr).await.map(drop).map_err(|e| e.to_string())
+    })
+    .await;
     wait_for("the restarted operator to serve both leases of restart-1", T, || async {
         let r = p.get().await;
         let ls = r.body["leases"].as_array().cloned().unwrap_or_default();

@@ -59,7 +59,7 @@ pub struct Settings {
 
 enum Io {
     Post { kind: LeaseKind, sent: Millis, answer: PostAnswer, token: Option<LeaseToken> },
-    Renew { kind: LeaseKind, sent: Millis, answer: RenewAnswer },
+    Renew { kind: LeaseKind, sent: Millis, version: u64, answer: RenewAnswer },
 }
 
 struct Run<'a> {
@@ -72,9 +72,47 @@ struct Run<'a> {
     outcome: Option<(OutcomeResult, Option<String>)>,
     status: watch::Sender<Status>,
     started: bool,
+    /// Reports waiting for a renewal that carries them: (DDL version, ack).
+    pending: Vec<(u64, oneshot::Sender<()>)>,
+    /// Counts the changes of the `ddlState` sent; each renewal carries the
+    /// version it was built from.
+    ddl_version: u64,
 }
 
 impl Run<'_> {
+    /// Answers `ack` at once when the `ddlState` to send did not become
+    /// `started`; otherwise renews now and answers once a migration-lease
+    /// renewal sent after this moment is confirmed (dropped on a fence).
+    fn confirm_when_recorded(&mut self, was: DdlState, ack: oneshot::Sender<()>) {
+        if self.boundary.wire_state() == DdlState::Started && was != DdlState::Started {
+            self.ddl_version += 1;
+            self.pending.push((self.ddl_version, ack));
+            self.hb.renew_now(self.ms());
+        } else {
+            let _ = ack.send(());
+        }
+    }
+
+    /// A renewal of `kind` built at DDL version `version` was answered
+    /// (`confirmed`: 200 at the grant's generation). Answers the reports it
+    /// carried; asks again for those it could not carry (built before them).
+    fn recorded(&mut self, kind: LeaseKind, version: u64, confirmed: bool) {
+        if kind != LeaseKind::Migration || self.pending.is_empty() {
+            return;
+        }
+        if confirmed {
+            let (done, waiting): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut self.pending).into_iter().partition(|(v, _)| *v <= version);
+            for (_, ack) in done {
+                let _ = ack.send(());
+            }
+            self.pending = waiting;
+        }
+        if !self.pending.is_empty() && confirmed {
+            self.hb.renew_now(self.ms());
+        }
+    }
+
     fn ms(&self) -> Millis {
         self.origin.elapsed().as_millis() as Millis
     }
@@ -130,9 +168,10 @@ impl Run<'_> {
         let op = self.s.operation_id.clone();
         let ddl = Some(self.boundary.wire_state());
         let sent = self.ms();
+        let version = self.ddl_version;
         tasks.spawn(async move {
             let answer = api.renew(kind, &op, &token, ddl).await;
-            Io::Renew { kind, sent, answer }
+            Io::Renew { kind, sent, version, answer }
         });
     }
 }
@@ -160,6 +199,8 @@ pub async fn drive(
         outcome: None,
         status,
         started: false,
+        pending: Vec::new(),
+        ddl_version: 0,
     };
     run.save(Phase::Acquiring, None);
     let _ = run.status.send(Status::Acquiring);
@@ -305,24 +346,30 @@ async fn main_loop(
                             }
                         }
                     }
-                    Io::Renew { kind, sent, answer } => {
+                    Io::Renew { kind, sent, version, answer } => {
                         match &answer {
                             RenewAnswer::Renewed { .. } => tracing::debug!(kind = kind.as_str(), "renewed"),
                             other => tracing::warn!(kind = kind.as_str(), answer = ?other, "renewal not confirmed"),
                         }
+                        let confirmed = matches!(answer, RenewAnswer::Renewed { .. });
                         let fenced = run.hb.renewed(kind, sent, &answer, now).is_some();
                         if !fenced && acquiring.is_none() {
                             run.publish_held();
+                        }
+                        if !fenced {
+                            run.recorded(kind, version, confirmed);
                         }
                     }
                 }
             }
             () = sleep_until(run.at(wake)) => {}
             event = events.recv() => match event {
-                Some(Event::Report(report, revision)) => {
+                Some(Event::Report(report, revision, ack)) => {
                     tracing::info!(report = ?report, revision = ?revision, "DDL boundary reported");
+                    let was = run.boundary.wire_state();
                     run.boundary.report(report, revision);
                     run.save(Phase::Held, None);
+                    run.confirm_when_recorded(was, ack);
                 }
                 Some(Event::Outcome { result, revision, error }) => {
                     tracing::info!(result = result.as_str(), revision = ?revision, "outcome reported");
@@ -331,11 +378,13 @@ async fn main_loop(
                     }
                     run.outcome = Some((result, error));
                 }
-                Some(Event::Started) => {
+                Some(Event::Started(ack)) => {
                     run.started = true;
+                    let was = run.boundary.wire_state();
                     run.boundary.migration_started();
                     run.save(Phase::Held, None);
-                    tracing::info!(ddl_state = run.boundary.wire_state().as_str(), "the migration was started");
+                    tracing::info!(ddl_state = run.boundary.wire_state().as_str(), "the migration is starting");
+                    run.confirm_when_recorded(was, ack);
                 }
                 Some(Event::Exited(end, tx)) => {
                     tasks.abort_all();
