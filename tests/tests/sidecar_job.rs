@@ -220,18 +220,27 @@ async fn a_job_that_cannot_get_the_mutex_fails_without_starting_its_migration() 
     })
     .await;
     start(&env, job(&env, "blocked", "echo MIGRATION STARTED", &[("BLOODRAVEN_ACQUIRE_TIMEOUT", "3")], 25)).await;
+    // The sidecar gives up and says so (its final JSON line) while the Pod
+    // still runs: the Job controller deletes the Pod at the deadline.
+    let (pod_name, record) = wait_for("the blocked sidecar's final record", T, || async {
+        let pods = job_pods(&env.cluster, &env.ns.name, "blocked").await;
+        let name = pods.first().ok_or("no Pod")?.metadata.name.clone().unwrap();
+        let out = logs(&env.cluster, &env.ns.name, &name, "sidecar").await;
+        let record = out
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|v| v["record"] == "bloodraven-sidecar")
+            .ok_or_else(|| format!("no record yet: {out}"))?;
+        Ok((name, record))
+    })
+    .await;
+    assert_eq!(record["result"], "not-started", "{record}");
+    assert_eq!(record["exitCode"], 90, "{record}");
+    assert!(record["holder"].as_str().unwrap_or_default().contains("counter-app"), "{record}");
+    let pod: Pod = Api::namespaced(env.cluster.client.clone(), &env.ns.name).get(&pod_name).await.unwrap();
+    let main = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|c| c.first().cloned());
+    let waiting = main.as_ref().is_some_and(|c| c.state.as_ref().is_some_and(|s| s.waiting.is_some()));
+    assert!(waiting, "the migration container has not started (the probe never passed): {main:?}");
     let (_, ended, reason) = wait_job_end(&env.cluster, &env.ns.name, "blocked", T).await;
     assert_eq!((ended.as_str(), reason.as_str()), ("Failed", "DeadlineExceeded"));
-    let (pod, record) = sidecar_record(&env, "blocked").await;
-    let main = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()).and_then(|c| c.first().cloned());
-    let never_ran = main.as_ref().is_none_or(|c| {
-        c.state
-            .as_ref()
-            .is_none_or(|s| s.running.is_none() && s.terminated.as_ref().is_none_or(|t| t.started_at.is_none()))
-    });
-    assert!(never_ran, "the migration container never started: {main:?}");
-    let name = pod.metadata.name.clone().unwrap();
-    assert!(!logs(&env.cluster, &env.ns.name, &name, "migration").await.contains("MIGRATION STARTED"));
-    assert_eq!(record["result"], "not-started", "{record}");
-    assert!(record["holder"].as_str().unwrap_or_default().contains("counter-app"), "{record}");
 }
