@@ -21,8 +21,8 @@ use super::assess::SiteProbe;
 use super::sites::read_credentials;
 use crate::controller::Context;
 use crate::controller::conditions::Computed;
-use crate::mysql::ProbeTarget;
 use crate::mysql::actions::{self, Bypass};
+use crate::mysql::ProbeTarget;
 
 /// How long a site's check stands before the next probe repeats it.
 pub const RECHECK: Duration = Duration::from_secs(300);
