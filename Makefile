@@ -46,6 +46,10 @@ bench-failover: tools ## Failover benchmark: client write unavailability over 20
 bench: tools ## Deploy-API renewal benchmark beside a plain Lease CAS baseline (release build; BENCH_RATE, BENCH_WORKERS, BENCH_SECONDS, BENCH_GROUPS)
 	hack/e2e.sh --bench
 
+.PHONY: bench-sidecar
+bench-sidecar: tools ## Sidecar benchmark: revocation → SIGTERM p50/p99 over 50 revocations at TTL 30 and 120, sidecar RSS, start → both leases held (release build)
+	hack/e2e.sh --bench-sidecar
+
 .PHONY: images
 images: ## Build the project's OCI images here (static operator binary; no daemon, no registry) into ~/.cache/bloodraven/images
 	hack/images.sh build

@@ -14,6 +14,7 @@
 #   hack/e2e.sh --figures        instead print the scale figures (tests/src/bin/scale-figures.rs)
 #   hack/e2e.sh --bench          instead run the deploy-API renewal benchmark (tests/src/bin/deploy-bench.rs)
 #   hack/e2e.sh --bench-failover instead run the failover benchmark (tests/src/bin/failover-bench.rs)
+#   hack/e2e.sh --bench-sidecar  instead run the sidecar benchmark (tests/src/bin/sidecar-bench.rs)
 #   E2E_TEST_THREADS             parallel tests (default 3)
 #   E2E_TEST                     run these test files only (tests/tests/NAME.rs), e.g. E2E_TEST=listeners
 #                                or E2E_TEST="listeners health"
@@ -28,6 +29,7 @@ export BLOODRAVEN_E2E_DIR="$dir"
 export BLOODRAVEN_REPO_ROOT="$root"
 target=${CARGO_TARGET_DIR:-$root/target}
 export BLOODRAVEN_OPERATOR_BIN="$target/debug/bloodraven-operator"
+export BLOODRAVEN_SIDECAR_BIN="$target/debug/bloodraven-sidecar"
 
 cleanup() {
   status=$?
@@ -44,20 +46,25 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if [ "${1:-}" = "--figures" ] || [ "${1:-}" = "--bench" ] || [ "${1:-}" = "--bench-failover" ]; then
+bench=""
+case "${1:-}" in --figures | --bench | --bench-failover | --bench-sidecar) bench=$1 ;; esac
+if [ -n "$bench" ]; then
   # Figures are of the release build users run.
-  cargo build --locked --release -p bloodraven-operator
+  cargo build --locked --release -p bloodraven-operator -p bloodraven-sidecar
   export BLOODRAVEN_OPERATOR_BIN="$target/release/bloodraven-operator"
+  export BLOODRAVEN_SIDECAR_BIN="$target/release/bloodraven-sidecar"
 else
-  cargo build --locked -p bloodraven-operator
+  cargo build --locked -p bloodraven-operator -p bloodraven-sidecar
 fi
 # The tests run a private copy: with a target folder shared between
 # checkouts, another checkout's build would otherwise replace the binary
 # under a running suite.
 mkdir -p "$dir/bin"
 cp -f "$BLOODRAVEN_OPERATOR_BIN" "$dir/bin/bloodraven-operator"
+cp -f "$BLOODRAVEN_SIDECAR_BIN" "$dir/bin/bloodraven-sidecar"
 export BLOODRAVEN_OPERATOR_BIN="$dir/bin/bloodraven-operator"
-if [ "${1:-}" = "--figures" ] || [ "${1:-}" = "--bench" ] || [ "${1:-}" = "--bench-failover" ]; then
+export BLOODRAVEN_SIDECAR_BIN="$dir/bin/bloodraven-sidecar"
+if [ -n "$bench" ]; then
   # Figures measure the operator process against the control plane alone.
   "$root/hack/control-plane.sh" up "$dir/control-plane" >/dev/null
 else
@@ -88,6 +95,8 @@ elif [ "${1:-}" = "--bench" ]; then
   cargo run --locked --release -p bloodraven-e2e --bin deploy-bench
 elif [ "${1:-}" = "--bench-failover" ]; then
   cargo run --locked --release -p bloodraven-e2e --bin failover-bench
+elif [ "${1:-}" = "--bench-sidecar" ]; then
+  cargo run --locked --release -p bloodraven-e2e --bin sidecar-bench
 else
   # --no-fail-fast: one failing test file must not hide the others' results.
   only=()

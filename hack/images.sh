@@ -5,7 +5,8 @@
 #
 #   hack/images.sh build        build what is missing; print one line per image: REF ARCHIVE
 #   hack/images.sh import DIR   build, import each into DIR's node (hack/node.sh import), and
-#                               write DIR/images.env: BLOODRAVEN_OPERATOR_IMAGE, BLOODRAVEN_TOOLS_IMAGE
+#                               write DIR/images.env: BLOODRAVEN_OPERATOR_IMAGE, BLOODRAVEN_SIDECAR_IMAGE,
+#                               BLOODRAVEN_TOOLS_IMAGE
 #   hack/images.sh push PREFIX  build, then copy each project image (not tools) to a registry
 #                               with skopeo: PREFIX/NAME:TAG, e.g. PREFIX=registry.example/bloodraven;
 #                               skopeo's own options (credentials, TLS) come from SKOPEO_ARGS
@@ -14,6 +15,8 @@
 #   localhost/bloodraven/operator:TAG  one static binary, /bloodraven-operator (glibc,
 #                                      `-C target-feature=+crt-static`, stripped), run as
 #                                      65532:65532; nothing else inside: no shell, no libraries
+#   localhost/bloodraven/sidecar:TAG   the same for /bloodraven-sidecar (the deploy-lease sidecar,
+#                                      its `exec` wrapper and `probe`), run as 65532:65532
 #   localhost/bloodraven/tools:TAG     for tests only: busybox (Debian's busybox-static) and curl
 #                                      with the shared libraries it loads, so a Pod can call the
 #                                      deploy API over TLS as a pipeline would
@@ -44,26 +47,31 @@ need() {
   [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || die "static glibc is missing (apt-get install libc6-dev)"
 }
 
-build_operator() { # work -> prints "ref archive"
-  local work=$1 bin tag out
-  log "building bloodraven-operator as a static binary (release)"
-  # `|| die`: callers run this inside $(...), where set -e does not stop a
-  # failed build, and the binary left in the target folder was packed.
+# The static release binaries, in one cargo invocation (shared compile).
+# `|| die`: callers run this inside $(...), where set -e does not stop a
+# failed build, and the binaries left in the target folder would be packed.
+build_binaries() {
+  log "building bloodraven-operator and bloodraven-sidecar as static binaries (release)"
   (cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --quiet --locked --release --target "$triple" -p bloodraven-operator) ||
-    die "cargo build of the static operator failed"
-  bin="$target/$triple/release/bloodraven-operator"
+    cargo build --quiet --locked --release --target "$triple" -p bloodraven-operator -p bloodraven-sidecar) ||
+    die "cargo build of the static binaries failed"
+}
+
+# One static binary alone in an image, run as 65532.
+build_static() { # work name -> prints "ref archive"
+  local work=$1 name=$2 bin tag out
+  bin="$target/$triple/release/bloodraven-$name"
   # A dynamic binary would not start in an image without libraries.
   ldd "$bin" 2>&1 | grep -Eq 'statically linked|not a dynamic executable' || die "$bin is not static: $(ldd "$bin" 2>&1 | head -3)"
   mkdir -p "$work/rootfs"
-  strip -o "$work/rootfs/bloodraven-operator" "$bin"
-  tag=$( { echo "recipe $RECIPE operator"; sha256sum <"$work/rootfs/bloodraven-operator"; } | sha256sum | cut -c1-12)
-  out="$images/operator-$tag.tar"
+  strip -o "$work/rootfs/bloodraven-$name" "$bin"
+  tag=$( { echo "recipe $RECIPE $name"; sha256sum <"$work/rootfs/bloodraven-$name"; } | sha256sum | cut -c1-12)
+  out="$images/$name-$tag.tar"
   if ! [ -s "$out" ]; then
-    log "packing localhost/bloodraven/operator:$tag"
-    pack "$work" operator "$tag" "$out" --config.entrypoint=/bloodraven-operator --config.user=65532:65532
+    log "packing localhost/bloodraven/$name:$tag"
+    pack "$work" "$name" "$tag" "$out" --config.entrypoint="/bloodraven-$name" --config.user=65532:65532
   fi
-  echo "localhost/bloodraven/operator:$tag $out"
+  echo "localhost/bloodraven/$name:$tag $out"
 }
 
 # curl and every shared library it loads, at the same paths, plus the loader.
@@ -93,23 +101,27 @@ cmd_build() {
   local work; work=$(mktemp -d)
   # shellcheck disable=SC2064
   trap "rm -rf '$work'" EXIT
-  mkdir -p "$work/operator" "$work/tools"
-  build_operator "$work/operator"
+  mkdir -p "$work/operator" "$work/sidecar" "$work/tools"
+  build_binaries
+  build_static "$work/operator" operator
+  build_static "$work/sidecar" sidecar
   build_tools "$work/tools"
 }
 
 cmd_import() { # dir
   local dir; dir=$(cd "$1" && pwd)
-  local lines ref archive operator="" tools=""
+  local lines ref archive operator="" sidecar="" tools=""
   lines=$(cmd_build)
   while read -r ref archive; do
     "$root/hack/node.sh" import "$dir" "$archive" "$ref"
     case $ref in
       */operator:*) operator=$ref ;;
+      */sidecar:*) sidecar=$ref ;;
       */tools:*) tools=$ref ;;
     esac
   done <<<"$lines"
-  printf 'export BLOODRAVEN_OPERATOR_IMAGE=%s\nexport BLOODRAVEN_TOOLS_IMAGE=%s\n' "$operator" "$tools" >"$dir/images.env"
+  printf 'export BLOODRAVEN_OPERATOR_IMAGE=%s\nexport BLOODRAVEN_SIDECAR_IMAGE=%s\nexport BLOODRAVEN_TOOLS_IMAGE=%s\n' \
+    "$operator" "$sidecar" "$tools" >"$dir/images.env"
   cat "$dir/images.env"
 }
 

@@ -22,6 +22,7 @@ pub mod netns;
 pub mod operator;
 pub mod pods;
 pub mod promtext;
+pub mod sidecar;
 pub mod sites;
 pub mod wait;
 pub mod writer;

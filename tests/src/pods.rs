@@ -91,8 +91,14 @@ pub async fn wait_pod_end(cluster: &Cluster, ns: &str, name: &str, timeout: Dura
 /// behind Service `bloodraven`; waits until its Pod is Ready. Site
 /// credentials Secrets go in the same namespace (the credentials namespace).
 pub async fn operator_in_cluster(cluster: &Cluster, label: &str, tls: &TlsFiles) {
+    operator_in_namespace(cluster, OPERATOR_NAMESPACE, label, tls).await;
+}
+
+/// As [`operator_in_cluster`], in namespace `ns` (Service `bloodraven.<ns>.svc`):
+/// tests that run in parallel each get their own operator Pod, since one
+/// Deployment serves one group selector.
+pub async fn operator_in_namespace(cluster: &Cluster, ns: &str, label: &str, tls: &TlsFiles) {
     let c = cluster.client.clone();
-    let ns = OPERATOR_NAMESPACE;
     apply(
         &Api::<Namespace>::all(c.clone()),
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),

@@ -1,0 +1,547 @@
+//! The I/O around the lease core: sends the POSTs and PUTs the core asks
+//! for, feeds their answers back, publishes where the run stands to the
+//! local socket, and carries out the ending (hold released on every path;
+//! the final state recorded — termination message, JSON line, the Lease's
+//! `ddlState` — before the mutex is released).
+//!
+//! One task decides; each HTTP request runs in its own task so that a slow
+//! answer on one lease never delays the other's renewal. Answers that
+//! arrive after a fence are dropped: the heartbeat has stopped.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinSet;
+use tokio::time::{Instant, sleep_until};
+
+use super::ending::{Boundary, BoundaryMode, Ending, ProcessEnd, Verdict, verdict};
+use super::machine::{
+    AcquirePolicy, AcquireStep, FenceReason, GiveUp, Heartbeat, HolderInfo, Millis, PostAnswer, RenewAnswer, Timing,
+    after_post,
+};
+use crate::client::DeployApi;
+use crate::ddl::Detector;
+use crate::record::{FinalRecord, Phase, State, write_state};
+use crate::socket::{Event, OutcomeResult, Status};
+use crate::wire::{DdlState, LeaseKind, LeaseToken, released};
+
+/// Everything a run needs.
+#[derive(Debug)]
+pub struct Settings {
+    /// The deploy API client.
+    pub api: DeployApi,
+    /// The group.
+    pub group: String,
+    /// The MysqlDatabase name.
+    pub instance: String,
+    /// The operationId.
+    pub operation_id: String,
+    /// Checked timing (ttl, interval, request timeout, grace).
+    pub timing: Timing,
+    /// How long to keep asking for the leases.
+    pub acquire_timeout: Duration,
+    /// Longest wait between two POSTs while another operation holds the mutex.
+    pub acquire_poll: Duration,
+    /// How the DDL boundary is learnt.
+    pub boundary: BoundaryMode,
+    /// Termination message path.
+    pub termination_log: Option<PathBuf>,
+    /// `hold`'s state file.
+    pub state_file: Option<PathBuf>,
+    /// The database detection, when configured.
+    pub detector: Option<Detector>,
+    /// How long after SIGTERM + grace to wait for the migration's exit
+    /// after a fence, before recording the end without it.
+    pub wait_for_exit: Duration,
+}
+
+enum Io {
+    Post { kind: LeaseKind, sent: Millis, answer: PostAnswer, token: Option<LeaseToken> },
+    Renew { kind: LeaseKind, sent: Millis, version: u64, answer: RenewAnswer },
+}
+
+struct Run<'a> {
+    s: &'a Settings,
+    origin: Instant,
+    hb: Heartbeat,
+    migration: Option<LeaseToken>,
+    hold: Option<LeaseToken>,
+    boundary: Boundary,
+    outcome: Option<(OutcomeResult, Option<String>)>,
+    status: watch::Sender<Status>,
+    started: bool,
+    /// Reports waiting for a renewal that carries them: (DDL version, ack).
+    pending: Vec<(u64, oneshot::Sender<()>)>,
+    /// Counts the changes of the `ddlState` sent; each renewal carries the
+    /// version it was built from.
+    ddl_version: u64,
+}
+
+impl Run<'_> {
+    /// Answers `ack` at once when the `ddlState` to send did not become
+    /// `started`; otherwise renews now and answers once a migration-lease
+    /// renewal sent after this moment is confirmed (dropped on a fence).
+    fn confirm_when_recorded(&mut self, was: DdlState, ack: oneshot::Sender<()>) {
+        if self.boundary.wire_state() == DdlState::Started && was != DdlState::Started {
+            self.ddl_version += 1;
+            self.pending.push((self.ddl_version, ack));
+            self.hb.renew_now(self.ms());
+        } else {
+            let _ = ack.send(());
+        }
+    }
+
+    /// A renewal of `kind` built at DDL version `version` was answered
+    /// (`confirmed`: 200 at the grant's generation). Answers the reports it
+    /// carried; asks again for those it could not carry (built before them).
+    fn recorded(&mut self, kind: LeaseKind, version: u64, confirmed: bool) {
+        if kind != LeaseKind::Migration || self.pending.is_empty() {
+            return;
+        }
+        if confirmed {
+            let (done, waiting): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut self.pending).into_iter().partition(|(v, _)| *v <= version);
+            for (_, ack) in done {
+                let _ = ack.send(());
+            }
+            self.pending = waiting;
+        }
+        if !self.pending.is_empty() && confirmed {
+            self.hb.renew_now(self.ms());
+        }
+    }
+
+    fn ms(&self) -> Millis {
+        self.origin.elapsed().as_millis() as Millis
+    }
+
+    fn at(&self, m: Millis) -> Instant {
+        self.origin + Duration::from_millis(m)
+    }
+
+    fn token(&self, kind: LeaseKind) -> Option<&LeaseToken> {
+        match kind {
+            LeaseKind::Migration => self.migration.as_ref(),
+            LeaseKind::FailoverHold => self.hold.as_ref(),
+        }
+    }
+
+    fn save(&self, phase: Phase, record: Option<FinalRecord>) {
+        if let Some(path) = &self.s.state_file {
+            let state = State {
+                operation_id: self.s.operation_id.clone(),
+                phase,
+                in_ddl: self.boundary.in_ddl(),
+                revision: self.boundary.revision.clone(),
+                record,
+            };
+            if let Err(e) = write_state(path, &state) {
+                tracing::error!(path = %path.display(), error = %e, "failed to write the state file");
+            }
+        }
+    }
+
+    fn publish_held(&self) {
+        let remaining = self.hb.remaining(self.ms());
+        let _ = self.status.send(Status::Held {
+            deadline: Instant::now() + Duration::from_millis(remaining),
+            grace: Duration::from_millis(self.hb.timing().grace),
+        });
+    }
+
+    fn spawn_post(&self, tasks: &mut JoinSet<Io>, kind: LeaseKind) {
+        let api = self.s.api.clone();
+        let (op, instance) = (self.s.operation_id.clone(), self.s.instance.clone());
+        let ttl = (self.hb.timing().ttl / 1000) as u32;
+        let sent = self.ms();
+        tasks.spawn(async move {
+            let (answer, token) = api.create(kind, &op, &instance, ttl).await;
+            Io::Post { kind, sent, answer, token }
+        });
+    }
+
+    fn spawn_renew(&self, tasks: &mut JoinSet<Io>, kind: LeaseKind) {
+        let Some(token) = self.token(kind).cloned() else { return };
+        let api = self.s.api.clone();
+        let op = self.s.operation_id.clone();
+        let ddl = Some(self.boundary.wire_state());
+        let sent = self.ms();
+        let version = self.ddl_version;
+        tasks.spawn(async move {
+            let answer = api.renew(kind, &op, &token, ddl).await;
+            Io::Renew { kind, sent, version, answer }
+        });
+    }
+}
+
+/// What the loop ended with, and the wrapper waiting for its verdict.
+struct Loop {
+    ending: Ending,
+    reply: Option<oneshot::Sender<(i32, String)>>,
+}
+
+/// Drives one run until its final record; `shutdown` resolves on SIGTERM.
+pub async fn drive(
+    s: &Settings,
+    status: watch::Sender<Status>,
+    mut events: mpsc::Receiver<Event>,
+    shutdown: impl Future<Output = ()>,
+) -> FinalRecord {
+    let mut run = Run {
+        s,
+        origin: Instant::now(),
+        hb: Heartbeat::new(s.timing),
+        migration: None,
+        hold: None,
+        boundary: Boundary::new(s.boundary),
+        outcome: None,
+        status,
+        started: false,
+        pending: Vec::new(),
+        ddl_version: 0,
+    };
+    run.save(Phase::Acquiring, None);
+    let _ = run.status.send(Status::Acquiring);
+    let mut shutdown = std::pin::pin!(shutdown);
+    let Loop { ending, mut reply } = main_loop(&mut run, &mut events, &mut shutdown).await;
+    let mut ending = ending;
+    if let Ending::Fenced { reason, .. } = &ending {
+        tracing::warn!(fence = reason.code(), reason = %reason, in_ddl = run.boundary.in_ddl(), "fenced: the heartbeat stopped; never reconnecting, never acquiring again in this run");
+        let _ = run
+            .status
+            .send(Status::Fenced { reason: reason.to_string(), grace: Duration::from_millis(s.timing.grace) });
+        if run.started && reply.is_none() {
+            // The mutex stays ours until the migration has exited.
+            let wait = Duration::from_millis(s.timing.grace) + s.wait_for_exit;
+            if let Some((end, tx)) = wait_exit(&mut events, wait).await {
+                if let Ending::Fenced { process, .. } = &mut ending {
+                    *process = Some(end);
+                }
+                reply = Some(tx);
+            } else {
+                tracing::warn!("the migration did not report its exit within the grace");
+            }
+        }
+    }
+    finish(&mut run, ending, reply).await
+}
+
+async fn wait_exit(
+    events: &mut mpsc::Receiver<Event>,
+    wait: Duration,
+) -> Option<(ProcessEnd, oneshot::Sender<(i32, String)>)> {
+    let until = Instant::now() + wait;
+    loop {
+        match tokio::time::timeout_at(until, events.recv()).await {
+            Ok(Some(Event::Exited(end, tx))) => return Some((end, tx)),
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => return None,
+        }
+    }
+}
+
+#[allow(clippy::too_many_lines)] // the one select loop of the run; its arms are short
+async fn main_loop(
+    run: &mut Run<'_>,
+    events: &mut mpsc::Receiver<Event>,
+    shutdown: &mut std::pin::Pin<&mut impl Future<Output = ()>>,
+) -> Loop {
+    let s = run.s;
+    let policy = AcquirePolicy {
+        started: 0,
+        timeout: s.acquire_timeout.as_millis() as Millis,
+        poll: s.acquire_poll.as_millis() as Millis,
+    };
+    let mut tasks: JoinSet<Io> = JoinSet::new();
+    let mut acquiring = Some(LeaseKind::Migration);
+    let mut next_post: Millis = 0;
+    let mut post_in_flight = false;
+    let mut last_holder: Option<HolderInfo> = None;
+    let mut shutdown_seen = false;
+    let done = |ending: Ending, reply| Loop { ending, reply };
+    loop {
+        let now = run.ms();
+        if let Some(kind) = acquiring
+            && !post_in_flight
+            && now >= next_post
+        {
+            run.spawn_post(&mut tasks, kind);
+            post_in_flight = true;
+        }
+        for kind in run.hb.due(now) {
+            run.spawn_renew(&mut tasks, kind);
+        }
+        if let Some(reason) = run.hb.fenced().cloned() {
+            tasks.abort_all();
+            // Lost before the migration started: it never will.
+            if !run.started {
+                let give_up = match reason {
+                    FenceReason::GenerationChanged { granted, now, .. } => {
+                        GiveUp::GenerationChanged { migration: granted, hold: now }
+                    }
+                    other => GiveUp::Lost { reason: other.to_string() },
+                };
+                return done(Ending::NotStarted(give_up), None);
+            }
+            return done(Ending::Fenced { reason, in_ddl: run.boundary.in_ddl(), process: None }, None);
+        }
+        let mut wake = run.hb.next_wake().unwrap_or(now + 60_000);
+        if acquiring.is_some() && !post_in_flight {
+            wake = wake.min(next_post);
+        }
+        tokio::select! {
+            Some(joined) = tasks.join_next() => {
+                let Ok(io) = joined else { continue };
+                let now = run.ms();
+                match io {
+                    Io::Post { kind, sent, answer, token } => {
+                        post_in_flight = false;
+                        let step = after_post(kind, &answer, now, &policy, rand::random::<f64>(), last_holder.as_ref());
+                        match step {
+                            AcquireStep::Granted { generation, ttl_seconds } => {
+                                let Some(token) = token else { continue };
+                                tracing::info!(kind = kind.as_str(), generation, ttl_seconds, "lease granted");
+                                run.hb.granted(kind, sent, generation, ttl_seconds);
+                                match kind {
+                                    LeaseKind::Migration => {
+                                        run.migration = Some(token);
+                                        acquiring = Some(LeaseKind::FailoverHold);
+                                        next_post = now;
+                                    }
+                                    LeaseKind::FailoverHold => {
+                                        run.hold = Some(token);
+                                        acquiring = None;
+                                        if let Some(detector) = &s.detector {
+                                            // The baseline, before the migration may start.
+                                            match detector.capture().await {
+                                                Ok(()) => tracing::info!("schema fingerprint taken at the grant"),
+                                                Err(e) => tracing::warn!(error = %e, "failed to take the schema fingerprint at the grant; the database detection is off for this run"),
+                                            }
+                                        }
+                                        if run.hb.fenced().is_none() {
+                                            tracing::info!(held_ms = now, "both leases held");
+                                            run.save(Phase::Held, None);
+                                            run.publish_held();
+                                        }
+                                    }
+                                }
+                            }
+                            AcquireStep::RetryAt(at) => {
+                                match &answer {
+                                    PostAnswer::Held { holder, .. } => {
+                                        if last_holder.as_ref() != Some(holder) {
+                                            tracing::info!(kind = kind.as_str(), holder = %holder, "409 held: waiting for the holder");
+                                        }
+                                        last_holder = Some(holder.clone());
+                                    }
+                                    other => tracing::info!(kind = kind.as_str(), answer = ?other, retry_in_ms = at.saturating_sub(now), "lease not granted yet; asking again"),
+                                }
+                                next_post = at;
+                            }
+                            AcquireStep::GiveUp(give_up) => {
+                                tasks.abort_all();
+                                return done(Ending::NotStarted(give_up), None);
+                            }
+                        }
+                    }
+                    Io::Renew { kind, sent, version, answer } => {
+                        match &answer {
+                            RenewAnswer::Renewed { .. } => tracing::debug!(kind = kind.as_str(), "renewed"),
+                            other => tracing::warn!(kind = kind.as_str(), answer = ?other, "renewal not confirmed"),
+                        }
+                        let confirmed = matches!(answer, RenewAnswer::Renewed { .. });
+                        let fenced = run.hb.renewed(kind, sent, &answer, now).is_some();
+                        if !fenced && acquiring.is_none() {
+                            run.publish_held();
+                        }
+                        if !fenced {
+                            run.recorded(kind, version, confirmed);
+                        }
+                    }
+                }
+            }
+            () = sleep_until(run.at(wake)) => {}
+            event = events.recv() => match event {
+                Some(Event::Report(report, revision, ack)) => {
+                    tracing::info!(report = ?report, revision = ?revision, "DDL boundary reported");
+                    let was = run.boundary.wire_state();
+                    run.boundary.report(report, revision);
+                    run.save(Phase::Held, None);
+                    run.confirm_when_recorded(was, ack);
+                }
+                Some(Event::Outcome { result, revision, error }) => {
+                    tracing::info!(result = result.as_str(), revision = ?revision, "outcome reported");
+                    if revision.is_some() {
+                        run.boundary.revision = revision;
+                    }
+                    run.outcome = Some((result, error));
+                }
+                Some(Event::Started(ack)) => {
+                    run.started = true;
+                    let was = run.boundary.wire_state();
+                    run.boundary.migration_started();
+                    run.save(Phase::Held, None);
+                    tracing::info!(ddl_state = run.boundary.wire_state().as_str(), "the migration is starting");
+                    run.confirm_when_recorded(was, ack);
+                }
+                Some(Event::Exited(end, tx)) => {
+                    tasks.abort_all();
+                    // Exited after the deadline: the fence decides, not the exit.
+                    if let Some(reason) = run.hb.tick(run.ms()).cloned() {
+                        return done(Ending::Fenced { reason, in_ddl: run.boundary.in_ddl(), process: Some(end) }, Some(tx));
+                    }
+                    return done(Ending::Finished(end), Some(tx));
+                }
+                Some(Event::Nudge) => run.hb.renew_now(run.ms()),
+                None => {}
+            },
+            () = shutdown.as_mut(), if !shutdown_seen => {
+                shutdown_seen = true;
+                tracing::info!("SIGTERM received");
+                if !run.started {
+                    tasks.abort_all();
+                    return done(Ending::NotStarted(GiveUp::Stopped), None);
+                }
+                run.hb.fence_now(FenceReason::Shutdown);
+            }
+        }
+    }
+}
+
+/// Renews the migration lease once more with the final `ddlState`, until
+/// confirmed or the fence deadline; whether the Lease has it.
+async fn final_renewal(run: &mut Run<'_>, ddl: DdlState) -> bool {
+    let Some(token) = run.migration.clone() else { return false };
+    loop {
+        let sent = run.ms();
+        if run.hb.tick(sent).is_some() {
+            return false;
+        }
+        let answer = run.s.api.renew(LeaseKind::Migration, &run.s.operation_id, &token, Some(ddl)).await;
+        let now = run.ms();
+        let confirmed = matches!(answer, RenewAnswer::Renewed { .. });
+        if run.hb.renewed(LeaseKind::Migration, sent, &answer, now).is_some() {
+            tracing::warn!(answer = ?answer, "the final state could not be recorded on the Lease");
+            return false;
+        }
+        if confirmed {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(super::machine::RETRY_BACKOFF_MS)).await;
+    }
+}
+
+async fn release(run: &mut Run<'_>, kind: LeaseKind) {
+    let token = match kind {
+        LeaseKind::Migration => run.migration.take(),
+        LeaseKind::FailoverHold => run.hold.take(),
+    };
+    let Some(token) = token else { return };
+    run.hb.forget(kind);
+    // A few attempts within a request timeout each: an unreleased lease
+    // still lapses by its TTL.
+    for attempt in 0..3 {
+        match run.s.api.release(kind, &run.s.operation_id, &token).await {
+            Ok(status) if released(status) => {
+                tracing::info!(kind = kind.as_str(), status, "lease released");
+                return;
+            }
+            Ok(status) => tracing::warn!(kind = kind.as_str(), status, attempt, "release refused"),
+            Err(e) => tracing::warn!(kind = kind.as_str(), error = %e, attempt, "release failed"),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tracing::warn!(kind = kind.as_str(), "lease not released: it lapses by its TTL");
+}
+
+#[allow(clippy::too_many_lines)] // the ending's steps, in their required order
+async fn finish(run: &mut Run<'_>, mut ending: Ending, reply: Option<oneshot::Sender<(i32, String)>>) -> FinalRecord {
+    // The database's view of the boundary, when configured.
+    if let Some(detector) = &run.s.detector
+        && !matches!(ending, Ending::NotStarted(_))
+    {
+        match detector.changed().await {
+            Ok(true) => {
+                run.boundary.database_changed();
+                tracing::info!("the database shows schema or history changes since the grant");
+            }
+            Ok(false) => tracing::info!("the database shows no schema or history change since the grant"),
+            Err(e) => tracing::warn!(error = %e, "failed to read the database for the DDL boundary"),
+        }
+        if let Ending::Fenced { in_ddl, .. } = &mut ending {
+            *in_ddl = *in_ddl || run.boundary.in_ddl();
+        }
+    }
+    let v: Verdict = verdict(&ending);
+    let fenced = matches!(ending, Ending::Fenced { .. });
+    // 1. Not fenced: the final state on the Lease first, while the hold
+    // still defers a switchover (released first, the hold would let a
+    // waiting switchover revoke the mutex before its state is recorded).
+    let recorded = !fenced && run.migration.is_some() && final_renewal(run, v.ddl_state).await;
+    // 2. The hold, on every path (fenced: at once).
+    release(run, LeaseKind::FailoverHold).await;
+    // 3. Termination message, JSON line, state file.
+    let (outcome, reported_error) = match &run.outcome {
+        Some((r, e)) => (Some(r.as_str().to_owned()), e.clone()),
+        None => (None, None),
+    };
+    let (fence, fence_error) = match &ending {
+        Ending::Fenced { reason, .. } => (Some(reason.code().to_owned()), Some(reason.to_string())),
+        _ => (None, None),
+    };
+    let holder = match &ending {
+        Ending::NotStarted(GiveUp::Timeout { holder: Some(h), .. }) => Some(h.to_string()),
+        _ => None,
+    };
+    let give_up = match &ending {
+        Ending::NotStarted(g) => Some(g.to_string()),
+        _ => None,
+    };
+    let record = FinalRecord {
+        record: "bloodraven-sidecar".into(),
+        operation_id: run.s.operation_id.clone(),
+        group: run.s.group.clone(),
+        instance: run.s.instance.clone(),
+        result: v.result.into(),
+        exit_code: v.exit_code,
+        ddl_state: v.ddl_state.as_str().into(),
+        revision: run.boundary.revision.clone(),
+        outcome,
+        last_error: fence_error.or(give_up).or(reported_error),
+        fence,
+        holder,
+        recorded_on_lease: recorded,
+        message: v.message.clone(),
+    };
+    record.publish(run.s.termination_log.as_deref());
+    run.save(Phase::Ended, Some(record.clone()));
+    tracing::info!(
+        result = v.result,
+        exit_code = v.exit_code,
+        ddl_state = v.ddl_state.as_str(),
+        recorded_on_lease = recorded,
+        "run ended"
+    );
+    // 4. The mutex, only now; not when the Lease must lapse so that the
+    // operator records the loss (fenced in DDL), nor when it is already gone.
+    let release_mutex = match &ending {
+        Ending::NotStarted(_) => true,
+        Ending::Finished(_) => recorded,
+        Ending::Fenced { reason, in_ddl, .. } => {
+            !in_ddl && matches!(reason, FenceReason::Shutdown | FenceReason::DeadlinePassed)
+        }
+    };
+    if release_mutex {
+        release(run, LeaseKind::Migration).await;
+    } else if run.migration.is_some() {
+        tracing::warn!("the migration lease is left to lapse by its TTL");
+        run.migration = None;
+    }
+    if let Some(tx) = reply {
+        let _ = tx.send((v.exit_code, v.message.clone()));
+    }
+    let _ = run.status.send(Status::Ended { exit_code: v.exit_code, message: v.message });
+    record
+}

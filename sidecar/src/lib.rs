@@ -1,0 +1,60 @@
+//! Bloodraven's deploy-lease sidecar. One lease core, two ways to run it:
+//!
+//! - `hold`: native sidecar of a migration Job Pod (an init container with
+//!   `restartPolicy: Always`); its startup probe (`probe`) passes once both
+//!   leases are held, and the migration container's entrypoint is the
+//!   wrapper `exec`, which starts the migration only with the sidecar's
+//!   permission, fences it, and exits with the sidecar's verdict.
+//! - `run -- CMD…`: the same around CMD, for pipelines outside the cluster.
+//!
+//! Layout: `lease::machine` (pure decisions: acquisition, heartbeat,
+//! fence), `lease::ending` (DDL boundary, verdict, exit codes),
+//! `lease::driver` (the I/O around them), `wire` (the deploy API's JSON,
+//! the one module that knows it), `client` (HTTPS), `socket` (the local
+//! socket), `exec` and `fence` (the wrapper and its signals), `ddl`
+//! (optional detection from the database), `record` (termination message,
+//! JSON line, state file), `modes` (the subcommands). Sources: the lease
+//! seed, DESIGN.md ("Deploy API", "Sidecar"), issue 9.
+
+pub mod client;
+pub mod config;
+pub mod ddl;
+pub mod exec;
+pub mod fence;
+pub mod lease;
+pub mod modes;
+pub mod record;
+pub mod socket;
+pub mod wire;
+
+/// Runs the parsed command; returns the exit code.
+pub async fn run(cli: config::Cli) -> i32 {
+    use config::Command;
+    match cli.command {
+        Command::Hold(a) => modes::hold(a).await,
+        Command::Run(a) => modes::run(a).await,
+        Command::Exec(a) => modes::exec(a).await,
+        Command::Mark(a) => modes::mark(a).await,
+        Command::Permit(a) => modes::permit(a).await,
+        Command::Probe(a) => modes::probe(a).await,
+        Command::Install(a) => modes::install(&a),
+    }
+}
+
+/// Installs the tracing subscriber: lines on standard error (standard
+/// output carries the final record), filtered by `RUST_LOG` (default `info`).
+pub fn init_tracing(format: config::LogFormat) {
+    use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,mysql_async=warn"));
+    let registry = tracing_subscriber::registry().with(filter);
+    let _ = match format {
+        config::LogFormat::Json => registry
+            .with(fmt::layer().json().flatten_event(true).with_current_span(false).with_writer(std::io::stderr))
+            .try_init(),
+        config::LogFormat::Text => {
+            use std::io::IsTerminal as _;
+            let ansi = std::io::stderr().is_terminal();
+            registry.with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr)).try_init()
+        }
+    };
+}

@@ -1,0 +1,363 @@
+//! The subcommands: `hold` and `run` over one lease core
+//! ([`crate::lease::driver`]), the wrapper `exec`, and the small socket
+//! clients `mark`, `permit`, `probe`. Each returns the process exit code.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{mpsc, watch};
+
+use crate::client::DeployApi;
+use crate::config::{ExecArgs, HoldArgs, InstallArgs, LeaseArgs, Mark, MarkArgs, RunArgs, SocketArgs, optional_path};
+use crate::ddl::Detector;
+use crate::lease::driver::{Settings, drive};
+use crate::lease::ending::{Ending, ProcessEnd, exit, verdict};
+use crate::lease::machine::{FenceReason, GiveUp};
+use crate::record::{FinalRecord, Phase, State, read_state, write_state};
+use crate::socket::{self, MarkEvent, Reply, Request, RunState, Shared, Status};
+
+/// A future that resolves on SIGTERM or SIGINT, and stays resolved.
+fn stop_signal() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            tracing::error!("failed to install the signal handlers");
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+async fn stopped(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|s| *s).await;
+}
+
+fn settings(
+    args: &LeaseArgs,
+    random_ok: bool,
+    termination_log: Option<PathBuf>,
+    state_file: Option<PathBuf>,
+) -> Result<Settings, String> {
+    let (timing, operation_id) = args.check(random_ok).map_err(|e| e.to_string())?;
+    let api = DeployApi::new(&args.url, &args.ca, &args.token_file, &args.group, args.request_timeout)
+        .map_err(|e| e.to_string())?;
+    let detector = args.db_url_file.as_deref().map(Detector::from_file).transpose().map_err(|e| e.to_string())?;
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        url = %args.url,
+        group = %args.group,
+        instance = %args.instance,
+        operation_id = %operation_id,
+        ttl_seconds = args.ttl,
+        renew_interval_ms = timing.interval,
+        request_timeout_ms = timing.request_timeout,
+        grace_ms = timing.grace,
+        acquire_timeout_s = args.acquire_timeout.as_secs_f64(),
+        ddl_boundary = ?args.ddl_boundary,
+        db_detection = detector.is_some(),
+        uid = rustix::process::getuid().as_raw(),
+        "bloodraven-sidecar starting"
+    );
+    if rustix::process::getuid().is_root() {
+        tracing::warn!("running as root: the sidecar needs no privilege; run it as a non-root user");
+    }
+    Ok(Settings {
+        api,
+        group: args.group.clone(),
+        instance: args.instance.clone(),
+        operation_id,
+        timing,
+        acquire_timeout: args.acquire_timeout,
+        acquire_poll: args.acquire_poll,
+        boundary: args.ddl_boundary,
+        termination_log,
+        state_file,
+        detector,
+        wait_for_exit: Duration::from_secs(5),
+    })
+}
+
+fn serve(path: &Path, status: watch::Receiver<Status>, events: mpsc::Sender<Event>) -> Result<(), String> {
+    let listener = socket::bind(path).map_err(|e| format!("failed to bind the socket {}: {e}", path.display()))?;
+    tokio::spawn(socket::serve(listener, Shared::new(status, events)));
+    Ok(())
+}
+
+use crate::socket::Event;
+
+/// `hold`.
+pub async fn hold(args: HoldArgs) -> i32 {
+    let stop = stop_signal();
+    let s = match settings(&args.lease, false, optional_path(&args.termination_log), Some(args.state_file.clone())) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "refusing to start");
+            return exit::USAGE;
+        }
+    };
+    let (status_tx, status_rx) = watch::channel(Status::Acquiring);
+    let (events_tx, events_rx) = mpsc::channel(64);
+    // A restarted sidecar: its tokens died with it; the run is over.
+    let previous = match read_state(&args.state_file) {
+        Ok(p) => p.filter(|p| p.operation_id == s.operation_id),
+        Err(e) => {
+            tracing::error!(path = %args.state_file.display(), error = %e, "unreadable state file: refusing to acquire (a restart must never acquire again)");
+            return exit::SIDECAR_FAILED;
+        }
+    };
+    let record = if let Some(previous) = previous {
+        let record = restarted(&s, &previous);
+        let _ = status_tx.send(Status::Ended { exit_code: record.exit_code, message: record.message.clone() });
+        if let Err(e) = serve(&args.socket, status_rx, events_tx) {
+            tracing::error!(error = %e, "socket");
+        }
+        record
+    } else {
+        // The state file must be writable before anything is acquired.
+        let first = State {
+            operation_id: s.operation_id.clone(),
+            phase: Phase::Acquiring,
+            in_ddl: false,
+            revision: None,
+            record: None,
+        };
+        if let Err(e) = write_state(&args.state_file, &first) {
+            tracing::error!(path = %args.state_file.display(), error = %e, "failed to write the state file: refusing to acquire");
+            return exit::USAGE;
+        }
+        if let Err(e) = serve(&args.socket, status_rx, events_tx) {
+            tracing::error!(error = %e, "refusing to start");
+            return exit::USAGE;
+        }
+        drive(&s, status_tx, events_rx, stopped(stop.clone())).await
+    };
+    // A native sidecar that exits is restarted: stay until the kubelet stops
+    // the Pod (after the migration container ended).
+    stopped(stop).await;
+    record.exit_code
+}
+
+/// The record of a run whose sidecar restarted: acquiring or holding, its
+/// tokens are gone (memory only), so the run ends here; the leases lapse by TTL.
+fn restarted(s: &Settings, previous: &State) -> FinalRecord {
+    if let (Phase::Ended, Some(record)) = (previous.phase, &previous.record) {
+        tracing::info!(result = %record.result, "this run already ended; not acquiring again");
+        return record.clone();
+    }
+    let ending = match previous.phase {
+        Phase::Acquiring => Ending::NotStarted(GiveUp::Lost { reason: FenceReason::SidecarRestarted.to_string() }),
+        _ => Ending::Fenced { reason: FenceReason::SidecarRestarted, in_ddl: previous.in_ddl, process: None },
+    };
+    let v = verdict(&ending);
+    tracing::warn!(
+        result = v.result,
+        "the sidecar restarted during the run: never acquiring again; the leases lapse by their TTL"
+    );
+    let record = FinalRecord {
+        record: "bloodraven-sidecar".into(),
+        operation_id: s.operation_id.clone(),
+        group: s.group.clone(),
+        instance: s.instance.clone(),
+        result: v.result.into(),
+        exit_code: v.exit_code,
+        ddl_state: v.ddl_state.as_str().into(),
+        revision: previous.revision.clone(),
+        fence: Some(FenceReason::SidecarRestarted.code().into()),
+        last_error: Some(FenceReason::SidecarRestarted.to_string()),
+        message: v.message,
+        ..FinalRecord::default()
+    };
+    record.publish(s.termination_log.as_deref());
+    if let Some(path) = &s.state_file {
+        let state = State { phase: Phase::Ended, record: Some(record.clone()), ..previous.clone() };
+        if let Err(e) = write_state(path, &state) {
+            tracing::error!(error = %e, "failed to write the state file");
+        }
+    }
+    record
+}
+
+/// `run`.
+pub async fn run(args: RunArgs) -> i32 {
+    let stop = stop_signal();
+    let s = match settings(&args.lease, true, optional_path(&args.termination_log), None) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "refusing to start");
+            return exit::USAGE;
+        }
+    };
+    // A private directory for the socket unless one was given.
+    let private = match &args.socket {
+        Some(_) => None,
+        None => match tempfile::Builder::new().prefix("bloodraven-sidecar-").tempdir() {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tracing::error!(error = %e, "failed to make a directory for the socket");
+                return exit::SIDECAR_FAILED;
+            }
+        },
+    };
+    let socket_path = args
+        .socket
+        .clone()
+        .unwrap_or_else(|| private.as_ref().map_or_else(PathBuf::new, |d| d.path().join("sidecar.sock")));
+    let (status_tx, mut status_rx) = watch::channel(Status::Acquiring);
+    let (events_tx, events_rx) = mpsc::channel(64);
+    if let Err(e) = serve(&socket_path, status_rx.clone(), events_tx.clone()) {
+        tracing::error!(error = %e, "refusing to start");
+        return exit::SIDECAR_FAILED;
+    }
+    let wrapper = async {
+        // Start the wrapper once both leases are held; never otherwise.
+        let held = status_rx
+            .wait_for(|s| matches!(s, Status::Held { .. } | Status::Ended { .. }))
+            .await
+            .map(|s| matches!(*s, Status::Held { .. }));
+        if !matches!(held, Ok(true)) {
+            return None;
+        }
+        let exe = match std::env::current_exe() {
+            Ok(e) => e,
+            Err(e) => {
+                tracing::error!(error = %e, "failed to find this program to start the wrapper");
+                return None;
+            }
+        };
+        let child = tokio::process::Command::new(exe)
+            .arg("exec")
+            .arg("--socket")
+            .arg(&socket_path)
+            .args(["--termination-log", "none", "--connect-timeout", "10", "--"])
+            .args(&args.command)
+            .env("BLOODRAVEN_SOCKET", &socket_path)
+            .spawn();
+        let status = match child {
+            Ok(mut c) => c.wait().await.ok(),
+            Err(e) => {
+                tracing::error!(error = %e, "failed to start the wrapper");
+                None
+            }
+        };
+        // A wrapper that ended without reporting (it failed, or was killed)
+        // ends the run as the migration's end; after a report the driver
+        // no longer reads this.
+        let end = ProcessEnd {
+            code: status.and_then(|s| s.code()).or(Some(exit::SIDECAR_FAILED)),
+            signal: status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s)),
+        };
+        let (tx, _rx) = tokio::sync::oneshot::channel();
+        let _ = events_tx.send(Event::Exited(end, tx)).await;
+        status
+    };
+    let (record, wrapper_status) = tokio::join!(drive(&s, status_tx, events_rx, stopped(stop)), wrapper);
+    tracing::debug!(wrapper = ?wrapper_status, "wrapper ended");
+    record.exit_code
+}
+
+/// `exec`.
+pub async fn exec(args: ExecArgs) -> i32 {
+    let s = crate::exec::ExecSettings {
+        socket: args.socket,
+        command: args.command,
+        connect_timeout: args.connect_timeout,
+        verdict_timeout: args.verdict_timeout,
+        termination_log: optional_path(&args.termination_log),
+    };
+    crate::exec::exec(&s).await
+}
+
+/// `mark`.
+pub async fn mark(args: MarkArgs) -> i32 {
+    let req = match args.what {
+        Mark::DdlStarted { revision } => Request::Mark { event: MarkEvent::DdlStarted, revision },
+        Mark::DdlFinished { revision } => Request::Mark { event: MarkEvent::DdlFinished, revision },
+        Mark::Outcome { result, revision, error } => Request::Outcome { result, revision, error },
+    };
+    match socket::call(&args.socket.socket, &req, args.socket.timeout).await {
+        Ok(Reply::Ok) => 0,
+        Ok(other) => {
+            eprintln!("bloodraven-sidecar mark: refused: {other:?}");
+            1
+        }
+        Err(e) => {
+            eprintln!("bloodraven-sidecar mark: {e}");
+            1
+        }
+    }
+}
+
+/// `permit`.
+pub async fn permit(args: SocketArgs) -> i32 {
+    match socket::call(&args.socket, &Request::Permit, args.timeout).await {
+        Ok(Reply::Permit { granted: true, remaining_ms, .. }) => {
+            println!("granted: {remaining_ms} ms before the fence deadline");
+            0
+        }
+        Ok(Reply::Permit { message, .. }) => {
+            eprintln!("bloodraven-sidecar permit: refused: {message}");
+            1
+        }
+        Ok(other) => {
+            eprintln!("bloodraven-sidecar permit: unexpected reply {other:?}");
+            1
+        }
+        Err(e) => {
+            eprintln!("bloodraven-sidecar permit: {e}");
+            1
+        }
+    }
+}
+
+/// `probe`.
+pub async fn probe(args: SocketArgs) -> i32 {
+    match socket::call(&args.socket, &Request::Status, args.timeout).await {
+        Ok(Reply::Status { state: RunState::Held, remaining_ms }) => {
+            println!("held ({remaining_ms} ms before the fence deadline)");
+            0
+        }
+        Ok(Reply::Status { state, .. }) => {
+            println!("{state:?}");
+            1
+        }
+        Ok(other) => {
+            eprintln!("unexpected reply {other:?}");
+            1
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            1
+        }
+    }
+}
+
+/// `install`: copies this program to DIR/bloodraven-sidecar (mode 0755),
+/// through a temporary file renamed into place.
+pub fn install(args: &InstallArgs) -> i32 {
+    let result = (|| -> std::io::Result<PathBuf> {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::create_dir_all(&args.dir)?;
+        let target = args.dir.join("bloodraven-sidecar");
+        let tmp = args.dir.join(".bloodraven-sidecar.tmp");
+        std::fs::copy(std::env::current_exe()?, &tmp)?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::rename(&tmp, &target)?;
+        Ok(target)
+    })();
+    match result {
+        Ok(target) => {
+            println!("installed {}", target.display());
+            0
+        }
+        Err(e) => {
+            eprintln!("bloodraven-sidecar install: failed to copy this program into {}: {e}", args.dir.display());
+            exit::USAGE
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! The records a run leaves: the final record (termination message and one
+//! JSON line on standard output), and `hold`'s state file, which tells a
+//! restarted sidecar that this Pod's run already began (so it never
+//! acquires again). Neither ever holds a token.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+/// Kubernetes reads at most 4096 bytes of a termination message.
+pub const TERMINATION_MESSAGE_MAX: usize = 4096;
+
+/// `text` cut to `max_chars` characters, every character outside printable
+/// ASCII escaped (`\n`, `\u{202e}`), `...` appended when cut: for values
+/// that come from outside (server messages, the migration's reports).
+pub fn bounded(text: &str, max_chars: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max_chars) + 3);
+    let mut chars = text.chars();
+    for c in chars.by_ref().take(max_chars) {
+        if c == ' ' || c.is_ascii_graphic() {
+            out.push(c);
+        } else {
+            out.extend(c.escape_default());
+        }
+    }
+    if chars.next().is_some() {
+        out.push_str("...");
+    }
+    out
+}
+
+/// The final state of a run, as the termination message and the last log
+/// line carry it. Field names follow the deploy API's (camelCase).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FinalRecord {
+    /// Always `bloodraven-sidecar` (to find the line among others).
+    pub record: String,
+    /// The operationId.
+    pub operation_id: String,
+    /// The group.
+    pub group: String,
+    /// The MysqlDatabase name.
+    pub instance: String,
+    /// `succeeded`, `failed`, `not-started`, `fenced`, `schema-verification-required`.
+    pub result: String,
+    /// The exit code `run`/`exec` end with.
+    pub exit_code: i32,
+    /// The last `ddlState` (`before`, `started`, `completed`, `failed`).
+    pub ddl_state: String,
+    /// The revision the migration last reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// The outcome the migration reported (`succeeded`, `failed`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// The last error (the migration's reported one, or the fence's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    /// Fence reason code (`revoked`, `expired`, `deadline_passed`, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<String>,
+    /// The holder that kept the mutex, when acquisition gave up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// Whether the final `ddlState` reached the Lease (a renewal carried it).
+    pub recorded_on_lease: bool,
+    /// For a person.
+    pub message: String,
+}
+
+impl FinalRecord {
+    /// The record as JSON within [`TERMINATION_MESSAGE_MAX`] bytes (the
+    /// message and last error are shortened when needed).
+    pub fn to_json(&self) -> String {
+        let mut r = self.clone();
+        loop {
+            let text = serde_json::to_string(&r).unwrap_or_default();
+            if text.len() <= TERMINATION_MESSAGE_MAX || (r.message.len() < 64 && r.last_error.is_none()) {
+                return text;
+            }
+            r.last_error = r.last_error.filter(|e| e.len() > 64).map(|e| bounded(&e, e.chars().count() / 2));
+            r.message = bounded(&r.message, r.message.chars().count() / 2);
+        }
+    }
+
+    /// Writes the termination message (`path`, usually
+    /// `/dev/termination-log`) and the JSON line on standard output. A
+    /// termination message that cannot be written (no such file outside a
+    /// Pod) is a warning, never a failure: the line is still printed.
+    pub fn publish(&self, path: Option<&Path>) {
+        let text = self.to_json();
+        if let Some(path) = path
+            && let Err(e) = std::fs::write(path, &text)
+        {
+            tracing::warn!(path = %path.display(), error = %e, "failed to write the termination message");
+        }
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{text}");
+        let _ = out.flush();
+    }
+}
+
+/// Phases `hold` writes to its state file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Phase {
+    /// Asking for the leases.
+    Acquiring,
+    /// Both leases held.
+    Held,
+    /// Ended (the verdict is in the record).
+    Ended,
+}
+
+/// `hold`'s state file: where a run stands, without any token.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct State {
+    /// The operation.
+    pub operation_id: String,
+    /// Where it stands.
+    pub phase: Phase,
+    /// Whether DDL was in flight at the last write.
+    pub in_ddl: bool,
+    /// The revision last reported.
+    #[serde(default)]
+    pub revision: Option<String>,
+    /// The final record, once ended.
+    #[serde(default)]
+    pub record: Option<FinalRecord>,
+}
+
+/// Reads the state file; `Ok(None)` when there is none.
+pub fn read_state(path: &Path) -> std::io::Result<Option<State>> {
+    match std::fs::read(path) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(std::io::Error::other),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes the state file atomically (a temporary file beside it, renamed).
+pub fn write_state(path: &Path, state: &State) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(&serde_json::to_vec(state).map_err(std::io::Error::other)?)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_escapes_and_cuts() {
+        assert_eq!(bounded("plain", 10), "plain");
+        assert_eq!(bounded("a\nb\u{202e}", 10), "a\\nb\\u{202e}");
+        assert_eq!(bounded("abcdef", 3), "abc...");
+    }
+
+    #[test]
+    fn termination_message_fits() {
+        let r = FinalRecord {
+            message: "m".repeat(10_000),
+            last_error: Some("e".repeat(10_000)),
+            operation_id: "op".into(),
+            ..FinalRecord::default()
+        };
+        let text = r.to_json();
+        assert!(text.len() <= TERMINATION_MESSAGE_MAX, "{}", text.len());
+        let back: FinalRecord = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.operation_id, "op");
+    }
+
+    #[test]
+    fn state_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        assert!(read_state(&path).unwrap().is_none());
+        let s = State {
+            operation_id: "op".into(),
+            phase: Phase::Held,
+            in_ddl: true,
+            revision: Some("3".into()),
+            record: None,
+        };
+        write_state(&path, &s).unwrap();
+        assert_eq!(read_state(&path).unwrap(), Some(s));
+        std::fs::write(&path, b"garbage").unwrap();
+        assert!(read_state(&path).is_err());
+    }
+}

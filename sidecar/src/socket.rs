@@ -1,0 +1,662 @@
+//! The local socket between the sidecar and the migration: a unix stream
+//! socket in a directory only the Pod's containers mount (an emptyDir),
+//! one JSON object per line each way.
+//!
+//! It never hands out a token: a caller can ask where the run stands
+//! (`status`, for the startup probe), ask for permission to take a step
+//! (`permit`), report the DDL boundary and the outcome (`mark`,
+//! `outcome`), and — once per run — `attach` as the migration's entrypoint
+//! wrapper (`bloodraven-sidecar exec`), which is then told to start, kept
+//! informed of the fence deadline after every confirmed renewal, told to
+//! fence, and finally sends `exited` and gets the verdict.
+//!
+//! Requests are at most [`MAX_LINE`] bytes; anything else is answered with
+//! `{"reply":"error","message":…}` and the connection is closed.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{Semaphore, mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use crate::lease::ending::{ProcessEnd, Report};
+
+/// Longest request line, in bytes.
+pub const MAX_LINE: usize = 4096;
+
+/// Most connections served at once (a probe, marks, the wrapper).
+const MAX_CONNECTIONS: usize = 32;
+
+/// Longest wait for the driver to confirm a report or a start (a renewal
+/// carrying the new `ddlState`): past it, the caller is refused.
+const ACK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Longest wait for a request line on a new connection.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A report's event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum MarkEvent {
+    /// The migration is about to send DDL.
+    DdlStarted,
+    /// Its DDL (of one revision) committed.
+    DdlFinished,
+}
+
+/// The migration's own view of how it ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum OutcomeResult {
+    /// It applied everything.
+    Succeeded,
+    /// It failed.
+    Failed,
+}
+
+impl OutcomeResult {
+    /// The JSON spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OutcomeResult::Succeeded => "succeeded",
+            OutcomeResult::Failed => "failed",
+        }
+    }
+}
+
+/// A request line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case")]
+pub enum Request {
+    /// Where the run stands.
+    Status,
+    /// May the migration take its next step now?
+    Permit,
+    /// A DDL-boundary report.
+    Mark {
+        /// Which boundary.
+        event: MarkEvent,
+        /// The revision it concerns.
+        #[serde(default)]
+        revision: Option<String>,
+    },
+    /// The migration's outcome.
+    Outcome {
+        /// Succeeded or failed.
+        result: OutcomeResult,
+        /// The last revision applied.
+        #[serde(default)]
+        revision: Option<String>,
+        /// Its last error.
+        #[serde(default)]
+        error: Option<String>,
+    },
+    /// The entrypoint wrapper attaches (once per run).
+    Attach,
+    /// The wrapper's child ended.
+    Exited {
+        /// Exit code.
+        #[serde(default)]
+        code: Option<i32>,
+        /// Terminating signal.
+        #[serde(default)]
+        signal: Option<i32>,
+    },
+}
+
+/// Where the run stands, for `status`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunState {
+    /// Asking for the leases.
+    Acquiring,
+    /// Both leases held.
+    Held,
+    /// Fenced: the migration must stop.
+    Fenced,
+    /// Over.
+    Ended,
+}
+
+/// A reply line.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "kebab-case")]
+pub enum Reply {
+    /// Answer to `status`.
+    Status {
+        /// Where the run stands.
+        state: RunState,
+        /// ms left before the fence deadline (0 unless held).
+        #[serde(rename = "remainingMs")]
+        remaining_ms: u64,
+    },
+    /// A report was taken.
+    Ok,
+    /// The request was refused.
+    Error {
+        /// Why.
+        message: String,
+    },
+    /// Answer to `permit`.
+    Permit {
+        /// Whether the step may start.
+        granted: bool,
+        /// ms left before the fence deadline.
+        #[serde(rename = "remainingMs")]
+        remaining_ms: u64,
+        /// Why not, when not.
+        message: String,
+    },
+    /// To the wrapper: start the migration.
+    Start {
+        /// ms left before the fence deadline.
+        #[serde(rename = "remainingMs")]
+        remaining_ms: u64,
+        /// ms between SIGTERM and SIGKILL.
+        #[serde(rename = "graceMs")]
+        grace_ms: u64,
+    },
+    /// To the wrapper: do not start; exit with this code.
+    Refused {
+        /// Exit code.
+        #[serde(rename = "exitCode")]
+        exit_code: i32,
+        /// Why.
+        message: String,
+    },
+    /// To the wrapper: a renewal was confirmed.
+    Held {
+        /// ms left before the fence deadline.
+        #[serde(rename = "remainingMs")]
+        remaining_ms: u64,
+    },
+    /// To the wrapper: fence now.
+    Fence {
+        /// Why.
+        reason: String,
+        /// ms between SIGTERM and SIGKILL.
+        #[serde(rename = "graceMs")]
+        grace_ms: u64,
+    },
+    /// To the wrapper, after `exited`: exit with this code.
+    Verdict {
+        /// Exit code.
+        #[serde(rename = "exitCode")]
+        exit_code: i32,
+        /// Why.
+        message: String,
+    },
+}
+
+/// What the driver publishes for the socket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    /// Asking for the leases.
+    Acquiring,
+    /// Both held until `deadline` (the fence deadline), SIGKILL `grace` after SIGTERM.
+    Held {
+        /// The fence deadline.
+        deadline: Instant,
+        /// The grace.
+        grace: Duration,
+    },
+    /// Fenced.
+    Fenced {
+        /// Why.
+        reason: String,
+        /// The grace.
+        grace: Duration,
+    },
+    /// Over, with the verdict.
+    Ended {
+        /// Exit code.
+        exit_code: i32,
+        /// Why.
+        message: String,
+    },
+}
+
+impl Status {
+    fn state(&self) -> RunState {
+        match self {
+            Status::Acquiring => RunState::Acquiring,
+            Status::Held { .. } => RunState::Held,
+            Status::Fenced { .. } => RunState::Fenced,
+            Status::Ended { .. } => RunState::Ended,
+        }
+    }
+
+    fn remaining_ms(&self) -> u64 {
+        match self {
+            Status::Held { deadline, .. } => deadline.saturating_duration_since(Instant::now()).as_millis() as u64,
+            _ => 0,
+        }
+    }
+}
+
+/// What the socket tells the driver.
+#[derive(Debug)]
+pub enum Event {
+    /// A DDL-boundary report; the sender is answered once the report is
+    /// safe to act on (`ddl-started`: once a renewal carrying `started` was
+    /// confirmed, so the operator knows before the DDL is sent).
+    Report(Report, Option<String>, oneshot::Sender<()>),
+    /// The migration's outcome.
+    Outcome {
+        /// Succeeded or failed.
+        result: OutcomeResult,
+        /// Last revision.
+        revision: Option<String>,
+        /// Last error.
+        error: Option<String>,
+    },
+    /// The wrapper asks to start the migration; answered once it may (with
+    /// `--ddl-boundary at-start`: once the Lease has `ddlState: started`).
+    Started(oneshot::Sender<()>),
+    /// The migration ended; the verdict goes back on the channel.
+    Exited(ProcessEnd, oneshot::Sender<(i32, String)>),
+    /// Something (a push watch, later) says a lease may be gone: renew now.
+    /// Renewals stay the source of truth.
+    Nudge,
+}
+
+/// The socket's side of the run: the status to read and the events to send.
+#[derive(Debug)]
+pub struct Shared {
+    status: watch::Receiver<Status>,
+    events: mpsc::Sender<Event>,
+    attached: AtomicBool,
+}
+
+impl Shared {
+    /// Shared state over a status channel and an event channel.
+    pub fn new(status: watch::Receiver<Status>, events: mpsc::Sender<Event>) -> Arc<Shared> {
+        Arc::new(Shared { status, events, attached: AtomicBool::new(false) })
+    }
+}
+
+/// Binds `path` (a stale socket file left by an earlier instance is
+/// replaced), readable and writable by every container that mounts its
+/// directory, and serves it until the task is dropped.
+pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    // The migration container may run as another user; the socket hands
+    // out no secret, and only containers mounting the directory reach it.
+    std::fs::set_permissions(path, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o666))?;
+    Ok(listener)
+}
+
+/// Serves connections on `listener`.
+pub async fn serve(listener: UnixListener, shared: Arc<Shared>) {
+    let limit = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            if let Err(e) = connection(stream, &shared).await {
+                tracing::debug!(error = %e, "socket connection ended");
+            }
+            drop(permit);
+        });
+    }
+}
+
+async fn write(stream: &mut (impl AsyncWriteExt + Unpin), reply: &Reply) -> std::io::Result<()> {
+    let mut line = serde_json::to_vec(reply).map_err(std::io::Error::other)?;
+    line.push(b'\n');
+    stream.write_all(&line).await?;
+    stream.flush().await
+}
+
+/// Reads one line of at most [`MAX_LINE`] bytes; `None` at end of stream.
+async fn read_line(reader: &mut (impl AsyncBufReadExt + Unpin)) -> std::io::Result<Option<String>> {
+    let mut buf = Vec::new();
+    let n = reader.take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf).await?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if buf.last() != Some(&b'\n') {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("request longer than {MAX_LINE} bytes or not ended by a newline"),
+        ));
+    }
+    String::from_utf8(buf)
+        .map(Some)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "request is not UTF-8"))
+}
+
+/// Parses a request line.
+pub fn parse(line: &str) -> Result<Request, String> {
+    let req: Request = serde_json::from_str(line.trim_end()).map_err(|e| format!("invalid request: {e}"))?;
+    let too_long = |v: &Option<String>, max: usize| v.as_ref().is_some_and(|s| s.len() > max);
+    match &req {
+        Request::Mark { revision, .. } | Request::Outcome { revision, .. } if too_long(revision, 256) => {
+            Err("invalid request: revision longer than 256 bytes".into())
+        }
+        _ => Ok(req),
+    }
+}
+
+async fn connection(stream: UnixStream, shared: &Shared) -> std::io::Result<()> {
+    let (read, mut write_half) = stream.into_split();
+    let mut reader = BufReader::new(read);
+    let line = match tokio::time::timeout(REQUEST_TIMEOUT, read_line(&mut reader)).await {
+        Err(_) | Ok(Ok(None)) => return Ok(()),
+        Ok(Ok(Some(line))) => line,
+        Ok(Err(e)) => {
+            write(&mut write_half, &Reply::Error { message: e.to_string() }).await?;
+            return Ok(());
+        }
+    };
+    let req = match parse(&line) {
+        Ok(r) => r,
+        Err(message) => return write(&mut write_half, &Reply::Error { message }).await,
+    };
+    let status = shared.status.borrow().clone();
+    let reply = match req {
+        Request::Status => Reply::Status { state: status.state(), remaining_ms: status.remaining_ms() },
+        Request::Permit => permit(&status),
+        Request::Mark { event, revision } => {
+            let report = match event {
+                MarkEvent::DdlStarted => Report::DdlStarted,
+                MarkEvent::DdlFinished => Report::DdlFinished,
+            };
+            let (tx, rx) = oneshot::channel();
+            match event_reply(shared, &status, Event::Report(report, revision, tx)).await {
+                Reply::Ok => match tokio::time::timeout(ACK_TIMEOUT, rx).await {
+                    Ok(Ok(())) => Reply::Ok,
+                    _ => Reply::Error {
+                        message: "the report could not be recorded on the Lease (fenced, or no renewal confirmed it)"
+                            .into(),
+                    },
+                },
+                other => other,
+            }
+        }
+        Request::Outcome { result, revision, error } => {
+            let error = error.map(|e| crate::record::bounded(&e, 1024));
+            event_reply(shared, &status, Event::Outcome { result, revision, error }).await
+        }
+        Request::Exited { code, signal } => return exited(shared, &mut write_half, ProcessEnd { code, signal }).await,
+        Request::Attach => return attach(shared, reader, write_half).await,
+    };
+    write(&mut write_half, &reply).await
+}
+
+fn permit(status: &Status) -> Reply {
+    match status {
+        Status::Held { .. } if status.remaining_ms() > 0 => {
+            Reply::Permit { granted: true, remaining_ms: status.remaining_ms(), message: String::new() }
+        }
+        Status::Held { .. } => {
+            Reply::Permit { granted: false, remaining_ms: 0, message: "the fence deadline passed".into() }
+        }
+        Status::Acquiring => {
+            Reply::Permit { granted: false, remaining_ms: 0, message: "the leases are not held yet".into() }
+        }
+        Status::Fenced { reason, .. } => {
+            Reply::Permit { granted: false, remaining_ms: 0, message: format!("fenced: {reason}") }
+        }
+        Status::Ended { message, .. } => {
+            Reply::Permit { granted: false, remaining_ms: 0, message: format!("the run is over: {message}") }
+        }
+    }
+}
+
+async fn event_reply(shared: &Shared, status: &Status, event: Event) -> Reply {
+    if matches!(status, Status::Ended { .. }) {
+        return Reply::Error { message: "the run is over; the report was not recorded".into() };
+    }
+    match shared.events.send(event).await {
+        Ok(()) => Reply::Ok,
+        Err(_) => Reply::Error { message: "the sidecar is ending; the report was not recorded".into() },
+    }
+}
+
+async fn exited(shared: &Shared, out: &mut (impl AsyncWriteExt + Unpin), end: ProcessEnd) -> std::io::Result<()> {
+    let mut status = shared.status.clone();
+    let now = status.borrow_and_update().clone();
+    if let Status::Ended { exit_code, message } = now {
+        return write(out, &Reply::Verdict { exit_code, message }).await;
+    }
+    let (tx, rx) = oneshot::channel();
+    if shared.events.send(Event::Exited(end, tx)).await.is_ok()
+        && let Ok((exit_code, message)) = rx.await
+    {
+        return write(out, &Reply::Verdict { exit_code, message }).await;
+    }
+    // The driver ended without taking it: its record holds the verdict.
+    let ended = status.wait_for(|s| matches!(s, Status::Ended { .. })).await.map(|s| (*s).clone());
+    match ended {
+        Ok(Status::Ended { exit_code, message }) => write(out, &Reply::Verdict { exit_code, message }).await,
+        _ => write(out, &Reply::Error { message: "the sidecar ended without a verdict".into() }).await,
+    }
+}
+
+/// Asks the driver to start the migration; `Some` once it may.
+async fn started(shared: &Shared) -> Option<()> {
+    let (tx, rx) = oneshot::channel();
+    shared.events.send(Event::Started(tx)).await.ok()?;
+    tokio::time::timeout(ACK_TIMEOUT, rx).await.ok()?.ok()
+}
+
+/// The wrapper's connection: start (or refusal), deadline updates, fence.
+async fn attach(
+    shared: &Shared,
+    mut reader: BufReader<tokio::net::unix::OwnedReadHalf>,
+    mut out: tokio::net::unix::OwnedWriteHalf,
+) -> std::io::Result<()> {
+    let mut status = shared.status.clone();
+    let now = status.borrow_and_update().clone();
+    let start = match &now {
+        Status::Held { grace, .. } if now.remaining_ms() > 0 => {
+            if shared.attached.swap(true, Ordering::SeqCst) {
+                Reply::Refused {
+                    exit_code: crate::lease::ending::exit::SIDECAR_FAILED,
+                    message: "another wrapper already attached to this run".into(),
+                }
+            } else if let Some(()) = started(shared).await {
+                let now = status.borrow_and_update().clone();
+                Reply::Start { remaining_ms: now.remaining_ms(), grace_ms: grace.as_millis() as u64 }
+            } else {
+                Reply::Refused {
+                    exit_code: crate::lease::ending::exit::SIDECAR_FAILED,
+                    message: "the sidecar is ending".into(),
+                }
+            }
+        }
+        Status::Ended { exit_code, message } => Reply::Refused { exit_code: *exit_code, message: message.clone() },
+        other => Reply::Refused {
+            exit_code: crate::lease::ending::exit::SIDECAR_FAILED,
+            message: format!("the sidecar does not hold both leases ({:?})", other.state()),
+        },
+    };
+    let started = matches!(start, Reply::Start { .. });
+    write(&mut out, &start).await?;
+    if !started {
+        return Ok(());
+    }
+    let mut fenced = false;
+    loop {
+        tokio::select! {
+            changed = status.changed() => {
+                if changed.is_err() {
+                    return Ok(());
+                }
+                let s = status.borrow_and_update().clone();
+                match s {
+                    Status::Held { .. } => write(&mut out, &Reply::Held { remaining_ms: s.remaining_ms() }).await?,
+                    Status::Fenced { reason, grace } if !fenced => {
+                        fenced = true;
+                        write(&mut out, &Reply::Fence { reason, grace_ms: grace.as_millis() as u64 }).await?;
+                    }
+                    _ => {}
+                }
+            }
+            line = read_line(&mut reader) => {
+                let Some(line) = line? else { return Ok(()) };
+                match parse(&line) {
+                    Ok(Request::Exited { code, signal }) => return exited(shared, &mut out, ProcessEnd { code, signal }).await,
+                    Ok(_) => write(&mut out, &Reply::Error { message: "only `exited` is taken on an attached connection".into() }).await?,
+                    Err(message) => write(&mut out, &Reply::Error { message }).await?,
+                }
+            }
+        }
+    }
+}
+
+/// Sends `request` to the sidecar at `path` and reads the first reply, all
+/// within `timeout`.
+pub async fn call(path: &Path, request: &Request, timeout: Duration) -> Result<Reply, String> {
+    let work = async {
+        let stream =
+            UnixStream::connect(path).await.map_err(|e| format!("failed to connect to {}: {e}", path.display()))?;
+        let (read, mut out) = stream.into_split();
+        let mut line = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        line.push(b'\n');
+        out.write_all(&line).await.map_err(|e| format!("failed to send to the sidecar: {e}"))?;
+        let mut reader = BufReader::new(read);
+        match read_line(&mut reader).await {
+            Ok(Some(l)) => {
+                serde_json::from_str::<Reply>(&l).map_err(|e| format!("unreadable reply from the sidecar: {e}"))
+            }
+            Ok(None) => Err("the sidecar closed the connection without a reply".into()),
+            Err(e) => Err(format!("failed to read the sidecar's reply: {e}")),
+        }
+    };
+    tokio::time::timeout(timeout, work)
+        .await
+        .map_err(|_| format!("no reply from the sidecar at {} within {timeout:?}", path.display()))?
+}
+
+/// The default socket path of `hold` and of the wrapper: in the emptyDir
+/// the webhook mounts at `/run/bloodraven`.
+pub fn default_socket() -> PathBuf {
+    PathBuf::from("/run/bloodraven/sidecar.sock")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_parse_or_say_why() {
+        assert_eq!(parse(r#"{"op":"status"}"#), Ok(Request::Status));
+        assert_eq!(
+            parse(r#"{"op":"mark","event":"ddl-started","revision":"42"}"#),
+            Ok(Request::Mark { event: MarkEvent::DdlStarted, revision: Some("42".into()) })
+        );
+        assert_eq!(
+            parse(r#"{"op":"outcome","result":"failed","error":"boom"}"#),
+            Ok(Request::Outcome { result: OutcomeResult::Failed, revision: None, error: Some("boom".into()) })
+        );
+        for bad in [
+            r#"{"op":"mark","event":"ddl-maybe"}"#,
+            r#"{"op":"steal-token"}"#,
+            "not json",
+            r#"{"event":"ddl-started"}"#,
+        ] {
+            let e = parse(bad).unwrap_err();
+            assert!(e.starts_with("invalid request"), "{bad}: {e}");
+        }
+        let long = format!(r#"{{"op":"mark","event":"ddl-started","revision":"{}"}}"#, "r".repeat(300));
+        assert!(parse(&long).unwrap_err().contains("revision"));
+    }
+
+    /// A sidecar's socket over a status channel; returns the event receiver.
+    fn serve_with(dir: &Path, status: Status) -> (PathBuf, watch::Sender<Status>, mpsc::Receiver<Event>) {
+        let path = dir.join("s.sock");
+        let (tx, rx) = watch::channel(status);
+        let (etx, erx) = mpsc::channel(8);
+        let listener = bind(&path).unwrap();
+        tokio::spawn(serve(listener, Shared::new(rx, etx)));
+        (path, tx, erx)
+    }
+
+    #[tokio::test]
+    async fn probe_permit_and_marks() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, tx, mut events) = serve_with(dir.path(), Status::Acquiring);
+        let t = Duration::from_secs(2);
+        let r = call(&path, &Request::Status, t).await.unwrap();
+        assert_eq!(r, Reply::Status { state: RunState::Acquiring, remaining_ms: 0 });
+        assert!(matches!(call(&path, &Request::Permit, t).await.unwrap(), Reply::Permit { granted: false, .. }));
+        tx.send(Status::Held { deadline: Instant::now() + Duration::from_secs(20), grace: Duration::from_secs(1) })
+            .unwrap();
+        match call(&path, &Request::Permit, t).await.unwrap() {
+            Reply::Permit { granted: true, remaining_ms, .. } => assert!(remaining_ms > 15_000, "{remaining_ms}"),
+            other => panic!("{other:?}"),
+        }
+        let driver = tokio::spawn(async move {
+            let answered = match events.recv().await {
+                Some(Event::Report(Report::DdlStarted, Some(r), ack)) if r == "1" => ack.send(()).is_ok(),
+                _ => false,
+            };
+            (answered, events)
+        });
+        let r =
+            call(&path, &Request::Mark { event: MarkEvent::DdlStarted, revision: Some("1".into()) }, t).await.unwrap();
+        assert_eq!(r, Reply::Ok, "answered only once the driver confirmed the report");
+        let (answered, mut events) = driver.await.unwrap();
+        assert!(answered);
+        // Unconfirmed (the driver drops the ack: fenced): an error, not Ok.
+        let driver = tokio::spawn(async move { drop(events.recv().await) });
+        let r = call(&path, &Request::Mark { event: MarkEvent::DdlStarted, revision: None }, t).await.unwrap();
+        assert!(matches!(r, Reply::Error { .. }), "{r:?}");
+        driver.await.unwrap();
+        // A line that is too long is refused, not buffered.
+        let mut s = UnixStream::connect(&path).await.unwrap();
+        s.write_all(&vec![b'x'; MAX_LINE + 10]).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.contains("\"reply\":\"error\"") && out.contains("longer than"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn one_wrapper_attaches_and_is_told_to_fence() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = Status::Held { deadline: Instant::now() + Duration::from_secs(20), grace: Duration::from_secs(3) };
+        let (path, tx, mut events) = serve_with(dir.path(), held);
+        let stream = UnixStream::connect(&path).await.unwrap();
+        let (read, mut out) = stream.into_split();
+        out.write_all(b"{\"op\":\"attach\"}\n").await.unwrap();
+        let mut reader = BufReader::new(read);
+        match events.recv().await {
+            Some(Event::Started(ack)) => ack.send(()).unwrap(),
+            other => panic!("{other:?}"),
+        }
+        let first: Reply = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
+        assert!(matches!(first, Reply::Start { grace_ms: 3000, .. }), "{first:?}");
+        // A second wrapper is refused.
+        let second = call(&path, &Request::Attach, Duration::from_secs(2)).await.unwrap();
+        assert!(matches!(second, Reply::Refused { .. }), "{second:?}");
+        tx.send(Status::Fenced { reason: "revoked".into(), grace: Duration::from_secs(3) }).unwrap();
+        let fence: Reply = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
+        assert_eq!(fence, Reply::Fence { reason: "revoked".into(), grace_ms: 3000 });
+        out.write_all(b"{\"op\":\"exited\",\"code\":0}\n").await.unwrap();
+        match events.recv().await {
+            Some(Event::Exited(end, reply)) => {
+                assert_eq!(end, ProcessEnd { code: Some(0), signal: None });
+                reply.send((92, "fenced".into())).unwrap();
+            }
+            other => panic!("{other:?}"),
+        }
+        let verdict: Reply = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
+        assert_eq!(verdict, Reply::Verdict { exit_code: 92, message: "fenced".into() });
+    }
+}
