@@ -296,16 +296,7 @@ impl Operator {
 
     /// Peak resident set size (VmHWM) and current RSS (VmRSS) in KiB, from /proc.
     pub fn memory_kib(&self) -> Option<(u64, u64)> {
-        let pid = self.child.as_ref()?.id()?;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let field = |name: &str| {
-            status
-                .lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        };
-        Some((field("VmHWM:")?, field("VmRSS:")?))
+        process_memory_kib(self.child.as_ref()?.id()?)
     }
 
     /// CPU time the process has used so far (user + system), in seconds,
@@ -321,4 +312,18 @@ impl Operator {
         let per_second: f64 = String::from_utf8_lossy(&tck.stdout).trim().parse().ok()?;
         Some(ticks / per_second)
     }
+}
+
+/// Peak resident set size (VmHWM) and current RSS (VmRSS) of process `pid`,
+/// in KiB, from `/proc/<pid>/status`; `None` once it has ended.
+pub fn process_memory_kib(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+    };
+    Some((field("VmHWM:")?, field("VmRSS:")?))
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use kube::api::{Api, ListParams, LogParams, Patch, PatchParams};
 use serde_json::json;
 
@@ -166,5 +166,21 @@ pub async fn operator_in_namespace(cluster: &Cluster, ns: &str, label: &str, tls
             && s.replicas == Some(1);
         if done { Ok(()) } else { Err(format!("{s:?}")) }
     })
+    .await;
+}
+
+/// What a pipeline in namespace `ns` needs to call the deploy API about
+/// `group` from a Pod: ServiceAccount `deployer`, MysqlDatabase
+/// `counter-app` of the group listing it in `deploymentClients`, and
+/// ConfigMap `bloodraven-ca` holding the CA of `tls` (key `ca.crt`).
+pub async fn deploy_client(cluster: &Cluster, ns: &str, group: &str, tls: &TlsFiles) {
+    crate::deploy::service_account(cluster, ns, "deployer").await;
+    crate::deploy::database(cluster, ns, "counter-app", group, &[(ns, "deployer")]).await;
+    let ca = std::fs::read_to_string(&tls.ca).unwrap_or_else(|e| panic!("{}: {e}", tls.ca.display()));
+    apply(
+        &Api::<ConfigMap>::namespaced(cluster.client.clone(), ns),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bloodraven-ca"},
+               "data": {"ca.crt": ca}}),
+    )
     .await;
 }

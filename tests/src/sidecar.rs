@@ -113,15 +113,7 @@ impl SidecarRun {
 
     /// Peak (VmHWM) and current (VmRSS) resident set of the `run` process, KiB.
     pub fn memory_kib(&self) -> Option<(u64, u64)> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        let field = |name: &str| {
-            status
-                .lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        };
-        Some((field("VmHWM:")?, field("VmRSS:")?))
+        crate::operator::process_memory_kib(self.pid())
     }
 
     /// Whether marker file `name` exists in the work directory.

@@ -16,7 +16,7 @@
 use std::time::Duration;
 
 use bloodraven_e2e::cluster::OPERATOR_DB_PASSWORD;
-use bloodraven_e2e::deploy::{database, service_account, tls_files_for, token};
+use bloodraven_e2e::deploy::{service_account, tls_files_for, token};
 use bloodraven_e2e::fixtures::{create_group, group, is_ready_at, wait_status};
 use bloodraven_e2e::pods::{
     OPERATOR_NAMESPACE, apply, image, job_pods, logs, node_address, operator_in_cluster, wait_job_end, wait_pod_end,
@@ -148,14 +148,7 @@ async fn a_pod_reaches_the_operator_pod_through_its_service_with_a_projected_tok
     create_group(&cluster, &group(&name, &ns.name, pair.sites(OPERATOR_NAMESPACE, &creds), "iad")).await;
     wait_status(&cluster, &name, "bootstrap by the operator Pod", T, |s| is_ready_at(s, "iad", 1)).await;
 
-    service_account(&cluster, &ns.name, "deployer").await;
-    database(&cluster, &ns.name, "counter-app", &name, &[(&ns.name, "deployer")]).await;
-    apply(
-        &Api::<ConfigMap>::namespaced(cluster.client.clone(), &ns.name),
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bloodraven-ca"},
-               "data": {"ca.crt": std::fs::read_to_string(&tls.ca).unwrap()}}),
-    )
-    .await;
+    bloodraven_e2e::pods::deploy_client(&cluster, &ns.name, &name, &tls).await;
     let url = format!("https://bloodraven.{OPERATOR_NAMESPACE}.svc:8443/deploy/v1/groups/{name}");
     let script = format!(
         "curl -sS --retry 10 --retry-all-errors --retry-delay 1 --cacert /ca/ca.crt \

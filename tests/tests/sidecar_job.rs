@@ -12,12 +12,12 @@
 use std::time::Duration;
 
 use bloodraven_e2e::cluster::OPERATOR_DB_PASSWORD;
-use bloodraven_e2e::deploy::{database, service_account, tls_files_for};
+use bloodraven_e2e::deploy::tls_files_for;
 use bloodraven_e2e::fixtures::{create_group, group, is_ready_at, wait_status};
 use bloodraven_e2e::pods::{apply, image, job_pods, logs, node_address, operator_in_namespace, wait_job_end};
 use bloodraven_e2e::{Cluster, SitePair, TestNamespace, wait_for};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
@@ -49,14 +49,7 @@ async fn setup(prefix: &str) -> Env {
     let name = format!("{}-g", ns.name);
     create_group(&cluster, &group(&name, &ns.name, pair.sites(&op_ns.name, "site-creds"), "iad")).await;
     wait_status(&cluster, &name, "bootstrap by the operator Pod", T, |s| is_ready_at(s, "iad", 1)).await;
-    service_account(&cluster, &ns.name, "deployer").await;
-    database(&cluster, &ns.name, "counter-app", &name, &[(&ns.name, "deployer")]).await;
-    apply(
-        &Api::<ConfigMap>::namespaced(cluster.client.clone(), &ns.name),
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bloodraven-ca"},
-               "data": {"ca.crt": std::fs::read_to_string(&tls.ca).unwrap()}}),
-    )
-    .await;
+    bloodraven_e2e::pods::deploy_client(&cluster, &ns.name, &name, &tls).await;
     Env { cluster, ns, op_ns, group: name, _pair: pair }
 }
 
