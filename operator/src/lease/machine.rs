@@ -494,6 +494,24 @@ fn held<'a>(
     Ok(grant)
 }
 
+/// When the group's generation has moved past `grant`'s: the slots and
+/// tombstones of revoking every grant (`TopologyChanged`), and what the
+/// caller is answered (`Revoked` with its tombstone, or `Expired`). Shared
+/// by renewal and watch, so a watch answers exactly what a renewal would.
+fn generation_moved(
+    slots: &Slots,
+    facts: &GroupFacts,
+    grant: &Grant,
+    operation_id: &str,
+    actor: &Actor<'_>,
+    now: Timestamp,
+) -> Option<(Slots, Vec<Tombstone>, Refusal)> {
+    let generation = facts.generation.filter(|g| *g != grant.generation)?;
+    let (out, tombstones) = revoke(slots, RevokeReason::TopologyChanged, generation, now);
+    let t = tombstones.iter().find(|t| t.operation_id == operation_id && t.about(actor.client)).cloned();
+    Some((out, tombstones, t.map_or(Refusal::Expired, Refusal::Revoked)))
+}
+
 /// Decides a PUT (renewal).
 #[allow(clippy::too_many_arguments)]
 pub fn renew(
@@ -511,17 +529,9 @@ pub fn renew(
         Ok(g) => g,
         Err(r) => return refuse(slots, r),
     };
-    if let Some(generation) = facts.generation
-        && generation != grant.generation
-    {
-        let (out, tombstones) = revoke(slots, RevokeReason::TopologyChanged, generation, now);
-        let t = tombstones.iter().find(|t| t.operation_id == operation_id && t.about(actor.client)).cloned();
-        let answer = match t {
-            Some(t) => Err(Refusal::Revoked(t)),
-            None => Err(Refusal::Expired),
-        };
+    if let Some((out, tombstones, refusal)) = generation_moved(slots, facts, grant, operation_id, actor, now) {
         let verifications = verifications_of(&tombstones);
-        return Outcome { slots: out, new_tombstones: tombstones, verifications, answer };
+        return Outcome { slots: out, new_tombstones: tombstones, verifications, answer: Err(refusal) };
     }
     if kind == LeaseKind::FailoverHold && slots.effective_hold(now).is_none() {
         // The operation's mutex lapsed or was taken: the hold ends with it
@@ -568,12 +578,8 @@ pub fn watch<'a>(
     now: Timestamp,
 ) -> Result<&'a Grant, Refusal> {
     let grant = held(slots, tombstone, kind, operation_id, actor, token_sha256, now)?;
-    if let Some(generation) = facts.generation
-        && generation != grant.generation
-    {
-        let (_, tombstones) = revoke(slots, RevokeReason::TopologyChanged, generation, now);
-        let t = tombstones.into_iter().find(|t| t.operation_id == operation_id && t.about(actor.client));
-        return Err(t.map_or(Refusal::Expired, Refusal::Revoked));
+    if let Some((_, _, refusal)) = generation_moved(slots, facts, grant, operation_id, actor, now) {
+        return Err(refusal);
     }
     if kind == LeaseKind::FailoverHold && slots.effective_hold(now).is_none() {
         return Err(Refusal::Expired);
