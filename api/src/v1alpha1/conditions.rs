@@ -168,6 +168,12 @@ pub mod reason {
     /// The MysqlDatabase's `<name>-primary` Service points at the group's
     /// decided active site.
     pub const POINTS_AT_ACTIVE_SITE: &str = "PointsAtActiveSite";
+    /// The active site's host or port in spec differs from where it was last
+    /// observed writable, at the same topology generation: the
+    /// `<name>-primary` Service keeps its endpoint until the site answers
+    /// writable at the new one (swapped or mistyped addresses must not send
+    /// applications to a read-only or foreign server).
+    pub const ACTIVE_SITE_ENDPOINT_UNCONFIRMED: &str = "ActiveSiteEndpointUnconfirmed";
     /// The `<name>-primary` Service has no target: the database has no
     /// authority on its group, or the group is gone or has no decided active
     /// site. The operator keeps no EndpointSlice for it.

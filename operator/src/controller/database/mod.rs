@@ -415,10 +415,13 @@ fn target<'a>(
     let Some((site, generation)) = g.decided() else {
         return Err(format!("failover group {group_name} has no decided active site yet (bootstrap pending)"));
     };
-    match g.site(site) {
-        Some(site) => Ok(Decided { group: group_name, site, generation }),
-        None => Err(format!("the active site of failover group {group_name} is not in its spec.sites")),
-    }
+    let Some(spec_site) = g.site(site) else {
+        return Err(format!("the active site of failover group {group_name} is not in its spec.sites"));
+    };
+    let observed = g.status.as_ref().and_then(|s| s.health.iter().find(|h| h.site == site));
+    let endpoint = crate::controller::failover_group::endpoint_of(&g.spec, site);
+    let unconfirmed = !observed.is_some_and(|h| h.writable == Some(true) && h.answered_endpoint == endpoint);
+    Ok(Decided { group: group_name, site: spec_site, generation, unconfirmed, observed })
 }
 
 async fn reconcile(db: Arc<MysqlDatabase>, dctx: DbCtx) -> Result<Action, Error> {

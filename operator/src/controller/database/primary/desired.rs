@@ -28,7 +28,7 @@ use bloodraven_api::names::{
     ACTIVE_SITE_ANNOTATION, ENDPOINT_SLICE_MANAGER, GROUP_ANNOTATION, MANAGED_BY, PRIMARY_OF_LABEL,
     PRIMARY_SERVICE_PORT, PRIMARY_SERVICE_SUFFIX, TOPOLOGY_GENERATION_ANNOTATION,
 };
-use bloodraven_api::v1alpha1::{MysqlDatabase, Site, reason};
+use bloodraven_api::v1alpha1::{MysqlDatabase, Site, SiteHealth, reason};
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort, EndpointSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -63,6 +63,34 @@ pub struct Decided<'a> {
     pub site: &'a Site,
     /// `status.topologyGeneration` of the decision.
     pub generation: i64,
+    /// Whether the group's last written probe did *not* find the active
+    /// site writable at its spec endpoint (see [`may_move`]).
+    pub unconfirmed: bool,
+    /// That probe's result for the active site, if any (for the condition).
+    pub observed: Option<&'a SiteHealth>,
+}
+
+/// Whether the operator may write the planned `-primary` objects, given
+/// the topology generations annotated on the ones it owns now (`have`; an
+/// absent or unannotated object gives `None`) and the decided generation.
+///
+/// - Confirmed (the active site answered writable at its spec endpoint):
+///   always.
+/// - Unconfirmed, and some object of ours carries an older generation: a
+///   decision moved the primary, and the Service follows it at once, before
+///   the promoted site is seen writable (DESIGN.md "Failover engine":
+///   repointed right after the decision).
+/// - Unconfirmed otherwise (same generation, or nothing written yet): no.
+///   A spec edit of the active site's host or port with no decision behind
+///   it — a typo, or two sites' ports swapped — would otherwise send
+///   applications to whatever answers there, a read-only replica included.
+pub fn may_move(unconfirmed: bool, have: impl IntoIterator<Item = Option<i64>>, decided: i64) -> bool {
+    !unconfirmed || have.into_iter().flatten().any(|g| g < decided)
+}
+
+/// The topology generation annotated on one of the operator's objects.
+pub fn annotated_generation(meta: &ObjectMeta) -> Option<i64> {
+    meta.annotations.as_ref()?.get(TOPOLOGY_GENERATION_ANNOTATION)?.parse().ok()
 }
 
 /// What to keep for one MysqlDatabase.

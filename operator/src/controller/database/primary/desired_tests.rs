@@ -64,8 +64,10 @@ fn hosts_are_classified_as_an_endpoint_a_dns_name_or_unroutable() {
 #[test]
 fn an_ip_site_gets_a_cluster_ip_service_on_3306_and_one_endpoint_at_the_site() {
     let iad = site("iad", "10.0.0.5", 3307);
-    let (svc, create, slice, condition) =
-        keep(plan(OWNER, Ok(Decided { group: "playground", site: &iad, generation: 4 })));
+    let (svc, create, slice, condition) = keep(plan(
+        OWNER,
+        Ok(Decided { group: "playground", site: &iad, generation: 4, unconfirmed: false, observed: None }),
+    ));
     assert!(create && condition.is_true() && condition.reason == reason::POINTS_AT_ACTIVE_SITE, "{condition:?}");
     assert_eq!(svc.metadata.name.as_deref(), Some("counter-app-primary"));
     assert_eq!(svc.metadata.namespace.as_deref(), Some("team"));
@@ -100,7 +102,8 @@ fn an_ip_site_gets_a_cluster_ip_service_on_3306_and_one_endpoint_at_the_site() {
     assert!(owned_by(&slice.metadata, "uid-1") && !owned_by(&slice.metadata, "uid-2"));
 
     let v6 = site("iad", "2001:db8::5", 3306);
-    let (_, _, slice, _) = keep(plan(OWNER, Ok(Decided { group: "g", site: &v6, generation: 1 })));
+    let (_, _, slice, _) =
+        keep(plan(OWNER, Ok(Decided { group: "g", site: &v6, generation: 1, unconfirmed: false, observed: None })));
     assert_eq!(slice.unwrap().address_type, "IPv6");
 }
 
@@ -109,8 +112,10 @@ fn a_new_decision_repoints_the_same_service_at_the_other_site() {
     // The repoint as the failover engine causes it: same database, the
     // group's activeSite and generation moved.
     let (iad, pdx) = (site("iad", "10.0.0.5", 3306), site("pdx", "10.1.0.5", 3307));
-    let (svc1, _, slice1, _) = keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1 })));
-    let (svc2, _, slice2, c2) = keep(plan(OWNER, Ok(Decided { group: "g", site: &pdx, generation: 2 })));
+    let (svc1, _, slice1, _) =
+        keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, observed: None })));
+    let (svc2, _, slice2, c2) =
+        keep(plan(OWNER, Ok(Decided { group: "g", site: &pdx, generation: 2, unconfirmed: false, observed: None })));
     let (slice1, slice2) = (slice1.unwrap(), slice2.unwrap());
     assert_eq!(svc1.metadata.name, svc2.metadata.name);
     assert_eq!(slice1.metadata.name, slice2.metadata.name, "one EndpointSlice, rewritten in place");
@@ -126,7 +131,8 @@ fn a_new_decision_repoints_the_same_service_at_the_other_site() {
 #[test]
 fn a_dns_site_gets_an_external_name_and_no_endpoint_slice() {
     let iad = site("iad", "MySQL-IAD.example.internal", 3307);
-    let (svc, create, slice, condition) = keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1 })));
+    let (svc, create, slice, condition) =
+        keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, observed: None })));
     let spec = svc.spec.unwrap();
     assert_eq!(spec.type_.as_deref(), Some("ExternalName"));
     assert_eq!(spec.external_name.as_deref(), Some("mysql-iad.example.internal"));
@@ -138,7 +144,8 @@ fn a_dns_site_gets_an_external_name_and_no_endpoint_slice() {
 #[test]
 fn an_unroutable_host_keeps_the_service_without_endpoints_and_says_why() {
     let iad = site("iad", "127.0.0.1", 3307);
-    let (svc, create, slice, condition) = keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1 })));
+    let (svc, create, slice, condition) =
+        keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, observed: None })));
     assert_eq!(svc.spec.unwrap().type_.as_deref(), Some("ClusterIP"));
     assert!(create && slice.is_none());
     assert_eq!((condition.status, condition.reason), ("False", reason::UNROUTABLE_SITE_HOST));
@@ -156,7 +163,8 @@ fn without_a_target_the_service_is_parked_never_created_and_has_no_endpoints() {
     assert!(condition.message.contains("no decided active site"), "{condition:?}");
     // A formerly pointing Service differs from the parked one, so it is rewritten.
     let iad = site("iad", "db.example", 3306);
-    let (pointing, ..) = keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1 })));
+    let (pointing, ..) =
+        keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, observed: None })));
     assert!(!service_matches(&pointing, &svc));
 }
 
@@ -165,7 +173,7 @@ fn an_invalid_name_plans_nothing() {
     let long = "a".repeat(56);
     let owner = Owner { name: &long, ..OWNER };
     let iad = site("iad", "10.0.0.5", 3306);
-    match plan(owner, Ok(Decided { group: "g", site: &iad, generation: 1 })) {
+    match plan(owner, Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, observed: None })) {
         Plan::NameInvalid(c) => assert_eq!((c.status, c.reason), ("False", reason::PRIMARY_SERVICE_NAME_INVALID)),
         other @ Plan::Keep { .. } => panic!("{other:?}"),
     }
@@ -174,7 +182,8 @@ fn an_invalid_name_plans_nothing() {
 #[test]
 fn server_defaults_and_foreign_keys_do_not_count_as_a_change() {
     let iad = site("iad", "10.0.0.5", 3306);
-    let (want, _, slice, _) = keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1 })));
+    let (want, _, slice, _) =
+        keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, observed: None })));
     let mut have = want.clone();
     let spec = have.spec.as_mut().unwrap();
     spec.cluster_ip = Some("10.96.0.10".into());
@@ -189,4 +198,40 @@ fn server_defaults_and_foreign_keys_do_not_count_as_a_change() {
     let mut foreign = slice.clone().unwrap();
     foreign.metadata.owner_references = None;
     assert!(!slice_matches(&foreign, &slice.unwrap()));
+}
+
+#[test]
+fn an_unconfirmed_endpoint_moves_the_service_only_with_a_new_decision() {
+    // Confirmed: whatever is stored.
+    assert!(may_move(false, [Some(3), Some(3)], 3));
+    assert!(may_move(false, [None, None], 3));
+    // A decision moved the primary: follow it before the promoted site is seen writable.
+    assert!(may_move(true, [Some(2), Some(2)], 3));
+    assert!(may_move(true, [Some(3), Some(2)], 3), "a half-written earlier repoint is finished");
+    // Same generation: a spec edit with no decision behind it (ports swapped, a typo).
+    assert!(!may_move(true, [Some(3), Some(3)], 3));
+    // Nothing written yet, or unannotated: never created at an unconfirmed endpoint.
+    assert!(!may_move(true, [None, None], 3));
+    assert!(!may_move(true, Vec::<Option<i64>>::new(), 3));
+    // A generation above the decision (a hand edit) is not a decision.
+    assert!(!may_move(true, [Some(9)], 3));
+}
+
+#[test]
+fn the_generation_annotation_is_read_back_or_none() {
+    let (svc, ..) = keep(plan(
+        OWNER,
+        Ok(Decided {
+            group: "g",
+            site: &site("iad", "10.0.0.1", 3306),
+            generation: 5,
+            unconfirmed: false,
+            observed: None,
+        }),
+    ));
+    assert_eq!(annotated_generation(&svc.metadata), Some(5));
+    assert_eq!(annotated_generation(&ObjectMeta::default()), None);
+    let mut edited = svc.metadata.clone();
+    edited.annotations.as_mut().unwrap().insert(TOPOLOGY_GENERATION_ANNOTATION.into(), "five".into());
+    assert_eq!(annotated_generation(&edited), None);
 }

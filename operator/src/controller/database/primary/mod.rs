@@ -69,6 +69,51 @@ enum Found<K> {
     Absent,
 }
 
+impl<K: Resource> Found<K> {
+    /// The topology generation annotated on it, when it is ours.
+    fn generation(&self) -> Option<i64> {
+        match self {
+            Found::Ours(k) => desired::annotated_generation(k.meta()),
+            Found::Foreign | Found::Absent => None,
+        }
+    }
+}
+
+/// The `PrimaryService` condition while the Service waits for the active
+/// site to be seen writable at its spec endpoint (`with_service` names it).
+struct Unconfirmed {
+    site: String,
+    endpoint: String,
+    observed: String,
+}
+
+impl Unconfirmed {
+    fn with_service(self, service: &str) -> Computed {
+        let Unconfirmed { site, endpoint, observed } = self;
+        Computed::flag(
+            CONDITION,
+            false,
+            reason::ACTIVE_SITE_ENDPOINT_UNCONFIRMED,
+            format!(
+                "Service {service} keeps its endpoint: spec says active site {site} is at {endpoint}, but the last probe {observed}, and the topology generation has not moved; it follows once the site answers writable at {endpoint} (check spec.sites for a typo or swapped addresses, or run a planned failover)"
+            ),
+        )
+    }
+}
+
+fn unconfirmed_condition(d: &Decided<'_>) -> Unconfirmed {
+    let observed = match d.observed {
+        None => "has not been written for it yet".to_owned(),
+        Some(h) => match (h.answered_endpoint.as_deref(), h.reachable, h.writable) {
+            (Some(at), true, Some(false)) => format!("found it read-only at {at}"),
+            (Some(at), true, _) => format!("found it at {at}"),
+            (Some(at), false, _) => format!("could not reach it (it last answered at {at})"),
+            (None, _, _) => "has not reached it yet".to_owned(),
+        },
+    };
+    Unconfirmed { site: d.site.name.clone(), endpoint: format!("{}:{}", d.site.host, d.site.port), observed }
+}
+
 /// The object `name` in `namespace`: from the cache when it is ours there,
 /// else read (a cache miss is either an object that does not carry our
 /// label, or a cache that has not caught up).
@@ -137,6 +182,8 @@ pub async fn keep(
     };
     let owner = Owner { name, namespace, uid };
     let site = target.as_ref().ok().map(|d| (d.site.name.clone(), d.generation));
+    let unconfirmed = target.as_ref().ok().filter(|d| d.unconfirmed).map(unconfirmed_condition);
+    let decided_generation = target.as_ref().ok().map(|d| d.generation);
     let (service, create, slice, condition) = match desired::plan(owner, target) {
         Plan::NameInvalid(condition) => return Ok(condition),
         Plan::Keep { service, create, slice, condition } => (service, create, slice, condition),
@@ -145,9 +192,35 @@ pub async fn keep(
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), namespace);
     let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), namespace);
 
-    let mut changed = false;
-    match find(&services, &primary.services, namespace, &svc_name, uid).await? {
+    let have_service = match find(&services, &primary.services, namespace, &svc_name, uid).await? {
         Found::Foreign => return Ok(conflict("Service", &svc_name, namespace)),
+        found => found,
+    };
+    let have_slice = if slice.is_some() {
+        match find(&slices, &primary.slices, namespace, &svc_name, uid).await? {
+            Found::Foreign => return Ok(conflict("EndpointSlice", &svc_name, namespace)),
+            found => found,
+        }
+    } else {
+        // Nothing to write, only ours to delete: the cache alone (a reconcile
+        // with no change costs no API call). A foreign slice is left alone.
+        match primary.slices.get(&ObjectRef::new(&svc_name).within(namespace)) {
+            Some(have) if owned_by(have.meta(), uid) => Found::Ours((*have).clone()),
+            _ => Found::Absent,
+        }
+    };
+    if let (Some(unconfirmed), Some(generation)) = (unconfirmed, decided_generation) {
+        let have = [have_service.generation(), have_slice.generation()];
+        if !desired::may_move(true, have, generation) {
+            // Leave both as they are: the active site has not been seen
+            // writable where spec now says it is.
+            return Ok(unconfirmed.with_service(&svc_name));
+        }
+    }
+
+    let mut changed = false;
+    match have_service {
+        Found::Foreign => unreachable!("returned above"),
         Found::Ours(have) if desired::service_matches(&have, &service) => {}
         Found::Ours(have) => {
             apply(ctx, &services, service, Some(&have.metadata)).await?;
@@ -160,8 +233,8 @@ pub async fn keep(
         Found::Absent => {}
     }
     match slice {
-        Some(want) => match find(&slices, &primary.slices, namespace, &svc_name, uid).await? {
-            Found::Foreign => return Ok(conflict("EndpointSlice", &svc_name, namespace)),
+        Some(want) => match have_slice {
+            Found::Foreign => unreachable!("returned above"),
             Found::Ours(have) if desired::slice_matches(&have, &want) => {}
             Found::Ours(have) => {
                 apply(ctx, &slices, want, Some(&have.metadata)).await?;
@@ -175,8 +248,7 @@ pub async fn keep(
         None => {
             // Only ours, which always carries the label the cache selects:
             // a foreign same-named slice is not ours to delete.
-            if let Some(have) = primary.slices.get(&ObjectRef::new(&svc_name).within(namespace))
-                && owned_by(have.meta(), uid)
+            if let Found::Ours(have) = have_slice
                 && ctx.leadership.is_leader()
             {
                 let params = DeleteParams {
