@@ -180,8 +180,10 @@ spec:
         ports:
         - {name: deploy, containerPort: 8443}
         - {name: plain, containerPort: 8082}
+        # exec, against the loopback-only probe listener (127.0.0.1:8081):
+        # no other Pod can fill its connection slots and fail readiness.
         readinessProbe:
-          httpGet: {path: /readyz, port: plain}
+          exec: {command: [/bloodraven-operator, probe, /readyz]}
           periodSeconds: 2
         # About 66 MiB at steady state with 1,000 groups (make figures); the
         # bootstrap of many groups at once peaks near 200 MiB.

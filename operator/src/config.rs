@@ -34,6 +34,13 @@ pub struct Config {
     #[arg(long, env = "BLOODRAVEN_PLAIN_ADDR", default_value = "0.0.0.0:8082")]
     pub plain_addr: SocketAddr,
 
+    /// Address of the probe listener (`/healthz`, `/readyz`), for kubelet's
+    /// `exec` probes (`bloodraven-operator probe /readyz`). Loopback by
+    /// default: a listener other Pods can reach could have its connection
+    /// slots filled by anyone, failing readiness.
+    #[arg(long, env = "BLOODRAVEN_PROBE_ADDR", default_value = bloodraven_serving::admin::PROBE_ADDR)]
+    pub probe_addr: SocketAddr,
+
     /// Most open connections the plain listener accepts at once; more are
     /// closed at accept. Kubelet probes and Prometheus scrapes need a
     /// handful; 128 leaves room for several scrapers, and with the deploy

@@ -75,6 +75,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let plain = admin::Admin { registry: metrics.registry().clone(), ready: ready.clone() };
     let plain_max_connections = usize::try_from(config.plain_max_connections).unwrap_or(128);
     let plain = tokio::spawn(admin::serve(config.plain_addr, plain, plain_max_connections, shutdown.stopped()));
+    let probes = tokio::spawn(admin::serve_probes(config.probe_addr, ready.clone(), shutdown.stopped()));
 
     // Watch caches shared by the database reconciler and the deploy API:
     // authority is decided from them, never from a per-request read.
@@ -138,12 +139,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     }
     // Controllers are down: release leadership before exiting.
     let _ = elector.await;
-    match plain.await {
-        Ok(Ok(())) => {}
-        Ok(Err(err)) => {
-            return Err(anyhow::Error::new(err).context(format!("failed to serve on {}", config.plain_addr)));
+    for (task, addr) in [(plain, config.plain_addr), (probes, config.probe_addr)] {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => return Err(anyhow::Error::new(err).context(format!("failed to serve on {addr}"))),
+            Err(err) => return Err(anyhow::Error::new(err).context("plain HTTP task failed")),
         }
-        Err(err) => return Err(anyhow::Error::new(err).context("plain HTTP task failed")),
     }
     tracing::info!("stopped");
     Ok(())

@@ -19,6 +19,11 @@ async fn main() -> anyhow::Result<()> {
     if rustls::crypto::ring::default_provider().install_default().is_err() {
         anyhow::bail!("failed to install the ring crypto provider: another one is installed");
     }
+    // `bloodraven-operator probe PATH`: the exec probe's client, not the operator.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "probe") {
+        let args = bloodraven_serving::admin::ProbeArgs::parse_from(std::env::args_os().skip(1));
+        std::process::exit(args.run().await);
+    }
     let config = bloodraven_operator::Config::parse();
     bloodraven_serving::telemetry::init(config.log_format)?;
     bloodraven_operator::run(config).await

@@ -8,10 +8,18 @@
 //! Served with the same bounds as every listener ([`crate::serve_plain`]);
 //! its bound is time, not authentication, so let only kubelet and the
 //! scrapers reach it (a NetworkPolicy).
+//!
+//! Kubelet's probes do not use it: anyone who can open TCP connections to
+//! the Pod could fill its connection slots and fail readiness (taking the
+//! deploy API out of its Service). [`serve_probes`] answers `/healthz` and
+//! `/readyz` on a loopback-only listener that nothing outside the Pod can
+//! reach, and [`probe`] is the client an `exec` probe runs
+//! (`bloodraven-operator probe /readyz`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -61,6 +69,94 @@ pub fn router(admin: Admin) -> Router {
         .with_state(admin)
 }
 
+/// The probe router: `/healthz` and `/readyz` only; 404 elsewhere.
+pub fn probe_router(ready: Readiness) -> Router {
+    Router::new().route("/healthz", get(|| async { "ok" })).route("/readyz", get(readyz_of)).with_state(ready)
+}
+
+/// Default address of the probe listener: loopback only, so that only
+/// processes in the Pod (an `exec` probe) reach it.
+pub const PROBE_ADDR: &str = "127.0.0.1:8081";
+
+/// Most connections the probe listener holds at once: one `exec` probe at a
+/// time per probe kind, with room for overlap.
+const PROBE_MAX_CONNECTIONS: usize = 16;
+
+/// Serves [`probe_router`] on `addr` (plain HTTP, [`PROBE_MAX_CONNECTIONS`])
+/// until `shutdown` resolves. A non-loopback `addr` is served but logged as
+/// a warning: it gives back the exposure this listener exists to avoid.
+/// Errors: `addr` cannot be bound.
+pub async fn serve_probes(
+    addr: SocketAddr,
+    ready: Readiness,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    if !addr.ip().is_loopback() {
+        tracing::warn!(addr = %addr, "the probe listener is not on a loopback address: anyone who reaches it can fill its slots and fail readiness");
+    }
+    let limits = Limits { max_connections_per_peer: PROBE_MAX_CONNECTIONS, ..Limits::new(PROBE_MAX_CONNECTIONS) };
+    crate::serve_plain("probes", addr, limits, probe_router(ready), shutdown).await
+}
+
+/// GETs `path` from the probe listener at `addr` over HTTP/1.1 within
+/// `timeout` and returns the status code. Errors (connect, I/O, timeout)
+/// are returned as text for the probe's output. The client of an `exec`
+/// readiness or liveness probe: exit 0 on 200.
+pub async fn probe(addr: SocketAddr, path: &str, timeout: Duration) -> Result<u16, String> {
+    let get = async {
+        let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| format!("connect to {addr}: {e}"))?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("HTTP handshake with {addr}: {e}"))?;
+        tokio::spawn(conn);
+        let request = axum::http::Request::get(path)
+            .header(axum::http::header::HOST, addr.to_string())
+            .body(http_body_util::Empty::<axum::body::Bytes>::new())
+            .map_err(|e| format!("request for {path:?}: {e}"))?;
+        let response = sender.send_request(request).await.map_err(|e| format!("GET {path} from {addr}: {e}"))?;
+        Ok(response.status().as_u16())
+    };
+    tokio::time::timeout(timeout, get).await.map_err(|_| format!("no answer from {addr} within {timeout:?}"))?
+}
+
+/// `<binary> probe [--addr ADDR] [--timeout-seconds N] PATH`: what a Pod's
+/// `exec` probe runs. Exit 0 when the probe listener answers 200, 1
+/// otherwise (the status or the error on stdout, which kubelet records in
+/// the probe's Event).
+#[derive(clap::Parser, Debug)]
+#[command(name = "probe", about = "Ask this Pod's loopback probe listener; exit 0 on 200")]
+pub struct ProbeArgs {
+    /// The probe listener's address (the binary's `--probe-addr`).
+    #[arg(long, default_value = PROBE_ADDR)]
+    pub addr: SocketAddr,
+    /// Seconds to wait for the answer (kubelet's own `timeoutSeconds`
+    /// bounds the whole command too).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=60))]
+    pub timeout_seconds: u64,
+    /// `/readyz` or `/healthz`.
+    pub path: String,
+}
+
+impl ProbeArgs {
+    /// Runs the probe and returns the process exit code.
+    pub async fn run(&self) -> i32 {
+        match probe(self.addr, &self.path, Duration::from_secs(self.timeout_seconds)).await {
+            Ok(200) => {
+                println!("{} 200", self.path);
+                0
+            }
+            Ok(code) => {
+                println!("{} {code}", self.path);
+                1
+            }
+            Err(err) => {
+                println!("{err}");
+                1
+            }
+        }
+    }
+}
+
 /// The registry's metrics in the Prometheus text format (version 0.0.4).
 pub fn render(registry: &Registry) -> String {
     let mut buf = Vec::new();
@@ -75,7 +171,11 @@ async fn metrics(State(admin): State<Admin>) -> ([(header::HeaderName, &'static 
 }
 
 async fn readyz(State(admin): State<Admin>) -> (StatusCode, &'static str) {
-    if admin.ready.is_ready() { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready") }
+    readyz_of(State(admin.ready)).await
+}
+
+async fn readyz_of(State(ready): State<Readiness>) -> (StatusCode, &'static str) {
+    if ready.is_ready() { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready") }
 }
 
 /// Serves the admin router on `addr` (plain HTTP) until `shutdown` resolves,
@@ -121,6 +221,39 @@ mod tests {
         assert_eq!(status(router(admin(false)), "/readyz").await, StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(status(router(admin(true)), "/readyz").await, StatusCode::OK);
         assert_eq!(status(router(admin(false)), "/healthz").await, StatusCode::OK);
+    }
+
+    #[tokio::test]
+    async fn the_probe_listener_answers_probes_only_and_its_client_reads_the_status() {
+        let ready = Readiness::new();
+        for path in ["/metrics", "/deploy/v1"] {
+            assert_eq!(status(probe_router(ready.clone()), path).await, StatusCode::NOT_FOUND, "{path}");
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serve_probes(addr, ready.clone(), async move {
+            let _ = stopped.await;
+        }));
+        let t = Duration::from_secs(2);
+        let mut first = probe(addr, "/readyz", t).await;
+        for _ in 0..50 {
+            if first.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            first = probe(addr, "/readyz", t).await;
+        }
+        assert_eq!(first, Ok(503));
+        ready.set_ready();
+        assert_eq!(probe(addr, "/readyz", t).await, Ok(200));
+        assert_eq!(probe(addr, "/healthz", t).await, Ok(200));
+        assert_eq!(probe(addr, "/metrics", t).await, Ok(404));
+        let _ = stop.send(());
+        server.await.unwrap().unwrap();
+        let err = probe(addr, "/readyz", t).await.unwrap_err();
+        assert!(err.contains("connect to 127.0.0.1"), "{err}");
     }
 
     #[tokio::test]

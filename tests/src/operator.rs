@@ -70,6 +70,8 @@ pub struct Operator {
     pub identity: String,
     /// Plain HTTP port (metrics, health).
     pub plain_port: u16,
+    /// Port of its loopback probe listener (`--probe-addr`).
+    pub probe_port: u16,
     /// Log file.
     pub log: PathBuf,
 }
@@ -209,6 +211,7 @@ impl Operator {
     ) -> Operator {
         let kubeconfig = operator_kubeconfig(cluster, ns).await;
         let plain_port = free_port();
+        let probe_port = free_port();
         let identity = format!("{name}-{}", crate::suffix());
         let log = e2e_dir().join("logs").join(format!("{}-{identity}.log", ns.name));
         std::fs::create_dir_all(log.parent().unwrap()).unwrap();
@@ -222,6 +225,7 @@ impl Operator {
         let child = Command::new(bin)
             .args(["--namespace", &ns.name, "--identity", &identity])
             .args(["--plain-addr", &format!("127.0.0.1:{plain_port}")])
+            .args(["--probe-addr", &format!("127.0.0.1:{probe_port}")])
             .args(["--group-selector", &format!("{E2E_LABEL}={label}")])
             .args(["--lease-duration-seconds", &timings.lease_duration.to_string()])
             .args(["--renew-deadline-seconds", &timings.renew_deadline.to_string()])
@@ -236,7 +240,7 @@ impl Operator {
             .kill_on_drop(true)
             .spawn()
             .unwrap();
-        Operator { child: Some(child), identity, plain_port, log }
+        Operator { child: Some(child), identity, plain_port, probe_port, log }
     }
 
     /// SIGKILL: the process gets no chance to release its Lease.

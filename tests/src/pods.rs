@@ -143,7 +143,9 @@ pub async fn operator_in_namespace(cluster: &Cluster, ns: &str, label: &str, tls
                         ],
                         "env": [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
                         "ports": [{"name": "deploy", "containerPort": 8443}, {"name": "plain", "containerPort": 8082}],
-                        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "plain"}, "periodSeconds": 2},
+                        // exec, on the loopback probe listener: nothing outside the Pod
+                        // can fill its slots (see serving/src/admin.rs).
+                        "readinessProbe": {"exec": {"command": ["/bloodraven-operator", "probe", "/readyz"]}, "periodSeconds": 2},
                         "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
                                             "capabilities": {"drop": ["ALL"]}},
                         "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": true}],

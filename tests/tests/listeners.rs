@@ -550,3 +550,47 @@ async fn one_busy_peer_cannot_take_every_slot() {
     assert_eq!(ok, tries, "the real client was answered every time");
     e.cluster.delete_group(&e.group).await;
 }
+
+/// Found by an attack: kubelet's readiness probe shared the plain listener,
+/// so connections from other Pods that filled it failed readiness and took
+/// the deploy API out of its Service. The Pod's probe is now an `exec` of
+/// `bloodraven-operator probe /readyz` against a loopback-only listener:
+/// with every plain slot held, it still answers.
+#[tokio::test]
+async fn a_full_plain_listener_does_not_fail_the_exec_probe() {
+    let e = env("probes", &["--plain-max-connections=4".into()]).await;
+    e.wait_answering().await;
+    let probe = || async {
+        let out = tokio::process::Command::new(bloodraven_e2e::operator::operator_bin())
+            .args(["probe", "--addr", &format!("127.0.0.1:{}", e.op.probe_port), "/readyz"])
+            .output()
+            .await
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    };
+    assert_eq!(probe().await, (Some(0), "/readyz 200".to_owned()));
+    // Every plain slot held (4; the per-peer cap is 4 too), from 127.0.0.2.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(e.hold(false, Hold::PartialHead).await);
+    }
+    let http = e.fresh_client();
+    wait_for("the plain listener to refuse a fifth connection", Duration::from_secs(5), || async {
+        match e.healthz(&http).await {
+            Err(_) => Ok(()),
+            Ok(code) => Err(format!("answered {code}")),
+        }
+    })
+    .await;
+    assert_eq!(probe().await, (Some(0), "/readyz 200".to_owned()), "the exec probe does not share the plain slots");
+    // The probe listener is not the plain one: /metrics is not there.
+    let out = tokio::process::Command::new(bloodraven_e2e::operator::operator_bin())
+        .args(["probe", "--addr", &format!("127.0.0.1:{}", e.op.probe_port), "/metrics"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!((out.status.code(), String::from_utf8_lossy(&out.stdout).trim()), (Some(1), "/metrics 404"));
+    for h in held {
+        assert!(h.await.unwrap().is_some(), "the server closes a held connection by itself");
+    }
+}
