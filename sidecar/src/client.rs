@@ -101,10 +101,24 @@ impl DeployApi {
     }
 
     async fn send(&self, method: reqwest::Method, url: &str, body: Vec<u8>) -> Result<(u16, Vec<u8>), String> {
+        self.send_within(method, url, body, None).await
+    }
+
+    /// As `send`, with a request timeout other than the client's (a watch
+    /// waits longer than a renewal may).
+    async fn send_within(
+        &self,
+        method: reqwest::Method,
+        url: &str,
+        body: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> Result<(u16, Vec<u8>), String> {
         let bearer = self.bearer().map_err(|e| e.to_string())?;
-        let response = self
-            .http
-            .request(method, url)
+        let mut request = self.http.request(method, url);
+        if let Some(t) = timeout {
+            request = request.timeout(t);
+        }
+        let response = request
             .bearer_auth(bearer)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body)
@@ -152,6 +166,23 @@ impl DeployApi {
             Ok((status, bytes)) => wire::renew_answer(status, &bytes),
             Err(what) => RenewAnswer::Failed { what },
         }
+    }
+
+    /// `POST …/leases/{kind}/{operationId}/watch`, waiting up to
+    /// `wait_seconds` for the lease to stop being ours; the request may
+    /// take that long plus `margin`.
+    pub async fn watch(
+        &self,
+        kind: LeaseKind,
+        operation_id: &str,
+        token: &LeaseToken,
+        wait_seconds: u32,
+        margin: Duration,
+    ) -> wire::WatchAnswer {
+        let body = wire::watch_body(token, wait_seconds);
+        let url = format!("{}/watch", self.lease_url(kind, operation_id));
+        let timeout = Duration::from_secs(u64::from(wait_seconds)) + margin;
+        wire::watch_answer(self.send_within(reqwest::Method::POST, &url, body, Some(timeout)).await)
     }
 
     /// `DELETE …/leases/{kind}/{operationId}`: `Ok(status)` for an answer

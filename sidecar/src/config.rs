@@ -117,6 +117,10 @@ pub struct LeaseArgs {
     /// Longest wait between two asks while another operation holds the mutex, seconds.
     #[arg(long, env = "BLOODRAVEN_ACQUIRE_POLL", value_parser = seconds, default_value = "1")]
     pub acquire_poll: Duration,
+    /// Learn of a revocation only at the next renewal (no watch). For
+    /// benchmarks that compare against the watch; never needed otherwise.
+    #[arg(long, env = "BLOODRAVEN_NO_WATCH", hide = true)]
+    pub no_watch: bool,
     /// How the DDL boundary is learnt: `at-start` takes the migration to be in
     /// DDL from its start until it reports `ddl-finished`; `reported` only from its reports.
     #[arg(long, env = "BLOODRAVEN_DDL_BOUNDARY", value_enum, default_value_t = BoundaryMode::AtStart)]

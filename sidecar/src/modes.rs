@@ -75,6 +75,7 @@ fn settings(
         timing,
         acquire_timeout: args.acquire_timeout,
         acquire_poll: args.acquire_poll,
+        watch: !args.no_watch,
         boundary: args.ddl_boundary,
         termination_log,
         state_file,

@@ -20,12 +20,17 @@
 //! | PUT | other 403 | `Forbidden` |
 //! | PUT | 423 | `Unstable` |
 //! | PUT | anything else, transport | `Failed` (not a renewal) |
+//! | watch | 200 | `Held` (wait ran out, still ours) |
+//! | watch | 409, 404, 403 | `Gone`: renew now, and let the renewal's answer decide |
+//! | watch | 429, 503, other, transport | `Retry` after a pause (renewals go on regardless) |
 //!
 //! A body that does not parse is never taken as success.
 
 use std::fmt;
 
-use bloodraven_api::deploy::{CreateLeaseRequest, ErrorBody, LeaseGrant, ReleaseRequest, RenewRequest, RenewResponse};
+use bloodraven_api::deploy::{
+    CreateLeaseRequest, ErrorBody, LeaseGrant, ReleaseRequest, RenewRequest, RenewResponse, WatchRequest,
+};
 pub use bloodraven_api::deploy::{DdlState, LeaseKind, valid_operation_id};
 use chrono::{DateTime, Utc};
 
@@ -59,6 +64,47 @@ pub fn renew_body(token: &LeaseToken, ddl_state: Option<DdlState>) -> Vec<u8> {
 /// The body of a DELETE (release).
 pub fn release_body(token: &LeaseToken) -> Vec<u8> {
     json(&ReleaseRequest { token: token.0.clone() })
+}
+
+/// The body of a watch: wait up to `wait_seconds` (≤ 60).
+pub fn watch_body(token: &LeaseToken, wait_seconds: u32) -> Vec<u8> {
+    json(&WatchRequest { token: token.0.clone(), wait_seconds: Some(wait_seconds) })
+}
+
+/// What a watch answer means to the sidecar.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchAnswer {
+    /// 200: the wait ran out and the lease is still ours; watch again.
+    Held,
+    /// The lease may no longer be ours (`409 revoked`, `404 expired`,
+    /// `403`): renew now, so that the renewal's answer — the one the core
+    /// acts on — comes at once instead of at the next ttl/3.
+    Gone(String),
+    /// No answer about the lease (`429 too_many_watches`, `503
+    /// not_leader`, another status, a transport error): watch again after
+    /// the pause, in milliseconds. Renewals go on regardless.
+    Retry(u64, String),
+}
+
+/// Translates a watch answer (`Err`: no answer, the transport's error).
+pub fn watch_answer(answer: Result<(u16, Vec<u8>), String>) -> WatchAnswer {
+    let (status, body) = match answer {
+        Ok(a) => a,
+        Err(what) => return WatchAnswer::Retry(1_000, what),
+    };
+    let (code, message) = summary(status, &body);
+    match status {
+        200 => WatchAnswer::Held,
+        409 | 404 | 403 => WatchAnswer::Gone(format!("{status} {code}: {message}")),
+        429 => {
+            let after = error_body(&body).and_then(|e| e.retry_after_seconds).unwrap_or(1).clamp(1, 60);
+            WatchAnswer::Retry(u64::from(after) * 1_000, format!("{status} {code}"))
+        }
+        503 => WatchAnswer::Retry(1_000, format!("{status} {code}")),
+        // A refusal of the request itself (400, 401, 413, 5xx): not about
+        // the lease; slowly, so a server that refuses every watch costs little.
+        _ => WatchAnswer::Retry(5_000, format!("{status} {code}: {message}")),
+    }
 }
 
 fn json<T: serde::Serialize>(value: &T) -> Vec<u8> {
@@ -174,6 +220,31 @@ pub fn released(status: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watch_answers_say_watch_again_renew_now_or_pause() {
+        let err = |status: u16, code: &str| {
+            Ok((status, format!(r#"{{"error":"{code}","message":"m","retryAfterSeconds":7}}"#).into_bytes()))
+        };
+        let held = br#"{"expiresAt":"2030-01-01T00:00:30Z","topologyGeneration":1}"#.to_vec();
+        assert_eq!(watch_answer(Ok((200, held))), WatchAnswer::Held);
+        for (status, code) in [(409, "revoked"), (404, "expired"), (403, "token_mismatch"), (403, "forbidden")] {
+            assert!(matches!(watch_answer(err(status, code)), WatchAnswer::Gone(w) if w.contains(code)), "{status}");
+        }
+        assert_eq!(
+            watch_answer(err(429, "too_many_watches")),
+            WatchAnswer::Retry(7_000, "429 too_many_watches".into())
+        );
+        assert_eq!(watch_answer(err(503, "not_leader")), WatchAnswer::Retry(1_000, "503 not_leader".into()));
+        assert!(matches!(watch_answer(err(400, "invalid")), WatchAnswer::Retry(5_000, _)));
+        assert!(matches!(watch_answer(Ok((502, b"<html>".to_vec()))), WatchAnswer::Retry(5_000, _)));
+        assert!(
+            matches!(watch_answer(Err("connection refused".into())), WatchAnswer::Retry(1_000, w) if w == "connection refused")
+        );
+        // The token is never in a body the sidecar logs.
+        let body = String::from_utf8(watch_body(&LeaseToken("ab".repeat(32)), 30)).unwrap();
+        assert_eq!(body, format!(r#"{{"token":"{}","waitSeconds":30}}"#, "ab".repeat(32)));
+    }
 
     fn now() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2030-01-01T00:00:00Z").unwrap().with_timezone(&Utc)

@@ -203,6 +203,27 @@ pub async fn call(
     reply
 }
 
+/// As [`call`], asked again (for up to 30 s) while the answer is `503
+/// not_leader`: for tests about something other than leadership, on a
+/// loaded two-core machine where the operator's short test Lease can move
+/// between two requests.
+pub async fn call_leader(
+    http: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    token: &str,
+    body: Option<serde_json::Value>,
+) -> Reply {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let reply = call(http, method.clone(), url, token, body.clone()).await;
+        if reply.status != 503 || std::time::Instant::now() >= until {
+            return reply;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
 fn contract() -> &'static serde_json::Value {
     static CONTRACT: std::sync::OnceLock<serde_json::Value> = std::sync::OnceLock::new();
     CONTRACT.get_or_init(|| {

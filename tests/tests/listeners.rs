@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bloodraven_api::v1alpha1::{SecretRef, Site};
-use bloodraven_e2e::deploy::{self, TlsFiles, call};
+use bloodraven_e2e::deploy::{self, TlsFiles, call_leader};
 use bloodraven_e2e::fixtures::{create_group, group};
 use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::wait::wait_for;
@@ -444,24 +444,25 @@ async fn hostile_request_values_never_reach_the_log() {
     let hostile = format!("\u{202e}{}", "x".repeat(60 * 1024));
 
     let body = json!({"kind": "migration", "operationId": hostile, "instance": "counter-app", "ttlSeconds": 30});
-    let r = call(&http, Method::POST, &format!("{}/leases", e.group_url()), &e.token, Some(body)).await;
+    let r = call_leader(&http, Method::POST, &format!("{}/leases", e.group_url()), &e.token, Some(body)).await;
     assert_eq!((r.status, r.body["error"].as_str()), (400, Some("invalid_request")), "{}", short(&r.body.to_string()));
     assert!(r.body["message"].as_str().unwrap().contains("operationId"), "{}", short(&r.body.to_string()));
 
     let encoded = format!("%E2%80%AE{}", "x".repeat(60 * 1024));
     let url = format!("{}/leases/migration/{encoded}", e.group_url());
-    let r = call(&http, Method::PUT, &url, &e.token, Some(json!({"token": "t"}))).await;
+    let r = call_leader(&http, Method::PUT, &url, &e.token, Some(json!({"token": "t"}))).await;
     assert_eq!((r.status, r.body["error"].as_str()), (400, Some("invalid_request")), "{}", short(&r.body.to_string()));
     assert!(r.body["message"].as_str().unwrap().contains("operationId"), "{}", short(&r.body.to_string()));
 
     // A hostile value in a field the parser rejects (an unknown kind) and in the group.
     let body = json!({"kind": hostile, "operationId": "op-1", "instance": "counter-app", "ttlSeconds": 30});
-    let r = call(&http, Method::POST, &format!("{}/leases", e.group_url()), &e.token, Some(body)).await;
+    let r = call_leader(&http, Method::POST, &format!("{}/leases", e.group_url()), &e.token, Some(body)).await;
     assert_eq!(r.status, 400, "{}", short(&r.body.to_string()));
     let message = r.body["message"].as_str().unwrap();
     let fits = message.contains("kind") && message.len() < 400 && !message.contains('\u{202e}');
     assert!(fits, "the message quotes the value raw ({} bytes): {}", message.len(), short(message));
-    let r = call(&http, Method::GET, &format!("{}/groups/%E2%80%AE{}", e.base, "g".repeat(300)), &e.token, None).await;
+    let r = call_leader(&http, Method::GET, &format!("{}/groups/%E2%80%AE{}", e.base, "g".repeat(300)), &e.token, None)
+        .await;
     assert_eq!(r.status, 400, "{}", short(&r.body.to_string()));
 
     // The access lines are written when the answer is; give the file a moment.

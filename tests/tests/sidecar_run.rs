@@ -191,6 +191,29 @@ async fn a_revocation_during_the_migration_fences_it_and_a_trapped_sigterm_still
     assert_eq!((r["result"].as_str(), r["fence"].as_str()), (Some("fenced"), Some("revoked")), "{r}");
 }
 
+/// The watch: with TTL 120 the first renewal is 40 s after the grant, so a
+/// revocation made right after the migration starts reaches it through the
+/// watch (renew now, `409 revoked`, fence), not at that renewal.
+#[tokio::test]
+async fn a_revocation_reaches_the_migration_through_the_watch_before_the_next_renewal() {
+    let d = scenario("sc-watch").await;
+    let p = &d.pipeline;
+    let script = format!("trap '{}; exit 0' TERM; {}; while :; do sleep 0.05; done", stamp("term"), stamp("started"));
+    let slow = ["--ttl", "120", "--grace", "3", "--request-timeout", "2"];
+    let mut run = SidecarRun::start(p, &d.tls, "watch-1", &slow, &script);
+    run.wait_for_marker("started", T).await;
+    let revoked_at = now_ms();
+    revoke(&d).await;
+    run.wait_for_marker("term", Duration::from_secs(30)).await;
+    let took = run.read("term").trim().parse::<u64>().unwrap().saturating_sub(revoked_at);
+    eprintln!("figure: revoke annotation → SIGTERM with the watch at TTL 120 (first renewal at 40 s): {took} ms");
+    assert!(took < 30_000, "learnt at a renewal, not from the watch: {took} ms");
+    assert_eq!(run.wait(T).await, exit::FENCED, "{}", run.log());
+    let r = run.record();
+    assert_eq!((r["result"].as_str(), r["fence"].as_str()), (Some("fenced"), Some("revoked")), "{r}");
+    assert!(run.full_log().contains("watch: the lease may be gone"), "{}", run.log());
+}
+
 #[tokio::test]
 async fn kill_9_stops_the_migration_while_the_lease_lives_and_sigstop_allows_no_step_after_the_deadline() {
     let d = scenario("sc-kill").await;

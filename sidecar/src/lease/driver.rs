@@ -25,7 +25,11 @@ use crate::client::DeployApi;
 use crate::ddl::Detector;
 use crate::record::{FinalRecord, Phase, State, write_state};
 use crate::socket::{Event, OutcomeResult, Status};
-use crate::wire::{DdlState, LeaseKind, LeaseToken, released};
+use crate::wire::{DdlState, LeaseKind, LeaseToken, WatchAnswer, released};
+
+/// The wait of one watch request, in seconds: half the server's longest
+/// (60), so a connection is never held near a server or proxy bound.
+const WATCH_SECONDS: u32 = 30;
 
 /// Everything a run needs.
 #[derive(Debug)]
@@ -44,6 +48,9 @@ pub struct Settings {
     pub acquire_timeout: Duration,
     /// Longest wait between two POSTs while another operation holds the mutex.
     pub acquire_poll: Duration,
+    /// Whether each held lease is watched (push revocation); off only in
+    /// benchmarks that compare against renewals alone.
+    pub watch: bool,
     /// How the DDL boundary is learnt.
     pub boundary: BoundaryMode,
     /// Termination message path.
@@ -162,6 +169,36 @@ impl Run<'_> {
         });
     }
 
+    /// Watches `kind`'s lease for as long as the run holds it (the task is
+    /// aborted when the loop ends): an answer saying it may be gone sends
+    /// `kind` on `nudge`, and the loop renews at once — so a revocation
+    /// reaches the fence within a round trip or two, not at the next ttl/3.
+    fn spawn_watch(&self, watchers: &mut JoinSet<()>, kind: LeaseKind, nudge: mpsc::Sender<LeaseKind>) {
+        let Some(token) = self.token(kind).cloned().filter(|_| self.s.watch) else { return };
+        let api = self.s.api.clone();
+        let op = self.s.operation_id.clone();
+        let margin = Duration::from_millis(self.hb.timing().request_timeout);
+        watchers.spawn(async move {
+            loop {
+                match api.watch(kind, &op, &token, WATCH_SECONDS, margin).await {
+                    WatchAnswer::Held => {}
+                    WatchAnswer::Gone(what) => {
+                        tracing::info!(kind = kind.as_str(), answer = %what, "watch: the lease may be gone; renewing now");
+                        if nudge.send(kind).await.is_err() {
+                            return;
+                        }
+                        // The renewal decides; if it confirms, watch again after a pause.
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                    WatchAnswer::Retry(ms, what) => {
+                        tracing::debug!(kind = kind.as_str(), answer = %what, retry_in_ms = ms, "watch not answered; again after a pause");
+                        tokio::time::sleep(Duration::from_millis(ms)).await;
+                    }
+                }
+            }
+        });
+    }
+
     fn spawn_renew(&self, tasks: &mut JoinSet<Io>, kind: LeaseKind) {
         let Some(token) = self.token(kind).cloned() else { return };
         let api = self.s.api.clone();
@@ -255,6 +292,9 @@ async fn main_loop(
         poll: s.acquire_poll.as_millis() as Millis,
     };
     let mut tasks: JoinSet<Io> = JoinSet::new();
+    // Aborted when this loop returns (the JoinSet is dropped).
+    let mut watchers: JoinSet<()> = JoinSet::new();
+    let (nudge, mut nudged) = mpsc::channel::<LeaseKind>(4);
     let mut acquiring = Some(LeaseKind::Migration);
     let mut next_post: Millis = 0;
     let mut post_in_flight = false;
@@ -307,11 +347,13 @@ async fn main_loop(
                                 match kind {
                                     LeaseKind::Migration => {
                                         run.migration = Some(token);
+                                        run.spawn_watch(&mut watchers, kind, nudge.clone());
                                         acquiring = Some(LeaseKind::FailoverHold);
                                         next_post = now;
                                     }
                                     LeaseKind::FailoverHold => {
                                         run.hold = Some(token);
+                                        run.spawn_watch(&mut watchers, kind, nudge.clone());
                                         acquiring = None;
                                         if let Some(detector) = &s.detector {
                                             // The baseline, before the migration may start.
@@ -363,6 +405,10 @@ async fn main_loop(
                 }
             }
             () = sleep_until(run.at(wake)) => {}
+            Some(kind) = nudged.recv() => {
+                tracing::debug!(kind = kind.as_str(), "renewing now: the watch says the lease may be gone");
+                run.hb.renew_now(run.ms());
+            }
             event = events.recv() => match event {
                 Some(Event::Report(report, revision, ack)) => {
                     tracing::info!(report = ?report, revision = ?revision, "DDL boundary reported");

@@ -57,6 +57,41 @@ const MAX_HISTORY: usize = 32;
 /// Rounds of one drive before it yields to the next reconcile.
 const MAX_ROUNDS: usize = 24;
 
+/// Longest single wait for the target's catch-up: the reconcile of the
+/// group is given back between waits (its probes, status and deletion go
+/// on), and the catch-up goes on where it was at the next one.
+const CATCH_UP_SLICE: Duration = Duration::from_secs(2);
+/// When to look again after a catch-up wait that has not reached the position.
+const CATCH_UP_RECHECK: Duration = Duration::from_millis(100);
+
+/// One catch-up wait: how long, and whether it is the last one.
+#[derive(Debug, PartialEq, Eq)]
+struct Slice {
+    wait: Duration,
+    last: bool,
+}
+
+/// The next catch-up wait of a request with phase `history` at `now`. The bound
+/// (`catchUpTimeoutSeconds`) counts from when the request entered
+/// `Draining` (its history, written by the operator, so a new leader goes on
+/// with the same deadline) plus the fence's own bound, since the fence
+/// comes first. Without that entry (status wiped) the whole bound is waited
+/// at once, as the last wait: bounded either way.
+fn catch_up_slice(history: &[PhaseTransition], fence_bound: Duration, bound: Duration, now: Timestamp) -> Slice {
+    let drained = history.iter().rev().find(|t| t.phase == Phase::Draining.as_str()).map(|t| t.time.0);
+    let Some(drained) = drained else { return Slice { wait: bound, last: true } };
+    let deadline_ms =
+        drained.as_millisecond() + i64::try_from((fence_bound + bound).as_millis()).unwrap_or(i64::MAX / 2);
+    let left_ms = u64::try_from(deadline_ms.saturating_sub(now.as_millisecond())).unwrap_or(0);
+    let left = Duration::from_millis(left_ms);
+    if left <= CATCH_UP_SLICE {
+        // At least a second: MASTER_GTID_WAIT's timeout is whole seconds here.
+        Slice { wait: left.max(Duration::from_secs(1)), last: true }
+    } else {
+        Slice { wait: CATCH_UP_SLICE, last: false }
+    }
+}
+
 /// What a drive left behind.
 #[derive(Debug)]
 pub struct Drive {
@@ -470,12 +505,13 @@ async fn act(
                 .await
                 .map_err(|e| site_err("read the GTID position of", &step.source, &e))?;
             let bound = Duration::from_secs(u64::from(step.policy.catch_up_timeout_seconds.clamp(1, 3600)));
+            let slice = catch_up_slice(&state.history, step.fence_bound, bound, Timestamp::now());
             let tcreds = credentials(ctx, &step.target_spec).await?;
             let tat = ProbeTarget { host: step.target_spec.host.clone(), port: step.target_spec.port };
             // A target that cannot be asked is one that did not catch up:
             // the old primary is made writable again and the request fails,
             // rather than leaving it fenced while the wait is retried.
-            let reached = match actions::catch_up(&tat, &tcreds, step.flavor, &positions.binlog, bound).await {
+            let reached = match actions::catch_up(&tat, &tcreds, step.flavor, &positions.binlog, slice.wait).await {
                 Ok(reached) => reached,
                 Err(e) => {
                     let (_, message) = crate::mysql::classify(&e);
@@ -483,6 +519,12 @@ async fn act(
                     false
                 }
             };
+            if !reached && !slice.last {
+                // Not yet, and the bound has not run out: give the reconcile
+                // back (probes, status, deletion) and wait again next round.
+                tracing::debug!(group = %group.name_any(), site = %site, "catching up; waiting again");
+                return Ok(Some(Drive::at(group.clone(), Phase::Draining, CATCH_UP_RECHECK)));
+            }
             local.caught_up = Some(reached);
             crate::failpoint::hit("planned-after-catch-up");
             local.promotion_position = Some(positions.binlog);
@@ -787,6 +829,35 @@ async fn write_state(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn catch_up_waits_in_slices_until_the_bound_counted_from_the_drain() {
+        let t0: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+        let at = |secs: i64| t0 + k8s_openapi::jiff::SignedDuration::from_secs(secs);
+        let entry =
+            |phase: &str, secs: i64| PhaseTransition { phase: phase.into(), time: Time(at(secs)), message: None };
+        let history = vec![entry("Pending", -5), entry("Admitting", -4), entry("Draining", 0)];
+        let (fence, bound) = (Duration::from_secs(10), Duration::from_secs(30));
+        // Deadline: drain + fence bound + catch-up bound = t0 + 40 s.
+        assert_eq!(catch_up_slice(&history, fence, bound, at(1)), Slice { wait: CATCH_UP_SLICE, last: false });
+        assert_eq!(catch_up_slice(&history, fence, bound, at(37)), Slice { wait: CATCH_UP_SLICE, last: false });
+        assert_eq!(catch_up_slice(&history, fence, bound, at(39)), Slice { wait: Duration::from_secs(1), last: true });
+        assert_eq!(
+            catch_up_slice(&history, fence, bound, at(500)),
+            Slice { wait: Duration::from_secs(1), last: true },
+            "past the deadline: one last short look, then it fails"
+        );
+        // A new leader after a restart reads the same deadline from status.
+        let mut later = history.clone();
+        later.push(entry("Draining", 20));
+        assert_eq!(
+            catch_up_slice(&later, fence, bound, at(45)),
+            Slice { wait: CATCH_UP_SLICE, last: false },
+            "the latest drain counts"
+        );
+        // No drain in the history (status wiped): the whole bound, once.
+        assert_eq!(catch_up_slice(&history[..2], fence, bound, at(1)), Slice { wait: bound, last: true });
+    }
 
     #[test]
     fn errant_transactions_by_flavour() {
