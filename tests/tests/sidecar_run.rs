@@ -208,9 +208,14 @@ async fn a_revocation_reaches_the_migration_through_the_watch_before_the_next_re
     let took = run.read("term").trim().parse::<u64>().unwrap().saturating_sub(revoked_at);
     eprintln!("figure: revoke annotation → SIGTERM with the watch at TTL 120 (first renewal at 40 s): {took} ms");
     assert!(took < 30_000, "learnt at a renewal, not from the watch: {took} ms");
-    assert_eq!(run.wait(T).await, exit::FENCED, "{}", run.log());
+    // The default boundary (`at-start`): fenced in DDL.
+    assert_eq!(run.wait(T).await, exit::SCHEMA_VERIFICATION_REQUIRED, "{}", run.log());
     let r = run.record();
-    assert_eq!((r["result"].as_str(), r["fence"].as_str()), (Some("fenced"), Some("revoked")), "{r}");
+    assert_eq!(
+        (r["result"].as_str(), r["fence"].as_str()),
+        (Some("schema-verification-required"), Some("revoked")),
+        "{r}"
+    );
     assert!(run.full_log().contains("watch: the lease may be gone"), "{}", run.log());
 }
 
