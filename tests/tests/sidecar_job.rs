@@ -5,7 +5,10 @@
 //! A migration Job completes and its record reaches the sidecar's
 //! termination message; a revoked Job whose migration traps SIGTERM and
 //! exits 0 still fails; a Job that cannot get the mutex never starts its
-//! migration.
+//! migration; `kill -9` of the sidecar in the Pod stops the migration while
+//! the lease lives and the mutex stays held until the migration container
+//! has exited (then lapses by TTL); SIGSTOP of the sidecar past the TTL
+//! lets no migration step run after the deadline.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
 
@@ -17,6 +20,7 @@ use bloodraven_e2e::fixtures::{create_group, group, is_ready_at, wait_status};
 use bloodraven_e2e::pods::{apply, image, job_pods, logs, node_address, operator_in_namespace, wait_job_end};
 use bloodraven_e2e::{Cluster, SitePair, TestNamespace, wait_for};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
@@ -236,4 +240,147 @@ async fn a_job_that_cannot_get_the_mutex_fails_without_starting_its_migration() 
     assert!(waiting, "the migration container has not started (the probe never passed): {main:?}");
     let (_, ended, reason) = wait_job_end(&env.cluster, &env.ns.name, "blocked", T).await;
     assert_eq!((ended.as_str(), reason.as_str()), ("Failed", "DeadlineExceeded"));
+}
+
+/// The host PID of the `bloodraven-sidecar hold` process serving `group`
+/// (the node runs on this machine: a container's processes are the host's,
+/// found by their command line and environment).
+fn sidecar_pid(group: &str) -> Option<i32> {
+    let want_env = format!("BLOODRAVEN_GROUP={group}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: i32 = entry.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_hold =
+            args.first().is_some_and(|a| a.ends_with(b"bloodraven-sidecar")) && args.get(1) == Some(&&b"hold"[..]);
+        let environ = std::fs::read(entry.path().join("environ")).ok()?;
+        let ours = environ.split(|b| *b == 0).any(|v| v == want_env.as_bytes());
+        (is_hold && ours).then_some(pid)
+    })
+}
+
+fn signal(pid: i32, name: &str) {
+    let ok =
+        std::process::Command::new("kill").args([&format!("-{name}"), &pid.to_string()]).status().unwrap().success();
+    assert!(ok, "kill -{name} {pid}");
+}
+
+/// The kernel's uptime in milliseconds (10 ms resolution).
+fn uptime_ms() -> u64 {
+    let text = std::fs::read_to_string("/proc/uptime").unwrap();
+    (text.split_whitespace().next().unwrap().parse::<f64>().unwrap() * 1000.0) as u64
+}
+
+/// Whether the migration lease of `operation_id` is held now: its slot
+/// Lease names it as holder and `renewTime + leaseDurationSeconds` is ahead.
+async fn mutex_held(env: &Env, operation_id: &str) -> bool {
+    let leases: Api<Lease> = Api::namespaced(env.cluster.client.clone(), &env.op_ns.name);
+    let now = k8s_openapi::jiff::Timestamp::now();
+    leases.list(&kube::api::ListParams::default()).await.unwrap().items.iter().any(|l| {
+        let a = l.metadata.annotations.clone().unwrap_or_default();
+        let Some(spec) = l.spec.as_ref() else { return false };
+        let live = spec
+            .renew_time
+            .as_ref()
+            .zip(spec.lease_duration_seconds)
+            .is_some_and(|(t, d)| t.0 + k8s_openapi::jiff::SignedDuration::from_secs(i64::from(d)) > now);
+        a.get("bloodraven.shipstream.io/group").map(String::as_str) == Some(env.group.as_str())
+            && a.get("bloodraven.shipstream.io/kind").map(String::as_str) == Some("migration")
+            && spec.holder_identity.as_deref() == Some(operation_id)
+            && live
+    })
+}
+
+/// The running migration container's Pod name, once it logged `marker`.
+async fn running(env: &Env, job: &str, marker: &str) -> String {
+    wait_for(&format!("{job}'s migration to log {marker:?}"), T, || async {
+        let pods = job_pods(&env.cluster, &env.ns.name, job).await;
+        let pod = pods.first().ok_or("no Pod")?;
+        let name = pod.metadata.name.clone().unwrap();
+        if logs(&env.cluster, &env.ns.name, &name, "migration").await.contains(marker) {
+            Ok(name)
+        } else {
+            Err("not yet".into())
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn kill_9_of_the_sidecar_in_the_pod_stops_the_migration_and_the_mutex_outlives_it() {
+    let env = setup("scjob-kill").await;
+    // The migration takes 6 s to stop after SIGTERM: the mutex must be held
+    // all that time, then lapse by its TTL (never released).
+    let script =
+        "trap 'echo got SIGTERM; sleep 6; echo exiting; exit 0' TERM; echo started; while :; do sleep 0.1; done";
+    start(&env, job(&env, "killed", script, &[], 150)).await;
+    let pod_name = running(&env, "killed", "started").await;
+    let pod: Pod = Api::namespaced(env.cluster.client.clone(), &env.ns.name).get(&pod_name).await.unwrap();
+    let uid = pod.metadata.labels.as_ref().and_then(|l| l.get("batch.kubernetes.io/controller-uid")).cloned().unwrap();
+    assert!(mutex_held(&env, &uid).await, "held while the migration runs");
+    let pid = sidecar_pid(&env.group).expect("the sidecar's process on this node");
+    signal(pid, "KILL");
+    running(&env, "killed", "got SIGTERM").await;
+    // Stopping, not yet exited: the lease the sidecar can no longer renew is still live.
+    assert!(mutex_held(&env, &uid).await, "the mutex is held while the migration container is still stopping");
+    let (_, ended, reason) = wait_job_end(&env.cluster, &env.ns.name, "killed", T).await;
+    assert_eq!(ended, "Failed", "{reason}");
+    let out = logs(&env.cluster, &env.ns.name, &pod_name, "migration").await;
+    assert!(out.contains("exiting"), "the migration stopped on its own terms: {out}");
+    let (pod, record) = sidecar_record(&env, "killed").await;
+    let (code, _) = terminated(&pod, "migration", false).unwrap();
+    assert_ne!(code, 0, "the wrapper fails the migration whose sidecar died, not the trapped 0");
+    // The restarted sidecar never acquires again; it records the loss.
+    assert_eq!(record["fence"].as_str(), Some("sidecar_restarted"), "{record}");
+    wait_for("the mutex to lapse by its TTL", T, || async {
+        if mutex_held(&env, &uid).await { Err("still held".to_owned()) } else { Ok(()) }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn sigstop_of_the_sidecar_in_the_pod_lets_no_step_run_after_the_deadline() {
+    let env = setup("scjob-stop").await;
+    // A step only when the sidecar grants one (`permit`); each step logs its time.
+    // Times are the kernel's uptime (busybox `date` has no sub-second
+    // format; one kernel, so the test reads the same clock).
+    let now = "$(cut -d' ' -f1 /proc/uptime)";
+    let script = format!(
+        "trap 'echo term {now}; exit 0' TERM; echo started; while :; do if $S permit --timeout 0.3 >/dev/null 2>&1; then echo step {now}; fi; sleep 0.2; done"
+    );
+    start(&env, job(&env, "stopped", &script, &[("BLOODRAVEN_DDL_BOUNDARY", "reported")], 150)).await;
+    let pod_name = running(&env, "stopped", "step ").await;
+    let pid = sidecar_pid(&env.group).expect("the sidecar's process on this node");
+    let stopped_at = uptime_ms();
+    signal(pid, "STOP");
+    // TTL 15, grace 3: the deadline is at most 12 s after the stop.
+    tokio::time::sleep(Duration::from_secs(18)).await;
+    let continued_at = uptime_ms();
+    signal(pid, "CONT");
+    let (_, ended, reason) = wait_job_end(&env.cluster, &env.ns.name, "stopped", T).await;
+    assert_eq!(ended, "Failed", "{reason}");
+    let out = logs(&env.cluster, &env.ns.name, &pod_name, "migration").await;
+    let stamps = |word: &str| -> Vec<u64> {
+        out.lines()
+            .filter_map(|l| l.strip_prefix(word)?.trim().parse::<f64>().ok())
+            .map(|s| (s * 1000.0) as u64)
+            .collect()
+    };
+    let last_step = stamps("step ").into_iter().max().unwrap_or(0);
+    let term = stamps("term ").into_iter().next().unwrap_or(u64::MAX);
+    let deadline_bound = stopped_at + 12_000;
+    assert!(
+        last_step <= deadline_bound,
+        "a step {} ms after the stop (bound 12000): {out}",
+        last_step.saturating_sub(stopped_at)
+    );
+    assert!(
+        term < continued_at,
+        "SIGTERM came while the sidecar was stopped (term {term}, SIGCONT {continued_at}): {out}"
+    );
+    println!(
+        "figure: in a Job Pod, SIGSTOP of the sidecar; last step {} ms after, SIGTERM {} ms after (deadline ≤ 12000 ms)",
+        last_step.saturating_sub(stopped_at),
+        term.saturating_sub(stopped_at)
+    );
 }
