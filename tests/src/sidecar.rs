@@ -116,8 +116,17 @@ impl SidecarRun {
         crate::operator::process_memory_kib(self.pid())
     }
 
-    /// Whether marker file `name` exists in the work directory.
+    /// Whether marker file `name` holds a complete line. Not mere existence:
+    /// the shell's `>>` creates the file before it writes the stamp, and a
+    /// reader between the two saw an empty marker (the sidecar benchmark
+    /// failed parsing one under load).
     pub fn has(&self, name: &str) -> bool {
+        self.read(name).ends_with('\n')
+    }
+
+    /// Whether marker file `name` was created at all, written or not (for
+    /// "never started" checks, where a half-written marker counts).
+    pub fn created(&self, name: &str) -> bool {
         self.dir.join(name).exists()
     }
 
@@ -126,12 +135,10 @@ impl SidecarRun {
         std::fs::read_to_string(self.dir.join(name)).unwrap_or_default()
     }
 
-    /// Waits until marker file `name` exists.
+    /// Waits until marker file `name` holds a complete line (see [`SidecarRun::has`]).
     pub async fn wait_for_marker(&self, name: &str, timeout: Duration) {
-        let path = self.dir.join(name);
-        crate::wait_for(&format!("marker {name} of {}", self.operation_id), timeout, || {
-            let path = path.clone();
-            async move { if path.exists() { Ok(()) } else { Err(format!("log:\n{}", self.log())) } }
+        crate::wait_for(&format!("marker {name} of {}", self.operation_id), timeout, || async move {
+            if self.has(name) { Ok(()) } else { Err(format!("log:\n{}", self.log())) }
         })
         .await;
     }

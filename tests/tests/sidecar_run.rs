@@ -109,7 +109,7 @@ async fn a_second_run_waits_on_held_starts_soon_after_the_release_and_a_third_ti
     // The acquire timeout: never started, the holder named in the log and the record.
     let mut b = SidecarRun::start(p, &d.tls, "held-b", &flags(&["--acquire-timeout", "3"]), &stamp("started"));
     assert_eq!(b.wait(T).await, exit::NOT_STARTED_TIMEOUT, "{}", b.log());
-    assert!(!b.has("started"), "the migration must never start");
+    assert!(!b.created("started"), "the migration must never start");
     let r = b.record();
     assert_eq!(r["result"], "not-started", "{r}");
     let named = r["holder"].as_str().unwrap_or_default();
@@ -122,7 +122,7 @@ async fn a_second_run_waits_on_held_starts_soon_after_the_release_and_a_third_ti
         if c.log().contains("409 held") { Ok(()) } else { Err(c.log()) }
     })
     .await;
-    assert!(!c.has("started"));
+    assert!(!c.created("started"));
     // … and starts soon after the release.
     std::fs::write(a.dir.join("go"), "").unwrap();
     assert_eq!(a.wait(T).await, 0, "{}", a.log());
