@@ -50,9 +50,10 @@ bench=""
 case "${1:-}" in --figures | --bench | --bench-failover | --bench-sidecar) bench=$1 ;; esac
 if [ -n "$bench" ]; then
   # Figures are of the release build users run.
-  cargo build --locked --release -p bloodraven-operator -p bloodraven-sidecar
+  cargo build --locked --release -p bloodraven-operator
+  cargo build --locked --profile release-sidecar -p bloodraven-sidecar
   export BLOODRAVEN_OPERATOR_BIN="$target/release/bloodraven-operator"
-  export BLOODRAVEN_SIDECAR_BIN="$target/release/bloodraven-sidecar"
+  export BLOODRAVEN_SIDECAR_BIN="$target/release-sidecar/bloodraven-sidecar"
 else
   cargo build --locked -p bloodraven-operator -p bloodraven-sidecar
 fi

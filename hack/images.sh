@@ -21,7 +21,7 @@
 #                                      with the shared libraries it loads, so a Pod can call the
 #                                      deploy API over TLS as a pipeline would
 # Archives are cached in ${BLOODRAVEN_CACHE:-~/.cache/bloodraven}/images/NAME-TAG.tar; the static
-# build uses cargo's target folder (CARGO_TARGET_DIR), under x86_64-unknown-linux-gnu/release.
+# build uses cargo's target folder (CARGO_TARGET_DIR), under x86_64-unknown-linux-gnu/release and …/release-sidecar.
 # With a registry, push the same archive with a standard tool, e.g.
 #   skopeo copy oci-archive:ARCHIVE docker://registry.example/bloodraven/operator:TAG
 # or build from the Dockerfile in the repository root (docs/images.md).
@@ -47,20 +47,23 @@ need() {
   [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || die "static glibc is missing (apt-get install libc6-dev)"
 }
 
-# The static release binaries, in one cargo invocation (shared compile).
+# The static binaries: the operator (release) and the sidecar (release-sidecar).
 # `|| die`: callers run this inside $(...), where set -e does not stop a
 # failed build, and the binaries left in the target folder would be packed.
 build_binaries() {
-  log "building bloodraven-operator and bloodraven-sidecar as static binaries (release)"
+  log "building bloodraven-operator (release) and bloodraven-sidecar (release-sidecar: size-optimized, see Cargo.toml) as static binaries"
   (cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --quiet --locked --release --target "$triple" -p bloodraven-operator -p bloodraven-sidecar) ||
-    die "cargo build of the static binaries failed"
+    cargo build --quiet --locked --release --target "$triple" -p bloodraven-operator) ||
+    die "cargo build of the static operator failed"
+  (cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" \
+    cargo build --quiet --locked --profile release-sidecar --target "$triple" -p bloodraven-sidecar) ||
+    die "cargo build of the static sidecar failed"
 }
 
 # One static binary alone in an image, run as 65532.
-build_static() { # work name -> prints "ref archive"
-  local work=$1 name=$2 bin tag out
-  bin="$target/$triple/release/bloodraven-$name"
+build_static() { # work name profile -> prints "ref archive"
+  local work=$1 name=$2 profile=$3 bin tag out
+  bin="$target/$triple/$profile/bloodraven-$name"
   # A dynamic binary would not start in an image without libraries.
   ldd "$bin" 2>&1 | grep -Eq 'statically linked|not a dynamic executable' || die "$bin is not static: $(ldd "$bin" 2>&1 | head -3)"
   mkdir -p "$work/rootfs"
@@ -103,8 +106,8 @@ cmd_build() {
   trap "rm -rf '$work'" EXIT
   mkdir -p "$work/operator" "$work/sidecar" "$work/tools"
   build_binaries
-  build_static "$work/operator" operator
-  build_static "$work/sidecar" sidecar
+  build_static "$work/operator" operator release
+  build_static "$work/sidecar" sidecar release-sidecar
   build_tools "$work/tools"
 }
 
