@@ -76,6 +76,11 @@ pub const SCHEMA_VERIFIED_ANNOTATION: &str = "bloodraven.shipstream.io/schema-ve
 /// MysqlDatabase of that name claims it next. The operator removes it.
 pub const RELEASE_INSTANCE_ANNOTATION: &str = "bloodraven.shipstream.io/release-instance";
 
+/// Group annotation setting sites' identities by hand: `"site=serverId,…"`
+/// (a server replaced on purpose with a new `server_id`); see
+/// `status.health[].identity`.
+pub const SITE_IDENTITY_ANNOTATION: &str = "bloodraven.shipstream.io/site-identity";
+
 /// Field manager of the operator's instance claims (`status.instanceClaims`).
 pub const CLAIMS_FIELD_MANAGER: &str = "bloodraven-operator-claims";
 

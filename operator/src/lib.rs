@@ -35,6 +35,7 @@ pub use config::Config;
 const CONTROLLER_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Runs the operator until SIGTERM or SIGINT.
+#[allow(clippy::too_many_lines)] // start-up in its order, one step a line or two
 pub async fn run(config: Config) -> anyhow::Result<()> {
     failpoint::arm(config.failpoint.clone());
     let timings = config.leader_timings().map_err(anyhow::Error::msg)?;
@@ -73,8 +74,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 
     let ready = admin::Readiness::new();
     let plain = admin::Admin { registry: metrics.registry().clone(), ready: ready.clone() };
-    let plain_max_connections = usize::try_from(config.plain_max_connections).unwrap_or(128);
-    let plain = tokio::spawn(admin::serve(config.plain_addr, plain, plain_max_connections, shutdown.stopped()));
+    let plain_max = usize::try_from(config.plain_max_connections).unwrap_or(128);
+    let plain = tokio::spawn(admin::serve(config.plain_addr, plain, plain_max, shutdown.stopped()));
     let probes = tokio::spawn(admin::serve_probes(config.probe_addr, ready.clone(), shutdown.stopped()));
 
     // Watch caches shared by the database reconciler and the deploy API:
@@ -108,6 +109,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         leases: lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)).watch_verifications(),
         tolerant,
         missed: controller::failover_group::emergency::Missed::default(),
+        drains: controller::failover_group::switchover::DrainsSeen::default(),
         bypass: controller::failover_group::bypass::Checks::default(),
         status_heartbeat: std::time::Duration::from_secs(config.status_heartbeat_seconds),
         credentials: controller::failover_group::credentials::Cache::start(&client, &credentials_namespace),

@@ -114,6 +114,24 @@ impl SitePair {
         pair
     }
 
+    /// A replicating pair on loopback whose servers have `server_id`s
+    /// `ids` (iad, pdx) instead of 1 and 2: another group's servers, as an
+    /// organisation that numbers its servers uniquely runs them.
+    pub fn start_with_ids(test: &str, ids: (u32, u32)) -> SitePair {
+        let dir = e2e_dir().join("mariadb").join(format!("{}-{}", &test[..test.len().min(12)], crate::suffix()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::os::unix::fs::symlink(shared_template(), dir.join("template")).unwrap();
+        let (iad_port, pdx_port) = (free_port(), free_port());
+        let pair = SitePair { dir, iad_host: "127.0.0.1".into(), pdx_host: "127.0.0.1".into(), iad_port, pdx_port };
+        let d = pair.dir_str();
+        script(&["start", d, "iad", &iad_port.to_string(), &ids.0.to_string()]).unwrap();
+        script(&["sql", d, "iad", "SET GLOBAL read_only=0"]).unwrap();
+        script_env(&["start", d, "pdx", &pdx_port.to_string(), &ids.1.to_string()], &[("BLOODRAVEN_SITE_READ_ONLY", "1")])
+            .unwrap();
+        script(&["replicate", d, "pdx", &iad_port.to_string()]).unwrap();
+        pair
+    }
+
     fn dir_str(&self) -> &str {
         self.dir.to_str().unwrap()
     }

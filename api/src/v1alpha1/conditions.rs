@@ -91,6 +91,9 @@ pub mod reason {
     pub const BOOTSTRAPPED: &str = "Bootstrapped";
     /// Bootstrap is waiting for the topology to look right.
     pub const BOOTSTRAP_PENDING: &str = "BootstrapPending";
+    /// A site's address answers with another `server_id` than the one the
+    /// site is known by (`status.health[].identity`): another server.
+    pub const UNEXPECTED_SERVER: &str = "UnexpectedServer";
     /// A site did not answer within the probe timeout.
     pub const SITE_UNREACHABLE: &str = "SiteUnreachable";
     /// The site refused the operator's credentials.

@@ -353,6 +353,17 @@ pub struct SiteHealth {
     /// fail over a primary that is alive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answered_endpoint: Option<String>,
+    /// The `server_id` the operator knows this site by (0–4294967295):
+    /// learned when the site first answered (or, for a non-active site,
+    /// when a server replicating from the active one answered there), and
+    /// kept. A server answering at the site's address with another
+    /// `server_id` is another server (a mistyped or swapped address): its
+    /// probe fails with `UnexpectedServer` and nothing is done to it. The
+    /// group annotation `bloodraven.shipstream.io/site-identity:
+    /// "site=serverId,…"` sets it by hand (a server replaced on purpose).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 4_294_967_295_u32))]
+    pub identity: Option<u32>,
     /// Stable reason of the last probe failure (e.g. `SiteUnreachable`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_reason: Option<String>,

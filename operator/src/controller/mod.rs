@@ -38,6 +38,9 @@ pub struct Context {
     pub tolerant: crate::tolerant::Tolerant,
     /// Consecutive failed probes of each group's active site (emergency failover).
     pub missed: failover_group::emergency::Missed,
+    /// When this process first saw each planned failover draining (caps a
+    /// `Draining` time in status that lies in the future).
+    pub drains: failover_group::switchover::DrainsSeen,
     /// The last read-only bypass check of each site (`ReadOnlyBypassAccounts`).
     pub bypass: failover_group::bypass::Checks,
     /// Longest time an unchanged group status goes unwritten: its

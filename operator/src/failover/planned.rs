@@ -43,8 +43,16 @@ pub struct Facts {
     /// site with both threads running, lag ≤ `maxLagSeconds`, no errant
     /// GTIDs; else what to fix.
     pub target_ready: Result<(), String>,
-    /// Whether the old primary (the active site before the decision) is fenced (read-only, sessions ended).
-    pub old_fenced: bool,
+    /// Whether the old primary (the active site before the decision) is
+    /// fenced (read-only, sessions ended): `None` while it cannot be
+    /// observed (a blip, a refused login, a mistyped endpoint). Unknown is
+    /// never taken for "writable": it may have been fenced a moment ago.
+    pub old_fenced: Option<bool>,
+    /// Whether the drain ran past its bound (the `Draining` transition plus
+    /// the fence and catch-up bounds): an old primary that cannot be made
+    /// writable again by then is left as it is, and the request fails so
+    /// that emergency failover is no longer held.
+    pub past_deadline: bool,
     /// The outcome of the last fence attempt in this phase, if any failed: why.
     pub fence_failed: Option<String>,
     /// The catch-up wait: `None` not done yet, `Some(true)` caught up,
@@ -120,27 +128,32 @@ pub fn next(phase: Phase, old: &str, facts: &Facts) -> Action {
             if decided {
                 return Action::Enter(Phase::Promoting);
             }
+            let stranded = || {
+                Action::Fail(format!(
+                    "the drain ran past its bound and {old} could not be made writable again (it cannot be reached or refuses the operator): it may be left read-only; see the NoPrimary condition and make it writable by hand once it answers"
+                ))
+            };
             if let Some(why) = &facts.fence_failed {
-                return if facts.old_fenced {
-                    Action::Unfence(old.to_owned())
-                } else {
-                    Action::Fail(format!("could not fence {old}: {why}"))
+                return match facts.old_fenced {
+                    Some(false) => Action::Fail(format!("could not fence {old}: {why}")),
+                    // Perhaps fenced: writable again first, until the bound.
+                    _ if facts.past_deadline => stranded(),
+                    _ => Action::Unfence(old.to_owned()),
                 };
             }
-            if !facts.old_fenced {
-                return match facts.caught_up {
-                    // Unfenced after a failed catch-up: the request ends.
-                    Some(false) => Action::Fail(format!(
-                        "{} did not catch up with {old} within the bound; {old} is writable again",
-                        facts.target
-                    )),
-                    _ => Action::Fence(old.to_owned()),
-                };
-            }
-            match facts.caught_up {
-                None => Action::CatchUp(facts.target.clone()),
-                Some(false) => Action::Unfence(old.to_owned()),
-                Some(true) => Action::Decide(facts.target.clone()),
+            match (facts.old_fenced, facts.caught_up) {
+                // Unfenced after a failed catch-up: the request ends.
+                (Some(false), Some(false)) => Action::Fail(format!(
+                    "{} did not catch up with {old} within the bound; {old} is writable again",
+                    facts.target
+                )),
+                (None, _) if facts.past_deadline => stranded(),
+                // Fenced, or perhaps: writable again after a failed catch-up.
+                (Some(true) | None, Some(false)) => Action::Unfence(old.to_owned()),
+                // Not fenced, or cannot tell: fence (again); a failure leads to the unfence above.
+                (Some(false) | None, _) => Action::Fence(old.to_owned()),
+                (Some(true), None) => Action::CatchUp(facts.target.clone()),
+                (Some(true), Some(true)) => Action::Decide(facts.target.clone()),
             }
         }
         Phase::Promoting => {

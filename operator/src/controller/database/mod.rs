@@ -100,12 +100,18 @@ fn metadata_fingerprint(group: &PartialObjectMeta<MysqlFailoverGroup>) -> u64 {
 }
 
 /// What of a group's status a database depends on: the decision (active
-/// site, topology generation) and the instance claims. Health, conditions
-/// and probe times are not in it.
+/// site, topology generation), the instance claims, and what the last probe
+/// found of the active site (writable, at which endpoint, which server: the
+/// `-primary` Service follows a spec endpoint once it is confirmed there;
+/// found by an attack: without it, the confirmation waited for the 60 s
+/// re-check). Other sites' health, conditions and probe times are not in it.
 fn decision_fingerprint(group: &MysqlFailoverGroup) -> u64 {
     let status = group.status.clone().unwrap_or_default();
     let claims: Vec<(String, String)> = status.instance_claims.into_iter().map(|c| (c.instance, c.namespace)).collect();
-    hash_of((&group.metadata.uid, status.active_site, status.topology_generation, claims))
+    let active = status.health.iter().find(|h| Some(&h.site) == status.active_site.as_ref()).map(|h| {
+        (h.writable, h.answered_endpoint.clone(), h.server_id)
+    });
+    hash_of((&group.metadata.uid, status.active_site, status.topology_generation, claims, active))
 }
 
 /// Runs the controller until `shutdown` resolves.
@@ -419,8 +425,10 @@ fn target<'a>(
         return Err(format!("the active site of failover group {group_name} is not in its spec.sites"));
     };
     let observed = g.status.as_ref().and_then(|s| s.health.iter().find(|h| h.site == site));
+    // Where it last answered as itself (its known server_id; the failover
+    // group's probes fail a site that answers as another server).
     let endpoint = crate::controller::failover_group::endpoint_of(&g.spec, site);
-    let unconfirmed = !observed.is_some_and(|h| h.writable == Some(true) && h.answered_endpoint == endpoint);
+    let unconfirmed = observed.is_none_or(|h| h.answered_endpoint != endpoint);
     Ok(Decided { group: group_name, site: spec_site, generation, unconfirmed, observed })
 }
 

@@ -22,12 +22,13 @@ pub mod credentials;
 mod decision;
 mod deploy_leases;
 pub mod emergency;
+pub mod identity;
 mod observed;
 mod reassert;
 pub mod record;
 mod semisync;
 mod sites;
-mod switchover;
+pub mod switchover;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -200,7 +201,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     operation_conditions(&mut assessment, &planned, safety.recovery.as_ref(), safety.diverged.as_ref(), &resolution);
     assessment.conditions.push(verification);
     assessment.conditions.push(bypass::condition(&ctx, &group, &probes).await);
-    let health = health_of(&group.spec, &previous.health, &probes);
+    let health = health_of(&group.spec, &identity::known(&group), &previous.health, &probes);
     write_observation(
         &api,
         &name,
@@ -452,9 +453,10 @@ pub(crate) fn endpoint_of(spec: &bloodraven_api::v1alpha1::MysqlFailoverGroupSpe
 }
 
 /// Health from this round's probes; `previous` gives each unanswering
-/// site's last `answeredEndpoint`.
+/// site's last `answeredEndpoint`, `ids` each site's known identity.
 fn health_of(
     spec: &bloodraven_api::v1alpha1::MysqlFailoverGroupSpec,
+    ids: &std::collections::BTreeMap<String, u32>,
     previous: &[SiteHealth],
     probes: &[SiteProbe],
 ) -> Vec<SiteHealth> {
@@ -476,6 +478,7 @@ fn health_of(
                 server_id: Some(o.server_id),
                 version: Some(o.version.clone()),
                 answered_endpoint: endpoint_of(spec, &p.site),
+                identity: identity::learned(ids, p),
                 error_reason: None,
                 message: None,
                 last_probe_time: now.clone(),
@@ -487,6 +490,7 @@ fn health_of(
                 message: Some(f.message.clone()),
                 last_probe_time: now.clone(),
                 answered_endpoint: kept(&p.site),
+                identity: identity::learned(ids, p),
                 ..SiteHealth::default()
             },
         })

@@ -13,10 +13,14 @@ use super::assess::{ProbeFailure, SiteProbe};
 use crate::controller::Context;
 use crate::mysql::{self, Credentials, ProbeTarget};
 
-/// Probes every site of `group` concurrently.
+/// Probes every site of `group` concurrently. A site answering as another
+/// server than the one it is known by comes back failed
+/// (`UnexpectedServer`, [`super::identity::check`]): every caller acts on
+/// these probes, so none acts on another server.
 pub async fn probe_all(group: &MysqlFailoverGroup, ctx: &Context) -> Vec<SiteProbe> {
     let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
-    futures::future::join_all(group.spec.sites.iter().map(|site| probe_site(site, ctx, timeout))).await
+    let probes = futures::future::join_all(group.spec.sites.iter().map(|site| probe_site(site, ctx, timeout))).await;
+    super::identity::check(&super::identity::known(group), group.decided().map(|(s, _)| s), probes)
 }
 
 async fn probe_site(site: &Site, ctx: &Context, timeout: Duration) -> SiteProbe {

@@ -71,18 +71,18 @@ struct Slice {
     last: bool,
 }
 
-/// The next catch-up wait of a request with phase `history` at `now`. The bound
-/// (`catchUpTimeoutSeconds`) counts from when the request entered
-/// `Draining` (its history, written by the operator, so a new leader goes on
-/// with the same deadline) plus the fence's own bound, since the fence
-/// comes first. Without that entry (status wiped) the whole bound is waited
-/// at once, as the last wait: bounded either way.
-fn catch_up_slice(history: &[PhaseTransition], fence_bound: Duration, bound: Duration, now: Timestamp) -> Slice {
-    let drained = history.iter().rev().find(|t| t.phase == Phase::Draining.as_str()).map(|t| t.time.0);
-    let Some(drained) = drained else { return Slice { wait: bound, last: true } };
-    let deadline_ms =
-        drained.as_millisecond() + i64::try_from((fence_bound + bound).as_millis()).unwrap_or(i64::MAX / 2);
-    let left_ms = u64::try_from(deadline_ms.saturating_sub(now.as_millisecond())).unwrap_or(0);
+/// The next catch-up wait of a request with phase `history` at `now`, up
+/// to its [`drain_deadline`]. Without a `Draining` transition (status
+/// wiped) the whole catch-up bound is waited at once, as the last wait:
+/// bounded either way.
+fn catch_up_slice(
+    history: &[PhaseTransition],
+    policy: &bloodraven_api::v1alpha1::FailoverPolicy,
+    now: Timestamp,
+) -> Slice {
+    let bound = Duration::from_secs(u64::from(policy.catch_up_timeout_seconds.clamp(1, 3600)));
+    let Some(deadline) = drain_deadline(history, policy, now) else { return Slice { wait: bound, last: true } };
+    let left_ms = u64::try_from(deadline.as_millisecond().saturating_sub(now.as_millisecond())).unwrap_or(0);
     let left = Duration::from_millis(left_ms);
     if left <= CATCH_UP_SLICE {
         // At least a second: MASTER_GTID_WAIT's timeout is whole seconds here.
@@ -90,6 +90,72 @@ fn catch_up_slice(history: &[PhaseTransition], fence_bound: Duration, bound: Dur
     } else {
         Slice { wait: CATCH_UP_SLICE, last: false }
     }
+}
+
+/// When this process first saw each request draining, by `(group UID,
+/// requestId)`: the drain's start is the earlier of that and the
+/// `Draining` time in status, so a hand edit moving that time into the
+/// future (found by an attack: the old primary stayed fenced past every
+/// bound) extends no drain by more than one process's view of it.
+#[derive(Clone, Debug, Default)]
+pub struct DrainsSeen(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(String, String), Timestamp>>>);
+
+impl DrainsSeen {
+    /// The time to count a drain of `request_id` in `group_uid` from: the
+    /// first time this process saw it draining, or `stored` if earlier.
+    fn start(&self, group_uid: &str, request_id: &str, stored: Timestamp, now: Timestamp) -> Timestamp {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let seen = *map.entry((group_uid.to_owned(), request_id.to_owned())).or_insert(now);
+        stored.min(seen)
+    }
+
+    /// Forgets the drains of a request that left `Draining`.
+    fn forget(&self, group_uid: &str, request_id: &str) {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.remove(&(group_uid.to_owned(), request_id.to_owned()));
+    }
+}
+
+/// Caps the time of a draining request's latest `Draining` transition at
+/// when this process first saw it draining (see [`DrainsSeen`]); the capped
+/// time is what the next status write keeps.
+fn cap_drain(ctx: &Context, group: &MysqlFailoverGroup, state: &mut PlannedFailoverStatus) {
+    if Phase::parse(&state.phase) != Some(Phase::Draining) {
+        return;
+    }
+    let uid = group.metadata.uid.clone().unwrap_or_default();
+    let Some(entry) = state.history.iter_mut().rev().find(|t| t.phase == Phase::Draining.as_str()) else { return };
+    let start = ctx.drains.start(&uid, &state.request_id, entry.time.0, Timestamp::now());
+    if start < entry.time.0 {
+        tracing::warn!(group = %group.name_any(), request_id = %state.request_id, stored = %entry.time.0, counted_from = %start, "the Draining time in status lies after this operator first saw the drain; counting from the earlier");
+        entry.time = Time(start);
+    }
+}
+
+/// Whether a request with phase `history` drained for longer than its
+/// bounds at `now` (see [`drain_deadline`]). False without a `Draining`
+/// transition (nothing to count from).
+fn drain_deadline_passed(
+    history: &[PhaseTransition],
+    policy: &bloodraven_api::v1alpha1::FailoverPolicy,
+    now: Timestamp,
+) -> bool {
+    drain_deadline(history, policy, now).is_some_and(|deadline| now > deadline)
+}
+
+/// The drain's deadline: the latest `Draining` transition of `history`
+/// (as the caller capped it with [`DrainsSeen`]) plus `fenceTimeoutSeconds`
+/// and `catchUpTimeoutSeconds`, since the fence comes first. Kept in status,
+/// so a new leader goes on with the same deadline.
+fn drain_deadline(
+    history: &[PhaseTransition],
+    policy: &bloodraven_api::v1alpha1::FailoverPolicy,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let drained = history.iter().rev().find(|t| t.phase == Phase::Draining.as_str())?.time.0.min(now);
+    let bounds = u64::from(policy.fence_timeout_seconds.clamp(1, 300))
+        + u64::from(policy.catch_up_timeout_seconds.clamp(1, 3600));
+    drained.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(i64::try_from(bounds).unwrap_or(i64::MAX))).ok()
 }
 
 /// What a drive left behind.
@@ -151,6 +217,7 @@ pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailover
         group = enter(ctx, &group, &mut state, Phase::Failed, Some(why), None).await?;
         return Ok(idle(group));
     }
+    cap_drain(ctx, &group, &mut state);
     let source = state.source_site.clone().unwrap_or_default();
     let mut local = Local::default();
     // What a previous drive (or leader) learned of the hold is re-learned:
@@ -191,7 +258,8 @@ pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailover
             target: state.target_site.clone(),
             hold: local.hold.as_ref().map(|h| (h.operation_id.clone(), h.instance.clone())),
             target_ready: target_readiness(&group.spec, &source, src, &state.target_site, &probes),
-            old_fenced: src.is_some_and(|o| !o.writable),
+            old_fenced: src.map(|o| !o.writable),
+            past_deadline: drain_deadline_passed(&state.history, &group.spec.failover, Timestamp::now()),
             fence_failed: local.fence_failed.clone(),
             caught_up: local.caught_up,
             target_promoted: tgt.is_some_and(|o| o.writable && o.replication.is_none()),
@@ -504,8 +572,7 @@ async fn act(
             let positions = actions::positions(&at, &creds, step.flavor, step.action_bound)
                 .await
                 .map_err(|e| site_err("read the GTID position of", &step.source, &e))?;
-            let bound = Duration::from_secs(u64::from(step.policy.catch_up_timeout_seconds.clamp(1, 3600)));
-            let slice = catch_up_slice(&state.history, step.fence_bound, bound, Timestamp::now());
+            let slice = catch_up_slice(&state.history, &step.policy, Timestamp::now());
             let tcreds = credentials(ctx, &step.target_spec).await?;
             let tat = ProbeTarget { host: step.target_spec.host.clone(), port: step.target_spec.port };
             // A target that cannot be asked is one that did not catch up:
@@ -774,6 +841,9 @@ async fn enter(
     message: Option<String>,
     admission: Option<PlannedFailoverAdmission>,
 ) -> Result<MysqlFailoverGroup, Error> {
+    if phase != Phase::Draining {
+        ctx.drains.forget(group.metadata.uid.as_deref().unwrap_or_default(), &state.request_id);
+    }
     phase.as_str().clone_into(&mut state.phase);
     state.message.clone_from(&message);
     state.admission = admission;
@@ -834,29 +904,34 @@ mod tests {
     fn catch_up_waits_in_slices_until_the_bound_counted_from_the_drain() {
         let t0: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
         let at = |secs: i64| t0 + k8s_openapi::jiff::SignedDuration::from_secs(secs);
-        let entry =
-            |phase: &str, secs: i64| PhaseTransition { phase: phase.into(), time: Time(at(secs)), message: None };
+        let entry = |phase: &str, secs: i64| PhaseTransition { phase: phase.into(), time: Time(at(secs)), message: None };
         let history = vec![entry("Pending", -5), entry("Admitting", -4), entry("Draining", 0)];
-        let (fence, bound) = (Duration::from_secs(10), Duration::from_secs(30));
+        let policy = bloodraven_api::v1alpha1::FailoverPolicy {
+            fence_timeout_seconds: 10,
+            catch_up_timeout_seconds: 30,
+            ..Default::default()
+        };
         // Deadline: drain + fence bound + catch-up bound = t0 + 40 s.
-        assert_eq!(catch_up_slice(&history, fence, bound, at(1)), Slice { wait: CATCH_UP_SLICE, last: false });
-        assert_eq!(catch_up_slice(&history, fence, bound, at(37)), Slice { wait: CATCH_UP_SLICE, last: false });
-        assert_eq!(catch_up_slice(&history, fence, bound, at(39)), Slice { wait: Duration::from_secs(1), last: true });
+        assert_eq!(catch_up_slice(&history, &policy, at(1)), Slice { wait: CATCH_UP_SLICE, last: false });
+        assert_eq!(catch_up_slice(&history, &policy, at(37)), Slice { wait: CATCH_UP_SLICE, last: false });
+        assert_eq!(catch_up_slice(&history, &policy, at(39)), Slice { wait: Duration::from_secs(1), last: true });
         assert_eq!(
-            catch_up_slice(&history, fence, bound, at(500)),
+            catch_up_slice(&history, &policy, at(500)),
             Slice { wait: Duration::from_secs(1), last: true },
             "past the deadline: one last short look, then it fails"
         );
+        assert!(!drain_deadline_passed(&history, &policy, at(40)) && drain_deadline_passed(&history, &policy, at(41)));
         // A new leader after a restart reads the same deadline from status.
         let mut later = history.clone();
         later.push(entry("Draining", 20));
-        assert_eq!(
-            catch_up_slice(&later, fence, bound, at(45)),
-            Slice { wait: CATCH_UP_SLICE, last: false },
-            "the latest drain counts"
-        );
+        assert_eq!(catch_up_slice(&later, &policy, at(45)), Slice { wait: CATCH_UP_SLICE, last: false }, "the latest drain counts");
+        // A Draining time in the future (a hand edit) counts as now, so the
+        // bound still ends the drain (found by an attack).
+        let edited = vec![entry("Draining", 100_000)];
+        assert_eq!(drain_deadline(&edited, &policy, at(5)), Some(at(45)));
         // No drain in the history (status wiped): the whole bound, once.
-        assert_eq!(catch_up_slice(&history[..2], fence, bound, at(1)), Slice { wait: bound, last: true });
+        assert_eq!(catch_up_slice(&history[..2], &policy, at(1)), Slice { wait: Duration::from_secs(30), last: true });
+        assert!(!drain_deadline_passed(&history[..2], &policy, at(10_000)));
     }
 
     #[test]

@@ -8,7 +8,8 @@ fn facts(active: &str, target: &str) -> Facts {
         target: target.into(),
         hold: None,
         target_ready: Ok(()),
-        old_fenced: false,
+        old_fenced: Some(false),
+        past_deadline: false,
         fence_failed: None,
         caught_up: None,
         target_promoted: false,
@@ -22,7 +23,7 @@ fn the_happy_path_in_order() {
     assert_eq!(next(Phase::Pending, "iad", &f), Action::Enter(Phase::Admitting));
     assert_eq!(next(Phase::Admitting, "iad", &f), Action::Enter(Phase::Draining));
     assert_eq!(next(Phase::Draining, "iad", &f), Action::Fence("iad".into()));
-    f.old_fenced = true;
+    f.old_fenced = Some(true);
     assert_eq!(next(Phase::Draining, "iad", &f), Action::CatchUp("pdx".into()));
     f.caught_up = Some(true);
     assert_eq!(next(Phase::Draining, "iad", &f), Action::Decide("pdx".into()));
@@ -60,14 +61,39 @@ fn a_hold_defers_admission_and_the_request_revalidates_after_it() {
 #[test]
 fn a_drain_that_runs_out_unfences_and_fails_without_a_decision() {
     let mut f = facts("iad", "pdx");
-    f.old_fenced = true;
+    f.old_fenced = Some(true);
     f.caught_up = Some(false);
     assert_eq!(next(Phase::Draining, "iad", &f), Action::Unfence("iad".into()));
-    f.old_fenced = false;
+    f.old_fenced = Some(false);
     assert!(matches!(next(Phase::Draining, "iad", &f), Action::Fail(why) if why.contains("writable again")));
     let mut f = facts("iad", "pdx");
     f.fence_failed = Some("lock wait timeout".into());
     assert!(matches!(next(Phase::Draining, "iad", &f), Action::Fail(why) if why.contains("could not fence")));
+}
+
+/// Found by an attack: a 4 s outage of the old primary mid-drain made the
+/// fence fail with the old primary unobservable, and the request failed
+/// with it left read-only (both sites read-only for good).
+#[test]
+fn an_old_primary_that_cannot_be_seen_is_made_writable_before_the_request_fails() {
+    let mut f = facts("iad", "pdx");
+    f.old_fenced = None;
+    f.fence_failed = Some("connection refused".into());
+    assert_eq!(next(Phase::Draining, "iad", &f), Action::Unfence("iad".into()));
+    f.fence_failed = None;
+    assert_eq!(next(Phase::Draining, "iad", &f), Action::Fence("iad".into()), "a new drive tries again");
+    f.caught_up = Some(false);
+    assert_eq!(next(Phase::Draining, "iad", &f), Action::Unfence("iad".into()));
+    // Seen writable again: the failure is reported.
+    f.old_fenced = Some(false);
+    assert!(matches!(next(Phase::Draining, "iad", &f), Action::Fail(why) if why.contains("writable again")));
+    // Never seen again before the bound: it fails, saying it may be read-only.
+    let mut f = facts("iad", "pdx");
+    f.old_fenced = None;
+    f.past_deadline = true;
+    assert!(matches!(next(Phase::Draining, "iad", &f), Action::Fail(why) if why.contains("may be left read-only")));
+    f.fence_failed = Some("connection refused".into());
+    assert!(matches!(next(Phase::Draining, "iad", &f), Action::Fail(why) if why.contains("may be left read-only")));
 }
 
 #[test]
@@ -97,10 +123,20 @@ enum Event {
     Step,
     Crash,
     Hold(bool),
+    /// The old primary cannot be reached (true) or can again (false).
+    Blip(bool),
+    /// The drain's bound passes.
+    Deadline,
 }
 
 fn event() -> impl Strategy<Value = Event> {
-    prop_oneof![8 => Just(Event::Step), 1 => Just(Event::Crash), 1 => any::<bool>().prop_map(Event::Hold)]
+    prop_oneof![
+        8 => Just(Event::Step),
+        1 => Just(Event::Crash),
+        1 => any::<bool>().prop_map(Event::Hold),
+        1 => any::<bool>().prop_map(Event::Blip),
+        1 => Just(Event::Deadline),
+    ]
 }
 
 proptest! {
@@ -121,10 +157,13 @@ proptest! {
         let (mut fence_failed, mut caught_up): (Option<String>, Option<bool>) = (None, None);
         let mut hold = false;
         let mut admitted = false;
-        for e in events.into_iter().chain(std::iter::repeat_n(Event::Hold(false), 1)).chain(std::iter::repeat_n(Event::Step, 40)) {
+        let (mut unreachable, mut past_deadline, mut stranded) = (false, false, false);
+        for e in events.into_iter().chain([Event::Hold(false), Event::Blip(false)]).chain(std::iter::repeat_n(Event::Step, 40)) {
             match e {
                 Event::Crash => { fence_failed = None; caught_up = None; continue; }
                 Event::Hold(on) => { hold = on; continue; }
+                Event::Blip(on) => { unreachable = on; continue; }
+                Event::Deadline => { past_deadline = true; continue; }
                 Event::Step => {}
             }
             let f = Facts {
@@ -132,7 +171,8 @@ proptest! {
                 target: "pdx".into(),
                 hold: hold.then(|| ("op".to_owned(), "app".to_owned())),
                 target_ready: if target_ready { Ok(()) } else { Err("not replicating".into()) },
-                old_fenced: !w.writable[0],
+                old_fenced: (!unreachable).then_some(!w.writable[0]),
+                past_deadline,
                 fence_failed: fence_failed.clone(),
                 caught_up,
                 target_promoted: w.writable[1] && w.active == 1,
@@ -153,13 +193,19 @@ proptest! {
                 }
                 Action::Fence(s) => {
                     prop_assert_eq!(s.as_str(), "iad");
-                    if fence_fails { fence_failed = Some("timeout".into()); } else { w.writable[0] = false; }
+                    if fence_fails || unreachable { fence_failed = Some("timeout".into()); } else { w.writable[0] = false; }
                 }
                 Action::CatchUp(_) => caught_up = Some(catches_up),
                 Action::Unfence(s) => {
                     prop_assert_eq!(s.as_str(), "iad");
                     prop_assert_eq!(w.active, 0, "never unfence a site that lost its role");
-                    w.writable[0] = true;
+                    if unreachable {
+                        // The error ends the drive: what it held in memory is lost.
+                        fence_failed = None;
+                        caught_up = None;
+                    } else {
+                        w.writable[0] = true;
+                    }
                 }
                 Action::Decide(s) => {
                     prop_assert_eq!(s.as_str(), "pdx");
@@ -178,17 +224,21 @@ proptest! {
                     prop_assert_eq!((site.as_str(), source.as_str()), ("iad", "pdx"));
                     w.repointed = true;
                 }
-                Action::Fail(_) => w.phase = Phase::Failed,
+                Action::Fail(why) => {
+                    stranded = why.contains("may be left read-only");
+                    prop_assert!(!stranded || (past_deadline && unreachable), "stranded only past the bound, unseen");
+                    w.phase = Phase::Failed;
+                }
             }
             prop_assert!(!(w.writable[0] && w.writable[1]), "two writable sites: {:?}", w);
         }
-        prop_assert!(w.phase.is_final(), "the request ends once holds are gone: {:?}", w);
+        prop_assert!(w.phase.is_final(), "the request ends once holds are gone and the old primary answers: {:?}", w);
         if w.phase == Phase::Completed {
             prop_assert_eq!((w.generation, w.decisions, w.active), (5, 1, 1));
             prop_assert!(w.writable[1] && !w.writable[0] && w.repointed);
         } else {
             prop_assert_eq!((w.generation, w.decisions, w.active), (4, 0, 0), "Failed never moves the generation");
-            prop_assert!(w.writable[0], "the old primary is writable again");
+            prop_assert!(w.writable[0] || stranded, "the old primary is writable again, or the failure says it may not be");
         }
     }
 }

@@ -64,33 +64,11 @@ pub struct Decided<'a> {
     /// `status.topologyGeneration` of the decision.
     pub generation: i64,
     /// Whether the group's last written probe did *not* find the active
-    /// site writable at its spec endpoint (see [`may_move`]).
+    /// site answering as itself at its spec endpoint: the objects are then
+    /// left as they are (a spec edit is not a decision).
     pub unconfirmed: bool,
     /// That probe's result for the active site, if any (for the condition).
     pub observed: Option<&'a SiteHealth>,
-}
-
-/// Whether the operator may write the planned `-primary` objects, given
-/// the topology generations annotated on the ones it owns now (`have`; an
-/// absent or unannotated object gives `None`) and the decided generation.
-///
-/// - Confirmed (the active site answered writable at its spec endpoint):
-///   always.
-/// - Unconfirmed, and some object of ours carries an older generation: a
-///   decision moved the primary, and the Service follows it at once, before
-///   the promoted site is seen writable (DESIGN.md "Failover engine":
-///   repointed right after the decision).
-/// - Unconfirmed otherwise (same generation, or nothing written yet): no.
-///   A spec edit of the active site's host or port with no decision behind
-///   it — a typo, or two sites' ports swapped — would otherwise send
-///   applications to whatever answers there, a read-only replica included.
-pub fn may_move(unconfirmed: bool, have: impl IntoIterator<Item = Option<i64>>, decided: i64) -> bool {
-    !unconfirmed || have.into_iter().flatten().any(|g| g < decided)
-}
-
-/// The topology generation annotated on one of the operator's objects.
-pub fn annotated_generation(meta: &ObjectMeta) -> Option<i64> {
-    meta.annotations.as_ref()?.get(TOPOLOGY_GENERATION_ANNOTATION)?.parse().ok()
 }
 
 /// What to keep for one MysqlDatabase.

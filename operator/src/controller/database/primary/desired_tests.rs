@@ -199,39 +199,3 @@ fn server_defaults_and_foreign_keys_do_not_count_as_a_change() {
     foreign.metadata.owner_references = None;
     assert!(!slice_matches(&foreign, &slice.unwrap()));
 }
-
-#[test]
-fn an_unconfirmed_endpoint_moves_the_service_only_with_a_new_decision() {
-    // Confirmed: whatever is stored.
-    assert!(may_move(false, [Some(3), Some(3)], 3));
-    assert!(may_move(false, [None, None], 3));
-    // A decision moved the primary: follow it before the promoted site is seen writable.
-    assert!(may_move(true, [Some(2), Some(2)], 3));
-    assert!(may_move(true, [Some(3), Some(2)], 3), "a half-written earlier repoint is finished");
-    // Same generation: a spec edit with no decision behind it (ports swapped, a typo).
-    assert!(!may_move(true, [Some(3), Some(3)], 3));
-    // Nothing written yet, or unannotated: never created at an unconfirmed endpoint.
-    assert!(!may_move(true, [None, None], 3));
-    assert!(!may_move(true, Vec::<Option<i64>>::new(), 3));
-    // A generation above the decision (a hand edit) is not a decision.
-    assert!(!may_move(true, [Some(9)], 3));
-}
-
-#[test]
-fn the_generation_annotation_is_read_back_or_none() {
-    let (svc, ..) = keep(plan(
-        OWNER,
-        Ok(Decided {
-            group: "g",
-            site: &site("iad", "10.0.0.1", 3306),
-            generation: 5,
-            unconfirmed: false,
-            observed: None,
-        }),
-    ));
-    assert_eq!(annotated_generation(&svc.metadata), Some(5));
-    assert_eq!(annotated_generation(&ObjectMeta::default()), None);
-    let mut edited = svc.metadata.clone();
-    edited.annotations.as_mut().unwrap().insert(TOPOLOGY_GENERATION_ANNOTATION.into(), "five".into());
-    assert_eq!(annotated_generation(&edited), None);
-}

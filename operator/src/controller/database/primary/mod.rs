@@ -69,18 +69,8 @@ enum Found<K> {
     Absent,
 }
 
-impl<K: Resource> Found<K> {
-    /// The topology generation annotated on it, when it is ours.
-    fn generation(&self) -> Option<i64> {
-        match self {
-            Found::Ours(k) => desired::annotated_generation(k.meta()),
-            Found::Foreign | Found::Absent => None,
-        }
-    }
-}
-
 /// The `PrimaryService` condition while the Service waits for the active
-/// site to be seen writable at its spec endpoint (`with_service` names it).
+/// site to answer as itself at its spec endpoint (`with_service` names it).
 struct Unconfirmed {
     site: String,
     endpoint: String,
@@ -95,7 +85,7 @@ impl Unconfirmed {
             false,
             reason::ACTIVE_SITE_ENDPOINT_UNCONFIRMED,
             format!(
-                "Service {service} keeps its endpoint: spec says active site {site} is at {endpoint}, but the last probe {observed}, and the topology generation has not moved; it follows once the site answers writable at {endpoint} (check spec.sites for a typo or swapped addresses, or run a planned failover)"
+                "Service {service} keeps its endpoint: spec says active site {site} is at {endpoint}, but the last probe {observed}; it follows once the site answers there as itself (its known server_id, status.health[].identity). Check spec.sites for a typo or swapped addresses"
             ),
         )
     }
@@ -104,11 +94,10 @@ impl Unconfirmed {
 fn unconfirmed_condition(d: &Decided<'_>) -> Unconfirmed {
     let observed = match d.observed {
         None => "has not been written for it yet".to_owned(),
-        Some(h) => match (h.answered_endpoint.as_deref(), h.reachable, h.writable) {
-            (Some(at), true, Some(false)) => format!("found it read-only at {at}"),
-            (Some(at), true, _) => format!("found it at {at}"),
-            (Some(at), false, _) => format!("could not reach it (it last answered at {at})"),
-            (None, _, _) => "has not reached it yet".to_owned(),
+        Some(h) => match (h.answered_endpoint.as_deref(), h.error_reason.as_deref()) {
+            (Some(at), Some(why)) => format!("did not find it there ({why}; it last answered as itself at {at})"),
+            (Some(at), None) => format!("found it at {at}"),
+            (None, _) => "has not reached it yet".to_owned(),
         },
     };
     Unconfirmed { site: d.site.name.clone(), endpoint: format!("{}:{}", d.site.host, d.site.port), observed }
@@ -183,7 +172,6 @@ pub async fn keep(
     let owner = Owner { name, namespace, uid };
     let site = target.as_ref().ok().map(|d| (d.site.name.clone(), d.generation));
     let unconfirmed = target.as_ref().ok().filter(|d| d.unconfirmed).map(unconfirmed_condition);
-    let decided_generation = target.as_ref().ok().map(|d| d.generation);
     let (service, create, slice, condition) = match desired::plan(owner, target) {
         Plan::NameInvalid(condition) => return Ok(condition),
         Plan::Keep { service, create, slice, condition } => (service, create, slice, condition),
@@ -209,13 +197,10 @@ pub async fn keep(
             _ => Found::Absent,
         }
     };
-    if let (Some(unconfirmed), Some(generation)) = (unconfirmed, decided_generation) {
-        let have = [have_service.generation(), have_slice.generation()];
-        if !desired::may_move(true, have, generation) {
-            // Leave both as they are: the active site has not been seen
-            // writable where spec now says it is.
-            return Ok(unconfirmed.with_service(&svc_name));
-        }
+    if let Some(unconfirmed) = unconfirmed {
+        // Leave both as they are: the active site has not answered as
+        // itself where spec now says it is.
+        return Ok(unconfirmed.with_service(&svc_name));
     }
 
     let mut changed = false;

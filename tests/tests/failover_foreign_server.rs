@@ -1,0 +1,119 @@
+//! A site address that reaches another group's server (found by the fourth
+//! attack, kept as its input): one mistyped port in `spec.sites` made the
+//! operator fence another group's primary again and again, promote another
+//! group's replica on an emergency failover (`RESET SLAVE ALL` on it), and
+//! point the `-primary` Service at another group's primary. A site is now
+//! trusted only as the server it is known by (`status.health[].identity`,
+//! its `server_id`); another server answering at its address is a failed
+//! probe (`UnexpectedServer`) and nothing is done to it. Two real pairs:
+//! the group's (server_ids 1, 2) and another group's (3, 4).
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
+
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::{MysqlDatabase, MysqlFailoverGroupStatus};
+use bloodraven_e2e::SitePair;
+use bloodraven_e2e::deploy::database;
+use bloodraven_e2e::fixtures::{Scenario, has_condition, is_ready_at, wait_status};
+use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::wait::wait_for;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(60);
+/// Well past the 3 s detection budget of `quick_group`.
+const PAST_BUDGET: Duration = Duration::from_secs(10);
+
+/// `Ok` once `site`'s probe fails with `UnexpectedServer` naming `server_id`.
+fn unexpected(s: &MysqlFailoverGroupStatus, site: &str, server_id: u32) -> Result<(), String> {
+    let h = s.health.iter().find(|h| h.site == site).ok_or("no health")?;
+    let named = h.message.as_deref().is_some_and(|m| m.contains(&format!("server_id {server_id}")));
+    if h.error_reason.as_deref() == Some("UnexpectedServer") && named {
+        Ok(())
+    } else {
+        Err(format!("{h:?}"))
+    }
+}
+
+#[tokio::test]
+async fn a_site_address_that_reaches_another_groups_server_is_never_acted_on() {
+    let sc = Scenario::start("foreign", 1, LeaderTimings::default()).await;
+    let name = sc.quick_group("g").await;
+    let other = SitePair::start_with_ids("foreign-o", (3, 4));
+    let ns = sc.ns.name.clone();
+    database(&sc.cluster, &ns, "app", &name, &[]).await;
+    let groups = sc.cluster.groups();
+    let params = PatchParams::default();
+    let services: Api<Service> = Api::namespaced(sc.cluster.client.clone(), &ns);
+    let target_port = |svc: &Service| {
+        svc.spec.as_ref().and_then(|s| s.ports.as_ref()).and_then(|p| p.first()).and_then(|p| p.target_port.clone())
+    };
+    let iad_port = sc.pair.port("iad");
+    wait_for("app-primary on iad's port", T, || async {
+        let svc = services.get_opt("app-primary").await.map_err(|e| e.to_string())?.ok_or("no Service")?;
+        (target_port(&svc) == Some(IntOrString::Int(i32::from(iad_port)))).then_some(()).ok_or(format!("{svc:?}"))
+    })
+    .await;
+    let port = |site: usize, port: u16| {
+        let ops = json!([{"op": "replace", "path": format!("/spec/sites/{site}/port"), "value": port}]);
+        Patch::Json::<()>(serde_json::from_value(ops).unwrap())
+    };
+
+    // 1. The standby's port typed as the other group's primary (server 3):
+    // it is writable and not the active site, but it is not pdx.
+    groups.patch(&name, &params, &port(1, other.port("iad"))).await.unwrap();
+    let s = wait_status(&sc.cluster, &name, "pdx's address answers as server 3", T, |s| unexpected(s, "pdx", 3)).await;
+    tokio::time::sleep(PAST_BUDGET).await;
+    assert_eq!(other.sql("iad", "SELECT @@read_only").trim(), "0", "another group's primary was fenced: {s:?}");
+    let reasserted = bloodraven_e2e::fixtures::group_events(&sc.cluster, &name)
+        .await
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("PrimaryReasserted"))
+        .count();
+    assert_eq!(reasserted, 0, "no fence of anything: {s:?}");
+
+    // 2. The standby's port typed as the other group's replica (server 4,
+    // replicating from 3), then the primary dies: not promoted.
+    groups.patch(&name, &params, &port(1, other.port("pdx"))).await.unwrap();
+    wait_status(&sc.cluster, &name, "pdx's address answers as server 4", T, |s| unexpected(s, "pdx", 4)).await;
+    sc.pair.kill9("iad");
+    tokio::time::sleep(PAST_BUDGET).await;
+    let s = groups.get(&name).await.unwrap().status.unwrap();
+    assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("iad"), Some(1)), "{s:?}");
+    has_condition(&s, "RecoveryPending", "True", Some("StandbyNotPromotable")).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(other.sql("pdx", "SELECT @@read_only").trim(), "1", "another group's replica was promoted");
+    let io = other.sql("pdx", "SELECT COUNT(*) FROM information_schema.slave_status");
+    assert_eq!(io.trim(), "1", "another group's replica lost its replication");
+
+    // 3. The primary back, and its own port typed as the other group's
+    // primary: the Service stays where the primary answered as itself.
+    sc.pair.restart("iad", false);
+    groups.patch(&name, &params, &port(1, sc.pair.port("pdx"))).await.unwrap();
+    wait_status(&sc.cluster, &name, "ready at iad again", T, |s| is_ready_at(s, "iad", 1)).await;
+    groups.patch(&name, &params, &port(0, other.port("iad"))).await.unwrap();
+    wait_status(&sc.cluster, &name, "iad's address answers as server 3", T, |s| unexpected(s, "iad", 3)).await;
+    let dbs: Api<MysqlDatabase> = Api::namespaced(sc.cluster.client.clone(), &ns);
+    wait_for("PrimaryService False ActiveSiteEndpointUnconfirmed", T, || async {
+        let db = dbs.get("app").await.map_err(|e| e.to_string())?;
+        let c = db.status.unwrap_or_default().conditions.into_iter().find(|c| c.type_ == "PrimaryService");
+        match c {
+            Some(c) if c.reason == "ActiveSiteEndpointUnconfirmed" && c.message.contains("UnexpectedServer") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let svc = services.get("app-primary").await.unwrap();
+    assert_eq!(target_port(&svc), Some(IntOrString::Int(i32::from(iad_port))), "the Service followed the typo");
+    assert_eq!(other.sql("iad", "SELECT @@read_only").trim(), "0");
+    let s = groups.get(&name).await.unwrap().status.unwrap();
+    assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("iad"), Some(1)), "{s:?}");
+
+    // Put right: the group is itself again.
+    groups.patch(&name, &params, &port(0, iad_port)).await.unwrap();
+    wait_status(&sc.cluster, &name, "ready at iad after the fix", T, |s| is_ready_at(s, "iad", 1)).await;
+    sc.cluster.delete_group(&name).await;
+}
