@@ -126,8 +126,11 @@ impl SitePair {
         let d = pair.dir_str();
         script(&["start", d, "iad", &iad_port.to_string(), &ids.0.to_string()]).unwrap();
         script(&["sql", d, "iad", "SET GLOBAL read_only=0"]).unwrap();
-        script_env(&["start", d, "pdx", &pdx_port.to_string(), &ids.1.to_string()], &[("BLOODRAVEN_SITE_READ_ONLY", "1")])
-            .unwrap();
+        script_env(
+            &["start", d, "pdx", &pdx_port.to_string(), &ids.1.to_string()],
+            &[("BLOODRAVEN_SITE_READ_ONLY", "1")],
+        )
+        .unwrap();
         script(&["replicate", d, "pdx", &iad_port.to_string()]).unwrap();
         pair
     }

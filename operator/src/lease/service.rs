@@ -158,14 +158,27 @@ impl Service {
         let lock = self.lock(group);
         let _guard = lock.lock().await;
         for _ in 0..CAS_ATTEMPTS {
-            let g = self.group(group).await?;
+            // One round trip of reads, not three (the group, its slots, the
+            // tombstone): the names depend on the group's name alone, and
+            // ownership is judged once the group (its UID) is known.
+            let tombstones = async {
+                match operation {
+                    Some((client, op)) => self.store.read_tombstones(group, client, op).await.map(Some),
+                    None => Ok(None),
+                }
+            };
+            let (g, (migration, hold), stored) = tokio::try_join!(
+                async { self.group(group).await },
+                async { self.store.read_slots(group).await.map_err(ServiceError::from) },
+                async { tombstones.await.map_err(ServiceError::from) },
+            )?;
             let key = GroupKey::of(&g);
             let facts = facts_of(&g);
-            let read = self.store.read(&key).await?;
+            let read = Read::owned(&key, migration, hold);
             self.store.remember(&key, &read);
-            let tombstone = match operation {
-                Some((client, op)) => self.store.tombstone(&key, client, op).await?,
-                None => None,
+            let tombstone = match (operation, stored) {
+                (Some((client, op)), Some(stored)) => crate::lease::store::owned_tombstone(&key, client, op, stored),
+                _ => None,
             };
             let outcome = decide(&read, tombstone.as_ref(), &facts, now_micros());
             match self.store.write(&key, &read, &outcome.slots, &outcome.new_tombstones, &outcome.verifications).await {

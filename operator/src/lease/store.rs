@@ -126,6 +126,15 @@ pub struct Read {
     pub hold: Option<Lease>,
 }
 
+impl Read {
+    /// The slots `migration` and `hold` as `key`'s group owns them (a Lease
+    /// of an older group of the same name decodes as an empty slot).
+    pub fn owned(key: &GroupKey, migration: Option<Lease>, hold: Option<Lease>) -> Read {
+        let slots = Slots { migration: decode_owned(key, migration.as_ref()), hold: decode_owned(key, hold.as_ref()) };
+        Read { slots, migration, hold }
+    }
+}
+
 /// The deploy-lease store of one operator namespace.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -171,6 +180,25 @@ fn decode_grant(lease: &Lease) -> Option<Grant> {
 /// The grant in `lease` if it belongs to `key`'s group.
 fn decode_owned(key: &GroupKey, lease: Option<&Lease>) -> Option<Grant> {
     lease.filter(|l| key.owns(l)).and_then(decode_grant)
+}
+
+/// The tombstone of `client`'s `operation_id` among `stored` (own, legacy)
+/// that belongs to `key`'s group: `client`'s own first, else one stored
+/// before tombstones recorded their client, which answers everyone.
+pub fn owned_tombstone(
+    key: &GroupKey,
+    client: &str,
+    operation_id: &str,
+    stored: (Option<Lease>, Option<Lease>),
+) -> Option<Tombstone> {
+    let judge = |lease: Option<Lease>| {
+        lease
+            .filter(|l| key.owns(l))
+            .as_ref()
+            .and_then(decode_tombstone)
+            .filter(|t| t.operation_id == operation_id && t.about(client))
+    };
+    judge(stored.0).or_else(|| judge(stored.1))
 }
 
 fn encode_slot(key: &GroupKey, kind: LeaseKind, base: Option<&Lease>, grant: Option<&Grant>) -> Lease {
@@ -322,10 +350,16 @@ impl Store {
 
     /// Reads both slots of `key`'s group.
     pub async fn read(&self, key: &GroupKey) -> Result<Read, StoreError> {
-        let get = |kind| async move { self.api.get_opt(&slot_name(&key.name, kind)).await.map_err(kube_err("read a")) };
-        let (migration, hold) = tokio::try_join!(get(LeaseKind::Migration), get(LeaseKind::FailoverHold))?;
-        let slots = Slots { migration: decode_owned(key, migration.as_ref()), hold: decode_owned(key, hold.as_ref()) };
-        Ok(Read { slots, migration, hold })
+        let (migration, hold) = self.read_slots(&key.name).await?;
+        Ok(Read::owned(key, migration, hold))
+    }
+
+    /// The two slot Leases of the group named `group`, as stored (which
+    /// group they belong to is judged by [`Read::owned`] once the group is
+    /// known: the names alone allow reading them alongside it).
+    pub async fn read_slots(&self, group: &str) -> Result<(Option<Lease>, Option<Lease>), StoreError> {
+        let get = |kind| async move { self.api.get_opt(&slot_name(group, kind)).await.map_err(kube_err("read a")) };
+        tokio::try_join!(get(LeaseKind::Migration), get(LeaseKind::FailoverHold))
     }
 
     /// The tombstone of `client`'s `operation_id` in `key`'s group, if it
@@ -337,21 +371,24 @@ impl Store {
         client: &str,
         operation_id: &str,
     ) -> Result<Option<Tombstone>, StoreError> {
-        let get = |name: String| async move {
-            let lease = self.api.get_opt(&name).await.map_err(kube_err("read a tombstone of a"))?;
-            Ok::<_, StoreError>(
-                lease
-                    .filter(|l| key.owns(l))
-                    .as_ref()
-                    .and_then(decode_tombstone)
-                    .filter(|t| t.operation_id == operation_id && t.about(client)),
-            )
-        };
-        let (own, legacy) = tokio::try_join!(
-            get(tombstone_name(&key.name, Some(client), operation_id)),
-            get(tombstone_name(&key.name, None, operation_id))
-        )?;
-        Ok(own.or(legacy))
+        let stored = self.read_tombstones(&key.name, client, operation_id).await?;
+        Ok(owned_tombstone(key, client, operation_id, stored))
+    }
+
+    /// The tombstone Leases of `client`'s and of an unknown client's
+    /// `operation_id` in the group named `group`, as stored (judged by
+    /// [`owned_tombstone`] once the group is known).
+    pub async fn read_tombstones(
+        &self,
+        group: &str,
+        client: &str,
+        operation_id: &str,
+    ) -> Result<(Option<Lease>, Option<Lease>), StoreError> {
+        let get = |name: String| async move { self.api.get_opt(&name).await.map_err(kube_err("read a tombstone of a")) };
+        tokio::try_join!(
+            get(tombstone_name(group, Some(client), operation_id)),
+            get(tombstone_name(group, None, operation_id))
+        )
     }
 
     /// Writes a decision: tombstones and verification records first, then

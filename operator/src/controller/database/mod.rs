@@ -108,9 +108,11 @@ fn metadata_fingerprint(group: &PartialObjectMeta<MysqlFailoverGroup>) -> u64 {
 fn decision_fingerprint(group: &MysqlFailoverGroup) -> u64 {
     let status = group.status.clone().unwrap_or_default();
     let claims: Vec<(String, String)> = status.instance_claims.into_iter().map(|c| (c.instance, c.namespace)).collect();
-    let active = status.health.iter().find(|h| Some(&h.site) == status.active_site.as_ref()).map(|h| {
-        (h.writable, h.answered_endpoint.clone(), h.server_id)
-    });
+    let active = status
+        .health
+        .iter()
+        .find(|h| Some(&h.site) == status.active_site.as_ref())
+        .map(|h| (h.writable, h.answered_endpoint.clone(), h.server_id));
     hash_of((&group.metadata.uid, status.active_site, status.topology_generation, claims, active))
 }
 

@@ -38,12 +38,8 @@ use super::assess::{ProbeFailure, SiteProbe};
 /// The identities `group` knows: `status.health[].identity`, overridden by
 /// the `site-identity` annotation (a malformed entry is ignored).
 pub fn known(group: &MysqlFailoverGroup) -> BTreeMap<String, u32> {
-    let mut ids: BTreeMap<String, u32> = group
-        .status
-        .iter()
-        .flat_map(|s| s.health.iter())
-        .filter_map(|h| Some((h.site.clone(), h.identity?)))
-        .collect();
+    let mut ids: BTreeMap<String, u32> =
+        group.status.iter().flat_map(|s| s.health.iter()).filter_map(|h| Some((h.site.clone(), h.identity?))).collect();
     if let Some(text) = group.metadata.annotations.as_ref().and_then(|a| a.get(SITE_IDENTITY_ANNOTATION)) {
         ids.extend(parse_annotation(text));
     }

@@ -156,7 +156,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     // own, and may move the decision.
     let mut planned = switchover::Drive::idle(group.clone());
     if matches!(resolution, decision::Resolution::At { .. }) {
-        planned = switchover::drive(&ctx, &records, group).await?;
+        planned = Box::pin(switchover::drive(&ctx, &records, group)).await?;
         group = planned.group.clone();
         resolution = decided_now(&group, resolution);
         deploy_leases::maintain(&ctx, &group).await?;
@@ -165,7 +165,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     let probes = sites::probe_all(&group, &ctx).await;
     // Automatic failover waits for a planned failover until its decision;
     // after it, a new primary that dies is failed over like any other.
-    let safety = safety_paths(&ctx, &records, group, resolution, probes, &planned).await?;
+    let safety = Box::pin(safety_paths(&ctx, &records, group, resolution, probes, &planned)).await?;
     let (group, resolution, probes) = (safety.group, safety.resolution, safety.probes);
     let decided = match &resolution {
         decision::Resolution::Undecided { .. } => Decided::Undecided,

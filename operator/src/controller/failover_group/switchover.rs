@@ -904,7 +904,8 @@ mod tests {
     fn catch_up_waits_in_slices_until_the_bound_counted_from_the_drain() {
         let t0: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
         let at = |secs: i64| t0 + k8s_openapi::jiff::SignedDuration::from_secs(secs);
-        let entry = |phase: &str, secs: i64| PhaseTransition { phase: phase.into(), time: Time(at(secs)), message: None };
+        let entry =
+            |phase: &str, secs: i64| PhaseTransition { phase: phase.into(), time: Time(at(secs)), message: None };
         let history = vec![entry("Pending", -5), entry("Admitting", -4), entry("Draining", 0)];
         let policy = bloodraven_api::v1alpha1::FailoverPolicy {
             fence_timeout_seconds: 10,
@@ -924,7 +925,11 @@ mod tests {
         // A new leader after a restart reads the same deadline from status.
         let mut later = history.clone();
         later.push(entry("Draining", 20));
-        assert_eq!(catch_up_slice(&later, &policy, at(45)), Slice { wait: CATCH_UP_SLICE, last: false }, "the latest drain counts");
+        assert_eq!(
+            catch_up_slice(&later, &policy, at(45)),
+            Slice { wait: CATCH_UP_SLICE, last: false },
+            "the latest drain counts"
+        );
         // A Draining time in the future (a hand edit) counts as now, so the
         // bound still ends the drain (found by an attack).
         let edited = vec![entry("Draining", 100_000)];
