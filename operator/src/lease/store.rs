@@ -384,7 +384,8 @@ impl Store {
         client: &str,
         operation_id: &str,
     ) -> Result<(Option<Lease>, Option<Lease>), StoreError> {
-        let get = |name: String| async move { self.api.get_opt(&name).await.map_err(kube_err("read a tombstone of a")) };
+        let get =
+            |name: String| async move { self.api.get_opt(&name).await.map_err(kube_err("read a tombstone of a")) };
         tokio::try_join!(
             get(tombstone_name(group, Some(client), operation_id)),
             get(tombstone_name(group, None, operation_id))
