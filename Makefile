@@ -47,7 +47,7 @@ bench: tools ## Deploy-API renewal benchmark beside a plain Lease CAS baseline (
 	hack/e2e.sh --bench
 
 .PHONY: bench-sidecar
-bench-sidecar: tools ## Sidecar benchmark: revocation → SIGTERM p50/p99 over 50 revocations at TTL 30 and 120, sidecar RSS, start → both leases held (release build)
+bench-sidecar: tools ## Sidecar benchmark: revocation → SIGTERM p50/p99 over 50 revocations at TTL 30 and 120, with the watch and with renewals alone side by side; sidecar RSS; start → both leases held (release-sidecar build)
 	hack/e2e.sh --bench-sidecar
 
 .PHONY: images
