@@ -323,6 +323,17 @@ pub async fn probe(args: SocketArgs) -> i32 {
             println!("held ({remaining_ms} ms before the fence deadline)");
             0
         }
+        // Over (given up, or a restarted sidecar that recorded the loss):
+        // passing lets the Pod finish now. The kubelet neither starts a
+        // regular container nor ends the Pod while a native sidecar's
+        // startup probe fails, so the Pod would run on until the Job's
+        // activeDeadlineSeconds and be deleted with its evidence (found by
+        // the Job-Pod kill -9 test). The migration's wrapper is refused by
+        // an ended run and never runs its command.
+        Ok(Reply::Status { state: RunState::Ended, .. }) => {
+            println!("ended: the migration's wrapper is refused and reports the run's result");
+            0
+        }
         Ok(Reply::Status { state, .. }) => {
             println!("{state:?}");
             1
