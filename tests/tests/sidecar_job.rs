@@ -330,11 +330,11 @@ async fn kill_9_of_the_sidecar_in_the_pod_stops_the_migration_and_the_mutex_outl
     let pid = sidecar_pid(&env.group).expect("the sidecar's process on this node");
     signal(pid, "KILL");
     running(&env, "killed", "got SIGTERM").await;
-    // Stopping, not yet exited: the lease the sidecar can no longer renew is still live.
-    assert!(mutex_held(&env, &uid).await, "the mutex is held while the migration container is still stopping");
-    running(&env, "killed", "exiting").await;
+    // Fenced: the lease the sidecar can no longer renew is still live, not released.
+    assert!(mutex_held(&env, &uid).await, "the mutex is held past the fence");
     let (_, ended, reason) = wait_job_end(&env.cluster, &env.ns.name, "killed", T).await;
     assert_eq!(ended, "Failed", "{reason}");
+    assert_ne!(reason, "DeadlineExceeded", "failed at once, not at the Job's deadline (the Pod and its logs kept)");
     let (pod, record) = sidecar_record(&env, "killed").await;
     let (code, _) = terminated(&pod, "migration", false).unwrap();
     assert_ne!(code, 0, "the wrapper fails the migration whose sidecar died, not the trapped 0");
