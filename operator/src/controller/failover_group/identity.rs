@@ -38,8 +38,7 @@ use super::assess::{ProbeFailure, SiteProbe};
 /// The identities `group` knows: `status.health[].identity`, overridden by
 /// the `site-identity` annotation (a malformed entry is ignored).
 pub fn known(group: &MysqlFailoverGroup) -> BTreeMap<String, u32> {
-    let mut ids: BTreeMap<String, u32> =
-        group.status.iter().flat_map(|s| s.health.iter()).filter_map(|h| Some((h.site.clone(), h.identity?))).collect();
+    let mut ids = of_health(group.status.as_ref().map_or(&[][..], |s| &s.health));
     if let Some(text) = group.metadata.annotations.as_ref().and_then(|a| a.get(SITE_IDENTITY_ANNOTATION)) {
         ids.extend(parse_annotation(text));
     }
@@ -93,8 +92,8 @@ pub fn learned(ids: &BTreeMap<String, u32>, probe: &SiteProbe) -> Option<u32> {
     }
 }
 
-/// The identities a status holds, for tests and callers that have only health.
-pub fn of_health(health: &[SiteHealth]) -> BTreeMap<String, u32> {
+/// The identities `health` holds.
+fn of_health(health: &[SiteHealth]) -> BTreeMap<String, u32> {
     health.iter().filter_map(|h| Some((h.site.clone(), h.identity?))).collect()
 }
 
