@@ -136,9 +136,11 @@ pub fn next(phase: Phase, old: &str, facts: &Facts) -> Action {
             if let Some(why) = &facts.fence_failed {
                 return match facts.old_fenced {
                     Some(false) => Action::Fail(format!("could not fence {old}: {why}")),
-                    // Perhaps fenced: writable again first, until the bound.
-                    _ if facts.past_deadline => stranded(),
-                    _ => Action::Unfence(old.to_owned()),
+                    // Seen fenced: writable again, whatever the bound says.
+                    Some(true) => Action::Unfence(old.to_owned()),
+                    // Unseen: writable again first, until the bound.
+                    None if facts.past_deadline => stranded(),
+                    None => Action::Unfence(old.to_owned()),
                 };
             }
             match (facts.old_fenced, facts.caught_up) {

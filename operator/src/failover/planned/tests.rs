@@ -96,6 +96,21 @@ fn an_old_primary_that_cannot_be_seen_is_made_writable_before_the_request_fails(
     assert!(matches!(next(Phase::Draining, "iad", &f), Action::Fail(why) if why.contains("may be left read-only")));
 }
 
+/// Found by the property test (CI): a fence that failed while the old
+/// primary was unreachable, which then answered fenced after the bound,
+/// failed the request as "may be left read-only" instead of unfencing a
+/// site the operator could see and reach.
+#[test]
+fn an_old_primary_seen_fenced_past_the_bound_is_unfenced_not_stranded() {
+    let mut f = facts("iad", "pdx");
+    f.fence_failed = Some("connection refused".into());
+    f.old_fenced = Some(true);
+    f.past_deadline = true;
+    assert_eq!(next(Phase::Draining, "iad", &f), Action::Unfence("iad".into()));
+    f.old_fenced = Some(false);
+    assert!(matches!(next(Phase::Draining, "iad", &f), Action::Fail(why) if why.contains("could not fence")));
+}
+
 #[test]
 fn phases_round_trip_their_spelling() {
     for p in [Phase::Pending, Phase::Deferred, Phase::Repointing, Phase::Failed] {
