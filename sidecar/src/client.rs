@@ -10,14 +10,33 @@ use std::time::Duration;
 use crate::lease::machine::{PostAnswer, RenewAnswer};
 use crate::wire::{self, DdlState, LeaseKind, LeaseToken};
 
+/// Where the CA bundle the deploy API's certificate must chain to comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CaSource {
+    /// A PEM file (`--ca`, `BLOODRAVEN_CA`).
+    File(PathBuf),
+    /// PEM text (`BLOODRAVEN_CA_PEM`: what the webhook injects, so a Job
+    /// needs no CA object in its own namespace).
+    Pem(String),
+}
+
+impl std::fmt::Display for CaSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CaSource::File(path) => write!(f, "{}", path.display()),
+            CaSource::Pem(_) => f.write_str("BLOODRAVEN_CA_PEM"),
+        }
+    }
+}
+
 /// Errors building the client.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The CA bundle could not be read or parsed.
-    #[error("failed to load the CA bundle {path}: {message}")]
+    #[error("failed to load the CA bundle {origin}: {message}")]
     Ca {
-        /// The file.
-        path: PathBuf,
+        /// Where it came from: the file, or `BLOODRAVEN_CA_PEM`.
+        origin: String,
         /// What went wrong.
         message: String,
     },
@@ -58,16 +77,19 @@ impl DeployApi {
     /// A client for `group` at `url` (`https://…`), trusting only `ca`.
     pub fn new(
         url: &str,
-        ca: &Path,
+        ca: &CaSource,
         token_file: &Path,
         group: &str,
         request_timeout: Duration,
     ) -> Result<DeployApi, ClientError> {
-        let pem = std::fs::read(ca).map_err(|e| ClientError::Ca { path: ca.to_owned(), message: e.to_string() })?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| ClientError::Ca { path: ca.to_owned(), message: e.to_string() })?;
+        let failed = |message: String| ClientError::Ca { origin: ca.to_string(), message };
+        let pem = match ca {
+            CaSource::File(path) => std::fs::read(path).map_err(|e| failed(e.to_string()))?,
+            CaSource::Pem(pem) => pem.as_bytes().to_vec(),
+        };
+        let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| failed(e.to_string()))?;
         if certs.is_empty() {
-            return Err(ClientError::Ca { path: ca.to_owned(), message: "no certificate in the file".into() });
+            return Err(failed("no PEM certificate in it".into()));
         }
         let mut builder = reqwest::Client::builder()
             .use_rustls_tls()
@@ -230,9 +252,14 @@ mod tests {
         std::fs::write(&ca, b"not a certificate").unwrap();
         std::fs::write(&token, b"t").unwrap();
         let t = Duration::from_secs(1);
-        let e = DeployApi::new("https://x", &ca, &token, "g", t).unwrap_err().to_string();
+        let e = DeployApi::new("https://x", &CaSource::File(ca), &token, "g", t).unwrap_err().to_string();
         assert!(e.contains("ca.crt"), "{e}");
-        let e = DeployApi::new("https://x", &dir.path().join("missing"), &token, "g", t).unwrap_err().to_string();
+        let missing = CaSource::File(dir.path().join("missing"));
+        let e = DeployApi::new("https://x", &missing, &token, "g", t).unwrap_err().to_string();
         assert!(e.contains("failed to load the CA bundle"), "{e}");
+        // Inline PEM (what the webhook injects): named by its variable, never echoed.
+        let inline = CaSource::Pem("-----BEGIN NOT A CERT-----".into());
+        let e = DeployApi::new("https://x", &inline, &token, "g", t).unwrap_err().to_string();
+        assert!(e.contains("BLOODRAVEN_CA_PEM") && !e.contains("NOT A CERT"), "{e}");
     }
 }

@@ -77,15 +77,29 @@ pub fn optional_path(path: &std::path::Path) -> Option<PathBuf> {
     if path.as_os_str() == "none" { None } else { Some(path.to_owned()) }
 }
 
+impl LeaseArgs {
+    /// Where the CA bundle comes from (clap makes exactly one of `--ca` and
+    /// `BLOODRAVEN_CA_PEM` present).
+    pub fn ca_source(&self) -> crate::client::CaSource {
+        match (&self.ca, &self.ca_pem) {
+            (Some(path), _) => crate::client::CaSource::File(path.clone()),
+            (None, pem) => crate::client::CaSource::Pem(pem.clone().unwrap_or_default()),
+        }
+    }
+}
+
 /// The lease settings shared by `hold` and `run`.
 #[derive(Clone, Debug, Args)]
 pub struct LeaseArgs {
     /// Deploy API base, `https://host:8443` (with or without `/deploy/v1`).
     #[arg(long, env = "BLOODRAVEN_URL")]
     pub url: String,
-    /// CA bundle (PEM) the deploy API's certificate must chain to; nothing else is trusted.
-    #[arg(long, env = "BLOODRAVEN_CA")]
-    pub ca: PathBuf,
+    /// CA bundle (PEM file) the deploy API's certificate must chain to; nothing else is trusted.
+    #[arg(long, env = "BLOODRAVEN_CA", required_unless_present = "ca_pem", conflicts_with = "ca_pem")]
+    pub ca: Option<PathBuf>,
+    /// The same bundle as PEM text (the webhook injects it this way).
+    #[arg(long, env = "BLOODRAVEN_CA_PEM", hide_env_values = true)]
+    pub ca_pem: Option<String>,
     /// File holding the ServiceAccount token (audience `bloodraven-deploy`); re-read for every request.
     #[arg(long, env = "BLOODRAVEN_TOKEN_FILE", default_value = "/var/run/secrets/bloodraven/token")]
     pub token_file: PathBuf,

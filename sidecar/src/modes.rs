@@ -45,7 +45,7 @@ fn settings(
     state_file: Option<PathBuf>,
 ) -> Result<Settings, String> {
     let (timing, operation_id) = args.check(random_ok).map_err(|e| e.to_string())?;
-    let api = DeployApi::new(&args.url, &args.ca, &args.token_file, &args.group, args.request_timeout)
+    let api = DeployApi::new(&args.url, &args.ca_source(), &args.token_file, &args.group, args.request_timeout)
         .map_err(|e| e.to_string())?;
     let detector = args.db_url_file.as_deref().map(Detector::from_file).transpose().map_err(|e| e.to_string())?;
     tracing::info!(
