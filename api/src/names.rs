@@ -118,6 +118,51 @@ pub const ENDPOINT_SLICE_MANAGER: &str = "bloodraven.shipstream.io";
 /// (the site's own port is the target): MySQL's well-known port.
 pub const PRIMARY_SERVICE_PORT: u16 = 3306;
 
+/// Name prefixes of the operator's state objects in its namespace, by
+/// resource (DESIGN.md "Conventions"): deploy Leases, tombstones and
+/// verification records; decision-record ConfigMaps; the decision-record
+/// key Secret. Only the operator's ServiceAccount may write or delete them
+/// (the webhook's `operator-state` guard).
+pub mod state {
+    /// `coordination.k8s.io` Leases: lease slots, tombstones, verification records.
+    pub const LEASE_PREFIXES: [&str; 3] = ["bloodraven-deploy-", "bloodraven-tombstone-", "bloodraven-verify-"];
+    /// ConfigMaps: the decision records `bloodraven-topology-<hash>`.
+    pub const CONFIGMAP_PREFIXES: [&str; 1] = ["bloodraven-topology-"];
+    /// Secrets: the decision-record digest key `bloodraven-record-key` (a full name).
+    pub const SECRET_NAMES: [&str; 1] = ["bloodraven-record-key"];
+}
+
+/// Annotations and names of sidecar injection into a migration Job (the
+/// webhook's mutating half; docs/webhook.md).
+pub mod inject {
+    /// `"true"` asks for injection.
+    pub const INJECT: &str = "bloodraven.shipstream.io/inject";
+    /// The MysqlFailoverGroup (required with [`INJECT`]).
+    pub const GROUP: &str = "bloodraven.shipstream.io/group";
+    /// The instance: the MysqlDatabase's name (required with [`INJECT`]).
+    pub const INSTANCE: &str = "bloodraven.shipstream.io/instance";
+    /// Optional: the container that runs the migration, when the Pod has several.
+    pub const CONTAINER: &str = "bloodraven.shipstream.io/container";
+    /// Optional: the lease TTL in seconds (the sidecar's `--ttl`, [5, 120]).
+    pub const TTL: &str = "bloodraven.shipstream.io/ttl";
+    /// Optional: the sidecar's `--ddl-boundary` (`at-start` or `reported`).
+    pub const DDL_BOUNDARY: &str = "bloodraven.shipstream.io/ddl-boundary";
+    /// Set by the webhook on a Job it injected: the webhook's version.
+    pub const INJECTED: &str = "bloodraven.shipstream.io/injected";
+    /// The injected native sidecar (an init container, `restartPolicy: Always`).
+    pub const SIDECAR_CONTAINER: &str = "bloodraven-sidecar";
+    /// The injected init container that copies the wrapper into the shared volume.
+    pub const INSTALL_CONTAINER: &str = "bloodraven-install";
+    /// The shared emptyDir (local socket, state file, the wrapper binary).
+    pub const RUN_VOLUME: &str = "bloodraven-run";
+    /// The projected ServiceAccount token (audience `bloodraven-deploy`), mounted in the sidecar only.
+    pub const TOKEN_VOLUME: &str = "bloodraven-token";
+    /// Where the shared volume is mounted in every container that uses it.
+    pub const RUN_DIR: &str = "/run/bloodraven";
+    /// The wrapper the migration container's command is prefixed with.
+    pub const WRAPPER: [&str; 3] = ["/run/bloodraven/bin/bloodraven-sidecar", "exec", "--"];
+}
+
 /// The deploy Lease objects the operator keeps in its namespace (DESIGN.md
 /// "Conventions": `bloodraven-deploy-*`, `bloodraven-tombstone-*`,
 /// `bloodraven-verify-*`): their names, labels and annotations, for every

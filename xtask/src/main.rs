@@ -7,10 +7,11 @@
 //! deploy-API wire types (`bloodraven_api::deploy::openapi`); `--check`
 //! writes nothing and exits 1 when the checked-in file differs (`make check`).
 //!
-//! `cargo xtask rbac --namespace NS [--service-account SA]` prints the
-//! operator's ClusterRole, ClusterRoleBinding, Role and RoleBinding, built
-//! from `charts/bloodraven/files/operator-rbac.yaml` (the one place the rules
-//! are written), for the playground to apply.
+//! `cargo xtask rbac --namespace NS [--service-account SA | --component C]`
+//! prints a component's ClusterRole, ClusterRoleBinding, Role and
+//! RoleBinding (the operator's by default; `--component webhook` the
+//! webhook's), built from `charts/bloodraven/files/C-rbac.yaml` (the one
+//! place the rules are written), for the playground to apply.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -41,10 +42,13 @@ fn run() -> Result<ExitCode> {
         ["crd", "--check"] => crd(true),
         ["openapi"] => openapi(false),
         ["openapi", "--check"] => openapi(true),
-        ["rbac", "--namespace", ns] => rbac(ns, "bloodraven-operator"),
-        ["rbac", "--namespace", ns, "--service-account", sa] => rbac(ns, sa),
+        ["rbac", "--namespace", ns] => rbac(ns, "operator", "bloodraven-operator"),
+        ["rbac", "--namespace", ns, "--service-account", sa] => rbac(ns, "operator", sa),
+        ["rbac", "--namespace", ns, "--component", c @ ("operator" | "webhook")] => {
+            rbac(ns, c, &format!("bloodraven-{c}"))
+        }
         _ => bail!(
-            "usage: cargo xtask crd [--check] | cargo xtask openapi [--check] | cargo xtask rbac --namespace NS [--service-account SA]"
+            "usage: cargo xtask crd [--check] | cargo xtask openapi [--check] | cargo xtask rbac --namespace NS [--service-account SA | --component operator|webhook]"
         ),
     }
 }
@@ -143,12 +147,13 @@ struct RbacRules {
     namespace_rules: Vec<PolicyRule>,
 }
 
-fn rbac(namespace: &str, service_account: &str) -> Result<ExitCode> {
-    let path = repo_root().join("charts/bloodraven/files/operator-rbac.yaml");
+fn rbac(namespace: &str, component: &str, service_account: &str) -> Result<ExitCode> {
+    let path = repo_root().join(format!("charts/bloodraven/files/{component}-rbac.yaml"));
     let text = std::fs::read_to_string(&path).with_context(|| format!("failed to read {}", path.display()))?;
     let rules: RbacRules =
         serde_saphyr::from_str(&text).with_context(|| format!("failed to parse {}", path.display()))?;
-    let name = format!("bloodraven-operator-{namespace}");
+    let role = format!("bloodraven-{component}");
+    let name = format!("{role}-{namespace}");
     let meta = |name: &str, ns: Option<&str>| ObjectMeta {
         name: Some(name.to_owned()),
         namespace: ns.map(str::to_owned),
@@ -166,7 +171,7 @@ fn rbac(namespace: &str, service_account: &str) -> Result<ExitCode> {
         kind: kind.into(),
         name: name.into(),
     };
-    let docs = [
+    let mut docs = vec![
         serde_saphyr::to_string(&ClusterRole {
             metadata: meta(&name, None),
             rules: Some(rules.cluster_rules),
@@ -177,16 +182,18 @@ fn rbac(namespace: &str, service_account: &str) -> Result<ExitCode> {
             role_ref: role_ref("ClusterRole", &name),
             subjects: Some(vec![subject.clone()]),
         })?,
-        serde_saphyr::to_string(&Role {
-            metadata: meta("bloodraven-operator", Some(namespace)),
-            rules: Some(rules.namespace_rules),
-        })?,
-        serde_saphyr::to_string(&RoleBinding {
-            metadata: meta("bloodraven-operator", Some(namespace)),
-            role_ref: role_ref("Role", "bloodraven-operator"),
-            subjects: Some(vec![subject]),
-        })?,
     ];
+    if !rules.namespace_rules.is_empty() {
+        docs.push(serde_saphyr::to_string(&Role {
+            metadata: meta(&role, Some(namespace)),
+            rules: Some(rules.namespace_rules),
+        })?);
+        docs.push(serde_saphyr::to_string(&RoleBinding {
+            metadata: meta(&role, Some(namespace)),
+            role_ref: role_ref("Role", &role),
+            subjects: Some(vec![subject]),
+        })?);
+    }
     println!("{}", docs.join("---\n"));
     Ok(ExitCode::SUCCESS)
 }

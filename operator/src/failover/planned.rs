@@ -136,11 +136,11 @@ pub fn next(phase: Phase, old: &str, facts: &Facts) -> Action {
             if let Some(why) = &facts.fence_failed {
                 return match facts.old_fenced {
                     Some(false) => Action::Fail(format!("could not fence {old}: {why}")),
-                    // Seen fenced: writable again, whatever the bound says.
-                    Some(true) => Action::Unfence(old.to_owned()),
-                    // Unseen: writable again first, until the bound.
+                    // Unseen past the bound: it may stay read-only.
                     None if facts.past_deadline => stranded(),
-                    None => Action::Unfence(old.to_owned()),
+                    // Seen fenced (whatever the bound says), or unseen
+                    // within it: writable again first.
+                    Some(true) | None => Action::Unfence(old.to_owned()),
                 };
             }
             match (facts.old_fenced, facts.caught_up) {

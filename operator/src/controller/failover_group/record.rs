@@ -32,7 +32,7 @@ use sha2::{Digest, Sha256};
 use crate::controller::{Error, kube_err};
 
 /// Secret (in the operator's namespace) holding the key of record digests.
-pub const KEY_SECRET: &str = "bloodraven-record-key";
+pub const KEY_SECRET: &str = bloodraven_api::names::state::SECRET_NAMES[0];
 const KEY_FIELD: &str = "key";
 /// Label of every decision record ConfigMap (value `topology`).
 const RECORD_LABEL: &str = "bloodraven.shipstream.io/record";
@@ -162,7 +162,7 @@ fn foreign_owners(cm: &ConfigMap) -> Option<String> {
 /// Name of the record of `group`: fixed length, whatever the group's name.
 pub fn record_name(group: &str) -> String {
     let hex = format!("{:x}", Sha256::digest(group.as_bytes()));
-    format!("bloodraven-topology-{}", &hex[..16])
+    format!("{}{}", bloodraven_api::names::state::CONFIGMAP_PREFIXES[0], &hex[..16])
 }
 
 /// Reads the record of `group`. `Ok(None)` when absent; a record of an

@@ -1,0 +1,208 @@
+//! `MysqlDatabase.spec.deploymentClients`: who may act for an instance on
+//! the deploy API (lease seed, "Who is allowed to ask"). The list must be
+//! well-formed (one entry per namespace, valid names), and every change to
+//! it — a create with entries, an update that changes an entry, a delete of
+//! an object with entries — needs the dedicated verb [`VERB`] on
+//! `mysqldatabases`, in the MysqlDatabase's namespace and in the namespace
+//! of every entry the change touches (checked with SubjectAccessReviews,
+//! [`crate::review`]). Editing the object otherwise needs only `update`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+/// The RBAC verb on `mysqldatabases.bloodraven.shipstream.io` that allows a
+/// change of `spec.deploymentClients`.
+pub const VERB: &str = "set-deployment-clients";
+
+/// The longest list the CRD accepts.
+pub const MAX_CLIENTS: usize = 64;
+
+/// `(namespace, serviceAccount)` pairs of a well-formed list, by namespace.
+pub type Clients = BTreeMap<String, String>;
+
+/// Whether `s` is an RFC 1123 label (a namespace name): 1–63 characters of
+/// `[a-z0-9-]`, starting and ending alphanumeric.
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 63 && is_dns_chars(s, false)
+}
+
+/// Whether `s` is an RFC 1123 subdomain (a ServiceAccount, MysqlDatabase or
+/// group name): 1–253 characters of `[a-z0-9.-]`, starting and ending alphanumeric.
+pub fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && is_dns_chars(s, true)
+}
+
+fn is_dns_chars(s: &str, dots: bool) -> bool {
+    let b = s.as_bytes();
+    let alnum = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    alnum(b[0]) && alnum(b[b.len() - 1]) && b.iter().all(|&c| alnum(c) || c == b'-' || (dots && c == b'.'))
+}
+
+/// The clients of `object` (a MysqlDatabase as JSON), checked: one entry per
+/// namespace, valid names, at most [`MAX_CLIENTS`]. Absent list: none.
+///
+/// Errors: the first problem, with its path (`spec.deploymentClients[2].namespace: …`).
+pub fn parse(object: &Value) -> Result<Clients, String> {
+    let Some(list) = object.pointer("/spec/deploymentClients") else { return Ok(Clients::new()) };
+    let Some(list) = list.as_array() else {
+        return Err("spec.deploymentClients: must be a list of {namespace, serviceAccount}".into());
+    };
+    if list.len() > MAX_CLIENTS {
+        return Err(format!("spec.deploymentClients: {} entries; at most {MAX_CLIENTS}", list.len()));
+    }
+    let mut clients = Clients::new();
+    for (i, entry) in list.iter().enumerate() {
+        let field = |name: &str| entry.get(name).and_then(Value::as_str);
+        let Some(namespace) = field("namespace").filter(|n| is_dns_label(n)) else {
+            return Err(format!(
+                "spec.deploymentClients[{i}].namespace: must be a namespace name (RFC 1123 label: lowercase letters, digits and '-', at most 63)"
+            ));
+        };
+        let Some(account) = field("serviceAccount").filter(|n| is_dns_subdomain(n)) else {
+            return Err(format!(
+                "spec.deploymentClients[{i}].serviceAccount: must be a ServiceAccount name (RFC 1123 subdomain, at most 253)"
+            ));
+        };
+        if clients.insert(namespace.to_owned(), account.to_owned()).is_some() {
+            return Err(format!(
+                "spec.deploymentClients[{i}].namespace: {namespace:?} is listed twice; one ServiceAccount per namespace"
+            ));
+        }
+    }
+    Ok(clients)
+}
+
+/// Every `(namespace, serviceAccount)` the stored `object` lists, read
+/// leniently: an object stored before a schema change (or by hand, past
+/// validation) must stay deletable and fixable, so entries that do not
+/// parse are kept as far as they are strings.
+fn lenient(object: Option<&Value>) -> BTreeSet<(String, String)> {
+    let list = object.and_then(|o| o.pointer("/spec/deploymentClients")).and_then(Value::as_array);
+    list.into_iter()
+        .flatten()
+        .map(|e| {
+            let s = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
+            (s("namespace"), s("serviceAccount"))
+        })
+        .collect()
+}
+
+/// The operation, as far as this guard cares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Create.
+    Create,
+    /// Update (patches arrive as updates).
+    Update,
+    /// Delete.
+    Delete,
+}
+
+/// What a request asks of the guard: `Ok(None)` nothing to authorize;
+/// `Ok(Some(namespaces))` the namespaces where the user needs [`VERB`]
+/// (the object's own first); `Err` a malformed new list.
+pub fn namespaces_to_authorize(
+    op: Op,
+    own_namespace: &str,
+    old: Option<&Value>,
+    new: Option<&Value>,
+) -> Result<Option<Vec<String>>, String> {
+    let touched: BTreeSet<String> = match op {
+        Op::Create => parse(new.unwrap_or(&Value::Null))?.into_keys().collect(),
+        Op::Update => {
+            let after: BTreeSet<(String, String)> = parse(new.unwrap_or(&Value::Null))?.into_iter().collect();
+            let before = lenient(old);
+            before.symmetric_difference(&after).map(|(ns, _)| ns.clone()).collect()
+        }
+        Op::Delete => lenient(old).into_iter().map(|(ns, _)| ns).collect(),
+    };
+    if touched.is_empty() {
+        return Ok(None);
+    }
+    let mut namespaces = vec![own_namespace.to_owned()];
+    // Entries that never parsed have no namespace to ask in: the object's own decides.
+    namespaces.extend(touched.into_iter().filter(|ns| ns != own_namespace && is_dns_label(ns)));
+    Ok(Some(namespaces))
+}
+
+/// The refusal for a user who lacks [`VERB`] in `missing` namespaces.
+pub fn refusal(user: &str, name: &str, own_namespace: &str, missing: &[String]) -> String {
+    let list = missing.iter().map(|n| format!("{n:?}")).collect::<Vec<_>>().join(", ");
+    format!(
+        "user {user:?} may not change spec.deploymentClients of MysqlDatabase {own_namespace}/{name}: it needs verb \
+         {VERB:?} on mysqldatabases.bloodraven.shipstream.io in namespace(s) {list} (the database's own and every \
+         client namespace the change adds or removes). A cluster admin grants it with a Role in each, e.g. \
+         `kubectl create role deployment-clients-admin --verb={VERB} --resource=mysqldatabases.bloodraven.shipstream.io -n NAMESPACE` \
+         and a RoleBinding (the chart's ClusterRole bloodraven-deployment-clients-admin has it)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn db(clients: &Value) -> Value {
+        json!({"metadata": {"name": "app", "namespace": "team"}, "spec": {"deploymentClients": clients}})
+    }
+
+    #[test]
+    fn a_well_formed_list_parses_and_each_malformed_kind_says_where() {
+        let ok = db(
+            &json!([{"namespace": "ci", "serviceAccount": "deployer"}, {"namespace": "team", "serviceAccount": "a.b"}]),
+        );
+        assert_eq!(parse(&ok).unwrap().len(), 2);
+        assert!(parse(&json!({"spec": {}})).unwrap().is_empty());
+        for (bad, says) in [
+            (json!("x"), "must be a list"),
+            (
+                json!([{"namespace": "ci", "serviceAccount": "a"}, {"namespace": "ci", "serviceAccount": "b"}]),
+                "listed twice",
+            ),
+            (json!([{"namespace": "CI", "serviceAccount": "a"}]), "[0].namespace"),
+            (json!([{"namespace": "ci"}]), "[0].serviceAccount"),
+            (json!([{"namespace": "ci", "serviceAccount": "-a"}]), "[0].serviceAccount"),
+            (json!([{"namespace": "a".repeat(64), "serviceAccount": "a"}]), "[0].namespace"),
+            (json!([{"namespace": 7, "serviceAccount": "a"}]), "[0].namespace"),
+        ] {
+            let e = parse(&db(&bad)).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let many: Vec<Value> = (0..65).map(|i| json!({"namespace": format!("n{i}"), "serviceAccount": "a"})).collect();
+        assert!(parse(&db(&json!(many))).unwrap_err().contains("at most 64"));
+    }
+
+    #[test]
+    fn only_a_change_of_the_list_needs_the_verb_in_each_namespace_it_touches() {
+        let a = db(&json!([{"namespace": "ci", "serviceAccount": "deployer"}]));
+        let b = db(
+            &json!([{"namespace": "ci", "serviceAccount": "deployer"}, {"namespace": "ops", "serviceAccount": "x"}]),
+        );
+        let none = db(&json!([]));
+        let ask = |op, old: Option<&Value>, new: Option<&Value>| namespaces_to_authorize(op, "team", old, new).unwrap();
+        assert_eq!(ask(Op::Create, None, Some(&none)), None);
+        assert_eq!(ask(Op::Create, None, Some(&a)), Some(vec!["team".into(), "ci".into()]));
+        assert_eq!(ask(Op::Update, Some(&a), Some(&a)), None, "another field changed");
+        assert_eq!(ask(Op::Update, Some(&a), Some(&b)), Some(vec!["team".into(), "ops".into()]));
+        assert_eq!(ask(Op::Update, Some(&b), Some(&a)), Some(vec!["team".into(), "ops".into()]));
+        let renamed = db(&json!([{"namespace": "ci", "serviceAccount": "other"}]));
+        assert_eq!(ask(Op::Update, Some(&a), Some(&renamed)), Some(vec!["team".into(), "ci".into()]));
+        assert_eq!(ask(Op::Delete, Some(&b), None), Some(vec!["team".into(), "ci".into(), "ops".into()]));
+        assert_eq!(ask(Op::Delete, Some(&none), None), None);
+        // A malformed stored list stays deletable (the verb is still needed).
+        let stored = db(&json!([{"namespace": "ci", "serviceAccount": 5}, {"namespace": "ci"}]));
+        assert_eq!(ask(Op::Delete, Some(&stored), None), Some(vec!["team".into(), "ci".into()]));
+        // A malformed new list is refused before any authorization.
+        assert!(namespaces_to_authorize(Op::Update, "team", Some(&a), Some(&db(&json!([{}])))).is_err());
+    }
+
+    #[test]
+    fn the_refusal_names_the_verb_the_namespaces_and_how_to_grant_it() {
+        let m = refusal("alice", "app", "team", &["team".into(), "ops".into()]);
+        for part in ["alice", VERB, "\"team\", \"ops\"", "kubectl create role", "team/app"] {
+            assert!(m.contains(part), "{part}: {m}");
+        }
+    }
+}

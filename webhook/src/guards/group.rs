@@ -1,0 +1,180 @@
+//! `MysqlFailoverGroup`: its status is the fence (`status.topologyGeneration`
+//! with `status.activeSite`, lease seed "The generation is the fence"), so
+//! only the operator's ServiceAccount writes it, and even the operator only
+//! moves the generation by +1 together with a change of the active site,
+//! never down; and spec changes that would rewrite history are refused.
+
+use serde_json::Value;
+
+/// What the request's user is, for this guard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Writer {
+    /// The operator's ServiceAccount.
+    Operator,
+    /// Anyone else (a cluster admin included).
+    Other,
+}
+
+fn generation(object: &Value) -> Option<i64> {
+    object.pointer("/status/topologyGeneration").and_then(Value::as_i64)
+}
+
+fn active_site(object: &Value) -> Option<&str> {
+    object.pointer("/status/activeSite").and_then(Value::as_str)
+}
+
+/// Checks a write of a group's status (through `/status`, or through the
+/// main resource when the status differs) by `writer`, from `old` to `new`.
+///
+/// Rules: another writer than the operator is refused outright. The
+/// operator: a first generation (none stored: bootstrap, or a status
+/// restored from the decision record after it was lost) must come with an
+/// active site; after that the generation is never removed, never goes
+/// down, stays with the same active site, or moves by exactly +1 with a
+/// different one.
+///
+/// Errors: the refusal, saying what to do instead.
+pub fn check_status(writer: Writer, operator: &str, old: &Value, new: &Value) -> Result<(), String> {
+    if writer == Writer::Other {
+        return Err(format!(
+            "the status of a MysqlFailoverGroup is written only by the operator ({operator}): \
+             status.topologyGeneration and status.activeSite are the fence every deploy lease is checked against. \
+             To move the primary, request a planned failover (spec.plannedFailover {{targetSite, requestId}}); \
+             to end every deploy lease, annotate the group bloodraven.shipstream.io/revoke-deployment-leases"
+        ));
+    }
+    let (was, now) = (generation(old), generation(new));
+    let (site_was, site_now) = (active_site(old), active_site(new));
+    match (was, now) {
+        (_, Some(n)) if n < 1 => Err(format!("status.topologyGeneration {n}: a generation is at least 1")),
+        (None, Some(_)) if site_now.is_none() => {
+            Err("status.topologyGeneration set without status.activeSite: they are written together".into())
+        }
+        (None, _) => Ok(()),
+        (Some(w), None) => Err(format!(
+            "status.topologyGeneration {w} may not be removed: a lease granted at {w} must keep failing its check"
+        )),
+        (Some(w), Some(n)) if n == w => {
+            if site_now == site_was {
+                Ok(())
+            } else {
+                Err(format!(
+                    "status.activeSite changed from {} to {} without a new topologyGeneration (still {w}): a move of the primary is +1",
+                    site_was.unwrap_or("<unset>"),
+                    site_now.unwrap_or("<unset>")
+                ))
+            }
+        }
+        (Some(w), Some(n)) if n == w + 1 => {
+            if site_now.is_some() && site_now != site_was {
+                Ok(())
+            } else {
+                Err(format!(
+                    "status.topologyGeneration {w} → {n} without a change of status.activeSite ({}): the generation moves only with the primary",
+                    site_was.unwrap_or("<unset>")
+                ))
+            }
+        }
+        (Some(w), Some(n)) => Err(format!(
+            "status.topologyGeneration {w} → {n}: it moves only by +1 together with status.activeSite, never down"
+        )),
+    }
+}
+
+/// Checks a spec update of a group from `old` to `new`: site names are
+/// history (status, records and leases name them; the CRD's own rule says
+/// the same for pairs), and `initialActiveSite` is read once, at bootstrap;
+/// after that (`status.topologyGeneration` set) a change would tell readers
+/// a different story from the one that happened.
+///
+/// Errors: the refusal, with the supported way.
+pub fn check_spec(old: &Value, new: &Value) -> Result<(), String> {
+    let names = |o: &Value| -> Vec<String> {
+        o.pointer("/spec/sites")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s.get("name").and_then(Value::as_str).map(str::to_owned))
+            .collect()
+    };
+    let (before, after) = (names(old), names(new));
+    if let Some(gone) = before.iter().find(|n| !after.contains(n)) {
+        return Err(format!(
+            "spec.sites: site {gone:?} may not be renamed or removed: status, the decision record and every deploy lease refer to it; create a new group to rename a site"
+        ));
+    }
+    let initial = |o: &Value| o.pointer("/spec/initialActiveSite").and_then(Value::as_str).map(str::to_owned);
+    if let Some(g) = generation(old)
+        && initial(old) != initial(new)
+    {
+        return Err(format!(
+            "spec.initialActiveSite may not change after bootstrap (the group is at topologyGeneration {g}, active site {}): it is read once. To move the primary, request a planned failover (spec.plannedFailover {{targetSite, requestId}})",
+            active_site(old).unwrap_or("<unset>")
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn at(site: Option<&str>, generation: Option<i64>) -> Value {
+        let mut status = serde_json::Map::new();
+        if let Some(s) = site {
+            status.insert("activeSite".into(), json!(s));
+        }
+        if let Some(g) = generation {
+            status.insert("topologyGeneration".into(), json!(g));
+        }
+        json!({"spec": {"initialActiveSite": "iad", "sites": [{"name": "iad"}, {"name": "pdx"}]}, "status": status})
+    }
+
+    #[test]
+    fn only_the_operator_writes_status_and_only_by_plus_one_with_the_site() {
+        let op = "system:serviceaccount:bloodraven:bloodraven-operator";
+        let e = check_status(Writer::Other, op, &at(Some("iad"), Some(3)), &at(Some("iad"), Some(3))).unwrap_err();
+        assert!(e.contains(op) && e.contains("plannedFailover") && e.contains("revoke-deployment-leases"), "{e}");
+        let ok = |a, b| check_status(Writer::Operator, op, &a, &b);
+        ok(at(None, None), at(None, None)).unwrap();
+        ok(at(None, None), at(Some("iad"), Some(1))).unwrap();
+        ok(at(None, None), at(Some("pdx"), Some(7))).unwrap(); // restored from the record
+        ok(at(Some("iad"), Some(3)), at(Some("iad"), Some(3))).unwrap();
+        ok(at(Some("iad"), Some(3)), at(Some("pdx"), Some(4))).unwrap();
+        for (a, b, says) in [
+            (at(None, None), at(None, Some(1)), "without status.activeSite"),
+            (at(None, None), at(Some("iad"), Some(0)), "at least 1"),
+            (at(Some("iad"), Some(3)), at(Some("iad"), None), "may not be removed"),
+            (at(Some("iad"), Some(3)), at(Some("pdx"), Some(3)), "without a new topologyGeneration"),
+            (at(Some("iad"), Some(3)), at(Some("iad"), Some(4)), "without a change of status.activeSite"),
+            (at(Some("iad"), Some(3)), at(Some("pdx"), Some(5)), "never down"),
+            (at(Some("iad"), Some(3)), at(Some("pdx"), Some(2)), "never down"),
+        ] {
+            let e = ok(a, b).unwrap_err();
+            assert!(e.contains(says), "{says}: {e}");
+        }
+    }
+
+    #[test]
+    fn history_in_the_spec_is_not_rewritten() {
+        let mut renamed = at(Some("iad"), Some(2));
+        renamed["spec"]["sites"][1]["name"] = json!("sfo");
+        assert!(check_spec(&at(Some("iad"), Some(2)), &renamed).unwrap_err().contains("\"pdx\""));
+        let mut moved = at(Some("iad"), Some(2));
+        moved["spec"]["initialActiveSite"] = json!("pdx");
+        let e = check_spec(&at(Some("iad"), Some(2)), &moved).unwrap_err();
+        assert!(e.contains("after bootstrap") && e.contains("plannedFailover"), "{e}");
+        // Before bootstrap it may still change; a third site may be added.
+        let mut fresh = at(None, None);
+        check_spec(&fresh.clone(), &{
+            fresh["spec"]["initialActiveSite"] = json!("pdx");
+            fresh.clone()
+        })
+        .unwrap();
+        let mut more = at(Some("iad"), Some(2));
+        more["spec"]["sites"].as_array_mut().unwrap().push(json!({"name": "sfo"}));
+        check_spec(&at(Some("iad"), Some(2)), &more).unwrap();
+    }
+}

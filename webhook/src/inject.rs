@@ -1,0 +1,343 @@
+//! Sidecar injection into an annotated migration Job (DESIGN.md "Webhook",
+//! docs/sidecar.md "In a Job Pod"), as JSON Patch operations that only add:
+//! the user's fields (their own native sidecars, other webhooks' changes)
+//! are never removed or rewritten wholesale; lists are appended to and the
+//! migration container's command is prefixed element by element.
+//!
+//! What a Job annotated `bloodraven.shipstream.io/inject: "true"` (with
+//! `…/group` and `…/instance`) gets:
+//! - init container `bloodraven-install` (copies the `exec` wrapper into the
+//!   shared volume) and the native sidecar `bloodraven-sidecar hold`
+//!   (`restartPolicy: Always`, a startup probe that passes once both leases
+//!   are held), appended after the user's init containers;
+//! - volume `bloodraven-run` (emptyDir: local socket, state, wrapper) and
+//!   `bloodraven-token` (projected ServiceAccount token, audience
+//!   `bloodraven-deploy`, mounted in the sidecar only); the deploy API's CA
+//!   as `BLOODRAVEN_CA_PEM`, so the Job's namespace needs no CA object;
+//! - the migration container's command prefixed with
+//!   `/run/bloodraven/bin/bloodraven-sidecar exec --` (the wrapper that
+//!   starts the migration once both leases are held and fences it);
+//! - `backoffLimit: 0` and an `activeDeadlineSeconds` when none is set.
+//!
+//! Refused, with what to fix: no group or instance; a migration container
+//! that cannot be chosen (several, none named) or has no `command` (the
+//! webhook cannot see an image's entrypoint to wrap it); anything that would
+//! run a migration Pod again or in parallel (`restartPolicy: OnFailure`, a
+//! `podFailurePolicy` rule with action `Ignore`, `completions` or
+//! `parallelism` above 1, `completionMode: Indexed`); a mount of its own at
+//! `/run/bloodraven`.
+//!
+//! Idempotent: each piece is added only when missing, so a reinvocation
+//! (`reinvocationPolicy: IfNeeded`) or a Job copied from an injected Job
+//! gets one sidecar and a command wrapped once.
+
+use bloodraven_api::names::inject as names;
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, Patch, PatchOperation};
+use serde_json::{Value, json};
+
+use crate::guards::database::is_dns_subdomain;
+
+/// What the webhook injects with (its flags).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The sidecar image (`bloodraven/sidecar:TAG`).
+    pub image: String,
+    /// Its pull policy.
+    pub pull_policy: String,
+    /// The deploy API base URL the sidecar calls.
+    pub deploy_url: String,
+    /// The deploy API's CA bundle (PEM).
+    pub ca_pem: String,
+    /// `activeDeadlineSeconds` for a Job that sets none.
+    pub active_deadline_seconds: i64,
+    /// Lifetime of the projected token, seconds (the kubelet rotates it at 80 %).
+    pub token_expiration_seconds: i64,
+    /// The sidecar's `--acquire-timeout`, seconds (the startup probe outlasts it).
+    pub acquire_timeout_seconds: i64,
+    /// The webhook's version, recorded in the `injected` annotation.
+    pub version: String,
+}
+
+/// The group, instance and ServiceAccount a Job asks for, read from it
+/// before anything else so authority can be checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ask {
+    /// The MysqlFailoverGroup.
+    pub group: String,
+    /// The instance (the MysqlDatabase's name).
+    pub instance: String,
+    /// The Pod's ServiceAccount (`default` when unset).
+    pub service_account: String,
+}
+
+fn annotation<'a>(job: &'a Value, key: &str) -> Option<&'a str> {
+    job.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str)
+}
+
+/// Whether `job` asks for injection (`inject: "true"`).
+pub fn asks(job: &Value) -> bool {
+    annotation(job, names::INJECT) == Some("true")
+}
+
+/// What `job` asks for. Errors: a missing or malformed group or instance.
+pub fn ask(job: &Value) -> Result<Ask, String> {
+    let get = |key: &str, what: &str| -> Result<String, String> {
+        match annotation(job, key) {
+            None | Some("") => Err(format!(
+                "the Job asks for the Bloodraven sidecar ({}: \"true\") but has no {key} annotation: set it to {what}",
+                names::INJECT
+            )),
+            Some(v) if !is_dns_subdomain(v) => {
+                Err(format!("annotation {key}: {:?} is not a valid name; set it to {what}", truncate(v)))
+            }
+            Some(v) => Ok(v.to_owned()),
+        }
+    };
+    let group = get(names::GROUP, "the MysqlFailoverGroup's name")?;
+    let instance = get(names::INSTANCE, "the MysqlDatabase's name (the instance its deploymentClients authorize)")?;
+    let service_account = job
+        .pointer("/spec/template/spec/serviceAccountName")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default")
+        .to_owned();
+    Ok(Ask { group, instance, service_account })
+}
+
+fn truncate(v: &str) -> String {
+    v.chars().take(80).collect()
+}
+
+fn pointer(parts: &[&str]) -> PointerBuf {
+    PointerBuf::from_tokens(parts.iter().copied())
+}
+
+fn add(parts: &[&str], value: Value) -> PatchOperation {
+    PatchOperation::Add(AddOperation { path: pointer(parts), value })
+}
+
+/// The patch that injects the sidecar into `job` (JSON), given that its
+/// ServiceAccount is authorized for `ask`. Empty when everything is there.
+///
+/// Errors: the refusal, saying what to fix.
+pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
+    let spec = job.get("spec").ok_or("the Job has no spec")?;
+    refuse_reruns(spec)?;
+    let pod = spec.pointer("/template/spec").ok_or("the Job has no spec.template.spec")?;
+    let containers = pod.get("containers").and_then(Value::as_array).ok_or("the Job's Pod has no containers")?;
+    let index = migration_container(job, containers)?;
+    let migration = &containers[index];
+    let command: Vec<&str> = migration
+        .get("command")
+        .and_then(Value::as_array)
+        .map(|c| c.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let name = migration.get("name").and_then(Value::as_str).unwrap_or_default();
+    if command.is_empty() {
+        return Err(format!(
+            "container {name:?} has no command: the sidecar's wrapper must start the migration, and the webhook cannot see the image's ENTRYPOINT. Set command (and args) explicitly"
+        ));
+    }
+    let mounts = migration.get("volumeMounts").and_then(Value::as_array).cloned().unwrap_or_default();
+    let run_mounted = mounts.iter().any(|m| m.get("name").and_then(Value::as_str) == Some(names::RUN_VOLUME));
+    if let Some(other) = mounts.iter().find(|m| {
+        m.get("mountPath").and_then(Value::as_str).map(|p| p.trim_end_matches('/')) == Some(names::RUN_DIR)
+            && m.get("name").and_then(Value::as_str) != Some(names::RUN_VOLUME)
+    }) {
+        return Err(format!(
+            "container {name:?} mounts volume {} at {}, where the sidecar's socket and wrapper live: mount it elsewhere",
+            other.get("name").unwrap_or(&Value::Null),
+            names::RUN_DIR
+        ));
+    }
+
+    let mut ops = Vec::new();
+    let idx = index.to_string();
+    // Job defaults: never run a migration Pod twice; always end.
+    if spec.get("backoffLimit").and_then(Value::as_i64) != Some(0) {
+        ops.push(add(&["spec", "backoffLimit"], json!(0)));
+    }
+    if spec.get("activeDeadlineSeconds").is_none_or(Value::is_null) {
+        ops.push(add(&["spec", "activeDeadlineSeconds"], json!(s.active_deadline_seconds)));
+    }
+    // The wrapper, once.
+    if command.iter().take(names::WRAPPER.len()).copied().ne(names::WRAPPER.iter().copied()) {
+        for (i, part) in names::WRAPPER.iter().enumerate() {
+            ops.push(add(&["spec", "template", "spec", "containers", &idx, "command", &i.to_string()], json!(part)));
+        }
+    }
+    let run_mount = json!({"name": names::RUN_VOLUME, "mountPath": names::RUN_DIR});
+    if !run_mounted {
+        if migration.get("volumeMounts").is_some_and(Value::is_array) {
+            ops.push(add(&["spec", "template", "spec", "containers", &idx, "volumeMounts", "-"], run_mount));
+        } else {
+            ops.push(add(&["spec", "template", "spec", "containers", &idx, "volumeMounts"], json!([run_mount])));
+        }
+    }
+    // Init containers: install, then the native sidecar, after the user's own.
+    let inits = pod.get("initContainers").and_then(Value::as_array).cloned().unwrap_or_default();
+    let has = |list: &[Value], n: &str| list.iter().any(|c| c.get("name").and_then(Value::as_str) == Some(n));
+    let mut new_inits = Vec::new();
+    if !has(&inits, names::INSTALL_CONTAINER) {
+        new_inits.push(install_container(s));
+    }
+    if !has(&inits, names::SIDECAR_CONTAINER) {
+        new_inits.push(sidecar_container(job, ask, s)?);
+    }
+    append(&mut ops, &["spec", "template", "spec", "initContainers"], pod.get("initContainers"), new_inits);
+    // Volumes.
+    let volumes = pod.get("volumes").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut new_volumes = Vec::new();
+    if !has(&volumes, names::RUN_VOLUME) {
+        new_volumes.push(json!({"name": names::RUN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}}));
+    }
+    if !has(&volumes, names::TOKEN_VOLUME) {
+        new_volumes.push(json!({"name": names::TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": {
+            "audience": bloodraven_api::names::DEPLOY_AUDIENCE,
+            "expirationSeconds": s.token_expiration_seconds,
+            "path": "token",
+        }}]}}));
+    }
+    append(&mut ops, &["spec", "template", "spec", "volumes"], pod.get("volumes"), new_volumes);
+    if !ops.is_empty() && annotation(job, names::INJECTED).is_none() {
+        ops.push(add(&["metadata", "annotations", names::INJECTED], json!(s.version)));
+    }
+    Ok(Patch(ops))
+}
+
+/// Appends `items` to the list at `path` (`current`), creating it when absent.
+fn append(ops: &mut Vec<PatchOperation>, path: &[&str], current: Option<&Value>, items: Vec<Value>) {
+    if items.is_empty() {
+        return;
+    }
+    if current.is_some_and(Value::is_array) {
+        for item in items {
+            let mut p = path.to_vec();
+            p.push("-");
+            ops.push(add(&p, item));
+        }
+    } else {
+        ops.push(add(path, Value::Array(items)));
+    }
+}
+
+/// Refuses Job settings that would run a migration Pod again or twice at once.
+fn refuse_reruns(spec: &Value) -> Result<(), String> {
+    let int = |k: &str| spec.get(k).and_then(Value::as_i64);
+    if let Some(n) = int("completions").filter(|n| *n > 1) {
+        return Err(format!("spec.completions is {n}: a migration Job runs one Pod once; set it to 1"));
+    }
+    if let Some(n) = int("parallelism").filter(|n| *n > 1) {
+        return Err(format!("spec.parallelism is {n}: a migration Job runs one Pod at a time; set it to 1"));
+    }
+    if spec.get("completionMode").and_then(Value::as_str) == Some("Indexed") {
+        return Err("spec.completionMode is Indexed: a migration Job is NonIndexed (one Pod, once)".into());
+    }
+    if spec.pointer("/template/spec/restartPolicy").and_then(Value::as_str) == Some("OnFailure") {
+        return Err("spec.template.spec.restartPolicy is OnFailure: the kubelet would run a failed migration again in the same Pod, past its fence; use Never".into());
+    }
+    let rules = spec.pointer("/podFailurePolicy/rules").and_then(Value::as_array).cloned().unwrap_or_default();
+    if let Some(i) = rules.iter().position(|r| r.get("action").and_then(Value::as_str) == Some("Ignore")) {
+        return Err(format!(
+            "spec.podFailurePolicy.rules[{i}] has action Ignore: a failed migration Pod would be replaced by a new one that runs the migration again; use FailJob or Count (with backoffLimit 0)"
+        ));
+    }
+    Ok(())
+}
+
+/// The index of the migration container: the one named by the `container`
+/// annotation, or the only one.
+fn migration_container(job: &Value, containers: &[Value]) -> Result<usize, String> {
+    let name_of = |c: &Value| c.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
+    match annotation(job, names::CONTAINER) {
+        Some(wanted) => containers.iter().position(|c| name_of(c) == wanted).ok_or_else(|| {
+            let all: Vec<String> = containers.iter().map(name_of).collect();
+            format!("annotation {}: no container {:?}; the Pod has {all:?}", names::CONTAINER, truncate(wanted))
+        }),
+        None if containers.len() == 1 => Ok(0),
+        None => {
+            let all: Vec<String> = containers.iter().map(name_of).collect();
+            Err(format!(
+                "the Pod has {} containers {all:?}: name the one that runs the migration with the annotation {}",
+                containers.len(),
+                names::CONTAINER
+            ))
+        }
+    }
+}
+
+fn restricted(user: i64) -> Value {
+    json!({"runAsNonRoot": true, "runAsUser": user, "runAsGroup": user, "allowPrivilegeEscalation": false,
+           "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}})
+}
+
+/// The shortest TTL the injected sidecar accepts with its default request
+/// timeout (5 s) and grace (10 s): ttl − ttl/3 − 5 − 10 ≥ 1 s (the sidecar's
+/// own check, sidecar/src/lease/machine.rs `Timing::new`).
+pub const MIN_TTL: u32 = 24;
+
+/// The user the injected containers run as: not the migration's (65534 is
+/// common there), so a migration cannot read the sidecar's memory.
+const SIDECAR_UID: i64 = 65532;
+
+fn resources() -> Value {
+    json!({"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}})
+}
+
+fn install_container(s: &Settings) -> Value {
+    json!({
+        "name": names::INSTALL_CONTAINER, "image": s.image, "imagePullPolicy": s.pull_policy,
+        "args": ["install", format!("{}/bin", names::RUN_DIR)],
+        "securityContext": restricted(SIDECAR_UID), "resources": resources(),
+        "volumeMounts": [{"name": names::RUN_VOLUME, "mountPath": names::RUN_DIR}],
+    })
+}
+
+fn sidecar_container(job: &Value, ask: &Ask, s: &Settings) -> Result<Value, String> {
+    let mut env = vec![
+        json!({"name": "BLOODRAVEN_URL", "value": s.deploy_url}),
+        json!({"name": "BLOODRAVEN_CA_PEM", "value": s.ca_pem}),
+        json!({"name": "BLOODRAVEN_TOKEN_FILE", "value": "/var/run/secrets/bloodraven/token"}),
+        json!({"name": "BLOODRAVEN_GROUP", "value": ask.group}),
+        json!({"name": "BLOODRAVEN_INSTANCE", "value": ask.instance}),
+        json!({"name": "BLOODRAVEN_JOB_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}}),
+        json!({"name": "BLOODRAVEN_ACQUIRE_TIMEOUT", "value": s.acquire_timeout_seconds.to_string()}),
+    ];
+    if let Some(ttl) = annotation(job, names::TTL) {
+        match ttl.parse::<u32>() {
+            Ok(t) if (MIN_TTL..=120).contains(&t) => {
+                env.push(json!({"name": "BLOODRAVEN_TTL", "value": t.to_string()}));
+            }
+            _ => {
+                return Err(format!(
+                    "annotation {}: {:?} is not a TTL in seconds in [{MIN_TTL}, 120] (below {MIN_TTL}, a renewal every ttl/3 plus the sidecar's 5 s request timeout and 10 s grace leaves no time before the lease lapses)",
+                    names::TTL,
+                    truncate(ttl)
+                ));
+            }
+        }
+    }
+    if let Some(mode) = annotation(job, names::DDL_BOUNDARY) {
+        if !["at-start", "reported"].contains(&mode) {
+            return Err(format!("annotation {}: {:?}; use at-start or reported", names::DDL_BOUNDARY, truncate(mode)));
+        }
+        env.push(json!({"name": "BLOODRAVEN_DDL_BOUNDARY", "value": mode}));
+    }
+    Ok(json!({
+        "name": names::SIDECAR_CONTAINER, "image": s.image, "imagePullPolicy": s.pull_policy,
+        "restartPolicy": "Always",
+        "args": ["hold"],
+        "env": env,
+        "startupProbe": {"exec": {"command": ["/bloodraven-sidecar", "probe"]}, "periodSeconds": 1,
+                         "failureThreshold": s.acquire_timeout_seconds + 60},
+        "securityContext": restricted(SIDECAR_UID), "resources": resources(),
+        "volumeMounts": [
+            {"name": names::RUN_VOLUME, "mountPath": names::RUN_DIR},
+            {"name": names::TOKEN_VOLUME, "mountPath": "/var/run/secrets/bloodraven", "readOnly": true},
+        ],
+    }))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,179 @@
+use serde_json::json;
+
+use super::*;
+
+fn settings() -> Settings {
+    Settings {
+        image: "bloodraven/sidecar:test".into(),
+        pull_policy: "IfNotPresent".into(),
+        deploy_url: "https://bloodraven.bloodraven.svc:8443".into(),
+        ca_pem: "-----BEGIN CERTIFICATE-----\n...".into(),
+        active_deadline_seconds: 3600,
+        token_expiration_seconds: 3600,
+        acquire_timeout_seconds: 600,
+        version: "0.1.0".into(),
+    }
+}
+
+/// A Job as a user writes it, after the API server's defaults (backoffLimit 6).
+fn job() -> Value {
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "migrate", "namespace": "team", "annotations": {
+            "bloodraven.shipstream.io/inject": "true",
+            "bloodraven.shipstream.io/group": "prod",
+            "bloodraven.shipstream.io/instance": "counter-app"}},
+        "spec": {"backoffLimit": 6, "template": {"spec": {
+            "serviceAccountName": "deployer", "restartPolicy": "Never",
+            "initContainers": [{"name": "proxy", "image": "proxy", "restartPolicy": "Always"}],
+            "containers": [{"name": "migrate", "image": "app:1", "command": ["/app/migrate"], "args": ["up"]}],
+            "volumes": [{"name": "config", "configMap": {"name": "c"}}],
+        }}},
+    })
+}
+
+fn apply(job: &Value) -> Value {
+    let a = ask(job).unwrap();
+    let p = patch(job, &a, &settings()).unwrap();
+    for op in &p.0 {
+        assert!(matches!(op, PatchOperation::Add(_)), "patches only add: {op:?}");
+    }
+    let mut out = job.clone();
+    json_patch::patch(&mut out, &p).unwrap();
+    out
+}
+
+fn names(list: &Value) -> Vec<&str> {
+    list.as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect()
+}
+
+#[test]
+fn an_annotated_job_gets_the_sidecar_the_wrapper_and_fail_closed_defaults() {
+    let j = job();
+    assert_eq!(
+        ask(&j).unwrap(),
+        Ask { group: "prod".into(), instance: "counter-app".into(), service_account: "deployer".into() }
+    );
+    let out = apply(&j);
+    let pod = &out["spec"]["template"]["spec"];
+    assert_eq!(out["spec"]["backoffLimit"], 0);
+    assert_eq!(out["spec"]["activeDeadlineSeconds"], 3600);
+    assert_eq!(
+        names(&pod["initContainers"]),
+        ["proxy", "bloodraven-install", "bloodraven-sidecar"],
+        "the user's sidecar kept, first"
+    );
+    let sidecar = &pod["initContainers"][2];
+    assert_eq!(sidecar["restartPolicy"], "Always");
+    assert_eq!(sidecar["args"], json!(["hold"]));
+    let env: Vec<&str> = sidecar["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    for want in ["BLOODRAVEN_URL", "BLOODRAVEN_CA_PEM", "BLOODRAVEN_GROUP", "BLOODRAVEN_INSTANCE", "BLOODRAVEN_JOB_UID"]
+    {
+        assert!(env.contains(&want), "{want}: {env:?}");
+    }
+    let migrate = &pod["containers"][0];
+    assert_eq!(migrate["command"], json!(["/run/bloodraven/bin/bloodraven-sidecar", "exec", "--", "/app/migrate"]));
+    assert_eq!(migrate["args"], json!(["up"]));
+    assert_eq!(names(&migrate["volumeMounts"]), ["bloodraven-run"]);
+    assert_eq!(names(&pod["volumes"]), ["config", "bloodraven-run", "bloodraven-token"]);
+    let token = &pod["volumes"][2]["projected"]["sources"][0]["serviceAccountToken"];
+    assert_eq!(token["audience"], "bloodraven-deploy");
+    // The token is mounted in the sidecar only.
+    assert!(!migrate["volumeMounts"].to_string().contains("bloodraven-token"));
+    assert_eq!(out["metadata"]["annotations"]["bloodraven.shipstream.io/injected"], "0.1.0");
+    // A user's explicit deadline is kept.
+    let mut j = job();
+    j["spec"]["activeDeadlineSeconds"] = json!(120);
+    assert_eq!(apply(&j)["spec"]["activeDeadlineSeconds"], 120);
+}
+
+#[test]
+fn injection_is_idempotent_for_a_reinvocation_and_a_copied_job() {
+    let once = apply(&job());
+    let a = ask(&once).unwrap();
+    assert!(patch(&once, &a, &settings()).unwrap().0.is_empty(), "a second pass adds nothing");
+    // A Job copied from an injected one, without the injected annotation.
+    let mut copy = once.clone();
+    copy["metadata"]["annotations"].as_object_mut().unwrap().remove("bloodraven.shipstream.io/injected");
+    let p = patch(&copy, &a, &settings()).unwrap();
+    assert!(p.0.is_empty(), "{p:?}");
+    // Another webhook that ran after us added a container and a volume: kept, nothing re-added.
+    let mut other = once.clone();
+    other["spec"]["template"]["spec"]["volumes"].as_array_mut().unwrap().push(json!({"name": "istio", "emptyDir": {}}));
+    let p = patch(&other, &a, &settings()).unwrap();
+    assert!(p.0.is_empty(), "{p:?}");
+    // A Pod without lists at all gets them created.
+    let mut bare = job();
+    let pod = bare["spec"]["template"]["spec"].as_object_mut().unwrap();
+    pod.remove("initContainers");
+    pod.remove("volumes");
+    let out = apply(&bare);
+    assert_eq!(names(&out["spec"]["template"]["spec"]["initContainers"]), ["bloodraven-install", "bloodraven-sidecar"]);
+}
+
+#[test]
+fn each_refusal_says_what_to_fix() {
+    let refused = |edit: &dyn Fn(&mut Value), says: &str| {
+        let mut j = job();
+        edit(&mut j);
+        let e = ask(&j).and_then(|a| patch(&j, &a, &settings())).unwrap_err();
+        assert!(e.contains(says), "{says}: {e}");
+    };
+    let ann = |k: &'static str, v: Option<&'static str>| {
+        move |j: &mut Value| {
+            let a = j["metadata"]["annotations"].as_object_mut().unwrap();
+            match v {
+                Some(v) => a.insert(k.into(), json!(v)),
+                None => a.remove(k),
+            };
+        }
+    };
+    refused(&ann("bloodraven.shipstream.io/group", None), "has no bloodraven.shipstream.io/group annotation");
+    refused(&ann("bloodraven.shipstream.io/instance", None), "has no bloodraven.shipstream.io/instance annotation");
+    refused(&ann("bloodraven.shipstream.io/instance", Some("Bad_Name")), "not a valid name");
+    refused(&ann("bloodraven.shipstream.io/ttl", Some("500")), "[24, 120]");
+    refused(&ann("bloodraven.shipstream.io/ttl", Some("15")), "[24, 120]");
+    refused(&ann("bloodraven.shipstream.io/ddl-boundary", Some("never")), "at-start or reported");
+    refused(&ann("bloodraven.shipstream.io/container", Some("web")), "no container \"web\"");
+    refused(
+        &|j| {
+            j["spec"]["template"]["spec"]["containers"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"name": "b", "image": "b"}));
+        },
+        "name the one that runs the migration",
+    );
+    refused(
+        &|j| {
+            j["spec"]["template"]["spec"]["containers"][0].as_object_mut().unwrap().remove("command");
+        },
+        "has no command",
+    );
+    refused(&|j| j["spec"]["template"]["spec"]["restartPolicy"] = json!("OnFailure"), "use Never");
+    refused(
+        &|j| j["spec"]["podFailurePolicy"] = json!({"rules": [{"action": "FailJob"}, {"action": "Ignore"}]}),
+        "rules[1] has action Ignore",
+    );
+    refused(&|j| j["spec"]["completions"] = json!(2), "spec.completions is 2");
+    refused(&|j| j["spec"]["parallelism"] = json!(3), "spec.parallelism is 3");
+    refused(&|j| j["spec"]["completionMode"] = json!("Indexed"), "Indexed");
+    refused(
+        &|j| {
+            j["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] =
+                json!([{"name": "x", "mountPath": "/run/bloodraven/"}]);
+        },
+        "mount it elsewhere",
+    );
+    // With several containers, the annotation picks one.
+    let mut j = job();
+    j["spec"]["template"]["spec"]["containers"].as_array_mut().unwrap().insert(0, json!({"name": "log", "image": "l"}));
+    j["metadata"]["annotations"]["bloodraven.shipstream.io/container"] = json!("migrate");
+    let out = apply(&j);
+    assert_eq!(out["spec"]["template"]["spec"]["containers"][1]["command"][1], "exec");
+    assert!(out["spec"]["template"]["spec"]["containers"][0].get("command").is_none());
+    // The ServiceAccount defaults to `default`.
+    let mut j = job();
+    j["spec"]["template"]["spec"].as_object_mut().unwrap().remove("serviceAccountName");
+    assert_eq!(ask(&j).unwrap().service_account, "default");
+}

@@ -1,0 +1,222 @@
+//! `bloodraven-webhook`: the admission webhook (DESIGN.md "Webhook";
+//! docs/webhook.md). Validating guards for the fence —
+//! `deploymentClients` authority ([`guards::database`]), a group's status
+//! and history ([`guards::group`]), the operator's state objects
+//! ([`guards::state`]) — and sidecar injection into annotated migration
+//! Jobs ([`inject`]). Served over TLS 1.2/1.3 with a certificate reloaded
+//! without restart, with the admin listener (`/metrics`, `/healthz`,
+//! `/readyz`) and loopback exec probes of the shared serving crate; the
+//! registration the API server needs is built by [`registration`].
+
+pub mod authority;
+pub mod config;
+pub mod guards;
+pub mod inject;
+pub mod registration;
+pub mod review;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::routing::post;
+use bloodraven_serving::admin;
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry};
+
+pub use config::{Cli, Command, Config};
+
+/// The webhook's metrics.
+#[derive(Clone, Debug)]
+pub struct Metrics {
+    registry: Registry,
+    reviews: IntCounterVec,
+    duration: HistogramVec,
+}
+
+impl Metrics {
+    /// Registers `bloodraven_webhook_reviews_total{webhook, outcome}` and
+    /// `bloodraven_webhook_review_duration_seconds{webhook}`.
+    pub fn new() -> prometheus::Result<Metrics> {
+        let registry = Registry::new();
+        let reviews = IntCounterVec::new(
+            Opts::new(
+                "bloodraven_webhook_reviews_total",
+                "Admission reviews answered, by webhook and outcome (allowed, denied, patched).",
+            ),
+            &["webhook", "outcome"],
+        )?;
+        let duration = HistogramVec::new(
+            HistogramOpts::new(
+                "bloodraven_webhook_review_duration_seconds",
+                "Time from a review's arrival to its answer, seconds.",
+            )
+            .buckets(vec![0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0]),
+            &["webhook"],
+        )?;
+        registry.register(Box::new(reviews.clone()))?;
+        registry.register(Box::new(duration.clone()))?;
+        Ok(Metrics { registry, reviews, duration })
+    }
+
+    fn observe(&self, webhook: &str, outcome: &str, took: Duration) {
+        self.reviews.with_label_values(&[webhook, outcome]).inc();
+        self.duration.with_label_values(&[webhook]).observe(took.as_secs_f64());
+    }
+}
+
+/// What every review reads.
+#[derive(Debug)]
+pub struct Webhook {
+    /// The operator's username.
+    pub operator: String,
+    /// The operator's namespace.
+    pub namespace: String,
+    /// Users whose deletes of operator state pass.
+    pub trusted_deleters: Vec<String>,
+    /// Caches and authorization.
+    pub authority: authority::Authority,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Answer everything "allowed" (benchmark baseline).
+    pub noop: bool,
+    inject: inject::Settings,
+    deploy_ca_file: Option<PathBuf>,
+}
+
+impl Webhook {
+    /// The injection settings, with the deploy API's CA read now (it may rotate).
+    async fn inject_settings(&self) -> Result<inject::Settings, String> {
+        let Some(path) = &self.deploy_ca_file else {
+            return Err("the webhook was started without --deploy-ca-file, so it cannot inject the sidecar; ask the cluster admin".into());
+        };
+        let pem = tokio::fs::read_to_string(path)
+            .await
+            .map_err(|e| format!("the webhook cannot read its deploy CA bundle {}: {e}", path.display()))?;
+        Ok(inject::Settings { ca_pem: pem, ..self.inject.clone() })
+    }
+}
+
+/// The router of the admission endpoints (404 elsewhere).
+pub fn router(webhook: Arc<Webhook>) -> Router {
+    use registration::paths;
+    use review::Endpoint;
+    Router::new()
+        .route(paths::DATABASES, post(endpoint::<{ Endpoint::Databases as u8 }>))
+        .route(paths::GROUPS, post(endpoint::<{ Endpoint::Groups as u8 }>))
+        .route(paths::STATE, post(endpoint::<{ Endpoint::State as u8 }>))
+        .route(paths::JOBS, post(endpoint::<{ Endpoint::Jobs as u8 }>))
+        .with_state(webhook)
+}
+
+/// One endpoint's handler: [`review::handle`] for the endpoint numbered `E`.
+async fn endpoint<const E: u8>(
+    state: axum::extract::State<Arc<Webhook>>,
+    query: axum::extract::Query<std::collections::HashMap<String, String>>,
+    body: axum::body::Body,
+) -> axum::response::Response {
+    review::handle(review::Endpoint::from_u8(E), state, query, body).await
+}
+
+/// Runs the webhook until SIGTERM or SIGINT.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        namespace = %config.namespace,
+        operator = %config.operator_username(),
+        addr = %config.addr,
+        noop = config.noop,
+        "starting bloodraven-webhook"
+    );
+    let (Some(cert), Some(key)) = (config.tls_cert_file.clone(), config.tls_key_file.clone()) else {
+        anyhow::bail!("--tls-cert-file and --tls-key-file are required: the API server calls webhooks over TLS only");
+    };
+    let tls = bloodraven_serving::tls::load_and_watch(cert, key, Duration::from_secs(config.tls_reload_seconds))
+        .context("failed to load the webhook certificate")?;
+    let client = kube::Client::try_default().await.context("failed to build a Kubernetes client")?;
+    let metrics = Metrics::new()?;
+    let shutdown = bloodraven_serving::Shutdown::on_signals();
+    let ready = admin::Readiness::new();
+    let plain = admin::Admin { registry: metrics.registry.clone(), ready: ready.clone() };
+    let plain = tokio::spawn(admin::serve(config.plain_addr, plain, 64, shutdown.stopped()));
+    let probes = tokio::spawn(admin::serve_probes(config.probe_addr, ready.clone(), shutdown.stopped()));
+    let authority = authority::Authority::start(client, config.test_authorization_delay_ms.map(Duration::from_millis));
+    let webhook = Arc::new(Webhook {
+        operator: config.operator_username(),
+        namespace: config.namespace.clone(),
+        trusted_deleters: config.trusted_deleters.clone(),
+        authority: authority.clone(),
+        metrics,
+        noop: config.noop,
+        inject: inject::Settings {
+            image: config.sidecar_image.clone(),
+            pull_policy: config.sidecar_image_pull_policy.clone(),
+            deploy_url: config.deploy_url.clone(),
+            ca_pem: String::new(),
+            active_deadline_seconds: config.default_active_deadline_seconds,
+            token_expiration_seconds: config.token_expiration_seconds,
+            acquire_timeout_seconds: config.sidecar_acquire_timeout_seconds,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        },
+        deploy_ca_file: config.deploy_ca_file.clone(),
+    });
+    let max = usize::try_from(config.max_connections).unwrap_or(256);
+    // The API server is one peer that opens many connections: the per-peer
+    // cap is the listener's whole limit.
+    let limits = bloodraven_serving::Limits { max_connections_per_peer: max, ..bloodraven_serving::Limits::new(max) };
+    let server = tokio::spawn(bloodraven_serving::serve_tls(
+        "webhook",
+        config.addr,
+        tls,
+        limits,
+        router(webhook),
+        shutdown.stopped(),
+    ));
+    authority.wait_ready().await;
+    ready.set_ready();
+    tracing::info!("caches synced; ready");
+    let listener = server.await;
+    for task in [plain, probes] {
+        if let Ok(Err(e)) = task.await {
+            tracing::warn!(error = %e, "an admin listener failed");
+        }
+    }
+    match listener {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(anyhow::Error::new(e).context(format!("failed to serve on {}", config.addr))),
+        Err(e) => return Err(anyhow::Error::new(e).context("the webhook listener task failed")),
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// `configurations`: the registration as YAML (two documents).
+pub fn print_configurations(args: &config::ConfigurationsArgs) -> anyhow::Result<String> {
+    let ca_bundle =
+        std::fs::read(&args.ca_file).with_context(|| format!("failed to read {}", args.ca_file.display()))?;
+    let endpoint = if let Some(url) = &args.url {
+        registration::Endpoint::Url(url.clone())
+    } else {
+        let (namespace, name) = args.service.split_once('/').context("--service is NAMESPACE/NAME")?;
+        registration::Endpoint::Service { namespace: namespace.into(), name: name.into() }
+    };
+    let p = registration::Params {
+        name: args.name.clone(),
+        endpoint,
+        ca_bundle,
+        namespace: args.namespace.clone(),
+        operator: format!("system:serviceaccount:{}:{}", args.namespace, args.operator_service_account),
+        trusted_deleters: Config::trusted_default(),
+        timeout_seconds: args.timeout_seconds,
+        namespace_requirements: Vec::new(),
+        group_requirements: Vec::new(),
+    };
+    let mut v = serde_json::to_value(registration::validating_configuration(&p))?;
+    v["apiVersion"] = "admissionregistration.k8s.io/v1".into();
+    v["kind"] = "ValidatingWebhookConfiguration".into();
+    let mut m = serde_json::to_value(registration::mutating_configuration(&p))?;
+    m["apiVersion"] = "admissionregistration.k8s.io/v1".into();
+    m["kind"] = "MutatingWebhookConfiguration".into();
+    Ok(format!("{}---\n{}", serde_saphyr::to_string(&v)?, serde_saphyr::to_string(&m)?))
+}

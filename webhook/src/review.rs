@@ -1,0 +1,303 @@
+//! The admission endpoints: an `AdmissionReview` (`admission.k8s.io/v1`) in,
+//! one out. Bad input answers HTTP 400 with the reason (the API server then
+//! applies the webhook's failure policy); a body over [`MAX_REVIEW_BYTES`]
+//! 413; a body not sent within the body timeout 408. Every review is
+//! answered within the API server's own `?timeout=` (less a margin): work
+//! that would run past it (a SubjectAccessReview) ends in a refusal that
+//! says so, rather than in the API server's generic timeout.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use bloodraven_api::names;
+use kube::core::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use serde_json::Value;
+
+use crate::guards::{database, group, state};
+use crate::{Webhook, inject};
+
+/// Largest review accepted: two objects of etcd's 1.5 MiB limit, with room.
+pub const MAX_REVIEW_BYTES: usize = 4 * 1024 * 1024;
+
+/// What the webhook keeps of the API server's timeout for writing its answer.
+const ANSWER_MARGIN: Duration = Duration::from_millis(500);
+
+/// The API server's default webhook timeout, when a request names none.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A guard's verdict.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Allowed as is.
+    Allow,
+    /// Refused, with the message the user sees.
+    Deny(String),
+    /// Allowed with these changes (injection).
+    Patch(json_patch::Patch),
+}
+
+/// Which endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Endpoint {
+    /// `deploymentClients`.
+    Databases = 0,
+    /// Group status and history.
+    Groups = 1,
+    /// Operator state.
+    State = 2,
+    /// Job injection.
+    Jobs = 3,
+}
+
+impl Endpoint {
+    /// The endpoint numbered `n` (its discriminant); `Jobs` for any other.
+    pub const fn from_u8(n: u8) -> Endpoint {
+        match n {
+            0 => Endpoint::Databases,
+            1 => Endpoint::Groups,
+            2 => Endpoint::State,
+            _ => Endpoint::Jobs,
+        }
+    }
+
+    /// Its label in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Endpoint::Databases => "deployment-clients",
+            Endpoint::Groups => "groups",
+            Endpoint::State => "operator-state",
+            Endpoint::Jobs => "inject",
+        }
+    }
+}
+
+/// Parses the API server's `timeout` query value (`10s`, `1500ms`, `1m`).
+pub fn parse_timeout(value: &str) -> Option<Duration> {
+    let (digits, unit) = value.split_at(value.find(|c: char| !c.is_ascii_digit())?);
+    let n: u64 = digits.parse().ok()?;
+    match unit {
+        "s" => Some(Duration::from_secs(n)),
+        "ms" => Some(Duration::from_millis(n)),
+        "m" => Some(Duration::from_secs(n.checked_mul(60)?)),
+        _ => None,
+    }
+}
+
+fn bad(status: StatusCode, message: String) -> Response {
+    (status, message).into_response()
+}
+
+/// The handler of every endpoint.
+#[allow(clippy::implicit_hasher)] // axum's Query extractor fills a std HashMap
+pub async fn handle(
+    endpoint: Endpoint,
+    State(w): State<Arc<Webhook>>,
+    Query(query): Query<HashMap<String, String>>,
+    body: Body,
+) -> Response {
+    let started = Instant::now();
+    let budget = query.get("timeout").and_then(|t| parse_timeout(t)).unwrap_or(DEFAULT_TIMEOUT);
+    let budget = budget.saturating_sub(ANSWER_MARGIN).max(Duration::from_millis(100));
+    let bytes = match tokio::time::timeout(
+        bloodraven_serving::limits::BODY_TIMEOUT,
+        axum::body::to_bytes(body, MAX_REVIEW_BYTES),
+    )
+    .await
+    {
+        Err(_) => return bad(StatusCode::REQUEST_TIMEOUT, "the review was not sent in time".into()),
+        Ok(Err(_)) => {
+            return bad(StatusCode::PAYLOAD_TOO_LARGE, format!("a review is at most {MAX_REVIEW_BYTES} bytes"));
+        }
+        Ok(Ok(b)) => b,
+    };
+    let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(&bytes) {
+        Ok(r) => r,
+        Err(e) => return bad(StatusCode::BAD_REQUEST, format!("not an admission.k8s.io/v1 AdmissionReview: {e}")),
+    };
+    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(r) => r,
+        Err(_) => return bad(StatusCode::BAD_REQUEST, "the AdmissionReview has no request".into()),
+    };
+    let verdict = if w.noop {
+        Verdict::Allow
+    } else {
+        match tokio::time::timeout(budget, decide(&w, endpoint, &request)).await {
+            Ok(v) => v,
+            Err(_) => Verdict::Deny(format!(
+                "the Bloodraven webhook could not finish its checks within the API server's timeout ({} ms); nothing was changed, try again",
+                budget.as_millis()
+            )),
+        }
+    };
+    let outcome = match &verdict {
+        Verdict::Allow => "allowed",
+        Verdict::Deny(_) => "denied",
+        Verdict::Patch(p) if p.0.is_empty() => "allowed",
+        Verdict::Patch(_) => "patched",
+    };
+    w.metrics.observe(endpoint.as_str(), outcome, started.elapsed());
+    let mut response = AdmissionResponse::from(&request);
+    match verdict {
+        Verdict::Allow => {}
+        Verdict::Deny(message) => {
+            tracing::info!(
+                webhook = endpoint.as_str(),
+                user = %bloodraven_serving::log::escape(request.user_info.username.as_deref().unwrap_or(""), 200),
+                resource = %request.resource.resource,
+                namespace = request.namespace.as_deref().unwrap_or(""),
+                name = %request.name,
+                reason = %message,
+                "refused"
+            );
+            response = response.deny(message);
+            response.result.code = 403;
+            response.result.reason = "Forbidden".into();
+        }
+        Verdict::Patch(patch) if patch.0.is_empty() => {}
+        Verdict::Patch(patch) => match response.with_patch(patch) {
+            Ok(r) => response = r,
+            Err(e) => return bad(StatusCode::INTERNAL_SERVER_ERROR, format!("failed to encode the patch: {e}")),
+        },
+    }
+    Json(response.into_review()).into_response()
+}
+
+fn username(request: &AdmissionRequest<DynamicObject>) -> &str {
+    request.user_info.username.as_deref().unwrap_or_default()
+}
+
+fn as_json(object: Option<&DynamicObject>) -> Option<Value> {
+    object.and_then(|o| serde_json::to_value(o).ok())
+}
+
+async fn decide(w: &Webhook, endpoint: Endpoint, request: &AdmissionRequest<DynamicObject>) -> Verdict {
+    let new = as_json(request.object.as_ref());
+    let old = as_json(request.old_object.as_ref());
+    let verdict = |r: Result<(), String>| r.map_or_else(Verdict::Deny, |()| Verdict::Allow);
+    match endpoint {
+        Endpoint::Databases => deployment_clients(w, request, old.as_ref(), new.as_ref()).await,
+        Endpoint::Groups => {
+            let (Some(old), Some(new)) = (old, new) else { return Verdict::Allow };
+            let writer = if username(request) == w.operator { group::Writer::Operator } else { group::Writer::Other };
+            let status_write =
+                request.sub_resource.as_deref() == Some("status") || old.get("status") != new.get("status");
+            if status_write && let Err(e) = group::check_status(writer, &w.operator, &old, &new) {
+                return Verdict::Deny(e);
+            }
+            if request.sub_resource.is_none() {
+                return verdict(group::check_spec(&old, &new));
+            }
+            Verdict::Allow
+        }
+        Endpoint::State => {
+            let delete = matches!(request.operation, Operation::Delete);
+            let generated = new
+                .as_ref()
+                .and_then(|o| o.pointer("/metadata/generateName"))
+                .and_then(Value::as_str)
+                .filter(|g| !g.is_empty() && request.name.is_empty());
+            let name = generated.unwrap_or(&request.name);
+            if request.namespace.as_deref() != Some(w.namespace.as_str()) {
+                return Verdict::Allow;
+            }
+            let Some(kind) = state::classify(&request.resource.resource, name, names::LEADER_LEASE_NAME) else {
+                return Verdict::Allow;
+            };
+            let user = username(request);
+            let who = if user == w.operator {
+                state::Who::Operator
+            } else if w.trusted_deleters.iter().any(|t| t == user) {
+                state::Who::Trusted
+            } else {
+                state::Who::Other
+            };
+            verdict(state::check(kind, name, delete, who))
+        }
+        Endpoint::Jobs => inject_job(w, request, new.as_ref()).await,
+    }
+}
+
+async fn deployment_clients(
+    w: &Webhook,
+    request: &AdmissionRequest<DynamicObject>,
+    old: Option<&Value>,
+    new: Option<&Value>,
+) -> Verdict {
+    let op = match request.operation {
+        Operation::Create => database::Op::Create,
+        Operation::Update => database::Op::Update,
+        Operation::Delete => database::Op::Delete,
+        Operation::Connect => return Verdict::Allow,
+    };
+    let user = username(request);
+    if op == database::Op::Delete && w.trusted_deleters.iter().any(|t| t == user) {
+        return Verdict::Allow;
+    }
+    let own = request.namespace.clone().unwrap_or_default();
+    let namespaces = match database::namespaces_to_authorize(op, &own, old, new) {
+        Ok(None) => return Verdict::Allow,
+        Ok(Some(n)) => n,
+        Err(e) => return Verdict::Deny(e),
+    };
+    let checks = namespaces.iter().map(|ns| w.authority.allowed(&request.user_info, database::VERB, ns, &request.name));
+    let answers = futures::future::join_all(checks).await;
+    let mut missing = Vec::new();
+    for (ns, answer) in namespaces.iter().zip(answers) {
+        match answer {
+            Ok(true) => {}
+            Ok(false) => missing.push(ns.clone()),
+            Err(e) => return Verdict::Deny(format!("could not check authorization (fails closed): {e}")),
+        }
+    }
+    if missing.is_empty() {
+        Verdict::Allow
+    } else {
+        Verdict::Deny(database::refusal(user, &request.name, &own, &missing))
+    }
+}
+
+async fn inject_job(w: &Webhook, request: &AdmissionRequest<DynamicObject>, job: Option<&Value>) -> Verdict {
+    let Some(job) = job else { return Verdict::Allow };
+    if !inject::asks(job) {
+        return Verdict::Allow;
+    }
+    let ask = match inject::ask(job) {
+        Ok(a) => a,
+        Err(e) => return Verdict::Deny(e),
+    };
+    let namespace = request.namespace.clone().unwrap_or_default();
+    if let Err(e) = w.authority.may_act(&namespace, &ask).await {
+        return Verdict::Deny(e);
+    }
+    let settings = match w.inject_settings().await {
+        Ok(s) => s,
+        Err(e) => return Verdict::Deny(e),
+    };
+    match inject::patch(job, &ask, &settings) {
+        Ok(p) => Verdict::Patch(p),
+        Err(e) => Verdict::Deny(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_api_servers_timeout_values_parse() {
+        assert_eq!(parse_timeout("10s"), Some(Duration::from_secs(10)));
+        assert_eq!(parse_timeout("1500ms"), Some(Duration::from_millis(1500)));
+        assert_eq!(parse_timeout("1m"), Some(Duration::from_secs(60)));
+        for bad in ["", "s", "10", "10h", "-1s", "1.5s"] {
+            assert_eq!(parse_timeout(bad), None, "{bad}");
+        }
+    }
+}
