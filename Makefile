@@ -50,6 +50,10 @@ bench: tools ## Deploy-API renewal benchmark beside a plain Lease CAS baseline (
 bench-sidecar: tools ## Sidecar benchmark: revocation → SIGTERM p50/p99 over 50 revocations at TTL 30 and 120, with the watch and with renewals alone side by side; sidecar RSS; start → both leases held (release-sidecar build)
 	hack/e2e.sh --bench-sidecar
 
+.PHONY: bench-webhook
+bench-webhook: tools ## Webhook benchmark: admission latency through kube-apiserver at 100 req/s, p50/p99 beside a no-op webhook in the same run; webhook RSS (release build; BENCH_RATE, BENCH_SECONDS)
+	hack/e2e.sh --bench-webhook
+
 .PHONY: images
 images: ## Build the project's OCI images here (static operator binary; no daemon, no registry) into ~/.cache/bloodraven/images
 	hack/images.sh build

@@ -15,6 +15,7 @@
 #   hack/e2e.sh --bench          instead run the deploy-API renewal benchmark (tests/src/bin/deploy-bench.rs)
 #   hack/e2e.sh --bench-failover instead run the failover benchmark (tests/src/bin/failover-bench.rs)
 #   hack/e2e.sh --bench-sidecar  instead run the sidecar benchmark (tests/src/bin/sidecar-bench.rs)
+#   hack/e2e.sh --bench-webhook  instead run the webhook benchmark (tests/src/bin/webhook-bench.rs)
 #   E2E_TEST_THREADS             parallel tests (default 3)
 #   E2E_TEST                     run these test files only (tests/tests/NAME.rs), e.g. E2E_TEST=listeners
 #                                or E2E_TEST="listeners health"
@@ -30,6 +31,7 @@ export BLOODRAVEN_REPO_ROOT="$root"
 target=${CARGO_TARGET_DIR:-$root/target}
 export BLOODRAVEN_OPERATOR_BIN="$target/debug/bloodraven-operator"
 export BLOODRAVEN_SIDECAR_BIN="$target/debug/bloodraven-sidecar"
+export BLOODRAVEN_WEBHOOK_BIN="$target/debug/bloodraven-webhook"
 
 cleanup() {
   status=$?
@@ -47,15 +49,17 @@ cleanup() {
 trap cleanup EXIT
 
 bench=""
-case "${1:-}" in --figures | --bench | --bench-failover | --bench-sidecar) bench=$1 ;; esac
+case "${1:-}" in --figures | --bench | --bench-failover | --bench-sidecar | --bench-webhook) bench=$1 ;; esac
 if [ -n "$bench" ]; then
   # Figures are of the release build users run.
   cargo build --locked --release -p bloodraven-operator
   cargo build --locked --profile release-sidecar -p bloodraven-sidecar
+  cargo build --locked --release -p bloodraven-webhook
   export BLOODRAVEN_OPERATOR_BIN="$target/release/bloodraven-operator"
   export BLOODRAVEN_SIDECAR_BIN="$target/release-sidecar/bloodraven-sidecar"
+  export BLOODRAVEN_WEBHOOK_BIN="$target/release/bloodraven-webhook"
 else
-  cargo build --locked -p bloodraven-operator -p bloodraven-sidecar
+  cargo build --locked -p bloodraven-operator -p bloodraven-sidecar -p bloodraven-webhook
 fi
 # The tests run a private copy: with a target folder shared between
 # checkouts, another checkout's build would otherwise replace the binary
@@ -63,8 +67,10 @@ fi
 mkdir -p "$dir/bin"
 cp -f "$BLOODRAVEN_OPERATOR_BIN" "$dir/bin/bloodraven-operator"
 cp -f "$BLOODRAVEN_SIDECAR_BIN" "$dir/bin/bloodraven-sidecar"
+cp -f "$BLOODRAVEN_WEBHOOK_BIN" "$dir/bin/bloodraven-webhook"
 export BLOODRAVEN_OPERATOR_BIN="$dir/bin/bloodraven-operator"
 export BLOODRAVEN_SIDECAR_BIN="$dir/bin/bloodraven-sidecar"
+export BLOODRAVEN_WEBHOOK_BIN="$dir/bin/bloodraven-webhook"
 if [ -n "$bench" ]; then
   # Figures measure the operator process against the control plane alone.
   "$root/hack/control-plane.sh" up "$dir/control-plane" >/dev/null
@@ -98,6 +104,8 @@ elif [ "${1:-}" = "--bench-failover" ]; then
   cargo run --locked --release -p bloodraven-e2e --bin failover-bench
 elif [ "${1:-}" = "--bench-sidecar" ]; then
   cargo run --locked --release -p bloodraven-e2e --bin sidecar-bench
+elif [ "${1:-}" = "--bench-webhook" ]; then
+  cargo run --locked --release -p bloodraven-e2e --bin webhook-bench
 else
   # --no-fail-fast: one failing test file must not hide the others' results.
   only=()

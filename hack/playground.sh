@@ -21,8 +21,8 @@ ns=bloodraven
 log() { echo "playground: $*" >&2; }
 die() { echo "playground: error: $*" >&2; exit 1; }
 
-stop_operator() {
-  local pidfile="$pg/pids/operator.pid"
+stop_process() { # name
+  local pidfile="$pg/pids/$1.pid"
   [ -f "$pidfile" ] || return 0
   local pid; pid=$(cat "$pidfile")
   if kill -0 "$pid" 2>/dev/null; then
@@ -33,7 +33,52 @@ stop_operator() {
   rm -f "$pidfile"
 }
 
+stop_operator() { stop_process operator; }
+
+# The admission webhook runs as a process on this machine (the chart runs it
+# as a Deployment, issue 12), under its own ServiceAccount token with the
+# chart's RBAC, and is registered by URL: https://127.0.0.1:9443.
+start_webhook() {
+  stop_process webhook
+  log "building and starting the webhook"
+  cargo build --quiet --locked --release -p bloodraven-webhook
+  local webhook_bin="${CARGO_TARGET_DIR:-$root/target}/release/bloodraven-webhook"
+  kubectl -n "$ns" create serviceaccount bloodraven-webhook --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  cargo xtask rbac --namespace "$ns" --component webhook | kubectl apply -f - >/dev/null
+  if [ ! -f "$pg/webhook-tls/tls.crt" ]; then
+    rm -rf "$pg/webhook-tls"; mkdir -p "$pg/webhook-tls"
+    local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+    openssl req -x509 "${ec[@]}" -keyout "$pg/webhook-tls/ca.key" -out "$pg/webhook-tls/ca.crt" -days 365 -subj /CN=bloodraven-webhook-ca 2>/dev/null
+    openssl req "${ec[@]}" -keyout "$pg/webhook-tls/tls.key" -out "$pg/webhook-tls/tls.csr" -subj /CN=bloodraven-webhook 2>/dev/null
+    echo 'subjectAltName=IP:127.0.0.1' > "$pg/webhook-tls/san.ext"
+    openssl x509 -req -in "$pg/webhook-tls/tls.csr" -CA "$pg/webhook-tls/ca.crt" -CAkey "$pg/webhook-tls/ca.key" -CAcreateserial \
+      -out "$pg/webhook-tls/tls.crt" -days 365 -extfile "$pg/webhook-tls/san.ext" 2>/dev/null
+  fi
+  # A kubeconfig with the webhook's own token (a day; `make playground` again renews it).
+  cp "$pg/control-plane/kubeconfig" "$pg/webhook.kubeconfig"
+  KUBECONFIG="$pg/webhook.kubeconfig" kubectl config set-credentials bloodraven-webhook \
+    --token="$(kubectl -n "$ns" create token bloodraven-webhook --duration=24h)" >/dev/null
+  KUBECONFIG="$pg/webhook.kubeconfig" kubectl config set-context --current --user=bloodraven-webhook >/dev/null
+  chmod 600 "$pg/webhook.kubeconfig"
+  KUBECONFIG="$pg/webhook.kubeconfig" nohup "$webhook_bin" --namespace "$ns" \
+    --addr 127.0.0.1:9443 --plain-addr 127.0.0.1:9082 --probe-addr 127.0.0.1:9081 \
+    --tls-cert-file "$pg/webhook-tls/tls.crt" --tls-key-file "$pg/webhook-tls/tls.key" \
+    --sidecar-image "$BLOODRAVEN_SIDECAR_IMAGE" --deploy-url "https://bloodraven.$ns.svc:8443" \
+    --deploy-ca-file "$pg/tls/ca.crt" > "$pg/logs/webhook.log" 2>&1 &
+  echo $! > "$pg/pids/webhook.pid"
+  local deadline=$((SECONDS + 60))
+  until "$webhook_bin" probe --addr 127.0.0.1:9081 /readyz >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ] || ! kill -0 "$(cat "$pg/pids/webhook.pid")" 2>/dev/null; then
+      log "the webhook did not become ready; its log:"; tail -20 "$pg/logs/webhook.log" >&2; exit 1
+    fi
+    sleep 0.5
+  done
+  "$webhook_bin" configurations --url https://127.0.0.1:9443 --ca-file "$pg/webhook-tls/ca.crt" --namespace "$ns" |
+    kubectl apply --server-side --force-conflicts --field-manager=bloodraven-playground -f - >/dev/null
+}
+
 down() {
+  stop_process webhook
   stop_operator # a playground from before the node ran the operator as a process
   [ -d "$pg/mariadb" ] && "$root/hack/mariadb.sh" down "$pg/mariadb" || true
   [ -d "$pg/control-plane" ] && "$root/hack/control-plane.sh" down "$pg/control-plane" || true
@@ -207,6 +252,8 @@ YAML
     exit 1
   fi
 
+  start_webhook
+
   kubectl apply -f - >/dev/null <<YAML
 apiVersion: bloodraven.shipstream.io/v1alpha1
 kind: MysqlFailoverGroup
@@ -288,6 +335,13 @@ ENV
   echo 'TOKEN=$(kubectl -n counter-app create token deployer --audience bloodraven-deploy)'
   echo 'curl -s --cacert "$BLOODRAVEN_CA" -H "Authorization: Bearer $TOKEN" "$BLOODRAVEN_URL/deploy/v1/groups/playground"'
   echo 'curl -s --cacert "$BLOODRAVEN_CA" -H "Authorization: Bearer $TOKEN" -X POST "$BLOODRAVEN_URL/deploy/v1/groups/playground/leases" -d '"'"'{"kind":"migration","operationId":"op-1","instance":"counter-app","ttlSeconds":30}'"'"' -w " %{http_code}\n"'
+  echo
+  echo "# the webhook (docs/webhook.md): a hand edit of the fence is refused, a migration Job is injected"
+  echo "kubectl patch mfg playground --subresource=status --type=merge -p '{\"status\":{\"topologyGeneration\":99}}'"
+  echo "kubectl -n $ns delete lease bloodraven-leader"
+  echo "kubectl -n counter-app create -o yaml --dry-run=server -f - <<'EOF'"
+  echo "{\"apiVersion\": \"batch/v1\", \"kind\": \"Job\", \"metadata\": {\"name\": \"migrate\", \"annotations\": {\"bloodraven.shipstream.io/inject\": \"true\", \"bloodraven.shipstream.io/group\": \"playground\", \"bloodraven.shipstream.io/instance\": \"counter-app\"}}, \"spec\": {\"template\": {\"spec\": {\"serviceAccountName\": \"deployer\", \"restartPolicy\": \"Never\", \"containers\": [{\"name\": \"migrate\", \"image\": \"$BLOODRAVEN_TOOLS_IMAGE\", \"command\": [\"sh\", \"-c\", \"echo migrating\"]}]}}}}"
+  echo "EOF"
   echo "# stop everything: make playground-down"
 }
 

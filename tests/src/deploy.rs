@@ -49,28 +49,35 @@ pub fn tls_files_for(dir: &Path, sans: &str) -> TlsFiles {
         ]
         .concat(),
     );
-    openssl(
-        &[&["req"][..], &ec, &["-keyout", &p("tls.key"), "-out", &p("tls.csr"), "-subj", "/CN=bloodraven"]].concat(),
-    );
+    leaf(dir, sans, "tls")
+}
+
+/// A new key and certificate `STEM.key`, `STEM.crt` for `sans`, signed by
+/// the CA [`tls_files_for`] made in `dir` (a rotation keeps the CA).
+pub fn leaf(dir: &Path, sans: &str, stem: &str) -> TlsFiles {
+    let p = |f: &str| dir.join(f).to_str().unwrap().to_owned();
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let (key, csr, crt) = (p(&format!("{stem}.key")), p(&format!("{stem}.csr")), p(&format!("{stem}.crt")));
+    openssl(&[&["req"][..], &ec, &["-keyout", &key, "-out", &csr, "-subj", "/CN=bloodraven"]].concat());
     std::fs::write(dir.join("san.ext"), format!("subjectAltName={sans}\n")).unwrap();
     openssl(&[
         "x509",
         "-req",
         "-in",
-        &p("tls.csr"),
+        &csr,
         "-CA",
         &p("ca.crt"),
         "-CAkey",
         &p("ca.key"),
         "-CAcreateserial",
         "-out",
-        &p("tls.crt"),
+        &crt,
         "-days",
         "2",
         "-extfile",
         &p("san.ext"),
     ]);
-    TlsFiles { ca: dir.join("ca.crt"), cert: dir.join("tls.crt"), key: dir.join("tls.key") }
+    TlsFiles { ca: dir.join("ca.crt"), cert: PathBuf::from(crt), key: PathBuf::from(key) }
 }
 
 /// An operator with the deploy API on a free port.

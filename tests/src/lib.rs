@@ -25,6 +25,7 @@ pub mod promtext;
 pub mod sidecar;
 pub mod sites;
 pub mod wait;
+pub mod webhook;
 pub mod writer;
 
 pub use cluster::{Cluster, TestNamespace};

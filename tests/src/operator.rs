@@ -90,27 +90,32 @@ where
 /// Creates the operator's ServiceAccount in `ns` with the chart's RBAC, and
 /// writes a kubeconfig holding a fresh token for it. Returns its path.
 pub async fn operator_kubeconfig(cluster: &Cluster, ns: &TestNamespace) -> PathBuf {
-    let sa_name = "bloodraven-operator";
     grant_operator_rbac(cluster, &ns.name).await;
+    kubeconfig_for(cluster, &ns.name, "bloodraven-operator").await
+}
+
+/// Writes a kubeconfig holding a fresh token (1 h) of ServiceAccount
+/// `namespace/sa_name`. Returns its path.
+pub async fn kubeconfig_for(cluster: &Cluster, namespace: &str, sa_name: &str) -> PathBuf {
     let c = cluster.client.clone();
     let request = TokenRequest {
         spec: TokenRequestSpec { audiences: Vec::new(), expiration_seconds: Some(3600), ..TokenRequestSpec::default() },
         ..TokenRequest::default()
     };
-    let token = Api::<ServiceAccount>::namespaced(c, &ns.name)
+    let token = Api::<ServiceAccount>::namespaced(c, namespace)
         .create_token_request(sa_name, &PostParams::default(), &request)
         .await
         .unwrap()
         .status
         .unwrap()
         .token;
-    let path = e2e_dir().join(format!("kubeconfig-operator-{}", ns.name));
+    let path = e2e_dir().join(format!("kubeconfig-{sa_name}-{namespace}"));
     let kubeconfig = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "e2e", "cluster": {"server": cluster.url, "certificate-authority": cluster.ca_path}}],
-        "users": [{"name": "operator", "user": {"token": token}}],
-        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": "operator", "namespace": ns.name}}],
+        "users": [{"name": sa_name, "user": {"token": token}}],
+        "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": sa_name, "namespace": namespace}}],
         "current-context": "e2e",
     });
     std::fs::write(&path, serde_saphyr::to_string(&kubeconfig).unwrap()).unwrap();
@@ -121,11 +126,16 @@ pub async fn operator_kubeconfig(cluster: &Cluster, ns: &TestNamespace) -> PathB
 /// exactly the chart's RBAC (a ClusterRole named after the namespace, and a
 /// Role in it).
 pub async fn grant_operator_rbac(cluster: &Cluster, namespace: &str) {
-    let sa_name = "bloodraven-operator";
-    let rbac: RbacFile = serde_saphyr::from_str(
-        &std::fs::read_to_string(repo_root().join("charts/bloodraven/files/operator-rbac.yaml")).unwrap(),
-    )
-    .unwrap();
+    grant_rbac(cluster, namespace, "bloodraven-operator", "charts/bloodraven/files/operator-rbac.yaml").await;
+}
+
+/// Creates ServiceAccount `sa_name` in `namespace` and grants it exactly the
+/// rules of `rbac_file` (relative to the repository: `clusterRules` in a
+/// ClusterRole `<sa_name>-<namespace>`, `namespaceRules` in a Role
+/// `<sa_name>` in `namespace`).
+pub async fn grant_rbac(cluster: &Cluster, namespace: &str, sa_name: &str, rbac_file: &str) {
+    let rbac: RbacFile =
+        serde_saphyr::from_str(&std::fs::read_to_string(repo_root().join(rbac_file)).unwrap()).unwrap();
     let c = cluster.client.clone();
     let meta = |name: &str, namespace: Option<&str>| ObjectMeta {
         name: Some(name.into()),
@@ -138,7 +148,7 @@ pub async fn grant_operator_rbac(cluster: &Cluster, namespace: &str) {
         namespace: Some(namespace.to_owned()),
         ..Subject::default()
     };
-    let cluster_role = format!("bloodraven-operator-{namespace}");
+    let cluster_role = format!("{sa_name}-{namespace}");
     create_or_exists(
         &Api::<ServiceAccount>::namespaced(c.clone(), namespace),
         &ServiceAccount { metadata: meta(sa_name, Some(namespace)), ..ServiceAccount::default() },
@@ -162,19 +172,22 @@ pub async fn grant_operator_rbac(cluster: &Cluster, namespace: &str) {
         },
     )
     .await;
+    if rbac.namespace_rules.is_empty() {
+        return;
+    }
     create_or_exists(
         &Api::<Role>::namespaced(c.clone(), namespace),
-        &Role { metadata: meta("bloodraven-operator", Some(namespace)), rules: Some(rbac.namespace_rules) },
+        &Role { metadata: meta(sa_name, Some(namespace)), rules: Some(rbac.namespace_rules) },
     )
     .await;
     create_or_exists(
         &Api::<RoleBinding>::namespaced(c.clone(), namespace),
         &RoleBinding {
-            metadata: meta("bloodraven-operator", Some(namespace)),
+            metadata: meta(sa_name, Some(namespace)),
             role_ref: RoleRef {
                 api_group: "rbac.authorization.k8s.io".into(),
                 kind: "Role".into(),
-                name: "bloodraven-operator".into(),
+                name: sa_name.into(),
             },
             subjects: Some(vec![subject]),
         },

@@ -13,6 +13,9 @@
 //!   first line (it starts only once both are held), and the sidecar's own
 //!   `held_ms` (from its start to the second grant).
 //!
+//! - the same for a sidecar starting alone, `BENCH_STARTS` (30) times one
+//!   after the other (`BENCH_ONLY=starts`: only this).
+//!
 //! `BENCH_GROUPS` (10) groups run in parallel so that TTL 120 takes minutes, not an hour.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must end the run loudly
@@ -107,6 +110,43 @@ async fn main() {
         let warm = p.post_until(201, "migration", &format!("warm-{g}"), &instance, 5).await;
         p.delete("migration", &format!("warm-{g}"), &deploy::token_of(&warm)).await;
         pipelines.push((p, instance));
+    }
+    // Start → both held for a sidecar starting alone (the parallel runs
+    // below start ten at once on the same cores, so theirs include waiting
+    // for each other).
+    let starts = env_u64("BENCH_STARTS", 30) as usize;
+    let (p0, instance0) = &pipelines[0];
+    let (mut alone, mut alone_held) = (Vec::new(), Vec::new());
+    for n in 0..starts {
+        let spawned = now_ms();
+        let mut run =
+            SidecarRun::start_as(p0, &tls, instance0, &format!("alone-{n}"), &["--ttl", "30"], &stamp("started"));
+        run.wait_for_marker("started", Duration::from_secs(60)).await;
+        let started: u64 = run.read("started").trim().parse().unwrap();
+        let _ = run.wait(Duration::from_secs(60)).await;
+        alone.push(started.saturating_sub(spawned));
+        if let Some(h) = run
+            .full_log()
+            .lines()
+            .find(|l| l.contains("both leases held"))
+            .and_then(|l| l.split("held_ms=").nth(1))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            alone_held.push(h);
+        }
+    }
+    alone.sort_unstable();
+    alone_held.sort_unstable();
+    println!(
+        "sidecar starting alone ({starts} starts, one at a time): start → migration started p50 {} ms, p99 {} ms; the sidecar's own start → both held p50 {} ms, p99 {} ms (goal < 200 ms)",
+        percentile(&alone, 0.5),
+        percentile(&alone, 0.99),
+        percentile(&alone_held, 0.5),
+        percentile(&alone_held, 0.99)
+    );
+    if std::env::var("BENCH_ONLY").as_deref() == Ok("starts") {
+        return;
     }
     let mut watched_p99 = std::collections::BTreeMap::new();
     println!("sidecar benchmark: {groups} groups in parallel, {revocations} revocations per TTL, release builds");

@@ -1,0 +1,201 @@
+//! Webhook benchmark on real components (`make bench-webhook`). Prints
+//! figures; asserts nothing.
+//!
+//! Admission latency through the real kube-apiserver at `BENCH_RATE` (100)
+//! requests/s: server-side dry-run creates of an annotated migration Job
+//! (the injection path: cache lookups, the patch) in a namespace served by
+//! `bloodraven-webhook`, beside the same creates in a namespace served by the
+//! same binary in `--noop` mode (answers "allowed" at once) registered the
+//! same way — the same API server, the same TLS listener, the same
+//! `matchConditions`. The two alternate in 5 s blocks for `BENCH_SECONDS`
+//! (30) each, so drift of the machine falls on both. Prints p50/p99 of
+//! each, their ratio, the p99 the webhook adds, the webhook's own review
+//! time (its histogram), and both processes' resident sets.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must end the run loudly
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bloodraven_e2e::Cluster;
+use bloodraven_e2e::operator::process_memory_kib;
+use bloodraven_e2e::webhook::{Options, Webhook};
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn job(group: &str) -> Job {
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"generateName": "bench-", "annotations": {
+            "bloodraven.shipstream.io/inject": "true",
+            "bloodraven.shipstream.io/group": group,
+            "bloodraven.shipstream.io/instance": "counter-app"}},
+        "spec": {"template": {"spec": {"serviceAccountName": "deployer", "restartPolicy": "Never",
+            "containers": [{"name": "migrate", "image": "app:1", "command": ["/app/migrate"]}]}}},
+    }))
+    .unwrap()
+}
+
+/// Sends dry-run creates to `ns` at `rate`/s for `block`; appends each latency (ms).
+async fn block(
+    cluster: &Cluster,
+    ns: &str,
+    group: &str,
+    rate: u64,
+    block: Duration,
+    out: &Arc<Mutex<Vec<f64>>>,
+    errors: &Arc<Mutex<u64>>,
+) {
+    let api = Api::<Job>::namespaced(cluster.client.clone(), ns);
+    let mut tick = tokio::time::interval(Duration::from_micros(1_000_000 / rate));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    while started.elapsed() < block {
+        tick.tick().await;
+        let (api, out, errors, j) = (api.clone(), out.clone(), errors.clone(), job(group));
+        tasks.push(tokio::spawn(async move {
+            let t = Instant::now();
+            let r = api.create(&PostParams { dry_run: true, ..PostParams::default() }, &j).await;
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            match r {
+                Ok(_) => out.lock().unwrap().push(ms),
+                Err(e) => {
+                    *errors.lock().unwrap() += 1;
+                    eprintln!("error: {e}");
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+fn summary(name: &str, v: &Arc<Mutex<Vec<f64>>>) -> (f64, f64) {
+    let mut v = v.lock().unwrap().clone();
+    v.sort_by(f64::total_cmp);
+    let (p50, p99) = (percentile(&v, 0.5), percentile(&v, 0.99));
+    println!(
+        "{name:<26} n={:<5} p50 {p50:>7.2} ms   p99 {p99:>7.2} ms   max {:>7.2} ms",
+        v.len(),
+        v.last().copied().unwrap_or(0.0)
+    );
+    (p50, p99)
+}
+
+fn review_seconds(metrics: &str) -> Option<(f64, f64)> {
+    let get = |suffix: &str| {
+        metrics.lines().find_map(|l| {
+            l.strip_prefix(&format!("bloodraven_webhook_review_duration_seconds_{suffix}{{webhook=\"inject\"}} "))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+    };
+    Some((get("sum")?, get("count")?))
+}
+
+#[tokio::main]
+async fn main() {
+    bloodraven_e2e::install_crypto();
+    let rate = env_u64("BENCH_RATE", 100);
+    let seconds = env_u64("BENCH_SECONDS", 30);
+    let cluster = Cluster::connect().await;
+    let real_ns = cluster.namespace("whbench").await;
+    let noop_ns = cluster.namespace("whbench-noop").await;
+    let op_ns = cluster.namespace("whbench-op").await;
+    bloodraven_e2e::operator::grant_operator_rbac(&cluster, &op_ns.name).await;
+
+    // A group whose instance `counter-app` is claimed by real_ns's MysqlDatabase listing `deployer`
+    // (the claim written as the operator would, before the webhooks are registered).
+    let group = format!("{}-g", real_ns.name);
+    let g = bloodraven_e2e::fixtures::group(&group, &real_ns.name, Vec::new(), "iad");
+    let mut g = serde_json::to_value(&g).unwrap();
+    g["spec"]["sites"] = json!([
+        {"name": "iad", "host": "192.0.2.1", "port": 3306, "credentialsSecretRef": {"namespace": "x", "name": "x"}},
+        {"name": "pdx", "host": "192.0.2.2", "port": 3306, "credentialsSecretRef": {"namespace": "x", "name": "x"}}]);
+    bloodraven_e2e::fixtures::create_group(&cluster, &serde_json::from_value(g).unwrap()).await;
+    cluster
+        .groups()
+        .patch_status(
+            &group,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"status": {"instanceClaims": [{"instance": "counter-app", "namespace": real_ns.name}]}}),
+            ),
+        )
+        .await
+        .unwrap();
+    bloodraven_e2e::deploy::database(&cluster, &real_ns.name, "counter-app", &group, &[(&real_ns.name, "deployer")])
+        .await;
+
+    let ca = std::env::temp_dir().join(format!("whbench-ca-{}.pem", real_ns.name));
+    std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nbench\n-----END CERTIFICATE-----\n").unwrap();
+    let options = Options { deploy_ca: Some(ca), ..Options::default() };
+    let real = Webhook::start(&cluster, &op_ns, options.clone()).await;
+    real.register(&cluster, &real.params(&op_ns.name, &[&real_ns.name], &real_ns.name)).await;
+    let noop_op_ns = cluster.namespace("whbench-noop-op").await;
+    let noop = Webhook::start(&cluster, &noop_op_ns, Options { extra: vec!["--noop".into()], ..options }).await;
+    noop.register(&cluster, &noop.params(&noop_op_ns.name, &[&noop_ns.name], &noop_ns.name)).await;
+
+    // Warm up both paths (connections, caches), and check the real one injects.
+    let probe = Api::<Job>::namespaced(cluster.client.clone(), &real_ns.name);
+    let injected = bloodraven_e2e::wait_for("the webhook to inject", Duration::from_secs(30), || async {
+        probe
+            .create(&PostParams { dry_run: true, ..PostParams::default() }, &job(&group))
+            .await
+            .map_err(|e| e.to_string())
+    })
+    .await;
+    assert!(injected.spec.unwrap().template.spec.unwrap().init_containers.is_some_and(|c| c.len() == 2));
+    let (real_latencies, noop_latencies) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
+    let errors = Arc::new(Mutex::new(0u64));
+    let warm = Arc::new(Mutex::new(Vec::new()));
+    block(&cluster, &real_ns.name, &group, rate, Duration::from_secs(3), &warm, &errors).await;
+    block(&cluster, &noop_ns.name, &group, rate, Duration::from_secs(3), &warm, &errors).await;
+    *errors.lock().unwrap() = 0;
+
+    println!(
+        "webhook benchmark: {rate} dry-run Job creates/s through kube-apiserver, {seconds} s per side in 5 s blocks"
+    );
+    let before = review_seconds(&real.metrics().await).unwrap_or((0.0, 0.0));
+    let blocks = seconds.div_ceil(5);
+    for _ in 0..blocks {
+        block(&cluster, &real_ns.name, &group, rate, Duration::from_secs(5), &real_latencies, &errors).await;
+        block(&cluster, &noop_ns.name, &group, rate, Duration::from_secs(5), &noop_latencies, &errors).await;
+    }
+    let (r50, r99) = summary("bloodraven-webhook", &real_latencies);
+    let (n50, n99) = summary("no-op webhook (baseline)", &noop_latencies);
+    println!(
+        "ratio p50 {:.2}x   p99 {:.2}x   p99 added {:.2} ms   (goal: <= 1.2x, added < 10 ms)",
+        r50 / n50,
+        r99 / n99,
+        r99 - n99
+    );
+    if let Some((sum, count)) = review_seconds(&real.metrics().await) {
+        let (s, c) = (sum - before.0, count - before.1);
+        if c > 0.0 {
+            println!("webhook's own review time (inject): mean {:.3} ms over {c} reviews", s / c * 1000.0);
+        }
+    }
+    println!("errors: {}", errors.lock().unwrap());
+    for (name, w) in [("bloodraven-webhook", &real), ("no-op webhook", &noop)] {
+        if let Some((hwm, rss)) = w.pid().and_then(process_memory_kib) {
+            println!("{name:<20} RSS {:.1} MiB (peak {:.1} MiB)", rss as f64 / 1024.0, hwm as f64 / 1024.0);
+        }
+    }
+    real.unregister(&cluster).await;
+    noop.unregister(&cluster).await;
+}

@@ -1,0 +1,241 @@
+//! The real `bloodraven-webhook` binary as a child process under its own
+//! ServiceAccount token with exactly the chart's RBAC
+//! (`charts/bloodraven/files/webhook-rbac.yaml`), registered with the real
+//! kube-apiserver by `url` + `caBundle` through the configurations the
+//! webhook crate builds (the ones the chart and the playground use), scoped
+//! to the test's namespaces and groups so parallel tests never meet it.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use bloodraven_webhook::registration::{self, Endpoint, Params};
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use tokio::process::{Child, Command};
+
+use crate::deploy::{TlsFiles, tls_files_for};
+use crate::operator::{E2E_LABEL, grant_rbac, kubeconfig_for};
+use crate::{Cluster, TestNamespace, e2e_dir, free_port, repo_root};
+
+/// The webhook's ServiceAccount name in the tests (the chart's).
+pub const WEBHOOK_SA: &str = "bloodraven-webhook";
+
+/// Path of the webhook binary (`make test` builds it first).
+pub fn webhook_bin() -> PathBuf {
+    std::env::var_os("BLOODRAVEN_WEBHOOK_BIN")
+        .map_or_else(|| repo_root().join("target/debug/bloodraven-webhook"), PathBuf::from)
+}
+
+/// One running webhook process and its registration.
+#[derive(Debug)]
+pub struct Webhook {
+    child: Option<Child>,
+    /// Its TLS port on 127.0.0.1.
+    pub port: u16,
+    /// Its admin (metrics) port.
+    pub plain_port: u16,
+    /// Its certificate files (CA, cert, key).
+    pub tls: TlsFiles,
+    /// Log file.
+    pub log: PathBuf,
+    /// Name of its two configurations.
+    pub name: String,
+    args: Vec<String>,
+    kubeconfig: PathBuf,
+}
+
+/// How a test starts the webhook.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The deploy API's base URL injected into sidecars.
+    pub deploy_url: Option<String>,
+    /// The deploy API's CA file.
+    pub deploy_ca: Option<PathBuf>,
+    /// Extra flags.
+    pub extra: Vec<String>,
+}
+
+impl Webhook {
+    /// Starts a webhook for operator namespace `op_ns` and waits until it is ready.
+    pub async fn start(cluster: &Cluster, op_ns: &TestNamespace, options: Options) -> Webhook {
+        grant_rbac(cluster, &op_ns.name, WEBHOOK_SA, "charts/bloodraven/files/webhook-rbac.yaml").await;
+        let kubeconfig = kubeconfig_for(cluster, &op_ns.name, WEBHOOK_SA).await;
+        let dir = e2e_dir().join("webhook").join(format!("{}-{}", op_ns.name, crate::suffix()));
+        let tls = tls_files_for(&dir, "IP:127.0.0.1");
+        let (port, plain_port, probe_port) = (free_port(), free_port(), free_port());
+        let mut args = vec![
+            format!("--namespace={}", op_ns.name),
+            format!("--addr=127.0.0.1:{port}"),
+            format!("--plain-addr=127.0.0.1:{plain_port}"),
+            format!("--probe-addr=127.0.0.1:{probe_port}"),
+            format!("--tls-cert-file={}", tls.cert.display()),
+            format!("--tls-key-file={}", tls.key.display()),
+            "--tls-reload-seconds=1".to_owned(),
+            // The node's image when the suite imported it; benchmarks run without a node.
+            format!(
+                "--sidecar-image={}",
+                std::env::var("BLOODRAVEN_SIDECAR_IMAGE").unwrap_or_else(|_| "bloodraven/sidecar:e2e".into())
+            ),
+            "--log-format=json".to_owned(),
+        ];
+        if let Some(url) = &options.deploy_url {
+            args.push(format!("--deploy-url={url}"));
+        }
+        if let Some(ca) = &options.deploy_ca {
+            args.push(format!("--deploy-ca-file={}", ca.display()));
+        }
+        args.extend(options.extra);
+        let log = dir.join("webhook.log");
+        let mut w = Webhook {
+            child: None,
+            port,
+            plain_port,
+            tls,
+            log,
+            name: format!("bloodraven-{}", op_ns.name),
+            args,
+            kubeconfig,
+        };
+        w.spawn().await;
+        w
+    }
+
+    async fn spawn(&mut self) {
+        let bin = webhook_bin();
+        assert!(
+            bin.exists(),
+            "{} is missing: build it with `cargo build -p bloodraven-webhook` (make test does)",
+            bin.display()
+        );
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(bin)
+            .args(&self.args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let url = format!("http://127.0.0.1:{}/readyz", self.plain_port);
+        let log = self.log.clone();
+        crate::wait_for("the webhook to be ready", Duration::from_secs(60), || {
+            let url = url.clone();
+            let log = log.clone();
+            async move {
+                match reqwest::get(&url).await {
+                    Ok(r) if r.status().is_success() => Ok(()),
+                    other => Err(format!("{other:?}; log: {}", std::fs::read_to_string(&log).unwrap_or_default())),
+                }
+            }
+        })
+        .await;
+    }
+
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(Child::id)
+    }
+
+    /// SIGKILL.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().await.unwrap();
+        }
+    }
+
+    /// Starts the process again with the same flags and certificate.
+    pub async fn restart(&mut self) {
+        self.kill().await;
+        self.spawn().await;
+    }
+
+    /// The registration parameters for this webhook, scoped to `namespaces`
+    /// (the operator's namespace is added) and to groups labelled `E2E_LABEL=label`.
+    pub fn params(&self, op_ns: &str, namespaces: &[&str], label: &str) -> Params {
+        let mut all: Vec<String> = namespaces.iter().map(|s| (*s).to_owned()).collect();
+        all.push(op_ns.to_owned());
+        Params {
+            name: self.name.clone(),
+            endpoint: Endpoint::Url(format!("https://127.0.0.1:{}", self.port)),
+            ca_bundle: std::fs::read(&self.tls.ca).unwrap(),
+            namespace: op_ns.to_owned(),
+            operator: format!("system:serviceaccount:{op_ns}:bloodraven-operator"),
+            trusted_deleters: bloodraven_webhook::Config::trusted_default(),
+            timeout_seconds: 5,
+            namespace_requirements: vec![LabelSelectorRequirement {
+                key: "kubernetes.io/metadata.name".into(),
+                operator: "In".into(),
+                values: Some(all),
+            }],
+            group_requirements: vec![LabelSelectorRequirement {
+                key: E2E_LABEL.into(),
+                operator: "In".into(),
+                values: Some(vec![label.to_owned()]),
+            }],
+        }
+    }
+
+    /// Registers both configurations with the API server (server-side apply),
+    /// and waits until the API server calls the webhook (a registration takes
+    /// effect a moment after it is stored).
+    pub async fn register(&self, cluster: &Cluster, params: &Params) {
+        let pp = PatchParams::apply("bloodraven-e2e").force();
+        let v = registration::validating_configuration(params);
+        let m = registration::mutating_configuration(params);
+        let mut vj = serde_json::to_value(&v).unwrap();
+        vj["apiVersion"] = "admissionregistration.k8s.io/v1".into();
+        vj["kind"] = "ValidatingWebhookConfiguration".into();
+        let mut mj = serde_json::to_value(&m).unwrap();
+        mj["apiVersion"] = "admissionregistration.k8s.io/v1".into();
+        mj["kind"] = "MutatingWebhookConfiguration".into();
+        Api::<ValidatingWebhookConfiguration>::all(cluster.client.clone())
+            .patch(&params.name, &pp, &Patch::Apply(vj))
+            .await
+            .unwrap_or_else(|e| panic!("the API server refused the ValidatingWebhookConfiguration: {e}"));
+        Api::<MutatingWebhookConfiguration>::all(cluster.client.clone())
+            .patch(&params.name, &pp, &Patch::Apply(mj))
+            .await
+            .unwrap_or_else(|e| panic!("the API server refused the MutatingWebhookConfiguration: {e}"));
+    }
+
+    /// Deletes both configurations.
+    pub async fn unregister(&self, cluster: &Cluster) {
+        let _ = Api::<ValidatingWebhookConfiguration>::all(cluster.client.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+        let _ = Api::<MutatingWebhookConfiguration>::all(cluster.client.clone())
+            .delete(&self.name, &DeleteParams::default())
+            .await;
+    }
+
+    /// The webhook's `/metrics` text.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("http://127.0.0.1:{}/metrics", self.plain_port)).await.unwrap().text().await.unwrap()
+    }
+
+    /// Reviews answered with `outcome` by `webhook` (from `/metrics`).
+    pub async fn reviews(&self, webhook: &str, outcome: &str) -> u64 {
+        let text = self.metrics().await;
+        let needle = format!("bloodraven_webhook_reviews_total{{outcome=\"{outcome}\",webhook=\"{webhook}\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(&needle)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+    }
+
+    /// The log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// The message of an API error (what kubectl prints), or panics when `result` succeeded.
+pub fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
+    match result {
+        Err(kube::Error::Api(s)) => format!("{} ({})", s.message, s.code),
+        Err(e) => format!("{e}"),
+        Ok(v) => panic!("expected a refusal, got {v:?}"),
+    }
+}

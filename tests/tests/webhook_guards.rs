@@ -1,0 +1,284 @@
+//! Issue 10, the validating guards, called by the real kube-apiserver: each
+//! tried with real requests as a cluster admin, as the operator's
+//! ServiceAccount and as an ordinary tenant, allowed and refused.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
+
+use bloodraven_api::v1alpha1::{MysqlDatabase, SecretRef, Site};
+use bloodraven_e2e::deploy::{service_account, token};
+use bloodraven_e2e::fixtures::{create_group, group};
+use bloodraven_e2e::operator::grant_operator_rbac;
+use bloodraven_e2e::webhook::{Options, Webhook, refusal};
+use bloodraven_e2e::{Cluster, TestNamespace};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+struct Env {
+    cluster: Cluster,
+    ns: TestNamespace,
+    ns2: TestNamespace,
+    op_ns: TestNamespace,
+    webhook: Webhook,
+}
+
+async fn setup(prefix: &str) -> Env {
+    let cluster = Cluster::connect().await;
+    let ns = cluster.namespace(prefix).await;
+    let ns2 = cluster.namespace(&format!("{prefix}-b")).await;
+    let op_ns = cluster.namespace(&format!("{prefix}-op")).await;
+    grant_operator_rbac(&cluster, &op_ns.name).await;
+    let webhook = Webhook::start(&cluster, &op_ns, Options::default()).await;
+    let params = webhook.params(&op_ns.name, &[&ns.name, &ns2.name], &ns.name);
+    webhook.register(&cluster, &params).await;
+    Env { cluster, ns, ns2, op_ns, webhook }
+}
+
+async fn as_sa(env: &Env, namespace: &str, name: &str) -> Client {
+    service_account(&env.cluster, namespace, name).await;
+    env.cluster.client_with_token(&token(&env.cluster, namespace, name, &[]).await).await
+}
+
+async fn role(env: &Env, namespace: &str, name: &str, verbs: &[&str], subject: (&str, &str)) {
+    let c = env.cluster.client.clone();
+    let meta = ObjectMeta { name: Some(name.into()), namespace: Some(namespace.into()), ..ObjectMeta::default() };
+    let rule = PolicyRule {
+        api_groups: Some(vec!["bloodraven.shipstream.io".into()]),
+        resources: Some(vec!["mysqldatabases".into()]),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        ..PolicyRule::default()
+    };
+    Api::<Role>::namespaced(c.clone(), namespace)
+        .create(&PostParams::default(), &Role { metadata: meta.clone(), rules: Some(vec![rule]) })
+        .await
+        .unwrap();
+    let binding = RoleBinding {
+        metadata: meta,
+        role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "Role".into(), name: name.into() },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: subject.1.into(),
+            namespace: Some(subject.0.into()),
+            ..Subject::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(c, namespace).create(&PostParams::default(), &binding).await.unwrap();
+}
+
+fn database(name: &str, clients: &serde_json::Value) -> serde_json::Value {
+    json!({"apiVersion": "bloodraven.shipstream.io/v1alpha1", "kind": "MysqlDatabase", "metadata": {"name": name},
+           "spec": {"failoverGroupRef": {"name": "nowhere"}, "schema": "counter", "deploymentClients": clients}})
+}
+
+/// RBAC changes reach the authorizer's cache within moments: ask until it holds.
+async fn eventually<F, Fut, T>(what: &str, f: F) -> T
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    bloodraven_e2e::wait_for(what, std::time::Duration::from_secs(20), || async {
+        f().await.map_err(|e| e.to_string())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_change_of_deployment_clients_needs_the_verb_in_each_namespace_it_touches() {
+    let env = setup("wh-clients").await;
+    let (ns, ns2) = (env.ns.name.clone(), env.ns2.name.clone());
+    let editor = as_sa(&env, &ns, "editor").await;
+    role(&env, &ns, "edit-databases", &["get", "list", "create", "update", "patch", "delete"], (&ns, "editor")).await;
+    let dbs = Api::<MysqlDatabase>::namespaced(editor.clone(), &ns);
+    let raw = |v: serde_json::Value| serde_json::from_value::<MysqlDatabase>(v).unwrap();
+    let pp = PostParams::default();
+
+    // No clients: plain RBAC decides; nothing to authorize.
+    let plain_db = raw(database("plain", &json!([])));
+    eventually("the editor to create a database without clients", || dbs.create(&pp, &plain_db)).await;
+    // With clients, the verb is needed: the refusal names it and the namespace.
+    let with_ci = raw(database("app", &json!([{"namespace": ns, "serviceAccount": "deployer"}])));
+    let m = refusal(dbs.create(&pp, &with_ci).await);
+    assert!(
+        m.contains("set-deployment-clients") && m.contains(&format!("\"{ns}\"")) && m.contains("kubectl create role"),
+        "{m}"
+    );
+    // Granted in its own namespace: allowed.
+    role(&env, &ns, "clients", &["set-deployment-clients"], (&ns, "editor")).await;
+    eventually("the create with the verb granted", || dbs.create(&pp, &with_ci)).await;
+    // Adding a client in another namespace needs the verb there too.
+    let add = Patch::Merge(
+        json!({"spec": {"deploymentClients": [{"namespace": ns, "serviceAccount": "deployer"}, {"namespace": ns2, "serviceAccount": "ci"}]}}),
+    );
+    let patch_params = PatchParams::default();
+    let m = refusal(dbs.patch("app", &patch_params, &add).await);
+    assert!(m.contains(&format!("\"{ns2}\"")) && !m.contains(&format!("\"{ns}\", ")), "only {ns2} is missing: {m}");
+    role(&env, &ns2, "clients", &["set-deployment-clients"], (&ns, "editor")).await;
+    eventually("the patch with the verb in both namespaces", || dbs.patch("app", &patch_params, &add)).await;
+
+    // A tenant with update but not the verb: other fields change freely; the list, and a delete, do not.
+    let plain = as_sa(&env, &ns, "plain").await;
+    role(&env, &ns, "edit-only", &["get", "update", "patch", "delete"], (&ns, "plain")).await;
+    let plain_dbs = Api::<MysqlDatabase>::namespaced(plain, &ns);
+    let schema_edit = Patch::Merge(json!({"spec": {"schema": "counter2"}}));
+    eventually("a schema edit without the verb", || plain_dbs.patch("app", &patch_params, &schema_edit)).await;
+    let drop_one = json!({"spec": {"deploymentClients": [{"namespace": ns, "serviceAccount": "deployer"}]}});
+    let m = refusal(plain_dbs.patch("app", &patch_params, &Patch::Merge(&drop_one)).await);
+    assert!(m.contains("set-deployment-clients") && m.contains("system:serviceaccount"), "{m}");
+    let m = refusal(plain_dbs.delete("app", &DeleteParams::default()).await);
+    assert!(m.contains("set-deployment-clients"), "a delete of a database with clients needs the verb: {m}");
+    plain_dbs
+        .delete("plain", &DeleteParams::default())
+        .await
+        .expect("a database without clients is deleted with plain RBAC");
+
+    // Malformed lists are refused with the field (by the CRD schema, before the webhook).
+    // (The typed client cannot build such a list; the raw request can.)
+    let twice =
+        database("dup", &json!([{"namespace": ns, "serviceAccount": "a"}, {"namespace": ns, "serviceAccount": "b"}]));
+    let raw_api = Api::<kube::api::DynamicObject>::namespaced_with(
+        env.cluster.client.clone(),
+        &ns,
+        &kube::api::ApiResource::erase::<MysqlDatabase>(&()),
+    );
+    let m = refusal(raw_api.create(&pp, &serde_json::from_value(twice).unwrap()).await);
+    assert!(m.contains("deploymentClients") && m.to_lowercase().contains("duplicate"), "{m}");
+
+    // A cluster admin holds every verb: allowed; the delete goes through.
+    let admin = Api::<MysqlDatabase>::namespaced(env.cluster.client.clone(), &ns);
+    admin.delete("app", &DeleteParams::default()).await.expect("cluster-admin deletes");
+    assert!(env.webhook.reviews("deployment-clients", "denied").await >= 3, "{}", env.webhook.metrics().await);
+}
+
+fn site(name: &str) -> Site {
+    Site {
+        name: name.into(),
+        host: "192.0.2.1".into(),
+        port: 3306,
+        credentials_secret_ref: SecretRef { namespace: "nowhere".into(), name: "none".into() },
+    }
+}
+
+#[tokio::test]
+async fn a_groups_status_is_the_operators_and_moves_by_one_with_the_site() {
+    let env = setup("wh-status").await;
+    let name = format!("{}-g", env.ns.name);
+    create_group(&env.cluster, &group(&name, &env.ns.name, vec![site("iad"), site("pdx")], "iad")).await;
+    let admin = env.cluster.groups();
+    let operator = Api::<bloodraven_api::v1alpha1::MysqlFailoverGroup>::all(
+        as_sa(&env, &env.op_ns.name, "bloodraven-operator").await,
+    );
+    let pp = PatchParams::default();
+    let status = |site: &str, generation: i64| {
+        Patch::Merge(json!({"status": {"activeSite": site, "topologyGeneration": generation}}))
+    };
+
+    // The operator bootstraps; a cluster admin may not write status at all.
+    operator.patch_status(&name, &pp, &status("iad", 1)).await.expect("the operator bootstraps at generation 1");
+    let m = refusal(admin.patch_status(&name, &pp, &status("pdx", 2)).await);
+    assert!(
+        m.contains("written only by the operator")
+            && m.contains("plannedFailover")
+            && m.contains("revoke-deployment-leases"),
+        "{m}"
+    );
+    let m = refusal(admin.patch_status(&name, &pp, &Patch::Merge(json!({"status": {"stable": false}}))).await);
+    assert!(m.contains("written only by the operator"), "any status field: {m}");
+    // Through the main resource the API server keeps the stored status.
+    admin.patch(&name, &pp, &status("pdx", 9)).await.unwrap();
+    let g = admin.get(&name).await.unwrap().status.unwrap();
+    assert_eq!((g.active_site.as_deref(), g.topology_generation), (Some("iad"), Some(1)));
+
+    // The operator itself: +1 with the site only, never down, never removed.
+    for (patch, says) in [
+        (status("iad", 2), "without a change of status.activeSite"),
+        (status("pdx", 3), "never down"),
+        (status("pdx", 1), "without a new topologyGeneration"),
+        (Patch::Merge(json!({"status": {"topologyGeneration": null}})), "may not be removed"),
+    ] {
+        let m = refusal(operator.patch_status(&name, &pp, &patch).await);
+        assert!(m.contains(says), "{says}: {m}");
+    }
+    operator.patch_status(&name, &pp, &status("pdx", 2)).await.expect("a move by +1 with the site");
+    let m = refusal(operator.patch_status(&name, &pp, &status("iad", 1)).await);
+    assert!(m.contains("never down"), "{m}");
+    // Other status fields by the operator never reach the webhook and pass.
+    operator.patch_status(&name, &pp, &Patch::Merge(json!({"status": {"stable": true}}))).await.unwrap();
+
+    // History in the spec.
+    let m = refusal(admin.patch(&name, &pp, &Patch::Merge(json!({"spec": {"initialActiveSite": "pdx"}}))).await);
+    assert!(m.contains("after bootstrap") && m.contains("plannedFailover"), "{m}");
+    admin
+        .patch(
+            &name,
+            &pp,
+            &Patch::Merge(json!({"spec": {"plannedFailover": {"targetSite": "iad", "requestId": "r1"}}})),
+        )
+        .await
+        .expect("a planned failover request is an ordinary spec edit");
+    assert!(env.webhook.reviews("groups", "denied").await >= 7, "{}", env.webhook.metrics().await);
+}
+
+#[tokio::test]
+async fn the_operators_state_is_written_only_by_it_and_the_leader_lease_is_never_deleted() {
+    let env = setup("wh-state").await;
+    let op = env.op_ns.name.clone();
+    let operator = as_sa(&env, &op, "bloodraven-operator").await;
+    let admin = env.cluster.client.clone();
+    let pp = PostParams::default();
+    let lease =
+        |name: &str| Lease { metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() }, spec: None };
+
+    // The operator writes its deploy Leases; nobody else creates, edits or deletes them.
+    let op_leases = Api::<Lease>::namespaced(operator.clone(), &op);
+    let admin_leases = Api::<Lease>::namespaced(admin.clone(), &op);
+    op_leases.create(&pp, &lease("bloodraven-deploy-abc-migration")).await.expect("the operator creates a slot");
+    let m = refusal(admin_leases.create(&pp, &lease("bloodraven-tombstone-abc-def")).await);
+    assert!(m.contains("revoke-deployment-leases"), "{m}");
+    let generated = Lease {
+        metadata: ObjectMeta { generate_name: Some("bloodraven-deploy-".into()), ..ObjectMeta::default() },
+        spec: None,
+    };
+    refusal(admin_leases.create(&pp, &generated).await);
+    let edit = Patch::Merge(json!({"spec": {"holderIdentity": "me"}}));
+    let m = refusal(admin_leases.patch("bloodraven-deploy-abc-migration", &PatchParams::default(), &edit).await);
+    assert!(m.contains("written only by it"), "{m}");
+    refusal(admin_leases.delete("bloodraven-deploy-abc-migration", &DeleteParams::default()).await);
+    op_leases.delete("bloodraven-deploy-abc-migration", &DeleteParams::default()).await.expect("the operator deletes");
+
+    // Decision records and their key.
+    let cm = |name: &str| ConfigMap {
+        metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
+        ..ConfigMap::default()
+    };
+    let m = refusal(
+        Api::<ConfigMap>::namespaced(admin.clone(), &op).create(&pp, &cm("bloodraven-topology-0123456789abcdef")).await,
+    );
+    assert!(m.contains("planned failover"), "{m}");
+    Api::<ConfigMap>::namespaced(operator.clone(), &op)
+        .create(&pp, &cm("bloodraven-topology-0123456789abcdef"))
+        .await
+        .unwrap();
+    let key = Secret {
+        metadata: ObjectMeta { name: Some("bloodraven-record-key".into()), ..ObjectMeta::default() },
+        ..Secret::default()
+    };
+    refusal(Api::<Secret>::namespaced(admin.clone(), &op).create(&pp, &key).await);
+    // Other objects of the namespace, and the same names elsewhere, are not guarded.
+    Api::<ConfigMap>::namespaced(admin.clone(), &op).create(&pp, &cm("app-config")).await.unwrap();
+    Api::<Lease>::namespaced(admin.clone(), &env.ns.name).create(&pp, &lease("bloodraven-deploy-x")).await.unwrap();
+
+    // The leader Lease: updated freely (leader election never waits on the webhook), deleted by nobody.
+    op_leases.create(&pp, &lease("bloodraven-leader")).await.unwrap();
+    admin_leases
+        .patch("bloodraven-leader", &PatchParams::default(), &Patch::Merge(json!({"spec": {"holderIdentity": "x"}})))
+        .await
+        .expect("an update of the leader Lease is never sent to the webhook");
+    for who in [&admin_leases, &op_leases] {
+        let m = refusal(who.delete("bloodraven-leader", &DeleteParams::default()).await);
+        assert!(m.contains("may not be deleted") && m.contains("delete the leading operator Pod"), "{m}");
+    }
+    assert!(env.webhook.reviews("operator-state", "denied").await >= 7, "{}", env.webhook.metrics().await);
+}
