@@ -71,6 +71,12 @@ cp -f "$BLOODRAVEN_WEBHOOK_BIN" "$dir/bin/bloodraven-webhook"
 export BLOODRAVEN_OPERATOR_BIN="$dir/bin/bloodraven-operator"
 export BLOODRAVEN_SIDECAR_BIN="$dir/bin/bloodraven-sidecar"
 export BLOODRAVEN_WEBHOOK_BIN="$dir/bin/bloodraven-webhook"
+# Every run starts from an empty etcd: no test reads what an earlier run
+# left, and namespaces of earlier runs would otherwise pile up until their
+# Services exhaust the /24 Service range ("failed to allocate a serviceIP").
+"$root/hack/node.sh" down "$dir/control-plane" >/dev/null 2>&1 || true
+"$root/hack/control-plane.sh" down "$dir/control-plane" >/dev/null 2>&1 || true
+rm -rf "$dir/control-plane/etcd"
 if [ -n "$bench" ]; then
   # Figures measure the operator process against the control plane alone.
   "$root/hack/control-plane.sh" up "$dir/control-plane" >/dev/null

@@ -152,10 +152,10 @@ async fn a_change_of_deployment_clients_needs_the_verb_in_each_namespace_it_touc
     assert!(env.webhook.reviews("deployment-clients", "denied").await >= 3, "{}", env.webhook.metrics().await);
 }
 
-fn site(name: &str) -> Site {
+fn site(name: &str, host: &str) -> Site {
     Site {
         name: name.into(),
-        host: "192.0.2.1".into(),
+        host: host.into(),
         port: 3306,
         credentials_secret_ref: SecretRef { namespace: "nowhere".into(), name: "none".into() },
     }
@@ -165,7 +165,11 @@ fn site(name: &str) -> Site {
 async fn a_groups_status_is_the_operators_and_moves_by_one_with_the_site() {
     let env = setup("wh-status").await;
     let name = format!("{}-g", env.ns.name);
-    create_group(&env.cluster, &group(&name, &env.ns.name, vec![site("iad"), site("pdx")], "iad")).await;
+    create_group(
+        &env.cluster,
+        &group(&name, &env.ns.name, vec![site("iad", "192.0.2.1"), site("pdx", "192.0.2.2")], "iad"),
+    )
+    .await;
     let admin = env.cluster.groups();
     let operator = Api::<bloodraven_api::v1alpha1::MysqlFailoverGroup>::all(
         as_sa(&env, &env.op_ns.name, "bloodraven-operator").await,

@@ -178,6 +178,21 @@ pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
     // Init containers: install, then the native sidecar, after the user's own.
     let inits = pod.get("initContainers").and_then(Value::as_array).cloned().unwrap_or_default();
     let has = |list: &[Value], n: &str| list.iter().any(|c| c.get("name").and_then(Value::as_str) == Some(n));
+    // A container of ours already there must be ours: same image and role
+    // (a Job copied from an injected one), not a look-alike that would
+    // leave the migration unfenced.
+    for (n, args) in [(names::INSTALL_CONTAINER, None), (names::SIDECAR_CONTAINER, Some(json!(["hold"])))] {
+        if let Some(c) = inits.iter().find(|c| c.get("name").and_then(Value::as_str) == Some(n)) {
+            let same_image = c.get("image").and_then(Value::as_str) == Some(s.image.as_str());
+            if !same_image || args.is_some_and(|a| c.get("args") != Some(&a)) {
+                return Err(format!(
+                    "init container {n:?} is not the one this webhook injects (image {}, expected {:?}): remove it (and the other bloodraven-* containers and volumes) and create the Job again to have it injected",
+                    c.get("image").unwrap_or(&Value::Null),
+                    s.image
+                ));
+            }
+        }
+    }
     let mut new_inits = Vec::new();
     if !has(&inits, names::INSTALL_CONTAINER) {
         new_inits.push(install_container(s));

@@ -303,7 +303,10 @@ pub fn validating_configuration(p: &Params) -> ValidatingWebhookConfiguration {
         vec![rule("coordination.k8s.io", &["leases"], &["DELETE"], "Namespaced")],
         vec![
             cond("the-leader-lease", format!("request.name == {}", quoted(names::LEADER_LEASE_NAME))),
-            cond("not-a-trusted-deleter", format!("!({user} in {trusted})")),
+            cond(
+                "not-the-namespace-controller",
+                format!("{user} != {}", quoted(crate::guards::state::NAMESPACE_CONTROLLER)),
+            ),
         ],
         true,
     );

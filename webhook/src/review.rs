@@ -214,6 +214,8 @@ async fn decide(w: &Webhook, endpoint: Endpoint, request: &AdmissionRequest<Dyna
             let user = username(request);
             let who = if user == w.operator {
                 state::Who::Operator
+            } else if user == state::NAMESPACE_CONTROLLER {
+                state::Who::NamespaceController
             } else if w.trusted_deleters.iter().any(|t| t == user) {
                 state::Who::Trusted
             } else {

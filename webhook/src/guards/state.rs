@@ -37,12 +37,19 @@ pub fn classify(resource: &str, name: &str, leader_lease: &str) -> Option<Kind> 
     }
 }
 
+/// The namespace controller's user (kube-controller-manager with
+/// `--use-service-account-credentials`): the only one that may delete the
+/// leader Lease, when the whole namespace goes.
+pub const NAMESPACE_CONTROLLER: &str = "system:serviceaccount:kube-system:namespace-controller";
+
 /// Who is asking, for this guard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Who {
     /// The operator's ServiceAccount.
     Operator,
-    /// A deleter Kubernetes needs (namespace controller, garbage collector).
+    /// The namespace controller ([`NAMESPACE_CONTROLLER`]).
+    NamespaceController,
+    /// Another deleter Kubernetes needs (the garbage collector).
     Trusted,
     /// Anyone else.
     Other,
@@ -52,14 +59,18 @@ pub enum Who {
 /// named `name`. Errors: the refusal, naming the supported way.
 pub fn check(kind: Kind, name: &str, delete: bool, who: Who) -> Result<(), String> {
     match (kind, who, delete) {
-        (_, Who::Trusted, true) | (Kind::DeployLease | Kind::DecisionRecord | Kind::RecordKey, Who::Operator, _) => {
-            Ok(())
-        }
+        // The garbage collector may delete state (it follows the operator's
+        // owner references, which users cannot add: updates are guarded),
+        // but not the leader Lease, whose updates are not guarded. The
+        // leader Lease is never sent here for writes (matchConditions):
+        // answered as if it were not guarded.
+        (_, Who::NamespaceController, true)
+        | (Kind::DeployLease | Kind::DecisionRecord | Kind::RecordKey, Who::Trusted, true)
+        | (Kind::DeployLease | Kind::DecisionRecord | Kind::RecordKey, Who::Operator, _)
+        | (Kind::LeaderLease, _, false) => Ok(()),
         (Kind::LeaderLease, _, true) => Err(format!(
             "Lease {name} is the operator's leader election and may not be deleted: a deleted Lease lets a second replica lead while the first still acts. To move leadership, delete the leading operator Pod (its holderIdentity); it releases the Lease on shutdown"
         )),
-        // The leader Lease is never sent here for writes (matchConditions); answer as if it were not guarded.
-        (Kind::LeaderLease, _, false) => Ok(()),
         (Kind::DeployLease, _, _) => Err(format!(
             "Lease {name} is a deploy lease of the Bloodraven operator and is written only by it: a hand edit could keep a fenced migration running. To end every deploy lease of a group, annotate the MysqlFailoverGroup bloodraven.shipstream.io/revoke-deployment-leases=<reason>; a holder ends its own with DELETE on the deploy API; a schema checked by hand is recorded with the annotation bloodraven.shipstream.io/schema-verified"
         )),
@@ -96,6 +107,7 @@ mod tests {
             check(kind, "x", false, Who::Operator).unwrap();
             check(kind, "x", true, Who::Operator).unwrap();
             check(kind, "x", true, Who::Trusted).unwrap();
+            check(kind, "x", true, Who::NamespaceController).unwrap();
             assert!(check(kind, "x", false, Who::Trusted).is_err(), "{kind:?}: the trusted deleters only delete");
             assert!(check(kind, "x", false, Who::Other).is_err());
             assert!(check(kind, "x", true, Who::Other).is_err());
@@ -104,10 +116,12 @@ mod tests {
         assert!(e.contains("revoke-deployment-leases"), "{e}");
         let e = check(Kind::DecisionRecord, "bloodraven-topology-x", false, Who::Other).unwrap_err();
         assert!(e.contains("plannedFailover"), "{e}");
-        for who in [Who::Operator, Who::Other] {
+        // A user who adds an owner reference to the leader Lease (an update,
+        // not guarded) must not get the garbage collector to delete it.
+        for who in [Who::Operator, Who::Other, Who::Trusted] {
             let e = check(Kind::LeaderLease, "bloodraven-leader", true, who).unwrap_err();
             assert!(e.contains("delete the leading operator Pod"), "{e}");
         }
-        check(Kind::LeaderLease, "bloodraven-leader", true, Who::Trusted).unwrap();
+        check(Kind::LeaderLease, "bloodraven-leader", true, Who::NamespaceController).unwrap();
     }
 }

@@ -102,6 +102,13 @@ fn injection_is_idempotent_for_a_reinvocation_and_a_copied_job() {
     other["spec"]["template"]["spec"]["volumes"].as_array_mut().unwrap().push(json!({"name": "istio", "emptyDir": {}}));
     let p = patch(&other, &a, &settings()).unwrap();
     assert!(p.0.is_empty(), "{p:?}");
+    // A look-alike sidecar (another image, or not `hold`) is refused, not taken for ours.
+    for (field, value) in [("image", json!("evil/sidecar:1")), ("args", json!(["sleep"]))] {
+        let mut fake = once.clone();
+        fake["spec"]["template"]["spec"]["initContainers"][2][field] = value;
+        let e = patch(&fake, &a, &settings()).unwrap_err();
+        assert!(e.contains("is not the one this webhook injects"), "{e}");
+    }
     // A Pod without lists at all gets them created.
     let mut bare = job();
     let pod = bare["spec"]["template"]["spec"].as_object_mut().unwrap();
