@@ -167,7 +167,26 @@ pub async fn handle(
             Err(e) => return bad(StatusCode::INTERNAL_SERVER_ERROR, format!("failed to encode the patch: {e}")),
         },
     }
-    Json(response.into_review()).into_response()
+    match encode(&response.into_review()) {
+        Ok(review) => Json(review).into_response(),
+        Err(e) => bad(StatusCode::INTERNAL_SERVER_ERROR, format!("failed to encode the review: {e}")),
+    }
+}
+
+/// The review as the API server reads it: kube-core serializes
+/// `response.patch` (Go `[]byte`) as an array of numbers, which Go decodes
+/// but at four times the size and one reflected element at a time; the
+/// wire form is a base64 string.
+fn encode(review: &AdmissionReview<DynamicObject>) -> Result<Value, serde_json::Error> {
+    use base64::Engine as _;
+    let mut value = serde_json::to_value(review)?;
+    if let Some(patch) = value.pointer_mut("/response/patch")
+        && let Some(bytes) =
+            patch.as_array().map(|a| a.iter().filter_map(Value::as_u64).map(|b| b as u8).collect::<Vec<u8>>())
+    {
+        *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
+    Ok(value)
 }
 
 fn username(request: &AdmissionRequest<DynamicObject>) -> &str {
@@ -292,6 +311,27 @@ async fn inject_job(w: &Webhook, request: &AdmissionRequest<DynamicObject>, job:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_patch_goes_out_as_base64_as_the_api_server_reads_it() {
+        use base64::Engine as _;
+        let request: AdmissionRequest<DynamicObject> = serde_json::from_value(serde_json::json!({
+            "uid": "u", "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+            "name": "j", "operation": "CREATE", "userInfo": {}}))
+        .unwrap();
+        let patch = json_patch::Patch(vec![json_patch::PatchOperation::Add(json_patch::AddOperation {
+            path: json_patch::jsonptr::PointerBuf::parse("/spec/backoffLimit").unwrap(),
+            value: serde_json::json!(0),
+        })]);
+        let review = AdmissionResponse::from(&request).with_patch(patch).unwrap().into_review();
+        let v = encode(&review).unwrap();
+        let text = v["response"]["patch"].as_str().expect("a base64 string");
+        let decoded = base64::engine::general_purpose::STANDARD.decode(text).unwrap();
+        assert_eq!(String::from_utf8(decoded).unwrap(), r#"[{"op":"add","path":"/spec/backoffLimit","value":0}]"#);
+        assert_eq!(v["response"]["patchType"], "JSONPatch");
+        assert_eq!(v["response"]["uid"], "u");
+    }
 
     #[test]
     fn the_api_servers_timeout_values_parse() {

@@ -97,6 +97,20 @@ fn summary(name: &str, v: &Arc<Mutex<Vec<f64>>>) -> (f64, f64) {
     (p50, p99)
 }
 
+/// Reviews of the inject webhook slower than each histogram bound: `(le, count)`.
+fn review_buckets(metrics: &str) -> Vec<(String, f64)> {
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("bloodraven_webhook_review_duration_seconds_bucket{"))
+        .filter(|l| l.contains("webhook=\"inject\""))
+        .filter_map(|l| {
+            let le = l.split("le=\"").nth(1)?.split('"').next()?.to_owned();
+            let v = l.rsplit(' ').next()?.trim().parse().ok()?;
+            Some((le, v))
+        })
+        .collect()
+}
+
 fn review_seconds(metrics: &str) -> Option<(f64, f64)> {
     let get = |suffix: &str| {
         metrics.lines().find_map(|l| {
@@ -184,7 +198,10 @@ async fn main() {
         r99 / n99,
         r99 - n99
     );
-    if let Some((sum, count)) = review_seconds(&real.metrics().await) {
+    let after = real.metrics().await;
+    let buckets: Vec<String> = review_buckets(&after).iter().map(|(le, n)| format!("≤{le}s: {n}")).collect();
+    println!("webhook's own review time (inject), cumulative since start: {}", buckets.join(", "));
+    if let Some((sum, count)) = review_seconds(&after) {
         let (s, c) = (sum - before.0, count - before.1);
         if c > 0.0 {
             println!("webhook's own review time (inject): mean {:.3} ms over {c} reviews", s / c * 1000.0);
