@@ -24,6 +24,21 @@ use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
+/// The no-op webhook's name in the API server's metrics.
+const NOOP_NAME: &str = "noop-inject.bloodraven.shipstream.io";
+
+async fn apiserver_metrics(cluster: &Cluster) -> String {
+    cluster.client.request_text(http::Request::get("/metrics").body(Vec::new()).unwrap()).await.unwrap_or_default()
+}
+
+/// The API server's view of one webhook: `apiserver_admission_webhook_admission_duration_seconds`
+/// buckets of webhook `name` (the call, from the API server's side).
+fn webhook_call_buckets(text: &str, name: &str) -> Vec<(f64, f64)> {
+    bloodraven_e2e::promtext::buckets(text, "apiserver_admission_webhook_admission_duration_seconds", |l| {
+        l.get("name") == Some(name)
+    })
+}
+
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -122,6 +137,7 @@ fn review_seconds(metrics: &str) -> Option<(f64, f64)> {
 }
 
 #[tokio::main]
+#[allow(clippy::too_many_lines)] // one measured run, step after step
 async fn main() {
     bloodraven_e2e::install_crypto();
     let rate = env_u64("BENCH_RATE", 100);
@@ -163,6 +179,18 @@ async fn main() {
     let noop_op_ns = cluster.namespace("whbench-noop-op").await;
     let noop = Webhook::start(&cluster, &noop_op_ns, Options { extra: vec!["--noop".into()], ..options }).await;
     noop.register(&cluster, &noop.params(&noop_op_ns.name, &[&noop_ns.name], &noop_ns.name)).await;
+    // Its webhook renamed, so the API server's own histograms tell the two apart.
+    Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(cluster.client.clone())
+        .patch(
+            &noop.name,
+            &PatchParams::default(),
+            &Patch::<()>::Json(
+                serde_json::from_value(json!([{"op": "replace", "path": "/webhooks/0/name", "value": NOOP_NAME}]))
+                    .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
 
     // Warm up both paths (connections, caches), and check the real one injects.
     let probe = Api::<Job>::namespaced(cluster.client.clone(), &real_ns.name);
@@ -185,6 +213,7 @@ async fn main() {
         "webhook benchmark: {rate} dry-run Job creates/s through kube-apiserver, {seconds} s per side in 5 s blocks"
     );
     let before = review_seconds(&real.metrics().await).unwrap_or((0.0, 0.0));
+    let api_before = apiserver_metrics(&cluster).await;
     let blocks = seconds.div_ceil(5);
     for _ in 0..blocks {
         block(&cluster, &real_ns.name, &group, rate, Duration::from_secs(5), &real_latencies, &errors).await;
@@ -207,6 +236,31 @@ async fn main() {
             println!("webhook's own review time (inject): mean {:.3} ms over {c} reviews", s / c * 1000.0);
         }
     }
+    let api_after = apiserver_metrics(&cluster).await;
+    for (label, name) in [("bloodraven-webhook", "inject.bloodraven.shipstream.io"), ("no-op webhook", NOOP_NAME)] {
+        let (b, a) = (webhook_call_buckets(&api_before, name), webhook_call_buckets(&api_after, name));
+        let q = |p| {
+            bloodraven_e2e::promtext::quantile(&b, &a, p)
+                .map_or_else(|| "-".to_owned(), |s| format!("≤{:.0} ms", s * 1000.0))
+        };
+        println!(
+            "API server's call of {label}: n={} p50 {} p99 {} (bucket bounds)",
+            bloodraven_e2e::promtext::count(&b, &a),
+            q(0.5),
+            q(0.99)
+        );
+    }
+    let request_buckets = |text: &str| {
+        bloodraven_e2e::promtext::buckets(text, "apiserver_request_duration_seconds", |l| {
+            l.get("verb") == Some("POST") && l.get("resource") == Some("jobs") && l.get("dry_run") == Some("All")
+        })
+    };
+    let (b, a) = (request_buckets(&api_before), request_buckets(&api_after));
+    println!(
+        "API server's POST jobs (dry run), both sides: p50 ≤{:.0} ms, p99 ≤{:.0} ms (bucket bounds)",
+        bloodraven_e2e::promtext::quantile(&b, &a, 0.5).unwrap_or(0.0) * 1000.0,
+        bloodraven_e2e::promtext::quantile(&b, &a, 0.99).unwrap_or(0.0) * 1000.0
+    );
     println!("errors: {}", errors.lock().unwrap());
     for (name, w) in [("bloodraven-webhook", &real), ("no-op webhook", &noop)] {
         if let Some((hwm, rss)) = w.pid().and_then(process_memory_kib) {
