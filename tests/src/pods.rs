@@ -186,3 +186,48 @@ pub async fn deploy_client(cluster: &Cluster, ns: &str, group: &str, tls: &TlsFi
     )
     .await;
 }
+
+/// A tenant namespace with a group bootstrapped by an operator Pod in its
+/// own namespace (deploy API behind `bloodraven.<op ns>.svc`), the
+/// `deployer` ServiceAccount listed by MysqlDatabase `counter-app`, and the
+/// CA ([`deploy_client`]): what a migration Job Pod needs.
+#[derive(Debug)]
+pub struct PodScenario {
+    /// The cluster.
+    pub cluster: crate::Cluster,
+    /// The tenant namespace.
+    pub ns: crate::TestNamespace,
+    /// The operator Pod's namespace (its own per test: one Deployment serves one group selector).
+    pub op_ns: crate::TestNamespace,
+    /// The group's name.
+    pub group: String,
+    /// The deploy API's certificate files.
+    pub tls: TlsFiles,
+    /// The MariaDB sites (stopped when dropped).
+    pub pair: crate::SitePair,
+}
+
+impl PodScenario {
+    /// Sets it up; names start with `prefix`.
+    pub async fn start(prefix: &str) -> PodScenario {
+        use crate::fixtures::{create_group, group, is_ready_at, wait_status};
+        let cluster = crate::Cluster::connect().await;
+        let ns = cluster.namespace(prefix).await;
+        let op_ns = cluster.namespace(&format!("{prefix}-op")).await;
+        let pair = crate::SitePair::start_on(prefix, &node_address());
+        let tls = crate::deploy::tls_files_for(
+            &pair.dir().join("tls"),
+            &format!("DNS:bloodraven.{0}.svc,DNS:bloodraven.{0}.svc.cluster.local", op_ns.name),
+        );
+        operator_in_namespace(&cluster, &op_ns.name, &ns.name, &tls).await;
+        op_ns.credentials_secret("site-creds", "bloodraven", crate::cluster::OPERATOR_DB_PASSWORD).await;
+        let name = format!("{}-g", ns.name);
+        create_group(&cluster, &group(&name, &ns.name, pair.sites(&op_ns.name, "site-creds"), "iad")).await;
+        wait_status(&cluster, &name, "bootstrap by the operator Pod", Duration::from_secs(180), |s| {
+            is_ready_at(s, "iad", 1)
+        })
+        .await;
+        deploy_client(&cluster, &ns.name, &name, &tls).await;
+        PodScenario { cluster, ns, op_ns, group: name, tls, pair }
+    }
+}

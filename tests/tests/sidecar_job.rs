@@ -15,11 +15,8 @@
 
 use std::time::Duration;
 
-use bloodraven_e2e::cluster::OPERATOR_DB_PASSWORD;
-use bloodraven_e2e::deploy::tls_files_for;
-use bloodraven_e2e::fixtures::{create_group, group, is_ready_at, wait_status};
-use bloodraven_e2e::pods::{apply, image, job_pods, logs, node_address, operator_in_namespace, wait_job_end};
-use bloodraven_e2e::{Cluster, SitePair, TestNamespace, wait_for};
+use bloodraven_e2e::pods::{apply, image, job_pods, logs, wait_job_end};
+use bloodraven_e2e::wait_for;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -29,33 +26,10 @@ use serde_json::json;
 const T: Duration = Duration::from_secs(180);
 const SIDECAR_EXIT_FENCED_IN_DDL: i32 = 93;
 
-struct Env {
-    cluster: Cluster,
-    ns: TestNamespace,
-    /// The operator Pod's namespace (its own per test: one Deployment serves one group selector).
-    op_ns: TestNamespace,
-    group: String,
-    _pair: SitePair,
-}
+type Env = bloodraven_e2e::pods::PodScenario;
 
-/// The tenant namespace, a group bootstrapped by the operator Pod, the
-/// `deployer` ServiceAccount listed by MysqlDatabase `counter-app`, and the CA.
 async fn setup(prefix: &str) -> Env {
-    let cluster = Cluster::connect().await;
-    let ns = cluster.namespace(prefix).await;
-    let op_ns = cluster.namespace(&format!("{prefix}-op")).await;
-    let pair = SitePair::start_on(prefix, &node_address());
-    let tls = tls_files_for(
-        &pair.dir().join("tls"),
-        &format!("DNS:bloodraven.{0}.svc,DNS:bloodraven.{0}.svc.cluster.local", op_ns.name),
-    );
-    operator_in_namespace(&cluster, &op_ns.name, &ns.name, &tls).await;
-    op_ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
-    let name = format!("{}-g", ns.name);
-    create_group(&cluster, &group(&name, &ns.name, pair.sites(&op_ns.name, "site-creds"), "iad")).await;
-    wait_status(&cluster, &name, "bootstrap by the operator Pod", T, |s| is_ready_at(s, "iad", 1)).await;
-    bloodraven_e2e::pods::deploy_client(&cluster, &ns.name, &name, &tls).await;
-    Env { cluster, ns, op_ns, group: name, _pair: pair }
+    Env::start(prefix).await
 }
 
 /// A migration Job as the webhook will shape it: `install` copies the

@@ -7,12 +7,8 @@
 
 use std::time::Duration;
 
-use bloodraven_e2e::cluster::OPERATOR_DB_PASSWORD;
-use bloodraven_e2e::deploy::tls_files_for;
-use bloodraven_e2e::fixtures::{create_group, group, is_ready_at, wait_status};
-use bloodraven_e2e::pods::{image, job_pods, logs, node_address, operator_in_namespace, wait_job_end};
+use bloodraven_e2e::pods::{PodScenario, image, job_pods, logs, wait_job_end};
 use bloodraven_e2e::webhook::{Options, Webhook, refusal};
-use bloodraven_e2e::{Cluster, SitePair, TestNamespace};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
@@ -20,44 +16,22 @@ use serde_json::{Value, json};
 const T: Duration = Duration::from_secs(180);
 
 struct Env {
-    cluster: Cluster,
-    ns: TestNamespace,
-    group: String,
-    _op_ns: TestNamespace,
-    _pair: SitePair,
+    pods: PodScenario,
     _webhook: Webhook,
 }
 
-/// A group bootstrapped by the operator Pod (deploy API behind
-/// `bloodraven.<op ns>.svc`), MysqlDatabase `counter-app` listing
-/// `deployer`, and the webhook registered for the tenant namespace.
+/// The operator Pod's scenario ([`PodScenario`]) and the webhook registered
+/// for the tenant namespace, injecting sidecars that call the operator Pod.
 async fn setup(prefix: &str) -> Env {
-    let cluster = Cluster::connect().await;
-    let ns = cluster.namespace(prefix).await;
-    let op_ns = cluster.namespace(&format!("{prefix}-op")).await;
-    let pair = SitePair::start_on(prefix, &node_address());
-    let tls = tls_files_for(
-        &pair.dir().join("tls"),
-        &format!("DNS:bloodraven.{0}.svc,DNS:bloodraven.{0}.svc.cluster.local", op_ns.name),
-    );
-    operator_in_namespace(&cluster, &op_ns.name, &ns.name, &tls).await;
-    op_ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
-    let name = format!("{}-g", ns.name);
-    create_group(&cluster, &group(&name, &ns.name, pair.sites(&op_ns.name, "site-creds"), "iad")).await;
-    wait_status(&cluster, &name, "bootstrap by the operator Pod", T, |s| is_ready_at(s, "iad", 1)).await;
-    bloodraven_e2e::pods::deploy_client(&cluster, &ns.name, &name, &tls).await;
-    let webhook = Webhook::start(
-        &cluster,
-        &op_ns,
-        Options {
-            deploy_url: Some(format!("https://bloodraven.{}.svc:8443", op_ns.name)),
-            deploy_ca: Some(tls.ca.clone()),
-            extra: Vec::new(),
-        },
-    )
-    .await;
-    webhook.register(&cluster, &webhook.params(&op_ns.name, &[&ns.name], &ns.name)).await;
-    Env { cluster, ns, group: name, _op_ns: op_ns, _pair: pair, _webhook: webhook }
+    let pods = PodScenario::start(prefix).await;
+    let options = Options {
+        deploy_url: Some(format!("https://bloodraven.{}.svc:8443", pods.op_ns.name)),
+        deploy_ca: Some(pods.tls.ca.clone()),
+        extra: Vec::new(),
+    };
+    let webhook = Webhook::start(&pods.cluster, &pods.op_ns, options).await;
+    webhook.register(&pods.cluster, &webhook.params(&pods.op_ns.name, &[&pods.ns.name], &pods.ns.name)).await;
+    Env { pods, _webhook: webhook }
 }
 
 /// A migration Job as a team writes it: annotated, one container with a command.
@@ -66,7 +40,7 @@ fn job(env: &Env, name: &str, script: &str) -> Value {
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"name": name, "annotations": {
             "bloodraven.shipstream.io/inject": "true",
-            "bloodraven.shipstream.io/group": env.group,
+            "bloodraven.shipstream.io/group": env.pods.group,
             "bloodraven.shipstream.io/instance": "counter-app",
             "bloodraven.shipstream.io/ttl": "30"}},
         "spec": {"template": {"spec": {
@@ -85,7 +59,7 @@ fn job(env: &Env, name: &str, script: &str) -> Value {
 
 async fn create(env: &Env, manifest: &Value, dry_run: bool) -> Result<Job, kube::Error> {
     let pp = PostParams { dry_run, ..PostParams::default() };
-    Api::<Job>::namespaced(env.cluster.client.clone(), &env.ns.name)
+    Api::<Job>::namespaced(env.pods.cluster.client.clone(), &env.pods.ns.name)
         .create(&pp, &serde_json::from_value(manifest.clone()).unwrap())
         .await
 }
@@ -109,13 +83,13 @@ async fn an_annotated_job_is_injected_and_runs_holding_both_leases() {
     let spec = created.spec.as_ref().unwrap();
     assert_eq!((spec.backoff_limit, spec.active_deadline_seconds), (Some(0), Some(3600)));
 
-    let (_, ended, reason) = wait_job_end(&env.cluster, &env.ns.name, "migrate", T).await;
-    let pods = job_pods(&env.cluster, &env.ns.name, "migrate").await;
+    let (_, ended, reason) = wait_job_end(&env.pods.cluster, &env.pods.ns.name, "migrate", T).await;
+    let pods = job_pods(&env.pods.cluster, &env.pods.ns.name, "migrate").await;
     let pod = pods[0].clone();
     let pod_name = pod.metadata.name.clone().unwrap();
-    let sidecar_log = logs(&env.cluster, &env.ns.name, &pod_name, "bloodraven-sidecar").await;
+    let sidecar_log = logs(&env.pods.cluster, &env.pods.ns.name, &pod_name, "bloodraven-sidecar").await;
     assert_eq!(ended, "Complete", "{reason}; sidecar log:\n{sidecar_log}");
-    assert!(logs(&env.cluster, &env.ns.name, &pod_name, "migrate").await.contains("MIGRATING"));
+    assert!(logs(&env.pods.cluster, &env.pods.ns.name, &pod_name, "migrate").await.contains("MIGRATING"));
     // The sidecar's final record: both leases were held (the migration was
     // permitted), the result recorded on the Lease, the operationId the Job's UID.
     let record = sidecar_log
@@ -168,6 +142,6 @@ async fn injection_is_idempotent_refusals_say_what_to_fix_and_plain_jobs_are_lef
     assert!(init_names(&left).is_empty());
     assert_eq!(command(&left), ["/bin/sh", "-c", "true"]);
     // The injected Job's Pod runs to completion too (its migration is `true`).
-    let (_, ended, reason) = wait_job_end(&env.cluster, &env.ns.name, "once", T).await;
+    let (_, ended, reason) = wait_job_end(&env.pods.cluster, &env.pods.ns.name, "once", T).await;
     assert_eq!(ended, "Complete", "{reason}");
 }
