@@ -254,13 +254,17 @@ YAML
 
   start_webhook
 
+  # initialActiveSite is read once, at bootstrap, and the webhook refuses to
+  # rewrite it afterwards: a group kept from an earlier run keeps its own.
+  local initial
+  initial=$(kubectl get mysqlfailovergroup playground -o jsonpath='{.spec.initialActiveSite}' 2>/dev/null || true)
   kubectl apply -f - >/dev/null <<YAML
 apiVersion: bloodraven.shipstream.io/v1alpha1
 kind: MysqlFailoverGroup
 metadata:
   name: playground
 spec:
-  initialActiveSite: iad
+  initialActiveSite: ${initial:-iad}
   sites:
   - name: iad
     host: $addr

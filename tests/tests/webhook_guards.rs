@@ -14,7 +14,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use kube::Client;
-use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
 
 struct Env {
@@ -129,6 +129,12 @@ async fn a_change_of_deployment_clients_needs_the_verb_in_each_namespace_it_touc
     assert!(m.contains("set-deployment-clients") && m.contains("system:serviceaccount"), "{m}");
     let m = refusal(plain_dbs.delete("app", &DeleteParams::default()).await);
     assert!(m.contains("set-deployment-clients"), "a delete of a database with clients needs the verb: {m}");
+    // Found by an attack: an owner reference would get the garbage collector to delete it by proxy.
+    let owner = Patch::Merge(
+        json!({"metadata": {"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "gone", "uid": "00000000-0000-0000-0000-000000000001"}]}}),
+    );
+    let m = refusal(plain_dbs.patch("app", &patch_params, &owner).await);
+    assert!(m.contains("set-deployment-clients"), "new owners of a database with clients need the verb: {m}");
     plain_dbs
         .delete("plain", &DeleteParams::default())
         .await
@@ -284,5 +290,26 @@ async fn the_operators_state_is_written_only_by_it_and_the_leader_lease_is_never
         let m = refusal(who.delete("bloodraven-leader", &DeleteParams::default()).await);
         assert!(m.contains("may not be deleted") && m.contains("delete the leading operator Pod"), "{m}");
     }
+    // Found by an attack: a deletecollection reviews each object without request.name; it is
+    // refused by the object's own name (not by a CEL error), and other objects go.
+    let dry = DeleteParams { dry_run: true, ..DeleteParams::default() };
+    let m = refusal(
+        admin_leases.delete_collection(&dry, &ListParams::default().fields("metadata.name=bloodraven-leader")).await,
+    );
+    assert!(m.contains("delete the leading operator Pod"), "{m}");
+    let admin_cms = Api::<ConfigMap>::namespaced(admin.clone(), &op);
+    let m = refusal(
+        admin_cms
+            .delete_collection(
+                &dry,
+                &ListParams::default().fields("metadata.name=bloodraven-topology-0123456789abcdef"),
+            )
+            .await,
+    );
+    assert!(m.contains("planned failover"), "{m}");
+    admin_cms
+        .delete_collection(&dry, &ListParams::default().fields("metadata.name=app-config"))
+        .await
+        .expect("a deletecollection of other objects is not refused");
     assert!(env.webhook.reviews("operator-state", "denied").await >= 7, "{}", env.webhook.metrics().await);
 }

@@ -29,7 +29,14 @@ pub struct Authority {
     groups: (Store<DynamicObject>, ApiResource),
     databases: (Store<DynamicObject>, ApiResource),
     authz_delay: Option<Duration>,
+    /// SubjectAccessReviews in flight, at most [`MAX_REVIEWS_IN_FLIGHT`]:
+    /// one review fans out to one per namespace, and a flood of reviews
+    /// must not become a flood on the API server's authorizer.
+    reviews: std::sync::Arc<tokio::sync::Semaphore>,
 }
+
+/// SubjectAccessReviews the webhook has in flight at most.
+pub const MAX_REVIEWS_IN_FLIGHT: usize = 16;
 
 impl std::fmt::Debug for Authority {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -53,7 +60,13 @@ impl Authority {
         let d = resource("MysqlDatabase", "mysqldatabases");
         let groups = (cache(&client, &g), g);
         let databases = (cache(&client, &d), d);
-        Authority { client, groups, databases, authz_delay }
+        Authority {
+            client,
+            groups,
+            databases,
+            authz_delay,
+            reviews: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_REVIEWS_IN_FLIGHT)),
+        }
     }
 
     /// Waits for both caches' first lists.
@@ -138,6 +151,7 @@ impl Authority {
     /// Whether `user` may do `verb` on `mysqldatabases` `name` in
     /// `namespace` (a SubjectAccessReview). Errors: the review could not be made.
     pub async fn allowed(&self, user: &UserInfo, verb: &str, namespace: &str, name: &str) -> Result<bool, String> {
+        let _slot = self.reviews.acquire().await.map_err(|e| format!("the SubjectAccessReview was not made: {e}"))?;
         if let Some(delay) = self.authz_delay {
             tokio::time::sleep(delay).await;
         }

@@ -181,16 +181,15 @@ pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
     // A container of ours already there must be ours: same image and role
     // (a Job copied from an injected one), not a look-alike that would
     // leave the migration unfenced.
-    for (n, args) in [(names::INSTALL_CONTAINER, None), (names::SIDECAR_CONTAINER, Some(json!(["hold"])))] {
-        if let Some(c) = inits.iter().find(|c| c.get("name").and_then(Value::as_str) == Some(n)) {
-            let same_image = c.get("image").and_then(Value::as_str) == Some(s.image.as_str());
-            if !same_image || args.is_some_and(|a| c.get("args") != Some(&a)) {
-                return Err(format!(
-                    "init container {n:?} is not the one this webhook injects (image {}, expected {:?}): remove it (and the other bloodraven-* containers and volumes) and create the Job again to have it injected",
-                    c.get("image").unwrap_or(&Value::Null),
-                    s.image
-                ));
-            }
+    let expected = [install_container(s), sidecar_container(job, ask, s)?];
+    for want in &expected {
+        let n = want.get("name").and_then(Value::as_str).unwrap_or_default();
+        if let Some(c) = inits.iter().find(|c| c.get("name").and_then(Value::as_str) == Some(n))
+            && let Some(field) = differs(c, want)
+        {
+            return Err(format!(
+                "init container {n:?} is not the one this webhook injects ({field} differs): remove it (and the other bloodraven-* containers and volumes) and create the Job again to have it injected"
+            ));
         }
     }
     let mut new_inits = Vec::new();
@@ -219,6 +218,19 @@ pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
         ops.push(add(&["metadata", "annotations", names::INJECTED], json!(s.version)));
     }
     Ok(Patch(ops))
+}
+
+/// The first field the webhook sets that `have` does not carry as `want`
+/// has it (fields the API server defaults, such as a probe's timeouts, are
+/// not compared; a command of its own is a difference).
+fn differs(have: &Value, want: &Value) -> Option<&'static str> {
+    for field in ["image", "args", "command", "env", "restartPolicy", "volumeMounts", "securityContext"] {
+        if have.get(field) != want.get(field) {
+            return Some(field);
+        }
+    }
+    let exec = |c: &Value| c.pointer("/startupProbe/exec").cloned();
+    (exec(have) != exec(want)).then_some("startupProbe")
 }
 
 /// Appends `items` to the list at `path` (`current`), creating it when absent.
@@ -316,7 +328,7 @@ fn sidecar_container(job: &Value, ask: &Ask, s: &Settings) -> Result<Value, Stri
         json!({"name": "BLOODRAVEN_TOKEN_FILE", "value": "/var/run/secrets/bloodraven/token"}),
         json!({"name": "BLOODRAVEN_GROUP", "value": ask.group}),
         json!({"name": "BLOODRAVEN_INSTANCE", "value": ask.instance}),
-        json!({"name": "BLOODRAVEN_JOB_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}}),
+        json!({"name": "BLOODRAVEN_JOB_UID", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}}),
         json!({"name": "BLOODRAVEN_ACQUIRE_TIMEOUT", "value": s.acquire_timeout_seconds.to_string()}),
     ];
     if let Some(ttl) = annotation(job, names::TTL) {

@@ -79,6 +79,13 @@ pub mod paths {
     pub const JOBS: &str = "/mutate/jobs";
 }
 
+/// CEL: the name of the object a request is about. Never `request.name`
+/// alone: a deletecollection sends each object's DELETE with an empty name
+/// (absent in CEL, so an error), and a create may carry only a
+/// `generateName` (which counts as the name: a prefix cannot be slipped
+/// past a guard). The webhook reads it the same way ([`crate::review`]).
+pub const OBJECT_NAME: &str = "(request.operation == 'DELETE' ? (has(oldObject.metadata.name) ? oldObject.metadata.name : '') : has(object.metadata.name) && object.metadata.name != '' ? object.metadata.name : has(object.metadata.generateName) ? object.metadata.generateName : '')";
+
 fn client(p: &Params, path: &str) -> WebhookClientConfig {
     let ca_bundle = Some(ByteString(p.ca_bundle.clone()));
     match &p.endpoint {
@@ -192,9 +199,11 @@ pub fn validating_configuration(p: &Params) -> ValidatingWebhookConfiguration {
             cond(
                 "clients-touched",
                 format!(
-                    "request.operation == 'CREATE' ? size({c_new}) > 0 : request.operation == 'DELETE' ? size({c_old}) > 0 : {c_new} != {c_old}",
+                    "request.operation == 'CREATE' ? size({c_new}) > 0 : request.operation == 'DELETE' ? size({c_old}) > 0 : {c_new} != {c_old} || (size({c_old}) > 0 && {o_new} != {o_old})",
                     c_new = clients("object"),
-                    c_old = clients("oldObject")
+                    c_old = clients("oldObject"),
+                    o_new = field_or("object", &["metadata", "ownerReferences"], "[]"),
+                    o_old = field_or("oldObject", &["metadata", "ownerReferences"], "[]"),
                 ),
             ),
         ],
@@ -268,7 +277,7 @@ pub fn validating_configuration(p: &Params) -> ValidatingWebhookConfiguration {
     // Operator state: writes by anyone but the operator, deletes by anyone
     // but the operator and the trusted deleters; matched by name (and
     // generateName), per resource.
-    let name = "(request.operation == 'CREATE' && has(object.metadata.generateName) && object.metadata.generateName != '' ? object.metadata.generateName : request.name)";
+    let name = OBJECT_NAME;
     let prefixes =
         |ps: &[&str]| ps.iter().map(|x| format!("{name}.startsWith({})", quoted(x))).collect::<Vec<_>>().join(" || ");
     let names_match = format!(
@@ -302,7 +311,7 @@ pub fn validating_configuration(p: &Params) -> ValidatingWebhookConfiguration {
         paths::STATE,
         vec![rule("coordination.k8s.io", &["leases"], &["DELETE"], "Namespaced")],
         vec![
-            cond("the-leader-lease", format!("request.name == {}", quoted(names::LEADER_LEASE_NAME))),
+            cond("the-leader-lease", format!("{OBJECT_NAME} == {}", quoted(names::LEADER_LEASE_NAME))),
             cond(
                 "not-the-namespace-controller",
                 format!("{user} != {}", quoted(crate::guards::state::NAMESPACE_CONTROLLER)),

@@ -189,6 +189,25 @@ fn encode(review: &AdmissionReview<DynamicObject>) -> Result<Value, serde_json::
     Ok(value)
 }
 
+/// The name of the object a request is about, as
+/// [`crate::registration::OBJECT_NAME`] reads it: a delete's old object's
+/// (a deletecollection sends an empty `request.name`), else the object's
+/// name, else its `generateName`.
+pub fn object_name(request: &AdmissionRequest<DynamicObject>, old: Option<&Value>, new: Option<&Value>) -> String {
+    let field = |o: Option<&Value>, f: &str| {
+        o.and_then(|o| o.pointer(&format!("/metadata/{f}")))
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+    };
+    let found = if matches!(request.operation, Operation::Delete) {
+        field(old, "name")
+    } else {
+        field(new, "name").or_else(|| field(new, "generateName"))
+    };
+    found.unwrap_or_else(|| request.name.clone())
+}
+
 fn username(request: &AdmissionRequest<DynamicObject>) -> &str {
     request.user_info.username.as_deref().unwrap_or_default()
 }
@@ -218,12 +237,8 @@ async fn decide(w: &Webhook, endpoint: Endpoint, request: &AdmissionRequest<Dyna
         }
         Endpoint::State => {
             let delete = matches!(request.operation, Operation::Delete);
-            let generated = new
-                .as_ref()
-                .and_then(|o| o.pointer("/metadata/generateName"))
-                .and_then(Value::as_str)
-                .filter(|g| !g.is_empty() && request.name.is_empty());
-            let name = generated.unwrap_or(&request.name);
+            let name = object_name(request, old.as_ref(), new.as_ref());
+            let name = name.as_str();
             if request.namespace.as_deref() != Some(w.namespace.as_str()) {
                 return Verdict::Allow;
             }
@@ -263,12 +278,13 @@ async fn deployment_clients(
         return Verdict::Allow;
     }
     let own = request.namespace.clone().unwrap_or_default();
+    let name = object_name(request, old, new);
     let namespaces = match database::namespaces_to_authorize(op, &own, old, new) {
         Ok(None) => return Verdict::Allow,
         Ok(Some(n)) => n,
         Err(e) => return Verdict::Deny(e),
     };
-    let checks = namespaces.iter().map(|ns| w.authority.allowed(&request.user_info, database::VERB, ns, &request.name));
+    let checks = namespaces.iter().map(|ns| w.authority.allowed(&request.user_info, database::VERB, ns, &name));
     let answers = futures::future::join_all(checks).await;
     let mut missing = Vec::new();
     for (ns, answer) in namespaces.iter().zip(answers) {
@@ -278,11 +294,7 @@ async fn deployment_clients(
             Err(e) => return Verdict::Deny(format!("could not check authorization (fails closed): {e}")),
         }
     }
-    if missing.is_empty() {
-        Verdict::Allow
-    } else {
-        Verdict::Deny(database::refusal(user, &request.name, &own, &missing))
-    }
+    if missing.is_empty() { Verdict::Allow } else { Verdict::Deny(database::refusal(user, &name, &own, &missing)) }
 }
 
 async fn inject_job(w: &Webhook, request: &AdmissionRequest<DynamicObject>, job: Option<&Value>) -> Verdict {

@@ -103,7 +103,13 @@ fn injection_is_idempotent_for_a_reinvocation_and_a_copied_job() {
     let p = patch(&other, &a, &settings()).unwrap();
     assert!(p.0.is_empty(), "{p:?}");
     // A look-alike sidecar (another image, or not `hold`) is refused, not taken for ours.
-    for (field, value) in [("image", json!("evil/sidecar:1")), ("args", json!(["sleep"]))] {
+    for (field, value) in [
+        ("image", json!("evil/sidecar:1")),
+        ("args", json!(["sleep"])),
+        ("command", json!(["/bin/sh", "-c", "sleep 1d"])),
+        ("env", json!([{"name": "BLOODRAVEN_URL", "value": "https://evil:8443"}])),
+        ("startupProbe", json!({"exec": {"command": ["true"]}})),
+    ] {
         let mut fake = once.clone();
         fake["spec"]["template"]["spec"]["initContainers"][2][field] = value;
         let e = patch(&fake, &a, &settings()).unwrap_err();
