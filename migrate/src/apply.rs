@@ -143,29 +143,7 @@ pub fn idle_bound(t: &Tuning) -> Duration {
 /// Runs `apply`; returns the exit code.
 pub async fn apply(s: ApplySettings) -> i32 {
     let started = Instant::now();
-    match &s.guard {
-        Guard::Alone => tracing::info!(
-            version = env!("CARGO_PKG_VERSION"),
-            target = %s.target.display,
-            "bloodraven-migrate starting alone: no sidecar socket, so no migration mutex and no fence; run it by hand only when nothing else migrates this schema"
-        ),
-        Guard::Sidecar(p) => tracing::info!(
-            version = env!("CARGO_PKG_VERSION"),
-            target = %s.target.display,
-            socket = %p.display(),
-            "bloodraven-migrate starting behind the sidecar: permission before each revision, DDL boundary reported"
-        ),
-    }
-    tracing::info!(
-        revisions = s.revisions.len(),
-        lock_timeout_s = s.tuning.lock_timeout.as_secs(),
-        server_lock_timeouts = s.server_lock_timeouts,
-        max_attempts = s.tuning.max_attempts,
-        retry_min_s = s.tuning.retry_min.as_secs(),
-        retry_max_s = s.tuning.retry_max.as_secs(),
-        on_blocker = ?s.on_blocker,
-        "settings"
-    );
+    announce(&s);
     // The mutex first: nothing is read before the sidecar vouches for the lease.
     if let Err(e) = s.guard.permit().await {
         tracing::error!(error = %e, "refusing to touch the database: the sidecar does not vouch for a live lease");
@@ -189,14 +167,20 @@ pub async fn apply(s: ApplySettings) -> i32 {
             wait_timeout_s = wait,
             "session open"
         ),
-        Err(e) => return lost_at_start(&s.guard, &e.to_string()).await,
+        Err(e) => return failed_at_start(&s.guard, "failed to read the session settings", &e).await,
     }
-    if let Err(e) = session.ensure_history().await {
-        return lost_at_start(&s.guard, &format!("failed to create {}: {e}", history::TABLE)).await;
+    // Created only when missing: a fenced (read-only) site refuses even a no-op CREATE.
+    let created = match session.has_history().await {
+        Ok(true) => Ok(()),
+        Ok(false) => session.ensure_history().await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = created {
+        return failed_at_start(&s.guard, &format!("failed to create {}", history::TABLE), &e).await;
     }
     let rows = match session.history().await {
         Ok(r) => r,
-        Err(e) => return lost_at_start(&s.guard, &format!("failed to read {}: {e}", history::TABLE)).await,
+        Err(e) => return failed_at_start(&s.guard, &format!("failed to read {}", history::TABLE), &e).await,
     };
     let plan = match history::plan(&s.revisions, &rows) {
         Ok(p) => p,
@@ -241,10 +225,45 @@ pub async fn apply(s: ApplySettings) -> i32 {
     exit::OK
 }
 
-async fn lost_at_start(guard: &Guard, message: &str) -> i32 {
-    tracing::error!(error = %message, "failed before any revision");
-    guard.outcome(false, None, Some(message.to_owned())).await;
-    exit::FAILED
+/// The first log lines: alone or behind the sidecar, and the settings.
+fn announce(s: &ApplySettings) {
+    match &s.guard {
+        Guard::Alone => tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            target = %s.target.display,
+            "bloodraven-migrate starting alone: no sidecar socket, so no migration mutex and no fence; run it by hand only when nothing else migrates this schema"
+        ),
+        Guard::Sidecar(p) => tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            target = %s.target.display,
+            socket = %p.display(),
+            "bloodraven-migrate starting behind the sidecar: permission before each revision, DDL boundary reported"
+        ),
+    }
+    tracing::info!(
+        revisions = s.revisions.len(),
+        lock_timeout_s = s.tuning.lock_timeout.as_secs(),
+        server_lock_timeouts = s.server_lock_timeouts,
+        max_attempts = s.tuning.max_attempts,
+        retry_min_s = s.tuning.retry_min.as_secs(),
+        retry_max_s = s.tuning.retry_max.as_secs(),
+        on_blocker = ?s.on_blocker,
+        "settings"
+    );
+}
+
+/// A failure before any revision: classified like a revision's (a
+/// read-only site is fenced, a lost connection is lost).
+async fn failed_at_start(guard: &Guard, what: &str, e: &crate::db::DbError) -> i32 {
+    let f = match e {
+        crate::db::DbError::Query(q) => Failure::db(q, false, None),
+        other => {
+            Failure { cause: Cause::Db(Class::Other, None), message: other.to_string(), dirty: false, statement: None }
+        }
+    };
+    tracing::error!(code = %f.code(), error = %e, "{what}; no revision was started");
+    guard.outcome(false, None, Some(format!("{what}: {e}"))).await;
+    f.exit_code(false)
 }
 
 /// Logs a failed revision the way a person reads it: its own error, what

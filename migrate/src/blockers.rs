@@ -255,7 +255,17 @@ pub struct Diagnosis {
 
 /// Reads the open transactions and the lock-wait graph.
 pub async fn diagnose(s: &mut Session) -> Result<Diagnosis, mysql_async::Error> {
-    let open = open_transactions(s).await?;
+    let mut open = open_transactions(s).await?;
+    // Metadata-lock holders: what each open transaction holds, when visible.
+    let locks = metadata_locks(s).await?;
+    if let Some(locks) = &locks {
+        for b in &mut open {
+            let held: Vec<&str> = locks.iter().filter(|l| l.0 == b.id).map(|l| l.1.as_str()).take(3).collect();
+            if !held.is_empty() {
+                b.lock = Some(held.join(", "));
+            }
+        }
+    }
     let by_id = |id: u64, open: &[Blocker]| open.iter().find(|b| b.id == id).cloned();
     let mut waits = Vec::new();
     // Row-lock waits.
@@ -289,7 +299,6 @@ pub async fn diagnose(s: &mut Session) -> Result<Diagnosis, mysql_async::Error> 
         waits.push(Wait { waiting, waited, what: "row lock", blocking });
     }
     // Metadata-lock waits: each waiter against the holders of the tables its query names.
-    let locks = metadata_locks(s).await?;
     let mdl_visible = locks.is_some();
     for w in mdl_waiters(s).await? {
         let waited =
