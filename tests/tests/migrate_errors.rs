@@ -27,10 +27,11 @@ async fn an_injected_deadlock_is_retried_from_the_first_statement_and_each_updat
     revs.add(
         1,
         "bump_both",
-        "UPDATE orders SET v = v + 10 WHERE id = 1;\nSELECT SLEEP(2);\nUPDATE orders SET v = v + 10 WHERE id = 2;",
+        "UPDATE orders SET v = v + 10 WHERE id = 1;\nSELECT SLEEP(4);\nUPDATE orders SET v = v + 10 WHERE id = 2;",
     );
     let mut run = Run::apply(&revs, &db.url, &["--retry-min-seconds", "1", "--retry-max-seconds", "1"]);
-    // The runner holds row 1 and sleeps; the application takes row 2, then asks for row 1.
+    // The runner holds row 1 and sleeps (4 s: time for the application to go first on a busy machine);
+    // the application takes row 2, then asks for row 1.
     db.wait_running("migrator", "SLEEP", T).await;
     let mut app = db.app().await;
     exec(&mut app, "BEGIN").await;
