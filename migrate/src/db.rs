@@ -283,3 +283,48 @@ impl Session {
         Ok(self.conn.affected_rows())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(url: Option<&str>) -> DbArgs {
+        DbArgs {
+            database_url: url.map(str::to_owned),
+            database_url_file: None,
+            password_file: None,
+            connect_timeout: 10,
+        }
+    }
+
+    #[test]
+    fn the_target_never_shows_the_password() {
+        let t = Target::from_args(&args(Some("mysql://migrator:s3cret-pw@db.example:3307/shop"))).unwrap();
+        assert_eq!(t.display, "migrator@db.example:3307/shop");
+        assert!(!format!("{t:?}").contains("s3cret"), "{t:?}");
+        assert_eq!(t.schema, "shop");
+    }
+
+    #[test]
+    fn bad_urls_say_what_to_write_without_repeating_the_url() {
+        let e = Target::from_args(&args(None)).unwrap_err().to_string();
+        assert!(e.contains("--database-url"), "{e}");
+        let e = Target::from_args(&args(Some("mysql://migrator:s3cret@db.example:3306"))).unwrap_err().to_string();
+        assert!(e.contains("names no schema"), "{e}");
+        let e = Target::from_args(&args(Some("postgres://u:s3cret@h/db"))).unwrap_err().to_string();
+        assert!(!e.contains("s3cret") && e.contains("expected mysql://"), "{e}");
+    }
+
+    #[test]
+    fn the_password_file_overrides_the_url_and_loses_its_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "from-file\n").unwrap();
+        let a = DbArgs { password_file: Some(pw), ..args(Some("mysql://migrator@db.example:3306/shop")) };
+        let t = Target::from_args(&a).unwrap();
+        assert_eq!(t.opts.pass(), Some("from-file"));
+        let missing = DbArgs { password_file: Some(dir.path().join("none")), ..a };
+        let e = Target::from_args(&missing).unwrap_err().to_string();
+        assert!(e.contains("failed to read the password from"), "{e}");
+    }
+}
