@@ -77,8 +77,12 @@ pub struct ApplySettings {
 enum Cause {
     /// A server or connection error.
     Db(Class, Option<u16>),
-    /// Blockers seen by the pre-flight look (`wait` ran out, or `fail`).
-    Blocked,
+    /// Blockers seen by the pre-flight look: `wait` ran out (retried like
+    /// lock contention), or `--on-blocker fail` (not retried).
+    Blocked {
+        /// Whether another attempt may follow.
+        retried: bool,
+    },
     /// The sidecar refused or was unreachable.
     Sidecar,
 }
@@ -99,7 +103,7 @@ impl Failure {
         !self.dirty
             && match self.cause {
                 Cause::Db(c, _) => c.retried(),
-                Cause::Blocked => true,
+                Cause::Blocked { retried } => retried,
                 Cause::Sidecar => false,
             }
     }
@@ -108,7 +112,7 @@ impl Failure {
         match self.cause {
             Cause::Db(_, Some(c)) => c.to_string(),
             Cause::Db(c, None) => c.as_str().into(),
-            Cause::Blocked => "blocked".into(),
+            Cause::Blocked { .. } => "blocked".into(),
             Cause::Sidecar => "sidecar".into(),
         }
     }
@@ -121,7 +125,7 @@ impl Failure {
             Cause::Db(Class::ConnectionLost, _) => exit::CONNECTION_LOST,
             Cause::Db(Class::ReadOnly, _) | Cause::Sidecar => exit::FENCED,
             Cause::Db(Class::LockContention, _) if exhausted => exit::CONTENTION,
-            Cause::Blocked => exit::CONTENTION,
+            Cause::Blocked { .. } => exit::CONTENTION,
             Cause::Db(..) => exit::FAILED,
         }
     }
@@ -275,10 +279,10 @@ async fn report(session: &mut Session, rev: &Revision, f: &Failure, attempts: u3
             "revision V{v} is dirty: some of it may be in place; check the schema, then `bloodraven-migrate resolve {v} --applied` or `--rolled-back`",
             v = rev.version
         ),
-        (Cause::Db(Class::LockContention, _) | Cause::Blocked, _) if exhausted => format!(
+        (Cause::Db(Class::LockContention, _) | Cause::Blocked { .. }, _) if exhausted => format!(
             "lock contention on all {attempts} attempts: something holds a lock on the revision's tables (see below); end it or drain the readers, not a longer lock timeout"
         ),
-        (Cause::Blocked, _) => "blockers seen before the DDL and --on-blocker fail: nothing was sent".into(),
+        (Cause::Blocked { .. }, _) => "blockers seen before the DDL and --on-blocker fail: nothing was sent".into(),
         (Cause::Db(Class::StatementTimeout, _), _) => {
             "statement timeout: too slow rather than unlucky, not retried; drain the readers or make the revision cheaper".into()
         }
@@ -301,8 +305,7 @@ async fn report(session: &mut Session, rev: &Revision, f: &Failure, attempts: u3
         rev.version,
         f.message
     );
-    let lock_trouble = matches!(f.cause, Cause::Db(Class::LockContention, _) | Cause::Blocked);
-    if lock_trouble && !matches!(f.cause, Cause::Db(Class::ConnectionLost, _)) {
+    if matches!(f.cause, Cause::Db(Class::LockContention, _) | Cause::Blocked { .. }) {
         match blockers::diagnose(session).await {
             Ok(d) => {
                 for line in d.to_string().lines() {
@@ -467,7 +470,7 @@ async fn preflight(
     match s.on_blocker {
         OnBlocker::Proceed => Ok(()),
         OnBlocker::Fail => Err(Failure {
-            cause: Cause::Blocked,
+            cause: Cause::Blocked { retried: false },
             message: format!("{} session(s) hold or wait for locks on {}", found.blockers.len(), names(tables)),
             dirty: false,
             statement: Some(index + 1),
@@ -494,7 +497,7 @@ async fn preflight(
                     }
                     look(&found);
                     return Err(Failure {
-                        cause: Cause::Blocked,
+                        cause: Cause::Blocked { retried: true },
                         message: format!(
                             "{} session(s) still hold or wait for locks on {} after {} s",
                             found.blockers.len(),
@@ -529,7 +532,9 @@ mod tests {
         let lock = Cause::Db(Class::LockContention, Some(1205));
         assert!(f(lock.clone(), false).retried());
         assert!(!f(lock.clone(), true).retried(), "never past a statement that took effect");
-        assert!(f(Cause::Blocked, false).retried());
+        assert!(f(Cause::Blocked { retried: true }, false).retried(), "--on-blocker wait ran out");
+        assert!(!f(Cause::Blocked { retried: false }, false).retried(), "--on-blocker fail fails the run at once");
+        assert_eq!(f(Cause::Blocked { retried: false }, false).exit_code(false), exit::CONTENTION);
         for c in [Class::StatementTimeout, Class::Killed, Class::ReadOnly, Class::ConnectionLost, Class::Other] {
             assert!(!f(Cause::Db(c, None), false).retried(), "{c:?}");
         }

@@ -88,3 +88,27 @@ async fn the_blocker_committing_before_attempt_n_lets_attempt_n_succeed() {
     // Without metadata_lock_info the pre-flight still saw the open transaction.
     assert!(run.log().contains("possible blocker before DDL"), "{}", run.log());
 }
+
+#[tokio::test]
+async fn on_blocker_fail_sends_nothing_and_fails_at_once_naming_the_blocker() {
+    let pair = SitePair::start("mg-onfail");
+    let db = AppDb::create(&pair, true);
+    let revs = Revisions::new("mg-onfail");
+    revs.add(1, "add_c", "ALTER TABLE orders ADD COLUMN c INT");
+    let mut blocker = db.app().await;
+    exec(&mut blocker, "BEGIN").await;
+    let _: Vec<(i32, i32, i32)> = blocker.query("SELECT id, v, w FROM orders").await.unwrap();
+    let blocker_id = blocker.id();
+
+    let mut run = Run::apply(&revs, &db.url, &[QUICK, &["--on-blocker", "fail"]].concat());
+    assert_eq!(run.wait(T).await, exit::CONTENTION, "{}", run.log());
+    let log = run.log();
+    assert_eq!(run.count("revision V1 starting"), 1, "one attempt only:\n{log}");
+    assert_eq!(run.count("retrying in"), 0, "{log}");
+    assert!(log.contains("--on-blocker fail: nothing was sent"), "{log}");
+    assert!(log.contains(&format!("connection {blocker_id} ")), "{log}");
+    // The ALTER was never sent: no session ever waited for the metadata lock.
+    assert!(!log.contains("1205"), "{log}");
+    assert_eq!(db.history(1), "");
+    exec(&mut blocker, "COMMIT").await;
+}
