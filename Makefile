@@ -54,6 +54,10 @@ bench-sidecar: tools ## Sidecar benchmark: revocation → SIGTERM p50/p99 over 5
 bench-webhook: tools ## Webhook benchmark: admission latency through kube-apiserver at 100 req/s, p50/p99 beside a no-op webhook in the same run; webhook RSS (release build; BENCH_RATE, BENCH_SECONDS)
 	hack/e2e.sh --bench-webhook
 
+.PHONY: bench-migrate
+bench-migrate: ## Migration-runner benchmark: a reader's longest stall behind a blocked ALTER with the defaults beside the server's default lock timeouts, --on-blocker fail and wait, in one run (release build; MariaDB only; BENCH_HOLD_SECONDS)
+	hack/e2e.sh --bench-migrate
+
 .PHONY: images
 images: ## Build the project's OCI images here (static operator binary; no daemon, no registry) into ~/.cache/bloodraven/images
 	hack/images.sh build

@@ -16,6 +16,8 @@
 #   hack/e2e.sh --bench-failover instead run the failover benchmark (tests/src/bin/failover-bench.rs)
 #   hack/e2e.sh --bench-sidecar  instead run the sidecar benchmark (tests/src/bin/sidecar-bench.rs)
 #   hack/e2e.sh --bench-webhook  instead run the webhook benchmark (tests/src/bin/webhook-bench.rs)
+#   hack/e2e.sh --bench-migrate  instead run the migration-runner benchmark (tests/src/bin/migrate-bench.rs;
+#                                MariaDB only: no control plane, no node)
 #   E2E_TEST_THREADS             parallel tests (default 3)
 #   E2E_TEST                     run these test files only (tests/tests/NAME.rs), e.g. E2E_TEST=listeners
 #                                or E2E_TEST="listeners health"
@@ -32,6 +34,19 @@ target=${CARGO_TARGET_DIR:-$root/target}
 export BLOODRAVEN_OPERATOR_BIN="$target/debug/bloodraven-operator"
 export BLOODRAVEN_SIDECAR_BIN="$target/debug/bloodraven-sidecar"
 export BLOODRAVEN_WEBHOOK_BIN="$target/debug/bloodraven-webhook"
+export BLOODRAVEN_MIGRATE_BIN="$target/debug/bloodraven-migrate"
+
+if [ "${1:-}" = "--bench-migrate" ]; then
+  # MariaDB sites only: nothing of the cluster is started, so nothing of it
+  # is stopped either (its cleanup is not this mode's).
+  trap 'for d in "$dir"/mariadb/*/; do [ -d "$d" ] && "$root/hack/mariadb.sh" down "$d" >/dev/null 2>&1 || true; done' EXIT
+  cargo build --locked --release -p bloodraven-migrate
+  mkdir -p "$dir/bin"
+  cp -f "$target/release/bloodraven-migrate" "$dir/bin/bloodraven-migrate"
+  export BLOODRAVEN_MIGRATE_BIN="$dir/bin/bloodraven-migrate"
+  cargo run --locked --release -p bloodraven-e2e --bin migrate-bench
+  exit 0
+fi
 
 cleanup() {
   status=$?
@@ -59,7 +74,7 @@ if [ -n "$bench" ]; then
   export BLOODRAVEN_SIDECAR_BIN="$target/release-sidecar/bloodraven-sidecar"
   export BLOODRAVEN_WEBHOOK_BIN="$target/release/bloodraven-webhook"
 else
-  cargo build --locked -p bloodraven-operator -p bloodraven-sidecar -p bloodraven-webhook
+  cargo build --locked -p bloodraven-operator -p bloodraven-sidecar -p bloodraven-webhook -p bloodraven-migrate
 fi
 # The tests run a private copy: with a target folder shared between
 # checkouts, another checkout's build would otherwise replace the binary
@@ -68,6 +83,10 @@ mkdir -p "$dir/bin"
 cp -f "$BLOODRAVEN_OPERATOR_BIN" "$dir/bin/bloodraven-operator"
 cp -f "$BLOODRAVEN_SIDECAR_BIN" "$dir/bin/bloodraven-sidecar"
 cp -f "$BLOODRAVEN_WEBHOOK_BIN" "$dir/bin/bloodraven-webhook"
+if [ -z "$bench" ]; then
+  cp -f "$BLOODRAVEN_MIGRATE_BIN" "$dir/bin/bloodraven-migrate"
+  export BLOODRAVEN_MIGRATE_BIN="$dir/bin/bloodraven-migrate"
+fi
 export BLOODRAVEN_OPERATOR_BIN="$dir/bin/bloodraven-operator"
 export BLOODRAVEN_SIDECAR_BIN="$dir/bin/bloodraven-sidecar"
 export BLOODRAVEN_WEBHOOK_BIN="$dir/bin/bloodraven-webhook"

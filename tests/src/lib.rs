@@ -18,6 +18,7 @@
 pub mod cluster;
 pub mod deploy;
 pub mod fixtures;
+pub mod migrate;
 pub mod netns;
 pub mod operator;
 pub mod pods;

@@ -1,0 +1,561 @@
+//! `apply`: the pending revisions, one commit per revision, each retried
+//! as a whole only for lock contention.
+//!
+//! Order of a run (DESIGN.md "Migration runner"; issue 11):
+//! 1. read and check the directory (bad files: exit 2, nothing touched);
+//! 2. behind the sidecar, a granted `permit` before the database is
+//!    touched at all — so the applied set is read only once the migration
+//!    mutex is held; alone, say so in the first log line;
+//! 3. one connection with its own session settings ([`crate::db`]);
+//! 4. the history table, then the plan ([`crate::history::plan`]);
+//! 5. per revision: `permit`, then attempts. A DML revision runs in one
+//!    transaction with its history row (all or nothing, `kill -9`
+//!    included). A DDL revision reports `ddl-started` to the sidecar,
+//!    commits its row as `started` before its first statement, looks for
+//!    blockers before each DDL statement, and is marked `applied` at the
+//!    end; if it fails after any statement took effect (or the connection
+//!    is lost) its row stays `started`: dirty.
+//! 6. Retries ([`crate::classify`], [`crate::retry`]): only 1213/1205,
+//!    only while nothing of the revision took effect, re-running it from
+//!    its first statement after a jittered backoff, up to `maxAttempts`.
+
+use std::time::{Duration, Instant};
+
+use bloodraven_sidecar::socket::MarkEvent;
+use mysql_async::prelude::Queryable as _;
+
+use crate::blockers::{self, Found};
+use crate::classify::{self, Class};
+use crate::config::{OnBlocker, Tuning};
+use crate::db::{Session, Target};
+use crate::guard::{Guard, GuardError};
+use crate::history::{self, State};
+use crate::revision::{Kind, Revision};
+
+/// Exit codes of `apply` (and the other subcommands).
+pub mod exit {
+    /// Everything applied (or nothing pending).
+    pub const OK: i32 = 0;
+    /// A revision failed with its own error (not retried), nothing of it left behind.
+    pub const FAILED: i32 = 1;
+    /// Bad flags, files or URL: nothing was touched.
+    pub const USAGE: i32 = 2;
+    /// The history refuses the run: a dirty revision, a changed checksum, out of order.
+    pub const REFUSED: i32 = 3;
+    /// Lock contention on every one of `maxAttempts` attempts, or blockers
+    /// with `--on-blocker fail`: drain the readers, or end the blocker.
+    pub const CONTENTION: i32 = 4;
+    /// The connection was lost; the revision in flight is not recorded as applied.
+    pub const CONNECTION_LOST: i32 = 5;
+    /// Fenced: the sidecar refused or could not vouch for a live lease, or
+    /// the site is read-only (1290).
+    pub const FENCED: i32 = 6;
+    /// This run left a revision dirty (`started`): a person must check the
+    /// schema and `resolve` it.
+    pub const DIRTY: i32 = 7;
+}
+
+/// What `apply` needs.
+#[derive(Debug)]
+pub struct ApplySettings {
+    /// The revisions (read and checked already).
+    pub revisions: Vec<Revision>,
+    /// The database.
+    pub target: Target,
+    /// The seed's settings.
+    pub tuning: Tuning,
+    /// `--on-blocker`.
+    pub on_blocker: OnBlocker,
+    /// Alone or behind the sidecar.
+    pub guard: Guard,
+    /// Leave the server's lock timeouts (benchmark comparison only).
+    pub server_lock_timeouts: bool,
+}
+
+/// Why an attempt failed.
+#[derive(Clone, Debug)]
+enum Cause {
+    /// A server or connection error.
+    Db(Class, Option<u16>),
+    /// Blockers seen by the pre-flight look: `wait` ran out (retried like
+    /// lock contention), or `--on-blocker fail` (not retried).
+    Blocked {
+        /// Whether another attempt may follow.
+        retried: bool,
+    },
+    /// The sidecar refused or was unreachable.
+    Sidecar,
+}
+
+/// A failed attempt.
+#[derive(Clone, Debug)]
+struct Failure {
+    cause: Cause,
+    message: String,
+    /// Whether some of the revision may have taken effect (its row stays `started`).
+    dirty: bool,
+    /// The statement (1-based) it failed on, when one.
+    statement: Option<usize>,
+}
+
+impl Failure {
+    fn retried(&self) -> bool {
+        !self.dirty
+            && match self.cause {
+                Cause::Db(c, _) => c.retried(),
+                Cause::Blocked { retried } => retried,
+                Cause::Sidecar => false,
+            }
+    }
+
+    fn code(&self) -> String {
+        match self.cause {
+            Cause::Db(_, Some(c)) => c.to_string(),
+            Cause::Db(c, None) => c.as_str().into(),
+            Cause::Blocked { .. } => "blocked".into(),
+            Cause::Sidecar => "sidecar".into(),
+        }
+    }
+
+    fn exit_code(&self, exhausted: bool) -> i32 {
+        if self.dirty {
+            return exit::DIRTY;
+        }
+        match self.cause {
+            Cause::Db(Class::ConnectionLost, _) => exit::CONNECTION_LOST,
+            Cause::Db(Class::ReadOnly, _) | Cause::Sidecar => exit::FENCED,
+            Cause::Db(Class::LockContention, _) if exhausted => exit::CONTENTION,
+            Cause::Blocked { .. } => exit::CONTENTION,
+            Cause::Db(..) => exit::FAILED,
+        }
+    }
+
+    fn db(e: &mysql_async::Error, dirty: bool, statement: Option<usize>) -> Failure {
+        let (class, code) = classify::of_error(e);
+        Failure { cause: Cause::Db(class, code), message: e.to_string(), dirty, statement }
+    }
+}
+
+/// The longest time the runner leaves its connection idle, for the
+/// session's wait/net timeouts: a backoff, a `wait` for blockers, a
+/// sidecar report (up to 75 s) — four times that, at least 10 minutes.
+pub fn idle_bound(t: &Tuning) -> Duration {
+    let gap = t.retry_max.max(t.lock_timeout).max(Duration::from_secs(75));
+    (gap * 4).max(Duration::from_secs(600))
+}
+
+/// Runs `apply`; returns the exit code.
+pub async fn apply(s: ApplySettings) -> i32 {
+    let started = Instant::now();
+    announce(&s);
+    // The mutex first: nothing is read before the sidecar vouches for the lease.
+    if let Err(e) = s.guard.permit().await {
+        tracing::error!(error = %e, "refusing to touch the database: the sidecar does not vouch for a live lease");
+        return exit::FENCED;
+    }
+    let lock = (!s.server_lock_timeouts).then_some(s.tuning.lock_timeout);
+    let mut session = match s.target.connect(lock, idle_bound(&s.tuning)).await {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "failed to open the session");
+            s.guard.outcome(false, None, Some(e.to_string())).await;
+            return exit::FAILED;
+        }
+    };
+    match session.settings().await {
+        Ok((lock_wait, innodb_wait, wait)) => tracing::info!(
+            server = %session.version,
+            connection = session.id,
+            lock_wait_timeout_s = lock_wait,
+            innodb_lock_wait_timeout_s = innodb_wait,
+            wait_timeout_s = wait,
+            "session open"
+        ),
+        Err(e) => return failed_at_start(&s.guard, "failed to read the session settings", &e).await,
+    }
+    // Created only when missing: a fenced (read-only) site refuses even a no-op CREATE.
+    let created = match session.has_history().await {
+        Ok(true) => Ok(()),
+        Ok(false) => session.ensure_history().await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = created {
+        return failed_at_start(&s.guard, &format!("failed to create {}", history::TABLE), &e).await;
+    }
+    let rows = match session.history().await {
+        Ok(r) => r,
+        Err(e) => return failed_at_start(&s.guard, &format!("failed to read {}", history::TABLE), &e).await,
+    };
+    let plan = match history::plan(&s.revisions, &rows) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "refusing to apply");
+            s.guard.outcome(false, None, Some(e.to_string())).await;
+            return exit::REFUSED;
+        }
+    };
+    for v in &plan.unknown {
+        tracing::warn!(revision = v, "applied revision V{v} has no file in the directory (an older directory?)");
+    }
+    tracing::info!(
+        applied = rows.iter().filter(|r| r.state == State::Applied).count(),
+        pending = plan.pending.len(),
+        "history read under the mutex"
+    );
+    let mut last = None;
+    for rev in plan.pending {
+        match revision(&s, &mut session, rev).await {
+            Ok(attempts) => {
+                tracing::info!(
+                    revision = rev.version,
+                    attempts,
+                    "revision V{} applied ({})",
+                    rev.version,
+                    rev.description
+                );
+                last = Some(rev.version);
+            }
+            Err((f, attempts)) => {
+                let exhausted = f.retried() && attempts >= s.tuning.max_attempts;
+                let code = f.exit_code(exhausted);
+                report(&mut session, rev, &f, attempts, exhausted).await;
+                s.guard.outcome(false, last, Some(format!("V{}: {}", rev.version, f.message))).await;
+                return code;
+            }
+        }
+    }
+    tracing::info!(last = ?last, elapsed_ms = started.elapsed().as_millis() as u64, "done: every revision applied");
+    s.guard.outcome(true, last, None).await;
+    exit::OK
+}
+
+/// The first log lines: alone or behind the sidecar, and the settings.
+fn announce(s: &ApplySettings) {
+    match &s.guard {
+        Guard::Alone => tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            target = %s.target.display,
+            "bloodraven-migrate starting alone: no sidecar socket, so no migration mutex and no fence; run it by hand only when nothing else migrates this schema"
+        ),
+        Guard::Sidecar(p) => tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            target = %s.target.display,
+            socket = %p.display(),
+            "bloodraven-migrate starting behind the sidecar: permission before each revision, DDL boundary reported"
+        ),
+    }
+    tracing::info!(
+        revisions = s.revisions.len(),
+        lock_timeout_s = s.tuning.lock_timeout.as_secs(),
+        server_lock_timeouts = s.server_lock_timeouts,
+        max_attempts = s.tuning.max_attempts,
+        retry_min_s = s.tuning.retry_min.as_secs(),
+        retry_max_s = s.tuning.retry_max.as_secs(),
+        on_blocker = ?s.on_blocker,
+        "settings"
+    );
+}
+
+/// A failure before any revision: classified like a revision's (a
+/// read-only site is fenced, a lost connection is lost).
+async fn failed_at_start(guard: &Guard, what: &str, e: &crate::db::DbError) -> i32 {
+    let f = match e {
+        crate::db::DbError::Query(q) => Failure::db(q, false, None),
+        other => {
+            Failure { cause: Cause::Db(Class::Other, None), message: other.to_string(), dirty: false, statement: None }
+        }
+    };
+    tracing::error!(code = %f.code(), error = %e, "{what}; no revision was started");
+    guard.outcome(false, None, Some(format!("{what}: {e}"))).await;
+    f.exit_code(false)
+}
+
+/// Logs a failed revision the way a person reads it: its own error, what
+/// it means, and for lock contention who held the lock (`diagnose`'s output).
+async fn report(session: &mut Session, rev: &Revision, f: &Failure, attempts: u32, exhausted: bool) {
+    let statement = f.statement.map_or_else(String::new, |i| format!(" at statement {i}"));
+    let meaning = match (&f.cause, f.dirty) {
+        (_, true) => format!(
+            "revision V{v} is dirty: some of it may be in place; check the schema, then `bloodraven-migrate resolve {v} --applied` or `--rolled-back`",
+            v = rev.version
+        ),
+        (Cause::Db(Class::LockContention, _) | Cause::Blocked { .. }, _) if exhausted => format!(
+            "lock contention on all {attempts} attempts: something holds a lock on the revision's tables (see below); end it or drain the readers, not a longer lock timeout"
+        ),
+        (Cause::Blocked { .. }, _) => "blockers seen before the DDL and --on-blocker fail: nothing was sent".into(),
+        (Cause::Db(Class::StatementTimeout, _), _) => {
+            "statement timeout: too slow rather than unlucky, not retried; drain the readers or make the revision cheaper".into()
+        }
+        (Cause::Db(Class::Killed, _), _) => "the query was killed by someone; not retried".into(),
+        (Cause::Db(Class::ReadOnly, _), _) => {
+            "the site is read-only: it was fenced (a failover?); not retried, and never followed to another site".into()
+        }
+        (Cause::Db(Class::ConnectionLost, _), _) => {
+            "the connection was lost: not reconnected; the revision is not recorded as applied (a DML revision rolled back with it)".into()
+        }
+        (Cause::Sidecar, _) => "the sidecar stopped the run (fenced, or it could not vouch for the lease)".into(),
+        (Cause::Db(..), _) => "the revision's own error: not retried; fix the revision and run again".into(),
+    };
+    tracing::error!(
+        revision = rev.version,
+        code = %f.code(),
+        attempts,
+        dirty = f.dirty,
+        "revision V{} failed{statement}: {} — {meaning}",
+        rev.version,
+        f.message
+    );
+    if matches!(f.cause, Cause::Db(Class::LockContention, _) | Cause::Blocked { .. }) {
+        match blockers::diagnose(session).await {
+            Ok(d) => {
+                for line in d.to_string().lines() {
+                    tracing::error!("diagnose: {line}");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "failed to read the lock-wait graph"),
+        }
+    }
+}
+
+/// Applies one revision with its retries; Ok(attempts) or the last failure.
+async fn revision(s: &ApplySettings, session: &mut Session, rev: &Revision) -> Result<u32, (Failure, u32)> {
+    let mut rng = rand::rng();
+    let mut attempt = 1;
+    loop {
+        if let Err(e) = s.guard.permit().await {
+            let f = Failure { cause: Cause::Sidecar, message: e.to_string(), dirty: false, statement: None };
+            if let GuardError::Refused(_) = e {
+                tracing::error!(revision = rev.version, "fenced: stopping before revision V{}", rev.version);
+            }
+            return Err((f, attempt));
+        }
+        tracing::info!(revision = rev.version, attempt, ddl = rev.has_ddl(), "revision V{} starting", rev.version);
+        let result = if rev.has_ddl() {
+            ddl_attempt(s, session, rev, attempt).await
+        } else {
+            dml_attempt(session, rev, attempt).await
+        };
+        let f = match result {
+            Ok(()) => return Ok(attempt),
+            Err(f) => f,
+        };
+        if !f.retried() || attempt >= s.tuning.max_attempts {
+            return Err((f, attempt));
+        }
+        let wait = crate::retry::backoff(attempt, s.tuning.retry_min, s.tuning.retry_max, &mut rng);
+        // The seed's contract: a `retrying in Ns` line with the error code.
+        tracing::warn!(
+            revision = rev.version,
+            attempt,
+            max_attempts = s.tuning.max_attempts,
+            code = %f.code(),
+            wait_ms = wait.as_millis() as u64,
+            "revision V{} lost a lock race ({}: {}); retrying in {}s",
+            rev.version,
+            f.code(),
+            f.message,
+            wait.as_secs_f64().round() as u64
+        );
+        tokio::time::sleep(wait).await;
+        attempt += 1;
+    }
+}
+
+/// A DML revision: one transaction with its history row.
+async fn dml_attempt(session: &mut Session, rev: &Revision, attempt: u32) -> Result<(), Failure> {
+    session.conn.query_drop("START TRANSACTION").await.map_err(|e| Failure::db(&e, false, None))?;
+    for (i, st) in rev.statements.iter().enumerate() {
+        if let Err(e) = session.conn.query_drop(&st.sql).await {
+            // InnoDB rolls back only the statement on 1205; the revision goes whole.
+            let _ = session.conn.query_drop("ROLLBACK").await;
+            return Err(Failure::db(&e, false, Some(i + 1)));
+        }
+    }
+    let recorded = session.write_row(rev, State::Applied, attempt, true).await;
+    if let Err(e) = recorded {
+        let _ = session.conn.query_drop("ROLLBACK").await;
+        return Err(match e {
+            crate::db::DbError::Query(e) => Failure::db(&e, false, None),
+            other => Failure {
+                cause: Cause::Db(Class::Other, None),
+                message: other.to_string(),
+                dirty: false,
+                statement: None,
+            },
+        });
+    }
+    // A lost connection here leaves the outcome to the history row, committed with the revision or not at all.
+    session.conn.query_drop("COMMIT").await.map_err(|e| Failure::db(&e, false, None))
+}
+
+fn db_failure(e: crate::db::DbError, dirty: bool) -> Failure {
+    match e {
+        crate::db::DbError::Query(e) => Failure::db(&e, dirty, None),
+        other => Failure { cause: Cause::Db(Class::Other, None), message: other.to_string(), dirty, statement: None },
+    }
+}
+
+/// A DDL revision: `started` first, its statements one by one, `applied` last.
+async fn ddl_attempt(s: &ApplySettings, session: &mut Session, rev: &Revision, attempt: u32) -> Result<(), Failure> {
+    s.guard.mark(MarkEvent::DdlStarted, rev.version).await.map_err(|e| Failure {
+        cause: Cause::Sidecar,
+        message: format!("failed to report ddl-started: {e}"),
+        dirty: false,
+        statement: None,
+    })?;
+    session.write_row(rev, State::Started, attempt, false).await.map_err(|e| db_failure(e, false))?;
+    tracing::info!(
+        revision = rev.version,
+        "revision V{} marked started (ddlStarted) before its first statement",
+        rev.version
+    );
+    for (i, st) in rev.statements.iter().enumerate() {
+        if st.kind == Kind::Ddl
+            && let Err(f) = preflight(s, session, rev, i, &st.tables).await
+        {
+            return Err(clean_or_dirty(session, rev, f, i).await);
+        }
+        if let Err(e) = session.conn.query_drop(&st.sql).await {
+            let f = Failure::db(&e, false, Some(i + 1));
+            return Err(clean_or_dirty(session, rev, f, i).await);
+        }
+    }
+    session.finish_row(rev.version, attempt).await.map_err(|e| db_failure(e, true))?;
+    if let Err(e) = s.guard.mark(MarkEvent::DdlFinished, rev.version).await {
+        tracing::warn!(revision = rev.version, error = %e, "applied, but the sidecar did not take ddl-finished");
+    }
+    Ok(())
+}
+
+/// A DDL revision's failure at statement index `i`: clean (row removed)
+/// only when no statement took effect and the server answered; else dirty.
+async fn clean_or_dirty(session: &mut Session, rev: &Revision, mut f: Failure, i: usize) -> Failure {
+    let lost = matches!(f.cause, Cause::Db(Class::ConnectionLost, _));
+    if i == 0 && !lost {
+        match session.clear_row(rev.version).await {
+            Ok(()) => return f,
+            Err(e) => tracing::error!(error = %e, "failed to clear the started row of a revision that had no effect"),
+        }
+    }
+    f.dirty = true;
+    f
+}
+
+/// The pre-flight look before a DDL statement, and `--on-blocker`.
+async fn preflight(
+    s: &ApplySettings,
+    session: &mut Session,
+    rev: &Revision,
+    index: usize,
+    tables: &[crate::revision::TableRef],
+) -> Result<(), Failure> {
+    let look = |found: &Found| {
+        for b in &found.blockers {
+            tracing::warn!(
+                revision = rev.version,
+                connection = b.id,
+                transaction_age_s = b.trx_age,
+                idle_s = b.idle_for,
+                query = %blockers::one_line(&b.query, 200),
+                exact = found.exact,
+                "possible blocker before DDL: {b}"
+            );
+        }
+    };
+    let found = blockers::preflight(session, tables).await.map_err(|e| Failure::db(&e, index > 0, Some(index + 1)))?;
+    if found.blockers.is_empty() {
+        return Ok(());
+    }
+    look(&found);
+    match s.on_blocker {
+        OnBlocker::Proceed => Ok(()),
+        OnBlocker::Fail => Err(Failure {
+            cause: Cause::Blocked { retried: false },
+            message: format!("{} session(s) hold or wait for locks on {}", found.blockers.len(), names(tables)),
+            dirty: false,
+            statement: Some(index + 1),
+        }),
+        OnBlocker::Wait => {
+            let until = Instant::now() + s.tuning.lock_timeout;
+            loop {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                let found = blockers::preflight(session, tables)
+                    .await
+                    .map_err(|e| Failure::db(&e, index > 0, Some(index + 1)))?;
+                if found.blockers.is_empty() {
+                    tracing::info!(revision = rev.version, "blockers gone: sending the DDL");
+                    return Ok(());
+                }
+                if Instant::now() >= until {
+                    if index > 0 {
+                        // Past the first statement the revision cannot be retried: queue, bounded by the lock timeout.
+                        tracing::warn!(
+                            revision = rev.version,
+                            "blockers still there; sending the DDL (bounded by the lock timeout)"
+                        );
+                        return Ok(());
+                    }
+                    look(&found);
+                    return Err(Failure {
+                        cause: Cause::Blocked { retried: true },
+                        message: format!(
+                            "{} session(s) still hold or wait for locks on {} after {} s",
+                            found.blockers.len(),
+                            names(tables),
+                            s.tuning.lock_timeout.as_secs()
+                        ),
+                        dirty: false,
+                        statement: Some(index + 1),
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn names(tables: &[crate::revision::TableRef]) -> String {
+    let n: Vec<String> =
+        tables.iter().map(|(s, t)| s.as_ref().map_or_else(|| t.clone(), |s| format!("{s}.{t}"))).collect();
+    if n.is_empty() { "its tables".into() } else { n.join(", ") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(cause: Cause, dirty: bool) -> Failure {
+        Failure { cause, message: String::new(), dirty, statement: None }
+    }
+
+    #[test]
+    fn only_clean_lock_contention_is_retried_and_exit_codes_say_why() {
+        let lock = Cause::Db(Class::LockContention, Some(1205));
+        assert!(f(lock.clone(), false).retried());
+        assert!(!f(lock.clone(), true).retried(), "never past a statement that took effect");
+        assert!(f(Cause::Blocked { retried: true }, false).retried(), "--on-blocker wait ran out");
+        assert!(!f(Cause::Blocked { retried: false }, false).retried(), "--on-blocker fail fails the run at once");
+        assert_eq!(f(Cause::Blocked { retried: false }, false).exit_code(false), exit::CONTENTION);
+        for c in [Class::StatementTimeout, Class::Killed, Class::ReadOnly, Class::ConnectionLost, Class::Other] {
+            assert!(!f(Cause::Db(c, None), false).retried(), "{c:?}");
+        }
+        assert_eq!(f(lock.clone(), false).exit_code(true), exit::CONTENTION);
+        assert_eq!(f(lock, true).exit_code(false), exit::DIRTY);
+        assert_eq!(f(Cause::Db(Class::ReadOnly, Some(1290)), false).exit_code(false), exit::FENCED);
+        assert_eq!(f(Cause::Db(Class::ConnectionLost, None), false).exit_code(false), exit::CONNECTION_LOST);
+        assert_eq!(f(Cause::Db(Class::StatementTimeout, Some(1969)), false).exit_code(false), exit::FAILED);
+        assert_eq!(f(Cause::Sidecar, false).exit_code(false), exit::FENCED);
+    }
+
+    #[test]
+    fn the_idle_bound_covers_the_longest_gap() {
+        let t = Tuning {
+            lock_timeout: Duration::from_secs(5),
+            max_attempts: 20,
+            retry_min: Duration::from_secs(3),
+            retry_max: Duration::from_secs(15),
+        };
+        assert_eq!(idle_bound(&t), Duration::from_secs(600));
+        let slow = Tuning { retry_max: Duration::from_secs(900), ..t };
+        assert_eq!(idle_bound(&slow), Duration::from_secs(3600));
+    }
+}

@@ -1,0 +1,330 @@
+//! The runner's one connection: opened once, with its own session
+//! settings, never reopened behind the caller's back, and the history
+//! table's reads and writes.
+//!
+//! Session settings (DESIGN.md "Migration runner"; upgrade-hook seed, "A
+//! short session lock_timeout … set on the migration's connection only"):
+//! `lock_wait_timeout` and `innodb_lock_wait_timeout` = the lock timeout;
+//! `wait_timeout`, `net_read_timeout` and `net_write_timeout` = a bound
+//! comfortably above the longest time the runner leaves the connection
+//! idle (a backoff, a blocker wait, a sidecar report), so the server never
+//! drops it between statements. The server's global settings are untouched.
+//!
+//! No silent reconnect: `mysql_async::Conn` never reconnects by itself
+//! (only its pool does, which the runner does not use), and the runner
+//! never opens a second connection during `apply`; a lost connection ends
+//! the run.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use mysql_async::prelude::Queryable as _;
+use mysql_async::{Conn, Opts, OptsBuilder};
+
+use crate::config::DbArgs;
+use crate::history::{self, Row, State};
+
+/// Why the database could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DbError {
+    /// No URL given.
+    #[error(
+        "no database given: pass --database-url mysql://user@host:port/schema (or DATABASE_URL, or --database-url-file)"
+    )]
+    NoUrl,
+    /// The URL did not parse (the URL itself is never repeated).
+    #[error("failed to read the database URL: {0} (expected mysql://user[:password]@host:port/schema)")]
+    Url(String),
+    /// The URL names no schema.
+    #[error("the database URL names no schema: add /schema after host:port")]
+    NoSchema,
+    /// A file could not be read.
+    #[error("failed to read {what} from {path}: {source}")]
+    File {
+        /// Which file.
+        what: &'static str,
+        /// Its path.
+        path: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Connecting failed or timed out.
+    #[error("failed to connect to {target}: {message}")]
+    Connect {
+        /// user@host:port/schema.
+        target: String,
+        /// Why.
+        message: String,
+    },
+    /// A query failed.
+    #[error("{0}")]
+    Query(#[from] mysql_async::Error),
+}
+
+/// The server's flavour: where lock information lives differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// MariaDB: `information_schema.METADATA_LOCK_INFO` (plugin), `INNODB_LOCK_WAITS`.
+    MariaDb,
+    /// MySQL 8: `performance_schema.metadata_locks`, `performance_schema.data_lock_waits`.
+    MySql,
+}
+
+/// Where to connect, without the password in anything printable.
+#[derive(Clone)]
+pub struct Target {
+    opts: Opts,
+    /// `user@host:port/schema`, for logs.
+    pub display: String,
+    /// The schema.
+    pub schema: String,
+    connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target").field("display", &self.display).finish_non_exhaustive()
+    }
+}
+
+fn read_file(what: &'static str, path: &std::path::Path) -> Result<String, DbError> {
+    std::fs::read_to_string(path).map_err(|source| DbError::File { what, path: path.display().to_string(), source })
+}
+
+impl Target {
+    /// From the flags: URL (flag, env or file), password file.
+    pub fn from_args(a: &DbArgs) -> Result<Target, DbError> {
+        let url = match (&a.database_url, &a.database_url_file) {
+            (Some(u), _) => u.trim().to_owned(),
+            (None, Some(path)) => read_file("the database URL", path)?.trim().to_owned(),
+            (None, None) => return Err(DbError::NoUrl),
+        };
+        let opts = Opts::from_url(&url).map_err(|e| DbError::Url(redact(&e.to_string(), &url)))?;
+        let mut b = OptsBuilder::from_opts(opts)
+            // Never switch to the unix socket behind the caller's back (a
+            // second connection, and another account: user@localhost).
+            .prefer_socket(false)
+            .stmt_cache_size(0)
+            .conn_ttl(None);
+        if let Some(path) = &a.password_file {
+            let pw = read_file("the password", path)?;
+            let pw = pw.strip_suffix('\n').unwrap_or(&pw);
+            let pw = pw.strip_suffix('\r').unwrap_or(pw);
+            b = b.pass(Some(pw.to_owned()));
+        }
+        let opts = Opts::from(b);
+        let schema = opts.db_name().map(str::to_owned).filter(|s| !s.is_empty()).ok_or(DbError::NoSchema)?;
+        let display =
+            format!("{}@{}:{}/{}", opts.user().unwrap_or_default(), opts.ip_or_hostname(), opts.tcp_port(), schema);
+        Ok(Target { opts, display, schema, connect_timeout: Duration::from_secs(a.connect_timeout.max(1)) })
+    }
+
+    /// Opens the connection and sets the session: `lock_timeout` for both
+    /// lock waits (`None`: leave the server's defaults, for comparison
+    /// only), `idle_bound` for the net/wait timeouts.
+    pub async fn connect(&self, lock_timeout: Option<Duration>, idle_bound: Duration) -> Result<Session, DbError> {
+        let conn = tokio::time::timeout(self.connect_timeout, Conn::new(self.opts.clone()))
+            .await
+            .map_err(|_| DbError::Connect {
+                target: self.display.clone(),
+                message: format!("no answer within {:?}", self.connect_timeout),
+            })?
+            .map_err(|e| DbError::Connect { target: self.display.clone(), message: e.to_string() })?;
+        let mut s = Session { conn, flavor: Flavor::MySql, schema: self.schema.clone(), id: 0, version: String::new() };
+        s.id = s.conn.id();
+        let idle = idle_bound.as_secs().max(60);
+        let mut set =
+            format!("SET SESSION wait_timeout = {idle}, net_read_timeout = {idle}, net_write_timeout = {idle}");
+        if let Some(l) = lock_timeout {
+            let l = l.as_secs().max(1);
+            let _ = write!(set, ", lock_wait_timeout = {l}, innodb_lock_wait_timeout = {l}");
+        }
+        s.conn.query_drop(set).await?;
+        let version: Option<String> = s.conn.query_first("SELECT VERSION()").await?;
+        s.version = version.unwrap_or_default();
+        s.flavor = if s.version.to_ascii_lowercase().contains("mariadb") { Flavor::MariaDb } else { Flavor::MySql };
+        Ok(s)
+    }
+}
+
+/// Removes the URL (and so its password) from a parser's message, should
+/// the parser ever quote it.
+fn redact(message: &str, url: &str) -> String {
+    if url.is_empty() { message.to_owned() } else { message.replace(url, "<the URL>") }
+}
+
+/// The open session.
+#[derive(Debug)]
+pub struct Session {
+    /// The connection.
+    pub conn: Conn,
+    /// MariaDB or MySQL.
+    pub flavor: Flavor,
+    /// The schema.
+    pub schema: String,
+    /// `CONNECTION_ID()`.
+    pub id: u32,
+    /// `VERSION()`.
+    pub version: String,
+}
+
+impl Session {
+    /// The session's effective lock and idle settings, for the first log lines.
+    pub async fn settings(&mut self) -> Result<(u64, u64, u64), DbError> {
+        let row: Option<(u64, u64, u64)> = self
+            .conn
+            .query_first(
+                "SELECT @@SESSION.lock_wait_timeout, @@SESSION.innodb_lock_wait_timeout, @@SESSION.wait_timeout",
+            )
+            .await?;
+        Ok(row.unwrap_or_default())
+    }
+
+    /// Creates the history table when missing.
+    pub async fn ensure_history(&mut self) -> Result<(), DbError> {
+        self.conn.query_drop(history::CREATE).await?;
+        Ok(())
+    }
+
+    /// Reads the history rows, by version (the table must exist).
+    pub async fn history(&mut self) -> Result<Vec<Row>, DbError> {
+        type Raw = (u64, String, String, String, bool, u32, String, Option<String>);
+        let raw: Vec<Raw> = self
+            .conn
+            .query(format!(
+                "SELECT version, description, checksum, state, ddl_started, attempts, \
+                 CAST(started_at AS CHAR), CAST(finished_at AS CHAR) FROM {} ORDER BY version",
+                history::TABLE
+            ))
+            .await?;
+        Ok(raw
+            .into_iter()
+            .map(|(version, description, checksum, state, ddl_started, attempts, started_at, finished_at)| Row {
+                version,
+                description,
+                state: State::parse(&state).unwrap_or(State::Started),
+                checksum,
+                ddl_started,
+                attempts,
+                started_at,
+                finished_at,
+            })
+            .collect())
+    }
+
+    /// Whether the history table exists.
+    pub async fn has_history(&mut self) -> Result<bool, DbError> {
+        let n: Option<u64> = self
+            .conn
+            .exec_first(
+                "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+                (history::TABLE,),
+            )
+            .await?;
+        Ok(n.unwrap_or(0) > 0)
+    }
+
+    /// Writes the row of `version` in state `state` (insert, or replace a
+    /// rolled-back row); `finished` stamps `finished_at`.
+    pub async fn write_row(
+        &mut self,
+        r: &crate::revision::Revision,
+        state: State,
+        attempts: u32,
+        finished: bool,
+    ) -> Result<(), DbError> {
+        let finished_at = if finished { "NOW(6)" } else { "NULL" };
+        let sql = format!(
+            "INSERT INTO {t} (version, description, checksum, state, ddl_started, attempts, started_at, finished_at, installed_by) \
+             VALUES (?, ?, ?, ?, ?, ?, NOW(6), {finished_at}, CURRENT_USER()) \
+             ON DUPLICATE KEY UPDATE description = VALUES(description), checksum = VALUES(checksum), state = VALUES(state), \
+             ddl_started = VALUES(ddl_started), attempts = VALUES(attempts), started_at = VALUES(started_at), \
+             finished_at = VALUES(finished_at), installed_by = VALUES(installed_by)",
+            t = history::TABLE
+        );
+        let ddl = state == State::Started;
+        self.conn.exec_drop(sql, (r.version, &r.description, &r.checksum, state.as_str(), ddl, attempts)).await?;
+        Ok(())
+    }
+
+    /// `started` → `applied` (DDL revision done) with its attempt count.
+    pub async fn finish_row(&mut self, version: u64, attempts: u32) -> Result<(), DbError> {
+        self.conn
+            .exec_drop(
+                format!(
+                    "UPDATE {} SET state = 'applied', attempts = ?, finished_at = NOW(6) WHERE version = ? AND state = 'started'",
+                    history::TABLE
+                ),
+                (attempts, version),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Removes a `started` row whose revision had no effect at all.
+    pub async fn clear_row(&mut self, version: u64) -> Result<(), DbError> {
+        self.conn
+            .exec_drop(format!("DELETE FROM {} WHERE version = ? AND state = 'started'", history::TABLE), (version,))
+            .await?;
+        Ok(())
+    }
+
+    /// Sets a `started` row to `to` (resolve); the number of rows changed.
+    pub async fn resolve_row(&mut self, version: u64, to: State) -> Result<u64, DbError> {
+        self.conn
+            .exec_drop(
+                format!(
+                    "UPDATE {} SET state = ?, finished_at = NOW(6) WHERE version = ? AND state = 'started'",
+                    history::TABLE
+                ),
+                (to.as_str(), version),
+            )
+            .await?;
+        Ok(self.conn.affected_rows())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(url: Option<&str>) -> DbArgs {
+        DbArgs {
+            database_url: url.map(str::to_owned),
+            database_url_file: None,
+            password_file: None,
+            connect_timeout: 10,
+        }
+    }
+
+    #[test]
+    fn the_target_never_shows_the_password() {
+        let t = Target::from_args(&args(Some("mysql://migrator:s3cret-pw@db.example:3307/shop"))).unwrap();
+        assert_eq!(t.display, "migrator@db.example:3307/shop");
+        assert!(!format!("{t:?}").contains("s3cret"), "{t:?}");
+        assert_eq!(t.schema, "shop");
+    }
+
+    #[test]
+    fn bad_urls_say_what_to_write_without_repeating_the_url() {
+        let e = Target::from_args(&args(None)).unwrap_err().to_string();
+        assert!(e.contains("--database-url"), "{e}");
+        let e = Target::from_args(&args(Some("mysql://migrator:s3cret@db.example:3306"))).unwrap_err().to_string();
+        assert!(e.contains("names no schema"), "{e}");
+        let e = Target::from_args(&args(Some("postgres://u:s3cret@h/db"))).unwrap_err().to_string();
+        assert!(!e.contains("s3cret") && e.contains("expected mysql://"), "{e}");
+    }
+
+    #[test]
+    fn the_password_file_overrides_the_url_and_loses_its_newline() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "from-file\n").unwrap();
+        let a = DbArgs { password_file: Some(pw), ..args(Some("mysql://migrator@db.example:3306/shop")) };
+        let t = Target::from_args(&a).unwrap();
+        assert_eq!(t.opts.pass(), Some("from-file"));
+        let missing = DbArgs { password_file: Some(dir.path().join("none")), ..a };
+        let e = Target::from_args(&missing).unwrap_err().to_string();
+        assert!(e.contains("failed to read the password from"), "{e}");
+    }
+}

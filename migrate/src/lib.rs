@@ -1,0 +1,110 @@
+//! Bloodraven's migration runner, `bloodraven-migrate`: what the
+//! upgrade-hook seed describes for PostgreSQL, built for MySQL and MariaDB
+//! (DESIGN.md "Migration runner", issue 11): Flyway-named revision files,
+//! one commit per revision with its history row, a short session lock
+//! timeout, a bounded jittered retry of lock contention only, a pre-flight
+//! look for blockers before each DDL, and the sidecar's permission and DDL
+//! boundary when it runs in an injected Job.
+//!
+//! Layout: `revision` (files, statements, checksums), `history` (the table,
+//! its states and the plan; pure), `classify` (error codes; pure), `retry`
+//! (backoff; pure), `db` (the one connection and its settings), `blockers`
+//! (pre-flight and `diagnose`), `guard` (the sidecar's socket), `apply`
+//! (the run), `commands` (`status`, `resolve`, `diagnose`), `config` (flags).
+
+pub mod apply;
+pub mod blockers;
+pub mod classify;
+pub mod commands;
+pub mod config;
+pub mod db;
+pub mod guard;
+pub mod history;
+pub mod retry;
+pub mod revision;
+
+use std::path::Path;
+
+use tokio::signal::unix::{SignalKind, signal};
+
+/// Runs the parsed command; returns the exit code.
+pub async fn run(cli: config::Cli) -> i32 {
+    use config::Command;
+    match cli.command {
+        Command::Apply(a) => apply_command(a).await,
+        Command::Status(a) => commands::status(a).await,
+        Command::Resolve(a) => commands::resolve(a).await,
+        Command::Diagnose(a) => commands::diagnose(a).await,
+    }
+}
+
+async fn apply_command(a: config::ApplyArgs) -> i32 {
+    let tuning = match a.tuning.check() {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!(error = %e, "bad settings");
+            return apply::exit::USAGE;
+        }
+    };
+    let revisions = match revision::load_dir(&a.dir) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "bad revision directory; nothing was touched");
+            return apply::exit::USAGE;
+        }
+    };
+    let target = match db::Target::from_args(&a.db) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!(error = %e, "bad database settings; nothing was touched");
+            return apply::exit::USAGE;
+        }
+    };
+    let guard = guard::Guard::detect(a.socket.as_deref(), Path::new(guard::DEFAULT_SOCKET));
+    let settings = apply::ApplySettings {
+        revisions,
+        target,
+        tuning,
+        on_blocker: a.on_blocker,
+        guard,
+        server_lock_timeouts: a.server_lock_timeouts,
+    };
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::error!("failed to install the signal handlers");
+        return apply::exit::USAGE;
+    };
+    tokio::select! {
+        code = apply::apply(settings) => code,
+        // The sidecar's wrapper fences with SIGTERM: stop at once. Closing
+        // the connection rolls back a DML revision in flight; a DDL
+        // revision's `started` row stays (dirty), as it must.
+        _ = term.recv() => stopped("SIGTERM"),
+        _ = int.recv() => stopped("SIGINT"),
+    }
+}
+
+fn stopped(signal: &str) -> i32 {
+    tracing::error!(
+        signal,
+        "stopped by a signal (the sidecar's fence?): the revision in flight is not recorded as applied"
+    );
+    apply::exit::FENCED
+}
+
+/// Installs the tracing subscriber: lines on standard error, filtered by
+/// `RUST_LOG` (default `info`).
+pub fn init_tracing(format: config::LogFormat) {
+    use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,mysql_async=warn"));
+    let registry = tracing_subscriber::registry().with(filter);
+    let _ = match format {
+        config::LogFormat::Json => registry
+            .with(fmt::layer().json().flatten_event(true).with_current_span(false).with_writer(std::io::stderr))
+            .try_init(),
+        config::LogFormat::Text => {
+            use std::io::IsTerminal as _;
+            let ansi = std::io::stderr().is_terminal();
+            registry.with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr)).try_init()
+        }
+    };
+}

@@ -1,0 +1,526 @@
+//! Revision files: `V<n>__<description>.sql` in one directory (Flyway's
+//! versioned-migration naming, so teams can move over), split into
+//! statements and classified as DDL or DML.
+//!
+//! Model:
+//! - version: the decimal `<n>` (a `u64`; `V001` and `V1` are the same
+//!   version, and two files of one version are refused);
+//! - description: `<description>` with `_` read as a space (Flyway);
+//! - checksum: SHA-256 of the file's bytes, lowercase hex (64 characters);
+//!   any byte changed in an applied revision stops the run;
+//! - statements: split on `;` outside quotes (`'…'`, `"…"`, `` `…` ``)
+//!   and comments (`-- `, `#`, `/* … */`); `DELIMITER` (a client command)
+//!   and transaction control (`BEGIN`, `START TRANSACTION`, `COMMIT`,
+//!   `ROLLBACK`, `SAVEPOINT`, `XA`, `SET autocommit`) are refused: the
+//!   runner owns the transaction of a revision (one commit per revision,
+//!   with its history row).
+//! - kind: a statement is DML when it starts with `INSERT`, `UPDATE`,
+//!   `DELETE`, `REPLACE`, `SELECT`, `WITH`, `DO` or `SET`; everything else
+//!   is taken as DDL, because in MySQL and MariaDB almost every other
+//!   statement commits implicitly (and a `CALL` may run anything). A
+//!   revision with any DDL is a DDL revision (marked `started` before its
+//!   first statement); one without is applied atomically with its history row.
+//!
+//! The splitter is hand-written on purpose: the runner needs statement
+//! boundaries only, and a full SQL parser (sqlparser-rs) refuses MariaDB
+//! syntax it does not know, which would refuse valid revisions.
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+/// Why a revision directory or file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum RevisionError {
+    /// The directory or a file could not be read.
+    #[error("failed to read {path}: {source}")]
+    Read {
+        /// The path.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A file looks like a revision but is not named `V<n>__<description>.sql`.
+    #[error("{file}: not a revision name: {why} (expected V<n>__<description>.sql, e.g. V3__add_orders_index.sql)")]
+    Name {
+        /// The file name.
+        file: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// Two files have the same version.
+    #[error("version {version} is given twice: {first} and {second}")]
+    Duplicate {
+        /// The version.
+        version: u64,
+        /// One file.
+        first: String,
+        /// The other.
+        second: String,
+    },
+    /// A statement the runner refuses to run.
+    #[error("{file}: statement {index}: {why}")]
+    Statement {
+        /// The file name.
+        file: String,
+        /// 1-based statement number.
+        index: usize,
+        /// What is wrong, and what to do instead.
+        why: String,
+    },
+    /// A revision file is not UTF-8 or has no statement.
+    #[error("{file}: {why}")]
+    Content {
+        /// The file name.
+        file: String,
+        /// What is wrong.
+        why: &'static str,
+    },
+}
+
+/// A table a statement names: `(schema when qualified, table)`.
+pub type TableRef = (Option<String>, String);
+
+/// DDL (commits implicitly) or DML (runs inside the revision's transaction).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Data manipulation: transactional.
+    Dml,
+    /// Anything else: taken to commit implicitly.
+    Ddl,
+}
+
+/// One statement of a revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Statement {
+    /// The SQL text, trimmed, without the trailing `;`.
+    pub sql: String,
+    /// DDL or DML.
+    pub kind: Kind,
+    /// For DDL: the tables it names (`(schema, table)`, schema when
+    /// qualified), the ones the pre-flight blocker look asks about.
+    pub tables: Vec<TableRef>,
+}
+
+/// A revision file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Revision {
+    /// The version `<n>`.
+    pub version: u64,
+    /// The description, `_` read as a space.
+    pub description: String,
+    /// The file name.
+    pub file: String,
+    /// SHA-256 of the file's bytes, lowercase hex.
+    pub checksum: String,
+    /// Its statements, in order.
+    pub statements: Vec<Statement>,
+}
+
+impl Revision {
+    /// Whether any statement is DDL.
+    pub fn has_ddl(&self) -> bool {
+        self.statements.iter().any(|s| s.kind == Kind::Ddl)
+    }
+}
+
+/// Parses a file name: `Some((version, description))` for
+/// `V<n>__<description>.sql`; `None` for a file that is not meant as a
+/// revision (it does not start with `V` or does not end in `.sql`); an
+/// error for one that looks like a revision but is misnamed.
+pub fn parse_name(name: &str) -> Result<Option<(u64, String)>, RevisionError> {
+    let Some(stem) = name.strip_prefix('V').and_then(|s| s.strip_suffix(".sql")) else {
+        return Ok(None);
+    };
+    let bad = |why| RevisionError::Name { file: name.to_owned(), why };
+    let (version, description) = stem.split_once("__").ok_or_else(|| bad("no `__` after the version"))?;
+    if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad("the version must be decimal digits (dotted versions are not supported)"));
+    }
+    let version: u64 = version.parse().map_err(|_| bad("the version is too large"))?;
+    if description.is_empty() {
+        return Err(bad("the description is empty"));
+    }
+    if description.len() > 200 {
+        return Err(bad("the description is longer than 200 bytes"));
+    }
+    Ok(Some((version, description.replace('_', " "))))
+}
+
+/// SHA-256 of `bytes`, lowercase hex.
+pub fn checksum(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    Sha256::digest(bytes).iter().fold(String::with_capacity(64), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// Reads every revision in `dir`, sorted by version.
+pub fn load_dir(dir: &Path) -> Result<Vec<Revision>, RevisionError> {
+    let read_err = |source| RevisionError::Read { path: dir.to_path_buf(), source };
+    let mut revisions: Vec<Revision> = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(read_err)? {
+        let entry = entry.map_err(read_err)?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((version, description)) = parse_name(&name)? else { continue };
+        let path = entry.path();
+        let bytes = std::fs::read(&path).map_err(|source| RevisionError::Read { path: path.clone(), source })?;
+        revisions.push(parse_revision(&name, version, description, &bytes)?);
+    }
+    revisions.sort_by_key(|r| r.version);
+    for pair in revisions.windows(2) {
+        if pair[0].version == pair[1].version {
+            return Err(RevisionError::Duplicate {
+                version: pair[0].version,
+                first: pair[0].file.clone(),
+                second: pair[1].file.clone(),
+            });
+        }
+    }
+    Ok(revisions)
+}
+
+/// Builds a revision from its file's bytes.
+pub fn parse_revision(file: &str, version: u64, description: String, bytes: &[u8]) -> Result<Revision, RevisionError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| RevisionError::Content { file: file.to_owned(), why: "not UTF-8 text" })?;
+    let mut statements = Vec::new();
+    for (i, sql) in split(text).into_iter().enumerate() {
+        let why = |why: String| RevisionError::Statement { file: file.to_owned(), index: i + 1, why };
+        let (kind, tables) = classify(&sql).map_err(why)?;
+        statements.push(Statement { sql, kind, tables });
+    }
+    if statements.is_empty() {
+        return Err(RevisionError::Content { file: file.to_owned(), why: "no statement" });
+    }
+    Ok(Revision { version, description, file: file.to_owned(), checksum: checksum(bytes), statements })
+}
+
+/// Splits SQL text into statements on `;` outside quotes and comments.
+/// Comments are kept inside a statement (`/*! … */` executable comments
+/// must reach the server); a piece that is only comments is dropped.
+pub fn split(text: &str) -> Vec<String> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            q @ (b'\'' | b'"' | b'`') => {
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    // A backslash escapes inside string literals (not in identifiers).
+                    if b[i] == b'\\' && q != b'`' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'#' => i = line_end(b, i),
+            b'-' if b.get(i + 1) == Some(&b'-') && b.get(i + 2).is_none_or(u8::is_ascii_whitespace) => {
+                i = line_end(b, i);
+            }
+            b'/' if b.get(i + 1) == Some(&b'*') => {
+                i += 2;
+                while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
+                    i += 1;
+                }
+                i += 2;
+            }
+            b';' => {
+                push(&mut out, &text[start..i]);
+                i += 1;
+                start = i;
+            }
+            _ => i += 1,
+        }
+    }
+    if start < b.len() {
+        push(&mut out, &text[start..]);
+    }
+    out
+}
+
+fn line_end(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && b[i] != b'\n' {
+        i += 1;
+    }
+    i
+}
+
+fn push(out: &mut Vec<String>, piece: &str) {
+    let piece = piece.trim();
+    if !words(piece).is_empty() {
+        out.push(piece.to_owned());
+    }
+}
+
+/// The statement's words outside comments and string literals: keywords
+/// and identifiers (backticks removed), uppercased keywords kept as written.
+fn words(sql: &str) -> Vec<String> {
+    let b = sql.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c == b'\'' || c == b'"' {
+            i += 1;
+            while i < b.len() && b[i] != c {
+                if b[i] == b'\\' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            i += 1;
+            out.push("'".into());
+        } else if c == b'#' || (c == b'-' && b.get(i + 1) == Some(&b'-')) {
+            i = line_end(b, i);
+        } else if c == b'/' && b.get(i + 1) == Some(&b'*') && b.get(i + 2) != Some(&b'!') {
+            i += 2;
+            while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
+                i += 1;
+            }
+            i += 2;
+        } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
+            // `/*!NNNNN …` executable comment: read its words.
+            i += 3;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+        } else if c.is_ascii_alphanumeric() || matches!(c, b'_' | b'$' | b'.' | b'`') {
+            let s = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'_' | b'$' | b'.' | b'`')) {
+                if b[i] == b'`' {
+                    // `schema`.`table`: keep going through the quoted part.
+                    i += 1;
+                    while i < b.len() && b[i] != b'`' {
+                        i += 1;
+                    }
+                }
+                i += 1;
+            }
+            out.push(sql[s..i.min(b.len())].replace('`', ""));
+        } else if c.is_ascii() {
+            if matches!(c, b',' | b'(' | b')' | b'=') {
+                out.push((c as char).to_string());
+            }
+            i += 1;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The tables a DDL statement names (empty for DML or unknown shapes):
+/// used on another session's query text in the lock-wait graph.
+pub fn tables_named(sql: &str) -> Vec<TableRef> {
+    let w = words(sql);
+    let up: Vec<String> = w.iter().map(|s| s.to_ascii_uppercase()).collect();
+    ddl_tables(&w, &up)
+}
+
+/// DML or DDL, and for DDL the tables it names; an error for statements
+/// the runner refuses.
+fn classify(sql: &str) -> Result<(Kind, Vec<TableRef>), String> {
+    let w = words(sql);
+    let up: Vec<String> = w.iter().map(|s| s.to_ascii_uppercase()).collect();
+    let at = |i: usize| up.get(i).map_or("", String::as_str);
+    match at(0) {
+        "DELIMITER" => {
+            return Err("DELIMITER is a client command, not SQL; write one statement per `;` (stored programs are not supported in revisions)".into());
+        }
+        "BEGIN" | "COMMIT" | "ROLLBACK" | "SAVEPOINT" | "RELEASE" | "XA" => {
+            return Err(format!(
+                "{} is transaction control; the runner commits each revision with its history row itself — remove it",
+                at(0)
+            ));
+        }
+        "START" if at(1) == "TRANSACTION" => {
+            return Err("START TRANSACTION is transaction control; the runner commits each revision with its history row itself — remove it".into());
+        }
+        "SET" if up.iter().any(|u| u == "AUTOCOMMIT" || u == "@@AUTOCOMMIT" || u == "TRANSACTION") => {
+            return Err("SET autocommit / SET TRANSACTION change the runner's transaction; remove it".into());
+        }
+        "INSERT" | "UPDATE" | "DELETE" | "REPLACE" | "SELECT" | "WITH" | "DO" | "SET" => {
+            return Ok((Kind::Dml, vec![]));
+        }
+        _ => {}
+    }
+    Ok((Kind::Ddl, ddl_tables(&w, &up)))
+}
+
+/// The tables a DDL statement names, for the blocker look.
+fn ddl_tables(w: &[String], up: &[String]) -> Vec<TableRef> {
+    let name = |s: &str| match s.split_once('.') {
+        Some((schema, table)) => (Some(schema.to_owned()), table.to_owned()),
+        None => (None, s.to_owned()),
+    };
+    let skip = |mut i: usize, words: &[&str]| {
+        while up.get(i).is_some_and(|u| words.contains(&u.as_str())) {
+            i += 1;
+        }
+        i
+    };
+    let ident = |i: usize| w.get(i).filter(|s| !matches!(s.as_str(), "," | "(" | ")" | "=" | "'")).map(|s| name(s));
+    let mut tables = Vec::new();
+    // `… ON table` (CREATE INDEX, DROP INDEX, CREATE TRIGGER).
+    let on = |tables: &mut Vec<_>| {
+        if let Some(i) = up.iter().position(|u| u == "ON")
+            && let Some(t) = ident(i + 1)
+        {
+            tables.push(t);
+        }
+    };
+    match up.first().map(String::as_str) {
+        Some("ALTER") => {
+            let i = skip(1, &["ONLINE", "IGNORE"]);
+            if up.get(i).map(String::as_str) == Some("TABLE") {
+                tables.extend(ident(skip(i + 1, &["IF", "EXISTS"])));
+            }
+        }
+        Some("TRUNCATE") => tables.extend(ident(skip(1, &["TABLE"]))),
+        Some("CREATE") => {
+            let i = skip(1, &["OR", "REPLACE", "TEMPORARY", "UNIQUE", "FULLTEXT", "SPATIAL", "ONLINE", "OFFLINE"]);
+            match up.get(i).map(String::as_str) {
+                Some("TABLE") => tables.extend(ident(skip(i + 1, &["IF", "NOT", "EXISTS"]))),
+                Some("INDEX" | "TRIGGER") => on(&mut tables),
+                _ => {}
+            }
+        }
+        Some("DROP") => {
+            let i = skip(1, &["TEMPORARY"]);
+            match up.get(i).map(String::as_str) {
+                Some("TABLE" | "TABLES") => {
+                    let mut j = skip(i + 1, &["IF", "EXISTS"]);
+                    while let Some(t) = ident(j) {
+                        tables.push(t);
+                        if w.get(j + 1).map(String::as_str) != Some(",") {
+                            break;
+                        }
+                        j += 2;
+                    }
+                }
+                Some("INDEX") => on(&mut tables),
+                _ => {}
+            }
+        }
+        Some("RENAME") if up.get(1).is_some_and(|u| u == "TABLE" || u == "TABLES") => {
+            // RENAME TABLE a TO b, c TO d: every name counts.
+            let mut j = 2;
+            while let Some(t) = ident(j) {
+                if up.get(j).is_some_and(|u| u == "TO") {
+                    j += 1;
+                    continue;
+                }
+                tables.push(t);
+                j += 1;
+                if w.get(j).map(String::as_str) == Some(",") {
+                    j += 1;
+                }
+            }
+        }
+        _ => {}
+    }
+    tables
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_flyway() {
+        assert_eq!(parse_name("V1__init.sql").unwrap(), Some((1, "init".into())));
+        assert_eq!(parse_name("V012__add_orders_index.sql").unwrap(), Some((12, "add orders index".into())));
+        for ignored in ["README.md", "R__views.sql", "v1__lower.sql", "U1__undo.txt"] {
+            assert_eq!(parse_name(ignored).unwrap(), None, "{ignored}");
+        }
+        for bad in [
+            "V1_init.sql",
+            "V__init.sql",
+            "V1.1__dotted.sql",
+            "Vx__init.sql",
+            "V1__.sql",
+            "V99999999999999999999__big.sql",
+        ] {
+            let e = parse_name(bad).unwrap_err().to_string();
+            assert!(e.contains(bad) && e.contains("expected V<n>__"), "{e}");
+        }
+    }
+
+    #[test]
+    fn checksum_is_sha256_of_the_bytes() {
+        assert_eq!(checksum(b""), "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+        assert_ne!(checksum(b"SELECT 1;"), checksum(b"SELECT 1; "));
+    }
+
+    #[test]
+    fn splits_outside_quotes_and_comments() {
+        let text = "-- a comment; not a statement\nCREATE TABLE t (a VARCHAR(10) DEFAULT 'x;y');\n\
+                    INSERT INTO t VALUES ('it\\'s;'), (\"q;\");  # trailing; comment\n\
+                    /* block; comment */ UPDATE `we;ird` SET a = 1;\n/* only a comment */;\n   \n\
+                    SELECT 1 -- no semicolon at the end";
+        let got = split(text);
+        assert_eq!(got.len(), 4, "{got:#?}");
+        assert!(got[0].ends_with("DEFAULT 'x;y')"), "{}", got[0]);
+        assert!(got[1].starts_with("INSERT") && got[1].contains("(\"q;\")"), "{}", got[1]);
+        assert!(got[2].contains("`we;ird`"), "{}", got[2]);
+        assert!(got[3].starts_with("SELECT 1"), "{}", got[3]);
+    }
+
+    #[test]
+    #[allow(clippy::type_complexity)] // a table of cases
+    fn classifies_ddl_and_dml_and_names_tables() {
+        let table: Vec<(&str, Kind, Vec<(Option<&str>, &str)>)> = vec![
+            ("ALTER TABLE orders ADD COLUMN x INT", Kind::Ddl, vec![(None, "orders")]),
+            ("alter online table `app`.`orders` add index (x)", Kind::Ddl, vec![(Some("app"), "orders")]),
+            ("CREATE UNIQUE INDEX ix ON orders (a, b)", Kind::Ddl, vec![(None, "orders")]),
+            ("DROP INDEX ix ON app.orders", Kind::Ddl, vec![(Some("app"), "orders")]),
+            ("DROP TABLE IF EXISTS a, `b`", Kind::Ddl, vec![(None, "a"), (None, "b")]),
+            ("RENAME TABLE a TO b, c TO d", Kind::Ddl, vec![(None, "a"), (None, "b"), (None, "c"), (None, "d")]),
+            ("TRUNCATE TABLE t", Kind::Ddl, vec![(None, "t")]),
+            ("CREATE TABLE IF NOT EXISTS n (id INT)", Kind::Ddl, vec![(None, "n")]),
+            ("CALL do_things()", Kind::Ddl, vec![]),
+            ("/* why */ UPDATE t SET a = 1", Kind::Dml, vec![]),
+            ("insert into t values (1)", Kind::Dml, vec![]),
+            ("WITH x AS (SELECT 1) SELECT * FROM x", Kind::Dml, vec![]),
+            ("SET @a = 1", Kind::Dml, vec![]),
+        ];
+        for (sql, kind, tables) in table {
+            let (k, t) = classify(sql).unwrap();
+            let want: Vec<TableRef> = tables.into_iter().map(|(s, t)| (s.map(str::to_owned), t.to_owned())).collect();
+            assert_eq!((k, t), (kind, want), "{sql}");
+        }
+    }
+
+    #[test]
+    fn refuses_transaction_control_and_delimiter_with_what_to_do() {
+        for sql in
+            ["BEGIN", "COMMIT", "rollback", "START TRANSACTION", "SET autocommit = 0", "DELIMITER //", "XA START 'x'"]
+        {
+            let e = classify(sql).unwrap_err();
+            assert!(e.contains("remove it") || e.contains("one statement per"), "{sql}: {e}");
+        }
+        let e = parse_revision("V1__x.sql", 1, "x".into(), b"UPDATE t SET a=1; COMMIT;").unwrap_err().to_string();
+        assert!(e.contains("V1__x.sql") && e.contains("statement 2"), "{e}");
+        let e = parse_revision("V1__x.sql", 1, "x".into(), b"-- nothing\n").unwrap_err().to_string();
+        assert!(e.contains("no statement"), "{e}");
+    }
+
+    #[test]
+    fn loads_a_directory_sorted_and_refuses_duplicates() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("V10__ten.sql"), "UPDATE t SET a = 10;").unwrap();
+        std::fs::write(dir.path().join("V2__two.sql"), "ALTER TABLE t ADD COLUMN b INT; UPDATE t SET b = 2;").unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "ignored").unwrap();
+        let revs = load_dir(dir.path()).unwrap();
+        assert_eq!(revs.iter().map(|r| r.version).collect::<Vec<_>>(), vec![2, 10]);
+        assert!(revs[0].has_ddl() && !revs[1].has_ddl());
+        std::fs::write(dir.path().join("V02__again.sql"), "SELECT 1;").unwrap();
+        let e = load_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("version 2 is given twice"), "{e}");
+    }
+}
