@@ -201,6 +201,57 @@ impl Webhook {
             .patch(&params.name, &pp, &Patch::Apply(mj))
             .await
             .unwrap_or_else(|e| panic!("the API server refused the MutatingWebhookConfiguration: {e}"));
+        self.wait_registered(cluster, params).await;
+    }
+
+    /// Waits until the API server sends this webhook reviews from both
+    /// configurations (a stored configuration takes effect a moment later:
+    /// a test that asserted at once saw an annotated Job pass unreviewed).
+    /// Probes with dry-run requests, and counts them in the webhook's own
+    /// metrics, so the no-op webhook of the benchmark is waited for too.
+    async fn wait_registered(&self, cluster: &Cluster, params: &Params) {
+        use k8s_openapi::api::batch::v1::Job;
+        use k8s_openapi::api::coordination::v1::Lease;
+        let dry = kube::api::PostParams { dry_run: true, ..kube::api::PostParams::default() };
+        let tenant = params
+            .namespace_requirements
+            .iter()
+            .flat_map(|r| r.values.iter().flatten())
+            .find(|n| **n != params.namespace)
+            .cloned();
+        let lease: Lease = serde_json::from_value(serde_json::json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "bloodraven-deploy-registration-probe"}}))
+        .unwrap();
+        let job: Job = serde_json::from_value(serde_json::json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "registration-probe", "annotations": {
+                "bloodraven.shipstream.io/inject": "true",
+                "bloodraven.shipstream.io/group": "registration-probe",
+                "bloodraven.shipstream.io/instance": "registration-probe"}},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "m", "command": ["m"]}]}}}}))
+        .unwrap();
+        crate::wait_for("the API server to call the webhook", Duration::from_secs(30), || async {
+            let counted = |text: &str, webhook: &str| -> u64 {
+                text.lines()
+                    .filter(|l| {
+                        l.starts_with("bloodraven_webhook_reviews_total{")
+                            && l.contains(&format!("webhook=\"{webhook}\""))
+                    })
+                    .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<u64>().ok())
+                    .sum()
+            };
+            let before = self.metrics().await;
+            let _ = Api::<Lease>::namespaced(cluster.client.clone(), &params.namespace).create(&dry, &lease).await;
+            if let Some(ns) = &tenant {
+                let _ = Api::<Job>::namespaced(cluster.client.clone(), ns).create(&dry, &job).await;
+            }
+            let after = self.metrics().await;
+            let state = counted(&after, "operator-state") > counted(&before, "operator-state");
+            let inject = tenant.is_none() || counted(&after, "inject") > counted(&before, "inject");
+            if state && inject { Ok(()) } else { Err(format!("reviewed: operator-state {state}, inject {inject}")) }
+        })
+        .await;
     }
 
     /// Deletes both configurations.
