@@ -271,15 +271,23 @@ impl Webhook {
 
     /// Reviews answered with `outcome` by `webhook` (from `/metrics`).
     pub async fn reviews(&self, webhook: &str, outcome: &str) -> u64 {
-        let text = self.metrics().await;
-        let needle = format!("bloodraven_webhook_reviews_total{{outcome=\"{outcome}\",webhook=\"{webhook}\"}} ");
-        text.lines().find_map(|l| l.strip_prefix(&needle)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+        reviews_in(&self.metrics().await, webhook, Some(outcome))
     }
 
     /// The log so far.
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+}
+
+/// Reviews of `webhook` in a `/metrics` text with `outcome` (any outcome when `None`).
+fn reviews_in(text: &str, webhook: &str, outcome: Option<&str>) -> u64 {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("bloodraven_webhook_reviews_total{"))
+        .filter(|l| l.contains(&format!("webhook=\"{webhook}\"")))
+        .filter(|l| outcome.is_none_or(|o| l.contains(&format!("outcome=\"{o}\""))))
+        .filter_map(|l| l.rsplit(' ').next()?.trim().parse::<u64>().ok())
+        .sum()
 }
 
 /// The message of an API error (what kubectl prints), or panics when `result` succeeded.

@@ -102,21 +102,19 @@ impl Webhook {
 pub fn router(webhook: Arc<Webhook>) -> Router {
     use registration::paths;
     use review::Endpoint;
+    let route = |endpoint: Endpoint| {
+        post(
+            move |state: axum::extract::State<Arc<Webhook>>,
+                  query: axum::extract::Query<std::collections::HashMap<String, String>>,
+                  body: axum::body::Body| review::handle(endpoint, state, query, body),
+        )
+    };
     Router::new()
-        .route(paths::DATABASES, post(endpoint::<{ Endpoint::Databases as u8 }>))
-        .route(paths::GROUPS, post(endpoint::<{ Endpoint::Groups as u8 }>))
-        .route(paths::STATE, post(endpoint::<{ Endpoint::State as u8 }>))
-        .route(paths::JOBS, post(endpoint::<{ Endpoint::Jobs as u8 }>))
+        .route(paths::DATABASES, route(Endpoint::Databases))
+        .route(paths::GROUPS, route(Endpoint::Groups))
+        .route(paths::STATE, route(Endpoint::State))
+        .route(paths::JOBS, route(Endpoint::Jobs))
         .with_state(webhook)
-}
-
-/// One endpoint's handler: [`review::handle`] for the endpoint numbered `E`.
-async fn endpoint<const E: u8>(
-    state: axum::extract::State<Arc<Webhook>>,
-    query: axum::extract::Query<std::collections::HashMap<String, String>>,
-    body: axum::body::Body,
-) -> axum::response::Response {
-    review::handle(review::Endpoint::from_u8(E), state, query, body).await
 }
 
 /// Runs the webhook until SIGTERM or SIGINT.

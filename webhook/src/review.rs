@@ -45,29 +45,18 @@ pub enum Verdict {
 
 /// Which endpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
 pub enum Endpoint {
     /// `deploymentClients`.
-    Databases = 0,
+    Databases,
     /// Group status and history.
-    Groups = 1,
+    Groups,
     /// Operator state.
-    State = 2,
+    State,
     /// Job injection.
-    Jobs = 3,
+    Jobs,
 }
 
 impl Endpoint {
-    /// The endpoint numbered `n` (its discriminant); `Jobs` for any other.
-    pub const fn from_u8(n: u8) -> Endpoint {
-        match n {
-            0 => Endpoint::Databases,
-            1 => Endpoint::Groups,
-            2 => Endpoint::State,
-            _ => Endpoint::Jobs,
-        }
-    }
-
     /// Its label in metrics and logs.
     pub fn as_str(self) -> &'static str {
         match self {
