@@ -273,7 +273,7 @@ fileCheckFrequency: 10s
 nodeStatusUpdateFrequency: 10s
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
-evictionHard: {"memory.available": "100Mi", "nodefs.available": "1%", "nodefs.inodesFree": "1%", "imagefs.available": "1%"}
+evictionHard: {"memory.available": "100Mi", "nodefs.available": "256Mi", "nodefs.inodesFree": "1%", "imagefs.available": "256Mi"}
 podLogsDir: $n/kubelet/pod-logs
 EOF
   cat >"$n/kube-proxy/config.yaml" <<EOF

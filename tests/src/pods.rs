@@ -54,7 +54,16 @@ pub async fn wait_job_end(cluster: &Cluster, ns: &str, name: &str, timeout: Dura
         });
         match end {
             Some((t, r)) => Ok((job, t, r)),
-            None => Err(format!("{:?}", job.status)),
+            None => {
+                // Why it has not ended: the Job's own status says little
+                // when its Pod is stuck (unscheduled, image missing).
+                let pods = Api::<Pod>::namespaced(cluster.client.clone(), ns)
+                    .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}")))
+                    .await
+                    .map(|l| l.items.iter().map(pod_summary).collect::<Vec<_>>().join("; "))
+                    .unwrap_or_else(|e| format!("pods not listed: {e}"));
+                Err(format!("{:?}; pods: [{pods}]", job.status))
+            }
         }
     })
     .await
@@ -72,6 +81,40 @@ pub async fn logs(cluster: &Cluster, ns: &str, pod: &str, container: &str) -> St
     api.logs(pod, &LogParams { container: Some(container.into()), ..LogParams::default() }).await.unwrap_or_default()
 }
 
+/// One line on where a Pod is stuck, for a wait's failure message: its name,
+/// phase, every condition that is not True (with reason and message, e.g.
+/// `PodScheduled` refused for a `disk-pressure` taint) and every container
+/// waiting or terminated with its reason.
+pub fn pod_summary(pod: &Pod) -> String {
+    let name = pod.metadata.name.as_deref().unwrap_or("?");
+    let Some(status) = pod.status.as_ref() else { return format!("{name}: no status") };
+    let mut out = format!("{name}: phase {:?}", status.phase);
+    for c in status.conditions.iter().flatten().filter(|c| c.status != "True") {
+        out += &format!(
+            ", {} {} ({}: {})",
+            c.type_,
+            c.status,
+            c.reason.as_deref().unwrap_or(""),
+            c.message.as_deref().unwrap_or("")
+        );
+    }
+    let containers = status.init_container_statuses.iter().flatten().chain(status.container_statuses.iter().flatten());
+    for cs in containers {
+        let Some(state) = cs.state.as_ref() else { continue };
+        if let Some(w) = &state.waiting {
+            out += &format!(
+                ", {} waiting ({}: {})",
+                cs.name,
+                w.reason.as_deref().unwrap_or(""),
+                w.message.as_deref().unwrap_or("")
+            );
+        } else if let Some(t) = &state.terminated {
+            out += &format!(", {} exited {} ({})", cs.name, t.exit_code, t.reason.as_deref().unwrap_or(""));
+        }
+    }
+    out
+}
+
 /// Waits until Pod `name` has phase `Succeeded` or `Failed`; returns it.
 pub async fn wait_pod_end(cluster: &Cluster, ns: &str, name: &str, timeout: Duration) -> Pod {
     let api: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
@@ -79,7 +122,7 @@ pub async fn wait_pod_end(cluster: &Cluster, ns: &str, name: &str, timeout: Dura
         let pod = api.get(name).await.map_err(|e| e.to_string())?;
         match pod.status.as_ref().and_then(|s| s.phase.as_deref()) {
             Some("Succeeded" | "Failed") => Ok(pod),
-            other => Err(format!("phase {other:?}")),
+            _ => Err(pod_summary(&pod)),
         }
     })
     .await
