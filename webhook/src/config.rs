@@ -122,6 +122,11 @@ pub struct Config {
     /// baseline a benchmark compares the real webhook with).
     #[arg(long, env = "BLOODRAVEN_WEBHOOK_NOOP", hide = true)]
     pub noop: bool,
+    /// Benchmarks only, with `--noop`: answer every Job review with the JSON
+    /// patch in this file (the baseline that costs the API server the same
+    /// patch as a real injection, without the webhook's checks).
+    #[arg(long, env = "BLOODRAVEN_WEBHOOK_NOOP_PATCH_FILE", hide = true, requires = "noop")]
+    pub noop_patch_file: Option<PathBuf>,
     /// Tests only: delay every SubjectAccessReview by this many milliseconds
     /// (to show that a slow authorization is bounded by the API server's timeout).
     #[arg(long, env = "BLOODRAVEN_WEBHOOK_TEST_AUTHZ_DELAY_MS", hide = true)]

@@ -81,6 +81,8 @@ pub struct Webhook {
     pub metrics: Metrics,
     /// Answer everything "allowed" (benchmark baseline).
     pub noop: bool,
+    /// With `noop`: the patch every Job review is answered with.
+    pub noop_patch: Option<json_patch::Patch>,
     inject: inject::Settings,
     deploy_ca_file: Option<PathBuf>,
 }
@@ -147,6 +149,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         authority: authority.clone(),
         metrics,
         noop: config.noop,
+        noop_patch: match &config.noop_patch_file {
+            None => None,
+            Some(path) => Some(
+                serde_json::from_slice(&std::fs::read(path).context("failed to read --noop-patch-file")?)
+                    .context("--noop-patch-file is not a JSON patch")?,
+            ),
+        },
         inject: inject::Settings {
             image: config.sidecar_image.clone(),
             pull_policy: config.sidecar_image_pull_policy.clone(),

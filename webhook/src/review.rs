@@ -116,7 +116,10 @@ pub async fn handle(
         Err(_) => return bad(StatusCode::BAD_REQUEST, "the AdmissionReview has no request".into()),
     };
     let verdict = if w.noop {
-        Verdict::Allow
+        match (&w.noop_patch, endpoint) {
+            (Some(patch), Endpoint::Jobs) => Verdict::Patch(patch.clone()),
+            _ => Verdict::Allow,
+        }
     } else {
         match tokio::time::timeout(budget, decide(&w, endpoint, &request)).await {
             Ok(v) => v,

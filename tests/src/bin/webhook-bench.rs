@@ -7,10 +7,15 @@
 //! `bloodraven-webhook`, beside the same creates in a namespace served by the
 //! same binary in `--noop` mode (answers "allowed" at once) registered the
 //! same way — the same API server, the same TLS listener, the same
-//! `matchConditions`. The two alternate in 5 s blocks for `BENCH_SECONDS`
-//! (30) each, so drift of the machine falls on both. Prints p50/p99 of
-//! each, their ratio, the p99 the webhook adds, the webhook's own review
-//! time (its histogram), and both processes' resident sets.
+//! `matchConditions`. A third side, in a third namespace, is the same binary
+//! in `--noop` mode answering every review with the very patch the real
+//! webhook produces (taken from a dry run of each): it costs the API server
+//! the same patch and the same bigger Job to default and validate, without
+//! the webhook's checks, so it separates what the webhook adds from what
+//! injecting a sidecar costs the API server. The sides alternate in 5 s
+//! blocks for `BENCH_SECONDS` (30) each, so drift of the machine falls on
+//! all. Prints p50/p99 of each, the ratios, the p99 the webhook adds, the
+//! webhook's own review time (its histogram), and the resident sets.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must end the run loudly
 
@@ -26,6 +31,39 @@ use serde_json::json;
 
 /// The no-op webhook's name in the API server's metrics.
 const NOOP_NAME: &str = "noop-inject.bloodraven.shipstream.io";
+/// The same-patch webhook's name in the API server's metrics.
+const SAME_NAME: &str = "same-patch-inject.bloodraven.shipstream.io";
+
+/// What injection changes in a Job, as the API server returns it: its spec
+/// and annotations (not its name, namespace, uid or timestamps).
+fn injected_part(job: &Job) -> serde_json::Value {
+    json!({"metadata": {"annotations": job.metadata.annotations}, "spec": job.spec})
+}
+
+/// Renames webhook 0 of mutating configuration `config`, so the API server's
+/// histograms tell the sides apart.
+async fn rename(cluster: &Cluster, config: &str, name: &str) {
+    Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(cluster.client.clone())
+        .patch(
+            config,
+            &PatchParams::default(),
+            &Patch::<()>::Json(
+                serde_json::from_value(json!([{"op": "replace", "path": "/webhooks/0/name", "value": name}])).unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+}
+
+/// A dry-run create of the bench Job in `ns`, retried until the webhook
+/// serving `ns` answers (its registration may still be settling).
+async fn dry_run(cluster: &Cluster, ns: &str, group: &str) -> Job {
+    let api = Api::<Job>::namespaced(cluster.client.clone(), ns);
+    bloodraven_e2e::wait_for(&format!("a dry-run create in {ns}"), Duration::from_secs(30), || async {
+        api.create(&PostParams { dry_run: true, ..PostParams::default() }, &job(group)).await.map_err(|e| e.to_string())
+    })
+    .await
+}
 
 async fn apiserver_metrics(cluster: &Cluster) -> String {
     cluster.client.request_text(http::Request::get("/metrics").body(Vec::new()).unwrap()).await.unwrap_or_default()
@@ -177,36 +215,49 @@ async fn main() {
     let real = Webhook::start(&cluster, &op_ns, options.clone()).await;
     real.register(&cluster, &real.params(&op_ns.name, &[&real_ns.name], &real_ns.name)).await;
     let noop_op_ns = cluster.namespace("whbench-noop-op").await;
-    let noop = Webhook::start(&cluster, &noop_op_ns, Options { extra: vec!["--noop".into()], ..options }).await;
+    let noop = Webhook::start(&cluster, &noop_op_ns, Options { extra: vec!["--noop".into()], ..options.clone() }).await;
     noop.register(&cluster, &noop.params(&noop_op_ns.name, &[&noop_ns.name], &noop_ns.name)).await;
-    // Its webhook renamed, so the API server's own histograms tell the two apart.
-    Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(cluster.client.clone())
-        .patch(
-            &noop.name,
-            &PatchParams::default(),
-            &Patch::<()>::Json(
-                serde_json::from_value(json!([{"op": "replace", "path": "/webhooks/0/name", "value": NOOP_NAME}]))
-                    .unwrap(),
-            ),
-        )
-        .await
-        .unwrap();
+    rename(&cluster, &noop.name, NOOP_NAME).await;
 
-    // Warm up both paths (connections, caches), and check the real one injects.
-    let probe = Api::<Job>::namespaced(cluster.client.clone(), &real_ns.name);
-    let injected = bloodraven_e2e::wait_for("the webhook to inject", Duration::from_secs(30), || async {
-        probe
-            .create(&PostParams { dry_run: true, ..PostParams::default() }, &job(&group))
-            .await
-            .map_err(|e| e.to_string())
-    })
-    .await;
-    assert!(injected.spec.unwrap().template.spec.unwrap().init_containers.is_some_and(|c| c.len() == 2));
-    let (real_latencies, noop_latencies) = (Arc::new(Mutex::new(Vec::new())), Arc::new(Mutex::new(Vec::new())));
+    // Warm up, check the real one injects, and take its patch: the
+    // difference between the same Job created through each.
+    let injected = dry_run(&cluster, &real_ns.name, &group).await;
+    assert!(
+        injected
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+            .init_containers
+            .as_ref()
+            .is_some_and(|c| c.len() == 2)
+    );
+    let plain = dry_run(&cluster, &noop_ns.name, &group).await;
+    let patch = json_patch::diff(&injected_part(&plain), &injected_part(&injected));
+    let patch_file = std::env::temp_dir().join(format!("whbench-patch-{}.json", real_ns.name));
+    std::fs::write(&patch_file, serde_json::to_vec(&patch).unwrap()).unwrap();
+    let same_ns = cluster.namespace("whbench-same").await;
+    let same_op_ns = cluster.namespace("whbench-same-op").await;
+    let same_flags = vec!["--noop".into(), format!("--noop-patch-file={}", patch_file.display())];
+    let same = Webhook::start(&cluster, &same_op_ns, Options { extra: same_flags, ..options }).await;
+    same.register(&cluster, &same.params(&same_op_ns.name, &[&same_ns.name], &same_ns.name)).await;
+    rename(&cluster, &same.name, SAME_NAME).await;
+    let replayed = dry_run(&cluster, &same_ns.name, &group).await;
+    assert_eq!(
+        injected_part(&replayed),
+        injected_part(&injected),
+        "the same-patch baseline must produce the Job the real webhook produces"
+    );
+    let new = || Arc::new(Mutex::new(Vec::new()));
+    let (real_latencies, noop_latencies, same_latencies) = (new(), new(), new());
     let errors = Arc::new(Mutex::new(0u64));
-    let warm = Arc::new(Mutex::new(Vec::new()));
-    block(&cluster, &real_ns.name, &group, rate, Duration::from_secs(3), &warm, &errors).await;
-    block(&cluster, &noop_ns.name, &group, rate, Duration::from_secs(3), &warm, &errors).await;
+    let warm = new();
+    for ns in [&real_ns.name, &noop_ns.name, &same_ns.name] {
+        block(&cluster, ns, &group, rate, Duration::from_secs(3), &warm, &errors).await;
+    }
     *errors.lock().unwrap() = 0;
 
     println!(
@@ -218,14 +269,27 @@ async fn main() {
     for _ in 0..blocks {
         block(&cluster, &real_ns.name, &group, rate, Duration::from_secs(5), &real_latencies, &errors).await;
         block(&cluster, &noop_ns.name, &group, rate, Duration::from_secs(5), &noop_latencies, &errors).await;
+        block(&cluster, &same_ns.name, &group, rate, Duration::from_secs(5), &same_latencies, &errors).await;
     }
     let (r50, r99) = summary("bloodraven-webhook", &real_latencies);
     let (n50, n99) = summary("no-op webhook (baseline)", &noop_latencies);
+    let (s50, s99) = summary("same-patch no-op webhook", &same_latencies);
     println!(
-        "ratio p50 {:.2}x   p99 {:.2}x   p99 added {:.2} ms   (goal: <= 1.2x, added < 10 ms)",
+        "vs no-op:      ratio p50 {:.2}x   p99 {:.2}x   p99 added {:.2} ms   (goal: <= 1.2x, added < 10 ms)",
         r50 / n50,
         r99 / n99,
         r99 - n99
+    );
+    println!(
+        "vs same patch: ratio p50 {:.2}x   p99 {:.2}x   p99 added {:.2} ms   (the webhook's checks alone)",
+        r50 / s50,
+        r99 / s99,
+        r99 - s99
+    );
+    println!(
+        "same patch vs no-op: ratio p50 {:.2}x   p99 {:.2}x   (what the API server spends applying the injection)",
+        s50 / n50,
+        s99 / n99
     );
     let after = real.metrics().await;
     let buckets: Vec<String> = review_buckets(&after).iter().map(|(le, n)| format!("≤{le}s: {n}")).collect();
@@ -237,7 +301,11 @@ async fn main() {
         }
     }
     let api_after = apiserver_metrics(&cluster).await;
-    for (label, name) in [("bloodraven-webhook", "inject.bloodraven.shipstream.io"), ("no-op webhook", NOOP_NAME)] {
+    for (label, name) in [
+        ("bloodraven-webhook", "inject.bloodraven.shipstream.io"),
+        ("no-op webhook", NOOP_NAME),
+        ("same-patch webhook", SAME_NAME),
+    ] {
         let (b, a) = (webhook_call_buckets(&api_before, name), webhook_call_buckets(&api_after, name));
         let q = |p| {
             bloodraven_e2e::promtext::quantile(&b, &a, p)
@@ -262,11 +330,12 @@ async fn main() {
         bloodraven_e2e::promtext::quantile(&b, &a, 0.99).unwrap_or(0.0) * 1000.0
     );
     println!("errors: {}", errors.lock().unwrap());
-    for (name, w) in [("bloodraven-webhook", &real), ("no-op webhook", &noop)] {
+    for (name, w) in [("bloodraven-webhook", &real), ("no-op webhook", &noop), ("same-patch webhook", &same)] {
         if let Some((hwm, rss)) = w.pid().and_then(process_memory_kib) {
             println!("{name:<20} RSS {:.1} MiB (peak {:.1} MiB)", rss as f64 / 1024.0, hwm as f64 / 1024.0);
         }
     }
     real.unregister(&cluster).await;
     noop.unregister(&cluster).await;
+    same.unregister(&cluster).await;
 }
