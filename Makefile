@@ -8,19 +8,25 @@ help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver and kubectl from the Go module proxy (cached by version)
+tools: ## Build etcd, kube-apiserver, kubectl, the node's binaries and helm from the Go module proxy (cached by version)
 	hack/build-k8s.sh
+	hack/build-helm.sh
 
 .PHONY: crd
 crd: ## Regenerate charts/bloodraven/crds from the Rust types
 	$(CARGO) xtask crd
 
 .PHONY: check
-check: ## fmt, clippy (warnings are errors), the CRD and OpenAPI drift checks
+check: ## fmt, clippy (warnings are errors), the CRD and OpenAPI drift checks, the chart's lint and template checks
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --locked --all-targets -- -D warnings
 	$(CARGO) xtask crd --check
 	$(CARGO) xtask openapi --check
+	hack/chart.sh check
+
+.PHONY: chart
+chart: ## Regenerate charts/bloodraven/files/webhook-configurations.yaml from `bloodraven-webhook configurations`
+	hack/chart.sh webhooks
 
 .PHONY: openapi
 openapi: ## Regenerate docs/deploy-api.openapi.yaml from the Rust types
