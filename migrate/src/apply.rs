@@ -70,6 +70,9 @@ pub struct ApplySettings {
     pub guard: Guard,
     /// Leave the server's lock timeouts (benchmark comparison only).
     pub server_lock_timeouts: bool,
+    /// Where `apply` publishes its session's `CONNECTION_ID()` once open (0
+    /// before), so a fence can end the session server-side.
+    pub session_id: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 /// Why an attempt failed.
@@ -162,6 +165,7 @@ pub async fn apply(s: ApplySettings) -> i32 {
             return exit::FAILED;
         }
     };
+    s.session_id.store(session.id, std::sync::atomic::Ordering::SeqCst);
     match session.settings().await {
         Ok((lock_wait, innodb_wait, wait)) => tracing::info!(
             server = %session.version,

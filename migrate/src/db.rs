@@ -12,8 +12,9 @@
 //!
 //! No silent reconnect: `mysql_async::Conn` never reconnects by itself
 //! (only its pool does, which the runner does not use), and the runner
-//! never opens a second connection during `apply`; a lost connection ends
-//! the run.
+//! never opens a second connection during `apply` to run revisions; a lost
+//! connection ends the run. The one other connection it ever opens is on a
+//! fence ([`Target::kill_session`]), to end its own session server-side.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -117,6 +118,37 @@ impl Target {
         let display =
             format!("{}@{}:{}/{}", opts.user().unwrap_or_default(), opts.ip_or_hostname(), opts.tcp_port(), schema);
         Ok(Target { opts, display, schema, connect_timeout: Duration::from_secs(a.connect_timeout.max(1)) })
+    }
+
+    /// Ends session `id` on the server with `KILL CONNECTION`, over a second
+    /// connection opened for it, within `timeout` (connect included).
+    ///
+    /// Why: a client that stops (a fence's SIGTERM) only closes its socket,
+    /// and the server notices a closed socket only when the statement next
+    /// reads or writes it; a statement that is computing — an `ALTER TABLE`
+    /// copying rows, a long `UPDATE` — runs on to its end (and a DDL
+    /// commits) after the fence. `KILL` sets the session's killed flag,
+    /// which those loops do check: the statement stops and its transaction
+    /// rolls back. A user may kill its own sessions without any privilege.
+    /// Errors: the server unreachable or the kill refused (the session may
+    /// still be running; the caller says so).
+    pub async fn kill_session(&self, id: u32, timeout: Duration) -> Result<(), DbError> {
+        let kill = async {
+            let mut conn = Conn::new(self.opts.clone())
+                .await
+                .map_err(|e| DbError::Connect { target: self.display.clone(), message: e.to_string() })?;
+            match conn.query_drop(format!("KILL CONNECTION {id}")).await {
+                // ER_NO_SUCH_THREAD: it has already ended.
+                Err(mysql_async::Error::Server(e)) if e.code == 1094 => {}
+                r => r?,
+            }
+            let _ = conn.disconnect().await;
+            Ok(())
+        };
+        tokio::time::timeout(timeout, kill).await.map_err(|_| DbError::Connect {
+            target: self.display.clone(),
+            message: format!("no answer within {timeout:?} to KILL CONNECTION {id}"),
+        })?
     }
 
     /// Opens the connection and sets the session: `lock_timeout` for both

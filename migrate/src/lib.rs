@@ -61,9 +61,11 @@ async fn apply_command(a: config::ApplyArgs) -> i32 {
         }
     };
     let guard = guard::Guard::detect(a.socket.as_deref(), Path::new(guard::DEFAULT_SOCKET));
+    let session_id = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let settings = apply::ApplySettings {
         revisions,
-        target,
+        target: target.clone(),
+        session_id: session_id.clone(),
         tuning,
         on_blocker: a.on_blocker,
         guard,
@@ -73,17 +75,36 @@ async fn apply_command(a: config::ApplyArgs) -> i32 {
         tracing::error!("failed to install the signal handlers");
         return apply::exit::USAGE;
     };
-    tokio::select! {
-        code = apply::apply(settings) => code,
-        // The sidecar's wrapper fences with SIGTERM: stop at once. Closing
-        // the connection rolls back a DML revision in flight; a DDL
-        // revision's `started` row stays (dirty), as it must.
-        _ = term.recv() => stopped("SIGTERM"),
-        _ = int.recv() => stopped("SIGINT"),
-    }
+    let signal = tokio::select! {
+        code = apply::apply(settings) => return code,
+        // The sidecar's wrapper fences with SIGTERM: stop at once.
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    stopped(signal, &target, session_id.load(std::sync::atomic::Ordering::SeqCst)).await
 }
 
-fn stopped(signal: &str) -> i32 {
+/// How long a fence waits for the server to end the session (the sidecar's
+/// grace before SIGKILL is longer).
+const KILL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// After a fence's signal: ends the session server-side (`KILL CONNECTION`,
+/// see [`db::Target::kill_session`]), so no statement of the revision runs
+/// on after the fence. The kill rolls back a DML revision in flight; a DDL
+/// revision's `started` row stays (dirty), as it must. Returns the fence
+/// exit code.
+async fn stopped(signal: &str, target: &db::Target, session: u32) -> i32 {
+    if session != 0 {
+        match target.kill_session(session, KILL_TIMEOUT).await {
+            Ok(()) => tracing::info!(signal, connection = session, "ended the session on the server (KILL CONNECTION)"),
+            Err(e) => tracing::error!(
+                signal,
+                connection = session,
+                error = %e,
+                "failed to end the session on the server: a statement of the revision may still be running there; check the process list"
+            ),
+        }
+    }
     tracing::error!(
         signal,
         "stopped by a signal (the sidecar's fence?): the revision in flight is not recorded as applied"

@@ -191,6 +191,13 @@ impl Run {
         status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
     }
 
+    /// Sends SIGTERM (the sidecar's fence) and leaves the process to end.
+    pub fn terminate(&self) {
+        let pid = self.child.as_ref().and_then(Child::id).expect("running");
+        let ok = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success();
+        assert!(ok, "kill -TERM {pid} failed");
+    }
+
     /// SIGKILL.
     pub async fn kill9(&mut self) {
         let child = self.child.as_mut().expect("running");

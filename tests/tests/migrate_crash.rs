@@ -1,7 +1,8 @@
 //! Issue 11, what a broken run leaves, on the real MariaDB pair: a DDL +
 //! DML revision that fails on its DML is left dirty and the rerun refuses
 //! until `resolve`; `kill -9` of the runner mid-DML leaves no trace; the
-//! connection killed mid-revision is not reconnected; an injected Job
+//! connection killed mid-revision is not reconnected; a fence's SIGTERM
+//! ends the statement in flight on the server too; an injected Job
 //! whose sidecar cannot vouch for a lease never touches the database; and
 //! a person's run says it runs alone.
 
@@ -77,6 +78,49 @@ async fn kill_9_mid_dml_leaves_no_trace_and_the_rerun_applies_it_once() {
     assert_eq!(rerun.wait(T).await, 0, "{}", rerun.log());
     assert_eq!(db.value("SELECT GROUP_CONCAT(id ORDER BY id) FROM app.orders WHERE id >= 10"), "10,11");
     assert_eq!(db.history(1), "applied 0 1");
+}
+
+/// A statement that computes without reading or writing its socket (an
+/// `ALTER TABLE` copying rows; here `BENCHMARK`, which, like it, checks only
+/// the session's killed flag) does not notice its client go: without the
+/// runner's `KILL CONNECTION` it ran on for its whole length after the fence.
+#[tokio::test]
+async fn a_fence_signal_ends_the_statement_in_flight_on_the_server() {
+    let pair = SitePair::start("mg-fence");
+    let db = AppDb::create(&pair, false);
+    // The premise, on this server: a client that goes away mid-statement
+    // leaves the statement running.
+    let mut gone = db.app().await;
+    let task = tokio::spawn(async move {
+        let _ = mysql_async::prelude::Queryable::query_drop(&mut gone, "SELECT BENCHMARK(2000000000, MD5('premise'))")
+            .await;
+    });
+    let orphan = db.wait_running("appuser", "premise", T).await;
+    task.abort();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let listed =
+        format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {orphan} AND INFO IS NOT NULL");
+    assert_eq!(db.value(&listed), "1", "the premise: a statement outlives its client");
+    db.value(&format!("KILL {orphan}"));
+    let revs = Revisions::new("mg-fence");
+    revs.add(
+        1,
+        "rows",
+        "INSERT INTO orders (id, v) VALUES (10, 10);\nSELECT BENCHMARK(2000000000, MD5('fence'));\nINSERT INTO orders (id, v) VALUES (11, 11);",
+    );
+    let mut run = Run::apply(&revs, &db.url, &[]);
+    let id = db.wait_running("migrator", "BENCHMARK", T).await;
+    run.terminate();
+    assert_eq!(run.wait(Duration::from_secs(10)).await, exit::FENCED, "{}", run.log());
+    assert_eq!(run.count("ended the session on the server"), 1, "{}", run.log());
+    // KILL has returned by then: the session is gone or marked killed and rolling back.
+    bloodraven_e2e::wait_for("the runner's session to end on the server", Duration::from_secs(10), || async {
+        let n = db.value(&format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {id}"));
+        if n == "0" { Ok(()) } else { Err(format!("session {id} still listed")) }
+    })
+    .await;
+    assert_eq!(db.value("SELECT COUNT(*) FROM app.orders WHERE id >= 10"), "0", "rolled back");
+    assert_eq!(db.history(1), "", "a DML revision leaves no history row");
 }
 
 #[tokio::test]
