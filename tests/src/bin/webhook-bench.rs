@@ -35,9 +35,18 @@ const NOOP_NAME: &str = "noop-inject.bloodraven.shipstream.io";
 const SAME_NAME: &str = "same-patch-inject.bloodraven.shipstream.io";
 
 /// What injection changes in a Job, as the API server returns it: its spec
-/// and annotations (not its name, namespace, uid or timestamps).
+/// and annotations, without what the server derives from each Job's own
+/// uid and name after admission (name, namespace, uid, timestamps, the
+/// selector and the Pod template's labels).
 fn injected_part(job: &Job) -> serde_json::Value {
-    json!({"metadata": {"annotations": job.metadata.annotations}, "spec": job.spec})
+    let mut spec = serde_json::to_value(&job.spec).unwrap();
+    if let Some(spec) = spec.as_object_mut() {
+        spec.remove("selector");
+    }
+    if let Some(meta) = spec.pointer_mut("/template/metadata").and_then(serde_json::Value::as_object_mut) {
+        meta.remove("labels");
+    }
+    json!({"metadata": {"annotations": job.metadata.annotations}, "spec": spec})
 }
 
 /// Renames webhook 0 of mutating configuration `config`, so the API server's
