@@ -1,16 +1,32 @@
-# The operator image for a registry, built the same way `hack/images.sh`
-# builds it here without a daemon: one static binary, nothing else inside,
-# run as 65532. See docs/images.md.
+# The project's images for a registry, built the same way `hack/images.sh`
+# builds them here without a daemon: one static binary each, nothing else
+# inside, run as 65532. See docs/images.md.
 #
-#   docker build -t registry.example/bloodraven/operator:TAG .
+#   docker build --target webhook -t registry.example/bloodraven/webhook:TAG .
+#   docker build --target sidecar -t registry.example/bloodraven/sidecar:TAG .
+#   docker build -t registry.example/bloodraven/operator:TAG .   (the last stage)
 FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --locked --release --target x86_64-unknown-linux-gnu -p bloodraven-operator \
- && strip -o /bloodraven-operator target/x86_64-unknown-linux-gnu/release/bloodraven-operator
+    cargo build --locked --release --target x86_64-unknown-linux-gnu -p bloodraven-operator -p bloodraven-webhook \
+ && RUSTFLAGS="-C target-feature=+crt-static" \
+    cargo build --locked --profile release-sidecar --target x86_64-unknown-linux-gnu -p bloodraven-sidecar \
+ && strip -o /bloodraven-operator target/x86_64-unknown-linux-gnu/release/bloodraven-operator \
+ && strip -o /bloodraven-webhook target/x86_64-unknown-linux-gnu/release/bloodraven-webhook \
+ && strip -o /bloodraven-sidecar target/x86_64-unknown-linux-gnu/release-sidecar/bloodraven-sidecar
 
-FROM scratch
+FROM scratch AS webhook
+COPY --from=build /bloodraven-webhook /bloodraven-webhook
+USER 65532:65532
+ENTRYPOINT ["/bloodraven-webhook"]
+
+FROM scratch AS sidecar
+COPY --from=build /bloodraven-sidecar /bloodraven-sidecar
+USER 65532:65532
+ENTRYPOINT ["/bloodraven-sidecar"]
+
+FROM scratch AS operator
 COPY --from=build /bloodraven-operator /bloodraven-operator
 USER 65532:65532
 ENTRYPOINT ["/bloodraven-operator"]

@@ -5,8 +5,8 @@
 #
 #   hack/images.sh build        build what is missing; print one line per image: REF ARCHIVE
 #   hack/images.sh import DIR   build, import each into DIR's node (hack/node.sh import), and
-#                               write DIR/images.env: BLOODRAVEN_OPERATOR_IMAGE, BLOODRAVEN_SIDECAR_IMAGE,
-#                               BLOODRAVEN_TOOLS_IMAGE
+#                               write DIR/images.env: BLOODRAVEN_OPERATOR_IMAGE, BLOODRAVEN_WEBHOOK_IMAGE,
+#                               BLOODRAVEN_SIDECAR_IMAGE, BLOODRAVEN_TOOLS_IMAGE
 #   hack/images.sh push PREFIX  build, then copy each project image (not tools) to a registry
 #                               with skopeo: PREFIX/NAME:TAG, e.g. PREFIX=registry.example/bloodraven;
 #                               skopeo's own options (credentials, TLS) come from SKOPEO_ARGS
@@ -15,6 +15,7 @@
 #   localhost/bloodraven/operator:TAG  one static binary, /bloodraven-operator (glibc,
 #                                      `-C target-feature=+crt-static`, stripped), run as
 #                                      65532:65532; nothing else inside: no shell, no libraries
+#   localhost/bloodraven/webhook:TAG   the same for /bloodraven-webhook (the admission webhook)
 #   localhost/bloodraven/sidecar:TAG   the same for /bloodraven-sidecar (the deploy-lease sidecar,
 #                                      its `exec` wrapper and `probe`), run as 65532:65532
 #   localhost/bloodraven/tools:TAG     for tests only: busybox (Debian's busybox-static) and curl
@@ -47,14 +48,14 @@ need() {
   [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || die "static glibc is missing (apt-get install libc6-dev)"
 }
 
-# The static binaries: the operator (release) and the sidecar (release-sidecar).
+# The static binaries: the operator and the webhook (release) and the sidecar (release-sidecar).
 # `|| die`: callers run this inside $(...), where set -e does not stop a
 # failed build, and the binaries left in the target folder would be packed.
 build_binaries() {
-  log "building bloodraven-operator (release) and bloodraven-sidecar (release-sidecar: size-optimized, see Cargo.toml) as static binaries"
+  log "building bloodraven-operator and bloodraven-webhook (release) and bloodraven-sidecar (release-sidecar: size-optimized, see Cargo.toml) as static binaries"
   (cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --quiet --locked --release --target "$triple" -p bloodraven-operator) ||
-    die "cargo build of the static operator failed"
+    cargo build --quiet --locked --release --target "$triple" -p bloodraven-operator -p bloodraven-webhook) ||
+    die "cargo build of the static operator and webhook failed"
   (cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --quiet --locked --profile release-sidecar --target "$triple" -p bloodraven-sidecar) ||
     die "cargo build of the static sidecar failed"
@@ -104,27 +105,29 @@ cmd_build() {
   local work; work=$(mktemp -d)
   # shellcheck disable=SC2064
   trap "rm -rf '$work'" EXIT
-  mkdir -p "$work/operator" "$work/sidecar" "$work/tools"
+  mkdir -p "$work/operator" "$work/webhook" "$work/sidecar" "$work/tools"
   build_binaries
   build_static "$work/operator" operator release
+  build_static "$work/webhook" webhook release
   build_static "$work/sidecar" sidecar release-sidecar
   build_tools "$work/tools"
 }
 
 cmd_import() { # dir
   local dir; dir=$(cd "$1" && pwd)
-  local lines ref archive operator="" sidecar="" tools=""
+  local lines ref archive operator="" webhook="" sidecar="" tools=""
   lines=$(cmd_build)
   while read -r ref archive; do
     "$root/hack/node.sh" import "$dir" "$archive" "$ref"
     case $ref in
       */operator:*) operator=$ref ;;
+      */webhook:*) webhook=$ref ;;
       */sidecar:*) sidecar=$ref ;;
       */tools:*) tools=$ref ;;
     esac
   done <<<"$lines"
-  printf 'export BLOODRAVEN_OPERATOR_IMAGE=%s\nexport BLOODRAVEN_SIDECAR_IMAGE=%s\nexport BLOODRAVEN_TOOLS_IMAGE=%s\n' \
-    "$operator" "$sidecar" "$tools" >"$dir/images.env"
+  printf 'export BLOODRAVEN_OPERATOR_IMAGE=%s\nexport BLOODRAVEN_WEBHOOK_IMAGE=%s\nexport BLOODRAVEN_SIDECAR_IMAGE=%s\nexport BLOODRAVEN_TOOLS_IMAGE=%s\n' \
+    "$operator" "$webhook" "$sidecar" "$tools" >"$dir/images.env"
   cat "$dir/images.env"
 }
 
