@@ -47,6 +47,7 @@ cmd_webhooks() {
 
 cmd_check() {
   local helm work
+  python3 -c 'import yaml' 2>/dev/null || die "python3's yaml module is missing (hack/deps.sh installs python3-yaml)"
   helm=$("$root/hack/build-helm.sh" | tail -1)
   work=$(mktemp -d)
   # shellcheck disable=SC2064

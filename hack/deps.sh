@@ -12,6 +12,8 @@ command -v openssl >/dev/null || need+=(openssl)
 command -v python3 >/dev/null || need+=(python3)
 # schemathesis is installed into a venv (hack/schemathesis.sh): Debian splits venv and ensurepip out.
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+# hack/chart.sh compares the chart's webhook configurations with the binary's (parsed YAML).
+python3 -c 'import yaml' 2>/dev/null || need+=(python3-yaml)
 # The partition test puts a site in its own network namespace (needs root).
 command -v ip >/dev/null || need+=(iproute2)
 # The local node (hack/node.sh): container runtime, CNI plugins, image
