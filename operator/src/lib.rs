@@ -34,6 +34,17 @@ pub use config::Config;
 /// termination grace period.
 const CONTROLLER_SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The description of every metric family the operator serves on
+/// `/metrics`: [`metrics::Metrics::new`]'s and those the modules that own
+/// metrics register at start ([`run`] makes the same registrations). Listed
+/// with or without series, for the monitoring check
+/// (`xtask/tests/monitoring.rs`) and `docs/metrics.md`.
+pub fn metric_families() -> Result<Vec<prometheus::core::Desc>, metrics::MetricsError> {
+    let metrics = metrics::Metrics::new()?;
+    tolerant::report::register_metrics(&metrics)?;
+    Ok(metrics.families())
+}
+
 /// Runs the operator until SIGTERM or SIGINT.
 #[allow(clippy::too_many_lines)] // start-up in its order, one step a line or two
 pub async fn run(config: Config) -> anyhow::Result<()> {

@@ -2,12 +2,19 @@
 //! the plain port's `/metrics`. Labels carry group, site and stable reasons,
 //! never credentials.
 
+use std::sync::{Arc, Mutex, PoisonError};
+
+use prometheus::core::{Collector, Desc};
 use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// The operator's metrics.
 #[derive(Clone, Debug)]
 pub struct Metrics {
     registry: Registry,
+    /// The description of every collector registered here, so that the
+    /// families can be listed before they have a series (`gather()` leaves
+    /// out a labelled family with no series yet).
+    descs: Arc<Mutex<Vec<Desc>>>,
     /// `bloodraven_topology_generation{group}`: the group's decided topology generation.
     pub topology_generation: IntGaugeVec,
     /// `bloodraven_site_up{group,site}`: 1 when the last probe reached the site.
@@ -71,6 +78,8 @@ impl Metrics {
     #[allow(clippy::too_many_lines)] // one declaration and one registration per metric
     pub fn new() -> Result<Self, MetricsError> {
         let registry = Registry::new();
+        let descs = Arc::new(Mutex::new(Vec::new()));
+        let register = |collector: Box<dyn Collector>| record(&registry, &descs, collector);
         let topology_generation = IntGaugeVec::new(
             Opts::new("bloodraven_topology_generation", "Decided topology generation of the group"),
             &["group"],
@@ -139,8 +148,8 @@ impl Metrics {
             Opts::new("bloodraven_failovers_total", "Failovers by kind (planned, emergency) and outcome"),
             &["group", "kind", "outcome"],
         )?;
-        registry.register(Box::new(planned_failovers_deferred_total.clone()))?;
-        registry.register(Box::new(failovers_total.clone()))?;
+        register(Box::new(planned_failovers_deferred_total.clone()))?;
+        register(Box::new(failovers_total.clone()))?;
         let primary_service_writes_total = IntCounterVec::new(
             Opts::new(
                 "bloodraven_primary_service_writes_total",
@@ -148,7 +157,7 @@ impl Metrics {
             ),
             &["kind", "action"],
         )?;
-        registry.register(Box::new(primary_service_writes_total.clone()))?;
+        register(Box::new(primary_service_writes_total.clone()))?;
         let status_writes_total = IntCounterVec::new(
             Opts::new(
                 "bloodraven_status_writes_total",
@@ -156,7 +165,7 @@ impl Metrics {
             ),
             &["outcome"],
         )?;
-        registry.register(Box::new(status_writes_total.clone()))?;
+        register(Box::new(status_writes_total.clone()))?;
         let decision_record_reads_total = IntCounterVec::new(
             Opts::new(
                 "bloodraven_decision_record_reads_total",
@@ -164,24 +173,25 @@ impl Metrics {
             ),
             &["source"],
         )?;
-        registry.register(Box::new(decision_record_reads_total.clone()))?;
-        registry.register(Box::new(topology_generation.clone()))?;
-        registry.register(Box::new(site_up.clone()))?;
-        registry.register(Box::new(site_writable.clone()))?;
-        registry.register(Box::new(replication_lag_seconds.clone()))?;
-        registry.register(Box::new(group_stable.clone()))?;
-        registry.register(Box::new(reconcile_total.clone()))?;
-        registry.register(Box::new(reconcile_errors_total.clone()))?;
-        registry.register(Box::new(probe_duration_seconds.clone()))?;
-        registry.register(Box::new(probe_to_status_seconds.clone()))?;
-        registry.register(Box::new(leader.clone()))?;
-        registry.register(Box::new(deploy_leases_active.clone()))?;
-        registry.register(Box::new(deploy_requests_total.clone()))?;
-        registry.register(Box::new(deploy_watches_open.clone()))?;
-        registry.register(Box::new(deploy_request_duration_seconds.clone()))?;
-        registry.register(Box::new(deploy_leases_revoked_total.clone()))?;
+        register(Box::new(decision_record_reads_total.clone()))?;
+        register(Box::new(topology_generation.clone()))?;
+        register(Box::new(site_up.clone()))?;
+        register(Box::new(site_writable.clone()))?;
+        register(Box::new(replication_lag_seconds.clone()))?;
+        register(Box::new(group_stable.clone()))?;
+        register(Box::new(reconcile_total.clone()))?;
+        register(Box::new(reconcile_errors_total.clone()))?;
+        register(Box::new(probe_duration_seconds.clone()))?;
+        register(Box::new(probe_to_status_seconds.clone()))?;
+        register(Box::new(leader.clone()))?;
+        register(Box::new(deploy_leases_active.clone()))?;
+        register(Box::new(deploy_requests_total.clone()))?;
+        register(Box::new(deploy_watches_open.clone()))?;
+        register(Box::new(deploy_request_duration_seconds.clone()))?;
+        register(Box::new(deploy_leases_revoked_total.clone()))?;
         Ok(Metrics {
             registry,
+            descs,
             topology_generation,
             site_up,
             site_writable,
@@ -207,8 +217,16 @@ impl Metrics {
 
     /// Registers a collector owned by another module (metrics are registered
     /// by the module that owns them, in this one registry).
-    pub fn register(&self, collector: Box<dyn prometheus::core::Collector>) -> Result<(), MetricsError> {
-        Ok(self.registry.register(collector)?)
+    pub fn register(&self, collector: Box<dyn Collector>) -> Result<(), MetricsError> {
+        record(&self.registry, &self.descs, collector)
+    }
+
+    /// The description (name, help, label names) of every metric family
+    /// registered so far, with or without series: what `/metrics` can show.
+    /// The monitoring check (`xtask/tests/monitoring.rs`) compares the
+    /// alert and dashboard queries with these.
+    pub fn families(&self) -> Vec<Desc> {
+        self.descs.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// The registry in Prometheus text format.
@@ -235,6 +253,14 @@ impl Metrics {
     }
 }
 
+/// Registers `collector` in `registry` and keeps its descriptions in `descs`.
+fn record(registry: &Registry, descs: &Mutex<Vec<Desc>>, collector: Box<dyn Collector>) -> Result<(), MetricsError> {
+    let these: Vec<Desc> = collector.desc().into_iter().cloned().collect();
+    registry.register(collector)?;
+    descs.lock().unwrap_or_else(PoisonError::into_inner).extend(these);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,5 +277,21 @@ mod tests {
         let body = m.render();
         assert!(!body.contains("group=\"g\""), "a deleted group leaves no series: {body}");
         assert!(body.contains("bloodraven_site_up{group=\"h\",site=\"iad\"} 1"), "other groups stay: {body}");
+    }
+
+    #[test]
+    fn families_list_labelled_metrics_before_their_first_series() {
+        let m = Metrics::new().unwrap();
+        let body = m.render();
+        assert!(!body.contains("bloodraven_site_up"), "no series yet: {body}");
+        let families = m.families();
+        let site_up = families.iter().find(|d| d.fq_name == "bloodraven_site_up").unwrap();
+        assert_eq!(site_up.variable_labels, ["group", "site"]);
+        assert!(families.iter().any(|d| d.fq_name == "bloodraven_leader"));
+        let extra = IntGauge::new("bloodraven_test_extra", "registered by another module").unwrap();
+        m.register(Box::new(extra)).unwrap();
+        assert!(m.families().iter().any(|d| d.fq_name == "bloodraven_test_extra"));
+        assert!(m.register(Box::new(IntGauge::new("bloodraven_leader", "twice").unwrap())).is_err());
+        assert_eq!(m.families().iter().filter(|d| d.fq_name == "bloodraven_leader").count(), 1);
     }
 }

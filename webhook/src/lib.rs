@@ -39,6 +39,7 @@ impl Metrics {
     /// Registers `bloodraven_webhook_reviews_total{webhook, outcome}` and
     /// `bloodraven_webhook_review_duration_seconds{webhook}`.
     pub fn new() -> prometheus::Result<Metrics> {
+        use review::Endpoint;
         let registry = Registry::new();
         let reviews = IntCounterVec::new(
             Opts::new(
@@ -57,7 +58,26 @@ impl Metrics {
         )?;
         registry.register(Box::new(reviews.clone()))?;
         registry.register(Box::new(duration.clone()))?;
+        // Every series a review can produce exists from the start at 0, so
+        // that `rate()` and `absent()` in alerts see the webhook before its
+        // first review (a labelled family with no series is not served).
+        for endpoint in [Endpoint::Databases, Endpoint::Groups, Endpoint::State, Endpoint::Jobs] {
+            for outcome in ["allowed", "denied"] {
+                reviews.with_label_values(&[endpoint.as_str(), outcome]);
+            }
+            duration.with_label_values(&[endpoint.as_str()]);
+        }
+        reviews.with_label_values(&[Endpoint::Jobs.as_str(), "patched"]);
         Ok(Metrics { registry, reviews, duration })
+    }
+
+    /// The description (name, help, label names) of every metric family
+    /// registered here, with or without series (the monitoring check,
+    /// `xtask/tests/monitoring.rs`, compares the alert and dashboard
+    /// queries with these).
+    pub fn families(&self) -> Vec<prometheus::core::Desc> {
+        use prometheus::core::Collector as _;
+        self.reviews.desc().into_iter().chain(self.duration.desc()).cloned().collect()
     }
 
     fn observe(&self, webhook: &str, outcome: &str, took: Duration) {
@@ -226,4 +246,29 @@ pub fn print_configurations(args: &config::ConfigurationsArgs) -> anyhow::Result
     m["apiVersion"] = "admissionregistration.k8s.io/v1".into();
     m["kind"] = "MutatingWebhookConfiguration".into();
     Ok(format!("{}---\n{}", serde_saphyr::to_string(&v)?, serde_saphyr::to_string(&m)?))
+}
+
+#[cfg(test)]
+mod metrics_tests {
+    use super::*;
+
+    #[test]
+    fn families_are_every_family_the_registry_serves_from_the_start() {
+        let m = Metrics::new().unwrap();
+        let body = admin::render(&m.registry);
+        for series in [
+            "bloodraven_webhook_reviews_total{outcome=\"patched\",webhook=\"inject\"} 0",
+            "bloodraven_webhook_reviews_total{outcome=\"denied\",webhook=\"deployment-clients\"} 0",
+            "bloodraven_webhook_review_duration_seconds_count{webhook=\"operator-state\"} 0",
+        ] {
+            assert!(body.contains(series), "{series} missing from {body}");
+        }
+        let mut served: Vec<String> = m.registry.gather().iter().map(|f| f.name().to_owned()).collect();
+        let mut listed: Vec<String> = m.families().iter().map(|d| d.fq_name.clone()).collect();
+        served.sort();
+        listed.sort();
+        assert_eq!(served, listed);
+        let reviews = m.families().into_iter().find(|d| d.fq_name == "bloodraven_webhook_reviews_total").unwrap();
+        assert_eq!(reviews.variable_labels, ["webhook", "outcome"]);
+    }
 }

@@ -53,6 +53,31 @@ struct Entry {
     event: Option<(String, Instant)>,
 }
 
+/// Registers the reporter's metrics in `metrics`,
+/// `bloodraven_decode_errors_total{kind}` and
+/// `bloodraven_undecodable_objects{kind}`, each with a series per kind at 0
+/// so that alerts see them before the first error.
+pub fn register_metrics(metrics: &Metrics) -> Result<(IntCounterVec, IntGaugeVec), MetricsError> {
+    let decode_errors_total = IntCounterVec::new(
+        Opts::new(
+            "bloodraven_decode_errors_total",
+            "Stored objects that failed to decode into the operator's types, by kind (each failed decode)",
+        ),
+        &["kind"],
+    )?;
+    let undecodable_objects = IntGaugeVec::new(
+        Opts::new("bloodraven_undecodable_objects", "Stored objects of the kind that do not decode now"),
+        &["kind"],
+    )?;
+    metrics.register(Box::new(decode_errors_total.clone()))?;
+    metrics.register(Box::new(undecodable_objects.clone()))?;
+    for kind in [Kind::FailoverGroup, Kind::Database] {
+        undecodable_objects.with_label_values(&[kind.as_str()]).set(0);
+        decode_errors_total.with_label_values(&[kind.as_str()]);
+    }
+    Ok((decode_errors_total, undecodable_objects))
+}
+
 /// Collects bad objects from the owning watches and reports them.
 #[derive(Clone)]
 pub struct Reporter {
@@ -84,23 +109,7 @@ impl Reporter {
         leadership: Leadership,
         metrics: &Metrics,
     ) -> Result<Self, MetricsError> {
-        let decode_errors_total = IntCounterVec::new(
-            Opts::new(
-                "bloodraven_decode_errors_total",
-                "Stored objects that failed to decode into the operator's types, by kind (each failed decode)",
-            ),
-            &["kind"],
-        )?;
-        let undecodable_objects = IntGaugeVec::new(
-            Opts::new("bloodraven_undecodable_objects", "Stored objects of the kind that do not decode now"),
-            &["kind"],
-        )?;
-        metrics.register(Box::new(decode_errors_total.clone()))?;
-        metrics.register(Box::new(undecodable_objects.clone()))?;
-        for kind in [Kind::FailoverGroup, Kind::Database] {
-            undecodable_objects.with_label_values(&[kind.as_str()]).set(0);
-            decode_errors_total.with_label_values(&[kind.as_str()]);
-        }
+        let (decode_errors_total, undecodable_objects) = register_metrics(metrics)?;
         let inner = Inner {
             client,
             recorder,
