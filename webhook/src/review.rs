@@ -107,7 +107,14 @@ pub async fn handle(
         }
         Ok(Ok(b)) => b,
     };
-    let review: AdmissionReview<DynamicObject> = match serde_json::from_slice(&bytes) {
+    let value: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => return bad(StatusCode::BAD_REQUEST, format!("not an admission.k8s.io/v1 AdmissionReview: {e}")),
+    };
+    if let Err(e) = check_envelope(endpoint, &value) {
+        return bad(StatusCode::BAD_REQUEST, e);
+    }
+    let review: AdmissionReview<DynamicObject> = match serde_json::from_value(value) {
         Ok(r) => r,
         Err(e) => return bad(StatusCode::BAD_REQUEST, format!("not an admission.k8s.io/v1 AdmissionReview: {e}")),
     };
@@ -165,6 +172,93 @@ pub async fn handle(
     }
 }
 
+/// What `endpoint` is registered for: `(API group, resource, kind)` and operations.
+fn registered(endpoint: Endpoint) -> (&'static [(&'static str, &'static str, &'static str)], &'static [&'static str]) {
+    match endpoint {
+        Endpoint::Databases => (&[(names::GROUP, "mysqldatabases", "MysqlDatabase")], &["CREATE", "UPDATE", "DELETE"]),
+        Endpoint::Groups => (&[(names::GROUP, "mysqlfailovergroups", "MysqlFailoverGroup")], &["UPDATE"]),
+        Endpoint::State => (
+            &[("coordination.k8s.io", "leases", "Lease"), ("", "configmaps", "ConfigMap"), ("", "secrets", "Secret")],
+            &["CREATE", "UPDATE", "DELETE"],
+        ),
+        Endpoint::Jobs => (&[("batch", "jobs", "Job")], &["CREATE", "UPDATE"]),
+    }
+}
+
+/// Checks that `review` is one the API server sends `endpoint`: an
+/// `admission.k8s.io/v1` `AdmissionReview` with a request, for a resource
+/// and an operation the endpoint is registered for, carrying the objects
+/// that operation has (CREATE the object, UPDATE both, DELETE the old one),
+/// each of the resource's kind. Every guard reads a missing object as
+/// "nothing to check": without this, garbage (found by an attack: an UPDATE
+/// without `oldObject`, a Pod sent as a Job, a review of the wrong
+/// resource) was answered "allowed". Errors: what is wrong, for a 400.
+pub fn check_envelope(endpoint: Endpoint, review: &Value) -> Result<(), String> {
+    let text = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).map(str::to_owned);
+    let api_version = text(review, "/apiVersion").unwrap_or_default();
+    let kind = text(review, "/kind").unwrap_or_default();
+    if api_version != "admission.k8s.io/v1" || kind != "AdmissionReview" {
+        return Err(format!(
+            "not an admission.k8s.io/v1 AdmissionReview (apiVersion {:?}, kind {:?})",
+            truncated(&api_version),
+            truncated(&kind)
+        ));
+    }
+    let Some(request) = review.get("request").filter(|r| r.is_object()) else {
+        return Err("the AdmissionReview has no request".into());
+    };
+    if text(request, "/uid").is_none_or(|u| u.is_empty()) {
+        return Err("the AdmissionReview's request has no uid".into());
+    }
+    let (resources, operations) = registered(endpoint);
+    let group = text(request, "/resource/group").unwrap_or_default();
+    let resource = text(request, "/resource/resource").unwrap_or_default();
+    let Some(&(_, _, kind)) = resources.iter().find(|(g, r, _)| *g == group && *r == resource) else {
+        return Err(format!(
+            "endpoint {} does not review resource {:?} of API group {:?}",
+            endpoint.as_str(),
+            truncated(&resource),
+            truncated(&group)
+        ));
+    };
+    if text(request, "/kind/kind").as_deref() != Some(kind)
+        || text(request, "/kind/group").as_deref() != Some(group.as_str())
+    {
+        return Err(format!("request.kind is not {kind} of API group {group:?}"));
+    }
+    let operation = text(request, "/operation").unwrap_or_default();
+    if !operations.contains(&operation.as_str()) {
+        return Err(format!("endpoint {} does not review {:?}", endpoint.as_str(), truncated(&operation)));
+    }
+    let present = |field: &str| request.get(field).is_some_and(|o| !o.is_null());
+    let (new, old) = match operation.as_str() {
+        "CREATE" => (true, false),
+        "UPDATE" => (true, true),
+        _ => (false, true),
+    };
+    for (field, needed) in [("object", new), ("oldObject", old)] {
+        if needed && !present(field) {
+            return Err(format!("a {operation} review needs request.{field}"));
+        }
+        if present(field) {
+            let object = &request[field];
+            if !object.is_object() || text(object, "/kind").as_deref() != Some(kind) {
+                return Err(format!("request.{field} is not a {kind}"));
+            }
+            let version = text(object, "/apiVersion").unwrap_or_default();
+            let object_group = version.rsplit_once('/').map_or("", |(g, _)| g);
+            if object_group != group {
+                return Err(format!("request.{field} is not a {kind} of API group {group:?}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn truncated(s: &str) -> String {
+    s.chars().take(80).collect()
+}
+
 /// The review as the API server reads it: kube-core serializes
 /// `response.patch` (Go `[]byte`) as an array of numbers, which Go decodes
 /// but at four times the size and one reflected element at a time; the
@@ -215,7 +309,10 @@ async fn decide(w: &Webhook, endpoint: Endpoint, request: &AdmissionRequest<Dyna
     match endpoint {
         Endpoint::Databases => deployment_clients(w, request, old.as_ref(), new.as_ref()).await,
         Endpoint::Groups => {
-            let (Some(old), Some(new)) = (old, new) else { return Verdict::Allow };
+            // Unreachable past check_envelope; garbage is never "allowed".
+            let (Some(old), Some(new)) = (old, new) else {
+                return Verdict::Deny("a group review without both objects; refused".into());
+            };
             let writer = if username(request) == w.operator { group::Writer::Operator } else { group::Writer::Other };
             let status_write =
                 request.sub_resource.as_deref() == Some("status") || old.get("status") != new.get("status");
@@ -263,7 +360,7 @@ async fn deployment_clients(
         Operation::Create => database::Op::Create,
         Operation::Update => database::Op::Update,
         Operation::Delete => database::Op::Delete,
-        Operation::Connect => return Verdict::Allow,
+        Operation::Connect => return Verdict::Deny("CONNECT is not reviewed here; refused".into()),
     };
     let user = username(request);
     if op == database::Op::Delete && w.trusted_deleters.iter().any(|t| t == user) {
@@ -290,9 +387,19 @@ async fn deployment_clients(
 }
 
 async fn inject_job(w: &Webhook, request: &AdmissionRequest<DynamicObject>, job: Option<&Value>) -> Verdict {
-    let Some(job) = job else { return Verdict::Allow };
+    let Some(job) = job else { return Verdict::Deny("a Job review without the Job; refused".into()) };
     if !inject::asks(job) {
+        if inject::template_asks(job) && matches!(request.operation, Operation::Create) {
+            return Verdict::Deny(inject::misplaced());
+        }
         return Verdict::Allow;
+    }
+    if matches!(request.operation, Operation::Update) {
+        // Sent only when the update adds the annotation (matchConditions):
+        // a Job's Pod template is immutable, so it cannot be injected now,
+        // and an annotation saying "inject" on a Job without the sidecar
+        // would lie about how its migration runs.
+        return Verdict::Deny(inject::too_late());
     }
     let ask = match inject::ask(job) {
         Ok(a) => a,
@@ -335,6 +442,59 @@ mod tests {
         assert_eq!(String::from_utf8(decoded).unwrap(), r#"[{"op":"add","path":"/spec/backoffLimit","value":0}]"#);
         assert_eq!(v["response"]["patchType"], "JSONPatch");
         assert_eq!(v["response"]["uid"], "u");
+    }
+
+    #[allow(clippy::needless_pass_by_value)] // built inline at each call
+    fn review(resource: (&str, &str, &str), operation: &str, object: Option<Value>, old: Option<Value>) -> Value {
+        let (group, resource, kind) = resource;
+        serde_json::json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u", "kind": {"group": group, "version": "v1", "kind": kind},
+            "resource": {"group": group, "version": "v1", "resource": resource},
+            "name": "x", "operation": operation, "userInfo": {"username": "mallory"},
+            "object": object, "oldObject": old}})
+    }
+
+    #[test]
+    fn garbage_reviews_are_refused_before_any_guard_reads_them() {
+        use serde_json::json;
+        let group = (names::GROUP, "mysqlfailovergroups", "MysqlFailoverGroup");
+        let g = json!({"apiVersion": "bloodraven.shipstream.io/v1alpha1", "kind": "MysqlFailoverGroup"});
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap"});
+        let job = (("batch"), "jobs", "Job");
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"annotations": {"bloodraven.shipstream.io/inject": "true"}}});
+        let good = review(group, "UPDATE", Some(g.clone()), Some(g.clone()));
+        assert_eq!(check_envelope(Endpoint::Groups, &good), Ok(()));
+        let mut beta = good.clone();
+        beta["apiVersion"] = json!("admission.k8s.io/v1beta1");
+        let mut no_request = good.clone();
+        no_request.as_object_mut().unwrap().remove("request");
+        let cases = [
+            (Endpoint::Groups, beta, "not an admission.k8s.io/v1"),
+            (Endpoint::Groups, no_request, "no request"),
+            (Endpoint::Groups, review(group, "UPDATE", Some(g.clone()), None), "needs request.oldObject"),
+            (Endpoint::Groups, review(group, "UPDATE", Some(cm.clone()), Some(g.clone())), "request.object is not"),
+            (Endpoint::Groups, review(group, "CREATE", Some(g.clone()), None), "does not review \"CREATE\""),
+            (
+                Endpoint::State,
+                review(("", "pods", "Pod"), "DELETE", None, Some(cm.clone())),
+                "does not review resource",
+            ),
+            (Endpoint::Jobs, review(job, "CREATE", Some(pod), None), "request.object is not a Job"),
+            (
+                Endpoint::Jobs,
+                review(job, "DELETE", None, Some(json!({"apiVersion": "batch/v1", "kind": "Job"}))),
+                "DELETE",
+            ),
+            (Endpoint::Databases, review(group, "DELETE", None, Some(g.clone())), "does not review resource"),
+        ];
+        for (endpoint, r, says) in cases {
+            let e = check_envelope(endpoint, &r).unwrap_err();
+            assert!(e.contains(says), "{endpoint:?}: {e} (wanted {says})");
+        }
+        // A delete carries only the old object; that is its shape.
+        let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"});
+        let delete = review(("coordination.k8s.io", "leases", "Lease"), "DELETE", None, Some(lease));
+        assert_eq!(check_envelope(Endpoint::State, &delete), Ok(()));
     }
 
     #[test]
