@@ -80,6 +80,30 @@ pub fn asks(job: &Value) -> bool {
     annotation(job, names::INJECT) == Some("true")
 }
 
+/// Whether `job`'s Pod template carries `inject: "true"` (the annotations
+/// belong on the Job: the Pod is created by the Job controller, past the
+/// webhook, so a template annotation would run the migration unfenced).
+pub fn template_asks(job: &Value) -> bool {
+    job.pointer("/spec/template/metadata/annotations").and_then(|a| a.get(names::INJECT)).and_then(Value::as_str)
+        == Some("true")
+}
+
+/// The refusal of a Job whose Pod template, not the Job, asks for injection.
+pub fn misplaced() -> String {
+    format!(
+        "the Job's Pod template (spec.template.metadata.annotations) asks for the Bloodraven sidecar, but injection reads the Job's own annotations: move {} and the group and instance annotations to the Job's metadata.annotations (for a CronJob: spec.jobTemplate.metadata.annotations)",
+        names::INJECT
+    )
+}
+
+/// The refusal of an update that adds `inject: "true"` to an existing Job.
+pub fn too_late() -> String {
+    format!(
+        "{} was added to an existing Job: a Job's Pod template cannot change after it is created, so the sidecar cannot be injected now. Delete the Job and create it again with the annotations",
+        names::INJECT
+    )
+}
+
 /// What `job` asks for. Errors: a missing or malformed group or instance.
 pub fn ask(job: &Value) -> Result<Ask, String> {
     let get = |key: &str, what: &str| -> Result<String, String> {
@@ -152,6 +176,18 @@ pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
         ));
     }
 
+    // A container of the Pod named like one of ours would be taken for the
+    // sidecar by a reader (and collide with it): refused.
+    if let Some(c) = containers
+        .iter()
+        .map(|c| c.get("name").and_then(Value::as_str).unwrap_or_default())
+        .find(|n| [names::SIDECAR_CONTAINER, names::INSTALL_CONTAINER].contains(n))
+    {
+        return Err(format!(
+            "container {c:?} has the name of a container the webhook injects as an init container: rename it"
+        ));
+    }
+
     let mut ops = Vec::new();
     let idx = index.to_string();
     // Job defaults: never run a migration Pod twice; always end.
@@ -202,16 +238,13 @@ pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
     append(&mut ops, &["spec", "template", "spec", "initContainers"], pod.get("initContainers"), new_inits);
     // Volumes.
     let volumes = pod.get("volumes").and_then(Value::as_array).cloned().unwrap_or_default();
+    let [run_volume, token_volume] = our_volumes(&volumes, s)?;
     let mut new_volumes = Vec::new();
     if !has(&volumes, names::RUN_VOLUME) {
-        new_volumes.push(json!({"name": names::RUN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}}));
+        new_volumes.push(run_volume);
     }
     if !has(&volumes, names::TOKEN_VOLUME) {
-        new_volumes.push(json!({"name": names::TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": {
-            "audience": bloodraven_api::names::DEPLOY_AUDIENCE,
-            "expirationSeconds": s.token_expiration_seconds,
-            "path": "token",
-        }}]}}));
+        new_volumes.push(token_volume);
     }
     append(&mut ops, &["spec", "template", "spec", "volumes"], pod.get("volumes"), new_volumes);
     if !ops.is_empty() && annotation(job, names::INJECTED).is_none() {
@@ -231,6 +264,42 @@ fn differs(have: &Value, want: &Value) -> Option<&'static str> {
     }
     let exec = |c: &Value| c.pointer("/startupProbe/exec").cloned();
     (exec(have) != exec(want)).then_some("startupProbe")
+}
+
+/// The volumes the webhook injects, `[run, token]`, once those of `volumes`
+/// with their names are checked to be exactly ours (found by an attack: a
+/// Secret volume named bloodraven-token handed the sidecar another
+/// identity's token; a hostPath named bloodraven-run shared the socket with
+/// other Pods). The API server defaults `projected.defaultMode`, which is
+/// not compared.
+fn our_volumes(volumes: &[Value], s: &Settings) -> Result<[Value; 2], String> {
+    let run_volume = json!({"name": names::RUN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}});
+    let token_volume = json!({"name": names::TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": {
+        "audience": bloodraven_api::names::DEPLOY_AUDIENCE,
+        "expirationSeconds": s.token_expiration_seconds,
+        "path": "token",
+    }}]}});
+    for want in [&run_volume, &token_volume] {
+        let n = want.get("name").and_then(Value::as_str).unwrap_or_default();
+        if let Some(v) = volumes.iter().find(|v| v.get("name").and_then(Value::as_str) == Some(n))
+            && !same_volume(v, want)
+        {
+            return Err(format!(
+                "volume {n:?} is not the one this webhook injects: remove it (and the other bloodraven-* containers and volumes) and create the Job again to have it injected"
+            ));
+        }
+    }
+    Ok([run_volume, token_volume])
+}
+
+/// Whether volume `have` is `want` (the same source and nothing else),
+/// ignoring the `defaultMode` the API server sets on a projected volume.
+fn same_volume(have: &Value, want: &Value) -> bool {
+    let mut have = have.clone();
+    if let Some(p) = have.get_mut("projected").and_then(Value::as_object_mut) {
+        p.remove("defaultMode");
+    }
+    have == *want
 }
 
 /// Appends `items` to the list at `path` (`current`), creating it when absent.

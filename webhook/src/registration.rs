@@ -344,9 +344,24 @@ fn labels() -> std::collections::BTreeMap<String, String> {
 
 /// The MutatingWebhookConfiguration: injection into annotated Jobs.
 pub fn mutating_configuration(p: &Params) -> MutatingWebhookConfiguration {
-    let annotated = format!(
-        "has(object.metadata.annotations) && {key} in object.metadata.annotations && object.metadata.annotations[{key}] == 'true'",
+    let asks = |v: &str| {
+        format!(
+            "(has({v}.metadata.annotations) && {key} in {v}.metadata.annotations && {v}.metadata.annotations[{key}] == 'true')",
+            key = quoted(inj::INJECT)
+        )
+    };
+    let template = format!(
+        "(has(object.spec.template.metadata) && has(object.spec.template.metadata.annotations) && {key} in object.spec.template.metadata.annotations && object.spec.template.metadata.annotations[{key}] == 'true')",
         key = quoted(inj::INJECT)
+    );
+    // A create that asks (on the Job, or by mistake on its Pod template:
+    // refused, not run unfenced); an update that adds the annotation
+    // (refused: the template is immutable). Other updates never match, so
+    // the Job controller's writes never wait on the webhook.
+    let annotated = format!(
+        "request.operation == 'CREATE' ? ({new} || {template}) : ({new} && !{old})",
+        new = asks("object"),
+        old = asks("oldObject"),
     );
     let webhook = MutatingWebhook {
         name: "inject.bloodraven.shipstream.io".into(),
@@ -357,7 +372,7 @@ pub fn mutating_configuration(p: &Params) -> MutatingWebhookConfiguration {
         side_effects: "None".into(),
         timeout_seconds: Some(p.timeout_seconds),
         reinvocation_policy: Some("IfNeeded".into()),
-        rules: Some(vec![rule("batch", &["jobs"], &["CREATE"], "Namespaced")]),
+        rules: Some(vec![rule("batch", &["jobs"], &["CREATE", "UPDATE"], "Namespaced")]),
         match_conditions: Some(vec![cond("annotated", annotated)]),
         namespace_selector: Some(not_system_namespaces(p, &[p.namespace.as_str()])),
         object_selector: None,

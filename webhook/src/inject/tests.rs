@@ -190,3 +190,47 @@ fn each_refusal_says_what_to_fix() {
     j["spec"]["template"]["spec"].as_object_mut().unwrap().remove("serviceAccountName");
     assert_eq!(ask(&j).unwrap().service_account, "default");
 }
+
+#[test]
+fn a_look_alike_volume_or_a_container_named_like_ours_is_refused() {
+    let ask_and_patch = |j: &Value| patch(j, &ask(j).unwrap(), &settings());
+    // Found by an attack: a Secret volume named bloodraven-token would hand the sidecar another token.
+    let mut secret_token = job();
+    secret_token["spec"]["template"]["spec"]["volumes"] =
+        json!([{"name": "bloodraven-token", "secret": {"secretName": "someone-elses-token"}}]);
+    let e = ask_and_patch(&secret_token).unwrap_err();
+    assert!(e.contains("volume \"bloodraven-token\" is not the one"), "{e}");
+    let mut other_audience = job();
+    other_audience["spec"]["template"]["spec"]["volumes"] = json!([{"name": "bloodraven-token", "projected": {
+        "sources": [{"serviceAccountToken": {"audience": "kubernetes", "expirationSeconds": 3600, "path": "token"}}]}}]);
+    assert!(ask_and_patch(&other_audience).is_err());
+    let mut host_run = job();
+    host_run["spec"]["template"]["spec"]["volumes"] =
+        json!([{"name": "bloodraven-run", "hostPath": {"path": "/run/shared"}}]);
+    let e = ask_and_patch(&host_run).unwrap_err();
+    assert!(e.contains("volume \"bloodraven-run\""), "{e}");
+    // Ours, as the API server stores them (projected defaultMode defaulted): taken as ours.
+    let injected = apply(&job());
+    let mut stored = injected.clone();
+    for v in stored["spec"]["template"]["spec"]["volumes"].as_array_mut().unwrap() {
+        if let Some(p) = v.get_mut("projected") {
+            p["defaultMode"] = json!(420);
+        }
+    }
+    assert!(ask_and_patch(&stored).unwrap().0.is_empty(), "a stored injected Job needs nothing more");
+    // A regular container named like the sidecar.
+    let mut named = job();
+    named["spec"]["template"]["spec"]["containers"][0]["name"] = json!("bloodraven-sidecar");
+    let e = ask_and_patch(&named).unwrap_err();
+    assert!(e.contains("rename it"), "{e}");
+}
+
+#[test]
+fn annotations_on_the_pod_template_or_added_later_are_named_in_the_refusal() {
+    let mut j = job();
+    let annotations = j["metadata"]["annotations"].take();
+    j["spec"]["template"]["metadata"] = json!({"annotations": annotations});
+    assert!(!asks(&j) && template_asks(&j));
+    assert!(misplaced().contains("jobTemplate.metadata.annotations"));
+    assert!(too_late().contains("create it again"));
+}
