@@ -223,9 +223,17 @@ fn default_identity() -> String {
     format!("{base}_{}", &suffix[..8])
 }
 
+/// Keeps `bloodraven_leader` current, and drops the per-group gauges when
+/// this replica stops leading (see [`metrics::Metrics::forget_groups`]).
 async fn track_leadership(leadership: leader::Leadership, metrics: metrics::Metrics, period: std::time::Duration) {
+    let mut was = false;
     loop {
-        metrics.leader.set(i64::from(leadership.is_leader()));
+        let now = leadership.is_leader();
+        metrics.leader.set(i64::from(now));
+        if was && !now {
+            metrics.forget_groups();
+        }
+        was = now;
         tokio::time::sleep(period / 2).await;
     }
 }

@@ -239,6 +239,21 @@ impl Metrics {
         &self.registry
     }
 
+    /// Drops every per-group series (the state gauges and the live deploy
+    /// leases): called when this replica stops being the leader, which
+    /// stops updating them, so a follower never reports a group state that
+    /// only the leader knows (a dashboard would otherwise see two replicas
+    /// disagree, one of them frozen at the moment it lost the lease).
+    /// Counters and histograms stay: they count what this replica did.
+    pub fn forget_groups(&self) {
+        self.topology_generation.reset();
+        self.group_stable.reset();
+        self.site_up.reset();
+        self.site_writable.reset();
+        self.replication_lag_seconds.reset();
+        self.deploy_leases_active.reset();
+    }
+
     /// Drops every series of a deleted group, so dashboards do not show a
     /// group that no longer exists.
     pub fn forget_group(&self, group: &str, sites: &[&str]) {
@@ -277,6 +292,22 @@ mod tests {
         let body = m.render();
         assert!(!body.contains("group=\"g\""), "a deleted group leaves no series: {body}");
         assert!(body.contains("bloodraven_site_up{group=\"h\",site=\"iad\"} 1"), "other groups stay: {body}");
+    }
+
+    #[test]
+    fn a_replica_that_stops_leading_drops_every_group_gauge_and_keeps_its_counters() {
+        let m = Metrics::new().unwrap();
+        m.topology_generation.with_label_values(&["g"]).set(3);
+        m.group_stable.with_label_values(&["g"]).set(1);
+        m.site_up.with_label_values(&["g", "iad"]).set(1);
+        m.site_writable.with_label_values(&["g", "iad"]).set(1);
+        m.replication_lag_seconds.with_label_values(&["g", "pdx"]).set(0.5);
+        m.deploy_leases_active.with_label_values(&["g", "migration"]).set(1);
+        m.leader.set(1);
+        m.forget_groups();
+        let body = m.render();
+        assert!(!body.contains("group=\"g\""), "no group gauge stays: {body}");
+        assert!(body.contains("bloodraven_leader 1"), "{body}");
     }
 
     #[test]
