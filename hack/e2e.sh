@@ -110,6 +110,9 @@ else
   "$root/hack/registry-smoke.sh"
   BLOODRAVEN_SCHEMATHESIS=$("$root/hack/schemathesis.sh" | tail -n 1)
   export BLOODRAVEN_SCHEMATHESIS
+  # helm for the chart's install test (tests/tests/helm_install.rs).
+  BLOODRAVEN_HELM=$("$root/hack/build-helm.sh" | tail -n 1)
+  export BLOODRAVEN_HELM
   set -a
   # shellcheck source=/dev/null
   . "$dir/control-plane/env"
