@@ -12,6 +12,7 @@ pub mod deploy_api;
 pub mod failover;
 pub mod failpoint;
 pub mod leader;
+pub mod leader_label;
 pub mod lease;
 pub mod metrics;
 pub mod mysql;
@@ -77,6 +78,10 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let (elector, leadership) = leader::Elector::new(leases, &config.leader_lease_name, &identity, timings);
     let elector = tokio::spawn(elector.run(shutdown.stopped()));
     tokio::spawn(track_leadership(leadership.clone(), metrics.clone(), timings.retry_period));
+    if let Some(pod) = std::env::var("POD_NAME").ok().filter(|p| !p.is_empty()) {
+        let pods = Api::namespaced(client.clone(), &config.namespace);
+        tokio::spawn(leader_label::keep(pods, pod, leadership.clone(), timings.retry_period / 2));
+    }
     let reporter = Reporter { controller: "bloodraven-operator".into(), instance: Some(identity.clone()) };
     let recorder = Recorder::new(client.clone(), reporter);
     // Every read of a Bloodraven custom resource goes through this reader,

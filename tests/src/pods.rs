@@ -6,6 +6,7 @@
 //! RBAC, behind the Service `bloodraven` (port 8443), as the seed's
 //! walk-through calls it from inside the cluster.
 
+use std::fmt::Write as _;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -52,19 +53,19 @@ pub async fn wait_job_end(cluster: &Cluster, ns: &str, name: &str, timeout: Dura
                 .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
                 .map(|c| (c.type_.clone(), c.reason.clone().unwrap_or_default()))
         });
-        match end {
-            Some((t, r)) => Ok((job, t, r)),
-            None => {
-                // Why it has not ended: the Job's own status says little
-                // when its Pod is stuck (unscheduled, image missing).
-                let pods = Api::<Pod>::namespaced(cluster.client.clone(), ns)
-                    .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}")))
-                    .await
-                    .map(|l| l.items.iter().map(pod_summary).collect::<Vec<_>>().join("; "))
-                    .unwrap_or_else(|e| format!("pods not listed: {e}"));
-                Err(format!("{:?}; pods: [{pods}]", job.status))
-            }
+        if let Some((t, r)) = end {
+            return Ok((job, t, r));
         }
+        // Why it has not ended: the Job's own status says little when its
+        // Pod is stuck (unscheduled, image missing).
+        let pods = Api::<Pod>::namespaced(cluster.client.clone(), ns)
+            .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={name}")))
+            .await
+            .map_or_else(
+                |e| format!("pods not listed: {e}"),
+                |l| l.items.iter().map(pod_summary).collect::<Vec<_>>().join("; "),
+            );
+        Err(format!("{:?}; pods: [{pods}]", job.status))
     })
     .await
 }
@@ -90,7 +91,8 @@ pub fn pod_summary(pod: &Pod) -> String {
     let Some(status) = pod.status.as_ref() else { return format!("{name}: no status") };
     let mut out = format!("{name}: phase {:?}", status.phase);
     for c in status.conditions.iter().flatten().filter(|c| c.status != "True") {
-        out += &format!(
+        let _ = write!(
+            out,
             ", {} {} ({}: {})",
             c.type_,
             c.status,
@@ -102,14 +104,15 @@ pub fn pod_summary(pod: &Pod) -> String {
     for cs in containers {
         let Some(state) = cs.state.as_ref() else { continue };
         if let Some(w) = &state.waiting {
-            out += &format!(
+            let _ = write!(
+                out,
                 ", {} waiting ({}: {})",
                 cs.name,
                 w.reason.as_deref().unwrap_or(""),
                 w.message.as_deref().unwrap_or("")
             );
         } else if let Some(t) = &state.terminated {
-            out += &format!(", {} exited {} ({})", cs.name, t.exit_code, t.reason.as_deref().unwrap_or(""));
+            let _ = write!(out, ", {} exited {} ({})", cs.name, t.exit_code, t.reason.as_deref().unwrap_or(""));
         }
     }
     out
@@ -141,6 +144,13 @@ pub async fn operator_in_cluster(cluster: &Cluster, label: &str, tls: &TlsFiles)
 /// tests that run in parallel each get their own operator Pod, since one
 /// Deployment serves one group selector.
 pub async fn operator_in_namespace(cluster: &Cluster, ns: &str, label: &str, tls: &TlsFiles) {
+    operator_replicas_in_namespace(cluster, ns, label, tls, 1).await;
+}
+
+/// As [`operator_in_namespace`], with `replicas` Pods (leader election
+/// picks one); Service `bloodraven` selects the leader's Pod only, by its
+/// label `bloodraven.shipstream.io/leader`, as the chart's does.
+pub async fn operator_replicas_in_namespace(cluster: &Cluster, ns: &str, label: &str, tls: &TlsFiles, replicas: i32) {
     let c = cluster.client.clone();
     apply(
         &Api::<Namespace>::all(c.clone()),
@@ -156,17 +166,18 @@ pub async fn operator_in_namespace(cluster: &Cluster, ns: &str, label: &str, tls
     )
     .await;
     let labels = json!({"app.kubernetes.io/name": "bloodraven-operator"});
+    let leader = json!({"app.kubernetes.io/name": "bloodraven-operator", LEADER_LABEL: "true"});
     apply(
         &Api::<Service>::namespaced(c.clone(), ns),
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "bloodraven", "namespace": ns},
-               "spec": {"selector": labels, "ports": [{"name": "deploy", "port": 8443, "targetPort": "deploy"}]}}),
+               "spec": {"selector": leader, "ports": [{"name": "deploy", "port": 8443, "targetPort": "deploy"}]}}),
     )
     .await;
     let deployment = json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "bloodraven-operator", "namespace": ns},
         "spec": {
-            "replicas": 1,
+            "replicas": replicas,
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": {"labels": labels},
@@ -200,18 +211,73 @@ pub async fn operator_in_namespace(cluster: &Cluster, ns: &str, label: &str, tls
     });
     let api = Api::<Deployment>::namespaced(c, ns);
     apply(&api, deployment).await;
-    // Rolled out: this spec observed, and its one replica updated and Ready
+    // Rolled out: this spec observed, and its replicas updated and Ready
     // (a Deployment left by an earlier run rolls over to this image).
     crate::wait_for("the operator Deployment to roll out", Duration::from_secs(120), || async {
         let d = api.get("bloodraven-operator").await.map_err(|e| e.to_string())?;
         let s = d.status.clone().unwrap_or_default();
         let done = s.observed_generation == d.metadata.generation
-            && s.updated_replicas == Some(1)
-            && s.ready_replicas == Some(1)
-            && s.replicas == Some(1);
+            && s.updated_replicas == Some(replicas)
+            && s.ready_replicas == Some(replicas)
+            && s.replicas == Some(replicas);
         if done { Ok(()) } else { Err(format!("{s:?}")) }
     })
     .await;
+    // And the Service has its one endpoint: the leader's Pod.
+    leader_pod(cluster, ns, Duration::from_secs(60)).await;
+}
+
+/// The label the operator's leader puts on its own Pod.
+pub const LEADER_LABEL: &str = "bloodraven.shipstream.io/leader";
+
+/// Waits until exactly one operator Pod of `ns` carries [`LEADER_LABEL`],
+/// it is the leader-election Lease's holder, and Service `bloodraven`'s
+/// EndpointSlices list exactly its address, ready; returns its name.
+pub async fn leader_pod(cluster: &Cluster, ns: &str, timeout: Duration) -> String {
+    crate::wait_for(&format!("the leader's Pod to be the one endpoint of {ns}/bloodraven"), timeout, || {
+        leader_endpoint(cluster, ns)
+    })
+    .await
+}
+
+/// One look at what [`leader_pod`] waits for: the labelled Pod's name, or
+/// what is not so yet.
+pub async fn leader_endpoint(cluster: &Cluster, ns: &str) -> Result<String, String> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use k8s_openapi::api::discovery::v1::EndpointSlice;
+    let pods = Api::<Pod>::namespaced(cluster.client.clone(), ns);
+    let labelled =
+        pods.list(&ListParams::default().labels(&format!("{LEADER_LABEL}=true"))).await.map_err(|e| e.to_string())?;
+    let [pod] = labelled.items.as_slice() else {
+        return Err(format!("{} Pods labelled leader", labelled.items.len()));
+    };
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let holder = Api::<Lease>::namespaced(cluster.client.clone(), ns)
+        .get("bloodraven-leader")
+        .await
+        .map_err(|e| e.to_string())?
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    if !holder.starts_with(&format!("{name}_")) {
+        return Err(format!("Pod {name} is labelled but the Lease holder is {holder:?}"));
+    }
+    let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default();
+    let list = Api::<EndpointSlice>::namespaced(cluster.client.clone(), ns)
+        .list(&ListParams::default().labels("kubernetes.io/service-name=bloodraven"))
+        .await
+        .map_err(|e| e.to_string())?;
+    let endpoints: Vec<(Vec<String>, Option<bool>)> = list
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter())
+        .map(|e| (e.addresses.clone(), e.conditions.as_ref().and_then(|c| c.ready)))
+        .collect();
+    if endpoints == [(vec![ip.clone()], Some(true))] {
+        Ok(name)
+    } else {
+        Err(format!("endpoints {endpoints:?}, leader {name} at {ip}"))
+    }
 }
 
 /// What a pipeline in namespace `ns` needs to call the deploy API about

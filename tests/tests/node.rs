@@ -127,6 +127,31 @@ async fn namespaces_get_their_default_service_account_and_finalize() {
     .await;
 }
 
+/// Two operator replicas: Service `bloodraven` sends to the leader's Pod
+/// only (the label the leader keeps on it; a follower would answer
+/// `503 not_leader`), and follows the next leader when that Pod goes.
+#[tokio::test]
+async fn with_two_replicas_the_service_sends_to_the_leader_only_and_follows_the_next() {
+    let cluster = Cluster::connect().await;
+    let ns = cluster.namespace("leadersvc").await;
+    let dir = bloodraven_e2e::e2e_dir().join("leadersvc").join(&ns.name);
+    let tls = tls_files_for(&dir, &format!("DNS:bloodraven.{}.svc", ns.name));
+    bloodraven_e2e::pods::operator_replicas_in_namespace(&cluster, &ns.name, &ns.name, &tls, 2).await;
+    let first = bloodraven_e2e::pods::leader_pod(&cluster, &ns.name, T).await;
+    let pods = Api::<Pod>::namespaced(cluster.client.clone(), &ns.name);
+    // A graceful delete, as a rollout or a drain does: the leader releases its Lease.
+    pods.delete(&first, &DeleteParams::default()).await.unwrap();
+    let next = bloodraven_e2e::wait_for("the next leader's Pod to be the one endpoint", T, || async {
+        match bloodraven_e2e::pods::leader_endpoint(&cluster, &ns.name).await {
+            Ok(name) if name != first => Ok(name),
+            Ok(name) => Err(format!("{name} still the endpoint")),
+            Err(e) => Err(e),
+        }
+    })
+    .await;
+    assert_ne!(next, first);
+}
+
 #[tokio::test]
 async fn a_pod_reaches_the_operator_pod_through_its_service_with_a_projected_token() {
     let cluster = Cluster::connect().await;
