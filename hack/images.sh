@@ -17,7 +17,9 @@
 #                                      65532:65532; nothing else inside: no shell, no libraries
 #   localhost/bloodraven/webhook:TAG   the same for /bloodraven-webhook (the admission webhook)
 #   localhost/bloodraven/sidecar:TAG   the same for /bloodraven-sidecar (the deploy-lease sidecar,
-#                                      its `exec` wrapper and `probe`), run as 65532:65532
+#                                      its `exec` wrapper and `probe`), with /bloodraven-migrate beside
+#                                      it (its `install` copies both into an injected Pod's shared
+#                                      volume), run as 65532
 #   localhost/bloodraven/tools:TAG     for tests only: busybox (Debian's busybox-static) and curl
 #                                      with the shared libraries it loads, so a Pod can call the
 #                                      deploy API over TLS as a pipeline would
@@ -57,19 +59,23 @@ build_binaries() {
     cargo build --quiet --locked --release --target "$triple" -p bloodraven-operator -p bloodraven-webhook) ||
     die "cargo build of the static operator and webhook failed"
   (cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --quiet --locked --profile release-sidecar --target "$triple" -p bloodraven-sidecar) ||
-    die "cargo build of the static sidecar failed"
+    cargo build --quiet --locked --profile release-sidecar --target "$triple" -p bloodraven-sidecar -p bloodraven-migrate) ||
+    die "cargo build of the static sidecar and migration runner failed"
 }
 
-# One static binary alone in an image, run as 65532.
-build_static() { # work name profile -> prints "ref archive"
-  local work=$1 name=$2 profile=$3 bin tag out
-  bin="$target/$triple/$profile/bloodraven-$name"
-  # A dynamic binary would not start in an image without libraries.
-  ldd "$bin" 2>&1 | grep -Eq 'statically linked|not a dynamic executable' || die "$bin is not static: $(ldd "$bin" 2>&1 | head -3)"
+# Static binaries alone in an image, run as 65532: bloodraven-NAME (the
+# entrypoint) and each EXTRA (bloodraven-EXTRA, from the same profile).
+build_static() { # work name profile [extra...] -> prints "ref archive"
+  local work=$1 name=$2 profile=$3 bin tag out b
+  shift 3
   mkdir -p "$work/rootfs"
-  strip -o "$work/rootfs/bloodraven-$name" "$bin"
-  tag=$( { echo "recipe $RECIPE $name"; sha256sum <"$work/rootfs/bloodraven-$name"; } | sha256sum | cut -c1-12)
+  for b in "$name" "$@"; do
+    bin="$target/$triple/$profile/bloodraven-$b"
+    # A dynamic binary would not start in an image without libraries.
+    ldd "$bin" 2>&1 | grep -Eq 'statically linked|not a dynamic executable' || die "$bin is not static: $(ldd "$bin" 2>&1 | head -3)"
+    strip -o "$work/rootfs/bloodraven-$b" "$bin"
+  done
+  tag=$( { echo "recipe $RECIPE $name $*"; for b in "$name" "$@"; do sha256sum <"$work/rootfs/bloodraven-$b"; done; } | sha256sum | cut -c1-12)
   out="$images/$name-$tag.tar"
   if ! [ -s "$out" ]; then
     log "packing localhost/bloodraven/$name:$tag"
@@ -109,7 +115,7 @@ cmd_build() {
   build_binaries
   build_static "$work/operator" operator release
   build_static "$work/webhook" webhook release
-  build_static "$work/sidecar" sidecar release-sidecar
+  build_static "$work/sidecar" sidecar release-sidecar migrate
   build_tools "$work/tools"
 }
 

@@ -59,7 +59,9 @@ pub enum Command {
 /// `install`.
 #[derive(Debug, Args)]
 pub struct InstallArgs {
-    /// The directory (created if missing); the program lands in DIR/bloodraven-sidecar.
+    /// The directory (created if missing); the program lands in
+    /// DIR/bloodraven-sidecar, and `bloodraven-migrate` (when it is beside
+    /// the program) in DIR/bloodraven-migrate.
     pub dir: PathBuf,
 }
 

@@ -349,26 +349,46 @@ pub async fn probe(args: SocketArgs) -> i32 {
     }
 }
 
-/// `install`: copies this program to DIR/bloodraven-sidecar (mode 0755),
-/// through a temporary file renamed into place.
+/// The migration runner's file name; `install` copies it from beside this
+/// program when the image has it (the sidecar image does: DESIGN.md
+/// "Migration runner", beside the sidecar).
+pub const MIGRATE_BIN: &str = "bloodraven-migrate";
+
+/// `install`: copies this program to DIR/bloodraven-sidecar, and
+/// `bloodraven-migrate` from the same directory as this program (when there)
+/// to DIR/bloodraven-migrate, each mode 0755, through a temporary file
+/// renamed into place. So a migration container of any image runs the
+/// runner from the shared volume, and its revisions stay in the app's own
+/// image (the same image as the release). Exit 0, or 2 when a copy fails.
 pub fn install(args: &InstallArgs) -> i32 {
-    let result = (|| -> std::io::Result<PathBuf> {
+    fn copy(from: &std::path::Path, dir: &std::path::Path, name: &str) -> std::io::Result<PathBuf> {
         use std::os::unix::fs::PermissionsExt as _;
-        std::fs::create_dir_all(&args.dir)?;
-        let target = args.dir.join("bloodraven-sidecar");
-        let tmp = args.dir.join(".bloodraven-sidecar.tmp");
-        std::fs::copy(std::env::current_exe()?, &tmp)?;
+        let target = dir.join(name);
+        let tmp = dir.join(format!(".{name}.tmp"));
+        std::fs::copy(from, &tmp)?;
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
         std::fs::rename(&tmp, &target)?;
         Ok(target)
+    }
+    let result = (|| -> std::io::Result<Vec<PathBuf>> {
+        std::fs::create_dir_all(&args.dir)?;
+        let me = std::env::current_exe()?;
+        let mut done = vec![copy(&me, &args.dir, "bloodraven-sidecar")?];
+        let runner = me.with_file_name(MIGRATE_BIN);
+        if runner.is_file() {
+            done.push(copy(&runner, &args.dir, MIGRATE_BIN)?);
+        }
+        Ok(done)
     })();
     match result {
-        Ok(target) => {
-            println!("installed {}", target.display());
+        Ok(targets) => {
+            for target in targets {
+                println!("installed {}", target.display());
+            }
             0
         }
         Err(e) => {
-            eprintln!("bloodraven-sidecar install: failed to copy this program into {}: {e}", args.dir.display());
+            eprintln!("bloodraven-sidecar install: failed to copy into {}: {e}", args.dir.display());
             exit::USAGE
         }
     }

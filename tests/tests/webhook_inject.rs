@@ -102,6 +102,65 @@ async fn an_annotated_job_is_injected_and_runs_holding_both_leases() {
     assert_eq!(record["operationId"].as_str(), created.metadata.uid.as_deref(), "{record}");
 }
 
+/// The runner beside the sidecar: an injected Job whose migration image has
+/// only a shell and the revisions runs `bloodraven-migrate` from the shared
+/// volume, behind the sidecar's leases, against the real MariaDB site.
+#[tokio::test]
+async fn an_injected_job_runs_bloodraven_migrate_from_the_shared_volume_behind_the_leases() {
+    let env = setup("whinj-mig").await;
+    let (cluster, ns) = (&env.pods.cluster, &env.pods.ns.name);
+    let pair = &env.pods.pair;
+    pair.sql(
+        "iad",
+        "CREATE DATABASE app; CREATE USER 'migrator'@'%' IDENTIFIED BY 'mig-pw-1'; \
+         GRANT ALL ON app.* TO 'migrator'@'%'; GRANT PROCESS ON *.* TO 'migrator'@'%';",
+    );
+    let url = format!("mysql://migrator:mig-pw-1@{}:{}/app", pair.iad_host, pair.iad_port);
+    bloodraven_e2e::pods::apply(
+        &Api::<k8s_openapi::api::core::v1::Secret>::namespaced(cluster.client.clone(), ns),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "stringData": {"url": url}}),
+    )
+    .await;
+    bloodraven_e2e::pods::apply(
+        &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(cluster.client.clone(), ns),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "revisions"}, "data": {
+            "V1__orders.sql": "CREATE TABLE orders (id INT PRIMARY KEY, v INT NOT NULL);",
+            "V2__rows.sql": "INSERT INTO orders (id, v) VALUES (1, 10), (2, 20);"}}),
+    )
+    .await;
+    let mut manifest =
+        job(&env, "runner", "/run/bloodraven/bin/bloodraven-migrate apply --dir /migrations --log-format json");
+    manifest["metadata"]["annotations"]["bloodraven.shipstream.io/ddl-boundary"] = json!("reported");
+    let pod = &mut manifest["spec"]["template"]["spec"];
+    pod["volumes"] = json!([{"name": "revisions", "configMap": {"name": "revisions"}}]);
+    pod["containers"][0]["volumeMounts"] = json!([{"name": "revisions", "mountPath": "/migrations"}]);
+    pod["containers"][0]["env"] =
+        json!([{"name": "DATABASE_URL", "valueFrom": {"secretKeyRef": {"name": "db", "key": "url"}}}]);
+    create(&env, &manifest, false).await.unwrap();
+    let (_, ended, reason) = wait_job_end(cluster, ns, "runner", T).await;
+    let pod_name = job_pods(cluster, ns, "runner").await[0].metadata.name.clone().unwrap();
+    let runner_log = logs(cluster, ns, &pod_name, "migrate").await;
+    let sidecar_log = logs(cluster, ns, &pod_name, "bloodraven-sidecar").await;
+    assert_eq!(ended, "Complete", "{reason}\nrunner:\n{runner_log}\nsidecar:\n{sidecar_log}");
+    assert!(!runner_log.contains("starting alone"), "behind the sidecar, not alone:\n{runner_log}");
+    assert!(!runner_log.contains("mig-pw-1") && !sidecar_log.contains("mig-pw-1"), "no password in a log");
+    let applied =
+        pair.sql("iad", "SELECT GROUP_CONCAT(version, ':', state ORDER BY version) FROM app.bloodraven_schema_history");
+    assert_eq!(applied.trim(), "1:applied,2:applied", "{runner_log}");
+    assert_eq!(pair.sql("iad", "SELECT SUM(v) FROM app.orders").trim(), "30");
+    // The sidecar's final record: the runner reported its outcome and the
+    // DDL boundary (V1's DDL finished), and it reached the Lease.
+    let record = sidecar_log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["record"] == "bloodraven-sidecar")
+        .unwrap_or_else(|| panic!("no final record in:\n{sidecar_log}"));
+    assert_eq!(record["result"], "succeeded", "{record}");
+    assert_eq!(record["outcome"], "succeeded", "the runner reported its outcome: {record}");
+    assert_eq!(record["ddlState"], "completed", "{record}");
+    assert_eq!(record["recordedOnLease"], true, "{record}");
+}
+
 #[tokio::test]
 async fn injection_is_idempotent_refusals_say_what_to_fix_and_plain_jobs_are_left_alone() {
     let env = setup("whinj-api").await;
