@@ -256,16 +256,25 @@ async fn helm_install_upgrade_uninstall_of_the_chart_on_the_node() {
     assert_eq!(sidecar.image.as_deref(), Some(image("BLOODRAVEN_SIDECAR_IMAGE").as_str()));
 
     // helm upgrade with a changed value: the value reaches the Pods, the
-    // chart's certificates are kept (lookup), the release still serves.
+    // chart's certificates are kept (lookup), except one whose recorded
+    // expiry is within renewBeforeDays: that one is re-issued by the same CA.
     let validating = Api::<ValidatingWebhookConfiguration>::all(c.clone());
+    let secrets = Api::<Secret>::namespaced(c.clone(), &op_ns.name);
+    let cert = |s: Secret| s.data.unwrap()["tls.crt"].clone();
     let ca_before = ca_bundle(&validating.get(&config_name).await.unwrap());
-    let webhook_cert_before = Api::<Secret>::namespaced(c.clone(), &op_ns.name)
-        .get("bloodraven-webhook-tls")
+    let webhook_cert_before = cert(secrets.get("bloodraven-webhook-tls").await.unwrap());
+    let deploy_cert_before = cert(secrets.get("bloodraven-deploy-tls").await.unwrap());
+    let soon = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + 86_400;
+    secrets
+        .patch(
+            "bloodraven-webhook-tls",
+            &pp,
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"bloodraven.shipstream.io/not-after": soon.to_string()}}}),
+            ),
+        )
         .await
-        .unwrap()
-        .data
-        .unwrap()["tls.crt"]
-        .clone();
+        .unwrap();
     let v2 = values(&dir, &op_ns.name, &tenant.name, "json");
     helm(&["upgrade", release, chart, "-n", &op_ns.name, "-f", v2.to_str().unwrap(), "--wait", "--timeout", "5m"]);
     wait_rolled_out(&cluster, &op_ns.name, "bloodraven-operator").await;
@@ -275,14 +284,16 @@ async fn helm_install_upgrade_uninstall_of_the_chart_on_the_node() {
         .unwrap();
     assert!(args.contains(&"--log-format=json".to_owned()), "{args:?}");
     assert_eq!(ca_bundle(&validating.get(&config_name).await.unwrap()), ca_before, "the CA is kept across upgrades");
-    let webhook_cert_after = Api::<Secret>::namespaced(c.clone(), &op_ns.name)
-        .get("bloodraven-webhook-tls")
-        .await
-        .unwrap()
-        .data
-        .unwrap()["tls.crt"]
-        .clone();
-    assert_eq!(webhook_cert_after, webhook_cert_before, "the webhook's certificate is kept across upgrades");
+    assert_eq!(
+        cert(secrets.get("bloodraven-deploy-tls").await.unwrap()),
+        deploy_cert_before,
+        "a certificate far from expiry is kept across upgrades"
+    );
+    let webhook_tls = secrets.get("bloodraven-webhook-tls").await.unwrap();
+    let not_after: u64 =
+        webhook_tls.metadata.annotations.as_ref().unwrap()["bloodraven.shipstream.io/not-after"].parse().unwrap();
+    assert!(not_after > soon + 300 * 86_400, "re-issued for leafDays: not-after {not_after}");
+    assert_ne!(cert(webhook_tls), webhook_cert_before, "a certificate near expiry is re-issued on upgrade");
     let m = refusal(groups.patch_status(&name, &pp, &Patch::Merge(json!({"status": {"topologyGeneration": 2}}))).await);
     assert!(m.contains("written only by the operator"), "after the upgrade: {m}");
     bloodraven_e2e::wait_for("a leader after the upgrade", T, || async {
