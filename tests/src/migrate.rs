@@ -92,6 +92,16 @@ impl<'a> AppDb<'a> {
         ))
     }
 
+    /// Waits until session `id` is no longer in the server's process list.
+    pub async fn wait_session_gone(&self, id: u64, timeout: Duration) {
+        let sql = format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {id}");
+        crate::wait_for(&format!("session {id} to end on the server"), timeout, || {
+            let n = self.value(&sql);
+            async move { if n == "0" { Ok(()) } else { Err(format!("session {id} still listed")) } }
+        })
+        .await;
+    }
+
     /// Waits until a session of `user` runs a query containing `text` (e.g. `SLEEP`); returns its id.
     pub async fn wait_running(&self, user: &str, text: &str, timeout: Duration) -> u64 {
         let sql = format!(

@@ -67,11 +67,7 @@ async fn kill_9_mid_dml_leaves_no_trace_and_the_rerun_applies_it_once() {
     let id = db.wait_running("migrator", "SLEEP", T).await;
     run.kill9().await;
     // The server notices the closed connection and rolls the transaction back.
-    bloodraven_e2e::wait_for("the killed runner's session to end", T, || async {
-        let n = db.value(&format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {id}"));
-        if n == "0" { Ok(()) } else { Err(n) }
-    })
-    .await;
+    db.wait_session_gone(id, T).await;
     assert_eq!(db.value("SELECT COUNT(*) FROM app.orders WHERE id >= 10"), "0", "no half revision");
     assert_eq!(db.history(1), "", "no history row, so nothing dirty");
     let mut rerun = Run::apply(&revs, &db.url, &[]);
@@ -114,11 +110,7 @@ async fn a_fence_signal_ends_the_statement_in_flight_on_the_server() {
     assert_eq!(run.wait(Duration::from_secs(10)).await, exit::FENCED, "{}", run.log());
     assert_eq!(run.count("ended the session on the server"), 1, "{}", run.log());
     // KILL has returned by then: the session is gone or marked killed and rolling back.
-    bloodraven_e2e::wait_for("the runner's session to end on the server", Duration::from_secs(10), || async {
-        let n = db.value(&format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = {id}"));
-        if n == "0" { Ok(()) } else { Err(format!("session {id} still listed")) }
-    })
-    .await;
+    db.wait_session_gone(id, Duration::from_secs(10)).await;
     assert_eq!(db.value("SELECT COUNT(*) FROM app.orders WHERE id >= 10"), "0", "rolled back");
     assert_eq!(db.history(1), "", "a DML revision leaves no history row");
 }

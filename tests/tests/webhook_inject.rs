@@ -34,6 +34,15 @@ async fn setup(prefix: &str) -> Env {
     Env { pods, _webhook: webhook }
 }
 
+/// The sidecar's final record (its last JSON log line naming itself).
+fn final_record(sidecar_log: &str) -> Value {
+    sidecar_log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["record"] == "bloodraven-sidecar")
+        .unwrap_or_else(|| panic!("no final record in:\n{sidecar_log}"))
+}
+
 /// A migration Job as a team writes it: annotated, one container with a command.
 fn job(env: &Env, name: &str, script: &str) -> Value {
     json!({
@@ -92,11 +101,7 @@ async fn an_annotated_job_is_injected_and_runs_holding_both_leases() {
     assert!(logs(&env.pods.cluster, &env.pods.ns.name, &pod_name, "migrate").await.contains("MIGRATING"));
     // The sidecar's final record: both leases were held (the migration was
     // permitted), the result recorded on the Lease, the operationId the Job's UID.
-    let record = sidecar_log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["record"] == "bloodraven-sidecar")
-        .unwrap_or_else(|| panic!("no final record in:\n{sidecar_log}"));
+    let record = final_record(&sidecar_log);
     assert_eq!(record["result"], "succeeded", "{record}");
     assert_eq!(record["recordedOnLease"], true, "{record}");
     assert_eq!(record["operationId"].as_str(), created.metadata.uid.as_deref(), "{record}");
@@ -150,11 +155,7 @@ async fn an_injected_job_runs_bloodraven_migrate_from_the_shared_volume_behind_t
     assert_eq!(pair.sql("iad", "SELECT SUM(v) FROM app.orders").trim(), "30");
     // The sidecar's final record: the runner reported its outcome and the
     // DDL boundary (V1's DDL finished), and it reached the Lease.
-    let record = sidecar_log
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .find(|v| v["record"] == "bloodraven-sidecar")
-        .unwrap_or_else(|| panic!("no final record in:\n{sidecar_log}"));
+    let record = final_record(&sidecar_log);
     assert_eq!(record["result"], "succeeded", "{record}");
     assert_eq!(record["outcome"], "succeeded", "the runner reported its outcome: {record}");
     assert_eq!(record["ddlState"], "completed", "{record}");
