@@ -3,11 +3,12 @@
 # and the node of hack/node.sh: kubelet, containerd, kube-proxy, CoreDNS, the
 # controller manager and scheduler), two MariaDB sites outside the cluster
 # (iad primary, pdx replica) listening on the node's bridge address, the
-# CRDs, the operator as a Deployment in namespace `bloodraven` from its image
-# (hack/images.sh) under the chart's RBAC, behind the Service `bloodraven`
-# (deploy API on 8443, metrics and health on 8082, ClusterIP 10.96.0.84, which
-# the host reaches too), the group `playground` and the MysqlDatabase
-# `counter-app`. Everything lives in .playground/ and stays on this machine.
+# CRDs, and charts/bloodraven installed with helm (hack/build-helm.sh) as
+# release `bloodraven` in namespace `bloodraven`: the operator and the
+# webhook as Deployments from their images (hack/images.sh), behind the
+# Services `bloodraven` (deploy API on 8443, metrics and health on 8082,
+# ClusterIP 10.96.0.84, which the host reaches too) and `bloodraven-webhook`;
+# then the group `playground` and the MysqlDatabase `counter-app`. Everything lives in .playground/ and stays on this machine.
 # Needs root (the node). One node per machine: not while `make test` runs.
 #
 #   hack/playground.sh up     build what is missing, start, bootstrap, print the env
@@ -35,46 +36,19 @@ stop_process() { # name
 
 stop_operator() { stop_process operator; }
 
-# The admission webhook runs as a process on this machine (the chart runs it
-# as a Deployment, issue 12), under its own ServiceAccount token with the
-# chart's RBAC, and is registered by URL: https://127.0.0.1:9443.
-start_webhook() {
+# A playground made before the chart applied these with kubectl and ran the
+# webhook as a process (registered by URL): helm adopts nothing it did not
+# make, so they go before the first `helm install` (the decision records,
+# Leases and the record key, which the operator made, stay).
+remove_pre_chart_objects() {
   stop_process webhook
-  log "building and starting the webhook"
-  cargo build --quiet --locked --release -p bloodraven-webhook
-  local webhook_bin="${CARGO_TARGET_DIR:-$root/target}/release/bloodraven-webhook"
-  kubectl -n "$ns" create serviceaccount bloodraven-webhook --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-  cargo xtask rbac --namespace "$ns" --component webhook | kubectl apply -f - >/dev/null
-  if [ ! -f "$pg/webhook-tls/tls.crt" ]; then
-    rm -rf "$pg/webhook-tls"; mkdir -p "$pg/webhook-tls"
-    local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
-    openssl req -x509 "${ec[@]}" -keyout "$pg/webhook-tls/ca.key" -out "$pg/webhook-tls/ca.crt" -days 365 -subj /CN=bloodraven-webhook-ca 2>/dev/null
-    openssl req "${ec[@]}" -keyout "$pg/webhook-tls/tls.key" -out "$pg/webhook-tls/tls.csr" -subj /CN=bloodraven-webhook 2>/dev/null
-    echo 'subjectAltName=IP:127.0.0.1' > "$pg/webhook-tls/san.ext"
-    openssl x509 -req -in "$pg/webhook-tls/tls.csr" -CA "$pg/webhook-tls/ca.crt" -CAkey "$pg/webhook-tls/ca.key" -CAcreateserial \
-      -out "$pg/webhook-tls/tls.crt" -days 365 -extfile "$pg/webhook-tls/san.ext" 2>/dev/null
-  fi
-  # A kubeconfig with the webhook's own token (a day; `make playground` again renews it).
-  cp "$pg/control-plane/kubeconfig" "$pg/webhook.kubeconfig"
-  KUBECONFIG="$pg/webhook.kubeconfig" kubectl config set-credentials bloodraven-webhook \
-    --token="$(kubectl -n "$ns" create token bloodraven-webhook --duration=24h)" >/dev/null
-  KUBECONFIG="$pg/webhook.kubeconfig" kubectl config set-context --current --user=bloodraven-webhook >/dev/null
-  chmod 600 "$pg/webhook.kubeconfig"
-  KUBECONFIG="$pg/webhook.kubeconfig" nohup "$webhook_bin" --namespace "$ns" \
-    --addr 127.0.0.1:9443 --plain-addr 127.0.0.1:9082 --probe-addr 127.0.0.1:9081 \
-    --tls-cert-file "$pg/webhook-tls/tls.crt" --tls-key-file "$pg/webhook-tls/tls.key" \
-    --sidecar-image "$BLOODRAVEN_SIDECAR_IMAGE" --deploy-url "https://bloodraven.$ns.svc:8443" \
-    --deploy-ca-file "$pg/tls/ca.crt" > "$pg/logs/webhook.log" 2>&1 &
-  echo $! > "$pg/pids/webhook.pid"
-  local deadline=$((SECONDS + 60))
-  until "$webhook_bin" probe --addr 127.0.0.1:9081 /readyz >/dev/null 2>&1; do
-    if [ $SECONDS -ge $deadline ] || ! kill -0 "$(cat "$pg/pids/webhook.pid")" 2>/dev/null; then
-      log "the webhook did not become ready; its log:"; tail -20 "$pg/logs/webhook.log" >&2; exit 1
-    fi
-    sleep 0.5
-  done
-  "$webhook_bin" configurations --url https://127.0.0.1:9443 --ca-file "$pg/webhook-tls/ca.crt" --namespace "$ns" |
-    kubectl apply --server-side --force-conflicts --field-manager=bloodraven-playground -f - >/dev/null
+  kubectl -n "$ns" delete --ignore-not-found deployment/bloodraven-operator service/bloodraven \
+    serviceaccount/bloodraven-operator serviceaccount/bloodraven-webhook \
+    role/bloodraven-operator rolebinding/bloodraven-operator >/dev/null
+  kubectl delete --ignore-not-found clusterrole/bloodraven-operator-"$ns" clusterrolebinding/bloodraven-operator-"$ns" \
+    clusterrole/bloodraven-webhook-"$ns" clusterrolebinding/bloodraven-webhook-"$ns" \
+    validatingwebhookconfiguration/bloodraven mutatingwebhookconfiguration/bloodraven >/dev/null
+  rm -rf "$pg/webhook-tls" "$pg/webhook.kubeconfig"
 }
 
 down() {
@@ -125,7 +99,8 @@ up() {
   passwords
   local bin; bin=$("$root/hack/build-k8s.sh" | tail -n 1)
   export BLOODRAVEN_K8S_BIN="$bin"
-  export PATH="$bin:$PATH"
+  local helm; helm=$("$root/hack/build-helm.sh" | tail -n 1)
+  export PATH="$bin:${helm%/*}:$PATH"
   stop_operator
   "$root/hack/node.sh" up "$pg/control-plane" >/dev/null
   # shellcheck source=/dev/null
@@ -156,7 +131,7 @@ up() {
     "$root/hack/mariadb.sh" pair "$pg/mariadb" "$IAD_PORT" "$PDX_PORT" >/dev/null
   fi
 
-  log "building the operator image"
+  log "building the images"
   "$root/hack/images.sh" import "$pg/control-plane" >/dev/null
   # shellcheck source=/dev/null
   . "$pg/control-plane/images.env"
@@ -164,8 +139,7 @@ up() {
   kubectl apply --server-side --field-manager=bloodraven-playground -f "$root/charts/bloodraven/crds/" >/dev/null
   kubectl wait --for=condition=Established --timeout=60s crd/mysqlfailovergroups.bloodraven.shipstream.io crd/mysqldatabases.bloodraven.shipstream.io >/dev/null
   kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-  kubectl -n "$ns" create serviceaccount bloodraven-operator --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-  cargo xtask rbac --namespace "$ns" | kubectl apply -f - >/dev/null
+  helm status bloodraven -n "$ns" >/dev/null 2>&1 || remove_pre_chart_objects
   # The replication account is what a repointed old primary connects with
   # after a switchover (without it the operator's own account, which has no
   # REPLICATION SLAVE here, would be used and the repoint would be refused).
@@ -174,9 +148,10 @@ up() {
     --from-literal=replicationUsername=repl --from-literal=replicationPassword="$BLOODRAVEN_REPL_PASSWORD" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
-  # The deploy API's certificate: a playground CA and a server certificate
-  # for the Service's names and its fixed ClusterIP (in a real cluster: the
-  # auxiliary.escrowTLS Secret).
+  # The deploy API's certificate (the auxiliary.escrowTLS Secret): a
+  # playground CA and a server certificate for the Service's names and its
+  # fixed ClusterIP, which the host's curl uses (a certificate the chart
+  # issued would name only the Service's DNS names).
   local cluster_ip=10.96.0.84
   if [ ! -f "$pg/tls/tls.crt" ] || ! openssl x509 -in "$pg/tls/tls.crt" -noout -ext subjectAltName 2>/dev/null | grep -q "$cluster_ip"; then
     rm -rf "$pg/tls"; mkdir -p "$pg/tls"
@@ -187,72 +162,36 @@ up() {
     openssl x509 -req -in "$pg/tls/tls.csr" -CA "$pg/tls/ca.crt" -CAkey "$pg/tls/ca.key" -CAcreateserial \
       -out "$pg/tls/tls.crt" -days 365 -extfile "$pg/tls/san.ext" 2>/dev/null
   fi
-  kubectl -n "$ns" create secret tls bloodraven-deploy-tls --cert="$pg/tls/tls.crt" --key="$pg/tls/tls.key" \
+  kubectl -n "$ns" create secret generic bloodraven-deploy-tls --type=kubernetes.io/tls --from-file=tls.crt="$pg/tls/tls.crt" \
+    --from-file=tls.key="$pg/tls/tls.key" --from-file=ca.crt="$pg/tls/ca.crt" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
-  kubectl apply -f - >/dev/null <<YAML
-apiVersion: v1
-kind: Service
-metadata: {name: bloodraven, namespace: $ns}
-spec:
-  clusterIP: $cluster_ip
-  selector: {app.kubernetes.io/name: bloodraven-operator}
-  ports:
-  - {name: deploy, port: 8443, targetPort: deploy}
-  - {name: plain, port: 8082, targetPort: plain}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: bloodraven-operator, namespace: $ns}
-spec:
+  # The chart, with the images built here. One operator replica (a
+  # playground needs no standby); the webhook keeps its two (its guards fail
+  # closed).
+  cat > "$pg/values.yaml" <<YAML
+operator:
   replicas: 1
-  selector:
-    matchLabels: {app.kubernetes.io/name: bloodraven-operator}
-  template:
-    metadata:
-      labels: {app.kubernetes.io/name: bloodraven-operator}
-    spec:
-      serviceAccountName: bloodraven-operator
-      securityContext: {runAsNonRoot: true, seccompProfile: {type: RuntimeDefault}}
-      containers:
-      - name: operator
-        image: $BLOODRAVEN_OPERATOR_IMAGE
-        imagePullPolicy: IfNotPresent
-        args: [--namespace=$ns, --log-format=json, --deploy-api-enabled, --tls-cert-file=/tls/tls.crt, --tls-key-file=/tls/tls.key]
-        env:
-        - name: POD_NAME
-          valueFrom: {fieldRef: {fieldPath: metadata.name}}
-        ports:
-        - {name: deploy, containerPort: 8443}
-        - {name: plain, containerPort: 8082}
-        # exec, against the loopback-only probe listener (127.0.0.1:8081):
-        # no other Pod can fill its connection slots and fail readiness.
-        readinessProbe:
-          exec: {command: [/bloodraven-operator, probe, /readyz]}
-          periodSeconds: 2
-        # About 66 MiB at steady state with 1,000 groups (make figures); the
-        # bootstrap of many groups at once peaks near 200 MiB.
-        resources:
-          requests: {cpu: 50m, memory: 64Mi}
-          limits: {memory: 256Mi}
-        securityContext:
-          allowPrivilegeEscalation: false
-          readOnlyRootFilesystem: true
-          capabilities: {drop: [ALL]}
-        volumeMounts:
-        - {name: tls, mountPath: /tls, readOnly: true}
-      volumes:
-      - name: tls
-        secret: {secretName: bloodraven-deploy-tls}
+  image: {repository: ${BLOODRAVEN_OPERATOR_IMAGE%:*}, tag: "${BLOODRAVEN_OPERATOR_IMAGE##*:}", pullPolicy: IfNotPresent}
+  logFormat: json
+  service: {clusterIP: $cluster_ip}
+webhook:
+  image: {repository: ${BLOODRAVEN_WEBHOOK_IMAGE%:*}, tag: "${BLOODRAVEN_WEBHOOK_IMAGE##*:}", pullPolicy: IfNotPresent}
+  sidecar:
+    image: {repository: ${BLOODRAVEN_SIDECAR_IMAGE%:*}, tag: "${BLOODRAVEN_SIDECAR_IMAGE##*:}", pullPolicy: IfNotPresent}
+auxiliary:
+  deployAPI: {enabled: true}
+  escrowTLS: {enabled: true, secretName: bloodraven-deploy-tls}
 YAML
-  if ! kubectl -n "$ns" rollout status deployment/bloodraven-operator --timeout=120s >/dev/null; then
-    log "the operator Deployment did not roll out; its Pods:"
+  log "installing charts/bloodraven (helm upgrade --install)"
+  if ! helm upgrade --install bloodraven "$root/charts/bloodraven" -n "$ns" -f "$pg/values.yaml" \
+      --wait --timeout 180s >"$pg/logs/helm.log" 2>&1; then
+    log "helm did not install the chart:"; tail -20 "$pg/logs/helm.log" >&2
     kubectl -n "$ns" get pods -o wide >&2 || true
     kubectl -n "$ns" logs deployment/bloodraven-operator --tail=20 >&2 || true
+    kubectl -n "$ns" logs deployment/bloodraven-webhook --tail=20 >&2 || true
     exit 1
   fi
-
-  start_webhook
 
   # initialActiveSite is read once, at bootstrap, and the webhook refuses to
   # rewrite it afterwards: a group kept from an earlier run keeps its own.
@@ -323,7 +262,7 @@ YAML
 
   cat > "$pg/env" <<ENV
 export KUBECONFIG=$pg/control-plane/kubeconfig
-export PATH=$bin:\$PATH
+export PATH=$bin:${helm%/*}:\$PATH
 export BLOODRAVEN_PLAIN_URL=http://$cluster_ip:8082
 export BLOODRAVEN_URL=https://$cluster_ip:8443
 export BLOODRAVEN_CA=$pg/tls/ca.crt
@@ -334,6 +273,7 @@ ENV
   echo "source $pg/env"
   cat "$pg/env"
   echo "# try: kubectl get mfg playground -o yaml; curl -s \$BLOODRAVEN_PLAIN_URL/metrics | grep ^bloodraven_"
+  echo "# the chart: helm -n $ns status bloodraven; helm -n $ns get values bloodraven"
   echo
   echo "# the deploy API, as the pipeline ServiceAccount counter-app/deployer (see docs/deploy-api.md):"
   echo 'TOKEN=$(kubectl -n counter-app create token deployer --audience bloodraven-deploy)'
