@@ -126,13 +126,29 @@ impl Revision {
 
 /// Parses a file name: `Some((version, description))` for
 /// `V<n>__<description>.sql`; `None` for a file that is not meant as a
-/// revision (it does not start with `V` or does not end in `.sql`); an
-/// error for one that looks like a revision but is misnamed.
+/// revision; an error for one that looks meant as a revision but is
+/// misnamed — never silently skipped, since a skipped revision is a
+/// schema change that quietly never happens. A name is taken as meant
+/// when it starts with `V` or `v` followed by a digit (`v3__x.sql`,
+/// `V3__x.SQL`, `V3__x.sql~`), or starts with `V` and ends in `.sql` in
+/// any case. Flyway's other prefixes (`R__`, `U<n>__`) are ignored.
 pub fn parse_name(name: &str) -> Result<Option<(u64, String)>, RevisionError> {
-    let Some(stem) = name.strip_prefix('V').and_then(|s| s.strip_suffix(".sql")) else {
-        return Ok(None);
-    };
     let bad = |why| RevisionError::Name { file: name.to_owned(), why };
+    let b = name.as_bytes();
+    let digit_after_v = matches!(b.first(), Some(b'V' | b'v')) && b.get(1).is_some_and(u8::is_ascii_digit);
+    let sql_suffix = name.to_ascii_lowercase().ends_with(".sql");
+    let meant = digit_after_v || (b.first() == Some(&b'V') && sql_suffix);
+    if !meant {
+        return Ok(None);
+    }
+    if b.first() == Some(&b'v') {
+        return Err(bad("the prefix must be an uppercase V (a lowercase v would be skipped by Flyway)"));
+    }
+    let Some(stem) = name[1..].strip_suffix(".sql") else {
+        return Err(bad(
+            "the extension must be `.sql` in lowercase (move editor backups and other files out of the directory)",
+        ));
+    };
     let (version, description) = stem.split_once("__").ok_or_else(|| bad("no `__` after the version"))?;
     if version.is_empty() || !version.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad("the version must be decimal digits (dotted versions are not supported)"));
@@ -165,6 +181,10 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Revision>, RevisionError> {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some((version, description)) = parse_name(&name)? else { continue };
         let path = entry.path();
+        // Follows a symlink: a link to a file is read as that file.
+        if std::fs::metadata(&path).is_ok_and(|m| !m.is_file()) {
+            return Err(RevisionError::Content { file: name, why: "is named like a revision but is not a file" });
+        }
         let bytes = std::fs::read(&path).map_err(|source| RevisionError::Read { path: path.clone(), source })?;
         revisions.push(parse_revision(&name, version, description, &bytes)?);
     }
@@ -185,6 +205,8 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Revision>, RevisionError> {
 pub fn parse_revision(file: &str, version: u64, description: String, bytes: &[u8]) -> Result<Revision, RevisionError> {
     let text = std::str::from_utf8(bytes)
         .map_err(|_| RevisionError::Content { file: file.to_owned(), why: "not UTF-8 text" })?;
+    // A byte-order mark (editors on Windows) is not SQL: the server would refuse the first statement.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut statements = Vec::new();
     for (i, sql) in split(text).into_iter().enumerate() {
         let why = |why: String| RevisionError::Statement { file: file.to_owned(), index: i + 1, why };
@@ -277,15 +299,16 @@ fn words(sql: &str) -> Vec<String> {
             out.push("'".into());
         } else if c == b'#' || (c == b'-' && b.get(i + 1) == Some(&b'-')) {
             i = line_end(b, i);
-        } else if c == b'/' && b.get(i + 1) == Some(&b'*') && b.get(i + 2) != Some(&b'!') {
+        } else if c == b'/' && b.get(i + 1) == Some(&b'*') && !executable(b, i) {
             i += 2;
             while i < b.len() && !(b[i] == b'*' && b.get(i + 1) == Some(&b'/')) {
                 i += 1;
             }
             i += 2;
         } else if c == b'/' && b.get(i + 1) == Some(&b'*') {
-            // `/*!NNNNN …` executable comment: read its words.
-            i += 3;
+            // `/*!NNNNN …` (MySQL, MariaDB) or `/*M!NNNNN …` (MariaDB only)
+            // executable comment: the server runs it, so its words count.
+            i += if b.get(i + 2) == Some(&b'M') { 4 } else { 3 };
             while i < b.len() && b[i].is_ascii_digit() {
                 i += 1;
             }
@@ -314,6 +337,11 @@ fn words(sql: &str) -> Vec<String> {
     out
 }
 
+/// Whether the comment at `i` (`/*`) is executable: `/*!` or `/*M!`.
+fn executable(b: &[u8], i: usize) -> bool {
+    b.get(i + 2) == Some(&b'!') || (b.get(i + 2) == Some(&b'M') && b.get(i + 3) == Some(&b'!'))
+}
+
 /// The tables a DDL statement names (empty for DML or unknown shapes):
 /// used on another session's query text in the lock-wait graph.
 pub fn tables_named(sql: &str) -> Vec<TableRef> {
@@ -322,12 +350,41 @@ pub fn tables_named(sql: &str) -> Vec<TableRef> {
     ddl_tables(&w, &up)
 }
 
+/// Session variables the runner owns: a revision that sets them would
+/// change the transaction the runner commits (`autocommit`,
+/// `completion_type`) or the lock and idle bounds of every later
+/// statement and revision of the run.
+const OWNED_VARIABLES: [&str; 7] = [
+    "autocommit",
+    "completion_type",
+    "lock_wait_timeout",
+    "innodb_lock_wait_timeout",
+    "wait_timeout",
+    "net_read_timeout",
+    "net_write_timeout",
+];
+
 /// DML or DDL, and for DDL the tables it names; an error for statements
 /// the runner refuses.
 fn classify(sql: &str) -> Result<(Kind, Vec<TableRef>), String> {
     let w = words(sql);
     let up: Vec<String> = w.iter().map(|s| s.to_ascii_uppercase()).collect();
+    classify_words(&w, &up)
+}
+
+fn classify_words(w: &[String], up: &[String]) -> Result<(Kind, Vec<TableRef>), String> {
     let at = |i: usize| up.get(i).map_or("", String::as_str);
+    if at(0) == "SET"
+        && let Some(v) = w.iter().find_map(|x| {
+            // `@@session.autocommit` reads as `session.autocommit`.
+            let name = x.rsplit('.').next().unwrap_or(x).to_ascii_lowercase();
+            OWNED_VARIABLES.contains(&name.as_str()).then_some(name)
+        })
+    {
+        return Err(format!(
+            "SET {v}: the runner owns this session setting (its transaction, lock and idle bounds) for every revision; remove it (--lock-timeout sets the lock waits)"
+        ));
+    }
     match at(0) {
         "DELIMITER" => {
             return Err("DELIMITER is a client command, not SQL; write one statement per `;` (stored programs are not supported in revisions)".into());
@@ -341,15 +398,41 @@ fn classify(sql: &str) -> Result<(Kind, Vec<TableRef>), String> {
         "START" if at(1) == "TRANSACTION" => {
             return Err("START TRANSACTION is transaction control; the runner commits each revision with its history row itself — remove it".into());
         }
+        "USE" => {
+            return Err("USE changes the schema of the runner's session, where it writes the history; qualify the table names instead (schema.table)".into());
+        }
+        "SET" if at(1) == "STATEMENT" => {
+            // MariaDB `SET STATEMENT var = value [, …] FOR <statement>`: the inner statement decides.
+            return match up.iter().position(|u| u == "FOR") {
+                Some(p) if p + 1 < up.len() => classify_words(&w[p + 1..], &up[p + 1..]),
+                _ => Err("SET STATEMENT without FOR <statement>".into()),
+            };
+        }
         "SET" if up.iter().any(|u| u == "AUTOCOMMIT" || u == "@@AUTOCOMMIT" || u == "TRANSACTION") => {
             return Err("SET autocommit / SET TRANSACTION change the runner's transaction; remove it".into());
         }
         "INSERT" | "UPDATE" | "DELETE" | "REPLACE" | "SELECT" | "WITH" | "DO" | "SET" => {
             return Ok((Kind::Dml, vec![]));
         }
+        "CREATE" => {
+            let program = up[1..].iter().find(|u| {
+                matches!(
+                    u.as_str(),
+                    "TABLE" | "INDEX" | "VIEW" | "DATABASE" | "SCHEMA" | "PROCEDURE" | "FUNCTION" | "TRIGGER" | "EVENT"
+                )
+            });
+            if let Some(kind) = program.filter(|k| matches!(k.as_str(), "PROCEDURE" | "FUNCTION" | "TRIGGER" | "EVENT"))
+                && up.iter().any(|u| u == "BEGIN")
+            {
+                return Err(format!(
+                    "CREATE {kind} with a BEGIN … END body: the runner splits on `;` and would send the body in pieces; \
+                     stored programs with compound bodies are not supported in revisions (a one-statement body without BEGIN is)"
+                ));
+            }
+        }
         _ => {}
     }
-    Ok((Kind::Ddl, ddl_tables(&w, &up)))
+    Ok((Kind::Ddl, ddl_tables(w, up)))
 }
 
 /// The tables a DDL statement names, for the blocker look.
@@ -435,7 +518,7 @@ mod tests {
     fn names_follow_flyway() {
         assert_eq!(parse_name("V1__init.sql").unwrap(), Some((1, "init".into())));
         assert_eq!(parse_name("V012__add_orders_index.sql").unwrap(), Some((12, "add orders index".into())));
-        for ignored in ["README.md", "R__views.sql", "v1__lower.sql", "U1__undo.txt"] {
+        for ignored in ["README.md", "R__views.sql", "U1__undo.txt", "views.sql", "Vendor.txt"] {
             assert_eq!(parse_name(ignored).unwrap(), None, "{ignored}");
         }
         for bad in [
@@ -522,5 +605,127 @@ mod tests {
         std::fs::write(dir.path().join("V02__again.sql"), "SELECT 1;").unwrap();
         let e = load_dir(dir.path()).unwrap_err().to_string();
         assert!(e.contains("version 2 is given twice"), "{e}");
+    }
+
+    // --- attacks (issue 11): a developer's near-miss is refused, never skipped ---
+
+    #[test]
+    fn attack_near_miss_names_are_refused_not_skipped() {
+        for bad in [
+            "v1__lower.sql",
+            "V1__x.SQL",
+            "V1__x.Sql",
+            "V1__x.sql~",
+            "V1__x.sql.bak",
+            "V1__x",
+            "v01__x.sql",
+            "V01_x.sql",
+            "V1__.sql",
+        ] {
+            let e = parse_name(bad).unwrap_err().to_string();
+            assert!(e.contains(bad) && e.contains("expected V<n>__"), "{bad}: {e}");
+        }
+        assert_eq!(parse_name("V01__x.sql").unwrap(), Some((1, "x".into())), "leading zeros: the same version");
+        assert_eq!(parse_name("V18446744073709551615__max.sql").unwrap(), Some((u64::MAX, "max".into())));
+    }
+
+    #[test]
+    fn attack_a_directory_named_like_a_revision_is_refused_and_a_symlink_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("V1__folder.sql")).unwrap();
+        let e = load_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("V1__folder.sql") && e.contains("not a file"), "{e}");
+        std::fs::remove_dir(dir.path().join("V1__folder.sql")).unwrap();
+        let target = dir.path().join("real.txt");
+        std::fs::write(&target, "UPDATE t SET a = 1;").unwrap();
+        std::os::unix::fs::symlink(&target, dir.path().join("V1__linked.sql")).unwrap();
+        let revs = load_dir(dir.path()).unwrap();
+        assert_eq!(revs[0].checksum, checksum(b"UPDATE t SET a = 1;"));
+        std::os::unix::fs::symlink(dir.path().join("gone"), dir.path().join("V2__dangling.sql")).unwrap();
+        assert!(load_dir(dir.path()).unwrap_err().to_string().contains("V2__dangling.sql"));
+    }
+
+    #[test]
+    fn attack_ddl_hidden_behind_set_statement_is_ddl() {
+        // MariaDB: `SET STATEMENT … FOR ALTER` commits implicitly; taken as DML it
+        // would run inside the revision's transaction with no `started` mark.
+        let (k, t) = classify("SET STATEMENT max_statement_time = 0 FOR ALTER TABLE orders ADD c INT").unwrap();
+        assert_eq!((k, t), (Kind::Ddl, vec![(None, "orders".to_owned())]));
+        let (k, _) = classify("SET STATEMENT max_statement_time = 60 FOR UPDATE orders SET v = 1").unwrap();
+        assert_eq!(k, Kind::Dml);
+        assert!(classify("SET STATEMENT lock_wait_timeout = 3600 FOR ALTER TABLE t ADD c INT").is_err());
+    }
+
+    #[test]
+    fn attack_mariadb_executable_comments_are_sent_and_classified() {
+        // `/*M!…*/` runs on MariaDB: it must neither be dropped as a comment nor taken as DML.
+        let r = parse_revision(
+            "V1__x.sql",
+            1,
+            "x".into(),
+            b"UPDATE t SET a = 1;
+/*M!100100 ALTER TABLE t ADD c INT */;",
+        )
+        .unwrap();
+        assert_eq!(r.statements.len(), 2, "{:#?}", r.statements);
+        assert_eq!(r.statements[1].kind, Kind::Ddl);
+        assert!(r.has_ddl());
+        let r = parse_revision("V1__x.sql", 1, "x".into(), b"/*!50001 CREATE VIEW v AS SELECT 1 */;").unwrap();
+        assert_eq!(r.statements[0].kind, Kind::Ddl);
+    }
+
+    #[test]
+    fn attack_runner_owned_session_settings_and_use_are_refused() {
+        for sql in [
+            "SET @@session.autocommit = 0",
+            "SET LOCAL autocommit = 0",
+            "SET SESSION innodb_lock_wait_timeout = 600",
+            "SET @@lock_wait_timeout = 31536000",
+            "set completion_type = 2",
+            "SET a = 1, @@SESSION.wait_timeout = 5",
+            "/*!40101 SET @@session.autocommit = 0 */",
+        ] {
+            let e = classify(sql).unwrap_err();
+            assert!(e.contains("remove it"), "{sql}: {e}");
+        }
+        let e = classify("USE other_schema").unwrap_err();
+        assert!(e.contains("qualify the table names"), "{e}");
+        assert_eq!(classify("SET @x = 1").unwrap().0, Kind::Dml);
+        assert_eq!(classify("SET foreign_key_checks = 0").unwrap().0, Kind::Dml);
+    }
+
+    #[test]
+    fn attack_compound_stored_programs_are_refused_before_anything_runs() {
+        let text = "ALTER TABLE t ADD c INT;\nCREATE TRIGGER trg BEFORE INSERT ON t FOR EACH ROW BEGIN\n  SET NEW.a = 1;\n  SET NEW.b = 2;\nEND;";
+        let e = parse_revision("V1__x.sql", 1, "x".into(), text.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("statement 2") && e.contains("BEGIN … END"), "{e}");
+        let e = parse_revision("V1__x.sql", 1, "x".into(), b"DELIMITER //\nCREATE PROCEDURE p() BEGIN SELECT 1; END//")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("DELIMITER"), "{e}");
+        // A one-statement body needs no BEGIN and is accepted; so is a column named `begin`.
+        assert!(classify("CREATE TRIGGER trg BEFORE INSERT ON t FOR EACH ROW SET NEW.a = 1").is_ok());
+        assert!(classify("CREATE TABLE t (`begin` INT)").is_ok());
+    }
+
+    #[test]
+    fn attack_split_holds_on_quotes_comments_and_escapes() {
+        let text = "INSERT INTO t VALUES ('a;b', 'it''s;', 'back\\\\;', \"d;q\");\n\
+                    # hash; comment\n-- dash; comment\n/* block ; */ UPDATE t SET a = '/* ; */';\n\
+                    UPDATE t SET a = 1 -- no semicolon at the end";
+        let got = split(text);
+        assert_eq!(got.len(), 3, "{got:#?}");
+        assert!(got[0].ends_with("\"d;q\")"), "{}", got[0]);
+        assert!(got[1].ends_with("'/* ; */'"), "{}", got[1]);
+    }
+
+    #[test]
+    fn attack_bom_empty_and_non_utf8_files() {
+        let r = parse_revision("V1__x.sql", 1, "x".into(), "\u{feff}ALTER TABLE t ADD c INT;".as_bytes()).unwrap();
+        assert!(r.statements[0].sql.starts_with("ALTER"), "the BOM is not sent: {:?}", r.statements[0].sql);
+        let e = parse_revision("V1__x.sql", 1, "x".into(), b"").unwrap_err().to_string();
+        assert!(e.contains("no statement"), "{e}");
+        let e = parse_revision("V1__x.sql", 1, "x".into(), b"UPDATE t SET a = '\xff';").unwrap_err().to_string();
+        assert!(e.contains("not UTF-8"), "{e}");
     }
 }
