@@ -100,6 +100,7 @@ impl Target {
             (None, Some(path)) => read_file("the database URL", path)?.trim().to_owned(),
             (None, None) => return Err(DbError::NoUrl),
         };
+        check_url_shape(&url)?;
         let opts = Opts::from_url(&url).map_err(|e| DbError::Url(redact(&e.to_string(), &url)))?;
         let mut b = OptsBuilder::from_opts(opts)
             // Never switch to the unix socket behind the caller's back (a
@@ -177,6 +178,24 @@ impl Target {
         s.flavor = if s.version.to_ascii_lowercase().contains("mariadb") { Flavor::MariaDb } else { Flavor::MySql };
         Ok(s)
     }
+}
+
+/// Refuses a URL whose password a URL parser would read as something
+/// else: an unencoded `/`, `?` or `#` in the password ends the host part
+/// early, and the rest of the password becomes the port, the schema or the
+/// query — fields that are logged. An `@` after the host part is that
+/// sign. The message never repeats the URL.
+fn check_url_shape(url: &str) -> Result<(), DbError> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if rest[host_end..].contains('@') {
+        return Err(DbError::Url(
+            "an `@` follows the host part: a password containing `/`, `?` or `#` must be percent-encoded \
+             (%2F, %3F, %23; `%` itself as %25), or given with --password-file"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Removes the URL (and so its password) from a parser's message, should
@@ -358,5 +377,35 @@ mod tests {
         let missing = DbArgs { password_file: Some(dir.path().join("none")), ..a };
         let e = Target::from_args(&missing).unwrap_err().to_string();
         assert!(e.contains("failed to read the password from"), "{e}");
+    }
+
+    #[test]
+    fn attack_passwords_with_url_characters_never_reach_a_printable_field() {
+        // Unencoded, the part after `/`, `?` or `#` would become port, schema or query — and be logged.
+        for url in [
+            "mysql://migrator:1234/SECRETPW@127.0.0.1:3306/app",
+            "mysql://migrator:SE#CRETPW@127.0.0.1:3306/app",
+            "mysql://migrator:SE?CRETPW@127.0.0.1:3306/app",
+        ] {
+            let e = Target::from_args(&args(Some(url))).unwrap_err().to_string();
+            assert!(!e.contains("SECRET") && !e.contains("CRETPW") && e.contains("percent-encoded"), "{e}");
+        }
+        // `@` and `:` in a password are read right; percent-encoded characters are decoded.
+        let t = Target::from_args(&args(Some("mysql://migrator:p@ss:w%2Frd%23%25@127.0.0.1:3306/app"))).unwrap();
+        assert_eq!(t.display, "migrator@127.0.0.1:3306/app");
+        assert_eq!(t.opts.pass(), Some("p@ss:w/rd#%"));
+        assert!(!format!("{t:?}").contains("ss:w"), "{t:?}");
+        // No scheme: refused without the password.
+        let e = Target::from_args(&args(Some("migrator:SECRETPW@127.0.0.1:3306/app"))).unwrap_err().to_string();
+        assert!(!e.contains("SECRETPW"), "{e}");
+    }
+
+    #[test]
+    fn attack_a_password_file_keeps_inner_and_trailing_spaces_but_not_one_line_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "p w \r\n").unwrap();
+        let a = DbArgs { password_file: Some(pw), ..args(Some("mysql://migrator@db.example:3306/shop")) };
+        assert_eq!(Target::from_args(&a).unwrap().opts.pass(), Some("p w "));
     }
 }
