@@ -7,7 +7,10 @@
 //!    touched at all — so the applied set is read only once the migration
 //!    mutex is held; alone, say so in the first log line;
 //! 3. one connection with its own session settings ([`crate::db`]);
-//! 4. the history table, then the plan ([`crate::history::plan`]);
+//! 4. the schema's run lock (`GET_LOCK`, held by the session to its end),
+//!    so that a second runner — alone, or an older one — waits instead of
+//!    applying the same revisions; then the history table, then the plan
+//!    ([`crate::history::plan`]);
 //! 5. per revision: `permit`, then attempts. A DML revision runs in one
 //!    transaction with its history row (all or nothing, `kill -9`
 //!    included). A DDL revision reports `ddl-started` to the sidecar,
@@ -177,6 +180,12 @@ pub async fn apply(s: ApplySettings) -> i32 {
         ),
         Err(e) => return failed_at_start(&s.guard, "failed to read the session settings", &e).await,
     }
+    // The schema's run lock before the history is read: a second runner
+    // (by hand, a pipeline, an older Job) waits here instead of applying
+    // what this one applies.
+    if let Err(code) = run_lock(&s.guard, &mut session).await {
+        return code;
+    }
     // Created only when missing: a fenced (read-only) site refuses even a no-op CREATE.
     let created = match session.has_history().await {
         Ok(true) => Ok(()),
@@ -188,6 +197,11 @@ pub async fn apply(s: ApplySettings) -> i32 {
     }
     let rows = match session.history().await {
         Ok(r) => r,
+        Err(e @ crate::db::DbError::ForeignHistory { .. }) => {
+            tracing::error!(error = %e, "refusing to apply");
+            s.guard.outcome(false, None, Some(e.to_string())).await;
+            return exit::REFUSED;
+        }
         Err(e) => return failed_at_start(&s.guard, &format!("failed to read {}", history::TABLE), &e).await,
     };
     let plan = match history::plan(&s.revisions, &rows) {
@@ -233,13 +247,51 @@ pub async fn apply(s: ApplySettings) -> i32 {
     exit::OK
 }
 
+/// How long `apply` waits for another run on the same schema to end.
+pub const RUN_LOCK_WAIT: Duration = Duration::from_secs(600);
+
+/// Takes the schema's run lock ([`crate::db::run_lock_name`]), waiting up
+/// to [`RUN_LOCK_WAIT`] for another run to end, logging who holds it.
+async fn run_lock(guard: &Guard, session: &mut Session) -> Result<(), i32> {
+    let until = Instant::now() + RUN_LOCK_WAIT;
+    // The first try does not wait, so that a waiting run says at once why it waits.
+    let mut wait = Duration::ZERO;
+    loop {
+        let tried = session.try_run_lock(wait).await;
+        wait = Duration::from_secs(5);
+        match tried {
+            Ok(None) => {
+                tracing::info!(
+                    lock = %crate::db::run_lock_name(&session.schema),
+                    "holding the schema's run lock: no other bloodraven-migrate applies or resolves revisions here until this run ends"
+                );
+                return Ok(());
+            }
+            Ok(Some(holder)) if Instant::now() < until => tracing::warn!(
+                holder_connection = holder,
+                "another bloodraven-migrate run holds this schema's run lock (connection {holder}); waiting for it to end before reading the history"
+            ),
+            Ok(Some(holder)) => {
+                let why = format!(
+                    "another bloodraven-migrate run (connection {holder}) held this schema's run lock for {} s; let it finish, or end it (KILL {holder})",
+                    RUN_LOCK_WAIT.as_secs()
+                );
+                tracing::error!(holder_connection = holder, "{why}; no revision was started");
+                guard.outcome(false, None, Some(why)).await;
+                return Err(exit::CONTENTION);
+            }
+            Err(e) => return Err(failed_at_start(guard, "failed to take the schema's run lock", &e).await),
+        }
+    }
+}
+
 /// The first log lines: alone or behind the sidecar, and the settings.
 fn announce(s: &ApplySettings) {
     match &s.guard {
         Guard::Alone => tracing::info!(
             version = env!("CARGO_PKG_VERSION"),
             target = %s.target.display,
-            "bloodraven-migrate starting alone: no sidecar socket, so no migration mutex and no fence; run it by hand only when nothing else migrates this schema"
+            "bloodraven-migrate starting alone: no sidecar socket, so no deploy lease and no fence (a second runner on this schema still waits on its run lock)"
         ),
         Guard::Sidecar(p) => tracing::info!(
             version = env!("CARGO_PKG_VERSION"),

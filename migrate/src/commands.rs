@@ -90,6 +90,21 @@ pub async fn resolve(a: ResolveArgs) -> i32 {
         Ok(s) => s,
         Err(code) => return code,
     };
+    // A `started` row of a run in progress is not dirty: settle only when no run holds the schema.
+    match s.try_run_lock(Duration::ZERO).await {
+        Ok(None) => {}
+        Ok(Some(holder)) => {
+            eprintln!(
+                "bloodraven-migrate: cannot resolve V{}: a bloodraven-migrate run (connection {holder}) is applying revisions on this schema right now, so a `started` row may be running, not dirty; wait for it to end",
+                a.version
+            );
+            return exit::REFUSED;
+        }
+        Err(e) => {
+            eprintln!("bloodraven-migrate: failed to take the schema's run lock: {e}");
+            return exit::FAILED;
+        }
+    }
     let rows = match s.has_history().await {
         Ok(true) => s.history().await,
         Ok(false) => Ok(Vec::new()),
@@ -102,7 +117,9 @@ pub async fn resolve(a: ResolveArgs) -> i32 {
             return exit::FAILED;
         }
     };
-    let from = rows.iter().find(|r| r.version == a.version).map(|r| r.state);
+    let row = rows.iter().find(|r| r.version == a.version);
+    let from = row.map(|r| r.state);
+    let from_text = row.map_or("", |r| r.state_text.as_str());
     let to = match transition(from, to_event) {
         Ok(Some(to)) => to,
         Ok(None) => return exit::FAILED,
@@ -111,10 +128,10 @@ pub async fn resolve(a: ResolveArgs) -> i32 {
             return exit::REFUSED;
         }
     };
-    match s.resolve_row(a.version, to).await {
+    match s.resolve_row(a.version, from_text, to).await {
         Ok(1) => {
             tracing::info!(revision = a.version, state = to.as_str(), "resolved by hand");
-            println!("V{}: started -> {}", a.version, to.as_str());
+            println!("V{}: {from_text} -> {}", a.version, to.as_str());
             if to == State::RolledBack {
                 println!("the next apply runs V{} again", a.version);
             }

@@ -60,6 +60,42 @@ pub enum DbError {
     /// A query failed.
     #[error("{0}")]
     Query(#[from] mysql_async::Error),
+    /// The history row the run was about to insert already exists.
+    #[error(
+        "revision V{0} already has a history row: something else recorded it during this run (a second runner that takes no run lock, or a person); nothing of this attempt is kept — run `status`"
+    )]
+    AlreadyRecorded(u64),
+    /// A table of the history's name that is not this runner's.
+    #[error(
+        "table {schema}.bloodraven_schema_history is not this runner's history table (it lacks {missing}): \
+         created by another tool or by an incompatible version; nothing was changed — rename it, or migrate another schema"
+    )]
+    ForeignHistory {
+        /// The schema.
+        schema: String,
+        /// The columns it lacks.
+        missing: String,
+    },
+    /// The `started` row of the revision in flight was changed under the run.
+    #[error(
+        "the history row of revision V{0} is no longer `started`: it was changed during the run (by hand, or by `resolve`); the revision's statements did run — check the schema, fix the row, then run again"
+    )]
+    HistoryChanged(u64),
+}
+
+/// ER_DUP_ENTRY.
+const DUPLICATE_KEY: u16 = 1062;
+
+/// The name of a schema's run lock (`GET_LOCK`): one `apply` or `resolve`
+/// at a time per schema, whatever the sidecar. Names are at most 64
+/// characters; a long schema name is hashed.
+pub fn run_lock_name(schema: &str) -> String {
+    let name = format!("bloodraven-migrate:{schema}");
+    if name.len() <= 64 {
+        name
+    } else {
+        format!("bloodraven-migrate:{}", &crate::revision::checksum(schema.as_bytes())[..40])
+    }
 }
 
 /// The server's flavour: where lock information lives differs.
@@ -237,9 +273,25 @@ impl Session {
         Ok(())
     }
 
-    /// Reads the history rows, by version (the table must exist).
+    /// Reads the history rows, by version (the table must exist, with this
+    /// runner's columns: [`DbError::ForeignHistory`] otherwise).
     pub async fn history(&mut self) -> Result<Vec<Row>, DbError> {
         type Raw = (u64, String, String, String, bool, u32, String, Option<String>);
+        let columns: Vec<String> = self
+            .conn
+            .exec(
+                "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?",
+                (history::TABLE,),
+            )
+            .await?;
+        let missing: Vec<&str> = history::COLUMNS
+            .iter()
+            .copied()
+            .filter(|c| !columns.iter().any(|have| have.eq_ignore_ascii_case(c)))
+            .collect();
+        if !missing.is_empty() {
+            return Err(DbError::ForeignHistory { schema: self.schema.clone(), missing: missing.join(", ") });
+        }
         let raw: Vec<Raw> = self
             .conn
             .query(format!(
@@ -253,7 +305,8 @@ impl Session {
             .map(|(version, description, checksum, state, ddl_started, attempts, started_at, finished_at)| Row {
                 version,
                 description,
-                state: State::parse(&state).unwrap_or(State::Started),
+                state: State::parse(&state).unwrap_or(State::Unknown),
+                state_text: state,
                 checksum,
                 ddl_started,
                 attempts,
@@ -275,8 +328,24 @@ impl Session {
         Ok(n.unwrap_or(0) > 0)
     }
 
-    /// Writes the row of `version` in state `state` (insert, or replace a
-    /// rolled-back row); `finished` stamps `finished_at`.
+    /// Tries the schema's run lock for up to `wait` (whole seconds, 0: no
+    /// wait): `Ok(None)` when this session holds it, `Ok(Some(id))` with the
+    /// connection holding it otherwise. Held until the session ends (a
+    /// `kill -9` releases it with the connection).
+    pub async fn try_run_lock(&mut self, wait: Duration) -> Result<Option<u64>, DbError> {
+        let name = run_lock_name(&self.schema);
+        let got: Option<Option<i64>> = self.conn.exec_first("SELECT GET_LOCK(?, ?)", (&name, wait.as_secs())).await?;
+        if got.flatten() == Some(1) {
+            return Ok(None);
+        }
+        let holder: Option<Option<u64>> = self.conn.exec_first("SELECT IS_USED_LOCK(?)", (&name,)).await?;
+        Ok(Some(holder.flatten().unwrap_or(0)))
+    }
+
+    /// Writes the row of `version` in state `state`: a plain insert (after
+    /// removing a `rolled-back` row, the only one a run may replace), so a
+    /// row that something else recorded meanwhile is never overwritten
+    /// ([`DbError::AlreadyRecorded`]); `finished` stamps `finished_at`.
     pub async fn write_row(
         &mut self,
         r: &crate::revision::Revision,
@@ -285,17 +354,22 @@ impl Session {
         finished: bool,
     ) -> Result<(), DbError> {
         let finished_at = if finished { "NOW(6)" } else { "NULL" };
+        self.conn
+            .exec_drop(
+                format!("DELETE FROM {} WHERE version = ? AND state = 'rolled-back'", history::TABLE),
+                (r.version,),
+            )
+            .await?;
         let sql = format!(
             "INSERT INTO {t} (version, description, checksum, state, ddl_started, attempts, started_at, finished_at, installed_by) \
-             VALUES (?, ?, ?, ?, ?, ?, NOW(6), {finished_at}, CURRENT_USER()) \
-             ON DUPLICATE KEY UPDATE description = VALUES(description), checksum = VALUES(checksum), state = VALUES(state), \
-             ddl_started = VALUES(ddl_started), attempts = VALUES(attempts), started_at = VALUES(started_at), \
-             finished_at = VALUES(finished_at), installed_by = VALUES(installed_by)",
+             VALUES (?, ?, ?, ?, ?, ?, NOW(6), {finished_at}, CURRENT_USER())",
             t = history::TABLE
         );
         let ddl = state == State::Started;
-        self.conn.exec_drop(sql, (r.version, &r.description, &r.checksum, state.as_str(), ddl, attempts)).await?;
-        Ok(())
+        match self.conn.exec_drop(sql, (r.version, &r.description, &r.checksum, state.as_str(), ddl, attempts)).await {
+            Err(mysql_async::Error::Server(e)) if e.code == DUPLICATE_KEY => Err(DbError::AlreadyRecorded(r.version)),
+            r => Ok(r?),
+        }
     }
 
     /// `started` → `applied` (DDL revision done) with its attempt count.
@@ -309,7 +383,7 @@ impl Session {
                 (attempts, version),
             )
             .await?;
-        Ok(())
+        if self.conn.affected_rows() == 1 { Ok(()) } else { Err(DbError::HistoryChanged(version)) }
     }
 
     /// Removes a `started` row whose revision had no effect at all.
@@ -320,15 +394,16 @@ impl Session {
         Ok(())
     }
 
-    /// Sets a `started` row to `to` (resolve); the number of rows changed.
-    pub async fn resolve_row(&mut self, version: u64, to: State) -> Result<u64, DbError> {
+    /// Sets the row of `version`, still in state `from` (as stored), to
+    /// `to` (resolve); the number of rows changed.
+    pub async fn resolve_row(&mut self, version: u64, from: &str, to: State) -> Result<u64, DbError> {
         self.conn
             .exec_drop(
                 format!(
-                    "UPDATE {} SET state = ?, finished_at = NOW(6) WHERE version = ? AND state = 'started'",
+                    "UPDATE {} SET state = ?, finished_at = NOW(6) WHERE version = ? AND state = ?",
                     history::TABLE
                 ),
-                (to.as_str(), version),
+                (to.as_str(), version, from),
             )
             .await?;
         Ok(self.conn.affected_rows())

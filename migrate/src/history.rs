@@ -28,6 +28,20 @@ use crate::revision::Revision;
 /// The history table's name.
 pub const TABLE: &str = "bloodraven_schema_history";
 
+/// The columns the runner reads and writes: a table of the history's
+/// name without them is another tool's, and is refused.
+pub const COLUMNS: [&str; 9] = [
+    "version",
+    "description",
+    "checksum",
+    "state",
+    "ddl_started",
+    "attempts",
+    "started_at",
+    "finished_at",
+    "installed_by",
+];
+
 /// `CREATE TABLE IF NOT EXISTS` for the history table.
 pub const CREATE: &str = "CREATE TABLE IF NOT EXISTS bloodraven_schema_history (
   version BIGINT UNSIGNED NOT NULL PRIMARY KEY,
@@ -50,6 +64,9 @@ pub enum State {
     Applied,
     /// A person said none of it is in place; applied again next run.
     RolledBack,
+    /// A state no runner writes (the row was edited by hand): refused
+    /// like a dirty row, and settled the same way (`resolve`).
+    Unknown,
 }
 
 impl State {
@@ -59,6 +76,7 @@ impl State {
             State::Started => "started",
             State::Applied => "applied",
             State::RolledBack => "rolled-back",
+            State::Unknown => "unknown",
         }
     }
 
@@ -100,7 +118,8 @@ pub fn transition(from: Option<State>, event: Event) -> Result<Option<State>, St
         }
         (None | Some(S::RolledBack), E::DdlStarting) => Ok(Some(S::Started)),
         (Some(S::Started), E::FailedClean) => Ok(None),
-        (Some(S::Started), E::ResolvedRolledBack) => Ok(Some(S::RolledBack)),
+        (Some(S::Started | S::Unknown), E::ResolvedRolledBack) => Ok(Some(S::RolledBack)),
+        (Some(S::Unknown), E::ResolvedApplied) => Ok(Some(S::Applied)),
         (Some(s), E::ResolvedApplied | E::ResolvedRolledBack) => {
             Err(format!("the revision is {}, not dirty (started): nothing to resolve", s.as_str()))
         }
@@ -122,6 +141,8 @@ pub struct Row {
     pub checksum: String,
     /// The state.
     pub state: State,
+    /// The state column as stored (differs from `state` only for `Unknown`).
+    pub state_text: String,
     /// Whether the revision was marked before DDL.
     pub ddl_started: bool,
     /// Attempts it took.
@@ -146,6 +167,17 @@ pub enum PlanError {
         version: u64,
         /// Its description.
         description: String,
+    },
+    /// A row in a state no runner writes.
+    #[error(
+        "the history row of revision V{version} has state `{state}`, which bloodraven-migrate never writes (edited by hand?): \
+         check the schema, then run `bloodraven-migrate resolve {version} --applied` (all of it is in place) or `--rolled-back` (none of it is)"
+    )]
+    UnknownState {
+        /// The version.
+        version: u64,
+        /// The stored state.
+        state: String,
     },
     /// An applied revision's file changed.
     #[error(
@@ -188,6 +220,9 @@ pub struct Plan<'a> {
 
 /// Compares the directory with the history (read under the mutex).
 pub fn plan<'a>(files: &'a [Revision], rows: &[Row]) -> Result<Plan<'a>, PlanError> {
+    if let Some(r) = rows.iter().find(|r| r.state == State::Unknown) {
+        return Err(PlanError::UnknownState { version: r.version, state: r.state_text.clone() });
+    }
     if let Some(r) = rows.iter().find(|r| r.state == State::Started) {
         return Err(PlanError::Dirty { version: r.version, description: r.description.clone() });
     }
@@ -237,6 +272,7 @@ mod tests {
             description: f.description.clone(),
             checksum: f.checksum.clone(),
             state,
+            state_text: state.as_str().into(),
             ddl_started: false,
             attempts: 1,
             started_at: String::new(),
@@ -300,5 +336,25 @@ mod tests {
         for s in [S::Started, S::Applied, S::RolledBack] {
             assert_eq!(State::parse(s.as_str()), Some(s));
         }
+    }
+
+    #[test]
+    fn attack_a_row_edited_to_a_state_no_runner_writes_is_refused_and_resolvable() {
+        let files = vec![file(1, "UPDATE t SET a=1"), file(2, "UPDATE t SET a=2")];
+        let mut r = row(&files[0], State::Unknown);
+        r.state_text = "done".into();
+        let e = plan(&files, &[r]).unwrap_err().to_string();
+        assert!(e.contains("V1") && e.contains("`done`") && e.contains("resolve 1 --applied"), "{e}");
+        assert_eq!(transition(Some(State::Unknown), Event::ResolvedApplied), Ok(Some(State::Applied)));
+        assert_eq!(transition(Some(State::Unknown), Event::ResolvedRolledBack), Ok(Some(State::RolledBack)));
+        assert!(transition(Some(State::Unknown), Event::DmlCommitted).is_err());
+    }
+
+    #[test]
+    fn attack_a_deleted_row_of_an_older_revision_is_out_of_order_not_reapplied() {
+        // A person deleted V1's row by hand while V2 stays applied: V1 is not re-run.
+        let files = vec![file(1, "UPDATE t SET a=a+1"), file(2, "UPDATE t SET a=2")];
+        let e = plan(&files, &[row(&files[1], State::Applied)]).unwrap_err();
+        assert!(matches!(e, PlanError::OutOfOrder { version: 1, newest: 2, .. }), "{e:?}");
     }
 }

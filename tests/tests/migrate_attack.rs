@@ -1,0 +1,168 @@
+//! Issue 11, attacked as an ordinary hostile user on the real MariaDB pair:
+//! two runners at once without the sidecar, passwords with URL characters
+//! (never in any output), a history table edited by hand or owned by
+//! another tool, and the person's tools (`status`, `resolve`, `diagnose`)
+//! used where they do not apply. Pure logic (names, splitting,
+//! classification, plan) is attacked by the unit tests in migrate/.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
+
+use std::time::Duration;
+
+use bloodraven_e2e::SitePair;
+use bloodraven_e2e::migrate::{AppDb, Revisions, Run, exit};
+
+const T: Duration = Duration::from_secs(120);
+
+/// `bloodraven-migrate ARGS` to its end: (exit code, all output).
+async fn run(revs: &Revisions, args: &[&str]) -> (i32, String) {
+    let mut r = Run::start(revs, args, &[]);
+    let code = r.wait(T).await;
+    (code, r.log())
+}
+
+#[tokio::test]
+async fn two_runners_at_once_without_the_sidecar_apply_a_dml_revision_once() {
+    let pair = SitePair::start("mg-att-two");
+    let db = AppDb::create(&pair, false);
+    let revs = Revisions::new("mg-att-two");
+    revs.add(1, "bump", "UPDATE orders SET v = v + 10 WHERE id = 1;\nSELECT SLEEP(3);");
+    let mut first = Run::apply(&revs, &db.url, &[]);
+    // The second starts while the first is inside V1 (its transaction open, history not yet written).
+    db.wait_running("migrator", "SLEEP", T).await;
+    let mut second = Run::apply(&revs, &db.url, &[]);
+    assert_eq!(first.wait(T).await, 0, "{}", first.log());
+    assert_eq!(second.wait(T).await, 0, "{}", second.log());
+    assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 1"), "11", "V1 applied once, not twice");
+    assert_eq!(db.history(1), "applied 0 1");
+    let log = second.log();
+    assert!(log.contains("another bloodraven-migrate run holds this schema's run lock"), "{log}");
+    assert_eq!(second.count("revision V1 starting"), 0, "the second found V1 applied:\n{log}");
+}
+
+#[tokio::test]
+async fn a_password_with_url_characters_never_appears_in_any_output() {
+    let pair = SitePair::start("mg-att-pw");
+    let db = AppDb::create(&pair, false);
+    let (host, port) = (&pair.iad_host, pair.iad_port);
+    let pw = "p@ss:w/rd#%Secr3t";
+    pair.sql(
+        "iad",
+        &format!(
+            "CREATE USER 'odd'@'{host}' IDENTIFIED BY '{pw}'; GRANT ALL ON app.* TO 'odd'@'{host}'; \
+             GRANT PROCESS ON *.* TO 'odd'@'{host}';"
+        ),
+    );
+    let revs = Revisions::new("mg-att-pw");
+    revs.add(1, "bump", "UPDATE orders SET v = v + 1 WHERE id = 1;");
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    let file = revs.dir.join("pw");
+    std::fs::write(&file, format!("{pw}\n")).unwrap();
+    let bare = format!("mysql://odd@{host}:{port}/app");
+    let encoded = format!("mysql://odd:p@ss:w%2Frd%23%25Secr3t@{host}:{port}/app");
+    let raw = format!("mysql://odd:{pw}@{host}:{port}/app");
+    let wrong = format!("mysql://odd:p@ss:w%2Frd%23%25Secr3tx@{host}:{port}/app");
+    let file = file.to_str().unwrap().to_owned();
+    let mut outputs = Vec::new();
+    // The password from a file: applied.
+    let (code, out) = run(&revs, &["apply", "--dir", &dir, "--database-url", &bare, "--password-file", &file]).await;
+    assert_eq!(code, 0, "{out}");
+    outputs.push(out);
+    // Percent-encoded in the URL: the same account.
+    for cmd in [&["status", "--dir", &dir, "--database-url", &encoded][..], &["diagnose", "--database-url", &encoded]] {
+        let (code, out) = run(&revs, cmd).await;
+        assert_eq!(code, 0, "{cmd:?}: {out}");
+        outputs.push(out);
+    }
+    // Unencoded: refused before connecting, saying how to write it.
+    let (code, out) = run(&revs, &["apply", "--dir", &dir, "--database-url", &raw]).await;
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("percent-encoded"), "{out}");
+    outputs.push(out);
+    // A wrong password: the server's refusal, not the password.
+    let (code, out) = run(&revs, &["apply", "--dir", &dir, "--database-url", &wrong]).await;
+    assert_eq!(code, exit::FAILED, "{out}");
+    assert!(out.contains("Access denied"), "{out}");
+    outputs.push(out);
+    assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 1"), "2");
+    for out in &outputs {
+        for piece in ["p@ss", "w/rd", "rd#", "%2Frd", "Secr3t", "ss:w"] {
+            assert!(!out.contains(piece), "`{piece}` of the password in the output:\n{out}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_history_row_in_a_state_no_runner_writes_is_refused_by_name() {
+    let pair = SitePair::start("mg-att-state");
+    let db = AppDb::create(&pair, false);
+    let revs = Revisions::new("mg-att-state");
+    revs.add(1, "bump", "UPDATE orders SET v = v + 1 WHERE id = 1;");
+    let mut first = Run::apply(&revs, &db.url, &[]);
+    assert_eq!(first.wait(T).await, 0, "{}", first.log());
+    pair.sql("iad", "UPDATE app.bloodraven_schema_history SET state = 'done' WHERE version = 1");
+    revs.add(2, "bump_again", "UPDATE orders SET v = v + 1 WHERE id = 1;");
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    let (code, out) = run(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, exit::REFUSED, "{out}");
+    assert!(out.contains("V1") && out.contains("`done`"), "names the row and its state: {out}");
+    assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 1"), "2", "nothing applied past it");
+    // A person settles it with resolve, like a dirty row.
+    let (code, out) = run(&revs, &["resolve", "1", "--applied", "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = run(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 1"), "3");
+}
+
+#[tokio::test]
+async fn a_history_table_of_another_tool_or_layout_is_refused_and_nothing_runs() {
+    let pair = SitePair::start("mg-att-foreign");
+    let db = AppDb::create(&pair, false);
+    pair.sql(
+        "iad",
+        "CREATE TABLE app.bloodraven_schema_history (installed_rank INT PRIMARY KEY, version VARCHAR(50), \
+         script VARCHAR(1000), success TINYINT(1)) ENGINE=InnoDB; \
+         INSERT INTO app.bloodraven_schema_history VALUES (1, '1', 'V1__x.sql', 1)",
+    );
+    let revs = Revisions::new("mg-att-foreign");
+    revs.add(1, "bump", "UPDATE orders SET v = v + 1 WHERE id = 1;");
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    let (code, out) = run(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, exit::REFUSED, "{out}");
+    assert!(out.contains("bloodraven_schema_history") && out.contains("not this runner's"), "{out}");
+    assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 1"), "1", "nothing ran");
+    assert_eq!(db.value("SELECT COUNT(*) FROM app.bloodraven_schema_history"), "1", "the table is left as it was");
+}
+
+#[tokio::test]
+async fn the_tools_where_they_do_not_apply_say_so() {
+    let pair = SitePair::start("mg-att-tools");
+    let db = AppDb::create(&pair, false);
+    let revs = Revisions::new("mg-att-tools");
+    revs.add(1, "bump", "UPDATE orders SET v = v + 1 WHERE id = 1;");
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    // status on a schema never migrated: V1 pending, and nothing created.
+    let (code, out) = run(&revs, &["status", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.lines().any(|l| l.starts_with("V1") && l.contains("pending")), "{out}");
+    assert_eq!(
+        db.value("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'app' AND TABLE_NAME = 'bloodraven_schema_history'"),
+        "0",
+        "status only reads"
+    );
+    // resolve of an unknown version, then of an applied one: refused, saying why.
+    let (code, out) = run(&revs, &["resolve", "7", "--applied", "--database-url", &db.url]).await;
+    assert_eq!(code, exit::REFUSED, "{out}");
+    assert!(out.contains("no history row"), "{out}");
+    let (code, out) = run(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = run(&revs, &["resolve", "V1", "--rolled-back", "--database-url", &db.url]).await;
+    assert_eq!(code, exit::REFUSED, "{out}");
+    assert!(out.contains("applied, not dirty"), "{out}");
+    assert_eq!(db.history(1), "applied 0 1", "untouched");
+    // diagnose with an account that lacks PROCESS: says what it needs.
+    let (code, out) = run(&revs, &["diagnose", "--database-url", &db.app_url]).await;
+    assert_eq!(code, exit::FAILED, "{out}");
+    assert!(out.contains("PROCESS"), "{out}");
+}
