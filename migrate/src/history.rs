@@ -232,7 +232,8 @@ pub fn plan<'a>(files: &'a [Revision], rows: &[Row]) -> Result<Plan<'a>, PlanErr
     for f in files {
         match row(f.version) {
             Some(r) if r.state == State::Applied => {
-                if r.checksum != f.checksum {
+                // A row recorded before the line-ending rule holds the raw bytes' checksum.
+                if r.checksum != f.checksum && r.checksum != f.raw_checksum {
                     return Err(PlanError::ChecksumMismatch {
                         version: f.version,
                         file: f.file.clone(),
@@ -356,5 +357,21 @@ mod tests {
         let files = vec![file(1, "UPDATE t SET a=a+1"), file(2, "UPDATE t SET a=2")];
         let e = plan(&files, &[row(&files[1], State::Applied)]).unwrap_err();
         assert!(matches!(e, PlanError::OutOfOrder { version: 1, newest: 2, .. }), "{e:?}");
+    }
+
+    #[test]
+    fn attack_a_crlf_checkout_of_an_applied_revision_is_not_a_change() {
+        let applied_lf = file(1, "UPDATE t SET a=1;\nUPDATE t SET b=2;\n");
+        let crlf = vec![file(1, "UPDATE t SET a=1;\r\nUPDATE t SET b=2;\r\n")];
+        assert!(plan(&crlf, &[row(&applied_lf, State::Applied)]).unwrap().pending.is_empty());
+        // A row an older runner recorded from a CRLF checkout (raw bytes) still matches that checkout.
+        let mut old = row(&crlf[0], State::Applied);
+        old.checksum = crlf[0].raw_checksum.clone();
+        assert!(plan(&crlf, &[old]).unwrap().pending.is_empty());
+        let edited = vec![file(1, "UPDATE t SET a=1;\nUPDATE t SET b=3;\n")];
+        assert!(matches!(
+            plan(&edited, &[row(&applied_lf, State::Applied)]),
+            Err(PlanError::ChecksumMismatch { version: 1, .. })
+        ));
     }
 }

@@ -6,8 +6,10 @@
 //! - version: the decimal `<n>` (a `u64`; `V001` and `V1` are the same
 //!   version, and two files of one version are refused);
 //! - description: `<description>` with `_` read as a space (Flyway);
-//! - checksum: SHA-256 of the file's bytes, lowercase hex (64 characters);
-//!   any byte changed in an applied revision stops the run;
+//! - checksum: SHA-256 of the file's text, lowercase hex (64 characters),
+//!   with CRLF read as LF and a leading byte-order mark dropped (a
+//!   checkout's line endings are not a change); any other byte changed in
+//!   an applied revision stops the run;
 //! - statements: split on `;` outside quotes (`'…'`, `"…"`, `` `…` ``)
 //!   and comments (`-- `, `#`, `/* … */`); `DELIMITER` (a client command)
 //!   and transaction control (`BEGIN`, `START TRANSACTION`, `COMMIT`,
@@ -111,8 +113,13 @@ pub struct Revision {
     pub description: String,
     /// The file name.
     pub file: String,
-    /// SHA-256 of the file's bytes, lowercase hex.
+    /// SHA-256 of the file's text with line endings as `\n` and no
+    /// byte-order mark, lowercase hex: a checkout that turns LF into CRLF
+    /// (git `autocrlf` on Windows) is the same revision.
     pub checksum: String,
+    /// SHA-256 of the file's bytes as they are (what runners before the
+    /// line-ending rule recorded; still accepted for an applied revision).
+    pub raw_checksum: String,
     /// Its statements, in order.
     pub statements: Vec<Statement>,
 }
@@ -216,7 +223,14 @@ pub fn parse_revision(file: &str, version: u64, description: String, bytes: &[u8
     if statements.is_empty() {
         return Err(RevisionError::Content { file: file.to_owned(), why: "no statement" });
     }
-    Ok(Revision { version, description, file: file.to_owned(), checksum: checksum(bytes), statements })
+    Ok(Revision {
+        version,
+        description,
+        file: file.to_owned(),
+        checksum: checksum(text.replace("\r\n", "\n").as_bytes()),
+        raw_checksum: checksum(bytes),
+        statements,
+    })
 }
 
 /// Splits SQL text into statements on `;` outside quotes and comments.
@@ -727,5 +741,20 @@ mod tests {
         assert!(e.contains("no statement"), "{e}");
         let e = parse_revision("V1__x.sql", 1, "x".into(), b"UPDATE t SET a = '\xff';").unwrap_err().to_string();
         assert!(e.contains("not UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn attack_crlf_and_bom_checkouts_are_the_same_revision_but_an_edit_is_not() {
+        let lf = parse_revision("V1__x.sql", 1, "x".into(), b"UPDATE t SET a = 1;\nUPDATE t SET b = 2;\n").unwrap();
+        let crlf =
+            parse_revision("V1__x.sql", 1, "x".into(), b"UPDATE t SET a = 1;\r\nUPDATE t SET b = 2;\r\n").unwrap();
+        let bom =
+            parse_revision("V1__x.sql", 1, "x".into(), "\u{feff}UPDATE t SET a = 1;\nUPDATE t SET b = 2;\n".as_bytes())
+                .unwrap();
+        assert_eq!(lf.checksum, crlf.checksum);
+        assert_eq!(lf.checksum, bom.checksum);
+        assert_eq!(lf.checksum, lf.raw_checksum, "an LF file's checksum is the SHA-256 of its bytes, as before");
+        let edited = parse_revision("V1__x.sql", 1, "x".into(), b"UPDATE t SET a = 1;\nUPDATE t SET b = 3;\n").unwrap();
+        assert_ne!(lf.checksum, edited.checksum);
     }
 }
