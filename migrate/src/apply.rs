@@ -76,6 +76,16 @@ pub struct ApplySettings {
     /// Where `apply` publishes its session's `CONNECTION_ID()` once open (0
     /// before), so a fence can end the session server-side.
     pub session_id: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    /// The DDL revision whose `started` row is (being) written while none
+    /// of its statements has been sent yet: a stop signal then leaves a
+    /// row that is not really dirty ([`crate::stopped`] settles it).
+    pub unsent: std::sync::Arc<std::sync::Mutex<Option<u64>>>,
+}
+
+fn set_unsent(s: &ApplySettings, v: Option<u64>) {
+    if let Ok(mut g) = s.unsent.lock() {
+        *g = v;
+    }
 }
 
 /// Why an attempt failed.
@@ -459,6 +469,7 @@ async fn ddl_attempt(s: &ApplySettings, session: &mut Session, rev: &Revision, a
         dirty: false,
         statement: None,
     })?;
+    set_unsent(s, Some(rev.version));
     session.write_row(rev, State::Started, attempt, false).await.map_err(|e| db_failure(e, false))?;
     tracing::info!(
         revision = rev.version,
@@ -471,6 +482,8 @@ async fn ddl_attempt(s: &ApplySettings, session: &mut Session, rev: &Revision, a
         {
             return Err(clean_or_dirty(session, rev, f, i).await);
         }
+        // From here on a statement may have reached the server.
+        set_unsent(s, None);
         if let Err(e) = session.conn.query_drop(&st.sql).await {
             let f = Failure::db(&e, false, Some(i + 1));
             return Err(clean_or_dirty(session, rev, f, i).await);

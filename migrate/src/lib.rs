@@ -62,10 +62,13 @@ async fn apply_command(a: config::ApplyArgs) -> i32 {
     };
     let guard = guard::Guard::detect(a.socket.as_deref(), Path::new(guard::DEFAULT_SOCKET));
     let session_id = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let unsent = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let alone = matches!(guard, guard::Guard::Alone);
     let settings = apply::ApplySettings {
         revisions,
         target: target.clone(),
         session_id: session_id.clone(),
+        unsent: unsent.clone(),
         tuning,
         on_blocker: a.on_blocker,
         guard,
@@ -81,7 +84,8 @@ async fn apply_command(a: config::ApplyArgs) -> i32 {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     };
-    stopped(signal, &target, session_id.load(std::sync::atomic::Ordering::SeqCst)).await
+    let unsent = unsent.lock().ok().and_then(|g| *g);
+    stopped(signal, &target, session_id.load(std::sync::atomic::Ordering::SeqCst), unsent, alone).await
 }
 
 /// How long a fence waits for the server to end the session (the sidecar's
@@ -93,10 +97,21 @@ const KILL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 /// on after the fence. The kill rolls back a DML revision in flight; a DDL
 /// revision's `started` row stays (dirty), as it must. Returns the fence
 /// exit code.
-async fn stopped(signal: &str, target: &db::Target, session: u32) -> i32 {
+///
+/// A DDL revision marked `started` none of whose statements had been sent
+/// (`unsent`: stopped during its pre-flight look or `--on-blocker wait`) is
+/// not dirty: alone (a person's Ctrl-C, a pipeline's timeout), its row is
+/// removed once the session is ended, so the next run needs no `resolve`;
+/// behind the sidecar the stop is a fence, after which the runner writes
+/// nothing, so the log says that `resolve V --rolled-back` is safe.
+async fn stopped(signal: &str, target: &db::Target, session: u32, unsent: Option<u64>, alone: bool) -> i32 {
+    let mut ended = session == 0;
     if session != 0 {
         match target.kill_session(session, KILL_TIMEOUT).await {
-            Ok(()) => tracing::info!(signal, connection = session, "ended the session on the server (KILL CONNECTION)"),
+            Ok(()) => {
+                ended = true;
+                tracing::info!(signal, connection = session, "ended the session on the server (KILL CONNECTION)");
+            }
             Err(e) => tracing::error!(
                 signal,
                 connection = session,
@@ -105,11 +120,46 @@ async fn stopped(signal: &str, target: &db::Target, session: u32) -> i32 {
             ),
         }
     }
+    if let Some(v) = unsent {
+        let cleared = match (alone, ended) {
+            (true, true) => clear_unsent(target, v).await,
+            (false, _) => Err("behind the sidecar a stop is a fence: nothing is written after it".to_owned()),
+            (true, false) => Err("the session could not be ended, so its row is left as it is".to_owned()),
+        };
+        match cleared {
+            Ok(()) => tracing::info!(
+                signal,
+                revision = v,
+                "revision V{v} was marked started but none of its statements had been sent: its history row was removed, nothing to resolve"
+            ),
+            Err(e) => tracing::error!(
+                signal,
+                revision = v,
+                error = %e,
+                "revision V{v} is marked started but none of its statements had been sent: `bloodraven-migrate resolve {v} --rolled-back` is safe"
+            ),
+        }
+    }
     tracing::error!(
         signal,
         "stopped by a signal (the sidecar's fence?): the revision in flight is not recorded as applied"
     );
     apply::exit::FENCED
+}
+
+/// Removes the `started` row of revision `v`, none of whose statements
+/// was sent, over a new session, within [`KILL_TIMEOUT`].
+async fn clear_unsent(target: &db::Target, v: u64) -> Result<(), String> {
+    let clear = async {
+        let mut s = target.connect(Some(KILL_TIMEOUT), std::time::Duration::from_secs(60)).await?;
+        s.clear_row(v).await?;
+        let _ = s.conn.disconnect().await;
+        Ok::<(), db::DbError>(())
+    };
+    match tokio::time::timeout(KILL_TIMEOUT, clear).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {KILL_TIMEOUT:?}")),
+    }
 }
 
 /// Installs the tracing subscriber: lines on standard error, filtered by

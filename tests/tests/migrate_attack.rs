@@ -15,7 +15,7 @@ use bloodraven_e2e::migrate::{AppDb, Revisions, Run, exit};
 const T: Duration = Duration::from_secs(120);
 
 /// `bloodraven-migrate ARGS` to its end: (exit code, all output).
-async fn run(revs: &Revisions, args: &[&str]) -> (i32, String) {
+async fn run_to_end(revs: &Revisions, args: &[&str]) -> (i32, String) {
     let mut r = Run::start(revs, args, &[]);
     let code = r.wait(T).await;
     (code, r.log())
@@ -65,22 +65,23 @@ async fn a_password_with_url_characters_never_appears_in_any_output() {
     let file = file.to_str().unwrap().to_owned();
     let mut outputs = Vec::new();
     // The password from a file: applied.
-    let (code, out) = run(&revs, &["apply", "--dir", &dir, "--database-url", &bare, "--password-file", &file]).await;
+    let (code, out) =
+        run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &bare, "--password-file", &file]).await;
     assert_eq!(code, 0, "{out}");
     outputs.push(out);
     // Percent-encoded in the URL: the same account.
     for cmd in [&["status", "--dir", &dir, "--database-url", &encoded][..], &["diagnose", "--database-url", &encoded]] {
-        let (code, out) = run(&revs, cmd).await;
+        let (code, out) = run_to_end(&revs, cmd).await;
         assert_eq!(code, 0, "{cmd:?}: {out}");
         outputs.push(out);
     }
     // Unencoded: refused before connecting, saying how to write it.
-    let (code, out) = run(&revs, &["apply", "--dir", &dir, "--database-url", &raw]).await;
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &raw]).await;
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("percent-encoded"), "{out}");
     outputs.push(out);
     // A wrong password: the server's refusal, not the password.
-    let (code, out) = run(&revs, &["apply", "--dir", &dir, "--database-url", &wrong]).await;
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &wrong]).await;
     assert_eq!(code, exit::FAILED, "{out}");
     assert!(out.contains("Access denied"), "{out}");
     outputs.push(out);
@@ -103,14 +104,14 @@ async fn a_history_row_in_a_state_no_runner_writes_is_refused_by_name() {
     pair.sql("iad", "UPDATE app.bloodraven_schema_history SET state = 'done' WHERE version = 1");
     revs.add(2, "bump_again", "UPDATE orders SET v = v + 1 WHERE id = 1;");
     let dir = revs.dir.to_str().unwrap().to_owned();
-    let (code, out) = run(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
     assert_eq!(code, exit::REFUSED, "{out}");
     assert!(out.contains("V1") && out.contains("`done`"), "names the row and its state: {out}");
     assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 1"), "2", "nothing applied past it");
     // A person settles it with resolve, like a dirty row.
-    let (code, out) = run(&revs, &["resolve", "1", "--applied", "--database-url", &db.url]).await;
+    let (code, out) = run_to_end(&revs, &["resolve", "1", "--applied", "--database-url", &db.url]).await;
     assert_eq!(code, 0, "{out}");
-    let (code, out) = run(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
     assert_eq!(code, 0, "{out}");
     assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 1"), "3");
 }
@@ -128,7 +129,7 @@ async fn a_history_table_of_another_tool_or_layout_is_refused_and_nothing_runs()
     let revs = Revisions::new("mg-att-foreign");
     revs.add(1, "bump", "UPDATE orders SET v = v + 1 WHERE id = 1;");
     let dir = revs.dir.to_str().unwrap().to_owned();
-    let (code, out) = run(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
     assert_eq!(code, exit::REFUSED, "{out}");
     assert!(out.contains("bloodraven_schema_history") && out.contains("not this runner's"), "{out}");
     assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 1"), "1", "nothing ran");
@@ -143,7 +144,7 @@ async fn the_tools_where_they_do_not_apply_say_so() {
     revs.add(1, "bump", "UPDATE orders SET v = v + 1 WHERE id = 1;");
     let dir = revs.dir.to_str().unwrap().to_owned();
     // status on a schema never migrated: V1 pending, and nothing created.
-    let (code, out) = run(&revs, &["status", "--dir", &dir, "--database-url", &db.url]).await;
+    let (code, out) = run_to_end(&revs, &["status", "--dir", &dir, "--database-url", &db.url]).await;
     assert_eq!(code, 0, "{out}");
     assert!(out.lines().any(|l| l.starts_with("V1") && l.contains("pending")), "{out}");
     assert_eq!(
@@ -152,17 +153,75 @@ async fn the_tools_where_they_do_not_apply_say_so() {
         "status only reads"
     );
     // resolve of an unknown version, then of an applied one: refused, saying why.
-    let (code, out) = run(&revs, &["resolve", "7", "--applied", "--database-url", &db.url]).await;
+    let (code, out) = run_to_end(&revs, &["resolve", "7", "--applied", "--database-url", &db.url]).await;
     assert_eq!(code, exit::REFUSED, "{out}");
     assert!(out.contains("no history row"), "{out}");
-    let (code, out) = run(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
     assert_eq!(code, 0, "{out}");
-    let (code, out) = run(&revs, &["resolve", "V1", "--rolled-back", "--database-url", &db.url]).await;
+    let (code, out) = run_to_end(&revs, &["resolve", "V1", "--rolled-back", "--database-url", &db.url]).await;
     assert_eq!(code, exit::REFUSED, "{out}");
     assert!(out.contains("applied, not dirty"), "{out}");
     assert_eq!(db.history(1), "applied 0 1", "untouched");
     // diagnose with an account that lacks PROCESS: says what it needs.
-    let (code, out) = run(&revs, &["diagnose", "--database-url", &db.app_url]).await;
+    let (code, out) = run_to_end(&revs, &["diagnose", "--database-url", &db.app_url]).await;
     assert_eq!(code, exit::FAILED, "{out}");
     assert!(out.contains("PROCESS"), "{out}");
+}
+
+#[tokio::test]
+async fn a_stop_before_any_ddl_was_sent_leaves_nothing_to_resolve() {
+    let pair = SitePair::start("mg-att-unsent");
+    let db = AppDb::create(&pair, true);
+    let revs = Revisions::new("mg-att-unsent");
+    revs.add(1, "add_z", "ALTER TABLE orders ADD COLUMN z INT;");
+    // An idle transaction that read orders holds its metadata lock: the pre-flight look sees it.
+    let mut app = db.app().await;
+    bloodraven_e2e::migrate::exec(&mut app, "BEGIN").await;
+    bloodraven_e2e::migrate::exec(&mut app, "SELECT * FROM orders").await;
+    let mut run = Run::apply(&revs, &db.url, &["--on-blocker", "wait", "--lock-timeout", "60"]);
+    run.wait_lines("possible blocker before DDL", 1, T).await;
+    // A person's Ctrl-C, a pipeline's timeout: stopped while waiting, before the ALTER was sent.
+    run.terminate();
+    assert_eq!(run.wait(T).await, exit::FENCED, "{}", run.log());
+    assert!(run.log().contains("nothing to resolve"), "{}", run.log());
+    assert_eq!(db.history(1), "", "not dirty: nothing of V1 was sent");
+    assert_eq!(
+        db.value("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'app' AND TABLE_NAME = 'orders' AND COLUMN_NAME = 'z'"),
+        "0"
+    );
+    bloodraven_e2e::migrate::exec(&mut app, "COMMIT").await;
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "the next run needs no resolve: {out}");
+    assert_eq!(db.history(1), "applied 1 1");
+}
+
+#[tokio::test]
+async fn a_stop_while_waiting_for_another_run_or_in_a_backoff_records_nothing() {
+    let pair = SitePair::start("mg-att-stops");
+    let db = AppDb::create(&pair, false);
+    let revs = Revisions::new("mg-att-stops");
+    revs.add(1, "bump", "UPDATE orders SET v = v + 10 WHERE id = 1;\nSELECT SLEEP(4);");
+    let mut first = Run::apply(&revs, &db.url, &[]);
+    db.wait_running("migrator", "SLEEP", T).await;
+    // Stopped while waiting on the run lock: ends at once, the first run is untouched.
+    let mut waiting = Run::apply(&revs, &db.url, &[]);
+    waiting.wait_lines("holds this schema's run lock", 1, T).await;
+    waiting.terminate();
+    assert_eq!(waiting.wait(Duration::from_secs(10)).await, exit::FENCED, "{}", waiting.log());
+    assert_eq!(first.wait(T).await, 0, "{}", first.log());
+    assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 1"), "11");
+    // Stopped in a backoff after lock contention: the DML revision leaves nothing.
+    revs.add(2, "bump_again", "UPDATE orders SET v = v + 10 WHERE id = 2;");
+    let mut app = db.app().await;
+    bloodraven_e2e::migrate::exec(&mut app, "BEGIN").await;
+    bloodraven_e2e::migrate::exec(&mut app, "UPDATE orders SET w = 1 WHERE id = 2").await;
+    let mut run =
+        Run::apply(&revs, &db.url, &["--lock-timeout", "1", "--retry-min-seconds", "30", "--retry-max-seconds", "30"]);
+    run.wait_lines("retrying in", 1, T).await;
+    run.terminate();
+    assert_eq!(run.wait(Duration::from_secs(10)).await, exit::FENCED, "{}", run.log());
+    bloodraven_e2e::migrate::exec(&mut app, "ROLLBACK").await;
+    assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 2"), "2");
+    assert_eq!(db.history(2), "");
 }
