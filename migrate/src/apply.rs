@@ -222,6 +222,9 @@ pub async fn apply(s: ApplySettings) -> i32 {
             return exit::REFUSED;
         }
     };
+    if let Err(code) = check_packets(&s.guard, &mut session, &plan.pending).await {
+        return code;
+    }
     for v in &plan.unknown {
         tracing::warn!(revision = v, "applied revision V{v} has no file in the directory (an older directory?)");
     }
@@ -582,6 +585,35 @@ async fn preflight(
     }
 }
 
+/// A statement the server cannot take would fail mid-run, after earlier
+/// revisions took effect: refused before the first revision.
+async fn check_packets(guard: &Guard, session: &mut Session, pending: &[&Revision]) -> Result<(), i32> {
+    let max = match session.max_packet().await {
+        Ok(max) => max,
+        Err(e) => return Err(failed_at_start(guard, "failed to read max_allowed_packet", &e).await),
+    };
+    let Some((rev, index, len)) = oversized(pending, max) else { return Ok(()) };
+    let why = format!(
+        "{}: statement {index} is {len} bytes, more than the server takes (max_allowed_packet = {max}); \
+         split it into smaller statements, or raise max_allowed_packet",
+        rev.file
+    );
+    tracing::error!("{why}; no revision was started");
+    guard.outcome(false, None, Some(why)).await;
+    Err(exit::USAGE)
+}
+
+/// The first statement (revision, 1-based index, length) of `pending`
+/// that the server would refuse as a packet larger than `max` bytes (with
+/// room for the packet's header and command byte).
+fn oversized<'a>(pending: &[&'a Revision], max: u64) -> Option<(&'a Revision, usize, usize)> {
+    pending.iter().find_map(|r| {
+        r.statements.iter().enumerate().find_map(|(i, st)| {
+            (st.sql.len() as u64).saturating_add(1024).gt(&max).then_some((*r, i + 1, st.sql.len()))
+        })
+    })
+}
+
 fn names(tables: &[crate::revision::TableRef]) -> String {
     let n: Vec<String> =
         tables.iter().map(|(s, t)| s.as_ref().map_or_else(|| t.clone(), |s| format!("{s}.{t}"))).collect();
@@ -613,6 +645,17 @@ mod tests {
         assert_eq!(f(Cause::Db(Class::ConnectionLost, None), false).exit_code(false), exit::CONNECTION_LOST);
         assert_eq!(f(Cause::Db(Class::StatementTimeout, Some(1969)), false).exit_code(false), exit::FAILED);
         assert_eq!(f(Cause::Sidecar, false).exit_code(false), exit::FENCED);
+    }
+
+    #[test]
+    fn attack_a_statement_too_large_for_the_server_is_found_before_the_run() {
+        let small = crate::revision::parse_revision("V1__a.sql", 1, "a".into(), b"UPDATE t SET a = 1;").unwrap();
+        let text = format!("UPDATE t SET a = 1;\nINSERT INTO t VALUES ('{}');", "x".repeat(4096));
+        let big = crate::revision::parse_revision("V2__b.sql", 2, "b".into(), text.as_bytes()).unwrap();
+        assert_eq!(oversized(&[&small, &big], 1 << 20), None);
+        let (r, i, len) = oversized(&[&small, &big], 4096).unwrap();
+        assert_eq!((r.version, i), (2, 2));
+        assert!(len > 4096);
     }
 
     #[test]

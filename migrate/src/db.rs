@@ -267,6 +267,12 @@ impl Session {
         Ok(row.unwrap_or_default())
     }
 
+    /// The largest packet the server takes (`@@max_allowed_packet`), bytes.
+    pub async fn max_packet(&mut self) -> Result<u64, DbError> {
+        let n: Option<u64> = self.conn.query_first("SELECT @@SESSION.max_allowed_packet").await?;
+        Ok(n.unwrap_or(u64::MAX))
+    }
+
     /// Creates the history table when missing.
     pub async fn ensure_history(&mut self) -> Result<(), DbError> {
         self.conn.query_drop(history::CREATE).await?;

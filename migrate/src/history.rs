@@ -53,7 +53,7 @@ pub const CREATE: &str = "CREATE TABLE IF NOT EXISTS bloodraven_schema_history (
   started_at DATETIME(6) NOT NULL,
   finished_at DATETIME(6) NULL,
   installed_by VARCHAR(200) NOT NULL DEFAULT ''
-) ENGINE=InnoDB";
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4";
 
 /// A row's state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

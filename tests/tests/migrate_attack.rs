@@ -225,3 +225,37 @@ async fn a_stop_while_waiting_for_another_run_or_in_a_backoff_records_nothing() 
     assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 2"), "2");
     assert_eq!(db.history(2), "");
 }
+
+#[tokio::test]
+async fn a_revision_described_outside_latin1_is_recorded() {
+    let pair = SitePair::start("mg-att-utf8");
+    let db = AppDb::create(&pair, false);
+    let revs = Revisions::new("mg-att-utf8");
+    revs.add(1, "добавить_колонку_🚀", "ALTER TABLE orders ADD COLUMN note VARCHAR(20);");
+    revs.add(2, "заполнить", "UPDATE orders SET note = 'é' WHERE id = 1;");
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(db.history(1), "applied 1 1");
+    assert_eq!(db.history(2), "applied 0 1");
+    let (code, out) = run_to_end(&revs, &["status", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("добавить колонку 🚀"), "the description as written: {out}");
+}
+
+#[tokio::test]
+async fn a_statement_larger_than_the_server_takes_is_refused_before_anything_runs() {
+    let pair = SitePair::start("mg-att-big");
+    let db = AppDb::create(&pair, false);
+    pair.sql("iad", "SET GLOBAL max_allowed_packet = 1048576");
+    let revs = Revisions::new("mg-att-big");
+    revs.add(1, "table", "CREATE TABLE big (id INT PRIMARY KEY, b LONGTEXT) ENGINE=InnoDB;");
+    let blob = "x".repeat(3 << 20);
+    revs.add(2, "fill", &format!("UPDATE orders SET v = 5 WHERE id = 1;\nINSERT INTO big VALUES (1, '{blob}');"));
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, 2, "{}", &out[..out.len().min(4000)]);
+    assert!(out.contains("max_allowed_packet") && out.contains("V2__fill.sql"), "{}", &out[..out.len().min(4000)]);
+    assert_eq!(db.history(1), "", "nothing ran, V1 included");
+    assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 1"), "1");
+}
