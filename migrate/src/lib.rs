@@ -47,6 +47,14 @@ async fn apply_command(a: config::ApplyArgs) -> i32 {
         }
     };
     let revisions = match revision::load_dir(&a.dir) {
+        // A wrong --dir or a mount that came up empty must not pass for "nothing pending".
+        Ok(r) if r.is_empty() => {
+            tracing::error!(
+                dir = %a.dir.display(),
+                "no revision in the directory (files named V<n>__<description>.sql): a wrong --dir, or a mount that came up empty? nothing was touched"
+            );
+            return apply::exit::USAGE;
+        }
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "bad revision directory; nothing was touched");

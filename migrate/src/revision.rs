@@ -425,6 +425,8 @@ fn classify_words(w: &[String], up: &[String]) -> Result<(Kind, Vec<TableRef>), 
         "SET" if up.iter().any(|u| u == "AUTOCOMMIT" || u == "@@AUTOCOMMIT" || u == "TRANSACTION") => {
             return Err("SET autocommit / SET TRANSACTION change the runner's transaction; remove it".into());
         }
+        // Account statements commit implicitly, though they start with SET.
+        "SET" if matches!(at(1), "PASSWORD" | "DEFAULT") => return Ok((Kind::Ddl, vec![])),
         "INSERT" | "UPDATE" | "DELETE" | "REPLACE" | "SELECT" | "WITH" | "DO" | "SET" => {
             return Ok((Kind::Dml, vec![]));
         }
@@ -706,6 +708,9 @@ mod tests {
         assert!(e.contains("qualify the table names"), "{e}");
         assert_eq!(classify("SET @x = 1").unwrap().0, Kind::Dml);
         assert_eq!(classify("SET foreign_key_checks = 0").unwrap().0, Kind::Dml);
+        // Account statements commit implicitly: DDL, never inside a DML revision's transaction.
+        assert_eq!(classify("SET PASSWORD FOR 'app'@'%' = PASSWORD('x')").unwrap().0, Kind::Ddl);
+        assert_eq!(classify("SET DEFAULT ROLE r FOR 'app'@'%'").unwrap().0, Kind::Ddl);
     }
 
     #[test]

@@ -259,3 +259,42 @@ async fn a_statement_larger_than_the_server_takes_is_refused_before_anything_run
     assert_eq!(db.history(1), "", "nothing ran, V1 included");
     assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 1"), "1");
 }
+
+#[tokio::test]
+async fn an_edited_a_removed_and_a_lower_revision_and_an_empty_directory() {
+    let pair = SitePair::start("mg-att-edits");
+    let db = AppDb::create(&pair, false);
+    let revs = Revisions::new("mg-att-edits");
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    let apply = ["apply", "--dir", dir.as_str(), "--database-url", db.url.as_str()];
+    // An empty directory (a wrong --dir, a mount that came up empty) is not "nothing pending".
+    let (code, out) = run_to_end(&revs, &apply).await;
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("no revision in the directory"), "{out}");
+    revs.add(2, "two", "-- two\nUPDATE orders SET v = v + 1 WHERE id = 1;\n");
+    revs.add(3, "three", "UPDATE orders SET v = v + 1 WHERE id = 2;");
+    let (code, out) = run_to_end(&revs, &apply).await;
+    assert_eq!(code, 0, "{out}");
+    // Edited after it was applied: refused, nothing runs.
+    let v2 = revs.dir.join("V2__two.sql");
+    std::fs::write(&v2, "UPDATE orders SET v = v + 100 WHERE id = 1;").unwrap();
+    revs.add(4, "four", "UPDATE orders SET w = 4;");
+    let (code, out) = run_to_end(&revs, &apply).await;
+    assert_eq!(code, exit::REFUSED, "{out}");
+    assert!(out.contains("V2") && out.contains("must not change"), "{out}");
+    // Restored with CRLF line endings (a Windows checkout): the same revision.
+    std::fs::write(&v2, "-- two\r\nUPDATE orders SET v = v + 1 WHERE id = 1;\r\n").unwrap();
+    // A new revision below the applied ones: refused as out of order.
+    revs.add(1, "one", "UPDATE orders SET w = 1;");
+    let (code, out) = run_to_end(&revs, &apply).await;
+    assert_eq!(code, exit::REFUSED, "{out}");
+    assert!(out.contains("renumber it above V3"), "{out}");
+    // Removed after it was applied (an older directory): a warning, the rest goes on.
+    std::fs::remove_file(revs.dir.join("V1__one.sql")).unwrap();
+    std::fs::remove_file(revs.dir.join("V3__three.sql")).unwrap();
+    let (code, out) = run_to_end(&revs, &apply).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("applied revision V3 has no file"), "{out}");
+    assert_eq!(db.value("SELECT GROUP_CONCAT(CONCAT(v, ':', w) ORDER BY id) FROM app.orders"), "2:4,3:4");
+    assert_eq!(db.history(4), "applied 0 1");
+}
