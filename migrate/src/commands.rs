@@ -57,7 +57,7 @@ pub async fn status(a: StatusArgs) -> i32 {
         println!(
             "V{:<7} {:<12} {:<10} {:<8} {:<26} {:<26} {}",
             r.version,
-            r.state.as_str(),
+            r.state_text,
             r.ddl_started,
             r.attempts,
             r.started_at,

@@ -108,6 +108,10 @@ async fn a_history_row_in_a_state_no_runner_writes_is_refused_by_name() {
     assert_eq!(code, exit::REFUSED, "{out}");
     assert!(out.contains("V1") && out.contains("`done`"), "names the row and its state: {out}");
     assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 1"), "2", "nothing applied past it");
+    // status shows the row as stored, and that apply would refuse.
+    let (code, out) = run_to_end(&revs, &["status", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, exit::REFUSED, "{out}");
+    assert!(out.lines().any(|l| l.starts_with("V1") && l.contains("done")), "{out}");
     // A person settles it with resolve, like a dirty row.
     let (code, out) = run_to_end(&revs, &["resolve", "1", "--applied", "--database-url", &db.url]).await;
     assert_eq!(code, 0, "{out}");
