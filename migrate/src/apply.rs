@@ -534,7 +534,31 @@ async fn preflight(
             );
         }
     };
-    let found = blockers::preflight(session, tables).await.map_err(|e| Failure::db(&e, index > 0, Some(index + 1)))?;
+    let found = match blockers::preflight(session, tables).await {
+        Ok(found) => found,
+        // The account may not read other sessions (no PROCESS): the look is blind, not the revision wrong.
+        Err(mysql_async::Error::Server(e)) if classify::is_privilege(e.code) => {
+            let why = format!(
+                "cannot look for blockers before the DDL: the account may not read other sessions ({}: {}); grant it PROCESS",
+                e.code, e.message
+            );
+            if s.on_blocker == OnBlocker::Fail {
+                return Err(Failure {
+                    cause: Cause::Blocked { retried: false },
+                    message: format!("{why} (--on-blocker fail: nothing is sent without the look)"),
+                    dirty: false,
+                    statement: Some(index + 1),
+                });
+            }
+            tracing::warn!(
+                revision = rev.version,
+                code = e.code,
+                "{why}; sending the DDL without it (bounded by the lock timeout)"
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(Failure::db(&e, index > 0, Some(index + 1))),
+    };
     if found.blockers.is_empty() {
         return Ok(());
     }

@@ -92,6 +92,14 @@ pub const fn of_code(code: u16) -> Class {
     }
 }
 
+/// Whether `code` is a privilege refusal (ER_DBACCESS_DENIED_ERROR 1044,
+/// ER_TABLEACCESS_DENIED_ERROR 1142, ER_COLUMNACCESS_DENIED_ERROR 1143,
+/// ER_SPECIFIC_ACCESS_DENIED_ERROR 1227): for the runner's own look at
+/// other sessions, a blind look rather than a failed revision.
+pub const fn is_privilege(code: u16) -> bool {
+    matches!(code, 1044 | 1142 | 1143 | 1227)
+}
+
 /// The class and code (when the server sent one) of a driver error. Any
 /// I/O or driver error (connection closed, packet out of order) is a lost
 /// connection: the session's state (its transaction, its settings) is gone.
@@ -148,5 +156,15 @@ mod tests {
         assert_eq!(of_error(&io), (Class::ConnectionLost, None));
         let driver = mysql_async::Error::Driver(mysql_async::DriverError::ConnectionClosed);
         assert_eq!(of_error(&driver), (Class::ConnectionLost, None));
+    }
+
+    #[test]
+    fn attack_privilege_refusals_are_named_and_never_retried() {
+        for c in [1044, 1142, 1143, 1227] {
+            assert!(is_privilege(c) && !of_code(c).retried(), "{c}");
+        }
+        for c in [1205, 1213, 1290, 1969, 2013, 1064] {
+            assert!(!is_privilege(c), "{c}");
+        }
     }
 }

@@ -302,3 +302,24 @@ async fn an_edited_a_removed_and_a_lower_revision_and_an_empty_directory() {
     assert_eq!(db.value("SELECT GROUP_CONCAT(CONCAT(v, ':', w) ORDER BY id) FROM app.orders"), "2:4,3:4");
     assert_eq!(db.history(4), "applied 0 1");
 }
+
+#[tokio::test]
+async fn an_account_without_process_still_applies_ddl_and_says_what_it_cannot_see() {
+    let pair = SitePair::start("mg-att-noproc");
+    let db = AppDb::create(&pair, false);
+    let revs = Revisions::new("mg-att-noproc");
+    revs.add(1, "add_z", "ALTER TABLE orders ADD COLUMN z INT;");
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    // `appuser` has every privilege on the schema, but not PROCESS.
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &db.app_url]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("PROCESS"), "says why it cannot look for blockers: {out}");
+    assert_eq!(db.history(1), "applied 1 1");
+    // With --on-blocker fail a look it cannot make is a failure, before anything is sent.
+    revs.add(2, "add_y", "ALTER TABLE orders ADD COLUMN y INT;");
+    let (code, out) =
+        run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &db.app_url, "--on-blocker", "fail"]).await;
+    assert_eq!(code, exit::CONTENTION, "{out}");
+    assert!(out.contains("PROCESS"), "{out}");
+    assert_eq!(db.history(2), "");
+}
