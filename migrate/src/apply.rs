@@ -233,9 +233,13 @@ pub async fn apply(s: ApplySettings) -> i32 {
         pending = plan.pending.len(),
         "history read under the mutex"
     );
+    let baseline = match session.session_state().await {
+        Ok(b) => b,
+        Err(e) => return failed_at_start(&s.guard, "failed to read the session settings", &e).await,
+    };
     let mut last = None;
     for rev in plan.pending {
-        match revision(&s, &mut session, rev).await {
+        match revision(&s, &mut session, rev, &baseline).await {
             Ok(attempts) => {
                 tracing::info!(
                     revision = rev.version,
@@ -387,7 +391,12 @@ async fn report(session: &mut Session, rev: &Revision, f: &Failure, attempts: u3
 }
 
 /// Applies one revision with its retries; Ok(attempts) or the last failure.
-async fn revision(s: &ApplySettings, session: &mut Session, rev: &Revision) -> Result<u32, (Failure, u32)> {
+async fn revision(
+    s: &ApplySettings,
+    session: &mut Session,
+    rev: &Revision,
+    baseline: &[(&'static str, Option<String>)],
+) -> Result<u32, (Failure, u32)> {
     let mut rng = rand::rng();
     let mut attempt = 1;
     loop {
@@ -397,6 +406,16 @@ async fn revision(s: &ApplySettings, session: &mut Session, rev: &Revision) -> R
                 tracing::error!(revision = rev.version, "fenced: stopping before revision V{}", rev.version);
             }
             return Err((f, attempt));
+        }
+        // Each attempt starts from the run's session settings: nothing a revision (or a failed attempt) SET carries over.
+        match session.restore_state(baseline).await {
+            Ok(changed) if !changed.is_empty() => tracing::info!(
+                revision = rev.version,
+                settings = ?changed,
+                "set back session settings an earlier revision or attempt changed"
+            ),
+            Ok(_) => {}
+            Err(e) => return Err((db_failure(e, false), attempt)),
         }
         tracing::info!(revision = rev.version, attempt, ddl = rev.has_ddl(), "revision V{} starting", rev.version);
         let result = if rev.has_ddl() {

@@ -83,6 +83,21 @@ pub enum DbError {
     HistoryChanged(u64),
 }
 
+/// Session settings a revision may change (`SET foreign_key_checks = 0`)
+/// and that are set back before each revision, so that a revision runs
+/// the same whether an earlier one ran in the same run or not.
+pub const REVISION_SETTINGS: [&str; 9] = [
+    "foreign_key_checks",
+    "unique_checks",
+    "sql_mode",
+    "time_zone",
+    "sql_log_bin",
+    "character_set_client",
+    "character_set_connection",
+    "character_set_results",
+    "collation_connection",
+];
+
 /// ER_DUP_ENTRY.
 const DUPLICATE_KEY: u16 = 1062;
 
@@ -265,6 +280,53 @@ impl Session {
             )
             .await?;
         Ok(row.unwrap_or_default())
+    }
+
+    /// The session settings a revision commonly changes and a later one
+    /// must not inherit, with their values now.
+    pub async fn session_state(&mut self) -> Result<Vec<(&'static str, Option<String>)>, DbError> {
+        let select = format!(
+            "SELECT {}",
+            REVISION_SETTINGS.iter().map(|v| format!("CAST(@@SESSION.{v} AS CHAR)")).collect::<Vec<_>>().join(", ")
+        );
+        let row: Option<mysql_async::Row> = self.conn.query_first(select).await?;
+        let row = row.map(mysql_async::Row::unwrap).unwrap_or_default();
+        Ok(REVISION_SETTINGS
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                let value = match row.get(i) {
+                    Some(mysql_async::Value::Bytes(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+                    _ => None,
+                };
+                (*v, value)
+            })
+            .collect())
+    }
+
+    /// Sets back every setting of `baseline` whose value changed since
+    /// (only those: setting `sql_log_bin` needs a privilege the runner
+    /// needs only when a revision changed it); the names changed.
+    pub async fn restore_state(
+        &mut self,
+        baseline: &[(&'static str, Option<String>)],
+    ) -> Result<Vec<&'static str>, DbError> {
+        let now = self.session_state().await?;
+        let mut changed = Vec::new();
+        for ((name, was), (_, is)) in baseline.iter().zip(&now) {
+            if was != is
+                && let Some(was) = was
+            {
+                // Numbers as numbers: a boolean setting refuses the string '1'.
+                let sql = format!("SET SESSION {name} = ?");
+                match was.parse::<i64>() {
+                    Ok(n) => self.conn.exec_drop(sql, (n,)).await?,
+                    Err(_) => self.conn.exec_drop(sql, (was,)).await?,
+                }
+                changed.push(*name);
+            }
+        }
+        Ok(changed)
     }
 
     /// The largest packet the server takes (`@@max_allowed_packet`), bytes.

@@ -323,3 +323,23 @@ async fn an_account_without_process_still_applies_ddl_and_says_what_it_cannot_se
     assert!(out.contains("PROCESS"), "{out}");
     assert_eq!(db.history(2), "");
 }
+
+#[tokio::test]
+async fn a_session_setting_one_revision_changes_does_not_reach_the_next() {
+    let pair = SitePair::start("mg-att-sess");
+    let db = AppDb::create(&pair, false);
+    let revs = Revisions::new("mg-att-sess");
+    // A developer turns foreign-key checks off and forgets to turn them back on.
+    revs.add(
+        1,
+        "loose",
+        "SET foreign_key_checks = 0;\nSET time_zone = '+05:00';\nUPDATE orders SET v = 7 WHERE id = 1;",
+    );
+    revs.add(2, "reads", "UPDATE orders SET w = @@SESSION.foreign_key_checks WHERE id = 1;\nUPDATE orders SET w = (@@SESSION.time_zone = '+05:00') WHERE id = 2;");
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "{out}");
+    // V2 runs as it would in a run of its own: checks on, the server's time zone.
+    assert_eq!(db.value("SELECT GROUP_CONCAT(CONCAT(v, ':', w) ORDER BY id) FROM app.orders"), "7:1,2:0");
+    assert!(out.contains("set back session settings"), "{out}");
+}
