@@ -225,6 +225,9 @@ pub async fn apply(s: ApplySettings) -> i32 {
     if let Err(code) = check_packets(&s.guard, &mut session, &plan.pending).await {
         return code;
     }
+    if let Err(code) = check_sql_mode(&s.guard, &mut session, &plan.pending).await {
+        return code;
+    }
     for v in &plan.unknown {
         tracing::warn!(revision = v, "applied revision V{v} has no file in the directory (an older directory?)");
     }
@@ -639,6 +642,32 @@ async fn check_packets(guard: &Guard, session: &mut Session, pending: &[&Revisio
     let why = format!(
         "{}: statement {index} is {len} bytes, more than the server takes (max_allowed_packet = {max}); \
          split it into smaller statements, or raise max_allowed_packet",
+        rev.file
+    );
+    tracing::error!("{why}; no revision was started");
+    guard.outcome(false, None, Some(why)).await;
+    Err(exit::USAGE)
+}
+
+/// The splitter reads a backslash in a string as an escape (the servers'
+/// default); under `NO_BACKSLASH_ESCAPES` the server does not, so a
+/// revision with a backslash could be split where the server would not —
+/// statements merged, or DDL read as DML. Refused before the first revision.
+async fn check_sql_mode(guard: &Guard, session: &mut Session, pending: &[&Revision]) -> Result<(), i32> {
+    let mode: Option<String> = match session.conn.query_first("SELECT @@SESSION.sql_mode").await {
+        Ok(m) => m,
+        Err(e) => return Err(failed_at_start(guard, "failed to read sql_mode", &crate::db::DbError::Query(e)).await),
+    };
+    if !mode.unwrap_or_default().to_ascii_uppercase().contains("NO_BACKSLASH_ESCAPES") {
+        return Ok(());
+    }
+    let Some(rev) = pending.iter().find(|r| r.statements.iter().any(|st| st.sql.contains('\\'))) else {
+        return Ok(());
+    };
+    let why = format!(
+        "{}: has a backslash, and the server's sql_mode has NO_BACKSLASH_ESCAPES, under which the runner's statement split \
+         (which reads a backslash as an escape) may differ from the server's; write the revision without backslashes, \
+         or run with a sql_mode without NO_BACKSLASH_ESCAPES",
         rev.file
     );
     tracing::error!("{why}; no revision was started");

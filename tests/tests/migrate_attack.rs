@@ -343,3 +343,25 @@ async fn a_session_setting_one_revision_changes_does_not_reach_the_next() {
     assert_eq!(db.value("SELECT GROUP_CONCAT(CONCAT(v, ':', w) ORDER BY id) FROM app.orders"), "7:1,2:0");
     assert!(out.contains("set back session settings"), "{out}");
 }
+
+#[tokio::test]
+async fn a_backslash_under_no_backslash_escapes_is_refused_before_anything_runs() {
+    let pair = SitePair::start("mg-att-nobs");
+    let db = AppDb::create(&pair, false);
+    pair.sql("iad", "SET GLOBAL sql_mode = 'NO_BACKSLASH_ESCAPES'");
+    let revs = Revisions::new("mg-att-nobs");
+    revs.add(1, "plain", "UPDATE orders SET v = 5 WHERE id = 1;");
+    // Under NO_BACKSLASH_ESCAPES 'C:\' is a whole string: the ALTER is a statement of its own to the
+    // server, but the splitter would read one UPDATE (DML) running to the end of the file.
+    revs.add(
+        2,
+        "path",
+        "UPDATE orders SET v = 6 WHERE id = 2 AND 'C:\\' = 'C:\\';\nALTER TABLE orders ADD COLUMN q INT;\n",
+    );
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("NO_BACKSLASH_ESCAPES") && out.contains("V2__path.sql"), "{out}");
+    assert_eq!(db.history(1), "", "nothing ran, V1 included");
+    assert_eq!(db.value("SELECT GROUP_CONCAT(v ORDER BY id) FROM app.orders"), "1,2");
+}
