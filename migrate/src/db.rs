@@ -551,4 +551,13 @@ mod tests {
         let a = DbArgs { password_file: Some(pw), ..args(Some("mysql://migrator@db.example:3306/shop")) };
         assert_eq!(Target::from_args(&a).unwrap().opts.pass(), Some("p w "));
     }
+
+    #[test]
+    fn attack_the_run_lock_name_fits_the_server_for_any_schema() {
+        assert_eq!(run_lock_name("app"), "bloodraven-migrate:app");
+        let long = "s".repeat(64);
+        let n = run_lock_name(&long);
+        assert!(n.len() <= 64 && n.starts_with("bloodraven-migrate:"), "{n}");
+        assert_ne!(n, run_lock_name(&"t".repeat(64)), "distinct schemas, distinct locks");
+    }
 }
