@@ -62,8 +62,24 @@ impl std::fmt::Display for Blocker {
 
 /// A query on one line, at most `max` characters.
 pub fn one_line(q: &str, max: usize) -> String {
+    let q = redact_secrets(q);
     let flat: String = q.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() > max { format!("{}…", flat.chars().take(max).collect::<String>()) } else { flat }
+}
+
+/// Text that may carry an account's password — a session's query (`CREATE
+/// USER … IDENTIFIED BY '…'`, `SET PASSWORD = PASSWORD('…')`), or a server
+/// message quoting one — cut after the first `IDENTIFIED` or `PASSWORD`
+/// (quotes in a server message nest, so no finer cut is safe); other text
+/// as it is. Logs show other sessions' queries and the server's errors; a
+/// password must reach neither.
+pub fn redact_secrets(text: &str) -> String {
+    let up = text.to_ascii_uppercase();
+    let cut = ["IDENTIFIED", "PASSWORD"].iter().filter_map(|k| up.find(k).map(|i| i + k.len())).min();
+    match cut {
+        Some(i) => format!("{} …(redacted)", &text[..i]),
+        None => text.to_owned(),
+    }
 }
 
 /// What the pre-flight found.
@@ -396,5 +412,19 @@ mod tests {
         assert!(named(&t, "shop", "shop", "orders"));
         assert!(!named(&t, "shop", "other", "orders"));
         assert!(named(&t, "shop", "other", "t"));
+    }
+
+    #[test]
+    fn attack_passwords_in_other_sessions_queries_and_server_messages_are_redacted() {
+        for q in [
+            "CREATE USER 'x'@'%' IDENTIFIED BY 'hunter2-secret'",
+            "ALTER USER x IDENTIFIED VIA mysql_native_password USING PASSWORD(\"hunter2-secret\")",
+            "SET PASSWORD FOR 'x'@'%' = PASSWORD('hunter2-\\'secret')",
+            "You have an error in your SQL syntax; near 'IDENTIFIED BY 'hunter2-secret'' at line 1",
+        ] {
+            let r = one_line(q, 500);
+            assert!(!r.contains("hunter2") && !r.contains("secret"), "{r}");
+        }
+        assert_eq!(one_line("UPDATE t SET a = 'x'", 100), "UPDATE t SET a = 'x'", "other queries as they are");
     }
 }

@@ -365,3 +365,17 @@ async fn a_backslash_under_no_backslash_escapes_is_refused_before_anything_runs(
     assert_eq!(db.history(1), "", "nothing ran, V1 included");
     assert_eq!(db.value("SELECT GROUP_CONCAT(v ORDER BY id) FROM app.orders"), "1,2");
 }
+
+#[tokio::test]
+async fn a_password_inside_a_failing_revision_is_not_echoed_by_the_servers_message() {
+    let pair = SitePair::start("mg-att-echo");
+    let db = AppDb::create(&pair, false);
+    let revs = Revisions::new("mg-att-echo");
+    // A syntax error: the server's message quotes the statement near it, password included.
+    revs.add(1, "user", "CREATE USER 'reporting'@'%' GARBAGE IDENTIFIED BY 'hunter2-secret';");
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, exit::FAILED, "{out}");
+    assert!(out.contains("1064") && out.contains("redacted"), "{out}");
+    assert!(!out.contains("hunter2"), "{out}");
+}
