@@ -379,3 +379,20 @@ async fn a_password_inside_a_failing_revision_is_not_echoed_by_the_servers_messa
     assert!(out.contains("1064") && out.contains("redacted"), "{out}");
     assert!(!out.contains("hunter2"), "{out}");
 }
+
+#[tokio::test]
+async fn resolve_while_a_run_holds_the_schema_is_refused() {
+    let pair = SitePair::start("mg-att-resrun");
+    let db = AppDb::create(&pair, false);
+    let revs = Revisions::new("mg-att-resrun");
+    // A DDL revision in flight: its row is `started` because it is running, not because it is dirty.
+    revs.add(1, "slow_ddl", "ALTER TABLE orders ADD COLUMN z INT;\nSELECT SLEEP(4);");
+    let mut run = Run::apply(&revs, &db.url, &[]);
+    db.wait_running("migrator", "SLEEP", T).await;
+    assert_eq!(db.history(1), "started 1 1");
+    let (code, out) = run_to_end(&revs, &["resolve", "1", "--rolled-back", "--database-url", &db.url]).await;
+    assert_eq!(code, exit::REFUSED, "{out}");
+    assert!(out.contains("right now"), "{out}");
+    assert_eq!(run.wait(T).await, 0, "{}", run.log());
+    assert_eq!(db.history(1), "applied 1 1", "the run's outcome stands");
+}
