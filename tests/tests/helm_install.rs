@@ -163,6 +163,11 @@ async fn helm_install_upgrade_uninstall_of_the_chart_on_the_node() {
     })
     .await;
 
+    // Service bloodraven has one endpoint: the leader's Pod, which the
+    // leader labels (the chart's selector).
+    let leader = bloodraven_e2e::pods::leader_pod(&cluster, &op_ns.name, T).await;
+    assert!(operator_pods.contains(&leader), "{leader} among {operator_pods:?}");
+
     // It bootstraps a group of its selector.
     op_ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
     let name = format!("{}-g", tenant.name);
@@ -172,8 +177,17 @@ async fn helm_install_upgrade_uninstall_of_the_chart_on_the_node() {
     // The webhook refuses a hand edit of the fence, even by a cluster admin.
     let groups = cluster.groups();
     let pp = PatchParams::default();
-    let m = refusal(groups.patch_status(&name, &pp, &Patch::Merge(json!({"status": {"topologyGeneration": 2}}))).await);
-    assert!(m.contains("written only by the operator"), "{m}");
+    // Until the API server reaches the webhook through its Service (kube-proxy
+    // may not route the new ClusterIP yet: the write then fails closed with
+    // `connection refused`, a refusal too, but not the guard's).
+    let m =
+        bloodraven_e2e::wait_for("the webhook's own refusal through its Service", Duration::from_secs(60), || async {
+            let patch = Patch::Merge(json!({"status": {"topologyGeneration": 2}}));
+            let m = refusal(groups.patch_status(&name, &pp, &patch).await);
+            if m.contains("written only by the operator") { Ok(m) } else { Err(m) }
+        })
+        .await;
+    assert!(m.contains("plannedFailover"), "{m}");
     let now = groups.get_status(&name).await.unwrap().status.unwrap();
     assert_eq!(now.topology_generation, Some(1));
 
@@ -189,8 +203,8 @@ async fn helm_install_upgrade_uninstall_of_the_chart_on_the_node() {
     )
     .await;
     let url = format!("https://bloodraven.{}.svc:8443/deploy/v1/groups/{name}", op_ns.name);
-    // Two replicas behind the Service: a follower answers 503 not_leader,
-    // so retry until the leader answered (a pipeline retries 503 too).
+    // Retried as a pipeline retries: a moment without an endpoint (a new
+    // leader not yet labelled) or a 503 not_leader is not an answer.
     let script = format!(
         "for i in $(seq 30); do \
            s=$(curl -sS -o /tmp/body -w '%{{http_code}}' --cacert /ca/ca.crt \
