@@ -298,3 +298,57 @@ pub fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
         Ok(v) => panic!("expected a refusal, got {v:?}"),
     }
 }
+
+/// Two tenant namespaces and an operator namespace (with the operator's
+/// RBAC granted), and a webhook serving both tenants, registered: the
+/// setting of the guard tests.
+#[derive(Debug)]
+pub struct GuardEnv {
+    /// The cluster.
+    pub cluster: Cluster,
+    /// The first tenant (also the group's label).
+    pub ns: TestNamespace,
+    /// The second tenant.
+    pub ns2: TestNamespace,
+    /// The operator's namespace.
+    pub op_ns: TestNamespace,
+    /// The webhook.
+    pub webhook: Webhook,
+}
+
+/// Sets up a [`GuardEnv`]; names start with `prefix`.
+pub async fn guard_env(prefix: &str) -> GuardEnv {
+    let cluster = Cluster::connect().await;
+    let ns = cluster.namespace(prefix).await;
+    let ns2 = cluster.namespace(&format!("{prefix}-b")).await;
+    let op_ns = cluster.namespace(&format!("{prefix}-op")).await;
+    crate::operator::grant_operator_rbac(&cluster, &op_ns.name).await;
+    let webhook = Webhook::start(&cluster, &op_ns, Options::default()).await;
+    let params = webhook.params(&op_ns.name, &[&ns.name, &ns2.name], &ns.name);
+    webhook.register(&cluster, &params).await;
+    GuardEnv { cluster, ns, ns2, op_ns, webhook }
+}
+
+/// The operator Pod's scenario ([`crate::pods::PodScenario`]) and a webhook
+/// registered for its tenant namespace, injecting sidecars that call the
+/// operator Pod through its Service: the setting of the injection tests.
+#[derive(Debug)]
+pub struct InjectEnv {
+    /// The scenario.
+    pub pods: crate::pods::PodScenario,
+    /// The webhook.
+    pub webhook: Webhook,
+}
+
+/// Sets up an [`InjectEnv`]; names start with `prefix`.
+pub async fn inject_env(prefix: &str) -> InjectEnv {
+    let pods = crate::pods::PodScenario::start(prefix).await;
+    let options = Options {
+        deploy_url: Some(format!("https://bloodraven.{}.svc:8443", pods.op_ns.name)),
+        deploy_ca: Some(pods.tls.ca.clone()),
+        extra: Vec::new(),
+    };
+    let webhook = Webhook::start(&pods.cluster, &pods.op_ns, options).await;
+    webhook.register(&pods.cluster, &webhook.params(&pods.op_ns.name, &[&pods.ns.name], &pods.ns.name)).await;
+    InjectEnv { pods, webhook }
+}

@@ -19,10 +19,9 @@ use std::time::{Duration, Instant};
 
 use bloodraven_api::v1alpha1::MysqlDatabase;
 use bloodraven_e2e::deploy::{service_account, token};
-use bloodraven_e2e::operator::grant_operator_rbac;
-use bloodraven_e2e::pods::{PodScenario, image};
-use bloodraven_e2e::webhook::{Options, Webhook, refusal};
-use bloodraven_e2e::{Cluster, TestNamespace, wait_for};
+use bloodraven_e2e::pods::image;
+use bloodraven_e2e::webhook::refusal;
+use bloodraven_e2e::{Cluster, wait_for};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -31,25 +30,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-struct Env {
-    cluster: Cluster,
-    ns: TestNamespace,
-    ns2: TestNamespace,
-    op_ns: TestNamespace,
-    webhook: Webhook,
-}
-
-async fn setup(prefix: &str) -> Env {
-    let cluster = Cluster::connect().await;
-    let ns = cluster.namespace(prefix).await;
-    let ns2 = cluster.namespace(&format!("{prefix}-b")).await;
-    let op_ns = cluster.namespace(&format!("{prefix}-op")).await;
-    grant_operator_rbac(&cluster, &op_ns.name).await;
-    let webhook = Webhook::start(&cluster, &op_ns, Options::default()).await;
-    let params = webhook.params(&op_ns.name, &[&ns.name, &ns2.name], &ns.name);
-    webhook.register(&cluster, &params).await;
-    Env { cluster, ns, ns2, op_ns, webhook }
-}
+use bloodraven_e2e::webhook::{GuardEnv as Env, guard_env as setup};
 
 async fn as_sa(cluster: &Cluster, namespace: &str, name: &str) -> Client {
     service_account(cluster, namespace, name).await;
@@ -619,22 +600,7 @@ async fn a_namespace_admin_cannot_move_deployment_clients_by_apply_replace_owner
 // 3 and 5. Injection paths, and the webhook killed mid-traffic.
 // ---------------------------------------------------------------------------
 
-struct Inject {
-    pods: PodScenario,
-    webhook: Webhook,
-}
-
-async fn inject_setup(prefix: &str) -> Inject {
-    let pods = PodScenario::start(prefix).await;
-    let options = Options {
-        deploy_url: Some(format!("https://bloodraven.{}.svc:8443", pods.op_ns.name)),
-        deploy_ca: Some(pods.tls.ca.clone()),
-        extra: Vec::new(),
-    };
-    let webhook = Webhook::start(&pods.cluster, &pods.op_ns, options).await;
-    webhook.register(&pods.cluster, &webhook.params(&pods.op_ns.name, &[&pods.ns.name], &pods.ns.name)).await;
-    Inject { pods, webhook }
-}
+use bloodraven_e2e::webhook::{InjectEnv as Inject, inject_env as inject_setup};
 
 fn annotations(env: &Inject) -> Value {
     json!({"bloodraven.shipstream.io/inject": "true", "bloodraven.shipstream.io/group": env.pods.group,

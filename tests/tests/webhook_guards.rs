@@ -7,9 +7,7 @@
 use bloodraven_api::v1alpha1::{MysqlDatabase, SecretRef, Site};
 use bloodraven_e2e::deploy::{service_account, token};
 use bloodraven_e2e::fixtures::{create_group, group};
-use bloodraven_e2e::operator::grant_operator_rbac;
-use bloodraven_e2e::webhook::{Options, Webhook, refusal};
-use bloodraven_e2e::{Cluster, TestNamespace};
+use bloodraven_e2e::webhook::refusal;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -17,25 +15,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-struct Env {
-    cluster: Cluster,
-    ns: TestNamespace,
-    ns2: TestNamespace,
-    op_ns: TestNamespace,
-    webhook: Webhook,
-}
-
-async fn setup(prefix: &str) -> Env {
-    let cluster = Cluster::connect().await;
-    let ns = cluster.namespace(prefix).await;
-    let ns2 = cluster.namespace(&format!("{prefix}-b")).await;
-    let op_ns = cluster.namespace(&format!("{prefix}-op")).await;
-    grant_operator_rbac(&cluster, &op_ns.name).await;
-    let webhook = Webhook::start(&cluster, &op_ns, Options::default()).await;
-    let params = webhook.params(&op_ns.name, &[&ns.name, &ns2.name], &ns.name);
-    webhook.register(&cluster, &params).await;
-    Env { cluster, ns, ns2, op_ns, webhook }
-}
+use bloodraven_e2e::webhook::{GuardEnv as Env, guard_env as setup};
 
 async fn as_sa(env: &Env, namespace: &str, name: &str) -> Client {
     service_account(&env.cluster, namespace, name).await;

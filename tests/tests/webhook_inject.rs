@@ -7,32 +7,15 @@
 
 use std::time::Duration;
 
-use bloodraven_e2e::pods::{PodScenario, image, job_pods, logs, wait_job_end};
-use bloodraven_e2e::webhook::{Options, Webhook, refusal};
+use bloodraven_e2e::pods::{image, job_pods, logs, wait_job_end};
+use bloodraven_e2e::webhook::refusal;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(180);
 
-struct Env {
-    pods: PodScenario,
-    _webhook: Webhook,
-}
-
-/// The operator Pod's scenario ([`PodScenario`]) and the webhook registered
-/// for the tenant namespace, injecting sidecars that call the operator Pod.
-async fn setup(prefix: &str) -> Env {
-    let pods = PodScenario::start(prefix).await;
-    let options = Options {
-        deploy_url: Some(format!("https://bloodraven.{}.svc:8443", pods.op_ns.name)),
-        deploy_ca: Some(pods.tls.ca.clone()),
-        extra: Vec::new(),
-    };
-    let webhook = Webhook::start(&pods.cluster, &pods.op_ns, options).await;
-    webhook.register(&pods.cluster, &webhook.params(&pods.op_ns.name, &[&pods.ns.name], &pods.ns.name)).await;
-    Env { pods, _webhook: webhook }
-}
+use bloodraven_e2e::webhook::{InjectEnv as Env, inject_env as setup};
 
 /// The sidecar's final record (its last JSON log line naming itself).
 fn final_record(sidecar_log: &str) -> Value {
