@@ -340,3 +340,28 @@ impl PodScenario {
         PodScenario { cluster, ns, op_ns, group: name, tls, pair }
     }
 }
+
+/// Pod `pipeline` as a pipeline in a tenant namespace runs: ServiceAccount
+/// `deployer`, a projected token of audience `bloodraven-deploy` at
+/// `/var/run/secrets/bloodraven/token`, ConfigMap `bloodraven-ca` at `/ca`,
+/// the tools image (curl, busybox) running `script` with `/bin/sh -c`.
+pub fn pipeline_pod(script: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pipeline"},
+        "spec": {
+            "serviceAccountName": "deployer",
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "pipeline", "image": image("BLOODRAVEN_TOOLS_IMAGE"), "imagePullPolicy": "IfNotPresent",
+                "command": ["/bin/sh", "-c", script],
+                "volumeMounts": [{"name": "token", "mountPath": "/var/run/secrets/bloodraven"},
+                                 {"name": "ca", "mountPath": "/ca"}],
+            }],
+            "volumes": [
+                {"name": "token", "projected": {"sources": [{"serviceAccountToken":
+                    {"audience": "bloodraven-deploy", "expirationSeconds": 600, "path": "token"}}]}},
+                {"name": "ca", "configMap": {"name": "bloodraven-ca"}},
+            ],
+        },
+    })
+}

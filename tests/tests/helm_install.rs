@@ -212,24 +212,7 @@ async fn helm_install_upgrade_uninstall_of_the_chart_on_the_node() {
            [ \"$s\" = 200 ] && {{ cat /tmp/body; echo; echo status=$s; exit 0; }}; sleep 1; \
          done; cat /tmp/body; echo; echo status=$s; exit 1"
     );
-    let pod = json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pipeline"},
-        "spec": {
-            "serviceAccountName": "deployer",
-            "restartPolicy": "Never",
-            "containers": [{
-                "name": "pipeline", "image": image("BLOODRAVEN_TOOLS_IMAGE"), "imagePullPolicy": "IfNotPresent",
-                "command": ["/bin/sh", "-c", script],
-                "volumeMounts": [{"name": "token", "mountPath": "/var/run/secrets/bloodraven"},
-                                 {"name": "ca", "mountPath": "/ca"}],
-            }],
-            "volumes": [
-                {"name": "token", "projected": {"sources": [{"serviceAccountToken":
-                    {"audience": "bloodraven-deploy", "expirationSeconds": 600, "path": "token"}}]}},
-                {"name": "ca", "configMap": {"name": "bloodraven-ca"}},
-            ],
-        },
-    });
+    let pod = bloodraven_e2e::pods::pipeline_pod(&script);
     apply(&Api::<Pod>::namespaced(c.clone(), &tenant.name), pod).await;
     let ended = wait_pod_end(&cluster, &tenant.name, "pipeline", T).await;
     let out = logs(&cluster, &tenant.name, "pipeline", "pipeline").await;

@@ -179,24 +179,7 @@ async fn a_pod_reaches_the_operator_pod_through_its_service_with_a_projected_tok
         "curl -sS --retry 10 --retry-all-errors --retry-delay 1 --cacert /ca/ca.crt \
          -H \"Authorization: Bearer $(cat /var/run/secrets/bloodraven/token)\" -w '\\nstatus=%{{http_code}}\\n' {url}"
     );
-    let pod = json!({
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pipeline"},
-        "spec": {
-            "serviceAccountName": "deployer",
-            "restartPolicy": "Never",
-            "containers": [{
-                "name": "pipeline", "image": image("BLOODRAVEN_TOOLS_IMAGE"), "imagePullPolicy": "IfNotPresent",
-                "command": ["/bin/sh", "-c", script],
-                "volumeMounts": [{"name": "token", "mountPath": "/var/run/secrets/bloodraven"},
-                                 {"name": "ca", "mountPath": "/ca"}],
-            }],
-            "volumes": [
-                {"name": "token", "projected": {"sources": [{"serviceAccountToken":
-                    {"audience": "bloodraven-deploy", "expirationSeconds": 600, "path": "token"}}]}},
-                {"name": "ca", "configMap": {"name": "bloodraven-ca"}},
-            ],
-        },
-    });
+    let pod = bloodraven_e2e::pods::pipeline_pod(&script);
     apply(&Api::<Pod>::namespaced(cluster.client.clone(), &ns.name), pod).await;
     let ended = wait_pod_end(&cluster, &ns.name, "pipeline", T).await;
     let out = logs(&cluster, &ns.name, "pipeline", "pipeline").await;
