@@ -344,3 +344,28 @@ pub fn process_memory_kib(pid: u32) -> Option<(u64, u64)> {
     };
     Some((field("VmHWM:")?, field("VmRSS:")?))
 }
+
+/// A Role `name` in `namespace` with `verbs` on `resources` of `api_group`, bound to `subject`.
+pub async fn role(cluster: &Cluster, namespace: &str, name: &str, rule: (&str, &[&str], &[&str]), subject: Subject) {
+    let (api_group, resources, verbs) = rule;
+    let meta = ObjectMeta { name: Some(name.into()), namespace: Some(namespace.into()), ..ObjectMeta::default() };
+    let rule = PolicyRule {
+        api_groups: Some(vec![api_group.into()]),
+        resources: Some(resources.iter().map(|v| (*v).to_owned()).collect()),
+        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
+        ..PolicyRule::default()
+    };
+    Api::<Role>::namespaced(cluster.client.clone(), namespace)
+        .create(&PostParams::default(), &Role { metadata: meta.clone(), rules: Some(vec![rule]) })
+        .await
+        .unwrap();
+    let binding = RoleBinding {
+        metadata: meta,
+        role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "Role".into(), name: name.into() },
+        subjects: Some(vec![subject]),
+    };
+    Api::<RoleBinding>::namespaced(cluster.client.clone(), namespace)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+}

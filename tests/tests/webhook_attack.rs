@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use bloodraven_api::v1alpha1::MysqlDatabase;
 use bloodraven_e2e::deploy::{service_account, token};
+use bloodraven_e2e::operator::role;
 use bloodraven_e2e::pods::image;
 use bloodraven_e2e::webhook::refusal;
 use bloodraven_e2e::{Cluster, wait_for};
@@ -59,31 +60,6 @@ async fn bind_cluster_role(cluster: &Cluster, namespace: &str, cluster_role: &st
             kind: "ClusterRole".into(),
             name: cluster_role.into(),
         },
-        subjects: Some(vec![subject]),
-    };
-    Api::<RoleBinding>::namespaced(cluster.client.clone(), namespace)
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
-}
-
-/// A Role `name` in `namespace` with `verbs` on `resources` of `api_group`, bound to `subject`.
-async fn role(cluster: &Cluster, namespace: &str, name: &str, rule: (&str, &[&str], &[&str]), subject: Subject) {
-    let (api_group, resources, verbs) = rule;
-    let meta = ObjectMeta { name: Some(name.into()), namespace: Some(namespace.into()), ..ObjectMeta::default() };
-    let rule = PolicyRule {
-        api_groups: Some(vec![api_group.into()]),
-        resources: Some(resources.iter().map(|v| (*v).to_owned()).collect()),
-        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
-        ..PolicyRule::default()
-    };
-    Api::<Role>::namespaced(cluster.client.clone(), namespace)
-        .create(&PostParams::default(), &Role { metadata: meta.clone(), rules: Some(vec![rule]) })
-        .await
-        .unwrap();
-    let binding = RoleBinding {
-        metadata: meta,
-        role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "Role".into(), name: name.into() },
         subjects: Some(vec![subject]),
     };
     Api::<RoleBinding>::namespaced(cluster.client.clone(), namespace)

@@ -10,7 +10,7 @@ use bloodraven_e2e::fixtures::{create_group, group};
 use bloodraven_e2e::webhook::refusal;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
-use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::Subject;
 use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -22,30 +22,17 @@ async fn as_sa(env: &Env, namespace: &str, name: &str) -> Client {
     env.cluster.client_with_token(&token(&env.cluster, namespace, name, &[]).await).await
 }
 
+/// A Role `name` in `namespace` with `verbs` on `mysqldatabases`, bound to
+/// ServiceAccount `subject` (namespace, name).
 async fn role(env: &Env, namespace: &str, name: &str, verbs: &[&str], subject: (&str, &str)) {
-    let c = env.cluster.client.clone();
-    let meta = ObjectMeta { name: Some(name.into()), namespace: Some(namespace.into()), ..ObjectMeta::default() };
-    let rule = PolicyRule {
-        api_groups: Some(vec!["bloodraven.shipstream.io".into()]),
-        resources: Some(vec!["mysqldatabases".into()]),
-        verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
-        ..PolicyRule::default()
+    let sa = Subject {
+        kind: "ServiceAccount".into(),
+        name: subject.1.into(),
+        namespace: Some(subject.0.into()),
+        ..Subject::default()
     };
-    Api::<Role>::namespaced(c.clone(), namespace)
-        .create(&PostParams::default(), &Role { metadata: meta.clone(), rules: Some(vec![rule]) })
-        .await
-        .unwrap();
-    let binding = RoleBinding {
-        metadata: meta,
-        role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "Role".into(), name: name.into() },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: subject.1.into(),
-            namespace: Some(subject.0.into()),
-            ..Subject::default()
-        }]),
-    };
-    Api::<RoleBinding>::namespaced(c, namespace).create(&PostParams::default(), &binding).await.unwrap();
+    let rule = ("bloodraven.shipstream.io", &["mysqldatabases"][..], verbs);
+    bloodraven_e2e::operator::role(&env.cluster, namespace, name, rule, sa).await;
 }
 
 fn database(name: &str, clients: &serde_json::Value) -> serde_json::Value {
