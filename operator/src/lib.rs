@@ -70,6 +70,16 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         status_heartbeat_seconds = config.status_heartbeat_seconds,
         "starting bloodraven-operator"
     );
+    // Every listener is bound before anything else (before leader election
+    // too): a port that is taken ends the process here, never after it
+    // reported ready or became leader.
+    let plain_listener = bloodraven_serving::bind("metrics and health", config.plain_addr)?;
+    let probe_listener = bloodraven_serving::bind("probes", config.probe_addr)?;
+    let deploy_listener = if config.deploy_api_enabled {
+        Some(bloodraven_serving::bind("deploy API", config.deploy_api_addr)?)
+    } else {
+        None
+    };
     let client = Client::try_default().await.context("failed to build a Kubernetes client")?;
     let metrics = metrics::Metrics::new()?;
     let shutdown = bloodraven_serving::Shutdown::on_signals();
@@ -91,8 +101,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let ready = admin::Readiness::new();
     let plain = admin::Admin { registry: metrics.registry().clone(), ready: ready.clone() };
     let plain_max = usize::try_from(config.plain_max_connections).unwrap_or(128);
-    let plain = tokio::spawn(admin::serve(config.plain_addr, plain, plain_max, shutdown.stopped()));
-    let probes = tokio::spawn(admin::serve_probes(config.probe_addr, ready.clone(), shutdown.stopped()));
+    let plain = tokio::spawn(admin::serve(plain_listener, plain, plain_max, shutdown.stopped()));
+    let probes = tokio::spawn(admin::serve_probes(probe_listener, ready.clone(), shutdown.stopped()));
 
     // Watch caches shared by the database reconciler and the deploy API:
     // authority is decided from them, never from a per-request read.
@@ -102,7 +112,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         namespaces: authority::namespace_reflector(client.clone()).await,
     };
 
-    let deploy = start_deploy_api(&config, &client, &tolerant, &authority, &leadership, &metrics, &shutdown)?;
+    let deploy =
+        start_deploy_api(deploy_listener, &config, &client, &tolerant, &authority, &leadership, &metrics, &shutdown)?;
 
     // The key of decision-record digests, before any record is read.
     controller::failover_group::record::init_key(&Api::namespaced(client.clone(), &config.namespace))
@@ -168,9 +179,12 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Starts the deploy API's TLS listener when `--deploy-api-enabled`, and
-/// returns the lease service the reconciler shares with it.
+/// Serves the deploy API on `listener` (bound at startup when
+/// `--deploy-api-enabled`, `None` otherwise), and returns the lease service
+/// the reconciler shares with it.
+#[allow(clippy::too_many_arguments)] // the process's shared handles, each used once here
 fn start_deploy_api(
+    listener: Option<std::net::TcpListener>,
     config: &Config,
     client: &Client,
     tolerant: &tolerant::Tolerant,
@@ -179,9 +193,9 @@ fn start_deploy_api(
     metrics: &metrics::Metrics,
     shutdown: &bloodraven_serving::Shutdown,
 ) -> anyhow::Result<Option<lease::service::Service>> {
-    if !config.deploy_api_enabled {
+    let Some(listener) = listener else {
         return Ok(None);
-    }
+    };
     let (Some(cert), Some(key)) = (config.tls_cert_file.clone(), config.tls_key_file.clone()) else {
         anyhow::bail!(
             "--deploy-api-enabled needs --tls-cert-file and --tls-key-file (chart: auxiliary.escrowTLS.enabled with a certificate Secret); the deploy API is never served without TLS"
@@ -209,7 +223,7 @@ fn start_deploy_api(
     };
     tokio::spawn(deploy_api::track_active_leases(service.clone(), metrics.clone(), leadership.clone()));
     let addr = config.deploy_api_addr;
-    let server = deploy_api::serve(addr, tls, max_connections, state, shutdown.stopped());
+    let server = deploy_api::serve(listener, tls, max_connections, state, shutdown.stopped());
     tokio::spawn(async move {
         if let Err(err) = server.await {
             tracing::error!(addr = %addr, error = %err, "the deploy API listener failed");

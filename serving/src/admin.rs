@@ -82,20 +82,21 @@ pub const PROBE_ADDR: &str = "127.0.0.1:8081";
 /// time per probe kind, with room for overlap.
 const PROBE_MAX_CONNECTIONS: usize = 16;
 
-/// Serves [`probe_router`] on `addr` (plain HTTP, [`PROBE_MAX_CONNECTIONS`])
-/// until `shutdown` resolves. A non-loopback `addr` is served but logged as
-/// a warning: it gives back the exposure this listener exists to avoid.
-/// Errors: `addr` cannot be bound.
+/// Serves [`probe_router`] on `listener` (bound by [`crate::bind`]; plain
+/// HTTP, [`PROBE_MAX_CONNECTIONS`]) until `shutdown` resolves. A
+/// non-loopback address is served but logged as a warning: it gives back
+/// the exposure this listener exists to avoid.
 pub async fn serve_probes(
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     ready: Readiness,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let addr = listener.local_addr()?;
     if !addr.ip().is_loopback() {
         tracing::warn!(addr = %addr, "the probe listener is not on a loopback address: anyone who reaches it can fill its slots and fail readiness");
     }
     let limits = Limits { max_connections_per_peer: PROBE_MAX_CONNECTIONS, ..Limits::new(PROBE_MAX_CONNECTIONS) };
-    crate::serve_plain("probes", addr, limits, probe_router(ready), shutdown).await
+    crate::serve_plain("probes", listener, limits, probe_router(ready), shutdown).await
 }
 
 /// GETs `path` from the probe listener at `addr` over HTTP/1.1 within
@@ -178,16 +179,16 @@ async fn readyz_of(State(ready): State<Readiness>) -> (StatusCode, &'static str)
     if ready.is_ready() { (StatusCode::OK, "ok") } else { (StatusCode::SERVICE_UNAVAILABLE, "not ready") }
 }
 
-/// Serves the admin router on `addr` (plain HTTP) until `shutdown` resolves,
-/// with at most `max_connections` open connections and the other bounds of
-/// [`Limits::new`]. Returns an error when `addr` cannot be bound.
+/// Serves the admin router on `listener` (bound by [`crate::bind`]; plain
+/// HTTP) until `shutdown` resolves, with at most `max_connections` open
+/// connections and the other bounds of [`Limits::new`].
 pub async fn serve(
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     admin: Admin,
     max_connections: usize,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    crate::serve_plain("metrics and health", addr, Limits::new(max_connections), router(admin), shutdown).await
+    crate::serve_plain("metrics and health", listener, Limits::new(max_connections), router(admin), shutdown).await
 }
 
 #[cfg(test)]
@@ -229,11 +230,10 @@ mod tests {
         for path in ["/metrics", "/deploy/v1"] {
             assert_eq!(status(probe_router(ready.clone()), path).await, StatusCode::NOT_FOUND, "{path}");
         }
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let listener = crate::bind("probes", "127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.local_addr().unwrap();
-        drop(listener);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(serve_probes(addr, ready.clone(), async move {
+        let server = tokio::spawn(serve_probes(listener, ready.clone(), async move {
             let _ = stopped.await;
         }));
         let t = Duration::from_secs(2);

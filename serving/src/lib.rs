@@ -17,8 +17,11 @@
 //!
 //! ```no_run
 //! # async fn example(router: axum::Router, addr: std::net::SocketAddr) -> std::io::Result<()> {
-//! use bloodraven_serving::{Limits, serve_plain};
-//! serve_plain("metrics", addr, Limits::new(128), router, std::future::pending()).await
+//! use bloodraven_serving::{Limits, bind, serve_plain};
+//! // Bind every listener first: a port that cannot be bound ends the process
+//! // before it reports ready.
+//! let listener = bind("metrics", addr)?;
+//! serve_plain("metrics", listener, Limits::new(128), router, std::future::pending()).await
 //! # }
 //! ```
 
@@ -66,40 +69,62 @@ pub(crate) fn http_builder(limits: &Limits) -> Builder<TokioExecutor> {
     builder
 }
 
-/// Serves `router` over TLS on `addr` until `shutdown` resolves, with the
-/// bounds of `limits`; `listener` names it in log lines (`"deploy API"`,
-/// `"webhook"`). Returns when the listener stops: an error when `addr`
-/// cannot be bound.
+/// Binds `addr` for the listener named `listener` (`"deploy API"`,
+/// `"webhook"`, `"probes"`), with `SO_REUSEADDR` (a restarted process binds
+/// again while its old connections linger in `TIME_WAIT`) and a backlog of
+/// 1,024.
+///
+/// Every binary binds all of its listeners with this at startup, before it
+/// does anything slow and long before it reports ready, and exits when one
+/// fails: a process that reported ready while one of its ports belonged to
+/// another process had its probes and its scrapes answered by that other
+/// process (an e2e run saw a webhook "ready" that the API server never
+/// reached). Errors: the address is in use, not local, or not permitted;
+/// the message names the listener and the address.
+pub fn bind(listener: &'static str, addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let named = |e: std::io::Error| {
+        std::io::Error::new(e.kind(), format!("failed to bind the {listener} listener on {addr}: {e}"))
+    };
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }
+        .map_err(named)?;
+    socket.set_reuseaddr(true).map_err(named)?;
+    socket.bind(addr).map_err(named)?;
+    socket.listen(1024).map_err(named)?.into_std().map_err(named)
+}
+
+/// Serves `router` over TLS on `listener` (bound by [`bind`]) until
+/// `shutdown` resolves, with the bounds of `limits`; `name` names it in log
+/// lines (`"deploy API"`, `"webhook"`). Returns when the listener stops.
 pub async fn serve_tls(
-    listener: &'static str,
-    addr: SocketAddr,
+    name: &'static str,
+    listener: std::net::TcpListener,
     tls: RustlsConfig,
     limits: Limits,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let handle = handle(listener, limits, "TLS", shutdown);
+    let handle = handle(name, limits, "TLS", shutdown);
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(tls)
         .handshake_timeout(limits.handshake_timeout)
-        .acceptor(LimitAcceptor::new(listener, &limits));
-    let mut server = axum_server::bind(addr).acceptor(acceptor).handle(handle).http1_only();
+        .acceptor(LimitAcceptor::new(name, &limits));
+    let mut server = axum_server::from_tcp(listener)?.acceptor(acceptor).handle(handle).http1_only();
     *server.http_builder() = http_builder(&limits);
     server.serve(close_on_error(router).into_make_service()).await
 }
 
-/// Serves `router` over plain HTTP on `addr` until `shutdown` resolves, with
-/// the bounds of `limits` (the handshake timeout aside); as [`serve_tls`]
-/// otherwise.
+/// Serves `router` over plain HTTP on `listener` (bound by [`bind`]) until
+/// `shutdown` resolves, with the bounds of `limits` (the handshake timeout
+/// aside); as [`serve_tls`] otherwise.
 pub async fn serve_plain(
-    listener: &'static str,
-    addr: SocketAddr,
+    name: &'static str,
+    listener: std::net::TcpListener,
     limits: Limits,
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let handle = handle(listener, limits, "plain HTTP", shutdown);
+    let handle = handle(name, limits, "plain HTTP", shutdown);
     let mut server =
-        axum_server::bind(addr).acceptor(LimitAcceptor::new(listener, &limits)).handle(handle).http1_only();
+        axum_server::from_tcp(listener)?.acceptor(LimitAcceptor::new(name, &limits)).handle(handle).http1_only();
     *server.http_builder() = http_builder(&limits);
     server.serve(close_on_error(router).into_make_service()).await
 }
@@ -180,6 +205,15 @@ mod tests {
 
     fn quick() -> Limits {
         Limits { header_timeout: Duration::from_millis(300), ..Limits::new(4) }
+    }
+
+    #[tokio::test]
+    async fn a_port_in_use_is_refused_at_bind_naming_the_listener() {
+        let held = bind("webhook", "127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = held.local_addr().unwrap();
+        let err = bind("probes", addr).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::AddrInUse);
+        assert!(err.to_string().contains(&format!("failed to bind the probes listener on {addr}")), "{err}");
     }
 
     #[tokio::test]

@@ -152,6 +152,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let (Some(cert), Some(key)) = (config.tls_cert_file.clone(), config.tls_key_file.clone()) else {
         anyhow::bail!("--tls-cert-file and --tls-key-file are required: the API server calls webhooks over TLS only");
     };
+    // Every listener is bound before anything slow: a port that is taken
+    // ends the process here, never after it reported ready.
+    let tls_listener = bloodraven_serving::bind("webhook", config.addr)?;
+    let plain_listener = bloodraven_serving::bind("metrics and health", config.plain_addr)?;
+    let probe_listener = bloodraven_serving::bind("probes", config.probe_addr)?;
     let tls = bloodraven_serving::tls::load_and_watch(cert, key, Duration::from_secs(config.tls_reload_seconds))
         .context("failed to load the webhook certificate")?;
     let client = kube::Client::try_default().await.context("failed to build a Kubernetes client")?;
@@ -159,8 +164,8 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let shutdown = bloodraven_serving::Shutdown::on_signals();
     let ready = admin::Readiness::new();
     let plain = admin::Admin { registry: metrics.registry.clone(), ready: ready.clone() };
-    let plain = tokio::spawn(admin::serve(config.plain_addr, plain, 64, shutdown.stopped()));
-    let probes = tokio::spawn(admin::serve_probes(config.probe_addr, ready.clone(), shutdown.stopped()));
+    let plain = tokio::spawn(admin::serve(plain_listener, plain, 64, shutdown.stopped()));
+    let probes = tokio::spawn(admin::serve_probes(probe_listener, ready.clone(), shutdown.stopped()));
     let authority = authority::Authority::start(client, config.test_authorization_delay_ms.map(Duration::from_millis));
     let webhook = Arc::new(Webhook {
         operator: config.operator_username(),
@@ -194,7 +199,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let limits = bloodraven_serving::Limits { max_connections_per_peer: max, ..bloodraven_serving::Limits::new(max) };
     let server = tokio::spawn(bloodraven_serving::serve_tls(
         "webhook",
-        config.addr,
+        tls_listener,
         tls,
         limits,
         router(webhook),

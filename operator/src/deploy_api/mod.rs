@@ -17,7 +17,6 @@ pub mod router;
 
 pub use bloodraven_serving::{limits, tls};
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use bloodraven_api::v1alpha1::MysqlDatabase;
@@ -106,16 +105,17 @@ pub async fn track_active_leases(service: crate::lease::service::Service, metric
     }
 }
 
-/// Serves the deploy API over TLS on `addr` until `shutdown` resolves, with
-/// at most `max_connections` open connections and the other bounds of
+/// Serves the deploy API over TLS on `listener` (bound at startup by
+/// [`bloodraven_serving::bind`]) until `shutdown` resolves, with at most
+/// `max_connections` open connections and the other bounds of
 /// [`limits::Limits::new`].
 pub async fn serve(
-    addr: SocketAddr,
+    listener: std::net::TcpListener,
     tls: tls::RustlsConfig,
     max_connections: usize,
     state: DeployState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let limits = limits::Limits::new(max_connections);
-    bloodraven_serving::serve_tls("deploy API", addr, tls, limits, router::router(state), shutdown).await
+    bloodraven_serving::serve_tls("deploy API", listener, tls, limits, router::router(state), shutdown).await
 }
