@@ -65,10 +65,58 @@ pub fn suffix() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..6].to_owned()
 }
 
-/// A free TCP port on 127.0.0.1 (bound, then released).
+/// First port [`free_port`] hands out.
+const PORTS_FIRST: u16 = 20_000;
+/// How many ports [`free_port`] cycles through: 20000–29999, below the
+/// kernel's ephemeral range (`ip_local_port_range`, 32768–60999 here) and
+/// the NodePort range (30000–32767).
+const PORTS_COUNT: u16 = 10_000;
+
+/// A TCP port for a process a test is about to start, free on every local
+/// address when handed out.
+///
+/// The port comes from one counter shared by every test process of the run
+/// (a file beside the run's other state, `$BLOODRAVEN_E2E_DIR/ports`, under
+/// a file lock), in a range the kernel never hands out by itself. The old
+/// way — bind port 0, read it, release it — let two tests that asked at the
+/// same moment, or an outgoing connection's source port, get the same
+/// number: one process then failed to bind and a test talked to another
+/// test's process (a webhook test waited 30 s for reviews that went to
+/// another webhook). The counter gives each number out once per cycle, and a
+/// number that is bound anyway (a process left from an earlier run) is
+/// skipped.
+///
+/// Panics when the counter file cannot be used or no port in the range is free.
 pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr").port()
+    use std::io::{Read, Seek, Write};
+    let dir = std::env::var_os("BLOODRAVEN_E2E_DIR").map_or_else(std::env::temp_dir, PathBuf::from);
+    let path = dir.join("ports");
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open the port counter {}: {e}", path.display()));
+    file.lock().unwrap_or_else(|e| panic!("lock the port counter {}: {e}", path.display()));
+    let mut text = String::new();
+    file.read_to_string(&mut text).unwrap();
+    // A new counter starts at a random place, so a run does not reuse the
+    // ports of a run whose processes may still be going away.
+    let mut next = text.trim().parse::<u16>().unwrap_or_else(|_| uuid::Uuid::new_v4().as_u128() as u16) % PORTS_COUNT;
+    for _ in 0..PORTS_COUNT {
+        let port = PORTS_FIRST + next;
+        next = (next + 1) % PORTS_COUNT;
+        let free = std::net::TcpListener::bind(("0.0.0.0", port)).is_ok()
+            && std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+        if free {
+            file.rewind().unwrap();
+            file.set_len(0).unwrap();
+            write!(file, "{next}").unwrap();
+            return port;
+        }
+    }
+    panic!("no free port in {PORTS_FIRST}..{}", PORTS_FIRST + PORTS_COUNT)
 }
 
 /// Installs the ring crypto provider once (kube and reqwest use rustls).

@@ -242,14 +242,31 @@ impl Webhook {
                     .sum()
             };
             let before = self.metrics().await;
-            let _ = Api::<Lease>::namespaced(cluster.client.clone(), &params.namespace).create(&dry, &lease).await;
-            if let Some(ns) = &tenant {
-                let _ = Api::<Job>::namespaced(cluster.client.clone(), ns).create(&dry, &job).await;
-            }
+            let answer = |r: Result<String, kube::Error>| r.unwrap_or_else(|e| format!("{e}"));
+            let lease_answer = answer(
+                Api::<Lease>::namespaced(cluster.client.clone(), &params.namespace)
+                    .create(&dry, &lease)
+                    .await
+                    .map(|_| "admitted".to_owned()),
+            );
+            let job_answer = match &tenant {
+                Some(ns) => answer(
+                    Api::<Job>::namespaced(cluster.client.clone(), ns).create(&dry, &job).await.map(|_| "admitted".to_owned()),
+                ),
+                None => "not sent".to_owned(),
+            };
             let after = self.metrics().await;
             let state = counted(&after, "operator-state") > counted(&before, "operator-state");
             let inject = tenant.is_none() || counted(&after, "inject") > counted(&before, "inject");
-            if state && inject { Ok(()) } else { Err(format!("reviewed: operator-state {state}, inject {inject}")) }
+            if state && inject {
+                Ok(())
+            } else {
+                let log = self.log_text();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                Err(format!(
+                    "reviewed: operator-state {state}, inject {inject}; the API server answered the Lease probe: {lease_answer}; the Job probe: {job_answer}; the webhook's last log lines: {tail:?}"
+                ))
+            }
         })
         .await;
     }
