@@ -26,6 +26,10 @@ command -v umoci >/dev/null || need+=(umoci)
 command -v iptables >/dev/null || need+=(iptables)
 command -v conntrack >/dev/null || need+=(conntrack)
 command -v curl >/dev/null || need+=(curl)
+# hack/e2e.sh runs test files side by side (GNU parallel) and reads cargo's
+# JSON messages (jq).
+command -v parallel >/dev/null || need+=(parallel)
+command -v jq >/dev/null || need+=(jq)
 # Pushing the images to a registry (hack/images.sh push, hack/registry-smoke.sh).
 command -v skopeo >/dev/null || need+=(skopeo)
 command -v strip >/dev/null || need+=(binutils)

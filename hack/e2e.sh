@@ -10,7 +10,7 @@
 # The suite also needs schemathesis (tests/tests/deploy_fuzz.rs), which
 # hack/schemathesis.sh installs from PyPI into a venv cached outside the clone.
 #
-#   hack/e2e.sh [ARGS]           run the suite; ARGS go to `cargo test` after `--`
+#   hack/e2e.sh [ARGS]           run the suite; ARGS go to each test binary (libtest's flags and filters)
 #   hack/e2e.sh --figures        instead print the scale figures (tests/src/bin/scale-figures.rs)
 #   hack/e2e.sh --bench          instead run the deploy-API renewal benchmark (tests/src/bin/deploy-bench.rs)
 #   hack/e2e.sh --bench-failover instead run the failover benchmark (tests/src/bin/failover-bench.rs)
@@ -18,7 +18,8 @@
 #   hack/e2e.sh --bench-webhook  instead run the webhook benchmark (tests/src/bin/webhook-bench.rs)
 #   hack/e2e.sh --bench-migrate  instead run the migration-runner benchmark (tests/src/bin/migrate-bench.rs;
 #                                MariaDB only: no control plane, no node)
-#   E2E_TEST_THREADS             parallel tests (default 3)
+#   E2E_TEST_THREADS             tests at once within a test file (default 3)
+#   E2E_FILES                    test files at once (default 2; GNU parallel)
 #   E2E_TEST                     run these test files only (tests/tests/NAME.rs), e.g. E2E_TEST=listeners
 #                                or E2E_TEST="listeners health"
 set -euo pipefail
@@ -135,8 +136,29 @@ elif [ "${1:-}" = "--bench-sidecar" ]; then
 elif [ "${1:-}" = "--bench-webhook" ]; then
   cargo run --locked --release -p bloodraven-e2e --bin webhook-bench
 else
-  # --no-fail-fast: one failing test file must not hide the others' results.
   only=()
   for t in ${E2E_TEST:-}; do only+=(--test "$t"); done
-  cargo test --locked --no-fail-fast -p bloodraven-e2e "${only[@]}" -- --test-threads="${E2E_TEST_THREADS:-3}" "$@"
+  # Test files run E2E_FILES at a time (GNU parallel), each with
+  # E2E_TEST_THREADS tests at once: `cargo test` runs one file after another,
+  # and most files hold one or two tests that spend their time waiting on
+  # timers (failure detection, lease TTLs), so the suite took 20 minutes of a
+  # CI run one file at a time. Every test keeps its own namespaces, sites,
+  # processes and ports (tests/src/lib.rs), so files share the cluster as
+  # tests within a file always did. --keep-order --group prints each file's
+  # whole output, in file order, as `cargo test` did; every file runs even
+  # when one fails, and the exit status counts the failed files.
+  cargo test --locked --no-run -p bloodraven-e2e "${only[@]}" --message-format=json-render-diagnostics \
+    | jq -r --arg dir "$root/tests/" 'select(.reason == "compiler-artifact" and .profile.test and .executable != null)
+        | "\(.target.src_path | ltrimstr($dir))\t\(.executable)"' \
+    | sort >"$dir/test-files"
+  extra=""
+  [ $# -eq 0 ] || extra=$(printf ' %q' "$@")
+  # cargo test runs test binaries in the package's folder.
+  (cd "$root/tests" && parallel --will-cite --keep-order --group --colsep '\t' --jobs "${E2E_FILES:-2}" --joblog "$dir/test-files.log" \
+    "echo '     Running {1} ({2})'; {2} --test-threads=${E2E_TEST_THREADS:-3}$extra" <"$dir/test-files") || {
+    failed=$(awk -F'\t' 'NR > 1 && ($7 != 0 || $8 != 0) && match($9, /Running [^ ]+/) { print substr($9, RSTART + 8, RLENGTH - 8) }' "$dir/test-files.log")
+    echo "error: $(wc -l <<<"$failed") test files failed:" >&2
+    sed 's/^/    /' <<<"$failed" >&2
+    exit 101
+  }
 fi
