@@ -9,7 +9,10 @@
 #                            API alone (must fail, and say why), with a wrong value (the
 #                            schema must refuse it); the generated file is the binary's
 #                            current output; and the chart's rendered webhook configurations
-#                            equal the binary's for the same release namespace and CA
+#                            equal the binary's for the same release namespace and CA;
+#                            the example app chart (charts/examples/counter-app): helm lint, helm
+#                            template, its required values, its hooks (Helm and Argo CD), and its
+#                            migrationJob.* environment is what `bloodraven-migrate apply` reads
 #
 # helm comes from hack/build-helm.sh (built from its Go module, cached); the
 # webhook binary from `cargo run -p bloodraven-webhook` (CARGO_TARGET_DIR is honoured).
@@ -117,7 +120,67 @@ for kind in binary:
 print("chart.sh: webhook configurations: chart == binary (%d validating, %d mutating webhooks)" % (
     len(chart["ValidatingWebhookConfiguration"][1]), len(chart["MutatingWebhookConfiguration"][1])), file=sys.stderr)
 PY
+  check_example "$helm" "$work"
   log "ok"
+}
+
+# charts/examples/counter-app: lint, render, and check what the example
+# promises (docs: the chart's README.md).
+check_example() { # helm work
+  local helm=$1 work=$2 app="$root/charts/examples/counter-app"
+  local set=(--set image.tag=abc123 --set database.failoverGroup=prod --set migrationJob.databaseSecret.name=db)
+  log "example app chart: helm lint, helm template"
+  "$helm" lint --strict "$app" "${set[@]}" >&2
+  "$helm" template counter-app "$app" --namespace team-a "${set[@]}" >"$work/app.yaml"
+  "$helm" template counter-app "$app" --namespace team-a "${set[@]}" --set database.create=false >"$work/app-nodb.yaml"
+  if "$helm" template counter-app "$app" --set database.failoverGroup=prod \
+    --set migrationJob.databaseSecret.name=db >/dev/null 2>"$work/err"; then
+    die "the example app chart rendered without image.tag"
+  fi
+  grep -q 'image.tag is required' "$work/err" || die "unexpected failure: $(cat "$work/err")"
+  if "$helm" template counter-app "$app" "${set[@]}" --set migrationJob.leaseTtlSeconds=10 >/dev/null 2>&1; then
+    die "the example app chart accepted migrationJob.leaseTtlSeconds=10 (the webhook takes 24 to 120)"
+  fi
+  (cd "$root" && cargo run --quiet --locked -p bloodraven-migrate -- apply --help) >"$work/migrate-help.txt"
+  python3 - "$work/app.yaml" "$work/app-nodb.yaml" "$work/migrate-help.txt" <<'PY'
+import re, sys, yaml
+def load(path):
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(open(path)) if d}
+docs, nodb = load(sys.argv[1]), load(sys.argv[2])
+reads = set(re.findall(r"\[env: ([A-Z_]+)=?\]", open(sys.argv[3]).read()))
+def fail(msg):
+    print("chart.sh: example app chart: " + msg, file=sys.stderr); sys.exit(1)
+job = docs[("Job", "counter-app-migrate")]
+a = job["metadata"]["annotations"]
+want = {"helm.sh/hook": "pre-install,pre-upgrade", "helm.sh/hook-delete-policy": "before-hook-creation",
+        "argocd.argoproj.io/hook": "PreSync", "argocd.argoproj.io/hook-delete-policy": "BeforeHookCreation",
+        "bloodraven.shipstream.io/inject": "true", "bloodraven.shipstream.io/group": "prod",
+        "bloodraven.shipstream.io/instance": "counter-app"}
+for k, v in want.items():
+    if a.get(k) != v: fail(f"migration Job annotation {k}: {a.get(k)!r}, want {v!r}")
+spec = job["spec"]
+if spec.get("backoffLimit") != 0 or not spec.get("activeDeadlineSeconds"): fail("the Job needs backoffLimit 0 and an activeDeadlineSeconds")
+if "ttlSecondsAfterFinished" in spec: fail("ttlSecondsAfterFinished would delete a failed Job and its log")
+pod = spec["template"]["spec"]
+dep = docs[("Deployment", "counter-app")]["spec"]["template"]["spec"]
+if pod["containers"][0]["image"] != dep["containers"][0]["image"]: fail("the Job and the Deployment run different images")
+if pod["serviceAccountName"] != "counter-app-migrate": fail("the Job's ServiceAccount")
+env = [e["name"] for e in pod["containers"][0]["env"]]
+unknown = [n for n in env if n not in reads]
+if unknown: fail(f"environment bloodraven-migrate apply does not read: {unknown} (it reads {sorted(reads)})")
+for n in ["BLOODRAVEN_MIGRATION_LOCK_TIMEOUT", "BLOODRAVEN_MIGRATION_MAX_ATTEMPTS", "BLOODRAVEN_MIGRATION_RETRY_MIN_SECONDS",
+          "BLOODRAVEN_MIGRATION_RETRY_MAX_SECONDS", "BLOODRAVEN_MIGRATION_ON_BLOCKER", "BLOODRAVEN_MIGRATION_DIR"]:
+    if n not in env: fail(f"the Job does not set {n}")
+db = docs[("MysqlDatabase", "counter-app")]
+if db["metadata"]["annotations"].get("helm.sh/hook") != "pre-install" or int(db["metadata"]["annotations"]["helm.sh/hook-weight"]) >= 0:
+    fail("the MysqlDatabase must be a pre-install hook weighted before the Job")
+if {"namespace": "team-a", "serviceAccount": "counter-app-migrate"} not in db["spec"]["deploymentClients"]:
+    fail(f"the MysqlDatabase does not list the Job's ServiceAccount: {db['spec']['deploymentClients']}")
+wait = docs[("Job", "counter-app-wait-for-database")]["metadata"]["annotations"]
+if wait["helm.sh/hook"] != "pre-install" or not (-10 < int(wait["helm.sh/hook-weight"]) < 0): fail("the wait Job's hook")
+if ("MysqlDatabase", "counter-app") in nodb or ("ServiceAccount", "counter-app-migrate") in nodb: fail("database.create=false still creates them")
+print("chart.sh: example app chart: hooks, image, ServiceAccount and the runner's environment as documented", file=sys.stderr)
+PY
 }
 
 case "${1:-}" in
