@@ -56,10 +56,12 @@ async fn a_primary_that_refuses_the_password_or_moved_in_spec_is_not_failed_over
     secrets.patch("iad-creds", &params, &Patch::Merge(&right)).await.unwrap();
     wait_status(&sc.cluster, &name, "ready again", T, |s| is_ready_at(s, "iad", 1)).await;
 
-    // A mistyped port for the active site: refused like a dead server, but
-    // the primary is alive at the endpoint it last answered at.
+    // A mistyped port for the active site (one nothing listens on; not
+    // port + 1, which free_port may have given the other site): refused like
+    // a dead server, but the primary is alive at the endpoint it last
+    // answered at.
     let port = sc.pair.port("iad");
-    let typo = json!([{"op": "replace", "path": "/spec/sites/0/port", "value": port + 1}]);
+    let typo = json!([{"op": "replace", "path": "/spec/sites/0/port", "value": bloodraven_e2e::free_port()}]);
     groups.patch(&name, &params, &Patch::Json::<()>(serde_json::from_value(typo).unwrap())).await.unwrap();
     wait_status(&sc.cluster, &name, "failover held for the changed endpoint", T, |s| {
         has_condition(s, "RecoveryPending", "True", Some("ActiveSiteEndpointChanged"))
