@@ -15,6 +15,7 @@
 // Test support: a failed setup step must fail the test loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::missing_panics_doc)]
 
+pub mod app;
 pub mod cluster;
 pub mod deploy;
 pub mod fixtures;
