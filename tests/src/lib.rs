@@ -16,6 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::missing_panics_doc)]
 
 pub mod app;
+pub mod certmanager;
 pub mod cluster;
 pub mod deploy;
 pub mod fixtures;
