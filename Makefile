@@ -8,9 +8,10 @@ help: ## List the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## Build etcd, kube-apiserver, kubectl, the node's binaries and helm from the Go module proxy (cached by version)
+tools: ## Build etcd, kube-apiserver, kubectl, the node's binaries, helm and cert-manager from the Go module proxy (cached by version)
 	hack/build-k8s.sh
 	hack/build-helm.sh
+	hack/build-cert-manager.sh
 
 .PHONY: crd
 crd: ## Regenerate charts/bloodraven/crds from the Rust types

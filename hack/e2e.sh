@@ -114,6 +114,9 @@ else
   # helm for the chart's install test (tests/tests/helm_install.rs).
   BLOODRAVEN_HELM=$("$root/hack/build-helm.sh" | tail -n 1)
   export BLOODRAVEN_HELM
+  # cert-manager for the chart's cert-manager path (tests/tests/helm_cert_manager.rs).
+  BLOODRAVEN_CERT_MANAGER_BIN_DIR=$("$root/hack/build-cert-manager.sh" | tail -n 1)
+  export BLOODRAVEN_CERT_MANAGER_BIN_DIR
   set -a
   # shellcheck source=/dev/null
   . "$dir/control-plane/env"
