@@ -178,6 +178,11 @@ if {"namespace": "team-a", "serviceAccount": "counter-app-migrate"} not in db["s
     fail(f"the MysqlDatabase does not list the Job's ServiceAccount: {db['spec']['deploymentClients']}")
 wait = docs[("Job", "counter-app-wait-for-database")]["metadata"]["annotations"]
 if wait["helm.sh/hook"] != "pre-install" or not (-10 < int(wait["helm.sh/hook-weight"]) < 0): fail("the wait Job's hook")
+for (kind, name), d in docs.items():
+    if kind in ("Job", "Deployment"):
+        sc = d["spec"]["template"]["spec"].get("securityContext", {})
+        if sc.get("seccompProfile", {}).get("type") != "RuntimeDefault" or not sc.get("runAsNonRoot"):
+            fail(f"{kind} {name}: the Pod would not pass the restricted Pod Security Standard: {sc}")
 if ("MysqlDatabase", "counter-app") in nodb or ("ServiceAccount", "counter-app-migrate") in nodb: fail("database.create=false still creates them")
 print("chart.sh: example app chart: hooks, image, ServiceAccount and the runner's environment as documented", file=sys.stderr)
 PY

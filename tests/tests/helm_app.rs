@@ -37,6 +37,7 @@ async fn install_v1(env: &AppEnv) -> String {
     let v1 = app_image(&[V1]);
     let (ok, out) = env.app("install", &v1);
     assert!(ok, "helm install of the app chart failed: {out}");
+    assert!(!out.contains("would violate PodSecurity"), "every Pod of the chart is `restricted`: {out}");
     assert_eq!(env.history(), "1:applied");
     assert_eq!(
         env.deployment_image().await.as_deref(),
