@@ -690,6 +690,12 @@ cmd_status() {
 cmd_import() { # dir src ref
   DIR=$(abs_dir "$1")
   [ -n "$(live_pid "$DIR" containerd)" ] || die "the node of $DIR is not up (hack/node.sh up $DIR)"
+  # One import at a time per node: an import removes the names it added
+  # besides REF (the difference of two listings), so a concurrent import's
+  # new name would be removed too (e2e test files run side by side).
+  local fd
+  exec {fd}>"$DIR/node-import.lock"
+  flock "$fd"
   import_image "$2" "$3"
 }
 
