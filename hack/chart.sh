@@ -92,6 +92,16 @@ cmd_check() {
   if "$helm" template bloodraven "$chart" --set auxiliary.deployAPi.enabled=true >/dev/null 2>"$work/err"; then
     die "a misspelt auxiliary.deployAPi rendered"
   fi
+  log "helm template: values that would install something broken must fail"
+  local bad
+  for bad in webhook.replicas=0 webhook.podDisruptionBudget.minAvailable=2 webhook.podDisruptionBudget.minAvailable=100% \
+    auxiliary.escrowTLS.caKey=tls.key auxiliary.escrowTLS.secretName=mine certificates.renewBeforeDays=365 \
+    'operator.podLabels.app\.kubernetes\.io/name=x' operator.securityContext.readOnlyRootFilesystem=false \
+    certManager.enabled=true,certManager.renewBefore=3000h operator.credentialsNamespace=Creds; do
+    if "$helm" template bloodraven "$chart" --set "$bad" >/dev/null 2>&1; then die "helm template accepted --set $bad"; fi
+  done
+  "$helm" template bloodraven "$chart" --namespace bloodraven --set operator.credentialsNamespace=creds |
+    grep -q '^  namespace: creds$' || die "operator.credentialsNamespace=creds: no Role for the operator there"
 
   log "the chart's webhook configurations equal \`bloodraven-webhook configurations\` (release namespace other-ns)"
   "$helm" template rel "$chart" --namespace other-ns --set webhook.timeoutSeconds=7 >"$work/other.yaml"

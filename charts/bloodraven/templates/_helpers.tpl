@@ -48,12 +48,125 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if not (and (lt (int $le.retryPeriodSeconds) (int $le.renewDeadlineSeconds)) (lt (int $le.renewDeadlineSeconds) (int $le.leaseDurationSeconds))) -}}
 {{- fail "operator.leaderElection: retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds is required" -}}
 {{- end -}}
+{{- include "bloodraven.validateTLS" . -}}
+{{- include "bloodraven.validatePods" . -}}
+{{- include "bloodraven.validateOtherReleases" . -}}
+{{- end -}}
+
+{{/* The deploy API's Secret and the certificates' lifetimes. */}}
+{{- define "bloodraven.validateTLS" -}}
+{{- $esc := .Values.auxiliary.escrowTLS -}}
+{{- if and $esc.secretName (not $esc.enabled) -}}
+{{- fail (printf "auxiliary.escrowTLS.secretName (%s) is set but auxiliary.escrowTLS.enabled is false: the operator would serve no TLS and the Secret would be ignored; set auxiliary.escrowTLS.enabled=true or leave secretName empty" $esc.secretName) -}}
+{{- end -}}
+{{- if has $esc.secretName (list "bloodraven-ca" "bloodraven-webhook-tls") -}}
+{{- fail (printf "auxiliary.escrowTLS.secretName %s is a Secret the chart (or cert-manager for it) writes itself for the CA or the webhook: name your own Secret differently, or leave secretName empty for the chart's bloodraven-deploy-tls" $esc.secretName) -}}
+{{- end -}}
+{{- if eq $esc.secretName "bloodraven-deploy-tls" -}}
+{{- $old := lookup "v1" "Secret" .Release.Namespace "bloodraven-deploy-tls" -}}
+{{- if and $old (eq (get ($old.metadata.annotations | default dict) "meta.helm.sh/release-name") .Release.Name) -}}
+{{- fail "auxiliary.escrowTLS.secretName bloodraven-deploy-tls is the Secret this release issued itself (secretName was empty): naming it now would make this upgrade delete it, and the operator would lose its certificate. Leave secretName empty, or give your own Secret another name" -}}
+{{- end -}}
+{{- end -}}
+{{- if or (eq $esc.caKey "tls.key") (hasSuffix ".key" $esc.caKey) -}}
+{{- fail (printf "auxiliary.escrowTLS.caKey %s names a private key: the webhook copies the content of caKey into every injected Job (BLOODRAVEN_CA_PEM), so it must be the CA certificate (e.g. ca.crt)" $esc.caKey) -}}
+{{- end -}}
+{{- $c := .Values.certificates -}}
+{{- if not .Values.certManager.enabled -}}
+{{- if ge (int $c.renewBeforeDays) (int $c.leafDays) -}}
+{{- fail (printf "certificates.renewBeforeDays (%d) must be less than certificates.leafDays (%d): otherwise every helm upgrade re-issues the serving certificates" (int $c.renewBeforeDays) (int $c.leafDays)) -}}
+{{- end -}}
+{{- if ge (int $c.renewBeforeDays) (int $c.caDays) -}}
+{{- fail (printf "certificates.renewBeforeDays (%d) must be less than certificates.caDays (%d): otherwise every helm upgrade re-issues the CA, and running sidecars and callers stop trusting the deploy API" (int $c.renewBeforeDays) (int $c.caDays)) -}}
+{{- end -}}
+{{- else -}}
+{{- $d := include "bloodraven.seconds" .Values.certManager.duration | float64 -}}
+{{- $r := include "bloodraven.seconds" .Values.certManager.renewBefore | float64 -}}
+{{- if lt $d 3600.0 -}}
+{{- fail (printf "certManager.duration %s is shorter than 1h, which cert-manager refuses" .Values.certManager.duration) -}}
+{{- end -}}
+{{- if or (lt $r 300.0) (ge $r $d) -}}
+{{- fail (printf "certManager.renewBefore %s must be at least 5m and less than certManager.duration %s (cert-manager refuses it otherwise)" .Values.certManager.renewBefore .Values.certManager.duration) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A Go duration (certManager.*; the schema checks its form) in seconds. */}}
+{{- define "bloodraven.seconds" -}}
+{{- $total := 0.0 -}}
+{{- $units := dict "ns" 0.000000001 "us" 0.000001 "µs" 0.000001 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- range $part := regexFindAll "[0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h)" . -1 -}}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]+)?" $part -}}
+{{- $unit := trimPrefix $num $part -}}
+{{- $total = addf $total (mulf (float64 $num) (get $units $unit)) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}
+
+{{/* Replicas, the PodDisruptionBudget, and the labels the Services select on. */}}
+{{- define "bloodraven.validatePods" -}}
+{{- $wh := .Values.webhook -}}
+{{- $pdb := $wh.podDisruptionBudget -}}
+{{- if and $pdb.enabled (not (kindIs "string" $pdb.minAvailable)) -}}
+{{- $min := int $pdb.minAvailable -}}
+{{- $n := int $wh.replicas -}}
+{{- if or (gt $min $n) (and (ge $min $n) (gt $n 1)) -}}
+{{- fail (printf "webhook.podDisruptionBudget.minAvailable (%d) with webhook.replicas %d: no webhook Pod could ever be evicted, so every node drain would hang; set minAvailable below replicas, or podDisruptionBudget.enabled=false" $min $n) -}}
+{{- end -}}
+{{- end -}}
+{{- range $component := list "operator" "webhook" -}}
+{{- $psc := (index $.Values $component).podSecurityContext | default dict -}}
+{{- $sc := (index $.Values $component).securityContext | default dict -}}
+{{- $caps := $sc.capabilities | default dict -}}
+{{- if or (ne (toString $psc.runAsNonRoot) "true") (eq (toString $psc.runAsUser) "0") (eq (toString $sc.runAsUser) "0") (eq (toString $sc.runAsNonRoot) "false") -}}
+{{- fail (printf "%s.podSecurityContext/securityContext: the chart runs its Pods as non-root (runAsNonRoot: true, never runAsUser 0); the binaries need no root" $component) -}}
+{{- end -}}
+{{- if or (ne (toString $sc.allowPrivilegeEscalation) "false") (ne (toString $sc.readOnlyRootFilesystem) "true") (eq (toString $sc.privileged) "true") $caps.add -}}
+{{- fail (printf "%s.securityContext must keep allowPrivilegeEscalation: false and readOnlyRootFilesystem: true, and add no privileges or capabilities: the binaries need none" $component) -}}
+{{- end -}}
+{{- $labels := (index $.Values $component).podLabels | default dict -}}
+{{- range $key := list "app.kubernetes.io/name" "app.kubernetes.io/instance" "bloodraven.shipstream.io/leader" -}}
+{{- if hasKey $labels $key -}}
+{{- fail (printf "%s.podLabels must not set %s: the chart's Deployments and Services select the Pods on it (and the operator's leader sets bloodraven.shipstream.io/leader itself)" $component $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Another release of this chart in another namespace (found by lookup on
+install and upgrade; helm template finds none): both would guard and inject
+for every namespace and group, and each webhook refuses the other operator's
+status writes. Both must be scoped (operator.groupSelector,
+webhook.groupSelector, webhook.namespaceSelector).
+*/}}
+{{- define "bloodraven.validateOtherReleases" -}}
+{{- $found := lookup "admissionregistration.k8s.io/v1" "ValidatingWebhookConfiguration" "" "" -}}
+{{- range $c := (get $found "items" | default list) -}}
+{{- $labels := $c.metadata.labels | default dict -}}
+{{- $ns := "" -}}
+{{- range $w := $c.webhooks | default list -}}{{- if and $w.clientConfig.service (not $ns) -}}{{- $ns = $w.clientConfig.service.namespace -}}{{- end -}}{{- end -}}
+{{- if and (eq (get $labels "app.kubernetes.io/part-of") "bloodraven") $ns (ne $ns $.Release.Namespace) -}}
+{{- $otherScoped := true -}}
+{{- range $w := $c.webhooks | default list -}}
+{{- $onGroups := false -}}
+{{- range $r := $w.rules }}{{ range $res := $r.resources }}{{ if hasPrefix "mysqlfailovergroups" $res }}{{ $onGroups = true }}{{ end }}{{ end }}{{ end -}}
+{{- if and $onGroups (not $w.objectSelector) -}}{{- $otherScoped = false -}}{{- end -}}
+{{- end -}}
+{{- $v := $.Values -}}
+{{- $scoped := and $v.operator.groupSelector $v.webhook.groupSelector.matchExpressions $v.webhook.namespaceSelector.matchExpressions -}}
+{{- if not (and $scoped $otherScoped) -}}
+{{- fail (printf "another bloodraven release serves namespace %s (ValidatingWebhookConfiguration %s): two releases that are not both scoped would both guard and inject for every namespace and group, and each webhook would refuse the other operator's status writes. Set operator.groupSelector, webhook.groupSelector.matchExpressions and webhook.namespaceSelector.matchExpressions on this release, and scope the other one the same way (docs/install.md)" $ns $c.metadata.name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/*
 A serving certificate the chart generates (certManager.enabled false), kept
 across upgrades. Arguments: root, ca (the CA object of "bloodraven.ca"),
-caFresh (the CA was just made), name (Secret), hosts. Returns YAML {crt, key, notAfter}.
+caCrt (the CA certificate, base64), caFresh (the CA was just made),
+name (Secret), hosts. Returns YAML {crt, key, notAfter}.
 */}}
 {{- define "bloodraven.leaf" -}}
 {{- $root := .root -}}
@@ -66,7 +179,8 @@ caFresh (the CA was just made), name (Secret), hosts. Returns YAML {crt, key, no
 {{- if and $old (not .caFresh) $old.metadata.annotations -}}
 {{- $notAfter := index $old.metadata.annotations "bloodraven.shipstream.io/not-after" | default "0" | int64 -}}
 {{- $oldHosts := index $old.metadata.annotations "bloodraven.shipstream.io/hosts" | default "" -}}
-{{- if and (gt $notAfter $renewAt) (eq $oldHosts $hosts) (index $old.data "tls.crt") -}}
+{{- /* Kept only if signed by the current CA (its ca.crt is that CA) and whole. */ -}}
+{{- if and (gt $notAfter $renewAt) (eq $oldHosts $hosts) (index $old.data "tls.crt") (index $old.data "tls.key") (eq (index $old.data "ca.crt" | default "") .caCrt) -}}
 {{- $keep = true -}}
 {{- end -}}
 {{- end -}}
@@ -119,8 +233,8 @@ must agree on the CA). Returns nothing; read .bloodravenCerts afterwards.
 {{- $ca := include "bloodraven.caData" . | fromYaml -}}
 {{- $caObj := buildCustomCert $ca.crt $ca.key -}}
 {{- $ns := .Release.Namespace -}}
-{{- $webhook := include "bloodraven.leaf" (dict "root" . "ca" $caObj "caFresh" $ca.fresh "name" "bloodraven-webhook-tls" "hosts" (list (printf "bloodraven-webhook.%s.svc" $ns) (printf "bloodraven-webhook.%s.svc.cluster.local" $ns))) | fromYaml -}}
-{{- $deploy := include "bloodraven.leaf" (dict "root" . "ca" $caObj "caFresh" $ca.fresh "name" "bloodraven-deploy-tls" "hosts" (list (printf "bloodraven.%s.svc" $ns) (printf "bloodraven.%s.svc.cluster.local" $ns))) | fromYaml -}}
+{{- $webhook := include "bloodraven.leaf" (dict "root" . "ca" $caObj "caCrt" $ca.crt "caFresh" $ca.fresh "name" "bloodraven-webhook-tls" "hosts" (list (printf "bloodraven-webhook.%s.svc" $ns) (printf "bloodraven-webhook.%s.svc.cluster.local" $ns))) | fromYaml -}}
+{{- $deploy := include "bloodraven.leaf" (dict "root" . "ca" $caObj "caCrt" $ca.crt "caFresh" $ca.fresh "name" "bloodraven-deploy-tls" "hosts" (list (printf "bloodraven.%s.svc" $ns) (printf "bloodraven.%s.svc.cluster.local" $ns))) | fromYaml -}}
 {{- $_ := set .Values "__bloodravenCerts" (dict "ca" $ca "webhook" $webhook "deploy" $deploy) -}}
 {{- end -}}
 {{- end -}}
