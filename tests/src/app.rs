@@ -21,8 +21,8 @@ use serde_json::json;
 
 use crate::cluster::OPERATOR_DB_PASSWORD;
 use crate::fixtures::{create_group, group, is_ready_at, wait_status};
-use crate::operator::E2E_LABEL;
-use crate::pods::{apply, image, node_address};
+pub use crate::helm::{helm, helm_ok};
+use crate::pods::{apply, node_address};
 use crate::{Cluster, SitePair, TestNamespace, e2e_dir, repo_root};
 
 /// The app chart's release name (also its MysqlDatabase, the instance).
@@ -31,37 +31,6 @@ pub const RELEASE: &str = "counter-app";
 pub const SCHEMA: &str = "counter";
 const MIGRATOR_PW: &str = "counter-migrator-pw-7";
 const T: Duration = Duration::from_secs(240);
-
-/// Runs helm (`BLOODRAVEN_HELM`, built by hack/build-helm.sh) against the
-/// run's API server as its admin; returns whether it succeeded and its
-/// output (standard output, then standard error).
-pub fn helm(args: &[&str]) -> (bool, String) {
-    let bin = image("BLOODRAVEN_HELM");
-    let home = e2e_dir().join("helm");
-    let out = Command::new(&bin)
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(e2e_dir().join("control-plane/kubeconfig"))
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .unwrap_or_else(|e| panic!("{bin}: {e}"));
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    (out.status.success(), text)
-}
-
-/// As [`helm`]; panics with helm's output when it fails.
-pub fn helm_ok(args: &[&str]) -> String {
-    let (ok, text) = helm(args);
-    assert!(ok, "helm {args:?} failed: {text}");
-    text
-}
-
-fn split(reference: &str) -> (String, String) {
-    let (repo, tag) = reference.rsplit_once(':').expect("an image reference with a tag");
-    (repo.to_owned(), tag.to_owned())
-}
 
 /// `hack/node.sh import` removes the names an import added besides its
 /// own, so two imports at once could remove each other's: one at a time
@@ -91,7 +60,7 @@ pub fn app_image(revisions: &[(&str, &str)]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     let _ = std::fs::remove_dir_all(&dir);
-    let (repo, tag) = split(&stdout);
+    let (repo, tag) = crate::helm::split_reference(&stdout);
     assert_eq!(repo, "localhost/bloodraven/counter-app", "{stdout}");
     tag
 }
@@ -125,7 +94,8 @@ impl AppEnv {
         let dir = e2e_dir().join(format!("helm-app-{}", ns.name));
         std::fs::create_dir_all(&dir).unwrap();
 
-        let values = operator_values(&dir, &op_ns.name, &ns.name);
+        let one = json!({"operator": {"replicas": 1}, "webhook": {"replicas": 1}});
+        let values = crate::helm::bloodraven_values(&dir, "bloodraven-values.yaml", &op_ns.name, &ns.name, &one);
         let chart = repo_root().join("charts/bloodraven");
         helm_ok(&[
             "install",
@@ -234,34 +204,4 @@ impl AppEnv {
     pub fn dir(&self) -> &Path {
         &self.dir
     }
-}
-
-/// charts/bloodraven's values for the test: the node's images, one replica
-/// each, the deploy API on, scoped to the test's namespaces and group.
-fn operator_values(dir: &Path, op_ns: &str, tenant: &str) -> PathBuf {
-    let (op_repo, op_tag) = split(&image("BLOODRAVEN_OPERATOR_IMAGE"));
-    let (wh_repo, wh_tag) = split(&image("BLOODRAVEN_WEBHOOK_IMAGE"));
-    let (sc_repo, sc_tag) = split(&image("BLOODRAVEN_SIDECAR_IMAGE"));
-    let scope = json!([{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [op_ns, tenant]}]);
-    let groups = json!([{"key": E2E_LABEL, "operator": "In", "values": [tenant]}]);
-    let v = json!({
-        "operator": {
-            "replicas": 1,
-            "image": {"repository": op_repo, "tag": op_tag, "pullPolicy": "Never"},
-            "groupSelector": format!("{E2E_LABEL}={tenant}"),
-            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-        },
-        "webhook": {
-            "replicas": 1,
-            "image": {"repository": wh_repo, "tag": wh_tag, "pullPolicy": "Never"},
-            "sidecar": {"image": {"repository": sc_repo, "tag": sc_tag, "pullPolicy": "IfNotPresent"}},
-            "namespaceSelector": {"matchExpressions": scope},
-            "groupSelector": {"matchExpressions": groups},
-            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-        },
-        "auxiliary": {"deployAPI": {"enabled": true}, "escrowTLS": {"enabled": true}},
-    });
-    let path = dir.join("bloodraven-values.yaml");
-    std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-    path
 }

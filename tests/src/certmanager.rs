@@ -77,17 +77,7 @@ pub async fn install_crds(cluster: &Cluster) {
     }
     assert!(names.iter().any(|n| n == "certificates.cert-manager.io"), "crds.yaml holds {names:?}");
     for name in names {
-        wait_for(&format!("CRD {name} to be established"), Duration::from_secs(60), || async {
-            let crd = api.get(&name).await.map_err(|e| e.to_string())?;
-            let established = crd
-                .status
-                .and_then(|s| s.conditions)
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Established" && c.status == "True");
-            if established { Ok(()) } else { Err("not established".into()) }
-        })
-        .await;
+        crate::cluster::wait_crd_established(&api, &name, Duration::from_secs(60)).await;
     }
 }
 

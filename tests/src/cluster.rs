@@ -61,21 +61,7 @@ impl Cluster {
                 serde_saphyr::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
             let name = crd.metadata.name.clone().unwrap();
             api.patch(&name, &PatchParams::apply("bloodraven-e2e").force(), &Patch::Apply(&crd)).await.unwrap();
-            wait_for(&format!("CRD {name} to be established"), Duration::from_secs(30), || {
-                let api = api.clone();
-                let name = name.clone();
-                async move {
-                    let crd = api.get(&name).await.map_err(|e| e.to_string())?;
-                    let established = crd
-                        .status
-                        .and_then(|s| s.conditions)
-                        .unwrap_or_default()
-                        .iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True");
-                    if established { Ok(()) } else { Err("not established".into()) }
-                }
-            })
-            .await;
+            wait_crd_established(&api, &name, Duration::from_secs(30)).await;
         }
     }
 
@@ -116,6 +102,23 @@ impl Cluster {
     /// Deletes a group (best effort; used at the end of a test).
     pub async fn delete_group(&self, name: &str) {
         let _ = self.groups().delete(name, &DeleteParams::default()).await;
+    }
+
+    /// Deletes a group and waits up to `timeout` until it is gone: its
+    /// cleanup finalizer needs a running operator, so a test that is about
+    /// to remove the operator (helm uninstall) deletes its groups this way
+    /// first.
+    pub async fn delete_group_and_wait(&self, name: &str, timeout: Duration) {
+        self.delete_group(name).await;
+        let groups = self.groups();
+        wait_for("the group to be deleted by the operator's finalizer", timeout, || async {
+            match groups.get_opt(name).await {
+                Ok(None) => Ok(()),
+                Ok(Some(g)) => Err(format!("finalizers {:?}", g.metadata.finalizers)),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await;
     }
 }
 
@@ -159,4 +162,21 @@ impl TestNamespace {
         };
         api.create(&PostParams::default(), &secret).await.unwrap();
     }
+}
+
+/// Waits up to `timeout` until CRD `name` is established (its
+/// `Established` condition `True`): only then does the API server serve its
+/// resources.
+pub async fn wait_crd_established(api: &Api<CustomResourceDefinition>, name: &str, timeout: Duration) {
+    wait_for(&format!("CRD {name} to be established"), timeout, || async {
+        let crd = api.get(name).await.map_err(|e| e.to_string())?;
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established { Ok(()) } else { Err("not established".into()) }
+    })
+    .await;
 }

@@ -20,6 +20,7 @@ pub mod certmanager;
 pub mod cluster;
 pub mod deploy;
 pub mod fixtures;
+pub mod helm;
 pub mod migrate;
 pub mod netns;
 pub mod operator;

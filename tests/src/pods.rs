@@ -365,3 +365,24 @@ pub fn pipeline_pod(script: &str) -> serde_json::Value {
         },
     })
 }
+
+/// GETs `url` (a deploy API address inside the cluster) from
+/// [`pipeline_pod`] in namespace `ns` with its token and CA, asking once a
+/// second for 30 s until it answers 200; returns the JSON body. Panics with
+/// the Pod's log when it never does.
+pub async fn deploy_get_from_pod(cluster: &Cluster, ns: &str, url: &str, timeout: Duration) -> serde_json::Value {
+    let script = format!(
+        "for i in $(seq 30); do \
+           s=$(curl -sS -o /tmp/body -w '%{{http_code}}' --cacert /ca/ca.crt \
+               -H \"Authorization: Bearer $(cat /var/run/secrets/bloodraven/token)\" {url}); \
+           [ \"$s\" = 200 ] && {{ cat /tmp/body; echo; echo status=$s; exit 0; }}; sleep 1; \
+         done; cat /tmp/body; echo; echo status=$s; exit 1"
+    );
+    apply(&Api::<Pod>::namespaced(cluster.client.clone(), ns), pipeline_pod(&script)).await;
+    let ended = wait_pod_end(cluster, ns, "pipeline", timeout).await;
+    let out = logs(cluster, ns, "pipeline", "pipeline").await;
+    assert_eq!(ended.status.and_then(|s| s.phase).as_deref(), Some("Succeeded"), "{out}");
+    let (body, status) = out.trim().rsplit_once('\n').unwrap_or_default();
+    assert_eq!(status, "status=200", "{out}");
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {out}"))
+}

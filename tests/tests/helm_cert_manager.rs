@@ -18,20 +18,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bloodraven_e2e::certmanager::{self, CertManager};
 use bloodraven_e2e::cluster::OPERATOR_DB_PASSWORD;
 use bloodraven_e2e::fixtures::{create_group, group, is_ready_at, wait_status};
-use bloodraven_e2e::operator::E2E_LABEL;
-use bloodraven_e2e::pods::{apply, image, logs, node_address, wait_pod_end};
+use bloodraven_e2e::helm::{bloodraven_values, helm_ok as helm, wait_rolled_out};
+use bloodraven_e2e::pods::{apply, node_address};
 use bloodraven_e2e::webhook::refusal;
 use bloodraven_e2e::{Cluster, SitePair, e2e_dir, repo_root};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use rustls::pki_types::pem::PemObject as _;
@@ -39,76 +36,6 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(240);
-
-/// Runs helm (`BLOODRAVEN_HELM`, built by hack/build-helm.sh) against the
-/// run's API server as its admin; panics with helm's output when it fails.
-fn helm(args: &[&str]) -> String {
-    let bin = image("BLOODRAVEN_HELM");
-    let home = e2e_dir().join("helm");
-    let out = Command::new(&bin)
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(e2e_dir().join("control-plane/kubeconfig"))
-        .env("HELM_CACHE_HOME", home.join("cache"))
-        .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"))
-        .output()
-        .unwrap_or_else(|e| panic!("{bin}: {e}"));
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "helm {args:?} failed: {text}");
-    text
-}
-
-/// `repository:tag` of an image reference.
-fn split(reference: &str) -> (String, String) {
-    let (repo, tag) = reference.rsplit_once(':').expect("an image reference with a tag");
-    (repo.to_owned(), tag.to_owned())
-}
-
-/// The values file of the release: helm_install.rs's (the node's images,
-/// scoped to the test's namespaces and groups), with cert-manager issuing
-/// the certificates.
-fn values(dir: &std::path::Path, op_ns: &str, tenant: &str) -> PathBuf {
-    let (op_repo, op_tag) = split(&image("BLOODRAVEN_OPERATOR_IMAGE"));
-    let (wh_repo, wh_tag) = split(&image("BLOODRAVEN_WEBHOOK_IMAGE"));
-    let (sc_repo, sc_tag) = split(&image("BLOODRAVEN_SIDECAR_IMAGE"));
-    let scope = json!([{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [op_ns, tenant]}]);
-    let groups = json!([{"key": E2E_LABEL, "operator": "In", "values": [tenant]}]);
-    let v = json!({
-        "operator": {
-            "image": {"repository": op_repo, "tag": op_tag, "pullPolicy": "Never"},
-            "groupSelector": format!("{E2E_LABEL}={tenant}"),
-            "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-        },
-        "webhook": {
-            "image": {"repository": wh_repo, "tag": wh_tag, "pullPolicy": "Never"},
-            "sidecar": {"image": {"repository": sc_repo, "tag": sc_tag, "pullPolicy": "IfNotPresent"}},
-            "namespaceSelector": {"matchExpressions": scope},
-            "groupSelector": {"matchExpressions": groups},
-            "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
-        },
-        "auxiliary": {"deployAPI": {"enabled": true}, "escrowTLS": {"enabled": true}},
-        "certManager": {"enabled": true},
-    });
-    let path = dir.join(format!("values-{op_ns}.yaml"));
-    std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-    path
-}
-
-async fn wait_rolled_out(cluster: &Cluster, ns: &str, name: &str) {
-    let api = Api::<Deployment>::namespaced(cluster.client.clone(), ns);
-    bloodraven_e2e::wait_for(&format!("Deployment {ns}/{name} to roll out"), T, || async {
-        let d = api.get(name).await.map_err(|e| e.to_string())?;
-        let s = d.status.clone().unwrap_or_default();
-        let want = d.spec.as_ref().and_then(|s| s.replicas);
-        let done = s.observed_generation == d.metadata.generation
-            && s.updated_replicas == want
-            && s.ready_replicas == want
-            && s.replicas == want;
-        if done { Ok(()) } else { Err(format!("{s:?}")) }
-    })
-    .await;
-}
 
 /// Key `key` of Secret `name` (panics when either is missing).
 async fn secret_key(secrets: &Api<Secret>, name: &str, key: &str) -> Vec<u8> {
@@ -198,7 +125,13 @@ async fn helm_install_with_cert_manager_issues_injects_and_renews() {
 
     // Install, as a user with cert-manager would: the Pods wait for the
     // Secrets cert-manager writes; --wait until both Deployments are ready.
-    let v = values(&dir, ns, &tenant.name);
+    let v = bloodraven_values(
+        &dir,
+        &format!("values-{ns}.yaml"),
+        ns,
+        &tenant.name,
+        &json!({"certManager": {"enabled": true}}),
+    );
     helm(&["install", release, chart, "-n", ns, "-f", v.to_str().unwrap(), "--wait", "--timeout", "5m"]);
 
     // Every Certificate of the chart is Ready, its Secret written.
@@ -232,8 +165,8 @@ async fn helm_install_with_cert_manager_issues_injects_and_renews() {
     })
     .await;
 
-    wait_rolled_out(&cluster, ns, "bloodraven-operator").await;
-    wait_rolled_out(&cluster, ns, "bloodraven-webhook").await;
+    wait_rolled_out(&cluster, ns, "bloodraven-operator", T).await;
+    wait_rolled_out(&cluster, ns, "bloodraven-webhook", T).await;
 
     // The operator bootstraps a group of its selector.
     op_ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
@@ -266,20 +199,7 @@ async fn helm_install_with_cert_manager_issues_injects_and_renews() {
     )
     .await;
     let url = format!("https://bloodraven.{ns}.svc:8443/deploy/v1/groups/{name}");
-    let script = format!(
-        "for i in $(seq 30); do \
-           s=$(curl -sS -o /tmp/body -w '%{{http_code}}' --cacert /ca/ca.crt \
-               -H \"Authorization: Bearer $(cat /var/run/secrets/bloodraven/token)\" {url}); \
-           [ \"$s\" = 200 ] && {{ cat /tmp/body; echo; echo status=$s; exit 0; }}; sleep 1; \
-         done; cat /tmp/body; echo; echo status=$s; exit 1"
-    );
-    apply(&Api::<Pod>::namespaced(c.clone(), &tenant.name), bloodraven_e2e::pods::pipeline_pod(&script)).await;
-    let ended = wait_pod_end(&cluster, &tenant.name, "pipeline", T).await;
-    let out = logs(&cluster, &tenant.name, "pipeline", "pipeline").await;
-    assert_eq!(ended.status.and_then(|s| s.phase).as_deref(), Some("Succeeded"), "{out}");
-    let (body, status) = out.trim().rsplit_once('\n').unwrap_or_default();
-    assert_eq!(status, "status=200", "{out}");
-    let body: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let body = bloodraven_e2e::pods::deploy_get_from_pod(&cluster, &tenant.name, &url, T).await;
     assert_eq!((body["activeSite"].as_str(), body["topologyGeneration"].as_i64()), (Some("iad"), Some(1)), "{body}");
 
     // Each webhook Pod serves the certificate cert-manager issued.
@@ -322,15 +242,7 @@ async fn helm_install_with_cert_manager_issues_injects_and_renews() {
 
     // The group goes first (its cleanup finalizer needs the operator), then
     // helm uninstall removes the chart's cert-manager objects.
-    cluster.delete_group(&name).await;
-    bloodraven_e2e::wait_for("the group to be deleted by the operator's finalizer", T, || async {
-        match groups.get_opt(&name).await {
-            Ok(None) => Ok(()),
-            Ok(Some(g)) => Err(format!("finalizers {:?}", g.metadata.finalizers)),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await;
+    cluster.delete_group_and_wait(&name, T).await;
     helm(&["uninstall", release, "-n", ns, "--wait", "--timeout", "5m"]);
     let left = certmanager::certificates(&cluster, ns).list(&ListParams::default()).await.unwrap().items;
     assert!(

@@ -175,18 +175,7 @@ async fn a_pod_reaches_the_operator_pod_through_its_service_with_a_projected_tok
 
     bloodraven_e2e::pods::deploy_client(&cluster, &ns.name, &name, &tls).await;
     let url = format!("https://bloodraven.{OPERATOR_NAMESPACE}.svc:8443/deploy/v1/groups/{name}");
-    let script = format!(
-        "curl -sS --retry 10 --retry-all-errors --retry-delay 1 --cacert /ca/ca.crt \
-         -H \"Authorization: Bearer $(cat /var/run/secrets/bloodraven/token)\" -w '\\nstatus=%{{http_code}}\\n' {url}"
-    );
-    let pod = bloodraven_e2e::pods::pipeline_pod(&script);
-    apply(&Api::<Pod>::namespaced(cluster.client.clone(), &ns.name), pod).await;
-    let ended = wait_pod_end(&cluster, &ns.name, "pipeline", T).await;
-    let out = logs(&cluster, &ns.name, "pipeline", "pipeline").await;
-    assert_eq!(ended.status.and_then(|s| s.phase).as_deref(), Some("Succeeded"), "{out}");
-    let (body, status) = out.trim().rsplit_once('\n').unwrap_or_default();
-    assert_eq!(status, "status=200", "{out}");
-    let body: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let body = bloodraven_e2e::pods::deploy_get_from_pod(&cluster, &ns.name, &url, T).await;
     assert_eq!((body["activeSite"].as_str(), body["topologyGeneration"].as_i64()), (Some("iad"), Some(1)), "{body}");
 
     cluster.delete_group(&name).await;
