@@ -97,7 +97,8 @@ cmd_check() {
   for bad in webhook.replicas=0 webhook.podDisruptionBudget.minAvailable=2 webhook.podDisruptionBudget.minAvailable=100% \
     auxiliary.escrowTLS.caKey=tls.key auxiliary.escrowTLS.secretName=mine certificates.renewBeforeDays=365 \
     'operator.podLabels.app\.kubernetes\.io/name=x' operator.securityContext.readOnlyRootFilesystem=false \
-    certManager.enabled=true,certManager.renewBefore=3000h operator.credentialsNamespace=Creds; do
+    certManager.enabled=true,certManager.renewBefore=3000h operator.credentialsNamespace=Creds \
+    operator.groupSelector=tier=prod 'operator.groupSelector=tier=pr od'; do
     if "$helm" template bloodraven "$chart" --set "$bad" >/dev/null 2>&1; then die "helm template accepted --set $bad"; fi
   done
   "$helm" template bloodraven "$chart" --namespace bloodraven --set operator.credentialsNamespace=creds |

@@ -48,6 +48,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- if not (and (lt (int $le.retryPeriodSeconds) (int $le.renewDeadlineSeconds)) (lt (int $le.renewDeadlineSeconds) (int $le.leaseDurationSeconds))) -}}
 {{- fail "operator.leaderElection: retryPeriodSeconds < renewDeadlineSeconds < leaseDurationSeconds is required" -}}
 {{- end -}}
+{{- if ne (empty .Values.operator.groupSelector) (empty .Values.webhook.groupSelector.matchExpressions) -}}
+{{- fail "operator.groupSelector and webhook.groupSelector.matchExpressions go together (the same selector, in two forms): with only one set, the webhook guards other groups than the ones this operator manages (and refuses another release's operator on them)" -}}
+{{- end -}}
 {{- include "bloodraven.validateTLS" . -}}
 {{- include "bloodraven.validatePods" . -}}
 {{- include "bloodraven.validateOtherReleases" . -}}
