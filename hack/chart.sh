@@ -98,7 +98,8 @@ cmd_check() {
     auxiliary.escrowTLS.caKey=tls.key auxiliary.escrowTLS.secretName=mine certificates.renewBeforeDays=365 \
     'operator.podLabels.app\.kubernetes\.io/name=x' operator.securityContext.readOnlyRootFilesystem=false \
     certManager.enabled=true,certManager.renewBefore=3000h operator.credentialsNamespace=Creds \
-    operator.groupSelector=tier=prod 'operator.groupSelector=tier=pr od'; do
+    operator.groupSelector=tier=prod 'operator.groupSelector=tier=pr od' \
+    'webhook.namespaceSelector.matchExpressions[0].key=kubernetes.io/metadata.name,webhook.namespaceSelector.matchExpressions[0].operator=In,webhook.namespaceSelector.matchExpressions[0].values={team-a}'; do
     if "$helm" template bloodraven "$chart" --set "$bad" >/dev/null 2>&1; then die "helm template accepted --set $bad"; fi
   done
   "$helm" template bloodraven "$chart" --namespace bloodraven --set operator.credentialsNamespace=creds |

@@ -52,8 +52,33 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- fail "operator.groupSelector and webhook.groupSelector.matchExpressions go together (the same selector, in two forms): with only one set, the webhook guards other groups than the ones this operator manages (and refuses another release's operator on them)" -}}
 {{- end -}}
 {{- include "bloodraven.validateTLS" . -}}
+{{- include "bloodraven.validateScope" . -}}
 {{- include "bloodraven.validatePods" . -}}
 {{- include "bloodraven.validateOtherReleases" . -}}
+{{- end -}}
+
+{{/*
+webhook.namespaceSelector is added to the operator-state guards too, whose
+own selector is the release namespace: a requirement that leaves the release
+namespace out makes them guard nothing. Checked against the namespace's
+labels (lookup); without a cluster (helm template), only requirements on
+kubernetes.io/metadata.name are checked.
+*/}}
+{{- define "bloodraven.validateScope" -}}
+{{- $labels := dict "kubernetes.io/metadata.name" .Release.Namespace -}}
+{{- $nsObj := lookup "v1" "Namespace" "" .Release.Namespace -}}
+{{- if $nsObj }}{{ $labels = merge (deepCopy ($nsObj.metadata.labels | default dict)) $labels }}{{ end -}}
+{{- range $e := .Values.webhook.namespaceSelector.matchExpressions | default list -}}
+{{- if or $nsObj (eq $e.key "kubernetes.io/metadata.name") -}}
+{{- $has := hasKey $labels $e.key -}}
+{{- $in := and $has (has (get $labels $e.key) ($e.values | default list)) -}}
+{{- $match := true -}}
+{{- if eq $e.operator "In" }}{{ $match = $in }}{{ else if eq $e.operator "NotIn" }}{{ $match = not $in }}{{ else if eq $e.operator "Exists" }}{{ $match = $has }}{{ else }}{{ $match = not $has }}{{ end -}}
+{{- if not $match -}}
+{{- fail (printf "webhook.namespaceSelector requirement {key: %s, operator: %s, values: %v} leaves out the release namespace %s: the operator-state guards (leader Lease, deploy Leases, decision records) are scoped by the same requirements and would guard nothing. Select the release namespace too" $e.key $e.operator ($e.values | default list) $.Release.Namespace) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The deploy API's Secret and the certificates' lifetimes. */}}
