@@ -116,8 +116,36 @@ impl Webhook {
         let pem = tokio::fs::read_to_string(path)
             .await
             .map_err(|e| format!("the webhook cannot read its deploy CA bundle {}: {e}", path.display()))?;
+        certificates_only(&pem).map_err(|e| format!("the webhook's deploy CA bundle {}: {e}", path.display()))?;
         Ok(inject::Settings { ca_pem: pem, ..self.inject.clone() })
     }
+}
+
+/// Checks that `pem` holds one or more `CERTIFICATE` sections and nothing
+/// else. The bundle is copied into every injected Job (`BLOODRAVEN_CA_PEM`,
+/// readable by anyone who can read the Job), so a file that also held a
+/// private key — a chart value naming `tls.key` instead of `ca.crt`, a
+/// combined PEM — would hand the deploy API's key to every tenant.
+///
+/// Errors: a section of another kind (named), PEM that does not parse, or no
+/// certificate at all.
+pub fn certificates_only(pem: &str) -> Result<(), String> {
+    use rustls::pki_types::pem::{self, SectionKind};
+    let mut reader = pem.as_bytes();
+    let mut certificates = 0;
+    loop {
+        match pem::from_buf(&mut reader) {
+            Ok(Some((SectionKind::Certificate, _))) => certificates += 1,
+            Ok(Some((kind, _))) => {
+                return Err(format!(
+                    "it holds a {kind:?} section, not only certificates; refusing to copy it into Jobs (give it the CA certificate alone, e.g. the Secret's ca.crt)"
+                ));
+            }
+            Ok(None) => break,
+            Err(e) => return Err(format!("it is not PEM: {e}")),
+        }
+    }
+    if certificates == 0 { Err("it holds no certificate".into()) } else { Ok(()) }
 }
 
 /// The router of the admission endpoints (404 elsewhere).
@@ -159,6 +187,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let probe_listener = bloodraven_serving::bind("probes", config.probe_addr)?;
     let tls = bloodraven_serving::tls::load_and_watch(cert, key, Duration::from_secs(config.tls_reload_seconds))
         .context("failed to load the webhook certificate")?;
+    if let Some(path) = &config.deploy_ca_file {
+        // Checked again at every read (it may rotate); a bad file at start is
+        // a misconfiguration to stop on, not to discover at the first Job.
+        if let Ok(pem) = std::fs::read_to_string(path) {
+            certificates_only(&pem).map_err(|e| anyhow::anyhow!("--deploy-ca-file {}: {e}", path.display()))?;
+        }
+    }
     let client = kube::Client::try_default().await.context("failed to build a Kubernetes client")?;
     let metrics = Metrics::new()?;
     let shutdown = bloodraven_serving::Shutdown::on_signals();
@@ -275,5 +310,36 @@ mod metrics_tests {
         assert_eq!(served, listed);
         let reviews = m.families().into_iter().find(|d| d.fq_name == "bloodraven_webhook_reviews_total").unwrap();
         assert_eq!(reviews.variable_labels, ["webhook", "outcome"]);
+    }
+}
+
+#[cfg(test)]
+mod ca_bundle_tests {
+    use super::certificates_only;
+
+    const CERT: &str = "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUYQ==\n-----END CERTIFICATE-----\n";
+    const KEY: &str =
+        "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg\n-----END PRIVATE KEY-----\n";
+    const EC_KEY: &str = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIA==\n-----END EC PRIVATE KEY-----\n";
+
+    #[test]
+    fn a_bundle_of_certificates_is_accepted() {
+        assert_eq!(certificates_only(CERT), Ok(()));
+        assert_eq!(certificates_only(&format!("{CERT}{CERT}")), Ok(()));
+    }
+
+    #[test]
+    fn a_private_key_anywhere_in_the_bundle_is_refused_by_kind() {
+        for pem in [KEY.to_owned(), format!("{CERT}{KEY}"), format!("{EC_KEY}{CERT}")] {
+            let err = certificates_only(&pem).unwrap_err();
+            assert!(err.contains("not only certificates"), "{err}");
+            assert!(!err.contains("MIG") && !err.contains("MHc"), "the key's bytes are not echoed: {err}");
+        }
+    }
+
+    #[test]
+    fn an_empty_or_non_pem_bundle_is_refused() {
+        assert_eq!(certificates_only(""), Err("it holds no certificate".into()));
+        assert_eq!(certificates_only("not pem at all\n"), Err("it holds no certificate".into()));
     }
 }
