@@ -153,6 +153,21 @@ check_example() { # helm work
   if "$helm" template counter-app "$app" "${set[@]}" --set migrationJob.leaseTtlSeconds=10 >/dev/null 2>&1; then
     die "the example app chart accepted migrationJob.leaseTtlSeconds=10 (the webhook takes 24 to 120)"
   fi
+  # Values that would install something broken are refused, each for its own reason.
+  local bad
+  while IFS='|' read -r bad want; do
+    # shellcheck disable=SC2086 # $bad is a list of helm arguments
+    if "$helm" template $bad "$app" --namespace team-a "${set[@]}" >/dev/null 2>"$work/err"; then
+      die "the example app chart rendered with: $bad"
+    fi
+    grep -q -- "$want" "$work/err" || die "with $bad, expected '$want', got: $(cat "$work/err")"
+  done <<'CASES'
+my.app|must be a DNS label
+a-release-name-that-is-much-too-long-for-its-jobs|at most 45
+counter-app --set migrationJob.retryMinSeconds=20|is above migrationJob.retryMaxSeconds
+counter-app --set migrationJob.maxAttempts=20|would end the Job while the runner may still retry
+counter-app --set migrationJob.lockTimeout=99999s|lockTimeout
+CASES
   (cd "$root" && cargo run --quiet --locked -p bloodraven-migrate -- apply --help) >"$work/migrate-help.txt"
   python3 - "$work/app.yaml" "$work/app-nodb.yaml" "$work/migrate-help.txt" <<'PY'
 import re, sys, yaml
@@ -195,6 +210,12 @@ for (kind, name), d in docs.items():
         sc = d["spec"]["template"]["spec"].get("securityContext", {})
         if sc.get("seccompProfile", {}).get("type") != "RuntimeDefault" or not sc.get("runAsNonRoot"):
             fail(f"{kind} {name}: the Pod would not pass the restricted Pod Security Standard: {sc}")
+vols = {v["name"]: v for v in pod.get("volumes", [])}
+if "DATABASE_URL" in env or vols.get("database-url", {}).get("secret", {}).get("secretName") != "db":
+    fail("the runner reads its URL from the Secret mounted as a file (BLOODRAVEN_DB_URL_FILE), never from the environment")
+for d in (db, docs[("ServiceAccount", "counter-app-migrate")]):
+    if d["metadata"]["annotations"].get("argocd.argoproj.io/hook") != "Skip":
+        fail(f"{d['kind']}: Argo CD would delete and re-create it on every sync; it must be skipped there")
 if ("MysqlDatabase", "counter-app") in nodb or ("ServiceAccount", "counter-app-migrate") in nodb: fail("database.create=false still creates them")
 print("chart.sh: example app chart: hooks, image, ServiceAccount and the runner's environment as documented", file=sys.stderr)
 PY

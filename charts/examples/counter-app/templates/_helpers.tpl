@@ -41,3 +41,35 @@ runAsNonRoot: true
 seccompProfile:
   type: RuntimeDefault
 {{- end -}}
+
+
+{{/*
+Refusals at render time, for values that would install something broken:
+- the release name is the prefix of every object and of the Service
+  `<database>-primary`: a DNS label of at most 45 characters, so
+  `<release>-wait-for-database` stays a valid name (63);
+- retryMinSeconds above retryMaxSeconds (the runner refuses it, but only
+  inside the Job);
+- a runner that could still be retrying when the Job's deadline ends it:
+  Kubernetes then deletes the running Pod and its log with it, so the
+  runner's own bounds (maxAttempts x (lockTimeout + retryMaxSeconds), plus
+  a minute for connecting and the revisions' own work) must end first, and
+  its failure keeps its log (the fail-closed hook seed).
+*/}}
+{{- define "counter-app.validate" -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .Release.Name) -}}
+{{- fail (printf "release name %q: must be a DNS label (lower-case letters, digits and '-'): it names the Service <database>-primary the app connects to" .Release.Name) -}}
+{{- end -}}
+{{- if gt (len .Release.Name) 45 -}}
+{{- fail (printf "release name %q is %d characters: at most 45, so that %s-wait-for-database is a valid name (63)" .Release.Name (len .Release.Name) .Release.Name) -}}
+{{- end -}}
+{{- $mj := .Values.migrationJob -}}
+{{- if gt (int $mj.retryMinSeconds) (int $mj.retryMaxSeconds) -}}
+{{- fail (printf "migrationJob.retryMinSeconds (%d) is above migrationJob.retryMaxSeconds (%d)" (int $mj.retryMinSeconds) (int $mj.retryMaxSeconds)) -}}
+{{- end -}}
+{{- $lock := int (trimSuffix "s" (toString $mj.lockTimeout)) -}}
+{{- $worst := add (mul (int $mj.maxAttempts) (add $lock (int $mj.retryMaxSeconds))) 60 -}}
+{{- if ge $worst (int $mj.activeDeadlineSeconds) -}}
+{{- fail (printf "migrationJob.activeDeadlineSeconds (%d) would end the Job while the runner may still retry: maxAttempts (%d) x (lockTimeout %d s + retryMaxSeconds %d) + 60 s = %d s. At the deadline Kubernetes deletes the running Pod and its log; lower maxAttempts or raise activeDeadlineSeconds (and helm's --timeout with it)" (int $mj.activeDeadlineSeconds) (int $mj.maxAttempts) $lock (int $mj.retryMaxSeconds) $worst) -}}
+{{- end -}}
+{{- end -}}
