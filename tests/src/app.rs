@@ -94,7 +94,9 @@ impl AppEnv {
         let dir = e2e_dir().join(format!("helm-app-{}", ns.name));
         std::fs::create_dir_all(&dir).unwrap();
 
-        let one = json!({"operator": {"replicas": 1}, "webhook": {"replicas": 1}});
+        // One webhook Pod: its PodDisruptionBudget would block every drain (the chart refuses that).
+        let one =
+            json!({"operator": {"replicas": 1}, "webhook": {"replicas": 1, "podDisruptionBudget": {"enabled": false}}});
         let values = crate::helm::bloodraven_values(&dir, "bloodraven-values.yaml", &op_ns.name, &ns.name, &one);
         let chart = repo_root().join("charts/bloodraven");
         helm_ok(&[

@@ -138,7 +138,7 @@ kubernetes.io/metadata.name are checked.
 {{- if and $pdb.enabled (not (kindIs "string" $pdb.minAvailable)) -}}
 {{- $min := int $pdb.minAvailable -}}
 {{- $n := int $wh.replicas -}}
-{{- if or (gt $min $n) (and (ge $min $n) (gt $n 1)) -}}
+{{- if ge $min $n -}}
 {{- fail (printf "webhook.podDisruptionBudget.minAvailable (%d) with webhook.replicas %d: no webhook Pod could ever be evicted, so every node drain would hang; set minAvailable below replicas, or podDisruptionBudget.enabled=false" $min $n) -}}
 {{- end -}}
 {{- end -}}
