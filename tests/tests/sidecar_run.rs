@@ -133,10 +133,14 @@ async fn a_second_run_waits_on_held_starts_soon_after_the_release_and_a_third_ti
     println!(
         "figure: held-a's migration ended → held-c's migration started: {gap} ms (includes held-a's final renewal and release)"
     );
-    // "Within about a second of the release": the poll is 1 s with up to
-    // 250 ms of jitter; the bound leaves room for the final renewal, the
-    // release and the two POSTs on a busy machine.
-    assert!(gap < 4_000, "{gap} ms");
+    // What this test holds is that held-c started because held-a released,
+    // not because held-a's lease lapsed: held-a renewed at most ttl/3 = 5 s
+    // before it ended, so a lapse frees the lease no earlier than 10 s after
+    // "ended". The speed ("within about a second": a 1 s poll with up to
+    // 250 ms of jitter) is the figure printed above and `make bench-sidecar`'s;
+    // a tighter bound here failed on a CI machine running two test files at
+    // once (5.5 s, most of it held-a's final record and release).
+    assert!(gap < 10_000, "held-c started {gap} ms after held-a ended: by the lease's lapse, not its release");
 }
 
 #[tokio::test]
