@@ -179,6 +179,26 @@ pub async fn database(cluster: &Cluster, namespace: &str, name: &str, group: &st
     api.create(&PostParams::default(), &db).await.unwrap();
 }
 
+/// Waits up to `timeout` until group `group`'s `status.instanceClaims` gives
+/// instance `name` to namespace `namespace`. The operator writes the claim a
+/// moment after the MysqlDatabase appears; until then the webhook refuses a
+/// Job for it ("no MysqlDatabase named … is accepted"), so a test that
+/// creates a Job right after [`database`] waits for this first (a CI run
+/// under load created one in that moment).
+pub async fn wait_claimed(cluster: &Cluster, group: &str, namespace: &str, name: &str, timeout: std::time::Duration) {
+    let groups = cluster.groups();
+    crate::wait_for(&format!("group {group} to accept MysqlDatabase {namespace}/{name}"), timeout, || async {
+        let g = groups.get(group).await.map_err(|e| e.to_string())?;
+        let claims = g.status.map(|s| s.instance_claims).unwrap_or_default();
+        if claims.iter().any(|c| c.instance == name && c.namespace == namespace) {
+            Ok(())
+        } else {
+            Err(format!("claims: {claims:?}"))
+        }
+    })
+    .await;
+}
+
 /// A response: status and JSON body (`null` when empty or not JSON).
 #[derive(Debug)]
 pub struct Reply {

@@ -287,6 +287,7 @@ pub async fn leader_endpoint(cluster: &Cluster, ns: &str) -> Result<String, Stri
 pub async fn deploy_client(cluster: &Cluster, ns: &str, group: &str, tls: &TlsFiles) {
     crate::deploy::service_account(cluster, ns, "deployer").await;
     crate::deploy::database(cluster, ns, "counter-app", group, &[(ns, "deployer")]).await;
+    crate::deploy::wait_claimed(cluster, group, ns, "counter-app", Duration::from_secs(60)).await;
     let ca = std::fs::read_to_string(&tls.ca).unwrap_or_else(|e| panic!("{}: {e}", tls.ca.display()));
     apply(
         &Api::<ConfigMap>::namespaced(cluster.client.clone(), ns),
