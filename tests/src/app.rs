@@ -153,8 +153,11 @@ impl AppEnv {
             "database": {"failoverGroup": self.group},
             "migrationJob": {
                 "databaseSecret": {"name": "counter-app-db"},
-                // Short: a failed or stuck run in a test ends soon.
+                // Short: a failed or stuck run in a test ends soon. The chart
+                // refuses a deadline the runner's retries could outlast:
+                // 4 x (5 s lock timeout + 15 s backoff) + 60 s = 140 s < 180 s.
                 "activeDeadlineSeconds": 180,
+                "maxAttempts": 4,
             },
         });
         let path = self.dir.join(format!("app-values-{tag}.yaml"));
