@@ -11,7 +11,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -32,11 +31,6 @@ pub const SCHEMA: &str = "counter";
 const MIGRATOR_PW: &str = "counter-migrator-pw-7";
 const T: Duration = Duration::from_secs(240);
 
-/// `hack/node.sh import` removes the names an import added besides its
-/// own, so two imports at once could remove each other's: one at a time
-/// (the tests of one file run as threads of one process).
-static IMPORT: Mutex<()> = Mutex::new(());
-
 /// An app image built from `revisions` (file name, SQL) by
 /// `hack/app-image.sh` and imported into the node; returns its tag
 /// (repository `localhost/bloodraven/counter-app`).
@@ -46,7 +40,8 @@ pub fn app_image(revisions: &[(&str, &str)]) -> String {
     for (name, sql) in revisions {
         std::fs::write(dir.join(name), sql).unwrap();
     }
-    let _one = IMPORT.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Concurrent imports (threads here, other test files) are serialized by
+    // `hack/node.sh import` itself.
     let out = Command::new(repo_root().join("hack/app-image.sh"))
         .arg("import")
         .arg(e2e_dir().join("control-plane"))
