@@ -73,6 +73,9 @@ pub struct ApplySettings {
     pub guard: Guard,
     /// Leave the server's lock timeouts (benchmark comparison only).
     pub server_lock_timeouts: bool,
+    /// `--ignore-foreign-history`: apply from the first revision although
+    /// another tool's history table is in the schema.
+    pub ignore_foreign_history: bool,
     /// Where `apply` publishes its session's `CONNECTION_ID()` once open (0
     /// before), so a fence can end the session server-side.
     pub session_id: std::sync::Arc<std::sync::atomic::AtomicU32>,
@@ -198,23 +201,9 @@ pub async fn apply(s: ApplySettings) -> i32 {
     if let Err(code) = run_lock(&s.guard, &mut session).await {
         return code;
     }
-    // Created only when missing: a fenced (read-only) site refuses even a no-op CREATE.
-    let created = match session.has_history().await {
-        Ok(true) => Ok(()),
-        Ok(false) => session.ensure_history().await,
-        Err(e) => Err(e),
-    };
-    if let Err(e) = created {
-        return failed_at_start(&s.guard, &format!("failed to create {}", history::TABLE), &e).await;
-    }
-    let rows = match session.history().await {
+    let rows = match read_history(&s, &mut session).await {
         Ok(r) => r,
-        Err(e @ crate::db::DbError::ForeignHistory { .. }) => {
-            tracing::error!(error = %e, "refusing to apply");
-            s.guard.outcome(false, None, Some(e.to_string())).await;
-            return exit::REFUSED;
-        }
-        Err(e) => return failed_at_start(&s.guard, &format!("failed to read {}", history::TABLE), &e).await,
+        Err(code) => return code,
     };
     let plan = match history::plan(&s.revisions, &rows) {
         Ok(p) => p,
@@ -336,6 +325,68 @@ fn announce(s: &ApplySettings) {
 
 /// A failure before any revision: classified like a revision's (a
 /// read-only site is fenced, a lost connection is lost).
+/// Creates the history table when missing and reads it (under the run
+/// lock); with an empty history, refuses another tool's schema
+/// ([`foreign_history`]). `Err` carries the exit code, already reported.
+async fn read_history(s: &ApplySettings, session: &mut Session) -> Result<Vec<history::Row>, i32> {
+    let exists = match session.has_history().await {
+        Ok(e) => e,
+        Err(e) => return Err(failed_at_start(&s.guard, &format!("failed to read {}", history::TABLE), &e).await),
+    };
+    let rows = if exists {
+        match session.history().await {
+            Ok(r) => r,
+            Err(e @ crate::db::DbError::ForeignHistory { .. }) => {
+                tracing::error!(error = %e, "refusing to apply");
+                s.guard.outcome(false, None, Some(e.to_string())).await;
+                return Err(exit::REFUSED);
+            }
+            Err(e) => return Err(failed_at_start(&s.guard, &format!("failed to read {}", history::TABLE), &e).await),
+        }
+    } else {
+        Vec::new()
+    };
+    // Before anything is created, so a refused run changes nothing.
+    if rows.is_empty() && !s.ignore_foreign_history {
+        foreign_history(&s.guard, session).await?;
+    }
+    // Created only when missing: a fenced (read-only) site refuses even a no-op CREATE.
+    if !exists && let Err(e) = session.ensure_history().await {
+        return Err(failed_at_start(&s.guard, &format!("failed to create {}", history::TABLE), &e).await);
+    }
+    Ok(rows)
+}
+
+/// With an empty history: refuses when another migration tool's history
+/// table is in the schema (Flyway refuses a non-empty schema without its
+/// history the same way): that tool most likely applied the first
+/// revisions already, and running them again would fail at best. The
+/// message says how to adopt the schema (`baseline`) or go on anyway.
+async fn foreign_history(guard: &Guard, session: &mut Session) -> Result<(), i32> {
+    let found = match session.foreign_histories().await {
+        Ok(f) => f,
+        Err(e) => return Err(failed_at_start(guard, "failed to look for other tools' history tables", &e).await),
+    };
+    if found.is_empty() {
+        return Ok(());
+    }
+    let tables = found.iter().map(|f| f.table).collect::<Vec<_>>().join(", ");
+    let hint = match found.iter().find_map(|f| f.newest.as_deref()) {
+        Some(v) => format!(
+            "Flyway applied up to version {v}: if your revision files continue its numbering, run `bloodraven-migrate baseline {v}`"
+        ),
+        None => "run `bloodraven-migrate baseline V` with V the newest of your revisions that tool applied".to_owned(),
+    };
+    let message = format!(
+        "the schema has no bloodraven-migrate history but holds {tables}, another migration tool's history: \
+         its revisions are most likely in place already, and applying from V1 would run them again. {hint}, \
+         then apply; or pass --ignore-foreign-history to apply from V1 anyway. Nothing was changed"
+    );
+    tracing::error!("{message}");
+    guard.outcome(false, None, Some(message)).await;
+    Err(exit::REFUSED)
+}
+
 async fn failed_at_start(guard: &Guard, what: &str, e: &crate::db::DbError) -> i32 {
     let f = match e {
         crate::db::DbError::Query(q) => Failure::db(q, false, None),

@@ -1,11 +1,11 @@
-//! `status`, `resolve` and `diagnose`: a person's tools, on the same
-//! database flags as `apply`.
+//! `status`, `resolve`, `diagnose` and `baseline`: a person's tools, on
+//! the same database flags as `apply`.
 
 use std::time::Duration;
 
 use crate::apply::exit;
 use crate::blockers;
-use crate::config::{DbArgs, ResolveArgs, StatusArgs};
+use crate::config::{BaselineArgs, DbArgs, ResolveArgs, StatusArgs};
 use crate::db::{Session, Target};
 use crate::history::{self, Event, State, transition};
 
@@ -68,6 +68,13 @@ pub async fn status(a: StatusArgs) -> i32 {
     let Some(files) = files else { return exit::OK };
     match history::plan(&files, &rows) {
         Ok(p) => {
+            // Files the baseline covers that have no row of their own (the baseline's row is listed above).
+            for r in p.below_baseline.iter().filter(|f| !rows.iter().any(|x| x.version == f.version)) {
+                println!(
+                    "V{:<7} {:<12} {:<10} {:<8} {:<26} {:<26} {}",
+                    r.version, "baselined", "-", "-", "-", "-", r.description
+                );
+            }
             for r in &p.pending {
                 println!(
                     "V{:<7} {:<12} {:<10} {:<8} {:<26} {:<26} {}",
@@ -146,6 +153,102 @@ pub async fn resolve(a: ResolveArgs) -> i32 {
             exit::FAILED
         }
     }
+}
+
+/// `baseline V`: adopts a schema another tool migrated (Flyway's
+/// `baseline`). On a history with no row, under the schema's run lock,
+/// records one `baseline` row at V; `apply` then treats every revision up
+/// to V as in place (never run, never checked) and applies those above it.
+///
+/// Refused (exit 3), with nothing written: a run holds the schema, the
+/// history already has rows (a baseline is the first row or none), the
+/// history table is another tool's, or the schema holds no table (most
+/// likely a wrong URL; `--allow-empty-schema` overrides). Exit 0 on
+/// success, 2 for bad flags, 1 when the database fails.
+pub async fn baseline(a: BaselineArgs) -> i32 {
+    if a.description.trim().is_empty() || a.description.chars().count() > 200 {
+        eprintln!("bloodraven-migrate: --description must be 1 to 200 characters");
+        return exit::USAGE;
+    }
+    let files = match a.dir.as_deref().map(crate::revision::load_dir).transpose() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("bloodraven-migrate: {e}");
+            return exit::USAGE;
+        }
+    };
+    let mut s = match open(&a.db).await {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    match s.try_run_lock(Duration::ZERO).await {
+        Ok(None) => {}
+        Ok(Some(holder)) => {
+            eprintln!(
+                "bloodraven-migrate: cannot take a baseline: a bloodraven-migrate run (connection {holder}) is applying revisions on this schema right now"
+            );
+            return exit::REFUSED;
+        }
+        Err(e) => {
+            eprintln!("bloodraven-migrate: failed to take the schema's run lock: {e}");
+            return exit::FAILED;
+        }
+    }
+    // Before anything is created: an empty schema is most likely a wrong URL.
+    match s.table_count().await {
+        Ok(0) if !a.allow_empty_schema => {
+            eprintln!(
+                "bloodraven-migrate: cannot take a baseline: schema {} holds no table, so no revision can be in place (a wrong --database-url?); run apply instead, or pass --allow-empty-schema",
+                s.schema
+            );
+            return exit::REFUSED;
+        }
+        Ok(_) => {}
+        Err(e) => {
+            eprintln!("bloodraven-migrate: failed to list the schema's tables: {e}");
+            return exit::FAILED;
+        }
+    }
+    let rows = match s.has_history().await {
+        Ok(true) => s.history().await,
+        Ok(false) => s.ensure_history().await.map(|()| Vec::new()),
+        Err(e) => Err(e),
+    };
+    let rows = match rows {
+        Ok(r) => r,
+        Err(e @ crate::db::DbError::ForeignHistory { .. }) => {
+            eprintln!("bloodraven-migrate: cannot take a baseline: {e}");
+            return exit::REFUSED;
+        }
+        Err(e) => {
+            eprintln!("bloodraven-migrate: failed to read {}: {e}", history::TABLE);
+            return exit::FAILED;
+        }
+    };
+    // A baseline is the history's first row or none (history.rs, `transition`).
+    if let Err(why) = transition(rows.first().map(|r| r.state), Event::Baselined) {
+        let first = rows.first().map_or_else(String::new, |r| format!(" (V{} is {})", r.version, r.state_text));
+        eprintln!(
+            "bloodraven-migrate: cannot take a baseline: the history already has {} row(s){first}: {why}; a baseline is only taken before this runner has recorded anything — run status",
+            rows.len()
+        );
+        return exit::REFUSED;
+    }
+    if let Err(e) = s.write_baseline(a.version, a.description.trim()).await {
+        eprintln!("bloodraven-migrate: failed to record the baseline: {e}");
+        return exit::FAILED;
+    }
+    tracing::info!(revision = a.version, "baseline recorded by hand");
+    println!("baseline V{}: revisions up to V{} count as in place and are never run", a.version, a.version);
+    if let Some(files) = files {
+        let (covered, above): (Vec<_>, Vec<_>) = files.iter().partition(|f| f.version <= a.version);
+        let list = |v: &[&crate::revision::Revision]| {
+            v.iter().map(|f| format!("V{}", f.version)).collect::<Vec<_>>().join(" ")
+        };
+        println!("covered by the baseline: {}", if covered.is_empty() { "none".into() } else { list(&covered) });
+        println!("apply will run: {}", if above.is_empty() { "none".into() } else { list(&above) });
+    }
+    exit::OK
 }
 
 /// `diagnose`: open and idle transactions with their age, the lock-wait graph.

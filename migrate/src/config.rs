@@ -47,6 +47,9 @@ pub enum Command {
     Resolve(ResolveArgs),
     /// Print open and idle transactions with their age, and the lock-wait graph.
     Diagnose(DbArgs),
+    /// Adopt a schema another tool migrated: record that every revision up
+    /// to V is in place, so `apply` starts above it (Flyway's `baseline`).
+    Baseline(BaselineArgs),
 }
 
 /// Where the database is.
@@ -90,6 +93,13 @@ pub struct ApplyArgs {
     /// otherwise the runner runs alone and says so.
     #[arg(long, env = "BLOODRAVEN_SOCKET")]
     pub socket: Option<PathBuf>,
+    /// Apply from the first revision even though another migration tool's
+    /// history table (`flyway_schema_history`, `schema_migrations`, …) is
+    /// in the schema and this runner's history is empty. Without it such a
+    /// run is refused: the schema was most likely migrated by that tool,
+    /// and `baseline` is the way to adopt it.
+    #[arg(long, env = "BLOODRAVEN_MIGRATION_IGNORE_FOREIGN_HISTORY")]
+    pub ignore_foreign_history: bool,
     /// Leave the server's lock timeouts in place instead of setting the
     /// session's (for `make bench-migrate`'s comparison only).
     #[arg(long, hide = true)]
@@ -145,6 +155,29 @@ pub struct ResolveArgs {
     pub db: DbArgs,
 }
 
+/// `baseline V`.
+#[derive(Clone, Debug, Args)]
+pub struct BaselineArgs {
+    /// The newest revision another tool applied (`7` or `V7`, ≥ 1): every
+    /// revision up to it counts as in place and is never run.
+    #[arg(value_parser = parse_baseline_version)]
+    pub version: u64,
+    /// What the history row says (at most 200 characters).
+    #[arg(long, default_value = "baseline")]
+    pub description: String,
+    /// Also list the directory's revisions the baseline covers and those
+    /// `apply` will run.
+    #[arg(long, env = "BLOODRAVEN_MIGRATION_DIR")]
+    pub dir: Option<PathBuf>,
+    /// Take the baseline even though the schema holds no table (without it
+    /// that is refused: most likely a wrong `--database-url`).
+    #[arg(long)]
+    pub allow_empty_schema: bool,
+    /// The database.
+    #[command(flatten)]
+    pub db: DbArgs,
+}
+
 /// `--on-blocker`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OnBlocker {
@@ -169,6 +202,14 @@ pub fn parse_seconds(s: &str) -> Result<u64, String> {
 /// Parses `3` or `V3`.
 pub fn parse_version(s: &str) -> Result<u64, String> {
     s.strip_prefix('V').unwrap_or(s).parse().map_err(|_| format!("`{s}` is not a version (e.g. 3 or V3)"))
+}
+
+/// Parses a baseline version: as [`parse_version`], at least 1.
+pub fn parse_baseline_version(s: &str) -> Result<u64, String> {
+    match parse_version(s)? {
+        0 => Err("a baseline version is at least 1 (V1: the first revision is in place)".into()),
+        v => Ok(v),
+    }
 }
 
 /// The checked retry and lock settings.
@@ -246,6 +287,13 @@ mod tests {
         .unwrap();
         let Command::Apply(a) = cli.command else { panic!("apply") };
         assert_eq!((a.tuning.lock_timeout, a.tuning.max_attempts, a.on_blocker), (2, 3, OnBlocker::Fail));
+        let cli =
+            Cli::try_parse_from(["bloodraven-migrate", "baseline", "V7", "--description", "from flyway"]).unwrap();
+        let Command::Baseline(b) = cli.command else { panic!("baseline") };
+        assert_eq!((b.version, b.description.as_str(), b.allow_empty_schema), (7, "from flyway", false));
+        let e = Cli::try_parse_from(["bloodraven-migrate", "baseline", "0"]).unwrap_err().to_string();
+        assert!(e.contains("at least 1"), "{e}");
+        assert!(Cli::try_parse_from(["bloodraven-migrate", "baseline"]).is_err(), "the version is required");
         let e = Cli::try_parse_from(["bloodraven-migrate", "resolve", "3"]).unwrap_err().to_string();
         assert!(e.contains("--applied") && e.contains("--rolled-back"), "{e}");
     }

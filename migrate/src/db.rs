@@ -478,6 +478,74 @@ impl Session {
     }
 }
 
+/// Another migration tool's history table found in the schema.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForeignHistory {
+    /// The table (`flyway_schema_history`, …).
+    pub table: &'static str,
+    /// Flyway only: the newest version it applied successfully (`success = 1`).
+    pub newest: Option<String>,
+}
+
+impl Session {
+    /// The other migration tools' history tables in the schema (the
+    /// sidecar's list, [`bloodraven_sidecar::ddl::HISTORY_TABLES`], without
+    /// this runner's own).
+    pub async fn foreign_histories(&mut self) -> Result<Vec<ForeignHistory>, DbError> {
+        let names: Vec<String> =
+            self.conn.query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()").await?;
+        let mut found = Vec::new();
+        for &table in bloodraven_sidecar::ddl::HISTORY_TABLES {
+            if table == history::TABLE || !names.iter().any(|n| n.eq_ignore_ascii_case(table)) {
+                continue;
+            }
+            let newest = if table == "flyway_schema_history" {
+                // Flyway's own columns; a table of that name without them answers nothing useful.
+                self.conn
+                    .query_first::<Option<String>, _>(
+                        "SELECT CAST(version AS CHAR) FROM flyway_schema_history \
+                         WHERE success = 1 AND version IS NOT NULL ORDER BY installed_rank DESC LIMIT 1",
+                    )
+                    .await
+                    .ok()
+                    .flatten()
+                    .flatten()
+            } else {
+                None
+            };
+            found.push(ForeignHistory { table, newest });
+        }
+        Ok(found)
+    }
+
+    /// How many tables (and views) the schema holds besides the history table.
+    pub async fn table_count(&mut self) -> Result<u64, DbError> {
+        let n: Option<u64> = self
+            .conn
+            .exec_first(
+                "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME <> ?",
+                (history::TABLE,),
+            )
+            .await?;
+        Ok(n.unwrap_or(0))
+    }
+
+    /// Inserts the `baseline` row at `version` (no checksum: the revisions
+    /// it stands for were applied by another tool); a row of that version
+    /// recorded meanwhile is [`DbError::AlreadyRecorded`].
+    pub async fn write_baseline(&mut self, version: u64, description: &str) -> Result<(), DbError> {
+        let sql = format!(
+            "INSERT INTO {t} (version, description, checksum, state, ddl_started, attempts, started_at, finished_at, installed_by) \
+             VALUES (?, ?, '', ?, 0, 0, NOW(6), NOW(6), CURRENT_USER())",
+            t = history::TABLE
+        );
+        match self.conn.exec_drop(sql, (version, description, State::Baseline.as_str())).await {
+            Err(mysql_async::Error::Server(e)) if e.code == DUPLICATE_KEY => Err(DbError::AlreadyRecorded(version)),
+            r => Ok(r?),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,12 +16,16 @@
 //! | started | anything else (failed later, lost connection, killed) | started | **dirty**: the next run refuses to go past it |
 //! | started | `resolve V --applied` | applied | a person checked the schema |
 //! | started | `resolve V --rolled-back` | rolled-back | a person undid it; the next run applies it again |
+//! | empty history | `baseline V` | baseline | another tool applied every revision up to V; `apply` starts above it |
 //!
 //! The plan (upgrade-hook seed: "a failed run resumes from the last
 //! revision that committed"; Flyway's validation): refuse on any dirty
 //! row, on an applied revision whose file changed (checksum), and on a
 //! pending revision older than the newest applied one (Flyway's
-//! `outOfOrder=false`); the rest is applied in version order.
+//! `outOfOrder=false`); the rest is applied in version order. A
+//! `baseline` row at V (Flyway's `baseline`: the schema was migrated by
+//! another tool) stands for every revision up to V: their files are
+//! neither applied nor checked.
 
 use crate::revision::Revision;
 
@@ -64,6 +68,9 @@ pub enum State {
     Applied,
     /// A person said none of it is in place; applied again next run.
     RolledBack,
+    /// `bloodraven-migrate baseline V`: every revision up to this row's
+    /// version was applied by another tool before this runner took over.
+    Baseline,
     /// A state no runner writes (the row was edited by hand): refused
     /// like a dirty row, and settled the same way (`resolve`).
     Unknown,
@@ -76,6 +83,7 @@ impl State {
             State::Started => "started",
             State::Applied => "applied",
             State::RolledBack => "rolled-back",
+            State::Baseline => "baseline",
             State::Unknown => "unknown",
         }
     }
@@ -86,6 +94,7 @@ impl State {
             "started" => Some(State::Started),
             "applied" => Some(State::Applied),
             "rolled-back" => Some(State::RolledBack),
+            "baseline" => Some(State::Baseline),
             _ => None,
         }
     }
@@ -106,6 +115,8 @@ pub enum Event {
     ResolvedApplied,
     /// `resolve --rolled-back`.
     ResolvedRolledBack,
+    /// `baseline V` on a history with no row.
+    Baselined,
 }
 
 /// The next state (`None`: no row), or why the event is not allowed.
@@ -117,6 +128,7 @@ pub fn transition(from: Option<State>, event: Event) -> Result<Option<State>, St
             Ok(Some(S::Applied))
         }
         (None | Some(S::RolledBack), E::DdlStarting) => Ok(Some(S::Started)),
+        (None, E::Baselined) => Ok(Some(S::Baseline)),
         (Some(S::Started), E::FailedClean) => Ok(None),
         (Some(S::Started | S::Unknown), E::ResolvedRolledBack) => Ok(Some(S::RolledBack)),
         (Some(S::Unknown), E::ResolvedApplied) => Ok(Some(S::Applied)),
@@ -213,6 +225,9 @@ pub enum PlanError {
 pub struct Plan<'a> {
     /// Revisions to apply, in version order.
     pub pending: Vec<&'a Revision>,
+    /// Revisions at or below the baseline: another tool applied them;
+    /// neither applied nor checked.
+    pub below_baseline: Vec<&'a Revision>,
     /// Applied versions with no file in the directory (a warning: an older
     /// release's directory).
     pub unknown: Vec<u64>,
@@ -227,9 +242,15 @@ pub fn plan<'a>(files: &'a [Revision], rows: &[Row]) -> Result<Plan<'a>, PlanErr
         return Err(PlanError::Dirty { version: r.version, description: r.description.clone() });
     }
     let row = |v: u64| rows.iter().find(|r| r.version == v);
-    let newest = rows.iter().filter(|r| r.state == State::Applied).map(|r| r.version).max();
+    let baseline = rows.iter().filter(|r| r.state == State::Baseline).map(|r| r.version).max();
+    let newest = rows.iter().filter(|r| matches!(r.state, State::Applied | State::Baseline)).map(|r| r.version).max();
     let mut pending = Vec::new();
+    let mut below_baseline = Vec::new();
     for f in files {
+        if baseline.is_some_and(|b| f.version <= b) && row(f.version).is_none_or(|r| r.state == State::Baseline) {
+            below_baseline.push(f);
+            continue;
+        }
         match row(f.version) {
             Some(r) if r.state == State::Applied => {
                 // A row recorded before the line-ending rule holds the raw bytes' checksum.
@@ -255,7 +276,7 @@ pub fn plan<'a>(files: &'a [Revision], rows: &[Row]) -> Result<Plan<'a>, PlanErr
         .filter(|r| r.state == State::Applied && !files.iter().any(|f| f.version == r.version))
         .map(|r| r.version)
         .collect();
-    Ok(Plan { pending, unknown })
+    Ok(Plan { pending, below_baseline, unknown })
 }
 
 #[cfg(test)]
@@ -307,6 +328,48 @@ mod tests {
 
         let e = plan(&files, &[row(&files[2], State::Applied)]).unwrap_err();
         assert!(matches!(e, PlanError::OutOfOrder { version: 1, newest: 3, .. }), "{e:?}");
+    }
+
+    #[test]
+    fn a_baseline_stands_for_every_revision_up_to_it() {
+        let files = vec![file(1, "CREATE TABLE t (a INT)"), file(2, "UPDATE t SET a=2"), file(3, "UPDATE t SET a=3")];
+        let mut b = row(&files[1], State::Baseline);
+        b.checksum = String::new();
+        let p = plan(&files, std::slice::from_ref(&b)).unwrap();
+        assert_eq!(p.pending.iter().map(|r| r.version).collect::<Vec<_>>(), vec![3]);
+        assert_eq!(p.below_baseline.iter().map(|r| r.version).collect::<Vec<_>>(), vec![1, 2]);
+        assert!(p.unknown.is_empty(), "a baseline row is not an applied revision without a file");
+        // Files below the baseline are not checked: another tool applied them, maybe from other bytes.
+        let changed = vec![file(1, "CREATE TABLE t (a BIGINT)"), file(2, "UPDATE t SET a=22"), files[2].clone()];
+        assert_eq!(plan(&changed, std::slice::from_ref(&b)).unwrap().pending.len(), 1);
+        // Above it the usual rules hold: V3 applied, then a new V2.5-like file below V3 is out of order.
+        let v3 = row(&files[2], State::Applied);
+        let with_v4 = vec![files[0].clone(), files[1].clone(), files[2].clone(), file(4, "UPDATE t SET a=4")];
+        let p = plan(&with_v4, &[b.clone(), v3.clone()]).unwrap();
+        assert_eq!(p.pending.iter().map(|r| r.version).collect::<Vec<_>>(), vec![4]);
+        let mut v3_changed = v3;
+        v3_changed.checksum = "0".repeat(64);
+        assert!(matches!(
+            plan(&with_v4, &[b.clone(), v3_changed]),
+            Err(PlanError::ChecksumMismatch { version: 3, .. })
+        ));
+        // A baseline with no file of its version (the other tool's numbering ended there) is fine.
+        let mut high = b;
+        high.version = 10;
+        let p = plan(&with_v4, &[high]).unwrap();
+        assert!(p.pending.is_empty() && p.below_baseline.len() == 4, "{p:?}");
+    }
+
+    #[test]
+    fn a_baseline_is_taken_only_on_an_empty_history_and_is_never_resolved() {
+        assert_eq!(transition(None, Event::Baselined), Ok(Some(State::Baseline)));
+        for s in [State::Started, State::Applied, State::RolledBack, State::Baseline, State::Unknown] {
+            assert!(transition(Some(s), Event::Baselined).is_err(), "{s:?}");
+        }
+        for e in [Event::ResolvedApplied, Event::ResolvedRolledBack, Event::DdlStarting, Event::DmlCommitted] {
+            assert!(transition(Some(State::Baseline), e).is_err(), "{e:?}");
+        }
+        assert_eq!(State::parse("baseline"), Some(State::Baseline));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! its states and the plan; pure), `classify` (error codes; pure), `retry`
 //! (backoff; pure), `db` (the one connection and its settings), `blockers`
 //! (pre-flight and `diagnose`), `guard` (the sidecar's socket), `apply`
-//! (the run), `commands` (`status`, `resolve`, `diagnose`), `config` (flags).
+//! (the run), `commands` (`status`, `resolve`, `diagnose`, `baseline`),
+//! `config` (flags).
 
 pub mod apply;
 pub mod blockers;
@@ -35,6 +36,7 @@ pub async fn run(cli: config::Cli) -> i32 {
         Command::Status(a) => commands::status(a).await,
         Command::Resolve(a) => commands::resolve(a).await,
         Command::Diagnose(a) => commands::diagnose(a).await,
+        Command::Baseline(a) => commands::baseline(a).await,
     }
 }
 
@@ -81,6 +83,7 @@ async fn apply_command(a: config::ApplyArgs) -> i32 {
         on_blocker: a.on_blocker,
         guard,
         server_lock_timeouts: a.server_lock_timeouts,
+        ignore_foreign_history: a.ignore_foreign_history,
     };
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         tracing::error!("failed to install the signal handlers");
