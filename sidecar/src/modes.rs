@@ -84,8 +84,14 @@ fn settings(
     })
 }
 
-fn serve(path: &Path, status: watch::Receiver<Status>, events: mpsc::Sender<Event>) -> Result<(), String> {
-    let listener = socket::bind(path).map_err(|e| format!("failed to bind the socket {}: {e}", path.display()))?;
+fn serve(
+    path: &Path,
+    access: socket::Access,
+    status: watch::Receiver<Status>,
+    events: mpsc::Sender<Event>,
+) -> Result<(), String> {
+    let listener =
+        socket::bind(path, access).map_err(|e| format!("failed to bind the socket {}: {e}", path.display()))?;
     tokio::spawn(socket::serve(listener, Shared::new(status, events)));
     Ok(())
 }
@@ -115,7 +121,7 @@ pub async fn hold(args: HoldArgs) -> i32 {
     let record = if let Some(previous) = previous {
         let record = restarted(&s, &previous);
         let _ = status_tx.send(Status::Ended { exit_code: record.exit_code, message: record.message.clone() });
-        if let Err(e) = serve(&args.socket, status_rx, events_tx) {
+        if let Err(e) = serve(&args.socket, socket::Access::Pod, status_rx, events_tx) {
             tracing::error!(error = %e, "socket");
         }
         record
@@ -132,7 +138,7 @@ pub async fn hold(args: HoldArgs) -> i32 {
             tracing::error!(path = %args.state_file.display(), error = %e, "failed to write the state file: refusing to acquire");
             return exit::USAGE;
         }
-        if let Err(e) = serve(&args.socket, status_rx, events_tx) {
+        if let Err(e) = serve(&args.socket, socket::Access::Pod, status_rx, events_tx) {
             tracing::error!(error = %e, "refusing to start");
             return exit::USAGE;
         }
@@ -211,7 +217,7 @@ pub async fn run(args: RunArgs) -> i32 {
         .unwrap_or_else(|| private.as_ref().map_or_else(PathBuf::new, |d| d.path().join("sidecar.sock")));
     let (status_tx, mut status_rx) = watch::channel(Status::Acquiring);
     let (events_tx, events_rx) = mpsc::channel(64);
-    if let Err(e) = serve(&socket_path, status_rx.clone(), events_tx.clone()) {
+    if let Err(e) = serve(&socket_path, socket::Access::Owner, status_rx.clone(), events_tx.clone()) {
         tracing::error!(error = %e, "refusing to start");
         return exit::SIDECAR_FAILED;
     }

@@ -280,10 +280,22 @@ impl Shared {
     }
 }
 
+/// Who may connect to the socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Every user that reaches the directory (`hold`: the migration
+    /// container may run as another user; only the Pod's containers mount
+    /// the emptyDir).
+    Pod,
+    /// This user only (`run`: the wrapper is our own child; another user
+    /// of a shared CI runner must not attach or report).
+    Owner,
+}
+
 /// Binds `path` (a stale socket file left by an earlier instance is
-/// replaced), readable and writable by every container that mounts its
-/// directory, and serves it until the task is dropped.
-pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
+/// replaced) with the permissions `access` says, and serves it until the
+/// task is dropped.
+pub fn bind(path: &Path, access: Access) -> std::io::Result<UnixListener> {
     match std::fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -292,7 +304,11 @@ pub fn bind(path: &Path) -> std::io::Result<UnixListener> {
     let listener = UnixListener::bind(path)?;
     // The migration container may run as another user; the socket hands
     // out no secret, and only containers mounting the directory reach it.
-    std::fs::set_permissions(path, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o666))?;
+    let mode = match access {
+        Access::Pod => 0o666,
+        Access::Owner => 0o600,
+    };
+    std::fs::set_permissions(path, <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(mode))?;
     Ok(listener)
 }
 
@@ -392,7 +408,14 @@ async fn connection(stream: UnixStream, shared: &Shared) -> std::io::Result<()> 
             let error = error.map(|e| crate::record::bounded(&e, 1024));
             event_reply(shared, &status, Event::Outcome { result, revision, error }).await
         }
-        Request::Exited { code, signal } => return exited(shared, &mut write_half, ProcessEnd { code, signal }).await,
+        // Only the attached wrapper reports the migration's exit (on its
+        // own connection): anyone else reaching the socket — another
+        // process of the Pod, a child of the migration — would otherwise
+        // end the run, release both leases and record CMD's "success"
+        // while the migration still runs, or before it ever started. Here
+        // `exited` only reads the verdict of a run that is over (the
+        // wrapper asks so when its own connection was lost).
+        Request::Exited { .. } => return verdict_of_ended(shared, &mut write_half).await,
         Request::Attach => return attach(shared, reader, write_half).await,
     };
     write(&mut write_half, &reply).await
@@ -448,6 +471,21 @@ async fn exited(shared: &Shared, out: &mut (impl AsyncWriteExt + Unpin), end: Pr
     }
 }
 
+/// `exited` on a connection that did not attach: the verdict once the run
+/// is over (waiting up to [`ACK_TIMEOUT`] for it); never an event.
+async fn verdict_of_ended(shared: &Shared, out: &mut (impl AsyncWriteExt + Unpin)) -> std::io::Result<()> {
+    let mut status = shared.status.clone();
+    let ended = tokio::time::timeout(ACK_TIMEOUT, status.wait_for(|s| matches!(s, Status::Ended { .. }))).await;
+    let reply = match ended.map(|r| r.map(|s| (*s).clone())) {
+        Ok(Ok(Status::Ended { exit_code, message })) => Reply::Verdict { exit_code, message },
+        Ok(_) => Reply::Error { message: "the sidecar ended without a verdict".into() },
+        Err(_) => Reply::Error {
+            message: "only the attached wrapper reports the migration's exit; the run is not over".into(),
+        },
+    };
+    write(out, &reply).await
+}
+
 /// Asks the driver to start the migration; `Some` once it may.
 async fn started(shared: &Shared) -> Option<()> {
     let (tx, rx) = oneshot::channel();
@@ -486,11 +524,8 @@ async fn attach(
             message: format!("the sidecar does not hold both leases ({:?})", other.state()),
         },
     };
-    let started = matches!(start, Reply::Start { .. });
     write(&mut out, &start).await?;
-    if !started {
-        return Ok(());
-    }
+    let Reply::Start { grace_ms, .. } = start else { return Ok(()) };
     let mut fenced = false;
     loop {
         tokio::select! {
@@ -504,6 +539,13 @@ async fn attach(
                     Status::Fenced { reason, grace } if !fenced => {
                         fenced = true;
                         write(&mut out, &Reply::Fence { reason, grace_ms: grace.as_millis() as u64 }).await?;
+                    }
+                    // The run ended while the migration still runs (its
+                    // leases are released or lapsing): it must stop now.
+                    Status::Ended { message, .. } if !fenced => {
+                        fenced = true;
+                        let reason = format!("the run ended before the migration did: {message}");
+                        write(&mut out, &Reply::Fence { reason, grace_ms }).await?;
                     }
                     _ => {}
                 }
@@ -583,7 +625,7 @@ mod tests {
         let path = dir.join("s.sock");
         let (tx, rx) = watch::channel(status);
         let (etx, erx) = mpsc::channel(8);
-        let listener = bind(&path).unwrap();
+        let listener = bind(&path, Access::Pod).unwrap();
         tokio::spawn(serve(listener, Shared::new(rx, etx)));
         (path, tx, erx)
     }
@@ -625,6 +667,69 @@ mod tests {
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
         assert!(out.contains("\"reply\":\"error\"") && out.contains("longer than"), "{out}");
+    }
+
+    /// Found by the attack round: `{"op":"exited","code":0}` from any process
+    /// that reached the socket ended the run as "succeeded" (exit 0, both
+    /// leases released, `ddlState: completed` on the Lease) while the
+    /// migration still ran, or before it had started.
+    #[tokio::test]
+    async fn exited_from_a_connection_that_did_not_attach_never_ends_the_run() {
+        let dir = tempfile::tempdir().unwrap();
+        for status in [
+            Status::Acquiring,
+            Status::Held { deadline: Instant::now() + Duration::from_secs(20), grace: Duration::from_secs(1) },
+        ] {
+            let (path, tx, mut events) = serve_with(dir.path(), status);
+            let forged = Request::Exited { code: Some(0), signal: None };
+            let r = call(&path, &forged, Duration::from_millis(500)).await;
+            assert!(r.is_err(), "no verdict while the run goes on: {r:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert!(events.try_recv().is_err(), "the driver must not hear of it");
+            // Over: the verdict is read, not made.
+            tx.send(Status::Ended { exit_code: 93, message: "verify".into() }).unwrap();
+            let r = call(&path, &forged, Duration::from_secs(2)).await.unwrap();
+            assert_eq!(r, Reply::Verdict { exit_code: 93, message: "verify".into() });
+            assert!(events.try_recv().is_err());
+            std::fs::remove_file(&path).unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn an_attached_wrapper_is_fenced_when_the_run_ends_under_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = Status::Held { deadline: Instant::now() + Duration::from_secs(20), grace: Duration::from_secs(3) };
+        let (path, tx, mut events) = serve_with(dir.path(), held);
+        let stream = UnixStream::connect(&path).await.unwrap();
+        let (read, mut out) = stream.into_split();
+        out.write_all(b"{\"op\":\"attach\"}\n").await.unwrap();
+        let mut reader = BufReader::new(read);
+        match events.recv().await {
+            Some(Event::Started(ack)) => ack.send(()).unwrap(),
+            other => panic!("{other:?}"),
+        }
+        let first: Reply = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
+        assert!(matches!(first, Reply::Start { .. }), "{first:?}");
+        tx.send(Status::Ended { exit_code: 94, message: "the sidecar failed".into() }).unwrap();
+        let fence: Reply = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
+        assert!(
+            matches!(&fence, Reply::Fence { grace_ms: 3000, reason } if reason.contains("the sidecar failed")),
+            "{fence:?}"
+        );
+    }
+
+    #[test]
+    fn run_sockets_are_the_owner_s_only() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            for (access, mode) in [(Access::Owner, 0o600), (Access::Pod, 0o666)] {
+                let path = dir.path().join(format!("{access:?}.sock"));
+                let _l = bind(&path, access).unwrap();
+                assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, mode, "{access:?}");
+            }
+        });
     }
 
     #[tokio::test]
