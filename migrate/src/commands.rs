@@ -21,15 +21,20 @@ async fn open(db: &DbArgs) -> Result<Session, i32> {
     })
 }
 
+/// The revisions of `--dir`, when given (exit 2 when it cannot be read).
+fn load_dir(dir: Option<&std::path::Path>) -> Result<Option<Vec<crate::revision::Revision>>, i32> {
+    dir.map(crate::revision::load_dir).transpose().map_err(|e| {
+        eprintln!("bloodraven-migrate: {e}");
+        exit::USAGE
+    })
+}
+
 /// `status`: one line per history row, and with `--dir` the pending and
 /// changed revisions. Exit 0, or 3 when the history would refuse `apply`.
 pub async fn status(a: StatusArgs) -> i32 {
-    let files = match a.dir.as_deref().map(crate::revision::load_dir).transpose() {
+    let files = match load_dir(a.dir.as_deref()) {
         Ok(f) => f,
-        Err(e) => {
-            eprintln!("bloodraven-migrate: {e}");
-            return exit::USAGE;
-        }
+        Err(code) => return code,
     };
     let mut s = match open(&a.db).await {
         Ok(s) => s,
@@ -170,12 +175,9 @@ pub async fn baseline(a: BaselineArgs) -> i32 {
         eprintln!("bloodraven-migrate: --description must be 1 to 200 characters");
         return exit::USAGE;
     }
-    let files = match a.dir.as_deref().map(crate::revision::load_dir).transpose() {
+    let files = match load_dir(a.dir.as_deref()) {
         Ok(f) => f,
-        Err(e) => {
-            eprintln!("bloodraven-migrate: {e}");
-            return exit::USAGE;
-        }
+        Err(code) => return code,
     };
     let mut s = match open(&a.db).await {
         Ok(s) => s,

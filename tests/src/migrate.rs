@@ -181,6 +181,13 @@ impl Run {
         Run { child: Some(child), log }
     }
 
+    /// `bloodraven-migrate ARGS` to its end (bounded by `timeout`): (exit code, all output).
+    pub async fn to_end(revs: &Revisions, args: &[&str], timeout: Duration) -> (i32, String) {
+        let mut r = Run::start(revs, args, &[]);
+        let code = r.wait(timeout).await;
+        (code, r.log())
+    }
+
     /// `apply --dir` the folder against `url`, with extra flags.
     pub fn apply(revs: &Revisions, url: &str, flags: &[&str]) -> Run {
         let dir = revs.dir.to_str().unwrap().to_owned();

@@ -16,9 +16,7 @@ const T: Duration = Duration::from_secs(120);
 
 /// `bloodraven-migrate ARGS` to its end: (exit code, all output).
 async fn run_to_end(revs: &Revisions, args: &[&str]) -> (i32, String) {
-    let mut r = Run::start(revs, args, &[]);
-    let code = r.wait(T).await;
-    (code, r.log())
+    Run::to_end(revs, args, T).await
 }
 
 #[tokio::test]

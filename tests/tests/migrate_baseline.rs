@@ -18,9 +18,7 @@ const T: Duration = Duration::from_secs(120);
 async fn run(revs: &Revisions, url: &str, args: &[&str]) -> (i32, String) {
     let mut all: Vec<&str> = args.to_vec();
     all.extend(["--database-url", url]);
-    let mut r = Run::start(revs, &all, &[]);
-    let code = r.wait(T).await;
-    (code, r.log())
+    Run::to_end(revs, &all, T).await
 }
 
 #[tokio::test]
