@@ -51,9 +51,66 @@ pub enum ClientError {
     /// The token file is empty.
     #[error("the token file {0} is empty")]
     EmptyToken(PathBuf),
+    /// The token file is larger than any ServiceAccount token (its text is never shown).
+    #[error("the token file {0} holds more than {MAX_TOKEN_BYTES} bytes: not a ServiceAccount token")]
+    LargeToken(PathBuf),
+    /// The token has characters a bearer token cannot have (its text is never shown).
+    #[error(
+        "the token file {0} holds characters a bearer token cannot have (only visible ASCII, one line): not a ServiceAccount token"
+    )]
+    BadToken(PathBuf),
     /// reqwest refused the configuration.
     #[error("failed to build the HTTPS client: {0}")]
     Build(#[from] reqwest::Error),
+}
+
+/// Largest token file read, in bytes (a projected ServiceAccount token is
+/// about 1 KiB; a file beyond this, or a device such as `/dev/zero`, is
+/// not one).
+pub const MAX_TOKEN_BYTES: u64 = 64 * 1024;
+
+/// Largest CA bundle read, in bytes (a whole system bundle is ~250 KiB).
+pub const MAX_CA_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Largest answer body read, in bytes: the deploy API's are small; a
+/// bigger one is not an answer and is not buffered.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// Reads at most `max` bytes of `path`; `Ok(None)` when it holds more.
+pub fn read_bounded(path: &Path, max: u64) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?.take(max + 1).read_to_end(&mut bytes)?;
+    Ok(if bytes.len() as u64 > max { None } else { Some(bytes) })
+}
+
+/// The DER certificates of a CA bundle, checked one by one, so a bundle
+/// that is not one says so at start: no certificate, a private key in it
+/// (pass only the CA), or a certificate that does not parse.
+fn ca_certificates(pem: &[u8]) -> Result<Vec<reqwest::Certificate>, String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::{PemObject as _, SectionKind};
+    let mut certs = Vec::new();
+    for (i, item) in <(SectionKind, Vec<u8>)>::pem_slice_iter(pem).enumerate() {
+        match item {
+            Ok((SectionKind::Certificate, der)) => {
+                let mut store = rustls::RootCertStore::empty();
+                store
+                    .add(CertificateDer::from(der.clone()))
+                    .map_err(|e| format!("PEM block {} is not a usable certificate: {e}", i + 1))?;
+                certs.push(reqwest::Certificate::from_der(&der).map_err(|e| e.to_string())?);
+            }
+            Ok((SectionKind::PrivateKey | SectionKind::RsaPrivateKey | SectionKind::EcPrivateKey, _)) => {
+                return Err("it holds a private key: pass only the CA certificate(s)".into());
+            }
+            Ok(_) => {}
+            Err(e) => return Err(format!("unreadable PEM: {e}")),
+        }
+    }
+    if certs.is_empty() {
+        return Err("no PEM certificate in it".into());
+    }
+    Ok(certs)
 }
 
 /// A deploy-API client for one group.
@@ -84,17 +141,19 @@ impl DeployApi {
     ) -> Result<DeployApi, ClientError> {
         let failed = |message: String| ClientError::Ca { origin: ca.to_string(), message };
         let pem = match ca {
-            CaSource::File(path) => std::fs::read(path).map_err(|e| failed(e.to_string()))?,
+            CaSource::File(path) => read_bounded(path, MAX_CA_BYTES)
+                .map_err(|e| failed(e.to_string()))?
+                .ok_or_else(|| failed(format!("larger than {MAX_CA_BYTES} bytes: not a CA bundle")))?,
             CaSource::Pem(pem) => pem.as_bytes().to_vec(),
         };
-        let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| failed(e.to_string()))?;
-        if certs.is_empty() {
-            return Err(failed("no PEM certificate in it".into()));
-        }
+        let certs = ca_certificates(&pem).map_err(failed)?;
         let mut builder = reqwest::Client::builder()
             .use_rustls_tls()
             .tls_built_in_root_certs(false)
             .https_only(true)
+            // An answer is the deploy API's or none: a redirect would resend
+            // the body (lease token included) to wherever it points.
+            .redirect(reqwest::redirect::Policy::none())
             .timeout(request_timeout)
             .connect_timeout(request_timeout)
             .pool_idle_timeout(Duration::from_secs(30))
@@ -113,13 +172,20 @@ impl DeployApi {
 
     /// The ServiceAccount token, read now.
     fn bearer(&self) -> Result<String, ClientError> {
-        let text = std::fs::read_to_string(&self.token_file)
-            .map_err(|source| ClientError::Token { path: self.token_file.clone(), source })?;
-        let token = text.trim();
+        let path = &self.token_file;
+        let bytes = read_bounded(path, MAX_TOKEN_BYTES)
+            .map_err(|source| ClientError::Token { path: path.clone(), source })?
+            .ok_or_else(|| ClientError::LargeToken(path.clone()))?;
+        let token = bytes.trim_ascii();
         if token.is_empty() {
-            return Err(ClientError::EmptyToken(self.token_file.clone()));
+            return Err(ClientError::EmptyToken(path.clone()));
         }
-        Ok(token.to_owned())
+        // Checked here, at start and on every re-read: a token that cannot be
+        // a header value would fail every request until the acquire timeout.
+        if !token.iter().all(u8::is_ascii_graphic) {
+            return Err(ClientError::BadToken(path.clone()));
+        }
+        Ok(String::from_utf8_lossy(token).into_owned())
     }
 
     async fn send(&self, method: reqwest::Method, url: &str, body: Vec<u8>) -> Result<(u16, Vec<u8>), String> {
@@ -148,12 +214,21 @@ impl DeployApi {
             .await
             .map_err(|e| transport(&e))?;
         let status = response.status().as_u16();
-        // Bounded: the API's bodies are small; a huge one is not an answer.
-        let bytes = response.bytes().await.map_err(|e| transport(&e))?;
-        if bytes.len() > 64 * 1024 {
-            return Err(format!("{status} with a body of {} bytes", bytes.len()));
+        // Bounded while read, never buffered whole: a huge body is not an
+        // answer (the attack round saw 1.1 GB resident in 5 s).
+        let too_big = || format!("{status} with a body of more than {MAX_BODY_BYTES} bytes: not an answer");
+        if response.content_length().is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+            return Err(too_big());
         }
-        Ok((status, bytes.to_vec()))
+        let mut response = response;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| transport(&e))? {
+            if bytes.len() + chunk.len() > MAX_BODY_BYTES {
+                return Err(too_big());
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok((status, bytes))
     }
 
     fn lease_url(&self, kind: LeaseKind, operation_id: &str) -> String {
@@ -261,5 +336,61 @@ mod tests {
         let inline = CaSource::Pem("-----BEGIN NOT A CERT-----".into());
         let e = DeployApi::new("https://x", &inline, &token, "g", t).unwrap_err().to_string();
         assert!(e.contains("BLOODRAVEN_CA_PEM") && !e.contains("NOT A CERT"), "{e}");
+    }
+
+    /// Attack round: a certificate block that does not parse failed with
+    /// "builder error"; a private key beside the CA was taken silently; a
+    /// device (`/dev/zero`) as the CA was read forever.
+    #[test]
+    fn a_ca_bundle_that_is_not_one_says_why() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        std::fs::write(&token, b"t").unwrap();
+        let t = Duration::from_secs(1);
+        let key = "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIGtra2tra2tra2tra2tra2tra2tra2tra2tra2tra2tr\n-----END PRIVATE KEY-----\n";
+        let bad_der = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+        for (pem, want) in [
+            (String::new(), "no PEM certificate"),
+            (key.to_owned(), "private key"),
+            (bad_der.to_owned(), "PEM block 1 is not a usable certificate"),
+            (format!("{bad_der}{key}"), "not a usable certificate"),
+        ] {
+            let e = DeployApi::new("https://x", &CaSource::Pem(pem.clone()), &token, "g", t).unwrap_err().to_string();
+            assert!(e.contains(want), "{pem:?}: {e}");
+            assert!(!e.contains("MC4CAQAw"), "never the key: {e}");
+        }
+        let e =
+            DeployApi::new("https://x", &CaSource::File("/dev/zero".into()), &token, "g", t).unwrap_err().to_string();
+        assert!(e.contains("larger than"), "{e}");
+    }
+
+    /// Attack round: a token file with a newline or a control character in
+    /// it was accepted at start and then failed every request ("builder
+    /// error") until the acquire timeout; `/dev/zero` was read forever. The
+    /// errors never show the token.
+    #[test]
+    fn a_token_file_that_is_not_a_token_is_refused_at_start_without_showing_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("token");
+        let api = DeployApi { http: reqwest::Client::new(), group_url: String::new(), token_file: token.clone() };
+        for (text, want) in [
+            (&b""[..], "is empty"),
+            (b" \n", "is empty"),
+            (b"secret1\nsecret2", "characters a bearer token cannot have"),
+            (b"secret\x01x", "characters a bearer token cannot have"),
+            ("secr\u{e9}t".as_bytes(), "characters a bearer token cannot have"),
+            (b"secret with space", "characters a bearer token cannot have"),
+        ] {
+            std::fs::write(&token, text).unwrap();
+            let e = api.bearer().unwrap_err().to_string();
+            assert!(e.contains(want), "{text:?}: {e}");
+            assert!(!e.contains("secr"), "{e}");
+        }
+        std::fs::write(&token, vec![b'a'; MAX_TOKEN_BYTES as usize + 1]).unwrap();
+        assert!(api.bearer().unwrap_err().to_string().contains("more than"));
+        std::fs::write(&token, b"  eyJhbGciOi.J9.x-_\n").unwrap();
+        assert_eq!(api.bearer().unwrap(), "eyJhbGciOi.J9.x-_");
+        let dev = DeployApi { token_file: "/dev/zero".into(), ..api };
+        assert!(dev.bearer().unwrap_err().to_string().contains("more than"));
     }
 }

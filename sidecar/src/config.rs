@@ -118,20 +118,20 @@ pub struct LeaseArgs {
     #[arg(long, env = "BLOODRAVEN_JOB_UID")]
     pub job_uid: Option<String>,
     /// Lease TTL in seconds, in [5, 120]; each lease is renewed every ttl/3.
-    #[arg(long, env = "BLOODRAVEN_TTL", default_value_t = 30)]
+    #[arg(long, env = "BLOODRAVEN_TTL", default_value_t = 30, allow_negative_numbers = true)]
     pub ttl: u64,
     /// Seconds between SIGTERM and SIGKILL of the migration. SIGTERM is sent
     /// at the confirmed expiry minus this, so SIGKILL lands by the expiry.
-    #[arg(long, env = "BLOODRAVEN_GRACE", value_parser = seconds, default_value = "10")]
+    #[arg(long, env = "BLOODRAVEN_GRACE", value_parser = seconds, default_value = "10", allow_negative_numbers = true)]
     pub grace: Duration,
     /// Longest wait for one answer of the deploy API, seconds.
-    #[arg(long, env = "BLOODRAVEN_REQUEST_TIMEOUT", value_parser = seconds, default_value = "5")]
+    #[arg(long, env = "BLOODRAVEN_REQUEST_TIMEOUT", value_parser = seconds, default_value = "5", allow_negative_numbers = true)]
     pub request_timeout: Duration,
     /// How long to keep asking for the leases (409 held, 423, errors), seconds.
-    #[arg(long, env = "BLOODRAVEN_ACQUIRE_TIMEOUT", value_parser = seconds, default_value = "600")]
+    #[arg(long, env = "BLOODRAVEN_ACQUIRE_TIMEOUT", value_parser = seconds, default_value = "600", allow_negative_numbers = true)]
     pub acquire_timeout: Duration,
     /// Longest wait between two asks while another operation holds the mutex, seconds.
-    #[arg(long, env = "BLOODRAVEN_ACQUIRE_POLL", value_parser = seconds, default_value = "1")]
+    #[arg(long, env = "BLOODRAVEN_ACQUIRE_POLL", value_parser = seconds, default_value = "1", allow_negative_numbers = true)]
     pub acquire_poll: Duration,
     /// Learn of a revocation only at the next renewal (no watch). For
     /// benchmarks that compare against the watch; never needed otherwise.
@@ -188,10 +188,10 @@ pub struct ExecArgs {
     #[arg(long, env = "BLOODRAVEN_SOCKET", default_value = "/run/bloodraven/sidecar.sock")]
     pub socket: PathBuf,
     /// How long to wait for the sidecar's socket, seconds.
-    #[arg(long, env = "BLOODRAVEN_CONNECT_TIMEOUT", value_parser = seconds, default_value = "30")]
+    #[arg(long, env = "BLOODRAVEN_CONNECT_TIMEOUT", value_parser = seconds, default_value = "30", allow_negative_numbers = true)]
     pub connect_timeout: Duration,
     /// How long to wait for the verdict after CMD ended, seconds.
-    #[arg(long, env = "BLOODRAVEN_VERDICT_TIMEOUT", value_parser = seconds, default_value = "120")]
+    #[arg(long, env = "BLOODRAVEN_VERDICT_TIMEOUT", value_parser = seconds, default_value = "120", allow_negative_numbers = true)]
     pub verdict_timeout: Duration,
     /// Termination message path for refusals and fences (`none` for none).
     #[arg(long, env = "BLOODRAVEN_TERMINATION_LOG", default_value = "/dev/termination-log")]
@@ -208,7 +208,7 @@ pub struct SocketArgs {
     #[arg(long, env = "BLOODRAVEN_SOCKET", default_value = "/run/bloodraven/sidecar.sock")]
     pub socket: PathBuf,
     /// Longest wait for the sidecar's answer, seconds (no answer: exit 1).
-    #[arg(long, value_parser = seconds, default_value = "5")]
+    #[arg(long, value_parser = seconds, default_value = "5", allow_negative_numbers = true)]
     pub timeout: Duration,
 }
 
@@ -275,6 +275,39 @@ pub enum ConfigError {
     /// `https` only.
     #[error("--url must be an https:// URL (the deploy API is served over TLS only)")]
     NotHttps,
+    /// A URL that is not the deploy API's base. Its text is not repeated
+    /// when it may hold a credential.
+    #[error("--url {0}")]
+    BadUrl(String),
+}
+
+/// Checks `--url`: `https://host[:port]`, optionally followed by
+/// `/deploy/v1`; nothing else. A user or password in it is refused without
+/// repeating it (the token file is the only credential, and the URL is
+/// logged); so are a query, a fragment and any other path, which would
+/// silently send the requests elsewhere.
+pub fn check_url(url: &str) -> Result<(), ConfigError> {
+    if !url.starts_with("https://") {
+        return Err(ConfigError::NotHttps);
+    }
+    let bad = |why: &str| ConfigError::BadUrl(why.to_owned());
+    let parsed = reqwest::Url::parse(url).map_err(|e| ConfigError::BadUrl(format!("is not a URL: {e}")))?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(bad("must not carry a user or password (the token file is the only credential)"));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(bad("has no host"));
+    }
+    if parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(bad("must not have a query or a fragment"));
+    }
+    if !matches!(parsed.path(), "" | "/" | "/deploy/v1" | "/deploy/v1/") {
+        return Err(ConfigError::BadUrl(format!(
+            "path `{}` is not empty or /deploy/v1 (the base is https://host:port)",
+            crate::record::bounded(parsed.path(), 64)
+        )));
+    }
+    Ok(())
 }
 
 /// A DNS subdomain (group and MysqlDatabase names).
@@ -291,9 +324,7 @@ impl LeaseArgs {
     pub fn check(&self, random_ok: bool) -> Result<(Timing, String), ConfigError> {
         let ms = |d: Duration| d.as_millis() as u64;
         let timing = Timing::new(self.ttl, ms(self.request_timeout), ms(self.grace))?;
-        if !self.url.starts_with("https://") {
-            return Err(ConfigError::NotHttps);
-        }
+        check_url(&self.url)?;
         for (flag, value) in [("group", &self.group), ("instance", &self.instance)] {
             if !valid_name(value) {
                 return Err(ConfigError::Name { flag, value: crate::record::bounded(value, 64) });
@@ -361,6 +392,44 @@ mod tests {
         l.url = "https://h".into();
         l.group = "Bad_Group".into();
         assert!(l.check(true).unwrap_err().to_string().contains("--group"));
+    }
+
+    /// Attack round: a user and password in `--url` were accepted and
+    /// logged in the "starting" line; a path, query or fragment sent every
+    /// request elsewhere; an empty host retried until the acquire timeout.
+    #[test]
+    fn urls_are_the_deploy_api_s_base_and_nothing_else() {
+        for good in ["https://h:8443", "https://h:8443/", "https://10.0.0.1:8443/deploy/v1", "https://b.svc/deploy/v1/"]
+        {
+            assert!(check_url(good).is_ok(), "{good}");
+        }
+        for (bad, want) in [
+            ("http://h:8443", "https://"),
+            ("ftp://h", "https://"),
+            ("https://user:hunter2@h:8443", "user or password"),
+            ("https://hunter2@h:8443", "user or password"),
+            ("https://h:8443/deploy/v2", "path"),
+            ("https://h:8443/other", "path"),
+            ("https://h:8443?x=1", "query"),
+            ("https://h:8443#f", "fragment"),
+            ("https://", "URL"),
+            ("https:// h", "URL"),
+        ] {
+            let e = check_url(bad).unwrap_err().to_string();
+            assert!(e.contains(want), "{bad}: {e}");
+            assert!(!e.contains("hunter2"), "{bad}: {e}");
+        }
+        let mut l = lease(&[]).unwrap();
+        l.url = "https://u:hunter2@h".into();
+        assert!(!l.check(true).unwrap_err().to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn negative_numbers_are_refused_with_the_flag_s_reason() {
+        for (flag, want) in [("--ttl", "invalid digit"), ("--grace", "between 0 and 86400")] {
+            let e = lease(&[flag, "-1"]).unwrap_err().to_string();
+            assert!(e.contains(flag) && e.contains(want), "{flag}: {e}");
+        }
     }
 
     #[test]

@@ -79,7 +79,12 @@ impl std::fmt::Debug for Detector {
 impl Detector {
     /// Reads the URL from `path` (`mysql://user:password@host:port/schema`).
     pub fn from_file(path: &Path) -> Result<Detector, DdlError> {
-        let text = std::fs::read_to_string(path).map_err(|source| DdlError::File { path: path.to_owned(), source })?;
+        // Bounded like every file the sidecar reads: a device or a wrong
+        // mount is refused, not read forever.
+        let bytes = crate::client::read_bounded(path, 64 * 1024)
+            .map_err(|source| DdlError::File { path: path.to_owned(), source })?
+            .ok_or_else(|| DdlError::Url(path.to_owned()))?;
+        let text = String::from_utf8(bytes).map_err(|_| DdlError::Url(path.to_owned()))?;
         let opts = mysql_async::Opts::from_url(text.trim()).map_err(|_| DdlError::Url(path.to_owned()))?;
         let schema = opts
             .db_name()
@@ -185,6 +190,8 @@ mod tests {
         let d = Detector::from_file(&path).unwrap();
         assert_eq!(d.schema, "counter");
         assert!(!format!("{d:?}").contains("hunter2"));
+        let e = Detector::from_file(Path::new("/dev/zero")).unwrap_err().to_string();
+        assert!(e.contains("is not of the form"), "{e}");
         let e = Detector::from_file(&dir.path().join("missing")).unwrap_err().to_string();
         assert!(e.starts_with("failed to read the database URL file"), "{e}");
     }

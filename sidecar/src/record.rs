@@ -134,8 +134,9 @@ pub struct State {
 
 /// Reads the state file; `Ok(None)` when there is none.
 pub fn read_state(path: &Path) -> std::io::Result<Option<State>> {
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(std::io::Error::other),
+    match crate::client::read_bounded(path, 1024 * 1024) {
+        Ok(Some(bytes)) => serde_json::from_slice(&bytes).map(Some).map_err(std::io::Error::other),
+        Ok(None) => Err(std::io::Error::other("larger than 1 MiB: not a state file")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }
