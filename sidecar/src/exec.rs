@@ -42,6 +42,10 @@ pub struct ExecSettings {
     pub verdict_timeout: Duration,
     /// Termination message path for the wrapper's own refusals and fences.
     pub termination_log: Option<PathBuf>,
+    /// Become the subreaper of CMD's processes and kill every one left at
+    /// the end, in or out of its process group (the wrapper as a program;
+    /// off in unit tests, whose process runs other tests' children).
+    pub reap_strays: bool,
 }
 
 /// Runs the wrapper; returns the exit code.
@@ -124,6 +128,9 @@ async fn run(s: &ExecSettings) -> (i32, String) {
         Ok(other) => return (exit::SIDECAR_FAILED, format!("unexpected reply from the sidecar: {other:?}")),
         Err(e) => return (exit::SIDECAR_FAILED, e),
     };
+    if s.reap_strays {
+        crate::fence::become_subreaper();
+    }
     let mut child = match tokio::process::Command::new(program).args(args).process_group(0).spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -180,6 +187,9 @@ async fn run(s: &ExecSettings) -> (i32, String) {
                 if let Some(f) = fencing.as_mut() {
                     tracing::warn!("grace over: SIGKILL to the migration's process group");
                     target.kill_group();
+                    if s.reap_strays {
+                        crate::fence::kill_descendants();
+                    }
                     f.killed = true;
                 } else {
                     fence(
@@ -194,8 +204,13 @@ async fn run(s: &ExecSettings) -> (i32, String) {
             }
         }
     };
-    // Nothing the migration started outlives it.
+    // Nothing the migration started outlives it: its group, and whatever
+    // left the group (reparented to us, the subreaper).
     target.kill_group();
+    let stray = if s.reap_strays { crate::fence::kill_descendants() } else { 0 };
+    if stray > 0 {
+        tracing::warn!(processes = stray, "killed processes the migration left running (outside its process group)");
+    }
     let end = match status {
         Ok(st) => (st.code(), st.signal()),
         Err(e) => {
@@ -292,6 +307,7 @@ mod tests {
             connect_timeout: Duration::from_secs(2),
             verdict_timeout: Duration::from_secs(2),
             termination_log: None,
+            reap_strays: false,
         }
     }
 

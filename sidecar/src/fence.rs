@@ -42,9 +42,96 @@ impl Target {
     }
 }
 
+/// Makes this process the reaper of its orphaned descendants, so that a
+/// process the migration detached (`setsid`, a double fork) is reparented
+/// to the wrapper instead of init and stays findable by
+/// [`kill_descendants`]. Best effort (Linux only).
+pub fn become_subreaper() {
+    if let Err(e) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+        tracing::warn!(error = %e, "failed to become the subreaper of the migration's processes");
+    }
+}
+
+/// SIGKILL to every live descendant of this process, found through
+/// `/proc`, rescanning until none is left (bounded): what the process-group
+/// SIGKILL misses — a process that left the group (`setsid`, `setpgid`).
+/// The attack round found a `setsid` grandchild writing after its run had
+/// ended "succeeded" and released its leases. Returns how many were sent.
+pub fn kill_descendants() -> usize {
+    let me = std::process::id();
+    let mut sent = 0;
+    for _ in 0..50 {
+        let found = descendants(me, &processes());
+        if found.is_empty() {
+            break;
+        }
+        for pid in &found {
+            if let Some(p) = i32::try_from(*pid).ok().and_then(Pid::from_raw) {
+                let _ = kill_process(p, Signal::KILL);
+            }
+        }
+        sent += found.len();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    sent
+}
+
+/// `(pid, parent pid)` of every live process (zombies left out).
+fn processes() -> Vec<(u32, u32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| {
+        let name = e.ok()?.file_name();
+        let pid: u32 = name.to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        parse_stat(&stat).map(|ppid| (pid, ppid))
+    })
+    .collect()
+}
+
+/// The parent pid from a `/proc/PID/stat` line, `None` for a zombie or a
+/// line that does not parse. The command name (in parentheses) may hold
+/// anything, `)` and spaces included: the fields follow the last `)`.
+fn parse_stat(stat: &str) -> Option<u32> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?;
+    if matches!(state, "Z" | "X" | "x") {
+        return None;
+    }
+    fields.next()?.parse().ok()
+}
+
+/// Every pid below `root` in the `(pid, parent)` table.
+fn descendants(root: u32, table: &[(u32, u32)]) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut frontier = vec![root];
+    while let Some(parent) = frontier.pop() {
+        for (pid, _) in table.iter().filter(|(pid, ppid)| *ppid == parent && *pid != root) {
+            if !out.contains(pid) {
+                out.push(*pid);
+                frontier.push(*pid);
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_lines_and_trees() {
+        assert_eq!(parse_stat("42 (sh) S 7 42 42 0 -1"), Some(7));
+        assert_eq!(parse_stat("42 (a) b (c) S 9 1"), Some(9), "a name with ')' and spaces");
+        assert_eq!(parse_stat("42 (sh) Z 7 42"), None, "a zombie is dead already");
+        assert_eq!(parse_stat("garbage"), None);
+        let table = [(2, 1), (3, 2), (4, 3), (5, 1), (6, 5), (7, 4)];
+        let mut below = descendants(2, &table);
+        below.sort_unstable();
+        assert_eq!(below, [3, 4, 7]);
+        assert!(descendants(7, &table).is_empty());
+    }
 
     #[test]
     fn never_init_or_zero() {

@@ -276,6 +276,7 @@ pub async fn exec(args: ExecArgs) -> i32 {
         connect_timeout: args.connect_timeout,
         verdict_timeout: args.verdict_timeout,
         termination_log: optional_path(&args.termination_log),
+        reap_strays: true,
     };
     crate::exec::exec(&s).await
 }
