@@ -202,6 +202,15 @@ impl DeployApi {
         timeout: Option<Duration>,
     ) -> Result<(u16, Vec<u8>), String> {
         let bearer = self.bearer().map_err(|e| e.to_string())?;
+        // The secrets this request carries, scrubbed from whatever comes
+        // back: an error page that echoes the request (a proxy's, a debug
+        // server's) is logged and recorded, and must not carry them.
+        let mut secrets = vec![bearer.clone()];
+        if let Ok(serde_json::Value::Object(o)) = serde_json::from_slice::<serde_json::Value>(&body)
+            && let Some(serde_json::Value::String(t)) = o.get("token")
+        {
+            secrets.push(t.clone());
+        }
         let mut request = self.http.request(method, url);
         if let Some(t) = timeout {
             request = request.timeout(t);
@@ -228,7 +237,7 @@ impl DeployApi {
             }
             bytes.extend_from_slice(&chunk);
         }
-        Ok((status, bytes))
+        Ok((status, redact(bytes, &secrets)))
     }
 
     fn lease_url(&self, kind: LeaseKind, operation_id: &str) -> String {
@@ -290,6 +299,30 @@ impl DeployApi {
     }
 }
 
+/// `bytes` with every occurrence of each non-empty secret replaced by
+/// `[redacted]`.
+pub fn redact(bytes: Vec<u8>, secrets: &[String]) -> Vec<u8> {
+    let mut out = bytes;
+    for secret in secrets.iter().map(String::as_bytes).filter(|s| !s.is_empty()) {
+        if !out.windows(secret.len()).any(|w| w == secret) {
+            continue;
+        }
+        let mut next = Vec::with_capacity(out.len());
+        let mut i = 0;
+        while i < out.len() {
+            if out[i..].starts_with(secret) {
+                next.extend_from_slice(b"[redacted]");
+                i += secret.len();
+            } else {
+                next.push(out[i]);
+                i += 1;
+            }
+        }
+        out = next;
+    }
+    out
+}
+
 /// A transport error's text with its causes (reqwest's own text alone
 /// says "error sending request").
 fn transport(e: &reqwest::Error) -> String {
@@ -336,6 +369,18 @@ mod tests {
         let inline = CaSource::Pem("-----BEGIN NOT A CERT-----".into());
         let e = DeployApi::new("https://x", &inline, &token, "g", t).unwrap_err().to_string();
         assert!(e.contains("BLOODRAVEN_CA_PEM") && !e.contains("NOT A CERT"), "{e}");
+    }
+
+    /// Attack round: an error page that echoes the request (the bearer
+    /// header, the body with the lease token) went into the log and the
+    /// record as the answer's text.
+    #[test]
+    fn echoed_secrets_are_scrubbed_from_answers() {
+        let echo =
+            b"400 bad: Authorization: Bearer sa.TOKEN.x body {\"token\":\"lease-abc\"} again sa.TOKEN.x".to_vec();
+        let out = String::from_utf8(redact(echo, &["sa.TOKEN.x".into(), "lease-abc".into(), String::new()])).unwrap();
+        assert_eq!(out, "400 bad: Authorization: Bearer [redacted] body {\"token\":\"[redacted]\"} again [redacted]");
+        assert_eq!(redact(b"plain".to_vec(), &["x".repeat(10)]), b"plain");
     }
 
     /// Attack round: a certificate block that does not parse failed with
