@@ -215,6 +215,9 @@ pub async fn run(args: RunArgs) -> i32 {
         .socket
         .clone()
         .unwrap_or_else(|| private.as_ref().map_or_else(PathBuf::new, |d| d.path().join("sidecar.sock")));
+    // Orphans of the wrapper's tree (the wrapper killed) become ours, so that
+    // they can be killed before the run ends: see the wrapper future below.
+    crate::fence::become_subreaper();
     let (status_tx, mut status_rx) = watch::channel(Status::Acquiring);
     let (events_tx, events_rx) = mpsc::channel(64);
     if let Err(e) = serve(&socket_path, socket::Access::Owner, status_rx.clone(), events_tx.clone()) {
@@ -252,15 +255,21 @@ pub async fn run(args: RunArgs) -> i32 {
                 None
             }
         };
-        // A wrapper that ended without reporting (it failed, or was killed)
-        // ends the run as the migration's end; after a report the driver
-        // no longer reads this.
+        // Nothing the wrapper's tree left outlives it: a wrapper killed with
+        // -9 left the migration running, reparented to us (the attack round
+        // saw it write after the run had released both leases).
+        let stray = crate::fence::kill_descendants();
+        if stray > 0 {
+            tracing::warn!(processes = stray, "killed processes the wrapper left running");
+        }
+        // A wrapper that ended without reporting (it failed, or was killed):
+        // what the migration did is unknown. After a report the driver no
+        // longer reads this.
         let end = ProcessEnd {
-            code: status.and_then(|s| s.code()).or(Some(exit::SIDECAR_FAILED)),
+            code: status.and_then(|s| s.code()),
             signal: status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s)),
         };
-        let (tx, _rx) = tokio::sync::oneshot::channel();
-        let _ = events_tx.send(Event::Exited(end, tx)).await;
+        let _ = events_tx.send(Event::WrapperLost(end)).await;
         status
     };
     let (record, wrapper_status) = tokio::join!(drive(&s, status_tx, events_rx, stopped(stop)), wrapper);

@@ -263,6 +263,9 @@ pub enum Event {
     /// Something (a push watch, later) says a lease may be gone: renew now.
     /// Renewals stay the source of truth.
     Nudge,
+    /// `run`'s wrapper process ended without reporting the migration's exit
+    /// (it was killed); `run` has killed every process it left.
+    WrapperLost(ProcessEnd),
 }
 
 /// The socket's side of the run: the status to read and the events to send.

@@ -606,3 +606,36 @@ async fn a_forged_exited_releases_nothing_against_a_stand_in_api() {
     assert_eq!(run.record()["result"], "failed");
     assert_eq!(server.hits("DELETE"), 2, "both released after the real end is recorded");
 }
+
+/// Found by this round: `kill -9` of `run`'s wrapper (`exec`) left the
+/// migration running, orphaned, while `run` took the wrapper's death for
+/// the migration's "failed" end and released both leases, the mutex
+/// included. Now `run` is the subreaper of that tree: it kills what the
+/// wrapper left, and ends the run as unknown (schema verification
+/// required, the mutex left to lapse), never as a plain failure.
+#[tokio::test]
+async fn the_wrapper_killed_leaves_no_migration_running_and_no_mutex_released() {
+    let tls = hostile_tls("wrapper9", "IP:127.0.0.1");
+    let server = plain_server(&tls).await;
+    let script = format!(
+        "setsid sh -c 'sleep 3; {a}' & sh -c 'sleep 3; {b}' & {started}; sleep 3; {c}",
+        a = stamp("setsid"),
+        b = stamp("in-group"),
+        c = stamp("cmd"),
+        started = stamp("started"),
+    );
+    let mut run = hostile_run(&server, &tls, "wrapper9-1", QUICK, &script);
+    run.wait_for_marker("started", T).await;
+    let children = std::process::Command::new("pgrep").args(["-P", &run.pid().to_string()]).output().unwrap();
+    let wrapper = String::from_utf8_lossy(&children.stdout).trim().to_owned();
+    assert!(!wrapper.is_empty() && !wrapper.contains('\n'), "one child, the wrapper: {wrapper:?}");
+    assert!(std::process::Command::new("kill").args(["-9", &wrapper]).status().unwrap().success());
+    assert_eq!(run.wait(T).await, exit::SCHEMA_VERIFICATION_REQUIRED, "{}", run.log());
+    let r = run.record();
+    assert_eq!(r["fence"], "wrapper_lost", "{r}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    for marker in ["setsid", "in-group", "cmd"] {
+        assert!(!run.created(marker), "a {marker} process ran on after the wrapper was killed");
+    }
+    assert_eq!(server.hits("DELETE"), 1, "the hold only: the mutex lapses, the operator records the loss");
+}

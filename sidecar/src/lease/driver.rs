@@ -264,7 +264,8 @@ pub async fn drive(
         let _ = run
             .status
             .send(Status::Fenced { reason: reason.to_string(), grace: Duration::from_millis(s.timing.grace) });
-        if run.started && reply.is_none() {
+        let exit_known = matches!(ending, Ending::Fenced { process: Some(_), .. });
+        if run.started && reply.is_none() && !exit_known {
             // The mutex stays ours until the migration has exited.
             let wait = Duration::from_millis(s.timing.grace) + s.wait_for_exit;
             if let Some((end, tx)) = wait_exit(&mut events, wait).await {
@@ -456,6 +457,18 @@ async fn main_loop(
                     return done(Ending::Finished(end), Some(tx));
                 }
                 Some(Event::Nudge) => run.hb.renew_now(run.ms()),
+                Some(Event::WrapperLost(end)) => {
+                    tasks.abort_all();
+                    tracing::warn!(end = ?end, "the wrapper ended without reporting the migration's exit");
+                    if !run.started {
+                        return done(Ending::NotStarted(GiveUp::Lost { reason: FenceReason::WrapperLost.to_string() }), None);
+                    }
+                    // Unknown, not failed: fenced, so the mutex is not released
+                    // when the migration may have been in DDL.
+                    run.hb.fence_now(FenceReason::WrapperLost);
+                    let reason = run.hb.fenced().cloned().unwrap_or(FenceReason::WrapperLost);
+                    return done(Ending::Fenced { reason, in_ddl: run.boundary.in_ddl(), process: Some(end) }, None);
+                }
                 None => {}
             },
             () = shutdown.as_mut(), if !shutdown_seen => {

@@ -436,6 +436,9 @@ pub enum FenceReason {
     Shutdown,
     /// The sidecar restarted: its lease tokens (memory only) are gone.
     SidecarRestarted,
+    /// `run`'s wrapper ended without reporting the migration's exit (killed):
+    /// what the migration did is unknown; its processes were killed.
+    WrapperLost,
 }
 
 impl FenceReason {
@@ -450,6 +453,7 @@ impl FenceReason {
             FenceReason::DeadlinePassed => "deadline_passed",
             FenceReason::Shutdown => "shutdown",
             FenceReason::SidecarRestarted => "sidecar_restarted",
+            FenceReason::WrapperLost => "wrapper_lost",
         }
     }
 }
@@ -478,6 +482,10 @@ impl fmt::Display for FenceReason {
             FenceReason::SidecarRestarted => {
                 write!(f, "the sidecar restarted and lost its lease tokens; the leases lapse by their TTL")
             }
+            FenceReason::WrapperLost => write!(
+                f,
+                "the migration's wrapper ended without reporting the migration's exit (killed?); every process it left was killed"
+            ),
         }
     }
 }
