@@ -22,6 +22,9 @@ use crate::wire::DdlState;
 pub mod exit {
     /// Usage or configuration error (clap's code).
     pub const USAGE: i32 = 2;
+    /// The migration failed with one of the sidecar's own codes (90–94),
+    /// which would otherwise read as the sidecar's verdict.
+    pub const MIGRATION_FAILED: i32 = 1;
     /// The migration never started: the acquire timeout passed while another
     /// operation held the mutex (or the group stayed unstable).
     pub const NOT_STARTED_TIMEOUT: i32 = 90;
@@ -201,6 +204,19 @@ pub fn verdict(ending: &Ending) -> Verdict {
                     message: "the migration succeeded while both leases were held".into(),
                     ddl_state: DdlState::Completed,
                 }
+            } else if (exit::NOT_STARTED_TIMEOUT..=exit::SIDECAR_FAILED).contains(&code) {
+                // CMD's own 92 would read as "fenced before the DDL, safe to
+                // retry" (found by the attack round): the sidecar's codes are
+                // never passed through.
+                Verdict {
+                    exit_code: exit::MIGRATION_FAILED,
+                    result: "failed",
+                    message: format!(
+                        "the migration failed (exit code {code}, reported as {}: 90-94 are the sidecar's) while both leases were held",
+                        exit::MIGRATION_FAILED
+                    ),
+                    ddl_state: DdlState::Failed,
+                }
             } else {
                 Verdict {
                     exit_code: code,
@@ -274,6 +290,15 @@ mod tests {
         assert_eq!((v.exit_code, v.result, v.ddl_state), (0, "succeeded", DdlState::Completed));
         let v = verdict(&Ending::Finished(killed));
         assert_eq!((v.exit_code, v.result, v.ddl_state), (137, "failed", DdlState::Failed));
+        // Attack round: CMD's own 92 read as "fenced before the DDL: retry".
+        for own in 90..=94 {
+            let v = verdict(&Ending::Finished(ProcessEnd { code: Some(own), signal: None }));
+            assert_eq!((v.exit_code, v.result), (exit::MIGRATION_FAILED, "failed"), "{own}");
+            assert!(v.message.contains(&format!("exit code {own}")), "{}", v.message);
+        }
+        for passed in [1, 3, 89, 95, 255] {
+            assert_eq!(verdict(&Ending::Finished(ProcessEnd { code: Some(passed), signal: None })).exit_code, passed);
+        }
         // A migration that traps SIGTERM and exits 0 after a fence still fails.
         let v = verdict(&Ending::Fenced { reason: revoked.clone(), in_ddl: false, process: Some(trapped) });
         assert_eq!((v.exit_code, v.result), (exit::FENCED, "fenced"));
