@@ -639,3 +639,18 @@ async fn the_wrapper_killed_leaves_no_migration_running_and_no_mutex_released() 
     }
     assert_eq!(server.hits("DELETE"), 1, "the hold only: the mutex lapses, the operator records the loss");
 }
+
+/// Found by this round: a migration that exits 92 by itself made the run
+/// exit 92, "fenced before the DDL boundary: may be retried".
+#[tokio::test]
+async fn a_migration_s_own_exit_code_never_reads_as_the_sidecar_s() {
+    let tls = hostile_tls("code", "IP:127.0.0.1");
+    let server = plain_server(&tls).await;
+    for (op, own, want) in [("code-92", 92, 1), ("code-93", 93, 1), ("code-7", 7, 7)] {
+        let mut run = hostile_run(&server, &tls, op, QUICK, &format!("exit {own}"));
+        assert_eq!(run.wait(T).await, want, "{}", run.log());
+        let r = run.record();
+        assert_eq!(r["result"], "failed", "{r}");
+        assert!(r["message"].as_str().unwrap().contains(&format!("exit code {own}")), "{r}");
+    }
+}
