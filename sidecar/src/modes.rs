@@ -248,8 +248,30 @@ pub async fn run(args: RunArgs) -> i32 {
             .args(&args.command)
             .env("BLOODRAVEN_SOCKET", &socket_path)
             .spawn();
+        // The wrapper has the grace after a fence (or a moment after the
+        // run's end) to stop CMD and exit; past that, `run` kills the tree
+        // itself. A migration that stopped its wrapper (`kill -STOP $PPID`)
+        // otherwise ran on after the fence, and `run` never ended.
+        let mut watched = status_rx.clone();
+        let overdue = async move {
+            let grace = match watched.wait_for(|s| matches!(s, Status::Fenced { .. } | Status::Ended { .. })).await {
+                Ok(s) => match &*s {
+                    Status::Fenced { grace, .. } => *grace,
+                    _ => Duration::ZERO,
+                },
+                Err(_) => return std::future::pending().await,
+            };
+            tokio::time::sleep(grace + Duration::from_secs(1)).await;
+        };
         let status = match child {
-            Ok(mut c) => c.wait().await.ok(),
+            Ok(mut c) => tokio::select! {
+                s = c.wait() => s.ok(),
+                () = overdue => {
+                    let killed = crate::fence::kill_descendants();
+                    tracing::warn!(processes = killed, "the wrapper did not end after the fence or the run's end: killed it and everything it left");
+                    c.wait().await.ok()
+                }
+            },
             Err(e) => {
                 tracing::error!(error = %e, "failed to start the wrapper");
                 None

@@ -654,3 +654,41 @@ async fn a_migration_s_own_exit_code_never_reads_as_the_sidecar_s() {
         assert!(r["message"].as_str().unwrap().contains(&format!("exit code {own}")), "{r}");
     }
 }
+
+/// Found by this round: a migration that stops its own wrapper (`kill -STOP
+/// $PPID`, same user under `run`) was never signalled after a revocation:
+/// the fence went to the stopped wrapper, and `run` ended with the
+/// migration still running. Now `run` kills the whole tree itself once the
+/// grace after a fence has passed.
+#[tokio::test]
+async fn a_migration_that_stops_its_wrapper_is_still_fenced() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let tls = hostile_tls("stopwrap", "IP:127.0.0.1");
+    let puts = AtomicUsize::new(0);
+    let revoked = serde_json::json!({"error": "revoked", "message": "revoked by hand", "reason": "OperatorRevoked", "topologyGeneration": 1});
+    let server = hostile::start(
+        &tls.cert,
+        &tls.key,
+        std::sync::Arc::new(move |method: &str, path: &str, body: &str| match method {
+            "POST" if path.ends_with("/watch") => hostile::Reply::Dribble(Vec::new()),
+            "POST" => hostile::grant(body, 1),
+            "PUT" if puts.fetch_add(1, Ordering::SeqCst) < 2 => hostile::renewed(1),
+            "PUT" => hostile::json("409 Conflict", &revoked),
+            _ => hostile::Reply::Raw(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()),
+        }),
+    )
+    .await;
+    let script = format!(
+        "trap '' TERM; kill -STOP $PPID; {started}; i=0; while [ $i -lt 150 ]; do sleep 0.1; i=$((i+1)); done; {after}",
+        started = stamp("started"),
+        after = stamp("after"),
+    );
+    let mut run = hostile_run(&server, &tls, "stopwrap-1", QUICK, &script);
+    run.wait_for_marker("started", T).await;
+    let code = run.wait(T).await;
+    let r = run.record();
+    assert_eq!(r["fence"], "revoked", "{r}");
+    assert_eq!(code, exit::SCHEMA_VERIFICATION_REQUIRED, "{}", run.log());
+    tokio::time::sleep(Duration::from_secs(16)).await;
+    assert!(!run.created("after"), "the migration ran on after the fence:\n{}", run.log());
+}
