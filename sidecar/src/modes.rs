@@ -312,13 +312,18 @@ pub async fn exec(args: ExecArgs) -> i32 {
     crate::exec::exec(&s).await
 }
 
-/// `mark`.
-pub async fn mark(args: MarkArgs) -> i32 {
-    let req = match args.what {
+/// The request `mark` sends.
+pub fn mark_request(what: Mark) -> Request {
+    match what {
         Mark::DdlStarted { revision } => Request::Mark { event: MarkEvent::DdlStarted, revision },
         Mark::DdlFinished { revision } => Request::Mark { event: MarkEvent::DdlFinished, revision },
         Mark::Outcome { result, revision, error } => Request::Outcome { result, revision, error },
-    };
+    }
+}
+
+/// `mark`.
+pub async fn mark(args: MarkArgs) -> i32 {
+    let req = mark_request(args.what);
     match socket::call(&args.socket.socket, &req, args.socket.timeout).await {
         Ok(Reply::Ok) => 0,
         Ok(other) => {

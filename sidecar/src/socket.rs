@@ -565,9 +565,42 @@ async fn attach(
     }
 }
 
-/// Sends `request` to the sidecar at `path` and reads the first reply, all
-/// within `timeout`.
+/// `text` bounded and escaped ([`crate::record::bounded`]) to at most 1024
+/// characters (what the sidecar keeps), fewer when its JSON form would
+/// pass `max` bytes.
+fn fitting(text: &str, max: usize) -> String {
+    let mut chars = 1024;
+    loop {
+        let b = crate::record::bounded(text, chars);
+        if chars == 0 || serde_json::to_string(&b).map_or(0, |j| j.len()) <= max {
+            return b;
+        }
+        chars /= 2;
+    }
+}
+
+impl Request {
+    /// The request as [`call`] sends it: an outcome's error shortened so the
+    /// line fits [`MAX_LINE`]. Found by the attack round: a migration's whole
+    /// error text (`mark outcome failed --error "$ERR"`, or the runner's own
+    /// report) made the line too long, and the outcome was refused.
+    #[must_use]
+    pub fn fitted(&self) -> Request {
+        match self {
+            Request::Outcome { result, revision, error } => Request::Outcome {
+                result: *result,
+                revision: revision.clone(),
+                error: error.as_deref().map(|e| fitting(e, 3000)),
+            },
+            other => other.clone(),
+        }
+    }
+}
+
+/// Sends `request` (as [`Request::fitted`]) to the sidecar at `path` and
+/// reads the first reply, all within `timeout`.
 pub async fn call(path: &Path, request: &Request, timeout: Duration) -> Result<Reply, String> {
+    let request = &request.fitted();
     let work = async {
         let stream =
             UnixStream::connect(path).await.map_err(|e| format!("failed to connect to {}: {e}", path.display()))?;
@@ -621,6 +654,25 @@ mod tests {
         }
         let long = format!(r#"{{"op":"mark","event":"ddl-started","revision":"{}"}}"#, "r".repeat(300));
         assert!(parse(&long).unwrap_err().contains("revision"));
+    }
+
+    #[test]
+    fn a_long_outcome_error_still_fits_the_line() {
+        let req = Request::Outcome {
+            result: OutcomeResult::Failed,
+            revision: Some("r".repeat(256)),
+            error: Some("\u{202e}e\n".repeat(5000)),
+        }
+        .fitted();
+        let line = serde_json::to_string(&req).unwrap();
+        assert!(line.len() < MAX_LINE, "{}", line.len());
+        assert_eq!(parse(&line), Ok(req));
+        let plain = Request::Outcome { result: OutcomeResult::Failed, revision: None, error: Some("e".repeat(5000)) };
+        match plain.fitted() {
+            Request::Outcome { error: Some(e), .. } => assert_eq!(e.len(), 1024 + 3, "1 KiB and `...`"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(Request::Status.fitted(), Request::Status);
     }
 
     /// A sidecar's socket over a status channel; returns the event receiver.
