@@ -254,7 +254,10 @@ impl DeployApi {
     ) -> (PostAnswer, Option<LeaseToken>) {
         let body = wire::create_body(kind, operation_id, instance, ttl_seconds);
         match self.send(reqwest::Method::POST, &format!("{}/leases", self.group_url), body).await {
-            Ok((status, bytes)) => wire::post_answer(status, &bytes, chrono::Utc::now()),
+            Ok((status, bytes)) => {
+                let asked = wire::Asked { kind, operation_id, instance };
+                wire::post_answer(status, &bytes, chrono::Utc::now(), asked)
+            }
             Err(what) => (PostAnswer::Failed { what }, None),
         }
     }

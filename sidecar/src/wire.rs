@@ -126,11 +126,36 @@ fn summary(status: u16, body: &[u8]) -> (String, String) {
     }
 }
 
+/// What a POST asked for: a grant must be for exactly this.
+#[derive(Clone, Copy, Debug)]
+pub struct Asked<'a> {
+    /// The lease kind.
+    pub kind: LeaseKind,
+    /// The operationId.
+    pub operation_id: &'a str,
+    /// The MysqlDatabase name.
+    pub instance: &'a str,
+}
+
 /// Translates a POST answer; `now` is our wall clock (for the holder's
-/// expiry). Returns the token too when granted.
-pub fn post_answer(status: u16, body: &[u8], now: DateTime<Utc>) -> (PostAnswer, Option<LeaseToken>) {
+/// expiry). Returns the token too when granted. A grant for another kind,
+/// operation or instance than `asked` is no grant (a confused server or a
+/// caching proxy): the attack round found such a grant taken as ours, the
+/// migration started on it, fenced only at its first renewal.
+pub fn post_answer(status: u16, body: &[u8], now: DateTime<Utc>, asked: Asked<'_>) -> (PostAnswer, Option<LeaseToken>) {
     if status == 200 || status == 201 {
         return match serde_json::from_slice::<LeaseGrant>(body) {
+            Ok(g) if g.kind != asked.kind || g.operation_id != asked.operation_id || g.instance != asked.instance => (
+                PostAnswer::Failed {
+                    what: format!(
+                        "{status} with a grant for another lease ({} {} {}), not ours",
+                        g.kind.as_str(),
+                        crate::record::bounded(&g.operation_id, 128),
+                        crate::record::bounded(&g.instance, 253)
+                    ),
+                },
+                None,
+            ),
             Ok(g) if !g.token.is_empty() => (
                 PostAnswer::Granted { generation: g.topology_generation, ttl_seconds: g.ttl_seconds },
                 Some(LeaseToken(g.token)),
@@ -246,6 +271,8 @@ mod tests {
         assert_eq!(body, format!(r#"{{"token":"{}","waitSeconds":30}}"#, "ab".repeat(32)));
     }
 
+    const ASKED: Asked<'static> = Asked { kind: LeaseKind::Migration, operation_id: "op", instance: "i" };
+
     fn now() -> DateTime<Utc> {
         DateTime::parse_from_rfc3339("2030-01-01T00:00:00Z").unwrap().with_timezone(&Utc)
     }
@@ -253,11 +280,11 @@ mod tests {
     #[test]
     fn post_answers() {
         let grant = br#"{"kind":"migration","operationId":"op","instance":"i","token":"secret","expiresAt":"2030-01-01T00:00:30Z","ttlSeconds":30,"topologyGeneration":7}"#;
-        let (a, t) = post_answer(201, grant, now());
+        let (a, t) = post_answer(201, grant, now(), ASKED);
         assert_eq!(a, PostAnswer::Granted { generation: 7, ttl_seconds: 30 });
         assert_eq!(format!("{:?}", t.unwrap()), "LeaseToken(redacted)");
         let held = br#"{"error":"held","message":"m","holder":{"operationId":"op-a","instance":"counter-app","expiresAt":"2030-01-01T00:00:12.5Z"}}"#;
-        match post_answer(409, held, now()).0 {
+        match post_answer(409, held, now(), ASKED).0 {
             PostAnswer::Held { holder, until_expiry } => {
                 assert_eq!((holder.operation_id.as_str(), until_expiry), ("op-a", 12_500));
             }
@@ -274,9 +301,13 @@ mod tests {
             (201, b"{}", "Failed"),
             (200, br#"{"kind":"migration","operationId":"op","instance":"i","token":"","expiresAt":"x","ttlSeconds":30,"topologyGeneration":7}"#, "Failed"),
             (409, br#"{"error":"held","message":"no holder"}"#, "Failed"),
+            // Attack round: a grant for another lease is not ours.
+            (201, br#"{"kind":"failover-hold","operationId":"op","instance":"i","token":"t","expiresAt":"x","ttlSeconds":30,"topologyGeneration":7}"#, "Failed"),
+            (201, br#"{"kind":"migration","operationId":"other","instance":"i","token":"t","expiresAt":"x","ttlSeconds":30,"topologyGeneration":7}"#, "Failed"),
+            (201, br#"{"kind":"migration","operationId":"op","instance":"other","token":"t","expiresAt":"x","ttlSeconds":30,"topologyGeneration":7}"#, "Failed"),
         ];
         for (status, body, want) in table {
-            let got = format!("{:?}", post_answer(status, body, now()).0);
+            let got = format!("{:?}", post_answer(status, body, now(), ASKED).0);
             assert!(got.starts_with(want), "{status} {}: {got}", String::from_utf8_lossy(body));
         }
     }

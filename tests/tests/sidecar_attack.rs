@@ -692,3 +692,26 @@ async fn a_migration_that_stops_its_wrapper_is_still_fenced() {
     tokio::time::sleep(Duration::from_secs(16)).await;
     assert!(!run.created("after"), "the migration ran on after the fence:\n{}", run.log());
 }
+
+/// Found by this round: a grant for another operation (a confused server, a
+/// caching proxy) was taken as ours and the migration started on it.
+#[tokio::test]
+async fn a_grant_for_another_lease_is_not_ours() {
+    let tls = hostile_tls("othergrant", "IP:127.0.0.1");
+    let server = hostile::start(
+        &tls.cert,
+        &tls.key,
+        std::sync::Arc::new(|method: &str, path: &str, body: &str| match method {
+            "POST" if path.ends_with("/watch") => hostile::Reply::Dribble(Vec::new()),
+            "POST" => hostile::grant(&body.replace("othergrant-1", "someone-else"), 1),
+            "PUT" => hostile::renewed(1),
+            _ => hostile::Reply::Raw(b"HTTP/1.1 204 No Content\r\n\r\n".to_vec()),
+        }),
+    )
+    .await;
+    let flags = [QUICK, &["--acquire-timeout", "3", "--ddl-boundary", "reported"]].concat();
+    let mut run = hostile_run(&server, &tls, "othergrant-1", &flags, &stamp("started"));
+    assert_eq!(run.wait(T).await, exit::NOT_STARTED_TIMEOUT, "{}", run.log());
+    assert!(!run.created("started"), "the migration started on another operation's grant");
+    assert!(run.full_log().contains("a grant for another lease"), "{}", run.log());
+}
