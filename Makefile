@@ -37,32 +37,36 @@ openapi: ## Regenerate docs/deploy-api.openapi.yaml from the Rust types
 unit: ## Unit and property tests
 	$(CARGO) test --locked --workspace --exclude bloodraven-e2e
 
+.PHONY: deps
+deps: ## Install the Debian packages the tests, benchmarks and playground need (MariaDB, containerd, …) when missing (root)
+	hack/deps.sh
+
 .PHONY: e2e
-e2e: tools ## End-to-end tests: real kube-apiserver + etcd and a real node (kubelet, containerd), real MariaDB sites, the real operator
+e2e: deps tools ## End-to-end tests: real kube-apiserver + etcd and a real node (kubelet, containerd), real MariaDB sites, the real operator
 	hack/e2e.sh
 
 .PHONY: figures
-figures: tools ## Print figures: operator RSS with 1 and 50 groups, probe-to-status latency (release build)
+figures: deps tools ## Print figures: operator RSS with 1 and 50 groups, probe-to-status latency (release build)
 	hack/e2e.sh --figures
 
 .PHONY: bench-failover
-bench-failover: tools ## Failover benchmark: client write unavailability over 20 switchovers, kill -9 → writable over 10 kills (release build)
+bench-failover: deps tools ## Failover benchmark: client write unavailability over 20 switchovers, kill -9 → writable over 10 kills (release build)
 	hack/e2e.sh --bench-failover
 
 .PHONY: bench
-bench: tools ## Deploy-API renewal benchmark beside a plain Lease CAS baseline (release build; BENCH_RATE, BENCH_WORKERS, BENCH_SECONDS, BENCH_GROUPS)
+bench: deps tools ## Deploy-API renewal benchmark beside a plain Lease CAS baseline (release build; BENCH_RATE, BENCH_WORKERS, BENCH_SECONDS, BENCH_GROUPS)
 	hack/e2e.sh --bench
 
 .PHONY: bench-sidecar
-bench-sidecar: tools ## Sidecar benchmark: revocation → SIGTERM p50/p99 over 50 revocations at TTL 30 and 120, with the watch and with renewals alone side by side; sidecar RSS; start → both leases held (release-sidecar build)
+bench-sidecar: deps tools ## Sidecar benchmark: revocation → SIGTERM p50/p99 over 50 revocations at TTL 30 and 120, with the watch and with renewals alone side by side; sidecar RSS; start → both leases held (release-sidecar build)
 	hack/e2e.sh --bench-sidecar
 
 .PHONY: bench-webhook
-bench-webhook: tools ## Webhook benchmark: admission latency through kube-apiserver at 100 req/s, p50/p99 beside a no-op webhook in the same run; webhook RSS (release build; BENCH_RATE, BENCH_SECONDS)
+bench-webhook: deps tools ## Webhook benchmark: admission latency through kube-apiserver at 100 req/s, p50/p99 beside a no-op webhook in the same run; webhook RSS (release build; BENCH_RATE, BENCH_SECONDS)
 	hack/e2e.sh --bench-webhook
 
 .PHONY: bench-migrate
-bench-migrate: ## Migration-runner benchmark: a reader's longest stall behind a blocked ALTER with the defaults beside the server's default lock timeouts, --on-blocker fail and wait, in one run (release build; MariaDB only; BENCH_HOLD_SECONDS)
+bench-migrate: deps ## Migration-runner benchmark: a reader's longest stall behind a blocked ALTER with the defaults beside the server's default lock timeouts, --on-blocker fail and wait, in one run (release build; MariaDB only; BENCH_HOLD_SECONDS)
 	hack/e2e.sh --bench-migrate
 
 .PHONY: images

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Installs, with apt-get, the Debian packages the playground and the tests need
-# when they are missing (MariaDB itself is installed by hack/mariadb.sh):
-# certificates, free ports, network namespaces, the local node (containerd,
+# when they are missing: MariaDB (server and client, for the sites), certificates, free ports, network namespaces, the local node (containerd,
 # runc, the CNI plugins, iptables, conntrack), image packing without a daemon
 # (umoci, busybox-static, binutils' strip, glibc's static libc for the
 # operator's static binary), curl for the tools image, and Python's venv
 # module for the API fuzzer (hack/schemathesis.sh).
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=lib/apt.sh
+. "$root/hack/lib/apt.sh"
 need=()
+# The MariaDB sites (hack/mariadb.sh). Installed here, before any test runs:
+# tests run side by side, and each would otherwise install it on first use.
+{ command -v mariadbd && command -v mariadb-install-db && command -v mariadb && command -v mariadb-admin; } >/dev/null \
+  || need+=(mariadb-server mariadb-client)
 command -v openssl >/dev/null || need+=(openssl)
 command -v python3 >/dev/null || need+=(python3)
 # schemathesis is installed into a venv (hack/schemathesis.sh): Debian splits venv and ensurepip out.
@@ -35,6 +41,6 @@ command -v skopeo >/dev/null || need+=(skopeo)
 command -v strip >/dev/null || need+=(binutils)
 [ -f /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
 if [ ${#need[@]} -gt 0 ]; then
-  [ "$(id -u)" = 0 ] || { echo "deps.sh: missing ${need[*]}; run as root or apt-get install them" >&2; exit 1; }
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+  echo "deps.sh: installing ${need[*]}" >&2
+  apt_install "${need[@]}"
 fi

@@ -66,16 +66,10 @@ ensure_mariadb() {
      && command -v mariadb >/dev/null && command -v mariadb-admin >/dev/null; then
     return 0
   fi
-  log "mariadbd not found: installing mariadb-server and mariadb-client with apt-get"
-  local sudo=()
-  if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null || die "mariadb-server is missing and I am not root (no sudo either): apt-get install mariadb-server mariadb-client"
-    sudo=(sudo)
-  fi
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update >&2 \
-    || die "apt-get update failed"
-  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y mariadb-server mariadb-client >&2 \
-    || die "apt-get install mariadb-server mariadb-client failed"
+  log "mariadbd not found: installing mariadb-server and mariadb-client with apt-get (hack/deps.sh installs them up front)"
+  # shellcheck source=lib/apt.sh
+  . "$(dirname "$0")/lib/apt.sh"
+  apt_install mariadb-server mariadb-client >&2 || die "apt-get install mariadb-server mariadb-client failed"
   command -v mariadbd >/dev/null || die "mariadbd still not found after apt-get install"
 }
 

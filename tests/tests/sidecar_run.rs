@@ -106,8 +106,10 @@ async fn a_second_run_waits_on_held_starts_soon_after_the_release_and_a_third_ti
     let mut a = SidecarRun::start(p, &d.tls, "held-a", QUICK, &holder);
     a.wait_for_marker("started", T).await;
 
-    // The acquire timeout: never started, the holder named in the log and the record.
-    let mut b = SidecarRun::start(p, &d.tls, "held-b", &flags(&["--acquire-timeout", "3"]), &stamp("started"));
+    // The acquire timeout: never started, the holder named in the log and the record. (10 s: on a
+    // loaded machine a first request may run into its 2 s timeout, and the holder is named only
+    // once a 409 held has come back.)
+    let mut b = SidecarRun::start(p, &d.tls, "held-b", &flags(&["--acquire-timeout", "10"]), &stamp("started"));
     assert_eq!(b.wait(T).await, exit::NOT_STARTED_TIMEOUT, "{}", b.log());
     assert!(!b.created("started"), "the migration must never start");
     let r = b.record();
