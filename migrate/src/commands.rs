@@ -21,6 +21,25 @@ async fn open(db: &DbArgs) -> Result<Session, i32> {
     })
 }
 
+/// [`open`], then the schema's run lock without waiting: a person's
+/// change to the history (`resolve`, `baseline`) never races a run.
+/// Refused (exit 3) with `why`, whose `{holder}` names the run's
+/// connection, while a run holds it.
+async fn open_alone(db: &DbArgs, why: &str) -> Result<Session, i32> {
+    let mut s = open(db).await?;
+    match s.try_run_lock(Duration::ZERO).await {
+        Ok(None) => Ok(s),
+        Ok(Some(holder)) => {
+            eprintln!("bloodraven-migrate: {}", why.replace("{holder}", &holder.to_string()));
+            Err(exit::REFUSED)
+        }
+        Err(e) => {
+            eprintln!("bloodraven-migrate: failed to take the schema's run lock: {e}");
+            Err(exit::FAILED)
+        }
+    }
+}
+
 /// The revisions of `--dir`, when given (exit 2 when it cannot be read).
 fn load_dir(dir: Option<&std::path::Path>) -> Result<Option<Vec<crate::revision::Revision>>, i32> {
     dir.map(crate::revision::load_dir).transpose().map_err(|e| {
@@ -98,25 +117,15 @@ pub async fn status(a: StatusArgs) -> i32 {
 /// `resolve V --applied|--rolled-back`.
 pub async fn resolve(a: ResolveArgs) -> i32 {
     let to_event = if a.applied { Event::ResolvedApplied } else { Event::ResolvedRolledBack };
-    let mut s = match open(&a.db).await {
+    // A `started` row of a run in progress is not dirty: settle only when no run holds the schema.
+    let why = format!(
+        "cannot resolve V{}: a bloodraven-migrate run (connection {{holder}}) is applying revisions on this schema right now, so a `started` row may be running, not dirty; wait for it to end",
+        a.version
+    );
+    let mut s = match open_alone(&a.db, &why).await {
         Ok(s) => s,
         Err(code) => return code,
     };
-    // A `started` row of a run in progress is not dirty: settle only when no run holds the schema.
-    match s.try_run_lock(Duration::ZERO).await {
-        Ok(None) => {}
-        Ok(Some(holder)) => {
-            eprintln!(
-                "bloodraven-migrate: cannot resolve V{}: a bloodraven-migrate run (connection {holder}) is applying revisions on this schema right now, so a `started` row may be running, not dirty; wait for it to end",
-                a.version
-            );
-            return exit::REFUSED;
-        }
-        Err(e) => {
-            eprintln!("bloodraven-migrate: failed to take the schema's run lock: {e}");
-            return exit::FAILED;
-        }
-    }
     let rows = match s.has_history().await {
         Ok(true) => s.history().await,
         Ok(false) => Ok(Vec::new()),
@@ -179,23 +188,11 @@ pub async fn baseline(a: BaselineArgs) -> i32 {
         Ok(f) => f,
         Err(code) => return code,
     };
-    let mut s = match open(&a.db).await {
+    let why = "cannot take a baseline: a bloodraven-migrate run (connection {holder}) is applying revisions on this schema right now";
+    let mut s = match open_alone(&a.db, why).await {
         Ok(s) => s,
         Err(code) => return code,
     };
-    match s.try_run_lock(Duration::ZERO).await {
-        Ok(None) => {}
-        Ok(Some(holder)) => {
-            eprintln!(
-                "bloodraven-migrate: cannot take a baseline: a bloodraven-migrate run (connection {holder}) is applying revisions on this schema right now"
-            );
-            return exit::REFUSED;
-        }
-        Err(e) => {
-            eprintln!("bloodraven-migrate: failed to take the schema's run lock: {e}");
-            return exit::FAILED;
-        }
-    }
     // Before anything is created: an empty schema is most likely a wrong URL.
     match s.table_count().await {
         Ok(0) if !a.allow_empty_schema => {

@@ -750,12 +750,12 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn an_attached_wrapper_is_fenced_when_the_run_ends_under_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let held = Status::Held { deadline: Instant::now() + Duration::from_secs(20), grace: Duration::from_secs(3) };
-        let (path, tx, mut events) = serve_with(dir.path(), held);
-        let stream = UnixStream::connect(&path).await.unwrap();
+    /// Attaches as the wrapper, lets the run start, and reads the first reply.
+    async fn attach(
+        path: &Path,
+        events: &mut mpsc::Receiver<Event>,
+    ) -> (BufReader<tokio::net::unix::OwnedReadHalf>, tokio::net::unix::OwnedWriteHalf, Reply) {
+        let stream = UnixStream::connect(path).await.unwrap();
         let (read, mut out) = stream.into_split();
         out.write_all(b"{\"op\":\"attach\"}\n").await.unwrap();
         let mut reader = BufReader::new(read);
@@ -764,6 +764,15 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let first: Reply = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
+        (reader, out, first)
+    }
+
+    #[tokio::test]
+    async fn an_attached_wrapper_is_fenced_when_the_run_ends_under_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = Status::Held { deadline: Instant::now() + Duration::from_secs(20), grace: Duration::from_secs(3) };
+        let (path, tx, mut events) = serve_with(dir.path(), held);
+        let (mut reader, _out, first) = attach(&path, &mut events).await;
         assert!(matches!(first, Reply::Start { .. }), "{first:?}");
         tx.send(Status::Ended { exit_code: 94, message: "the sidecar failed".into() }).unwrap();
         let fence: Reply = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
@@ -792,15 +801,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let held = Status::Held { deadline: Instant::now() + Duration::from_secs(20), grace: Duration::from_secs(3) };
         let (path, tx, mut events) = serve_with(dir.path(), held);
-        let stream = UnixStream::connect(&path).await.unwrap();
-        let (read, mut out) = stream.into_split();
-        out.write_all(b"{\"op\":\"attach\"}\n").await.unwrap();
-        let mut reader = BufReader::new(read);
-        match events.recv().await {
-            Some(Event::Started(ack)) => ack.send(()).unwrap(),
-            other => panic!("{other:?}"),
-        }
-        let first: Reply = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
+        let (mut reader, mut out, first) = attach(&path, &mut events).await;
         assert!(matches!(first, Reply::Start { grace_ms: 3000, .. }), "{first:?}");
         // A second wrapper is refused.
         let second = call(&path, &Request::Attach, Duration::from_secs(2)).await.unwrap();
