@@ -187,13 +187,19 @@ pub async fn database(cluster: &Cluster, namespace: &str, name: &str, group: &st
 /// under load created one in that moment).
 pub async fn wait_claimed(cluster: &Cluster, group: &str, namespace: &str, name: &str, timeout: std::time::Duration) {
     let groups = cluster.groups();
+    let databases = kube::Api::<bloodraven_api::v1alpha1::MysqlDatabase>::namespaced(cluster.client.clone(), namespace);
     crate::wait_for(&format!("group {group} to accept MysqlDatabase {namespace}/{name}"), timeout, || async {
         let g = groups.get(group).await.map_err(|e| e.to_string())?;
         let claims = g.status.map(|s| s.instance_claims).unwrap_or_default();
         if claims.iter().any(|c| c.instance == name && c.namespace == namespace) {
             Ok(())
         } else {
-            Err(format!("claims: {claims:?}"))
+            // What the operator last said of the database, for the failure message.
+            let said = match databases.get_opt(name).await {
+                Ok(Some(db)) => format!("{:?}", db.status.map(|s| s.conditions).unwrap_or_default()),
+                other => format!("{other:?}"),
+            };
+            Err(format!("claims: {claims:?}; the database's conditions: {said}"))
         }
     })
     .await;

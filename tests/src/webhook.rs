@@ -316,6 +316,30 @@ pub fn refusal<T: std::fmt::Debug>(result: Result<T, kube::Error>) -> String {
     }
 }
 
+/// The refusal of a replace (PUT) of `name` through `api` of the stored
+/// object with `edit` applied: read, edit, replace, and read again when the
+/// answer is `409 Conflict` (another writer, such as the operator writing
+/// the object's status, moved its resourceVersion between the read and the
+/// PUT: a CI run under load got that conflict instead of the admission's
+/// answer), so what is returned is never a conflict. Panics when the replace
+/// succeeds, or after 10 conflicts in a row.
+pub async fn refused_replace<K>(api: &kube::Api<K>, name: &str, edit: impl Fn(&mut K)) -> String
+where
+    K: kube::Resource + Clone + std::fmt::Debug + serde::Serialize + serde::de::DeserializeOwned,
+{
+    for _ in 0..10 {
+        let mut stored = api.get(name).await.unwrap_or_else(|e| panic!("read {name}: {e}"));
+        edit(&mut stored);
+        match api.replace(name, &kube::api::PostParams::default(), &stored).await {
+            Err(kube::Error::Api(s)) if s.code == 409 && s.reason == "Conflict" => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            other => return refusal(other),
+        }
+    }
+    panic!("replace of {name}: 10 conflicts in a row")
+}
+
 /// Two tenant namespaces and an operator namespace (with the operator's
 /// RBAC granted), and a webhook serving both tenants, registered: the
 /// setting of the guard tests.

@@ -21,7 +21,7 @@ use bloodraven_api::v1alpha1::MysqlDatabase;
 use bloodraven_e2e::deploy::{service_account, token};
 use bloodraven_e2e::operator::role;
 use bloodraven_e2e::pods::image;
-use bloodraven_e2e::webhook::refusal;
+use bloodraven_e2e::webhook::{refusal, refused_replace};
 use bloodraven_e2e::{Cluster, wait_for};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -467,9 +467,10 @@ async fn a_namespace_admin_cannot_move_deployment_clients_by_apply_replace_owner
         let m = refusal(dbs.patch("app", &params, &apply(&own)).await);
         assert!(m.contains("set-deployment-clients"), "apply (force {force}): {m}");
     }
-    let mut current = dbs.get("app").await.unwrap();
-    current.spec.deployment_clients = serde_json::from_value(own.clone()).unwrap();
-    let m = refusal(dbs.replace("app", &pp, &current).await);
+    let m = refused_replace(&dbs, "app", |db| {
+        db.spec.deployment_clients = serde_json::from_value(own.clone()).unwrap();
+    })
+    .await;
     assert!(m.contains("set-deployment-clients"), "replace: {m}");
     let m = refusal(
         dbs.patch(
@@ -502,9 +503,10 @@ async fn a_namespace_admin_cannot_move_deployment_clients_by_apply_replace_owner
     let both = json!([{"namespace": ns, "serviceAccount": "deployer"}, {"namespace": ns2, "serviceAccount": "their-deployer"}]);
     let m = refusal(dbs.patch("app", &PatchParams::apply("tenant-tool").force(), &apply(&both)).await);
     assert!(m.contains(&format!("\"{ns2}\"")), "apply naming tenant B: {m}");
-    let mut current = dbs.get("app").await.unwrap();
-    current.spec.deployment_clients = serde_json::from_value(both.clone()).unwrap();
-    let m = refusal(dbs.replace("app", &pp, &current).await);
+    let m = refused_replace(&dbs, "app", |db| {
+        db.spec.deployment_clients = serde_json::from_value(both.clone()).unwrap();
+    })
+    .await;
     assert!(m.contains(&format!("\"{ns2}\"")), "replace naming tenant B: {m}");
     let m = refusal(dbs.create(&pp, &raw(database("borrowed", &theirs))).await);
     assert!(m.contains(&format!("\"{ns2}\"")), "a new database naming tenant B: {m}");
@@ -844,9 +846,11 @@ async fn the_operator_namespaces_admin_cannot_delete_re_create_or_collect_the_op
         refusal(leases.delete("bloodraven-tombstone-abc-def", &dp).await);
     }
     // Replace (PUT), apply, a finalizer, an owner reference: all writes, all refused.
-    let mut stored = cms.get(record).await.unwrap();
-    stored.data.get_or_insert_default().insert("activeSite".into(), "pdx".into());
-    refusal(cms.replace(record, &pp, &stored).await);
+    let m = refused_replace(&cms, record, |stored| {
+        stored.data.get_or_insert_default().insert("activeSite".into(), "pdx".into());
+    })
+    .await;
+    assert!(m.contains("decision record"), "replace of the decision record: {m}");
     let apply =
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": record}, "data": {"activeSite": "pdx"}});
     refusal(cms.patch(record, &PatchParams::apply("admin").force(), &Patch::Apply(&apply)).await);

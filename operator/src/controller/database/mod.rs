@@ -370,26 +370,70 @@ fn ready_condition(
 
 /// Claims instance `name` on `group` for `namespace` (leader only): a merge
 /// patch of `status.instanceClaims` carrying the resourceVersion read, so
-/// two claimants racing for a name cannot both win (the loser gets a 409
-/// and is reconciled again).
-async fn claim(ctx: &super::Context, group: &MysqlFailoverGroup, name: &str, namespace: &str) -> Result<(), Error> {
-    if !ctx.leadership.is_leader() {
-        return Ok(());
-    }
-    let mut claims = group.status.as_ref().map(|s| s.instance_claims.clone()).unwrap_or_default();
-    claims.push(InstanceClaim { instance: name.to_owned(), namespace: namespace.to_owned() });
-    let patch = json!({
-        "metadata": { "resourceVersion": group.resource_version() },
-        "status": { "instanceClaims": claims },
-    });
-    let params = PatchParams { field_manager: Some(CLAIMS_FIELD_MANAGER.into()), ..PatchParams::default() };
+/// two claimants racing for a name cannot both win. A `409 Conflict` means
+/// the group changed since it was read; most often that is the failover
+/// group's own status write (a probe's health, the heartbeat), not another
+/// claim. So the group is read again at once and the claim retried, up to
+/// [`CLAIM_ATTEMPTS`] times, rather than after the 5 s error requeue: under
+/// load a retry every 5 s could keep losing to the probes (a CI run saw no
+/// claim within 60 s). Once the group read again holds a claim of the name,
+/// nothing is written.
+///
+/// Returns the database's standing after it: `Authoritative` once claimed
+/// (by this call or before it), `NameConflict` when another namespace
+/// claimed the name first, `GroupNotFound` when the group went, and the
+/// `Unclaimed` standing given when this process is not the leader (nothing
+/// written). Errors: the last conflict after [`CLAIM_ATTEMPTS`] tries, or
+/// any other API error (the reconcile is retried by the error policy).
+async fn claim(
+    ctx: &super::Context,
+    group: &MysqlFailoverGroup,
+    name: &str,
+    namespace: &str,
+) -> Result<Standing, Error> {
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
-    api.patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
-        .await
-        .map_err(kube_err("claim the instance name on the failover group"))?;
-    tracing::info!(group = %group.name_any(), instance = name, namespace, "instance name claimed");
-    Ok(())
+    let params = PatchParams { field_manager: Some(CLAIMS_FIELD_MANAGER.into()), ..PatchParams::default() };
+    let mut group = std::borrow::Cow::Borrowed(group);
+    let mut attempt = 1;
+    loop {
+        if !ctx.leadership.is_leader() {
+            return Ok(Standing::Unclaimed { candidate: true });
+        }
+        match authority::claim_of(&group, name) {
+            Some(holder) if holder == namespace => return Ok(Standing::Authoritative),
+            Some(holder) => return Ok(Standing::NameConflict { namespace: holder.to_owned() }),
+            None => {}
+        }
+        let mut claims = group.status.as_ref().map(|s| s.instance_claims.clone()).unwrap_or_default();
+        claims.push(InstanceClaim { instance: name.to_owned(), namespace: namespace.to_owned() });
+        let patch = json!({
+            "metadata": { "resourceVersion": group.resource_version() },
+            "status": { "instanceClaims": claims },
+        });
+        match api.patch_status(&group.name_any(), &params, &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                tracing::info!(group = %group.name_any(), instance = name, namespace, attempt, "instance name claimed");
+                return Ok(Standing::Authoritative);
+            }
+            Err(kube::Error::Api(s)) if s.code == 409 && attempt < CLAIM_ATTEMPTS => {
+                attempt += 1;
+                match ctx.tolerant.get::<MysqlFailoverGroup>(None, &group.name_any()).await {
+                    Ok(Some(fresh)) => group = std::borrow::Cow::Owned(fresh),
+                    Ok(None) => return Ok(Standing::GroupNotFound),
+                    // No longer decodes: the group watch wakes this database
+                    // again, and that reconcile reports GroupInvalid.
+                    Err(ReadError::Invalid(_)) => return Ok(Standing::Unclaimed { candidate: true }),
+                    Err(ReadError::Kube(err)) => return Err(kube_err("read the failover group again")(err)),
+                }
+            }
+            Err(err) => return Err(kube_err("claim the instance name on the failover group")(err)),
+        }
+    }
 }
+
+/// How many times [`claim`] patches before leaving a conflict to the error
+/// policy's requeue.
+const CLAIM_ATTEMPTS: u32 = 5;
 
 fn refs(
     store: &kube::runtime::reflector::Store<MysqlDatabase>,
@@ -465,8 +509,7 @@ async fn reconcile(db: Arc<MysqlDatabase>, dctx: DbCtx) -> Result<Action, Error>
         authority::standing(&db, group.as_ref(), all.iter().map(AsRef::as_ref), |ns| ctx.authority.labels(ns))
     });
     if let (Some(Standing::Unclaimed { candidate: true }), Ok(Some(g))) = (&standing, &group) {
-        claim(ctx, g, &name, &namespace).await?;
-        standing = Some(Standing::Authoritative);
+        standing = Some(claim(ctx, g, &name, &namespace).await?);
     }
     let computed = ready_condition(standing.as_ref(), group.as_ref().map(drop), &name, &namespace, group_name);
     let announce = matches!(standing, Some(Standing::NamespaceNotAllowed | Standing::NameConflict { .. }));
