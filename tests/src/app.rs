@@ -83,7 +83,8 @@ impl AppEnv {
     /// Sets it up; names start with `prefix`.
     pub async fn start(prefix: &str) -> AppEnv {
         let cluster = Cluster::connect().await;
-        let op_ns = cluster.namespace(&format!("{prefix}-op")).await;
+        let mut op_ns = cluster.namespace(&format!("{prefix}-op")).await;
+        op_ns.stop_deployments_on_drop();
         let ns = cluster.namespace(prefix).await;
         let pair = SitePair::start_on(prefix, &node_address());
         let dir = e2e_dir().join(format!("helm-app-{}", ns.name));

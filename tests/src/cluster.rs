@@ -18,6 +18,35 @@ pub const OPERATOR_DB_PASSWORD: &str = "bloodraven-operator-pw";
 /// Password of the replication account `repl` on the test sites (hack/mariadb.sh).
 pub const REPL_DB_PASSWORD: &str = "bloodraven-repl-pw";
 
+/// An admin client of this run's API server, and the server's URL.
+async fn admin_client() -> (Client, String) {
+    install_crypto();
+    let dir = e2e_dir().join("control-plane");
+    let kubeconfig = Kubeconfig::read_from(dir.join("kubeconfig"))
+        .unwrap_or_else(|e| panic!("failed to read {}/kubeconfig (is the control plane up?): {e}", dir.display()));
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
+    let url = config.cluster_url.to_string().trim_end_matches('/').to_owned();
+    (Client::try_from(config).unwrap(), url)
+}
+
+/// The run's lock on the CRDs, file `crds.lock` in the e2e folder, across
+/// the test processes of one run: shared while a test's [`Cluster::connect`]
+/// applies the CRDs, exclusive while the tolerant test holds them loosened
+/// (a connect in between put the strict schema back under it). Blocks until
+/// held; released when the file is dropped.
+pub fn crd_lock(exclusive: bool) -> std::fs::File {
+    let path = e2e_dir().join("crds.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let locked = if exclusive { file.lock() } else { file.lock_shared() };
+    locked.unwrap_or_else(|e| panic!("lock {}: {e}", path.display()));
+    file
+}
+
 /// The control plane of this e2e run.
 #[derive(Clone)]
 pub struct Cluster {
@@ -38,14 +67,10 @@ impl std::fmt::Debug for Cluster {
 impl Cluster {
     /// Connects as admin and installs (server-side applies) the CRDs.
     pub async fn connect() -> Cluster {
-        install_crypto();
+        let (client, url) = admin_client().await;
         let dir = e2e_dir().join("control-plane");
-        let kubeconfig = Kubeconfig::read_from(dir.join("kubeconfig"))
-            .unwrap_or_else(|e| panic!("failed to read {}/kubeconfig (is the control plane up?): {e}", dir.display()));
-        let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.unwrap();
-        let url = config.cluster_url.to_string().trim_end_matches('/').to_owned();
-        let client = Client::try_from(config).unwrap();
         let cluster = Cluster { client, url, ca_path: dir.join("pki/ca.crt") };
+        let _shared = crd_lock(false);
         cluster.install_crds().await;
         cluster
     }
@@ -74,7 +99,7 @@ impl Cluster {
             ..Namespace::default()
         };
         api.create(&PostParams::default(), &ns).await.unwrap();
-        TestNamespace { name, client: self.client.clone() }
+        TestNamespace { name, client: self.client.clone(), stop_deployments: false }
     }
 
     /// A client of this API server that authenticates with a bearer `token`
@@ -128,6 +153,40 @@ pub struct TestNamespace {
     /// Namespace name.
     pub name: String,
     client: Client,
+    /// Whether dropping this handle deletes the namespace's Deployments
+    /// ([`TestNamespace::stop_deployments_on_drop`]).
+    stop_deployments: bool,
+}
+
+impl Drop for TestNamespace {
+    /// Deletes the namespace's Deployments when asked to. An operator Pod
+    /// outlives its test otherwise: the run's Pod operators (chart installs,
+    /// per-test operator Pods) all kept running to the end of the suite,
+    /// each probing sites that were gone, renewing its leader Lease and
+    /// watching every group, database and namespace, until the API server
+    /// answered the last test files in seconds (a CI run failed three of
+    /// them on timeouts). The delete runs on a thread of its own with its
+    /// own client: the test's runtime is ending. Best effort, bounded by
+    /// the client's timeouts; nothing else of the namespace is touched (its
+    /// objects stay readable for a post-mortem).
+    fn drop(&mut self) {
+        if !self.stop_deployments {
+            return;
+        }
+        let namespace = self.name.clone();
+        let stop = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+            runtime.block_on(async {
+                let (client, _) = admin_client().await;
+                let api: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(client, &namespace);
+                let all = kube::api::ListParams::default();
+                if let Err(e) = api.delete_collection(&DeleteParams::background(), &all).await {
+                    eprintln!("could not stop the Deployments of namespace {namespace}: {e}");
+                }
+            });
+        });
+        let _ = stop.join();
+    }
 }
 
 impl std::fmt::Debug for TestNamespace {
@@ -137,10 +196,17 @@ impl std::fmt::Debug for TestNamespace {
 }
 
 impl TestNamespace {
+    /// Has dropping this handle delete the namespace's Deployments (an
+    /// operator or webhook Pod the test started), so they stop with the
+    /// test (see the `Drop` impl).
+    pub fn stop_deployments_on_drop(&mut self) {
+        self.stop_deployments = true;
+    }
+
     /// A handle on namespace `name`, which already exists (e.g. the
     /// operator's own `bloodraven`).
     pub fn existing(cluster: &Cluster, name: &str) -> TestNamespace {
-        TestNamespace { name: name.to_owned(), client: cluster.client.clone() }
+        TestNamespace { name: name.to_owned(), client: cluster.client.clone(), stop_deployments: false }
     }
 
     /// Creates a Secret with `username` and `password` for a site account.

@@ -323,7 +323,8 @@ impl PodScenario {
         use crate::fixtures::{create_group, group, is_ready_at, wait_status};
         let cluster = crate::Cluster::connect().await;
         let ns = cluster.namespace(prefix).await;
-        let op_ns = cluster.namespace(&format!("{prefix}-op")).await;
+        let mut op_ns = cluster.namespace(&format!("{prefix}-op")).await;
+        op_ns.stop_deployments_on_drop();
         let pair = crate::SitePair::start_on(prefix, &node_address());
         let tls = crate::deploy::tls_files_for(
             &pair.dir().join("tls"),

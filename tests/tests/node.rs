@@ -133,7 +133,8 @@ async fn namespaces_get_their_default_service_account_and_finalize() {
 #[tokio::test]
 async fn with_two_replicas_the_service_sends_to_the_leader_only_and_follows_the_next() {
     let cluster = Cluster::connect().await;
-    let ns = cluster.namespace("leadersvc").await;
+    let mut ns = cluster.namespace("leadersvc").await;
+    ns.stop_deployments_on_drop();
     let dir = bloodraven_e2e::e2e_dir().join("leadersvc").join(&ns.name);
     let tls = tls_files_for(&dir, &format!("DNS:bloodraven.{}.svc", ns.name));
     bloodraven_e2e::pods::operator_replicas_in_namespace(&cluster, &ns.name, &ns.name, &tls, 2).await;
@@ -165,7 +166,9 @@ async fn a_pod_reaches_the_operator_pod_through_its_service_with_a_projected_tok
         &format!("DNS:bloodraven.{OPERATOR_NAMESPACE}.svc,DNS:bloodraven.{OPERATOR_NAMESPACE}.svc.cluster.local"),
     );
     operator_in_cluster(&cluster, &ns.name, &tls).await;
-    let operator_ns = TestNamespace::existing(&cluster, OPERATOR_NAMESPACE);
+    let mut operator_ns = TestNamespace::existing(&cluster, OPERATOR_NAMESPACE);
+    // Its operator Pod stops with the test; the namespace stays.
+    operator_ns.stop_deployments_on_drop();
     // Named after the tenant: the operator's namespace outlives the run's tests.
     let creds = format!("{}-creds", ns.name);
     operator_ns.credentials_secret(&creds, "bloodraven", OPERATOR_DB_PASSWORD).await;

@@ -54,38 +54,59 @@ fn loosenings() -> [(&'static str, serde_json::Value); 2] {
     ]
 }
 
-/// Creates `objects` (each with its API) while the CRDs are loosened, and
-/// restores the CRDs right after each attempt, whatever it gave. Retries
-/// while a create is refused: another test's `Cluster::connect` may restore
-/// the CRDs between our loosening and our create.
-async fn create_while_loosened(cluster: &Cluster, objects: &[(Api<DynamicObject>, DynamicObject)]) {
+/// Runs `attempt` while the CRDs are loosened, and restores them after,
+/// whatever it gave. Holds the run's CRD lock
+/// ([`bloodraven_e2e::cluster::crd_lock`]) throughout, so no other test's
+/// `Cluster::connect` restores them in between; and tries `attempt` again
+/// until it succeeds or 60 s pass, because the API server takes a loosened
+/// schema in a moment after it is stored (a CI run under load saw every
+/// immediate create refused by the old schema, 20 times in a row).
+/// Returns the last error when it never succeeded.
+async fn while_loosened<F, Fut>(cluster: &Cluster, mut attempt: F) -> Result<(), String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
     let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
-    let mut created = vec![false; objects.len()];
-    let mut last = String::new();
-    for _ in 0..20 {
-        for (name, patch) in loosenings() {
-            // Fails when already loose (the path is gone): that is fine.
-            let _ = crds
-                .patch(name, &PatchParams::default(), &Patch::<()>::Json(serde_json::from_value(patch).unwrap()))
-                .await;
+    let _held = bloodraven_e2e::cluster::crd_lock(true);
+    for (name, patch) in loosenings() {
+        // Fails when already loose (the path is gone): that is fine.
+        let _ =
+            crds.patch(name, &PatchParams::default(), &Patch::<()>::Json(serde_json::from_value(patch).unwrap())).await;
+    }
+    let started = std::time::Instant::now();
+    let outcome = loop {
+        match attempt().await {
+            Ok(()) => break Ok(()),
+            Err(e) if started.elapsed() > Duration::from_secs(60) => break Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
         }
+    };
+    cluster.install_crds().await;
+    outcome
+}
+
+/// Creates `objects` (each with its API) while the CRDs are loosened ([`while_loosened`]).
+async fn create_while_loosened(cluster: &Cluster, objects: &[(Api<DynamicObject>, DynamicObject)]) {
+    let created = std::sync::Mutex::new(vec![false; objects.len()]);
+    let outcome = while_loosened(cluster, || async {
+        let mut last = None;
         for (i, (api, obj)) in objects.iter().enumerate() {
-            if created[i] {
+            if created.lock().unwrap()[i] {
                 continue;
             }
             match api.create(&PostParams::default(), obj).await {
-                Ok(_) => created[i] = true,
-                Err(kube::Error::Api(s)) if s.code == 409 => created[i] = true,
-                Err(e) => last = e.to_string(),
+                Ok(_) => created.lock().unwrap()[i] = true,
+                Err(kube::Error::Api(s)) if s.code == 409 => created.lock().unwrap()[i] = true,
+                Err(e) => last = Some(e.to_string()),
             }
         }
-        cluster.install_crds().await;
-        if created.iter().all(|c| *c) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        last.map_or(Ok(()), Err)
+    })
+    .await;
+    if let Err(last) = outcome {
+        panic!("could not create the objects under the loosened CRDs; last error: {last}");
     }
-    panic!("could not create the objects under the loosened CRDs; last error: {last}");
 }
 
 /// An object's status alone: serde skips the rest of the body without
@@ -96,25 +117,15 @@ struct StatusOnly {
     status: serde_json::Value,
 }
 
-/// Merge-patches `name` while the CRDs are loosened, and restores them.
+/// Merge-patches `name` while the CRDs are loosened ([`while_loosened`]).
 async fn patch_while_loosened(cluster: &Cluster, api: &Api<DynamicObject>, name: &str, patch: serde_json::Value) {
-    let crds: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
-    let mut last = String::new();
-    for _ in 0..20 {
-        for (crd, loosen) in loosenings() {
-            let _ = crds
-                .patch(crd, &PatchParams::default(), &Patch::<()>::Json(serde_json::from_value(loosen).unwrap()))
-                .await;
-        }
-        let done = api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await;
-        cluster.install_crds().await;
-        match done {
-            Ok(_) => return,
-            Err(e) => last = e.to_string(),
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    let outcome = while_loosened(cluster, || async {
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch)).await.map(drop).map_err(|e| e.to_string())
+    })
+    .await;
+    if let Err(last) = outcome {
+        panic!("could not patch {name} under the loosened CRDs; last error: {last}");
     }
-    panic!("could not patch {name} under the loosened CRDs; last error: {last}");
 }
 
 /// The `Ready` condition of a stored object read as JSON (a typed read of a
