@@ -218,9 +218,14 @@ async fn main() {
     bloodraven_e2e::deploy::database(&cluster, &real_ns.name, "counter-app", &group, &[(&real_ns.name, "deployer")])
         .await;
 
-    let ca = std::env::temp_dir().join(format!("whbench-ca-{}.pem", real_ns.name));
-    std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nbench\n-----END CERTIFICATE-----\n").unwrap();
-    let options = Options { deploy_ca: Some(ca), ..Options::default() };
+    // A real CA for the injected sidecars (never called here): the webhook
+    // refuses a bundle that does not parse as certificates since 731cb5a,
+    // and the placeholder this bench passed before stopped it at start.
+    let tls = bloodraven_e2e::deploy::tls_files_for(
+        &bloodraven_e2e::e2e_dir().join("whbench").join(&real_ns.name),
+        "DNS:bloodraven.invalid",
+    );
+    let options = Options { deploy_ca: Some(tls.ca.clone()), ..Options::default() };
     let real = Webhook::start(&cluster, &op_ns, options.clone()).await;
     real.register(&cluster, &real.params(&op_ns.name, &[&real_ns.name], &real_ns.name)).await;
     let noop_op_ns = cluster.namespace("whbench-noop-op").await;
