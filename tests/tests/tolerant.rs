@@ -86,22 +86,20 @@ where
     outcome
 }
 
-/// Creates `objects` (each with its API) while the CRDs are loosened ([`while_loosened`]).
+/// Creates `objects` (each with its API) while the CRDs are loosened
+/// ([`while_loosened`]). Each attempt creates them all: one created by an
+/// earlier attempt answers `409 AlreadyExists`, which counts as created.
 async fn create_while_loosened(cluster: &Cluster, objects: &[(Api<DynamicObject>, DynamicObject)]) {
-    let created = std::sync::Mutex::new(vec![false; objects.len()]);
     let outcome = while_loosened(cluster, || async {
-        let mut last = None;
-        for (i, (api, obj)) in objects.iter().enumerate() {
-            if created.lock().unwrap()[i] {
-                continue;
-            }
+        let mut last = Ok(());
+        for (api, obj) in objects {
             match api.create(&PostParams::default(), obj).await {
-                Ok(_) => created.lock().unwrap()[i] = true,
-                Err(kube::Error::Api(s)) if s.code == 409 => created.lock().unwrap()[i] = true,
-                Err(e) => last = Some(e.to_string()),
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => last = Err(e.to_string()),
             }
         }
-        last.map_or(Ok(()), Err)
+        last
     })
     .await;
     if let Err(last) = outcome {
