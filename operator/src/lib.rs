@@ -153,7 +153,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
                 config.reconcile_concurrency,
                 shutdown.stopped(),
             ),
-            controller::database::run(ctx, shutdown.stopped()),
+            controller::database::run(ctx, &config.group_selector, shutdown.stopped()),
         );
     };
     // A controller stops gracefully once in-flight reconciles end, but one

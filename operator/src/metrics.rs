@@ -66,6 +66,11 @@ pub struct Metrics {
     /// decision record by the probe path, `cache` (the watch cache: the
     /// group was settled) or `api` (a GET). Mostly `cache` at steady state.
     pub decision_record_reads_total: IntCounterVec,
+    /// `bloodraven_database_group_reads_total{source}`: how the database
+    /// reconciler found a MysqlDatabase's group, `api` (a GET) or `skipped`
+    /// (the metadata caches show it is another shard's group: no read).
+    /// Databases of other shards' groups only ever count `skipped`.
+    pub database_group_reads_total: IntCounterVec,
 }
 
 /// Failed to register a metric (a programming error: duplicate name).
@@ -174,6 +179,14 @@ impl Metrics {
             &["source"],
         )?;
         register(Box::new(decision_record_reads_total.clone()))?;
+        let database_group_reads_total = IntCounterVec::new(
+            Opts::new(
+                "bloodraven_database_group_reads_total",
+                "Lookups of a MysqlDatabase's group by the database reconciler, by source: api (GET) or skipped (another shard's group, known from the caches)",
+            ),
+            &["source"],
+        )?;
+        register(Box::new(database_group_reads_total.clone()))?;
         register(Box::new(topology_generation.clone()))?;
         register(Box::new(site_up.clone()))?;
         register(Box::new(site_writable.clone()))?;
@@ -212,6 +225,7 @@ impl Metrics {
             primary_service_writes_total,
             status_writes_total,
             decision_record_reads_total,
+            database_group_reads_total,
         })
     }
 

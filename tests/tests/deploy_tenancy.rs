@@ -1,15 +1,16 @@
 //! Who may act on a lease, on real components: tenant isolation across
-//! namespaces (issue 6, item 1) and a hold bound to its operation's mutex
-//! (item 3). Each test keeps the issue's input.
+//! namespaces (issue 6, item 1), a hold bound to its operation's mutex
+//! (item 3), and operators sharded by `--group-selector` leaving each
+//! other's databases alone. Each test keeps the issue's input.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 #![allow(clippy::many_single_char_names)] // a, b, c name the operations of the issue's input
 
 use std::time::Duration;
 
-use bloodraven_api::v1alpha1::{DeploymentClient, MysqlDatabase};
+use bloodraven_api::v1alpha1::{DeploymentClient, MysqlDatabase, SecretRef, Site};
 use bloodraven_e2e::deploy::{self, Pipeline, token_of, wait_database_reason, wait_object_event};
-use bloodraven_e2e::fixtures::Scenario;
+use bloodraven_e2e::fixtures::{self, Scenario};
 use bloodraven_e2e::wait::wait_for;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -223,4 +224,66 @@ async fn a_hold_never_outlives_its_operations_mutex() {
     assert_eq!(c.status, 409);
     assert!(c.body["message"].as_str().unwrap().starts_with("the migration mutex is held by operation op-b"), "{c:?}");
     assert_eq!(p.delete("migration", "op-b", &token_of(&b)).await.status, 204);
+}
+
+/// `bloodraven_database_group_reads_total{source}` of `op`.
+async fn group_reads(op: &bloodraven_e2e::Operator, source: &str) -> f64 {
+    let series = format!("bloodraven_database_group_reads_total{{source=\"{source}\"}} ");
+    let metrics = op.metrics().await.unwrap();
+    metrics.lines().find_map(|l| l.strip_prefix(series.as_str())).and_then(|v| v.parse().ok()).unwrap_or(0.0)
+}
+
+/// Found reading the API server's load in a CI run (session 10): every
+/// operator read the group of *every* MysqlDatabase of the cluster at each
+/// re-check, before finding the group was another shard's
+/// (`--group-selector`): K shards and D databases cost K×D group GETs a
+/// minute, all thrown away. A database of another shard's group now costs
+/// no read, and a group that moves into the shard still has its databases
+/// claimed.
+#[tokio::test]
+async fn another_shards_databases_cost_no_group_read_until_the_group_moves_in() {
+    const N: usize = 20;
+    let (sc, op, _pipeline) = setup("shardread").await;
+    // A group of another shard, on sites nobody probes (TEST-NET-1).
+    let other = format!("{}-other", sc.ns.name);
+    let site = |name: &str, host: &str| Site {
+        name: name.into(),
+        host: host.into(),
+        port: 3306,
+        credentials_secret_ref: SecretRef { namespace: sc.ns.name.clone(), name: "unused".into() },
+    };
+    let mut g = fixtures::group(
+        &other,
+        &format!("{}-elsewhere", sc.ns.name),
+        vec![site("iad", "192.0.2.1"), site("pdx", "192.0.2.2")],
+        "iad",
+    );
+    g.spec.allowed_databases = fixtures::allow_namespaces(&[&sc.ns.name]);
+    fixtures::create_group(&sc.cluster, &g).await;
+    // The databases come after the group: the operator's metadata watch of
+    // all groups has seen it by the time their own watch events arrive (a
+    // database seen first would be read, correctly, and count `api`).
+
+    let (api_before, skipped_before) = (group_reads(&op, "api").await, group_reads(&op, "skipped").await);
+    for i in 0..N {
+        deploy::database(&sc.cluster, &sc.ns.name, &format!("other-{i}"), &other, &[]).await;
+    }
+    wait_for("the operator to look at the other shard's databases", T, || async {
+        let skipped = group_reads(&op, "skipped").await;
+        if skipped >= skipped_before + N as f64 { Ok(()) } else { Err(format!("skipped {skipped}")) }
+    })
+    .await;
+    let api = group_reads(&op, "api").await - api_before;
+    // Reads of this shard's databases (its own counter-app, woken by its
+    // group) and of other tests' databases whose group does not exist go
+    // on; before the fix each of the N cost one.
+    assert!(api < (N / 2) as f64, "{api} group GETs while {N} databases of another shard's group were reconciled");
+
+    // The group moves into this operator's shard: its databases are woken
+    // and claimed.
+    let labels = json!({"metadata": {"labels": {bloodraven_e2e::operator::E2E_LABEL: sc.ns.name}}});
+    sc.cluster.groups().patch(&other, &PatchParams::default(), &Patch::Merge(&labels)).await.unwrap();
+    deploy::wait_claimed(&sc.cluster, &other, &sc.ns.name, "other-0", T).await;
+    assert!(group_reads(&op, "api").await > api_before + api, "this shard's databases are read");
+    sc.cluster.delete_group(&other).await;
 }

@@ -42,12 +42,48 @@ use primary::{Decided, Primary};
 const CONTROLLER: &str = "database";
 /// Re-check period, in case a group event was missed.
 const RECHECK: Duration = Duration::from_secs(60);
+/// Look again after this when a group of this shard exists but the shared
+/// group cache has not caught up with it yet (a new group: its databases'
+/// claims must not wait for [`RECHECK`]).
+const CACHE_LAG: Duration = Duration::from_secs(2);
 
-/// What this controller's reconciles get: the shared context and the
-/// caches of the `-primary` objects.
+/// What this controller's reconciles get: the shared context, the caches
+/// of the `-primary` objects, and which groups are this shard's.
 struct DbContext {
     ctx: Ctx,
     primary: Primary,
+    shard: Shard,
+}
+
+type GroupMeta = PartialObjectMeta<MysqlFailoverGroup>;
+
+/// Which groups are this operator's (`--group-selector`), from two
+/// metadata caches, so that a database of another shard's group costs no
+/// API read (with K shards and D databases, every re-check round cost K×D
+/// group GETs before, nearly all thrown away). The selector is evaluated by
+/// the API server (`mine` is a watch with it), never parsed here.
+struct Shard {
+    /// Every group's metadata (the unfiltered metadata watch).
+    all: reflector::Store<GroupMeta>,
+    /// This shard's groups' metadata; `None` without a selector (every
+    /// group is this operator's).
+    mine: Option<reflector::Store<GroupMeta>>,
+}
+
+impl Shard {
+    /// Group `name` is known to exist and to be another shard's. `false`
+    /// when either cache has not seen it yet: the caller then reads it.
+    /// Both caches wake the group's databases when they change, so a group
+    /// that moves into this shard is looked at again when `mine` sees it.
+    fn elsewhere(&self, name: &str) -> bool {
+        let key = ObjectRef::new(name);
+        self.mine.as_ref().is_some_and(|mine| self.all.get(&key).is_some() && mine.get(&key).is_none())
+    }
+
+    /// Group `name` is this shard's, as far as the metadata caches know.
+    fn mine(&self, name: &str) -> bool {
+        self.mine.as_ref().is_none_or(|mine| mine.get(&ObjectRef::new(name)).is_some())
+    }
 }
 
 type DbCtx = Arc<DbContext>;
@@ -116,8 +152,9 @@ fn decision_fingerprint(group: &MysqlFailoverGroup) -> u64 {
     hash_of((&group.metadata.uid, status.active_site, status.topology_generation, claims, active))
 }
 
-/// Runs the controller until `shutdown` resolves.
-pub async fn run(ctx: Ctx, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+/// Runs the controller until `shutdown` resolves. `selector` is the
+/// operator's `--group-selector` (empty: every group).
+pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
     // Tolerant: a MysqlDatabase that does not decode is reported on itself
     // (condition + Event) and skipped; the others keep being served.
     let (reader, writer) = reflector::store();
@@ -140,10 +177,28 @@ pub async fn run(ctx: Ctx, shutdown: impl std::future::Future<Output = ()> + Sen
     //   decision.
     // A fingerprint per group is kept; a reconcile that changes nothing also
     // writes nothing (the caches below and the condition compare).
-    let group_meta = Api::<PartialObjectMeta<MysqlFailoverGroup>>::all(ctx.client.clone());
-    let group_meta =
-        changed_only(watcher(group_meta, WatcherConfig::default()).default_backoff(), metadata_fingerprint);
-    let decisions = ctx.tolerant.watch::<MysqlFailoverGroup>(WatcherConfig::default(), None, Findings::Skip);
+    // - with a `--group-selector`, a metadata watch of this shard's groups,
+    //   whose cache and the unfiltered one's tell another shard's group
+    //   apart without a read (`Shard`); it wakes a group's databases when
+    //   the group comes into the shard or leaves it.
+    // The decision watch is of this shard's groups only: another shard's
+    // decisions are its operator's business.
+    let group_meta_api = Api::<GroupMeta>::all(ctx.client.clone());
+    let (all_groups, all_writer) = reflector::store();
+    let group_meta = changed_only(
+        watcher(group_meta_api.clone(), WatcherConfig::default()).default_backoff().reflect(all_writer),
+        metadata_fingerprint,
+    );
+    let shard_config =
+        if selector.is_empty() { WatcherConfig::default() } else { WatcherConfig::default().labels(selector) };
+    let (shard, shard_meta) = if selector.is_empty() {
+        (Shard { all: all_groups, mine: None }, futures::stream::empty().boxed())
+    } else {
+        let (mine, mine_writer) = reflector::store();
+        let events = watcher(group_meta_api, shard_config.clone()).default_backoff().reflect(mine_writer);
+        (Shard { all: all_groups, mine: Some(mine) }, changed_only(events, metadata_fingerprint).boxed())
+    };
+    let decisions = ctx.tolerant.watch::<MysqlFailoverGroup>(shard_config, None, Findings::Skip);
     let decisions = changed_only(decisions, decision_fingerprint);
     let namespaces = Api::<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>::all(ctx.client.clone());
     let namespaces = watcher(namespaces, WatcherConfig::default()).default_backoff().touched_objects();
@@ -163,14 +218,18 @@ pub async fn run(ctx: Ctx, shutdown: impl std::future::Future<Output = ()> + Sen
         .default_backoff()
         .reflect(slices_writer)
         .touched_objects();
-    let (by_group, by_decision, by_namespace, by_name) =
-        (reader.clone(), reader.clone(), reader.clone(), reader.clone());
+    let (by_group, by_shard, by_decision, by_namespace, by_name) =
+        (reader.clone(), reader.clone(), reader.clone(), reader.clone(), reader.clone());
     let acquisitions = ctx.leadership.acquisitions();
-    let dctx = Arc::new(DbContext { ctx, primary: Primary { services, slices } });
+    let dctx = Arc::new(DbContext { ctx, primary: Primary { services, slices }, shard });
     Controller::for_stream(databases, reader)
         .watches_stream(group_meta, move |group| {
             let name = group.name_any();
             refs(&by_group, |db| db.spec.failover_group_ref.name == name)
+        })
+        .watches_stream(shard_meta, move |group| {
+            let name = group.name_any();
+            refs(&by_shard, |db| db.spec.failover_group_ref.name == name)
         })
         .watches_stream(decisions, move |group| {
             let name = group.name_any();
@@ -492,17 +551,27 @@ async fn reconcile(db: Arc<MysqlDatabase>, dctx: DbCtx) -> Result<Action, Error>
         let computed = Computed::flag("Ready", false, reason::INVALID_SPEC, why);
         return write_conditions(ctx, &db, &name, &namespace, &[computed], false).await;
     }
+    // A group of another shard (`--group-selector`): its operator speaks
+    // for its databases and claims their names, not this one. Decided from
+    // the caches when they know the group, so it costs no read.
+    if dctx.shard.elsewhere(group_name) {
+        ctx.metrics.database_group_reads_total.with_label_values(&["skipped"]).inc();
+        return Ok(Action::requeue(RECHECK));
+    }
+    ctx.metrics.database_group_reads_total.with_label_values(&["api"]).inc();
     let group = match ctx.tolerant.get::<MysqlFailoverGroup>(None, group_name).await {
         Ok(group) => Ok(group),
         Err(ReadError::Invalid(err)) => Err(err),
         Err(ReadError::Kube(err)) => return Err(kube_err("read the failover group")(err)),
     };
-    // A group of another shard (`--group-selector`): its operator speaks
-    // for its databases and claims their names, not this one.
+    // Not in the shared group cache (this shard's groups, decoded): another
+    // shard's group the metadata caches had not seen yet, or this shard's
+    // new group that the cache has not caught up with; that one is looked
+    // at again soon, so its claims do not wait for the re-check.
     if let Ok(Some(g)) = &group
         && ctx.authority.group(&g.name_any()).is_none()
     {
-        return Ok(Action::requeue(RECHECK));
+        return Ok(Action::requeue(if dctx.shard.mine(group_name) { CACHE_LAG } else { RECHECK }));
     }
     let all = ctx.authority.databases.state();
     let mut standing = group.as_ref().ok().map(|group| {
