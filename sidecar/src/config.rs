@@ -162,6 +162,13 @@ pub struct HoldArgs {
     /// Termination message path (`none` for none).
     #[arg(long, env = "BLOODRAVEN_TERMINATION_LOG", default_value = "/dev/termination-log")]
     pub termination_log: PathBuf,
+    /// Before anything else, copy this program (and `bloodraven-migrate`)
+    /// into DIR, as `install` does: the injected sidecar puts the `exec`
+    /// wrapper in the shared volume itself, before its startup probe can
+    /// pass and so before the migration container starts. A failed copy
+    /// ends the sidecar (exit 2) before any lease is asked for.
+    #[arg(long, env = "BLOODRAVEN_INSTALL_DIR", value_name = "DIR")]
+    pub install: Option<PathBuf>,
 }
 
 /// `run`.

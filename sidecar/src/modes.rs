@@ -101,6 +101,15 @@ use crate::socket::Event;
 /// `hold`.
 pub async fn hold(args: HoldArgs) -> i32 {
     let stop = stop_signal();
+    if let Some(dir) = &args.install {
+        match install_into(dir) {
+            Ok(targets) => tracing::info!(dir = %dir.display(), files = targets.len(), "installed the exec wrapper"),
+            Err(e) => {
+                tracing::error!(dir = %dir.display(), error = %e, "failed to install the exec wrapper: the migration cannot start");
+                return exit::USAGE;
+            }
+        }
+    }
     let s = match settings(&args.lease, false, optional_path(&args.termination_log), Some(args.state_file.clone())) {
         Ok(s) => s,
         Err(e) => {
@@ -404,26 +413,7 @@ pub const MIGRATE_BIN: &str = "bloodraven-migrate";
 /// runner from the shared volume, and its revisions stay in the app's own
 /// image (the same image as the release). Exit 0, or 2 when a copy fails.
 pub fn install(args: &InstallArgs) -> i32 {
-    fn copy(from: &std::path::Path, dir: &std::path::Path, name: &str) -> std::io::Result<PathBuf> {
-        use std::os::unix::fs::PermissionsExt as _;
-        let target = dir.join(name);
-        let tmp = dir.join(format!(".{name}.tmp"));
-        std::fs::copy(from, &tmp)?;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
-        std::fs::rename(&tmp, &target)?;
-        Ok(target)
-    }
-    let result = (|| -> std::io::Result<Vec<PathBuf>> {
-        std::fs::create_dir_all(&args.dir)?;
-        let me = std::env::current_exe()?;
-        let mut done = vec![copy(&me, &args.dir, "bloodraven-sidecar")?];
-        let runner = me.with_file_name(MIGRATE_BIN);
-        if runner.is_file() {
-            done.push(copy(&runner, &args.dir, MIGRATE_BIN)?);
-        }
-        Ok(done)
-    })();
-    match result {
+    match install_into(&args.dir) {
         Ok(targets) => {
             for target in targets {
                 println!("installed {}", target.display());
@@ -435,4 +425,27 @@ pub fn install(args: &InstallArgs) -> i32 {
             exit::USAGE
         }
     }
+}
+
+/// The copies of [`install`] into `dir`; returns the paths written.
+///
+/// Errors: the first failed create, copy, chmod or rename.
+fn install_into(dir: &std::path::Path) -> std::io::Result<Vec<PathBuf>> {
+    fn copy(from: &std::path::Path, dir: &std::path::Path, name: &str) -> std::io::Result<PathBuf> {
+        use std::os::unix::fs::PermissionsExt as _;
+        let target = dir.join(name);
+        let tmp = dir.join(format!(".{name}.tmp"));
+        std::fs::copy(from, &tmp)?;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755))?;
+        std::fs::rename(&tmp, &target)?;
+        Ok(target)
+    }
+    std::fs::create_dir_all(dir)?;
+    let me = std::env::current_exe()?;
+    let mut done = vec![copy(&me, dir, "bloodraven-sidecar")?];
+    let runner = me.with_file_name(MIGRATE_BIN);
+    if runner.is_file() {
+        done.push(copy(&runner, dir, MIGRATE_BIN)?);
+    }
+    Ok(done)
 }

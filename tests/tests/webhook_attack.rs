@@ -615,7 +615,7 @@ fn injected_once(job: &Job) -> Result<(), String> {
     let names = inits(job);
     let command = pod.containers[0].command.clone().unwrap_or_default();
     let wrapped = command.iter().filter(|c| c.as_str() == "exec").count();
-    if names == ["bloodraven-install", "bloodraven-sidecar"] && wrapped == 1 {
+    if names == ["bloodraven-sidecar"] && wrapped == 1 {
         Ok(())
     } else {
         Err(format!("inits {names:?}, command {command:?}"))

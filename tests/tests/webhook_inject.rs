@@ -70,7 +70,7 @@ async fn an_annotated_job_is_injected_and_runs_holding_both_leases() {
     let env = setup("whinj-run").await;
     let script = "/run/bloodraven/bin/bloodraven-sidecar permit && echo MIGRATING && sleep 2";
     let created = create(&env, &job(&env, "migrate", script), false).await.unwrap();
-    assert_eq!(init_names(&created), ["bloodraven-install", "bloodraven-sidecar"]);
+    assert_eq!(init_names(&created), ["bloodraven-sidecar"]);
     assert_eq!(&command(&created)[..4], ["/run/bloodraven/bin/bloodraven-sidecar", "exec", "--", "/bin/sh"]);
     let spec = created.spec.as_ref().unwrap();
     assert_eq!((spec.backoff_limit, spec.active_deadline_seconds), (Some(0), Some(3600)));
@@ -156,7 +156,7 @@ async fn injection_is_idempotent_refusals_say_what_to_fix_and_plain_jobs_are_lef
     copy["spec"]["template"]["metadata"] = json!({});
     copy.as_object_mut().unwrap().remove("status");
     let again = create(&env, &copy, true).await.unwrap();
-    assert_eq!(init_names(&again), ["bloodraven-install", "bloodraven-sidecar"]);
+    assert_eq!(init_names(&again), ["bloodraven-sidecar"]);
     assert_eq!(command(&again).iter().filter(|c| c.as_str() == "exec").count(), 1, "{:?}", command(&again));
 
     // Refusals, each through the API server.

@@ -6,14 +6,20 @@
 //!
 //! What a Job annotated `bloodraven.shipstream.io/inject: "true"` (with
 //! `…/group` and `…/instance`) gets:
-//! - init container `bloodraven-install` (copies the `exec` wrapper into the
-//!   shared volume) and the native sidecar `bloodraven-sidecar hold`
-//!   (`restartPolicy: Always`, a startup probe that passes once both leases
-//!   are held), appended after the user's init containers;
+//! - the native sidecar `bloodraven-sidecar hold --install /run/bloodraven/bin`
+//!   (`restartPolicy: Always`; it copies the `exec` wrapper into the shared
+//!   volume first, and its startup probe passes once both leases are held,
+//!   so the migration container starts after both), appended after the
+//!   user's init containers. Its settings are arguments, the deploy API's CA
+//!   among them (`--ca-pem`), so the Job's namespace needs no CA object;
+//!   only the Job's UID is an environment variable (downward API). Fewer
+//!   fields than a container and an environment list per setting: the API
+//!   server defaults, validates and tracks (managedFields) every field of
+//!   every Job created, and that is what injection costs it (docs/webhook.md,
+//!   "Cost");
 //! - volume `bloodraven-run` (emptyDir: local socket, state, wrapper) and
 //!   `bloodraven-token` (projected ServiceAccount token, audience
-//!   `bloodraven-deploy`, mounted in the sidecar only); the deploy API's CA
-//!   as `BLOODRAVEN_CA_PEM`, so the Job's namespace needs no CA object;
+//!   `bloodraven-deploy`, mounted in the sidecar only);
 //! - the migration container's command prefixed with
 //!   `/run/bloodraven/bin/bloodraven-sidecar exec --` (the wrapper that
 //!   starts the migration once both leases are held and fences it);
@@ -177,7 +183,8 @@ pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
     }
 
     // A container of the Pod named like one of ours would be taken for the
-    // sidecar by a reader (and collide with it): refused.
+    // sidecar by a reader (and collide with it): refused. The install
+    // container's name stays taken: earlier webhooks injected one.
     if let Some(c) = containers
         .iter()
         .map(|c| c.get("name").and_then(Value::as_str).unwrap_or_default())
@@ -211,29 +218,33 @@ pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
             ops.push(add(&["spec", "template", "spec", "containers", &idx, "volumeMounts"], json!([run_mount])));
         }
     }
-    // Init containers: install, then the native sidecar, after the user's own.
+    // The native sidecar, after the user's own init containers.
     let inits = pod.get("initContainers").and_then(Value::as_array).cloned().unwrap_or_default();
     let has = |list: &[Value], n: &str| list.iter().any(|c| c.get("name").and_then(Value::as_str) == Some(n));
     // A container of ours already there must be ours: same image and role
     // (a Job copied from an injected one), not a look-alike that would
     // leave the migration unfenced.
-    let expected = [install_container(s), sidecar_container(job, ask, s)?];
-    for want in &expected {
-        let n = want.get("name").and_then(Value::as_str).unwrap_or_default();
-        if let Some(c) = inits.iter().find(|c| c.get("name").and_then(Value::as_str) == Some(n))
-            && let Some(field) = differs(c, want)
-        {
-            return Err(format!(
-                "init container {n:?} is not the one this webhook injects ({field} differs): remove it (and the other bloodraven-* containers and volumes) and create the Job again to have it injected"
-            ));
-        }
+    let sidecar = sidecar_container(job, ask, s)?;
+    if let Some(c) = inits.iter().find(|c| c.get("name").and_then(Value::as_str) == Some(names::SIDECAR_CONTAINER))
+        && let Some(field) = differs(c, &sidecar)
+    {
+        return Err(format!(
+            "init container {:?} is not the one this webhook injects ({field} differs): remove it (and the other bloodraven-* containers and volumes) and create the Job again to have it injected",
+            names::SIDECAR_CONTAINER
+        ));
+    }
+    // Earlier webhooks injected an install container; this one's sidecar
+    // installs the wrapper itself. A Job copied from such a Job is refused
+    // like any other stale copy.
+    if has(&inits, names::INSTALL_CONTAINER) {
+        return Err(format!(
+            "init container {:?} was injected by an earlier webhook (the sidecar now installs the wrapper itself): remove it (and the other bloodraven-* containers and volumes) and create the Job again to have it injected",
+            names::INSTALL_CONTAINER
+        ));
     }
     let mut new_inits = Vec::new();
-    if !has(&inits, names::INSTALL_CONTAINER) {
-        new_inits.push(install_container(s));
-    }
     if !has(&inits, names::SIDECAR_CONTAINER) {
-        new_inits.push(sidecar_container(job, ask, s)?);
+        new_inits.push(sidecar);
     }
     append(&mut ops, &["spec", "template", "spec", "initContainers"], pod.get("initContainers"), new_inits);
     // Volumes.
@@ -381,30 +392,21 @@ fn resources() -> Value {
     json!({"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}})
 }
 
-fn install_container(s: &Settings) -> Value {
-    json!({
-        "name": names::INSTALL_CONTAINER, "image": s.image, "imagePullPolicy": s.pull_policy,
-        "args": ["install", format!("{}/bin", names::RUN_DIR)],
-        "securityContext": restricted(SIDECAR_UID), "resources": resources(),
-        "volumeMounts": [{"name": names::RUN_VOLUME, "mountPath": names::RUN_DIR}],
-    })
-}
-
+/// The injected sidecar: `hold`, its settings as arguments (`--flag=value`,
+/// one list: see the module docs), the Job's UID from the downward API.
 fn sidecar_container(job: &Value, ask: &Ask, s: &Settings) -> Result<Value, String> {
-    let mut env = vec![
-        json!({"name": "BLOODRAVEN_URL", "value": s.deploy_url}),
-        json!({"name": "BLOODRAVEN_CA_PEM", "value": s.ca_pem}),
-        json!({"name": "BLOODRAVEN_TOKEN_FILE", "value": "/var/run/secrets/bloodraven/token"}),
-        json!({"name": "BLOODRAVEN_GROUP", "value": ask.group}),
-        json!({"name": "BLOODRAVEN_INSTANCE", "value": ask.instance}),
-        json!({"name": "BLOODRAVEN_JOB_UID", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}}),
-        json!({"name": "BLOODRAVEN_ACQUIRE_TIMEOUT", "value": s.acquire_timeout_seconds.to_string()}),
+    let mut args = vec![
+        "hold".to_owned(),
+        format!("--install={}/bin", names::RUN_DIR),
+        format!("--url={}", s.deploy_url),
+        format!("--ca-pem={}", s.ca_pem),
+        format!("--group={}", ask.group),
+        format!("--instance={}", ask.instance),
+        format!("--acquire-timeout={}", s.acquire_timeout_seconds),
     ];
     if let Some(ttl) = annotation(job, names::TTL) {
         match ttl.parse::<u32>() {
-            Ok(t) if (MIN_TTL..=120).contains(&t) => {
-                env.push(json!({"name": "BLOODRAVEN_TTL", "value": t.to_string()}));
-            }
+            Ok(t) if (MIN_TTL..=120).contains(&t) => args.push(format!("--ttl={t}")),
             _ => {
                 return Err(format!(
                     "annotation {}: {:?} is not a TTL in seconds in [{MIN_TTL}, 120] (below {MIN_TTL}, a renewal every ttl/3 plus the sidecar's 5 s request timeout and 10 s grace leaves no time before the lease lapses)",
@@ -418,13 +420,13 @@ fn sidecar_container(job: &Value, ask: &Ask, s: &Settings) -> Result<Value, Stri
         if !["at-start", "reported"].contains(&mode) {
             return Err(format!("annotation {}: {:?}; use at-start or reported", names::DDL_BOUNDARY, truncate(mode)));
         }
-        env.push(json!({"name": "BLOODRAVEN_DDL_BOUNDARY", "value": mode}));
+        args.push(format!("--ddl-boundary={mode}"));
     }
     Ok(json!({
         "name": names::SIDECAR_CONTAINER, "image": s.image, "imagePullPolicy": s.pull_policy,
         "restartPolicy": "Always",
-        "args": ["hold"],
-        "env": env,
+        "args": args,
+        "env": [{"name": "BLOODRAVEN_JOB_UID", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}}],
         "startupProbe": {"exec": {"command": ["/bloodraven-sidecar", "probe"]}, "periodSeconds": 1,
                          "failureThreshold": s.acquire_timeout_seconds + 60},
         "securityContext": restricted(SIDECAR_UID), "resources": resources(),

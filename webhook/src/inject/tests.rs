@@ -58,19 +58,18 @@ fn an_annotated_job_gets_the_sidecar_the_wrapper_and_fail_closed_defaults() {
     let pod = &out["spec"]["template"]["spec"];
     assert_eq!(out["spec"]["backoffLimit"], 0);
     assert_eq!(out["spec"]["activeDeadlineSeconds"], 3600);
-    assert_eq!(
-        names(&pod["initContainers"]),
-        ["proxy", "bloodraven-install", "bloodraven-sidecar"],
-        "the user's sidecar kept, first"
-    );
-    let sidecar = &pod["initContainers"][2];
+    assert_eq!(names(&pod["initContainers"]), ["proxy", "bloodraven-sidecar"], "the user's sidecar kept, first");
+    let sidecar = &pod["initContainers"][1];
     assert_eq!(sidecar["restartPolicy"], "Always");
-    assert_eq!(sidecar["args"], json!(["hold"]));
-    let env: Vec<&str> = sidecar["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
-    for want in ["BLOODRAVEN_URL", "BLOODRAVEN_CA_PEM", "BLOODRAVEN_GROUP", "BLOODRAVEN_INSTANCE", "BLOODRAVEN_JOB_UID"]
+    let args: Vec<&str> = sidecar["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    assert_eq!(args[..2], ["hold", "--install=/run/bloodraven/bin"], "the sidecar installs the wrapper first");
+    for want in
+        ["--url=https://", "--ca-pem=-----BEGIN", "--group=prod", "--instance=counter-app", "--acquire-timeout="]
     {
-        assert!(env.contains(&want), "{want}: {env:?}");
+        assert!(args.iter().any(|a| a.starts_with(want)), "{want}: {args:?}");
     }
+    let env: Vec<&str> = sidecar["env"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
+    assert_eq!(env, ["BLOODRAVEN_JOB_UID"], "the one setting only the downward API knows");
     let migrate = &pod["containers"][0];
     assert_eq!(migrate["command"], json!(["/run/bloodraven/bin/bloodraven-sidecar", "exec", "--", "/app/migrate"]));
     assert_eq!(migrate["args"], json!(["up"]));
@@ -111,17 +110,26 @@ fn injection_is_idempotent_for_a_reinvocation_and_a_copied_job() {
         ("startupProbe", json!({"exec": {"command": ["true"]}})),
     ] {
         let mut fake = once.clone();
-        fake["spec"]["template"]["spec"]["initContainers"][2][field] = value;
+        fake["spec"]["template"]["spec"]["initContainers"][1][field] = value;
         let e = patch(&fake, &a, &settings()).unwrap_err();
         assert!(e.contains("is not the one this webhook injects"), "{e}");
     }
+    // A copy of a Job an earlier webhook injected (an install container
+    // before the sidecar) is refused, saying what to remove.
+    let mut stale = once.clone();
+    stale["spec"]["template"]["spec"]["initContainers"]
+        .as_array_mut()
+        .unwrap()
+        .insert(1, json!({"name": "bloodraven-install", "image": "bloodraven/sidecar:0.1.0", "args": ["install", "/run/bloodraven/bin"]}));
+    let e = patch(&stale, &a, &settings()).unwrap_err();
+    assert!(e.contains("\"bloodraven-install\" was injected by an earlier webhook"), "{e}");
     // A Pod without lists at all gets them created.
     let mut bare = job();
     let pod = bare["spec"]["template"]["spec"].as_object_mut().unwrap();
     pod.remove("initContainers");
     pod.remove("volumes");
     let out = apply(&bare);
-    assert_eq!(names(&out["spec"]["template"]["spec"]["initContainers"]), ["bloodraven-install", "bloodraven-sidecar"]);
+    assert_eq!(names(&out["spec"]["template"]["spec"]["initContainers"]), ["bloodraven-sidecar"]);
 }
 
 #[test]
