@@ -7,14 +7,21 @@
 //! `bloodraven-webhook`, beside the same creates in a namespace served by the
 //! same binary in `--noop` mode (answers "allowed" at once) registered the
 //! same way — the same API server, the same TLS listener, the same
-//! `matchConditions`. A third side, in a third namespace, is the same binary
-//! in `--noop` mode answering every review with the very patch the real
-//! webhook produces (taken from a dry run of each): it costs the API server
-//! the same patch and the same bigger Job to default and validate, without
-//! the webhook's checks, so it separates what the webhook adds from what
-//! injecting a sidecar costs the API server. The sides alternate in 5 s
-//! blocks for `BENCH_SECONDS` (30) each, so drift of the machine falls on
-//! all. Prints p50/p99 of each, the ratios, the p99 the webhook adds, the
+//! `matchConditions`. Two more sides separate what the webhook adds from
+//! what injecting a sidecar costs the API server: the same binary in
+//! `--noop` mode answering every review with the very patch the real
+//! webhook produces (taken from a dry run of each: the same patch and the
+//! same bigger Job to default, validate and track, without the webhook's
+//! checks), and the Job posted already injected through the no-op (the
+//! bigger Job alone, no patch).
+//!
+//! Two Jobs are measured: the project's example migration Job
+//! (charts/examples/counter-app `migration-job.yaml` with its default
+//! values: nine settings, a Secret volume, resources, security contexts),
+//! and a minimal one (one container, a command, nothing else), where the
+//! injected part weighs most. The sides of both rotate in 1 s blocks,
+//! `BENCH_SECONDS` (30) rounds, so drift of the machine falls on all.
+//! Prints p50/p99 of each, the ratios, the p99 the webhook adds, the
 //! webhook's own review time (its histogram), and the resident sets.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must end the run loudly
@@ -66,10 +73,10 @@ async fn rename(cluster: &Cluster, config: &str, name: &str) {
 
 /// A dry-run create of the bench Job in `ns`, retried until the webhook
 /// serving `ns` answers (its registration may still be settling).
-async fn dry_run(cluster: &Cluster, ns: &str, group: &str) -> Job {
+async fn dry_run(cluster: &Cluster, ns: &str, job: &Job) -> Job {
     let api = Api::<Job>::namespaced(cluster.client.clone(), ns);
     bloodraven_e2e::wait_for(&format!("a dry-run create in {ns}"), Duration::from_secs(30), || async {
-        api.create(&PostParams { dry_run: true, ..PostParams::default() }, &job(group)).await.map_err(|e| e.to_string())
+        api.create(&PostParams { dry_run: true, ..PostParams::default() }, job).await.map_err(|e| e.to_string())
     })
     .await
 }
@@ -98,7 +105,24 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn job(group: &str) -> Job {
+/// The Job the real webhook returned, as a user would post it already
+/// injected: without what the server derives from each Job's own uid and
+/// name (`kubectl create job --from` strips the same).
+fn pre_injected(injected: &Job) -> Job {
+    let mut j = serde_json::to_value(injected).unwrap();
+    let meta = j["metadata"].as_object_mut().unwrap();
+    for k in ["name", "namespace", "uid", "resourceVersion", "creationTimestamp", "managedFields", "labels"] {
+        meta.remove(k);
+    }
+    meta.insert("generateName".into(), json!("bench-"));
+    j["spec"].as_object_mut().unwrap().remove("selector");
+    j["spec"]["template"]["metadata"].as_object_mut().unwrap().remove("labels");
+    j.as_object_mut().unwrap().remove("status");
+    serde_json::from_value(j).unwrap()
+}
+
+/// The minimal annotated Job: one container with a command.
+fn minimal_job(group: &str) -> Job {
     serde_json::from_value(json!({
         "apiVersion": "batch/v1", "kind": "Job",
         "metadata": {"generateName": "bench-", "annotations": {
@@ -111,11 +135,71 @@ fn job(group: &str) -> Job {
     .unwrap()
 }
 
+/// The example chart's migration Job (charts/examples/counter-app
+/// `templates/migration-job.yaml`) as `helm template` renders it with the
+/// chart's default values, the hook annotations included.
+fn example_job(group: &str) -> Job {
+    let setting = |name: &str, value: &str| json!({"name": name, "value": value});
+    serde_json::from_value(json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"generateName": "counter-app-migrate-",
+            "labels": {"app.kubernetes.io/name": "counter-app", "app.kubernetes.io/instance": "counter-app",
+                       "app.kubernetes.io/version": "0.1.0", "app.kubernetes.io/managed-by": "Helm",
+                       "helm.sh/chart": "counter-app-0.1.0", "app.kubernetes.io/component": "migrate"},
+            "annotations": {
+                "helm.sh/hook": "pre-install,pre-upgrade", "helm.sh/hook-weight": "0",
+                "helm.sh/hook-delete-policy": "before-hook-creation",
+                "argocd.argoproj.io/hook": "PreSync", "argocd.argoproj.io/hook-delete-policy": "BeforeHookCreation",
+                "bloodraven.shipstream.io/inject": "true",
+                "bloodraven.shipstream.io/group": group,
+                "bloodraven.shipstream.io/instance": "counter-app",
+                "bloodraven.shipstream.io/container": "migrate",
+                "bloodraven.shipstream.io/ttl": "30",
+                "bloodraven.shipstream.io/ddl-boundary": "reported"}},
+        "spec": {"backoffLimit": 0, "activeDeadlineSeconds": 280, "template": {
+            "metadata": {"labels": {"app.kubernetes.io/name": "counter-app", "app.kubernetes.io/instance": "counter-app",
+                                    "app.kubernetes.io/component": "migrate"}},
+            "spec": {
+                "serviceAccountName": "deployer", "automountServiceAccountToken": false,
+                "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                "restartPolicy": "Never", "terminationGracePeriodSeconds": 30,
+                "containers": [{
+                    "name": "migrate", "image": "localhost/bloodraven/counter-app:0.1.0", "imagePullPolicy": "IfNotPresent",
+                    "command": ["/run/bloodraven/bin/bloodraven-migrate", "apply"],
+                    "volumeMounts": [{"name": "database-url", "mountPath": "/var/run/secrets/database", "readOnly": true}],
+                    "env": [
+                        setting("BLOODRAVEN_DB_URL_FILE", "/var/run/secrets/database/url"),
+                        setting("BLOODRAVEN_MIGRATION_DIR", "/migrations"),
+                        setting("BLOODRAVEN_MIGRATION_LOCK_TIMEOUT", "5s"),
+                        setting("BLOODRAVEN_MIGRATION_MAX_ATTEMPTS", "8"),
+                        setting("BLOODRAVEN_MIGRATION_RETRY_MIN_SECONDS", "3"),
+                        setting("BLOODRAVEN_MIGRATION_RETRY_MAX_SECONDS", "15"),
+                        setting("BLOODRAVEN_MIGRATION_ON_BLOCKER", "proceed"),
+                        setting("BLOODRAVEN_MIGRATION_CONNECT_TIMEOUT", "10"),
+                        setting("BLOODRAVEN_LOG_FORMAT", "text")],
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "128Mi"}},
+                    "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
+                        "readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false,
+                        "capabilities": {"drop": ["ALL"]}}}],
+                "volumes": [{"name": "database-url", "secret": {"secretName": "counter-app-database",
+                    "items": [{"key": "url", "path": "url"}]}}]}}},
+    }))
+    .unwrap()
+}
+
+/// One side of the benchmark: Jobs `job` created in `ns`.
+struct Side {
+    label: String,
+    ns: String,
+    job: Job,
+    latencies: Arc<Mutex<Vec<f64>>>,
+}
+
 /// Sends dry-run creates to `ns` at `rate`/s for `block`; appends each latency (ms).
 async fn block(
     cluster: &Cluster,
     ns: &str,
-    group: &str,
+    job: &Job,
     rate: u64,
     block: Duration,
     out: &Arc<Mutex<Vec<f64>>>,
@@ -128,7 +212,7 @@ async fn block(
     let mut tasks = Vec::new();
     while started.elapsed() < block {
         tick.tick().await;
-        let (api, out, errors, j) = (api.clone(), out.clone(), errors.clone(), job(group));
+        let (api, out, errors, j) = (api.clone(), out.clone(), errors.clone(), job.clone());
         tasks.push(tokio::spawn(async move {
             let t = Instant::now();
             let r = api.create(&PostParams { dry_run: true, ..PostParams::default() }, &j).await;
@@ -233,78 +317,98 @@ async fn main() {
     noop.register(&cluster, &noop.params(&noop_op_ns.name, &[&noop_ns.name], &noop_ns.name)).await;
     rename(&cluster, &noop.name, NOOP_NAME).await;
 
-    // Warm up, check the real one injects, and take its patch: the
-    // difference between the same Job created through each.
-    let injected = dry_run(&cluster, &real_ns.name, &group).await;
-    assert!(
-        injected
-            .spec
-            .as_ref()
-            .unwrap()
-            .template
-            .spec
-            .as_ref()
-            .unwrap()
-            .init_containers
-            .as_ref()
-            .is_some_and(|c| c.len() == 2)
-    );
-    let plain = dry_run(&cluster, &noop_ns.name, &group).await;
-    let patch = json_patch::diff(&injected_part(&plain), &injected_part(&injected));
-    let patch_file = std::env::temp_dir().join(format!("whbench-patch-{}.json", real_ns.name));
-    std::fs::write(&patch_file, serde_json::to_vec(&patch).unwrap()).unwrap();
-    let same_ns = cluster.namespace("whbench-same").await;
-    let same_op_ns = cluster.namespace("whbench-same-op").await;
-    let same_flags = vec!["--noop".into(), format!("--noop-patch-file={}", patch_file.display())];
-    let same = Webhook::start(&cluster, &same_op_ns, Options { extra: same_flags, ..options }).await;
-    same.register(&cluster, &same.params(&same_op_ns.name, &[&same_ns.name], &same_ns.name)).await;
-    rename(&cluster, &same.name, SAME_NAME).await;
-    let replayed = dry_run(&cluster, &same_ns.name, &group).await;
-    assert_eq!(
-        injected_part(&replayed),
-        injected_part(&injected),
-        "the same-patch baseline must produce the Job the real webhook produces"
-    );
-    let new = || Arc::new(Mutex::new(Vec::new()));
-    let (real_latencies, noop_latencies, same_latencies) = (new(), new(), new());
+    // For each Job: check the real webhook injects, take its patch (the
+    // difference between the same Job created through each), and start the
+    // same-patch webhook answering with it.
+    let mut shapes = Vec::new();
+    let mut same_webhooks = Vec::new();
+    for (shape, job) in [("example Job", example_job(&group)), ("minimal Job", minimal_job(&group))] {
+        let injected = dry_run(&cluster, &real_ns.name, &job).await;
+        let inits = injected.spec.as_ref().unwrap().template.spec.as_ref().unwrap().init_containers.clone();
+        assert!(inits.is_some_and(|c| c.iter().any(|c| c.name == "bloodraven-sidecar")), "{shape}: not injected");
+        let plain = dry_run(&cluster, &noop_ns.name, &job).await;
+        let patch = json_patch::diff(&injected_part(&plain), &injected_part(&injected));
+        let tag = if shape.starts_with("example") { "ex" } else { "min" };
+        let patch_file = std::env::temp_dir().join(format!("whbench-patch-{}-{tag}.json", real_ns.name));
+        std::fs::write(&patch_file, serde_json::to_vec(&patch).unwrap()).unwrap();
+        let same_ns = cluster.namespace(&format!("whbench-same-{tag}")).await;
+        let same_op_ns = cluster.namespace(&format!("whbench-same-{tag}-op")).await;
+        let flags = vec!["--noop".into(), format!("--noop-patch-file={}", patch_file.display())];
+        let same = Webhook::start(&cluster, &same_op_ns, Options { extra: flags, ..options.clone() }).await;
+        same.register(&cluster, &same.params(&same_op_ns.name, &[&same_ns.name], &same_ns.name)).await;
+        rename(&cluster, &same.name, &format!("{tag}-{SAME_NAME}")).await;
+        let replayed = dry_run(&cluster, &same_ns.name, &job).await;
+        assert_eq!(
+            injected_part(&replayed),
+            injected_part(&injected),
+            "{shape}: the same-patch baseline must produce the Job the real webhook produces"
+        );
+        let big = pre_injected(&injected);
+        let posted = dry_run(&cluster, &noop_ns.name, &big).await;
+        assert_eq!(
+            injected_part(&posted),
+            injected_part(&injected),
+            "{shape}: the pre-injected Job must be the injected Job"
+        );
+        let side = |label: &str, ns: &str, job: &Job| Side {
+            label: format!("{shape}: {label}"),
+            ns: ns.to_owned(),
+            job: job.clone(),
+            latencies: Arc::new(Mutex::new(Vec::new())),
+        };
+        shapes.push([
+            side("bloodraven-webhook", &real_ns.name, &job),
+            side("no-op webhook", &noop_ns.name, &job),
+            side("same-patch no-op", &same_ns.name, &job),
+            side("posted injected, no-op", &noop_ns.name, &big),
+        ]);
+        same_webhooks.push((same, same_ns, same_op_ns, tag));
+    }
     let errors = Arc::new(Mutex::new(0u64));
-    let warm = new();
-    for ns in [&real_ns.name, &noop_ns.name, &same_ns.name] {
-        block(&cluster, ns, &group, rate, Duration::from_secs(3), &warm, &errors).await;
+    let warm = Arc::new(Mutex::new(Vec::new()));
+    for side in shapes.iter().flatten() {
+        block(&cluster, &side.ns, &side.job, rate, Duration::from_secs(2), &warm, &errors).await;
     }
     *errors.lock().unwrap() = 0;
 
     println!(
-        "webhook benchmark: {rate} dry-run Job creates/s through kube-apiserver, {seconds} s per side in 5 s blocks"
+        "webhook benchmark: {rate} dry-run Job creates/s through kube-apiserver, {seconds} s per side, the sides rotating in 1 s blocks"
     );
     let before = review_seconds(&real.metrics().await).unwrap_or((0.0, 0.0));
     let api_before = apiserver_metrics(&cluster).await;
-    let blocks = seconds.div_ceil(5);
-    for _ in 0..blocks {
-        block(&cluster, &real_ns.name, &group, rate, Duration::from_secs(5), &real_latencies, &errors).await;
-        block(&cluster, &noop_ns.name, &group, rate, Duration::from_secs(5), &noop_latencies, &errors).await;
-        block(&cluster, &same_ns.name, &group, rate, Duration::from_secs(5), &same_latencies, &errors).await;
+    for _ in 0..seconds {
+        for side in shapes.iter().flatten() {
+            block(&cluster, &side.ns, &side.job, rate, Duration::from_secs(1), &side.latencies, &errors).await;
+        }
     }
-    let (r50, r99) = summary("bloodraven-webhook", &real_latencies);
-    let (n50, n99) = summary("no-op webhook (baseline)", &noop_latencies);
-    let (s50, s99) = summary("same-patch no-op webhook", &same_latencies);
-    println!(
-        "vs no-op:      ratio p50 {:.2}x   p99 {:.2}x   p99 added {:.2} ms   (goal: <= 1.2x, added < 10 ms)",
-        r50 / n50,
-        r99 / n99,
-        r99 - n99
-    );
-    println!(
-        "vs same patch: ratio p50 {:.2}x   p99 {:.2}x   p99 added {:.2} ms   (the webhook's checks alone)",
-        r50 / s50,
-        r99 / s99,
-        r99 - s99
-    );
-    println!(
-        "same patch vs no-op: ratio p50 {:.2}x   p99 {:.2}x   (what the API server spends applying the injection)",
-        s50 / n50,
-        s99 / n99
-    );
+    for [real_side, noop_side, same_side, big_side] in &shapes {
+        let (r50, r99) = summary(&real_side.label, &real_side.latencies);
+        let (n50, n99) = summary(&noop_side.label, &noop_side.latencies);
+        let (s50, s99) = summary(&same_side.label, &same_side.latencies);
+        let (b50, b99) = summary(&big_side.label, &big_side.latencies);
+        println!(
+            "  vs no-op:      ratio p50 {:.2}x   p99 {:.2}x   p99 added {:.2} ms   (goal: <= 1.2x, added < 10 ms)",
+            r50 / n50,
+            r99 / n99,
+            r99 - n99
+        );
+        println!(
+            "  vs same patch: ratio p50 {:.2}x   p99 {:.2}x   p99 added {:.2} ms   (the webhook's checks alone)",
+            r50 / s50,
+            r99 / s99,
+            r99 - s99
+        );
+        println!(
+            "  same patch vs no-op: ratio p50 {:.2}x   p99 {:.2}x   (what the API server spends on the injection)",
+            s50 / n50,
+            s99 / n99
+        );
+        println!(
+            "  posted injected vs no-op: ratio p50 {:.2}x   p99 {:.2}x   (the bigger Job alone, no patch)",
+            b50 / n50,
+            b99 / n99
+        );
+    }
     let after = real.metrics().await;
     let buckets: Vec<String> = review_buckets(&after).iter().map(|(le, n)| format!("≤{le}s: {n}")).collect();
     println!("webhook's own review time (inject), cumulative since start: {}", buckets.join(", "));
@@ -315,11 +419,14 @@ async fn main() {
         }
     }
     let api_after = apiserver_metrics(&cluster).await;
-    for (label, name) in [
-        ("bloodraven-webhook", "inject.bloodraven.shipstream.io"),
-        ("no-op webhook", NOOP_NAME),
-        ("same-patch webhook", SAME_NAME),
-    ] {
+    let mut calls = vec![
+        ("bloodraven-webhook".to_owned(), "inject.bloodraven.shipstream.io".to_owned()),
+        ("no-op webhook".to_owned(), NOOP_NAME.to_owned()),
+    ];
+    for (_, _, _, tag) in &same_webhooks {
+        calls.push((format!("same-patch webhook ({tag})"), format!("{tag}-{SAME_NAME}")));
+    }
+    for (label, name) in &calls {
         let (b, a) = (webhook_call_buckets(&api_before, name), webhook_call_buckets(&api_after, name));
         let q = |p| {
             bloodraven_e2e::promtext::quantile(&b, &a, p)
@@ -344,12 +451,18 @@ async fn main() {
         bloodraven_e2e::promtext::quantile(&b, &a, 0.99).unwrap_or(0.0) * 1000.0
     );
     println!("errors: {}", errors.lock().unwrap());
-    for (name, w) in [("bloodraven-webhook", &real), ("no-op webhook", &noop), ("same-patch webhook", &same)] {
+    let mut processes = vec![("bloodraven-webhook", &real), ("no-op webhook", &noop)];
+    for (same, _, _, _) in &same_webhooks {
+        processes.push(("same-patch webhook", same));
+    }
+    for (name, w) in processes {
         if let Some((hwm, rss)) = w.pid().and_then(process_memory_kib) {
             println!("{name:<20} RSS {:.1} MiB (peak {:.1} MiB)", rss as f64 / 1024.0, hwm as f64 / 1024.0);
         }
     }
     real.unregister(&cluster).await;
     noop.unregister(&cluster).await;
-    same.unregister(&cluster).await;
+    for (same, _, _, _) in &same_webhooks {
+        same.unregister(&cluster).await;
+    }
 }
