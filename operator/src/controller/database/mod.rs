@@ -42,10 +42,6 @@ use primary::{Decided, Primary};
 const CONTROLLER: &str = "database";
 /// Re-check period, in case a group event was missed.
 const RECHECK: Duration = Duration::from_secs(60);
-/// Look again after this when a group of this shard exists but the shared
-/// group cache has not caught up with it yet (a new group: its databases'
-/// claims must not wait for [`RECHECK`]).
-const CACHE_LAG: Duration = Duration::from_secs(2);
 
 /// What this controller's reconciles get: the shared context, the caches
 /// of the `-primary` objects, and which groups are this shard's.
@@ -80,7 +76,11 @@ impl Shard {
         self.mine.as_ref().is_some_and(|mine| self.all.get(&key).is_some() && mine.get(&key).is_none())
     }
 
-    /// Group `name` is this shard's, as far as the metadata caches know.
+    /// Group `name` is this shard's, as far as the metadata caches know
+    /// (always, without a selector). The shard is decided here, not from
+    /// the decoded group cache the deploy API shares: a lag of that cache
+    /// must neither hold a new group's claims back nor, were its watch
+    /// failing, turn every re-check into a read.
     fn mine(&self, name: &str) -> bool {
         self.mine.as_ref().is_none_or(|mine| mine.get(&ObjectRef::new(name)).is_some())
     }
@@ -564,14 +564,13 @@ async fn reconcile(db: Arc<MysqlDatabase>, dctx: DbCtx) -> Result<Action, Error>
         Err(ReadError::Invalid(err)) => Err(err),
         Err(ReadError::Kube(err)) => return Err(kube_err("read the failover group")(err)),
     };
-    // Not in the shared group cache (this shard's groups, decoded): another
-    // shard's group the metadata caches had not seen yet, or this shard's
-    // new group that the cache has not caught up with; that one is looked
-    // at again soon, so its claims do not wait for the re-check.
-    if let Ok(Some(g)) = &group
-        && ctx.authority.group(&g.name_any()).is_none()
+    // Not in this shard's metadata cache: another shard's group that the
+    // cache of all groups had not seen yet, or this shard's that its cache
+    // has not (its watch wakes the database when it does).
+    if let Ok(Some(_)) = &group
+        && !dctx.shard.mine(group_name)
     {
-        return Ok(Action::requeue(if dctx.shard.mine(group_name) { CACHE_LAG } else { RECHECK }));
+        return Ok(Action::requeue(RECHECK));
     }
     let all = ctx.authority.databases.state();
     let mut standing = group.as_ref().ok().map(|group| {
