@@ -264,17 +264,44 @@ pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
     Ok(Patch(ops))
 }
 
-/// The first field the webhook sets that `have` does not carry as `want`
-/// has it (fields the API server defaults, such as a probe's timeouts, are
-/// not compared; a command of its own is a difference).
-fn differs(have: &Value, want: &Value) -> Option<&'static str> {
-    for field in ["image", "args", "command", "env", "restartPolicy", "volumeMounts", "securityContext"] {
-        if have.get(field) != want.get(field) {
-            return Some(field);
+/// The first field in which container `have` is not `want`, the container
+/// the webhook injects: every field counts, not only those the webhook sets
+/// (found on review: `envFrom`, `lifecycle` hooks or `workingDir` added to
+/// a copied sidecar were taken for ours, so a copy could set the
+/// sidecar's other settings through `envFrom` or run a command beside it
+/// with its token). Fields the API server defaults are compared only when
+/// they differ from the default (`terminationMessagePath`,
+/// `terminationMessagePolicy`, the probe's timeout, success threshold and
+/// initial delay); `None` when `have` is ours.
+fn differs(have: &Value, want: &Value) -> Option<String> {
+    let defaulted = |c: &Value| {
+        let mut c = c.clone();
+        if let Some(o) = c.as_object_mut() {
+            for (k, v) in
+                [("terminationMessagePath", json!("/dev/termination-log")), ("terminationMessagePolicy", json!("File"))]
+            {
+                if o.get(k) == Some(&v) {
+                    o.remove(k);
+                }
+            }
         }
-    }
-    let exec = |c: &Value| c.pointer("/startupProbe/exec").cloned();
-    (exec(have) != exec(want)).then_some("startupProbe")
+        if let Some(p) = c.get_mut("startupProbe").and_then(Value::as_object_mut) {
+            for (k, v) in [("timeoutSeconds", 1), ("successThreshold", 1), ("initialDelaySeconds", 0)] {
+                if p.get(k) == Some(&json!(v)) {
+                    p.remove(k);
+                }
+            }
+        }
+        c
+    };
+    let (have, want) = (defaulted(have), defaulted(want));
+    let (Some(h), Some(w)) = (have.as_object(), want.as_object()) else {
+        return Some("the container".to_owned());
+    };
+    let mut fields: Vec<&String> = h.keys().chain(w.keys()).collect();
+    fields.sort();
+    fields.dedup();
+    fields.into_iter().find(|f| h.get(*f) != w.get(*f)).map(|f| truncate(f))
 }
 
 /// The volumes the webhook injects, `[run, token]`, once those of `volumes`

@@ -101,6 +101,15 @@ fn injection_is_idempotent_for_a_reinvocation_and_a_copied_job() {
     other["spec"]["template"]["spec"]["volumes"].as_array_mut().unwrap().push(json!({"name": "istio", "emptyDir": {}}));
     let p = patch(&other, &a, &settings()).unwrap();
     assert!(p.0.is_empty(), "{p:?}");
+    // The API server's defaults on a copied sidecar are not differences.
+    let mut defaulted = once.clone();
+    let side = &mut defaulted["spec"]["template"]["spec"]["initContainers"][1];
+    side["terminationMessagePath"] = json!("/dev/termination-log");
+    side["terminationMessagePolicy"] = json!("File");
+    side["startupProbe"]["timeoutSeconds"] = json!(1);
+    side["startupProbe"]["successThreshold"] = json!(1);
+    let p = patch(&defaulted, &a, &settings()).unwrap();
+    assert!(p.0.is_empty(), "{p:?}");
     // A look-alike sidecar (another image, or not `hold`) is refused, not taken for ours.
     for (field, value) in [
         ("image", json!("evil/sidecar:1")),
@@ -108,6 +117,13 @@ fn injection_is_idempotent_for_a_reinvocation_and_a_copied_job() {
         ("command", json!(["/bin/sh", "-c", "sleep 1d"])),
         ("env", json!([{"name": "BLOODRAVEN_URL", "value": "https://evil:8443"}])),
         ("startupProbe", json!({"exec": {"command": ["true"]}})),
+        // Fields the webhook does not set count too (found on review).
+        ("envFrom", json!([{"configMapRef": {"name": "sidecar-settings"}}])),
+        (
+            "lifecycle",
+            json!({"postStart": {"exec": {"command": ["/bin/sh", "-c", "cat /var/run/secrets/bloodraven/token"]}}}),
+        ),
+        ("workingDir", json!("/tmp")),
     ] {
         let mut fake = once.clone();
         fake["spec"]["template"]["spec"]["initContainers"][1][field] = value;
