@@ -225,7 +225,8 @@ pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
     // (a Job copied from an injected one), not a look-alike that would
     // leave the migration unfenced.
     let sidecar = sidecar_container(job, ask, s)?;
-    if let Some(c) = inits.iter().find(|c| c.get("name").and_then(Value::as_str) == Some(names::SIDECAR_CONTAINER))
+    let present = inits.iter().find(|c| c.get("name").and_then(Value::as_str) == Some(names::SIDECAR_CONTAINER));
+    if let Some(c) = present
         && let Some(field) = differs(c, &sidecar)
     {
         return Err(format!(
@@ -242,10 +243,7 @@ pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
             names::INSTALL_CONTAINER
         ));
     }
-    let mut new_inits = Vec::new();
-    if !has(&inits, names::SIDECAR_CONTAINER) {
-        new_inits.push(sidecar);
-    }
+    let new_inits = if present.is_none() { vec![sidecar] } else { Vec::new() };
     append(&mut ops, &["spec", "template", "spec", "initContainers"], pod.get("initContainers"), new_inits);
     // Volumes.
     let volumes = pod.get("volumes").and_then(Value::as_array).cloned().unwrap_or_default();
@@ -274,33 +272,28 @@ pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
 /// `terminationMessagePolicy`, the probe's timeout, success threshold and
 /// initial delay); `None` when `have` is ours.
 fn differs(have: &Value, want: &Value) -> Option<String> {
-    let defaulted = |c: &Value| {
-        let mut c = c.clone();
-        if let Some(o) = c.as_object_mut() {
-            for (k, v) in
-                [("terminationMessagePath", json!("/dev/termination-log")), ("terminationMessagePolicy", json!("File"))]
-            {
-                if o.get(k) == Some(&v) {
-                    o.remove(k);
-                }
+    // `want` sets none of the defaulted fields: only `have` is cleared of them.
+    let mut have = have.clone();
+    if let Some(o) = have.as_object_mut() {
+        for (k, v) in
+            [("terminationMessagePath", json!("/dev/termination-log")), ("terminationMessagePolicy", json!("File"))]
+        {
+            if o.get(k) == Some(&v) {
+                o.remove(k);
             }
         }
-        if let Some(p) = c.get_mut("startupProbe").and_then(Value::as_object_mut) {
-            for (k, v) in [("timeoutSeconds", 1), ("successThreshold", 1), ("initialDelaySeconds", 0)] {
-                if p.get(k) == Some(&json!(v)) {
-                    p.remove(k);
-                }
+    }
+    if let Some(p) = have.get_mut("startupProbe").and_then(Value::as_object_mut) {
+        for (k, v) in [("timeoutSeconds", 1), ("successThreshold", 1), ("initialDelaySeconds", 0)] {
+            if p.get(k) == Some(&json!(v)) {
+                p.remove(k);
             }
         }
-        c
-    };
-    let (have, want) = (defaulted(have), defaulted(want));
+    }
     let (Some(h), Some(w)) = (have.as_object(), want.as_object()) else {
         return Some("the container".to_owned());
     };
-    let mut fields: Vec<&String> = h.keys().chain(w.keys()).collect();
-    fields.sort();
-    fields.dedup();
+    let fields: std::collections::BTreeSet<&String> = h.keys().chain(w.keys()).collect();
     fields.into_iter().find(|f| h.get(*f) != w.get(*f)).map(|f| truncate(f))
 }
 

@@ -189,14 +189,13 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
         watcher(group_meta_api.clone(), WatcherConfig::default()).default_backoff().reflect(all_writer),
         metadata_fingerprint,
     );
-    let shard_config =
-        if selector.is_empty() { WatcherConfig::default() } else { WatcherConfig::default().labels(selector) };
-    let (shard, shard_meta) = if selector.is_empty() {
-        (Shard { all: all_groups, mine: None }, futures::stream::empty().boxed())
+    let (shard_config, shard, shard_meta) = if selector.is_empty() {
+        (WatcherConfig::default(), Shard { all: all_groups, mine: None }, futures::stream::empty().boxed())
     } else {
+        let config = WatcherConfig::default().labels(selector);
         let (mine, mine_writer) = reflector::store();
-        let events = watcher(group_meta_api, shard_config.clone()).default_backoff().reflect(mine_writer);
-        (Shard { all: all_groups, mine: Some(mine) }, changed_only(events, metadata_fingerprint).boxed())
+        let events = watcher(group_meta_api, config.clone()).default_backoff().reflect(mine_writer);
+        (config, Shard { all: all_groups, mine: Some(mine) }, changed_only(events, metadata_fingerprint).boxed())
     };
     let decisions = ctx.tolerant.watch::<MysqlFailoverGroup>(shard_config, None, Findings::Skip);
     let decisions = changed_only(decisions, decision_fingerprint);
