@@ -18,13 +18,24 @@
 //! decision is taken only while the decided active site is not yet the
 //! target, so a request never bumps the generation twice.
 //!
+//! What the request holds (lease seed: "it never delays an emergency
+//! failover"): before the fence (`Pending`, `Admitting`, `Deferred`) it
+//! holds nothing, whatever the deploy leases say. An emergency failover that
+//! moves the decision meanwhile supersedes it: it ends `Failed`, saying so,
+//! and never runs against the new topology. Only from `Draining` on, when
+//! the old primary may be fenced, does it hold automatic failover
+//! ([`holds_automatic_failover`]), and only until its own bound (fence +
+//! catch-up timeouts) has passed.
+//!
 //! Invariants (property-tested below on a simulated pair of sites, with
 //! failures and crashes injected at every step): at most one writable site;
 //! the generation moves by exactly one for a completed request and never for
-//! a failed one; a hold defers admission, never a later phase.
+//! a failed one; a hold defers admission, never a later phase; a request
+//! superseded before its fence never acts on a site.
 //!
 //! This module is the engine's decision table; the engine that runs the
-//! actions against the sites is built on it (issue 7).
+//! actions against the sites (`controller::failover_group::switchover`) is
+//! built on it.
 
 /// A phase of a planned failover, as `status.plannedFailover.phase` spells
 /// it: the contract's type (the deploy API shows it in `operations[]`).
@@ -35,6 +46,11 @@ pub use bloodraven_api::v1alpha1::PlannedFailoverPhase as Phase;
 pub struct Facts {
     /// The decided active site (record and status agree).
     pub active: String,
+    /// The decided topology generation now (`None`: not readable).
+    pub generation: Option<i64>,
+    /// The generation the request was taken up at (`None`: a status
+    /// written before the field existed).
+    pub source_generation: Option<i64>,
     /// The target of the request.
     pub target: String,
     /// A live failover-hold: `(operationId, instance)`.
@@ -100,18 +116,42 @@ pub enum Action {
     Idle,
 }
 
+/// Whether the decision moved since a request from `old` was taken up: the
+/// active site is another, or the generation is. Before the request's own
+/// fence only an emergency failover can move it (a planned operation runs
+/// one at a time, and this one has not decided), so a request that sees it
+/// was superseded.
+fn superseded(old: &str, facts: &Facts) -> bool {
+    let generation_moved =
+        matches!((facts.generation, facts.source_generation), (Some(now), Some(then)) if now != then);
+    facts.active != old || generation_moved
+}
+
+/// Whether a request in `phase` holds the operator's automatic failover
+/// (`AutomaticFailoverHeld`): only in `Draining`, when the old primary may
+/// be fenced and a promotion of the target may be moments away, and only
+/// until the drain's own bound (`fenceTimeoutSeconds` +
+/// `catchUpTimeoutSeconds` from entering `Draining`) has passed. Never
+/// before the fence, never after the decision, and never because of a
+/// deploy lease: a lease is not an input.
+pub fn holds_automatic_failover(phase: Phase, past_deadline: bool) -> bool {
+    phase == Phase::Draining && !past_deadline
+}
+
 /// The next action of a request in `phase` (persisted) with old primary
 /// `old` (the active site when the request was admitted), given `facts`.
 pub fn next(phase: Phase, old: &str, facts: &Facts) -> Action {
     let decided = facts.active == facts.target;
     match phase {
         Phase::Completed | Phase::Failed => Action::Idle,
+        Phase::Pending | Phase::Admitting | Phase::Deferred if superseded(old, facts) => Action::Fail(format!(
+            "superseded by an emergency failover: {} is the active site at topologyGeneration {} (the request was taken up at {old}, generation {}); it was not run against the new topology: request a new planned failover if it is still wanted",
+            facts.active,
+            facts.generation.map_or_else(|| "unknown".to_owned(), |g| g.to_string()),
+            facts.source_generation.map_or_else(|| "unknown".to_owned(), |g| g.to_string()),
+        )),
         Phase::Pending => Action::Enter(Phase::Admitting),
         Phase::Admitting | Phase::Deferred => {
-            if decided {
-                // A crash between the decision and the next phase write.
-                return Action::Enter(Phase::Promoting);
-            }
             if let Some((operation_id, instance)) = &facts.hold {
                 return Action::Defer { operation_id: operation_id.clone(), instance: instance.clone() };
             }

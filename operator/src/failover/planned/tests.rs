@@ -5,6 +5,8 @@ use super::*;
 fn facts(active: &str, target: &str) -> Facts {
     Facts {
         active: active.into(),
+        generation: Some(4),
+        source_generation: Some(4),
         target: target.into(),
         hold: None,
         target_ready: Ok(()),
@@ -111,6 +113,46 @@ fn an_old_primary_seen_fenced_past_the_bound_is_unfenced_not_stranded() {
     assert!(matches!(next(Phase::Draining, "iad", &f), Action::Fail(why) if why.contains("could not fence")));
 }
 
+/// Found on the playground: a planned failover deferred by a renewed
+/// failover-hold held automatic failover for as long as the hold lived, with
+/// the primary dead. Before its fence a request holds nothing; after an
+/// emergency failover it ends, and never runs against the new topology.
+#[test]
+fn a_request_before_its_fence_holds_nothing_and_an_emergency_failover_supersedes_it() {
+    for phase in [Phase::Pending, Phase::Admitting, Phase::Deferred] {
+        for past in [false, true] {
+            assert!(!holds_automatic_failover(phase, past), "{phase:?} holds nothing");
+        }
+        for hold in [None, Some(("op-1".to_owned(), "counter-app".to_owned()))] {
+            // The emergency failover promoted the target: not a decision of this request.
+            let mut f = facts("pdx", "pdx");
+            f.generation = Some(5);
+            f.hold.clone_from(&hold);
+            let Action::Fail(why) = next(phase, "iad", &f) else { panic!("{phase:?} must fail") };
+            assert!(
+                why.contains("superseded by an emergency failover") && why.contains("topologyGeneration 5"),
+                "{why}"
+            );
+            // Failed over and back again: the same site, another generation.
+            let mut f = facts("iad", "pdx");
+            f.generation = Some(6);
+            f.hold = hold;
+            assert!(matches!(next(phase, "iad", &f), Action::Fail(why) if why.contains("superseded")), "{phase:?}");
+        }
+    }
+    // A status from before the generation was recorded: the site decides.
+    let mut f = facts("iad", "pdx");
+    f.source_generation = None;
+    f.generation = Some(9);
+    assert_eq!(next(Phase::Pending, "iad", &f), Action::Enter(Phase::Admitting));
+    // Only the drain holds, and only within its bound; never after the decision.
+    assert!(holds_automatic_failover(Phase::Draining, false));
+    assert!(!holds_automatic_failover(Phase::Draining, true));
+    for phase in [Phase::Promoting, Phase::Repointing, Phase::Completed, Phase::Failed] {
+        assert!(!holds_automatic_failover(phase, false), "{phase:?}");
+    }
+}
+
 #[test]
 fn phases_round_trip_their_spelling() {
     for p in [Phase::Pending, Phase::Deferred, Phase::Repointing, Phase::Failed] {
@@ -142,6 +184,9 @@ enum Event {
     Blip(bool),
     /// The drain's bound passes.
     Deadline,
+    /// The old primary dies and, if automatic failover is not held, an
+    /// emergency failover promotes pdx.
+    Emergency,
 }
 
 fn event() -> impl Strategy<Value = Event> {
@@ -151,6 +196,7 @@ fn event() -> impl Strategy<Value = Event> {
         1 => any::<bool>().prop_map(Event::Hold),
         1 => any::<bool>().prop_map(Event::Blip),
         1 => Just(Event::Deadline),
+        1 => Just(Event::Emergency),
     ]
 }
 
@@ -173,16 +219,31 @@ proptest! {
         let mut hold = false;
         let mut admitted = false;
         let (mut unreachable, mut past_deadline, mut stranded) = (false, false, false);
+        let mut superseded = false;
         for e in events.into_iter().chain([Event::Hold(false), Event::Blip(false)]).chain(std::iter::repeat_n(Event::Step, 40)) {
             match e {
                 Event::Crash => { fence_failed = None; caught_up = None; continue; }
                 Event::Hold(on) => { hold = on; continue; }
                 Event::Blip(on) => { unreachable = on; continue; }
                 Event::Deadline => { past_deadline = true; continue; }
+                Event::Emergency => {
+                    let before_fence = matches!(w.phase, Phase::Pending | Phase::Admitting | Phase::Deferred);
+                    if before_fence && !superseded {
+                        // Whatever the hold: a request before its fence holds nothing.
+                        prop_assert!(!holds_automatic_failover(w.phase, past_deadline));
+                        w.writable = [false, true];
+                        w.active = 1;
+                        w.generation += 1;
+                        superseded = true;
+                    }
+                    continue;
+                }
                 Event::Step => {}
             }
             let f = Facts {
                 active: NAMES[w.active].into(),
+                generation: Some(w.generation),
+                source_generation: Some(4),
                 target: "pdx".into(),
                 hold: hold.then(|| ("op".to_owned(), "app".to_owned())),
                 target_ready: if target_ready { Ok(()) } else { Err("not replicating".into()) },
@@ -194,6 +255,9 @@ proptest! {
                 old_repointed: w.repointed,
             };
             let action = next(w.phase, "iad", &f);
+            if superseded && !w.phase.is_final() {
+                prop_assert!(matches!(&action, Action::Fail(why) if why.contains("superseded")), "a superseded request only ends: {:?}", action);
+            }
             match action {
                 Action::Idle => break,
                 Action::Enter(p) => {
@@ -248,7 +312,11 @@ proptest! {
             prop_assert!(!(w.writable[0] && w.writable[1]), "two writable sites: {:?}", w);
         }
         prop_assert!(w.phase.is_final(), "the request ends once holds are gone and the old primary answers: {:?}", w);
-        if w.phase == Phase::Completed {
+        if superseded {
+            prop_assert_eq!(w.phase, Phase::Failed);
+            prop_assert_eq!((w.generation, w.decisions, w.active), (5, 0, 1), "only the emergency failover moved it");
+            prop_assert!(w.writable[1] && !w.writable[0]);
+        } else if w.phase == Phase::Completed {
             prop_assert_eq!((w.generation, w.decisions, w.active), (5, 1, 1));
             prop_assert!(w.writable[1] && !w.writable[0] && w.repointed);
         } else {
