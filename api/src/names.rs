@@ -76,6 +76,14 @@ pub const SCHEMA_VERIFIED_ANNOTATION: &str = "bloodraven.shipstream.io/schema-ve
 /// MysqlDatabase of that name claims it next. The operator removes it.
 pub const RELEASE_INSTANCE_ANNOTATION: &str = "bloodraven.shipstream.io/release-instance";
 
+/// Annotation on a MysqlFailoverGroup by which a person accepts that an
+/// emergency promotion abandons more transactions than
+/// `spec.failover.maxAbandonedTransactions`: `<standby>@<topologyGeneration>`
+/// (the generation the group is at, so an annotation left behind never
+/// accepts a later failover). The operator records the acceptance (status,
+/// decision record, Event) and removes the annotation.
+pub const PROMOTE_DESPITE_LOSS_ANNOTATION: &str = "bloodraven.shipstream.io/promote-despite-loss";
+
 /// Group annotation setting sites' identities by hand: `"site=serverId,…"`
 /// (a server replaced on purpose with a new `server_id`); see
 /// `status.health[].identity`.

@@ -182,6 +182,55 @@ impl SitePair {
         .await;
     }
 
+    /// Silently drops the replication traffic of `replica` (its receiver's
+    /// TCP connection to the other site), as a link that loses packets
+    /// would: both replication threads keep saying they run, and the
+    /// server's own lag figure stays 0, while nothing arrives. Undone when
+    /// the block is dropped.
+    pub fn block_replication(&self, replica: &str) -> ReplicationBlock {
+        let source = if replica == "iad" { "pdx" } else { "iad" };
+        let pid_file = self.dir.join("sites").join(replica).join("mysqld.pid");
+        let pid = std::fs::read_to_string(&pid_file).unwrap().trim().to_owned();
+        let filter = format!("( dport = :{} )", self.port(source));
+        let out = Command::new("ss").args(["-Htnp", "state", "established", &filter]).output().unwrap();
+        let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+        // Lines: Recv-Q Send-Q Local:Port Peer:Port users:(("mariadbd",pid=N,fd=M))
+        let mut rules = Vec::new();
+        for line in listing.lines().filter(|l| l.contains(&format!("pid={pid},"))) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (local, peer) = (fields[2], fields[3]);
+            let split = |a: &str| a.rsplit_once(':').map(|(h, p)| (h.to_owned(), p.to_owned())).unwrap();
+            let ((lh, lp), (ph, pp)) = (split(local), split(peer));
+            for (sh, sp, dh, dp) in [(&lh, &lp, &ph, &pp), (&ph, &pp, &lh, &lp)] {
+                rules.push(vec![
+                    "INPUT".to_owned(),
+                    "-p".into(),
+                    "tcp".into(),
+                    "-s".into(),
+                    sh.clone(),
+                    "--sport".into(),
+                    sp.clone(),
+                    "-d".into(),
+                    dh.clone(),
+                    "--dport".into(),
+                    dp.clone(),
+                    "-j".into(),
+                    "DROP".into(),
+                ]);
+            }
+        }
+        assert!(
+            !rules.is_empty(),
+            "no replication connection of {replica} (pid {pid}) to port {}: {listing}",
+            self.port(source)
+        );
+        for rule in &rules {
+            let status = Command::new("iptables").arg("-I").args(rule).status().unwrap();
+            assert!(status.success(), "iptables -I {rule:?}");
+        }
+        ReplicationBlock { rules }
+    }
+
     /// The port of `site`.
     pub fn port(&self, site: &str) -> u16 {
         if site == "iad" { self.iad_port } else { self.pdx_port }
@@ -230,6 +279,21 @@ impl Drop for SitePair {
         };
         if let Err(e) = removed {
             eprintln!("warning: removing {}: {e}", self.dir.display());
+        }
+    }
+}
+
+/// iptables rules dropping one replica's replication traffic (see
+/// [`SitePair::block_replication`]); removed on drop.
+#[derive(Debug)]
+pub struct ReplicationBlock {
+    rules: Vec<Vec<String>>,
+}
+
+impl Drop for ReplicationBlock {
+    fn drop(&mut self) {
+        for rule in &self.rules {
+            let _ = Command::new("iptables").arg("-D").args(rule).status();
         }
     }
 }

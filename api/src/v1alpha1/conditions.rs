@@ -145,6 +145,9 @@ pub mod reason {
     pub const SCHEMA_VERIFIED: &str = "SchemaVerified";
     /// No lease was lost mid-DDL, or every such loss was verified.
     pub const NO_VERIFICATION_PENDING: &str = "NoVerificationPending";
+    /// The deploy leases' records could not be read this round (a
+    /// condition that depends on them is `Unknown`).
+    pub const DEPLOY_LEASES_UNREADABLE: &str = "DeployLeasesUnreadable";
     /// A planned failover (or the steps after a decision) is running.
     pub const OPERATION_IN_PROGRESS: &str = "OperationInProgress";
     /// A live failover-hold defers a planned failover.
@@ -155,6 +158,9 @@ pub mod reason {
     /// An emergency failover is due but the standby may not be promoted
     /// (unreachable, or has not applied everything it received).
     pub const STANDBY_NOT_PROMOTABLE: &str = "StandbyNotPromotable";
+    /// An emergency promotion would abandon more transactions the primary
+    /// was last seen with than `spec.failover.maxAbandonedTransactions`.
+    pub const STANDBY_BEHIND: &str = "StandbyBehind";
     /// The active site's host or port changed in spec and it has not
     /// answered at the new endpoint: automatic failover waits.
     pub const ACTIVE_SITE_ENDPOINT_CHANGED: &str = "ActiveSiteEndpointChanged";
@@ -181,6 +187,9 @@ pub mod reason {
     /// authority on its group, or the group is gone or has no decided active
     /// site. The operator keeps no EndpointSlice for it.
     pub const NO_ACTIVE_SITE: &str = "NoActiveSite";
+    /// The `-primary` Service keeps its endpoint: the decided active site
+    /// answered read-only at the last probe (it is being promoted).
+    pub const ACTIVE_SITE_NOT_WRITABLE: &str = "ActiveSiteNotWritable";
     /// A Service or EndpointSlice named `<name>-primary` exists that this
     /// MysqlDatabase does not own; the operator leaves it alone.
     pub const PRIMARY_SERVICE_CONFLICT: &str = "PrimaryServiceConflict";

@@ -196,6 +196,20 @@ pub struct FailoverPolicy {
     /// see docs/failover-groups.md).
     #[serde(default)]
     pub semi_sync: bool,
+    /// How many transactions an automatic (emergency) promotion may abandon,
+    /// 0–1000000. Default 0. The abandoned transactions are those the
+    /// operator last saw on the primary (its last answered probe) that the
+    /// standby lacks at the decision: a standby that stopped receiving
+    /// without its threads stopping. Beyond the bound nothing is promoted:
+    /// the group waits (`RecoveryPending`, reason `StandbyBehind`) until the
+    /// primary comes back, or a person accepts the loss with the annotation
+    /// `bloodraven.shipstream.io/promote-despite-loss`. With semi-sync on,
+    /// every acknowledged transaction reached the standby while it was
+    /// connected, so what the bound counts is what the primary committed
+    /// without an acknowledgement (after a semi-sync timeout).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 1_000_000))]
+    pub max_abandoned_transactions: u32,
 }
 
 fn default_true() -> bool {
@@ -231,6 +245,7 @@ impl Default for FailoverPolicy {
             fence_timeout_seconds: default_fence_timeout(),
             catch_up_timeout_seconds: default_catch_up_timeout(),
             semi_sync: false,
+            max_abandoned_transactions: 0,
         }
     }
 }
@@ -287,6 +302,9 @@ pub struct MysqlFailoverGroupStatus {
     /// The planned failover in progress or last finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned_failover: Option<PlannedFailoverStatus>,
+    /// The last emergency failover, and what its promotion abandoned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emergency_failover: Option<EmergencyFailoverStatus>,
     /// Kubernetes-style conditions: Ready, Degraded, SplitBrain, NoPrimary,
     /// ReplicationNotRunning, RecoveryPending, SchemaVerificationRequired.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -297,6 +315,37 @@ pub struct MysqlFailoverGroupStatus {
     pub observed_generation: Option<i64>,
 }
 
+/// An emergency failover as the operator decided it: which site took over,
+/// and what its promotion abandoned of what the primary was last seen with.
+/// Kept (with the decision record) for the person who reconciles the old
+/// primary.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EmergencyFailoverStatus {
+    /// When it was decided.
+    pub time: Time,
+    /// The former active site.
+    pub from_site: String,
+    /// The promoted site.
+    pub to_site: String,
+    /// The topology generation of the decision.
+    pub topology_generation: i64,
+    /// The former primary's GTID position at its last answered probe
+    /// (absent when this operator never saw it answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_last_seen: Option<String>,
+    /// The promoted site's GTID position at the decision.
+    pub standby_position: String,
+    /// The transactions the promotion abandoned (absent: none known).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandoned_gtids: Option<String>,
+    /// How many.
+    #[serde(default)]
+    pub abandoned_transactions: u64,
+    /// Whether a person accepted the loss (`promote-despite-loss`).
+    #[serde(default)]
+    pub loss_accepted: bool,
+}
 /// An instance name and the namespace whose MysqlDatabase speaks for it.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -74,8 +74,8 @@ pub enum Error {
     /// The object has no name (never for objects read from the API server).
     #[error("object has no name")]
     NoName,
-    /// Revoking deploy leases failed.
-    #[error("failed to revoke deploy leases: {0}")]
+    /// A deploy-lease call (admission, revocation, verification records) failed.
+    #[error("failed to read or write the deploy leases: {0}")]
     Deploy(String),
     /// This process lost leadership mid-reconcile: it stops acting.
     #[error("not the leader any more")]

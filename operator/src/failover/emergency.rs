@@ -13,6 +13,9 @@
 //!   in the new primary's history) → repoint it; diverged → leave it
 //!   fenced and say what a person must do.
 
+use bloodraven_api::names::PROMOTE_DESPITE_LOSS_ANNOTATION;
+
+use super::abandoned::Abandoned;
 use crate::mysql::Flavor;
 use crate::mysql::gtid::{MariaDbPosition, MySqlGtidSet};
 
@@ -53,6 +56,15 @@ pub struct Standby<'a> {
     /// What it received (`Gtid_IO_Pos` / `Retrieved_Gtid_Set`); `None`
     /// when it shows no replication (nothing pending).
     pub received: Option<&'a str>,
+    /// What promoting it abandons of what the primary was last seen with
+    /// (`None`: nothing, or the primary was never seen by this process).
+    pub abandoned: Option<&'a Abandoned>,
+    /// `spec.failover.maxAbandonedTransactions`: how many an automatic
+    /// promotion may abandon.
+    pub max_abandoned: u64,
+    /// Whether a person accepted the loss of promoting it at this
+    /// generation (`promote-despite-loss`).
+    pub loss_accepted: bool,
     /// Whether it was still replicating when the primary went away: the
     /// applier (SQL thread) runs and the receiver is running or retrying
     /// (`Connecting`). A standby whose replication was stopped (by a person,
@@ -62,8 +74,10 @@ pub struct Standby<'a> {
 
 /// Judges an emergency failover. `missed`: consecutive failed probes of
 /// the active site (0 when it answered); `automatic`:
-/// `spec.failover.automatic`; `held`: a planned failover runs
-/// (`AutomaticFailoverHeld`).
+/// `spec.failover.automatic`; `held`: a planned failover is draining within
+/// its own bound (`AutomaticFailoverHeld`, see
+/// [`crate::failover::planned::holds_automatic_failover`]). No input is a
+/// deploy lease, or derived from one.
 pub fn judge(
     active: &str,
     missed: u32,
@@ -85,7 +99,9 @@ pub fn judge(
     if held {
         return Verdict::Blocked {
             reason: bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS,
-            message: format!("{budget}; a planned failover is running and holds automatic failover"),
+            message: format!(
+                "{budget}; a planned failover is draining (it may have fenced {active}) and holds automatic failover until its decision or the end of its own bound (fenceTimeoutSeconds + catchUpTimeoutSeconds)"
+            ),
         };
     }
     let Some(s) = standby else {
@@ -110,7 +126,16 @@ pub fn judge(
         };
     }
     match applied_all(s.flavor, s.applied, s.received) {
-        Ok(true) => Verdict::Promote { site: s.site.to_owned() },
+        Ok(true) => match s.abandoned {
+            Some(a) if a.transactions > s.max_abandoned && !s.loss_accepted => Verdict::Blocked {
+                reason: bloodraven_api::v1alpha1::reason::STANDBY_BEHIND,
+                message: format!(
+                    "{budget}; promoting the standby {} would abandon {} transaction(s) {active} was last seen with ({}), more than spec.failover.maxAbandonedTransactions ({}); nothing is promoted: bring {active} back, or accept the loss by annotating the group {PROMOTE_DESPITE_LOSS_ANNOTATION}={}@<its topologyGeneration>",
+                    s.site, a.transactions, a.gtids, s.max_abandoned, s.site
+                ),
+            },
+            _ => Verdict::Promote { site: s.site.to_owned() },
+        },
         Ok(false) => Verdict::Blocked {
             reason: bloodraven_api::v1alpha1::reason::STANDBY_NOT_PROMOTABLE,
             message: format!(
@@ -191,10 +216,58 @@ pub fn returning(
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+    use crate::failover::planned::{Phase, holds_automatic_failover};
+
+    proptest! {
+        /// A planned request before its fence, whatever its phase and
+        /// whatever the deploy leases (not an input of either rule), never
+        /// delays an emergency failover: a primary that misses
+        /// `failureThreshold` probes with a reachable, caught-up, replicating
+        /// standby is failed over at the threshold, not a probe later.
+        #[test]
+        fn a_planned_request_before_its_fence_never_delays_an_emergency_failover(
+            phase in prop_oneof![Just(Phase::Pending), Just(Phase::Admitting), Just(Phase::Deferred)],
+            past_deadline in any::<bool>(),
+            threshold in 1u32..20,
+            beyond in 0u32..5,
+            seq in 1u64..1_000_000,
+        ) {
+            let held = holds_automatic_failover(phase, past_deadline);
+            let at = format!("0-1-{seq}");
+            let s = standby(&at, Some(&at));
+            prop_assert_eq!(judge("iad", threshold - 1, threshold, true, held, Some(&s)), Verdict::Wait { missed: threshold - 1 });
+            prop_assert_eq!(judge("iad", threshold + beyond, threshold, true, held, Some(&s)), Verdict::Promote { site: "pdx".into() });
+        }
+
+        /// A drain holds automatic failover only within its own bound.
+        #[test]
+        fn a_drain_holds_only_within_its_bound(past_deadline in any::<bool>(), missed in 3u32..50) {
+            let s = standby("0-1-5", Some("0-1-5"));
+            let verdict = judge("iad", missed, 3, true, holds_automatic_failover(Phase::Draining, past_deadline), Some(&s));
+            if past_deadline {
+                prop_assert_eq!(verdict, Verdict::Promote { site: "pdx".into() });
+            } else {
+                let blocked = matches!(verdict, Verdict::Blocked { reason: "OperationInProgress", .. });
+                prop_assert!(blocked, "{:?}", verdict);
+            }
+        }
+    }
 
     fn standby<'a>(applied: &'a str, received: Option<&'a str>) -> Standby<'a> {
-        Standby { site: "pdx", reachable: Ok(()), flavor: Flavor::MariaDb, applied, received, replicating: true }
+        Standby {
+            site: "pdx",
+            reachable: Ok(()),
+            flavor: Flavor::MariaDb,
+            applied,
+            received,
+            abandoned: None,
+            max_abandoned: 0,
+            loss_accepted: false,
+            replicating: true,
+        }
     }
 
     #[test]
@@ -218,13 +291,33 @@ mod tests {
         assert!(message.contains("not replicating"), "{message}");
     }
 
+    /// Found on the playground: a standby whose replication was blocked
+    /// (both threads still running) was promoted 200 transactions behind,
+    /// without a word.
+    #[test]
+    fn a_standby_known_to_be_behind_waits_unless_a_person_accepts_the_loss() {
+        let behind = Abandoned { gtids: "0-1-1358..1557".into(), transactions: 200 };
+        let s = Standby { abandoned: Some(&behind), ..standby("0-2-1357", Some("0-2-1357")) };
+        let Verdict::Blocked { reason, message } = judge("iad", 3, 3, true, false, Some(&s)) else { panic!() };
+        assert_eq!(reason, "StandbyBehind");
+        assert!(message.contains("200 transaction(s)") && message.contains("0-1-1358..1557"), "{message}");
+        assert!(message.contains("promote-despite-loss=pdx@"), "{message}");
+        let accepted = Standby { loss_accepted: true, ..s.clone() };
+        assert_eq!(judge("iad", 3, 3, true, false, Some(&accepted)), Verdict::Promote { site: "pdx".into() });
+        let within = Standby { max_abandoned: 200, ..s.clone() };
+        assert_eq!(judge("iad", 3, 3, true, false, Some(&within)), Verdict::Promote { site: "pdx".into() });
+        // The detection budget comes first: nothing is said before it.
+        assert_eq!(judge("iad", 2, 3, true, false, Some(&s)), Verdict::Wait { missed: 2 });
+    }
+
     #[test]
     fn manual_groups_and_running_switchovers_block() {
         let s = standby("0-1-5", None);
         let Verdict::Blocked { reason, .. } = judge("iad", 3, 3, false, false, Some(&s)) else { panic!() };
         assert_eq!(reason, "AutomaticFailoverDisabled");
-        let Verdict::Blocked { reason, .. } = judge("iad", 3, 3, true, true, Some(&s)) else { panic!() };
+        let Verdict::Blocked { reason, message } = judge("iad", 3, 3, true, true, Some(&s)) else { panic!() };
         assert_eq!(reason, "OperationInProgress");
+        assert!(message.contains("draining"), "{message}");
     }
 
     #[test]

@@ -1,8 +1,10 @@
 //! The failover engine's pure parts, property- and unit-tested:
 //! [`planned`], the decision table of a planned failover (switchover), and
 //! [`emergency`], when an emergency failover may promote and whether a
-//! returning former primary diverged. The controller runs them against the
+//! returning former primary diverged, and [`abandoned`], what a promotion
+//! abandons of what the primary was last seen with. The controller runs them against the
 //! sites (`crate::controller::failover_group::{switchover, emergency}`).
 
+pub mod abandoned;
 pub mod emergency;
 pub mod planned;

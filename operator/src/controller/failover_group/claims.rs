@@ -16,11 +16,14 @@ use super::publish;
 use crate::authority::pruned_claims;
 use crate::controller::{Context, Error, kube_err};
 
-/// Drops stale or released claims (leader only).
-pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), Error> {
+/// Drops stale or released claims (leader only); returns the group as
+/// last written, when it wrote (its resourceVersion moved, and the writes
+/// that follow in the reconcile carry it).
+pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Option<MysqlFailoverGroup>, Error> {
     if !ctx.leadership.is_leader() {
-        return Ok(());
+        return Ok(None);
     }
+    let mut written = None;
     let name = group.name_any();
     let released = group.annotations().get(RELEASE_INSTANCE_ANNOTATION).map(|v| v.trim().to_owned());
     let all = ctx.authority.databases.state();
@@ -33,7 +36,11 @@ pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
             "status": { "instanceClaims": claims },
         });
         let params = PatchParams { field_manager: Some(CLAIMS_FIELD_MANAGER.into()), ..PatchParams::default() };
-        api.patch_status(&name, &params, &Patch::Merge(&patch)).await.map_err(kube_err("drop an instance claim"))?;
+        written = Some(
+            api.patch_status(&name, &params, &Patch::Merge(&patch))
+                .await
+                .map_err(kube_err("drop an instance claim"))?,
+        );
         tracing::info!(group = %name, released = released.as_deref().unwrap_or(""), "instance claims pruned");
     }
     if let Some(instance) = released {
@@ -42,9 +49,11 @@ pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
         );
         publish(ctx, group, EventType::Normal, "InstanceReleased", note, "ReleaseInstance", None).await;
         let patch = json!({"metadata": {"annotations": {RELEASE_INSTANCE_ANNOTATION: null}}});
-        api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(kube_err("remove the release-instance annotation"))?;
+        written = Some(
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(kube_err("remove the release-instance annotation"))?,
+        );
     }
-    Ok(())
+    Ok(written)
 }

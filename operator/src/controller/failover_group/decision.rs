@@ -14,7 +14,7 @@
 //! the record and a crash in between is completed by the next restore.
 
 use bloodraven_api::names::DECIDER_FIELD_MANAGER;
-use bloodraven_api::v1alpha1::MysqlFailoverGroup;
+use bloodraven_api::v1alpha1::{EmergencyFailoverStatus, MysqlFailoverGroup};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
@@ -119,7 +119,7 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
                 record::note_decided(&uid, r.generation);
                 return Ok(Resolution::At { site: r.active_site, generation: r.generation, restored_from: None });
             }
-            write_status(ctx, group, &r.active_site, r.generation).await?;
+            write_status(ctx, group, &r.active_site, r.generation, None).await?;
             Ok(Resolution::At {
                 site: r.active_site,
                 generation: r.generation,
@@ -157,7 +157,7 @@ pub async fn bootstrap(
     }
     let uid = group.meta().uid.clone().unwrap_or_default();
     record::write(records, &group.name_any(), &uid, site, 1, &record::Extra::default(), stale).await?;
-    write_status(ctx, group, site, 1).await.map(drop)
+    write_status(ctx, group, site, 1, None).await.map(drop)
 }
 
 /// A failover's decision (planned or emergency): records `site` at
@@ -172,6 +172,7 @@ pub async fn decide(
     previous: &Record,
     site: &str,
     extra: &record::Extra,
+    emergency: Option<&EmergencyFailoverStatus>,
 ) -> Result<MysqlFailoverGroup, Error> {
     if !ctx.leadership.is_leader() {
         return Err(Error::NotLeader);
@@ -180,7 +181,7 @@ pub async fn decide(
     let generation = previous.generation + 1;
     record::write(records, &group.name_any(), &uid, site, generation, extra, Some(previous)).await?;
     crate::failpoint::hit("decide-after-record");
-    write_status(ctx, group, site, generation).await
+    write_status(ctx, group, site, generation, emergency).await
 }
 
 /// The status half of a decision: one merge patch carrying the
@@ -190,15 +191,20 @@ async fn write_status(
     group: &MysqlFailoverGroup,
     site: &str,
     generation: i64,
+    emergency: Option<&EmergencyFailoverStatus>,
 ) -> Result<MysqlFailoverGroup, Error> {
     if !ctx.leadership.is_leader() {
         return Err(Error::NotLeader);
     }
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
-    let patch = json!({
+    let mut patch = json!({
         "metadata": { "resourceVersion": group.resource_version() },
         "status": { "activeSite": site, "topologyGeneration": generation },
     });
+    if let Some(emergency) = emergency {
+        // With the decision, in one write: what the promotion abandoned.
+        patch["status"]["emergencyFailover"] = json!(emergency);
+    }
     let params = PatchParams { field_manager: Some(DECIDER_FIELD_MANAGER.into()), ..PatchParams::default() };
     api.patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
         .await

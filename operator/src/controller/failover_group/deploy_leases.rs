@@ -78,6 +78,16 @@ pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
     Ok(())
 }
 
+/// [`maintain`] right after a decision, where a failure must not stop what
+/// follows (the promotion, the status write): the new generation already
+/// revokes every lease, since a renewal compares it with the grant's; the
+/// tombstones and Events are written by the next round's pass.
+pub async fn maintain_after_decision(ctx: &Context, group: &MysqlFailoverGroup) {
+    if let Err(err) = maintain(ctx, group).await {
+        tracing::warn!(group = %group.name_any(), error = %err, "could not record the revocations of a decision yet; the next round does");
+    }
+}
+
 /// Which operationIds the `schema-verified` annotation names (`None`: all).
 fn named(value: &str) -> Option<Vec<&str>> {
     if value.trim().eq_ignore_ascii_case("all") {

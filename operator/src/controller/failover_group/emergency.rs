@@ -7,6 +7,13 @@
 //!   leader change can delay a failover by at most one detection budget,
 //!   never cause one). At `failureThreshold` the standby is promoted if it
 //!   is reachable and has applied everything it received.
+//! - What the promotion abandons: the transactions the active site had at
+//!   its last answered probe that the standby lacks at the decision
+//!   (`crate::failover::abandoned`). More than
+//!   `spec.failover.maxAbandonedTransactions` (default 0) and nothing is
+//!   promoted (`StandbyBehind`), unless a person accepted the loss with the
+//!   `promote-despite-loss` annotation for that standby and generation. The
+//!   decision writes them to `status.emergencyFailover` and the Event.
 //! - The decision is recorded first with `pending: promote` (record, then
 //!   status: generation + 1, every deploy lease revoked), then the standby
 //!   is promoted and the pending step cleared; a leader that dies in
@@ -23,8 +30,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bloodraven_api::v1alpha1::{ConditionType, MysqlFailoverGroup, reason};
+use bloodraven_api::names::PROMOTE_DESPITE_LOSS_ANNOTATION;
+use bloodraven_api::v1alpha1::{ConditionType, EmergencyFailoverStatus, MysqlFailoverGroup, reason};
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 
@@ -33,25 +44,42 @@ use super::record::{self, Record};
 use super::{decision, deploy_leases, publish, sites};
 use crate::controller::conditions::Computed;
 use crate::controller::{Context, Error};
+use crate::failover::abandoned::{self, Abandoned};
 use crate::failover::emergency::{self, Standby, Verdict};
 use crate::mysql::statements::Source;
 use crate::mysql::{ProbeTarget, actions};
 
-/// Consecutive failed probes of each group's active site (by group UID).
+/// What this process saw of each group's active site (by group UID):
+/// consecutive failed probes, and the GTID position of its last answer.
 #[derive(Clone, Debug, Default)]
-pub struct Missed(Arc<Mutex<HashMap<String, u32>>>);
+pub struct Missed(Arc<Mutex<HashMap<String, Watched>>>);
+
+#[derive(Debug, Default)]
+struct Watched {
+    missed: u32,
+    /// `(site, position)` of the active site's last answer.
+    seen: Option<(String, String)>,
+}
 
 impl Missed {
     /// Counts one probe round: returns the consecutive failures so far.
     pub fn count(&self, uid: &str, active_answered: bool) -> u32 {
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if active_answered {
-            map.remove(uid);
-            return 0;
-        }
-        let n = map.entry(uid.to_owned()).or_default();
-        *n = n.saturating_add(1);
-        *n
+        let w = map.entry(uid.to_owned()).or_default();
+        w.missed = if active_answered { 0 } else { w.missed.saturating_add(1) };
+        w.missed
+    }
+
+    /// Remembers the active site's position at its answer.
+    fn saw(&self, uid: &str, site: &str, position: &str) {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.entry(uid.to_owned()).or_default().seen = Some((site.to_owned(), position.to_owned()));
+    }
+
+    /// The position `site` last answered with, if this process saw it.
+    fn last_seen(&self, uid: &str, site: &str) -> Option<String> {
+        let map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.get(uid).and_then(|w| w.seen.as_ref()).filter(|(s, _)| s == site).map(|(_, p)| p.clone())
     }
 
     /// Forgets a group (after a decision, or deletion).
@@ -132,6 +160,9 @@ pub async fn check(
         ctx.missed.forget(&uid);
         return Ok(Outcome { decided: None, blocked: Some(blocked) });
     }
+    if let Some(Ok(obs)) = active_probe.map(|p| &p.outcome) {
+        ctx.missed.saw(&uid, active, &obs.gtid_position);
+    }
     let missed = ctx.missed.count(&uid, alive(active_probe));
     if missed == 0 {
         return Ok(Outcome::default());
@@ -139,8 +170,9 @@ pub async fn check(
     let policy = &group.spec.failover;
     let standby_probe = probes.iter().find(|p| p.site != active);
     let timeout = Duration::from_secs(u64::from(policy.probe_timeout_seconds.clamp(1, 60)));
-    // The applied position is read only once the budget is spent.
+    // The standby's positions are read only once the budget is spent.
     let mut applied = String::new();
+    let mut current = String::new();
     let mut standby_err: Option<String> = None;
     if missed >= policy.failure_threshold.max(1)
         && let Some(p) = standby_probe
@@ -151,13 +183,14 @@ pub async fn check(
             Ok(creds) => {
                 let at = ProbeTarget { host: site.host.clone(), port: site.port };
                 match actions::positions(&at, &creds, obs.flavor, timeout).await {
-                    Ok(pos) => applied = pos.applied,
+                    Ok(pos) => (applied, current) = (pos.applied, pos.current),
                     Err(e) => standby_err = Some(crate::mysql::classify(&e).1),
                 }
             }
             Err(f) => standby_err = Some(f.message),
         }
     }
+    let loss = Loss::of(ctx, group, &uid, active, standby_probe, &current);
     let standby = standby_probe.map(|p| match &p.outcome {
         Ok(obs) => Standby {
             site: &p.site,
@@ -165,6 +198,9 @@ pub async fn check(
             flavor: obs.flavor,
             applied: &applied,
             received: obs.replication.as_ref().and_then(|r| r.received_position.as_deref()),
+            abandoned: loss.abandoned.as_ref(),
+            max_abandoned: u64::from(policy.max_abandoned_transactions),
+            loss_accepted: loss.accepted,
             replicating: standby_complete
                 || obs
                     .replication
@@ -177,6 +213,9 @@ pub async fn check(
             flavor: crate::mysql::Flavor::MariaDb,
             applied: "",
             received: None,
+            abandoned: None,
+            max_abandoned: 0,
+            loss_accepted: false,
             replicating: false,
         },
     });
@@ -184,37 +223,149 @@ pub async fn check(
         Verdict::Wait { .. } => Ok(Outcome::default()),
         Verdict::Blocked { reason, message } => Ok(Outcome { decided: None, blocked: Some((reason, message)) }),
         Verdict::Promote { site } => {
-            let Some(rec) = record::read(records, &group.name_any()).await? else {
-                return Ok(Outcome::default());
-            };
-            if rec.tampered.is_some() || rec.active_site != active || rec.pending.is_some() {
-                return Ok(Outcome::default());
-            }
             let standby_obs = standby_probe.and_then(|p| p.outcome.as_ref().ok());
-            let mut extra = rec.extra();
-            extra.promotion_position = standby_obs.map(|o| o.gtid_position.clone());
-            extra.pending = Some("promote".into());
-            let decided = decision::decide(ctx, records, group, &rec, &site, &extra).await?;
-            crate::failpoint::hit("emergency-after-decide");
-            let generation = rec.generation + 1;
-            ctx.missed.forget(&uid);
-            tracing::warn!(group = %group.name_any(), site = %site, generation, missed, "emergency failover decided");
-            publish(
-                ctx,
-                &decided,
-                EventType::Warning,
-                reason::EMERGENCY_FAILOVER,
-                format!(
-                    "the active site {active} failed {missed} probes in a row; {site} is the active site at topologyGeneration {generation}; every deploy lease of the group is revoked"
-                ),
-                "Decide",
-                None,
-            )
-            .await;
-            ctx.metrics.topology_generation.with_label_values(&[&group.name_any()]).set(generation);
-            ctx.metrics.failovers_total.with_label_values(&[&group.name_any(), "emergency", "completed"]).inc();
-            deploy_leases::maintain(ctx, &decided).await?;
-            Ok(Outcome { decided: Some(decided), blocked: None })
+            let promotion = Promotion { active, site: &site, missed, loss: &loss, standby_position: &current };
+            decide(ctx, records, group, &promotion, standby_obs).await
+        }
+    }
+}
+
+/// An emergency promotion the rules allowed.
+struct Promotion<'a> {
+    active: &'a str,
+    site: &'a str,
+    missed: u32,
+    loss: &'a Loss,
+    standby_position: &'a str,
+}
+
+/// Decides an emergency promotion: the record (with the pending
+/// promotion), then status with what the promotion abandons, an Event, and
+/// the revocations. Nothing when the record does not agree.
+async fn decide(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: &MysqlFailoverGroup,
+    p: &Promotion<'_>,
+    standby_obs: Option<&crate::mysql::SiteObservation>,
+) -> Result<Outcome, Error> {
+    let (active, site, loss) = (p.active, p.site, p.loss);
+    let uid = group.meta().uid.clone().unwrap_or_default();
+    let Some(rec) = record::read(records, &group.name_any()).await? else {
+        return Ok(Outcome::default());
+    };
+    if rec.tampered.is_some() || rec.active_site != active || rec.pending.is_some() {
+        return Ok(Outcome::default());
+    }
+    let mut extra = rec.extra();
+    extra.promotion_position = standby_obs.map(|o| o.gtid_position.clone());
+    extra.pending = Some("promote".into());
+    let generation = rec.generation + 1;
+    let facts = EmergencyFailoverStatus {
+        time: Time(Timestamp::now()),
+        from_site: active.to_owned(),
+        to_site: site.to_owned(),
+        topology_generation: generation,
+        primary_last_seen: loss.primary_last_seen.clone(),
+        standby_position: p.standby_position.to_owned(),
+        abandoned_gtids: loss.abandoned.as_ref().map(|a| a.gtids.clone()),
+        abandoned_transactions: loss.abandoned.as_ref().map_or(0, |a| a.transactions),
+        loss_accepted: loss.accepted && loss.abandoned.is_some(),
+    };
+    let decided = decision::decide(ctx, records, group, &rec, site, &extra, Some(&facts)).await?;
+    crate::failpoint::hit("emergency-after-decide");
+    ctx.missed.forget(&uid);
+    tracing::warn!(group = %group.name_any(), site = %site, generation, missed = p.missed, abandoned = facts.abandoned_transactions, "emergency failover decided");
+    publish(
+        ctx,
+        &decided,
+        EventType::Warning,
+        reason::EMERGENCY_FAILOVER,
+        format!(
+            "the active site {active} failed {} probes in a row; {site} is the active site at topologyGeneration {generation}; {}; every deploy lease of the group is revoked",
+            p.missed,
+            loss.describe(active, site)
+        ),
+        "Decide",
+        None,
+    )
+    .await;
+    if loss.accepted {
+        loss.clear_acceptance(ctx, &decided).await;
+    }
+    ctx.metrics.topology_generation.with_label_values(&[&group.name_any()]).set(generation);
+    ctx.metrics.failovers_total.with_label_values(&[&group.name_any(), "emergency", "completed"]).inc();
+    deploy_leases::maintain_after_decision(ctx, &decided).await;
+    Ok(Outcome { decided: Some(decided), blocked: None })
+}
+
+/// What promoting the standby now would abandon, and whether a person
+/// accepted it.
+struct Loss {
+    /// The active site's position at its last answer: as this process saw
+    /// it, else as the last written status shows it.
+    primary_last_seen: Option<String>,
+    /// What the standby lacks of it (`None`: nothing, or unknown).
+    abandoned: Option<Abandoned>,
+    /// `promote-despite-loss` names the standby at the group's generation.
+    accepted: bool,
+}
+
+impl Loss {
+    fn of(
+        ctx: &Context,
+        group: &MysqlFailoverGroup,
+        uid: &str,
+        active: &str,
+        standby: Option<&SiteProbe>,
+        standby_position: &str,
+    ) -> Loss {
+        let primary_last_seen = ctx.missed.last_seen(uid, active).or_else(|| {
+            let health = group.status.as_ref()?.health.iter().find(|h| h.site == active)?;
+            health.gtid_position.clone().filter(|p| !p.is_empty())
+        });
+        let standby_obs = standby.and_then(|p| p.outcome.as_ref().ok());
+        let abandoned = match (&primary_last_seen, standby_obs) {
+            (Some(seen), Some(obs)) if !standby_position.is_empty() => {
+                abandoned::abandoned(obs.flavor, seen, standby_position).unwrap_or_else(|why| {
+                    tracing::warn!(group = %group.name_any(), error = %why, "cannot tell what a promotion abandons");
+                    None
+                })
+            }
+            _ => None,
+        };
+        let accepted = match (standby, group.decided()) {
+            (Some(p), Some((_, generation))) => group
+                .annotations()
+                .get(PROMOTE_DESPITE_LOSS_ANNOTATION)
+                .is_some_and(|v| v.trim() == format!("{}@{generation}", p.site)),
+            _ => false,
+        };
+        Loss { primary_last_seen, abandoned, accepted }
+    }
+
+    /// What the Event says of the loss.
+    fn describe(&self, active: &str, site: &str) -> String {
+        match (&self.abandoned, &self.primary_last_seen) {
+            (Some(a), _) => format!(
+                "the promotion abandoned {} transaction(s) {active} was last seen with ({}){}: they are not on {site}; keep {active}'s data until a person has reconciled it",
+                a.transactions,
+                a.gtids,
+                if self.accepted { ", a loss a person accepted (promote-despite-loss)" } else { "" }
+            ),
+            (None, Some(seen)) => format!("{site} had everything {active} was last seen with ({seen})"),
+            (None, None) => format!(
+                "{active} was never seen answering by this operator, so what the promotion abandoned is unknown"
+            ),
+        }
+    }
+
+    /// Removes the acceptance once it was used: it never accepts a later failover.
+    async fn clear_acceptance(&self, ctx: &Context, group: &MysqlFailoverGroup) {
+        let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+        let patch = serde_json::json!({"metadata": {"annotations": {PROMOTE_DESPITE_LOSS_ANNOTATION: null}}});
+        if let Err(err) = api.patch(&group.name_any(), &PatchParams::default(), &Patch::Merge(&patch)).await {
+            tracing::warn!(group = %group.name_any(), error = %err, "could not remove the promote-despite-loss annotation");
         }
     }
 }
@@ -321,8 +472,9 @@ pub async fn rejoin(
             message: m,
         })?;
         if let Some(errant) = errant {
+            let abandoned = abandoned_by_failover(group, &spec.name, active);
             diverged.push(format!(
-                "site {} has transactions the active site {active} lacks (errant GTIDs {errant}, past the promotion position {promotion}); it stays read-only and is not repointed: save what you need from it, then rebuild it from {active} (or remove those transactions) and make it replicate from {active}",
+                "site {} has transactions the active site {active} lacks (errant GTIDs {errant}, past the promotion position {promotion}{abandoned}); it stays read-only and is not repointed: save what you need from it, then rebuild it from {active} (or remove those transactions) and make it replicate from {active}",
                 spec.name
             ));
             continue;
@@ -366,6 +518,20 @@ pub async fn rejoin(
     } else {
         Ok(Computed::flag(t, true, reason::ERRANT_TRANSACTIONS, diverged.join("; ")))
     }
+}
+
+/// What the emergency failover from `site` to `active` abandoned, as a
+/// clause of the `SiteDiverged` message: MariaDB shows one last GTID per
+/// domain, and the failover's status names the whole range.
+fn abandoned_by_failover(group: &MysqlFailoverGroup, site: &str, active: &str) -> String {
+    group
+        .status
+        .as_ref()
+        .and_then(|s| s.emergency_failover.as_ref())
+        .filter(|e| e.from_site == site && e.to_site == active)
+        .and_then(|e| e.abandoned_gtids.as_ref())
+        .map(|g| format!("; the emergency failover that promoted {active} abandoned {g}"))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -120,7 +120,13 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         return Ok(Action::await_change());
     }
     let group = cleanup::ensure_finalizer(&ctx, group).await?;
-    claims::maintain(&ctx, &group).await?;
+    // What is not the safety paths' own work (claims, the planned failover,
+    // deploy-lease bookkeeping) never stops them: a lease store that fails
+    // or a claim that conflicts must not keep a dead primary in charge. Its
+    // first error is returned once the round is done (the error policy
+    // counts it and requeues).
+    let mut later = Later::default();
+    let group = prune_claims(&ctx, group, &mut later).await?;
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     let previous = group.status.clone().unwrap_or_default();
 
@@ -136,7 +142,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
 
     let started = Instant::now();
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let mut resolution = decision::resolve(&ctx, &records, &group).await?;
+    let resolution = decision::resolve(&ctx, &records, &group).await?;
     if let decision::Resolution::At { site, generation, restored_from: Some(was) } = &resolution {
         tracing::warn!(group = %name, site = %site, generation, was = %was, "status restored from the decision record");
         publish(&ctx, &group, EventType::Warning, reason::STATUS_RESTORED, format!(
@@ -154,17 +160,14 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     }
     // The planned failover, if any, runs first: it probes and acts on its
     // own, and may move the decision.
-    let mut planned = switchover::Drive::idle(group.clone());
-    if matches!(resolution, decision::Resolution::At { .. }) {
-        planned = Box::pin(switchover::drive(&ctx, &records, group)).await?;
-        group = planned.group.clone();
-        resolution = decided_now(&group, resolution);
-        deploy_leases::maintain(&ctx, &group).await?;
-    }
-    let verification = deploy_leases::verification_condition(&ctx, &group).await?;
+    let Some(ops) = Box::pin(operations(&ctx, &records, &api, group, resolution, &mut later)).await? else {
+        return Ok(Action::await_change());
+    };
+    let (group, resolution, planned, verification) = (ops.group, ops.resolution, ops.planned, ops.verification);
     let probes = sites::probe_all(&group, &ctx).await;
-    // Automatic failover waits for a planned failover until its decision;
-    // after it, a new primary that dies is failed over like any other.
+    // Automatic failover waits for a planned failover only while it
+    // drains, within its bound; a new primary that dies after the decision
+    // is failed over like any other.
     let safety = Box::pin(safety_paths(&ctx, &records, group, resolution, probes, &planned)).await?;
     let (group, resolution, probes) = (safety.group, safety.resolution, safety.probes);
     let decided = match &resolution {
@@ -216,7 +219,102 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     ctx.metrics.probe_to_status_seconds.with_label_values(&[CONTROLLER]).observe(started.elapsed().as_secs_f64());
     record_metrics(&ctx, &name, generation, &assessment, &probes);
     announce(&ctx, &group, &previous.conditions, &assessment.conditions).await;
+    later.result()?;
     Ok(Action::requeue(planned.requeue.map_or(interval, |r| r.min(interval))))
+}
+
+/// The first error of a reconcile's work that must not stop the safety
+/// paths, returned at the end of the round. Losing leadership is never
+/// deferred: a process that is not the leader stops acting at once.
+#[derive(Default)]
+struct Later(Option<Error>);
+
+impl Later {
+    fn keep(&mut self, what: &'static str, err: Error) -> Result<(), Error> {
+        if matches!(err, Error::NotLeader) {
+            return Err(err);
+        }
+        tracing::warn!(part = what, reason = err.reason(), error = %err, "failover group round goes on to the safety paths despite an error");
+        self.0.get_or_insert(err);
+        Ok(())
+    }
+
+    fn result(self) -> Result<(), Error> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+/// The group's instance claims pruned ([`claims::maintain`]); the group as
+/// written, or as it was when nothing was written or the write failed (the
+/// error is kept in `later`).
+async fn prune_claims(
+    ctx: &Context,
+    group: Arc<MysqlFailoverGroup>,
+    later: &mut Later,
+) -> Result<Arc<MysqlFailoverGroup>, Error> {
+    match claims::maintain(ctx, &group).await {
+        Ok(Some(written)) => Ok(Arc::new(written)),
+        Ok(None) => Ok(group),
+        Err(e) => {
+            later.keep("claims", e)?;
+            Ok(group)
+        }
+    }
+}
+
+/// What the operations before the safety paths left.
+struct Operations {
+    group: MysqlFailoverGroup,
+    resolution: decision::Resolution,
+    planned: switchover::Drive,
+    verification: Computed,
+}
+
+/// The planned failover's drive, then the group's deploy-lease bookkeeping
+/// and its `SchemaVerificationRequired` condition. Their errors are kept in
+/// `later`, never returned, so the safety paths run whatever the lease
+/// store answers. `None`: the group is gone.
+async fn operations(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    api: &Api<MysqlFailoverGroup>,
+    mut group: MysqlFailoverGroup,
+    mut resolution: decision::Resolution,
+    later: &mut Later,
+) -> Result<Option<Operations>, Error> {
+    let mut planned = switchover::Drive::idle(group.clone());
+    if matches!(resolution, decision::Resolution::At { .. }) {
+        let name = group.name_any();
+        planned = match Box::pin(switchover::drive(ctx, records, group)).await {
+            Ok(planned) => planned,
+            Err(e) => {
+                later.keep("planned failover", e)?;
+                // The drive may have written before it failed: act on the group as stored.
+                match api.get_opt(&name).await.map_err(kube_err("read the group after a failed drive"))? {
+                    Some(g) => switchover::Drive::as_stored(ctx, g),
+                    None => return Ok(None),
+                }
+            }
+        };
+        group = planned.group.clone();
+        resolution = decided_now(&group, resolution);
+        if let Err(e) = deploy_leases::maintain(ctx, &group).await {
+            later.keep("deploy leases", e)?;
+        }
+    }
+    let verification = match deploy_leases::verification_condition(ctx, &group).await {
+        Ok(condition) => condition,
+        Err(e) => {
+            let message = format!("the verification records could not be read: {e}");
+            later.keep("verification records", e)?;
+            Computed::unknown(
+                bloodraven_api::v1alpha1::ConditionType::SchemaVerificationRequired.as_str(),
+                reason::DEPLOY_LEASES_UNREADABLE,
+                message,
+            )
+        }
+    };
+    Ok(Some(Operations { group, resolution, planned, verification }))
 }
 
 /// Finalizes a deleted group, unless a planned failover has touched its
@@ -412,9 +510,11 @@ async fn write_observation(
     // manager set before, instead of storing a null. It does not remove a
     // value another manager set (the failover engine sets
     // `OperationInProgress` by merge patch while a switchover runs), so
-    // that one is removed by a merge patch below: a stale reason would keep
-    // a stable group reporting an operation, and be rewritten every probe.
-    let clear_reason = unstable_reason.is_none();
+    // that one is removed by a merge patch first: written after, a reader
+    // would see `stable: true` beside a reason in between; written first, it
+    // sees an unstable group without a reason for a moment, which claims
+    // nothing false.
+    let stale_reason = unstable_reason.is_none() && group.status.as_ref().is_some_and(|s| s.unstable_reason.is_some());
     if let Some(reason) = unstable_reason {
         status["unstableReason"] = json!(reason);
     }
@@ -426,19 +526,18 @@ async fn write_observation(
     if !ctx.leadership.is_leader() {
         return Ok(());
     }
+    if stale_reason {
+        let clear = json!({ "status": { "unstableReason": null } });
+        let params = PatchParams { field_manager: Some(OBSERVER_FIELD_MANAGER.into()), ..PatchParams::default() };
+        match api.patch_status(name, &params, &Patch::Merge(&clear)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(()),
+            Err(err) => return Err(kube_err("clear the unstable reason")(err)),
+        }
+    }
     match api.patch_status(name, &PatchParams::apply(OBSERVER_FIELD_MANAGER).force(), &Patch::Apply(&patch)).await {
-        Ok(written) => {
+        Ok(_) => {
             ctx.metrics.status_writes_total.with_label_values(&["written"]).inc();
-            if clear_reason && written.status.as_ref().is_some_and(|s| s.unstable_reason.is_some()) {
-                let clear = json!({ "status": { "unstableReason": null } });
-                let params =
-                    PatchParams { field_manager: Some(OBSERVER_FIELD_MANAGER.into()), ..PatchParams::default() };
-                match api.patch_status(name, &params, &Patch::Merge(&clear)).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(err) => return Err(kube_err("clear the unstable reason")(err)),
-                }
-            }
             Ok(())
         }
         // Deleted while it was being probed: nothing to report.

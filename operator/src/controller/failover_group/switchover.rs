@@ -167,17 +167,43 @@ pub struct Drive {
     phase: Option<Phase>,
     /// When to look again, if sooner than the probe interval.
     pub requeue: Option<Duration>,
+    /// Whether a `Draining` request ran past its bound (fence + catch-up).
+    past_deadline: bool,
 }
 
 impl Drive {
     /// Nothing running.
     pub fn idle(group: MysqlFailoverGroup) -> Drive {
-        Drive { group, phase: None, requeue: None }
+        Drive { group, phase: None, requeue: None, past_deadline: false }
     }
 
     /// A request left in `phase`, looked at again after `requeue`.
     fn at(group: MysqlFailoverGroup, phase: Phase, requeue: Duration) -> Drive {
-        Drive { group, phase: Some(phase), requeue: Some(requeue) }
+        Drive { group, phase: Some(phase), requeue: Some(requeue), past_deadline: false }
+    }
+
+    /// The request as status shows it, for a drive that ended with an
+    /// error: the safety paths still run, and hold automatic failover only
+    /// as far as that phase does.
+    pub fn as_stored(ctx: &Context, group: MysqlFailoverGroup) -> Drive {
+        let phase =
+            group.status.as_ref().and_then(|s| s.planned_failover.as_ref()).and_then(|p| Phase::parse(&p.phase));
+        let drive = Drive { group, phase, requeue: Some(Duration::from_secs(1)), past_deadline: false };
+        drive.with_deadline(ctx)
+    }
+
+    /// Fills in whether a draining request ran past its bound, counted as
+    /// [`cap_drain`] counts it.
+    fn with_deadline(mut self, ctx: &Context) -> Drive {
+        if self.phase != Some(Phase::Draining) {
+            return self;
+        }
+        let Some(mut state) = self.group.status.as_ref().and_then(|s| s.planned_failover.clone()) else {
+            return self;
+        };
+        cap_drain(ctx, &self.group, &mut state);
+        self.past_deadline = drain_deadline_passed(&state.history, &self.group.spec.failover, Timestamp::now());
+        self
     }
 
     /// A request is in a non-final phase: the group is unstable
@@ -192,9 +218,10 @@ impl Drive {
         matches!(self.phase, Some(Phase::Promoting | Phase::Repointing))
     }
 
-    /// Automatic failover waits for the request: it runs and is not decided yet.
+    /// Automatic failover waits for the request: it is draining, within
+    /// its own bound (see [`planned::holds_automatic_failover`]).
     pub fn holds_automatic_failover(&self) -> bool {
-        self.running() && !self.recovering()
+        self.phase.is_some_and(|p| planned::holds_automatic_failover(p, self.past_deadline))
     }
 
     /// The request is decided and its target not yet promoted (`Promoting`):
@@ -206,6 +233,10 @@ impl Drive {
 
 /// Drives the group's planned failover, if any, as far as it goes now.
 pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailoverGroup) -> Result<Drive, Error> {
+    Ok(Box::pin(drive_rounds(ctx, records, group)).await?.with_deadline(ctx))
+}
+
+async fn drive_rounds(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailoverGroup) -> Result<Drive, Error> {
     let idle = Drive::idle;
     let (mut group, mut state) = match take_up(ctx, records, group).await? {
         Ok(taken) => taken,
@@ -227,7 +258,7 @@ pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailover
     match Phase::parse(&state.phase) {
         Some(Phase::Deferred) => {
             if let Some(service) = ctx.deploy.as_ref() {
-                let hold = service.live_hold(&group).await.map_err(|e| Error::deploy(&e))?;
+                let hold = bounded(&group, service.live_hold(&group)).await?;
                 local.hold = hold;
             }
         }
@@ -255,6 +286,8 @@ pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailover
         let (src, tgt) = (observed(&source), observed(&state.target_site));
         let facts = Facts {
             active: active.clone(),
+            generation: group.decided().map(|(_, g)| g),
+            source_generation: state.source_generation,
             target: state.target_site.clone(),
             hold: local.hold.as_ref().map(|h| (h.operation_id.clone(), h.instance.clone())),
             target_ready: target_readiness(&group.spec, &source, src, &state.target_site, &probes),
@@ -627,7 +660,7 @@ async fn act(
             let mut extra = rec.extra();
             extra.promotion_position =
                 local.promotion_position.clone().or(step.tgt.as_ref().map(|o| o.gtid_position.clone()));
-            let decided = decision::decide(ctx, records, group, &rec, &site, &extra).await?;
+            let decided = decision::decide(ctx, records, group, &rec, &site, &extra, None).await?;
             crate::failpoint::hit("planned-after-decide");
             let generation = rec.generation + 1;
             tracing::info!(group = %group.name_any(), site = %site, generation, request_id = %state.request_id, "planned failover decided");
@@ -645,7 +678,9 @@ async fn act(
             )
             .await;
             ctx.metrics.topology_generation.with_label_values(&[&group.name_any()]).set(generation);
-            deploy_leases::maintain(ctx, &decided).await?;
+            // The generation already revokes every lease (a renewal compares
+            // it); the tombstones and Events may wait for the next round.
+            deploy_leases::maintain_after_decision(ctx, &decided).await;
             *group = decided;
         }
         Action::Promote(site) => {
@@ -719,7 +754,25 @@ async fn admit(
 ) -> Result<Option<Grant>, Error> {
     let Some(service) = ctx.deploy.as_ref() else { return Ok(None) };
     let marker = format!("{}@{}", state.request_id, Timestamp::now());
-    service.admit(&group.name_any(), &marker).await.map_err(|e| Error::deploy(&e))
+    bounded(group, service.admit(&group.name_any(), &marker)).await
+}
+
+/// A deploy-lease call of the drive, bounded by the group's probe timeout:
+/// the drive runs before the safety paths in a reconcile, and a slow lease
+/// store must not delay an emergency failover (an error here ends the
+/// drive, and the reconcile goes on to the safety paths).
+async fn bounded<T>(
+    group: &MysqlFailoverGroup,
+    call: impl std::future::Future<Output = Result<T, crate::lease::service::ServiceError>>,
+) -> Result<T, Error> {
+    let bound = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
+    match tokio::time::timeout(bound, call).await {
+        Ok(answer) => answer.map_err(|e| Error::deploy(&e)),
+        Err(_) => Err(Error::Deploy(format!(
+            "the deploy-lease store did not answer within {}s (probeTimeoutSeconds)",
+            bound.as_secs()
+        ))),
+    }
 }
 
 /// Reports accounts that can write through `read_only` on `site` (MariaDB
@@ -871,6 +924,30 @@ async fn enter(
     Ok(written)
 }
 
+/// `state` as a merge patch over `stored`: every field `stored` has and
+/// `state` leaves out (an `Option` that is `None` is not serialized) is
+/// written as null, at any depth, so the stored request is replaced whole.
+/// Found on the playground: a new request showed the previous request's
+/// deferral (`admission`) and message beside its own history.
+fn replacing(stored: Option<&PlannedFailoverStatus>, state: &PlannedFailoverStatus) -> serde_json::Value {
+    fn nulls(new: &mut serde_json::Value, old: &serde_json::Value) {
+        let (Some(new), Some(old)) = (new.as_object_mut(), old.as_object()) else { return };
+        for (key, was) in old {
+            match new.get_mut(key) {
+                Some(now) => nulls(now, was),
+                None => {
+                    new.insert(key.clone(), serde_json::Value::Null);
+                }
+            }
+        }
+    }
+    let mut new = serde_json::to_value(state).unwrap_or(serde_json::Value::Null);
+    if let Some(stored) = stored {
+        nulls(&mut new, &serde_json::to_value(stored).unwrap_or(serde_json::Value::Null));
+    }
+    new
+}
+
 /// Writes `status.plannedFailover` (and, while it runs, `stable: false`,
 /// `unstableReason: OperationInProgress`, so the deploy API answers `423`
 /// at once) with the resourceVersion of `group`.
@@ -883,7 +960,8 @@ async fn write_state(
         return Err(Error::NotLeader);
     }
     let running = Phase::parse(&state.phase).is_some_and(|p| !p.is_final());
-    let mut status = json!({ "plannedFailover": state });
+    let stored = group.status.as_ref().and_then(|s| s.planned_failover.as_ref());
+    let mut status = json!({ "plannedFailover": replacing(stored, state) });
     if running {
         status["stable"] = json!(false);
         status["unstableReason"] = json!(reason::OPERATION_IN_PROGRESS);
@@ -937,6 +1015,46 @@ mod tests {
         // No drain in the history (status wiped): the whole bound, once.
         assert_eq!(catch_up_slice(&history[..2], &policy, at(1)), Slice { wait: Duration::from_secs(30), last: true });
         assert!(!drain_deadline_passed(&history[..2], &policy, at(10_000)));
+    }
+
+    #[test]
+    fn a_new_request_replaces_every_field_of_the_stored_one() {
+        let stored = PlannedFailoverStatus {
+            request_id: "r1".into(),
+            target_site: "pdx".into(),
+            phase: "Deferred".into(),
+            source_site: Some("iad".into()),
+            source_generation: Some(3),
+            message: Some("deferred by op-1".into()),
+            admission: Some(PlannedFailoverAdmission {
+                defer_reason: Some(reason::DEPLOYMENT_HOLD.into()),
+                retry_time: Some(Time("2026-12-01T10:00:00Z".parse().unwrap())),
+                message: Some("the failover-hold of operation op-1".into()),
+            }),
+            history: vec![PhaseTransition {
+                phase: "Deferred".into(),
+                time: Time("2026-12-01T09:59:00Z".parse().unwrap()),
+                message: None,
+            }],
+        };
+        let fresh = PlannedFailoverStatus {
+            request_id: "r2".into(),
+            target_site: "iad".into(),
+            phase: "Pending".into(),
+            source_site: Some("pdx".into()),
+            source_generation: Some(4),
+            ..PlannedFailoverStatus::default()
+        };
+        let mut merged = serde_json::to_value(&stored).unwrap();
+        json_patch::merge(&mut merged, &replacing(Some(&stored), &fresh));
+        let merged: PlannedFailoverStatus = serde_json::from_value(merged).unwrap();
+        assert_eq!(merged, fresh, "nothing of r1 is left");
+        // A deferral's admission that changes loses what it no longer says.
+        let mut later = stored.clone();
+        later.admission = Some(PlannedFailoverAdmission { message: Some("m".into()), ..Default::default() });
+        let mut merged = serde_json::to_value(&stored).unwrap();
+        json_patch::merge(&mut merged, &replacing(Some(&stored), &later));
+        assert_eq!(serde_json::from_value::<PlannedFailoverStatus>(merged).unwrap(), later);
     }
 
     #[test]
