@@ -533,7 +533,8 @@ fn target<'a>(
     // group's probes fail a site that answers as another server).
     let endpoint = crate::controller::failover_group::endpoint_of(&g.spec, site);
     let unconfirmed = observed.is_none_or(|h| h.answered_endpoint != endpoint);
-    Ok(Decided { group: group_name, site: spec_site, generation, unconfirmed, observed })
+    let read_only = observed.is_some_and(|h| h.writable == Some(false));
+    Ok(Decided { group: group_name, site: spec_site, generation, unconfirmed, read_only, observed })
 }
 
 async fn reconcile(db: Arc<MysqlDatabase>, dctx: DbCtx) -> Result<Action, Error> {

@@ -67,6 +67,11 @@ pub struct Decided<'a> {
     /// site answering as itself at its spec endpoint: the objects are then
     /// left as they are (a spec edit is not a decision).
     pub unconfirmed: bool,
+    /// Whether that probe found the active site answering read-only: a
+    /// decided site is promoted right after its decision, and the objects
+    /// are left as they are until it answers writable, so a reconnect never
+    /// reaches a new primary that still refuses writes.
+    pub read_only: bool,
     /// That probe's result for the active site, if any (for the condition).
     pub observed: Option<&'a SiteHealth>,
 }

@@ -66,7 +66,14 @@ fn an_ip_site_gets_a_cluster_ip_service_on_3306_and_one_endpoint_at_the_site() {
     let iad = site("iad", "10.0.0.5", 3307);
     let (svc, create, slice, condition) = keep(plan(
         OWNER,
-        Ok(Decided { group: "playground", site: &iad, generation: 4, unconfirmed: false, observed: None }),
+        Ok(Decided {
+            group: "playground",
+            site: &iad,
+            generation: 4,
+            unconfirmed: false,
+            read_only: false,
+            observed: None,
+        }),
     ));
     assert!(create && condition.is_true() && condition.reason == reason::POINTS_AT_ACTIVE_SITE, "{condition:?}");
     assert_eq!(svc.metadata.name.as_deref(), Some("counter-app-primary"));
@@ -102,8 +109,10 @@ fn an_ip_site_gets_a_cluster_ip_service_on_3306_and_one_endpoint_at_the_site() {
     assert!(owned_by(&slice.metadata, "uid-1") && !owned_by(&slice.metadata, "uid-2"));
 
     let v6 = site("iad", "2001:db8::5", 3306);
-    let (_, _, slice, _) =
-        keep(plan(OWNER, Ok(Decided { group: "g", site: &v6, generation: 1, unconfirmed: false, observed: None })));
+    let (_, _, slice, _) = keep(plan(
+        OWNER,
+        Ok(Decided { group: "g", site: &v6, generation: 1, unconfirmed: false, read_only: false, observed: None }),
+    ));
     assert_eq!(slice.unwrap().address_type, "IPv6");
 }
 
@@ -112,10 +121,14 @@ fn a_new_decision_repoints_the_same_service_at_the_other_site() {
     // The repoint as the failover engine causes it: same database, the
     // group's activeSite and generation moved.
     let (iad, pdx) = (site("iad", "10.0.0.5", 3306), site("pdx", "10.1.0.5", 3307));
-    let (svc1, _, slice1, _) =
-        keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, observed: None })));
-    let (svc2, _, slice2, c2) =
-        keep(plan(OWNER, Ok(Decided { group: "g", site: &pdx, generation: 2, unconfirmed: false, observed: None })));
+    let (svc1, _, slice1, _) = keep(plan(
+        OWNER,
+        Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, read_only: false, observed: None }),
+    ));
+    let (svc2, _, slice2, c2) = keep(plan(
+        OWNER,
+        Ok(Decided { group: "g", site: &pdx, generation: 2, unconfirmed: false, read_only: false, observed: None }),
+    ));
     let (slice1, slice2) = (slice1.unwrap(), slice2.unwrap());
     assert_eq!(svc1.metadata.name, svc2.metadata.name);
     assert_eq!(slice1.metadata.name, slice2.metadata.name, "one EndpointSlice, rewritten in place");
@@ -131,8 +144,10 @@ fn a_new_decision_repoints_the_same_service_at_the_other_site() {
 #[test]
 fn a_dns_site_gets_an_external_name_and_no_endpoint_slice() {
     let iad = site("iad", "MySQL-IAD.example.internal", 3307);
-    let (svc, create, slice, condition) =
-        keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, observed: None })));
+    let (svc, create, slice, condition) = keep(plan(
+        OWNER,
+        Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, read_only: false, observed: None }),
+    ));
     let spec = svc.spec.unwrap();
     assert_eq!(spec.type_.as_deref(), Some("ExternalName"));
     assert_eq!(spec.external_name.as_deref(), Some("mysql-iad.example.internal"));
@@ -144,8 +159,10 @@ fn a_dns_site_gets_an_external_name_and_no_endpoint_slice() {
 #[test]
 fn an_unroutable_host_keeps_the_service_without_endpoints_and_says_why() {
     let iad = site("iad", "127.0.0.1", 3307);
-    let (svc, create, slice, condition) =
-        keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, observed: None })));
+    let (svc, create, slice, condition) = keep(plan(
+        OWNER,
+        Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, read_only: false, observed: None }),
+    ));
     assert_eq!(svc.spec.unwrap().type_.as_deref(), Some("ClusterIP"));
     assert!(create && slice.is_none());
     assert_eq!((condition.status, condition.reason), ("False", reason::UNROUTABLE_SITE_HOST));
@@ -163,8 +180,10 @@ fn without_a_target_the_service_is_parked_never_created_and_has_no_endpoints() {
     assert!(condition.message.contains("no decided active site"), "{condition:?}");
     // A formerly pointing Service differs from the parked one, so it is rewritten.
     let iad = site("iad", "db.example", 3306);
-    let (pointing, ..) =
-        keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, observed: None })));
+    let (pointing, ..) = keep(plan(
+        OWNER,
+        Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, read_only: false, observed: None }),
+    ));
     assert!(!service_matches(&pointing, &svc));
 }
 
@@ -173,7 +192,10 @@ fn an_invalid_name_plans_nothing() {
     let long = "a".repeat(56);
     let owner = Owner { name: &long, ..OWNER };
     let iad = site("iad", "10.0.0.5", 3306);
-    match plan(owner, Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, observed: None })) {
+    match plan(
+        owner,
+        Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, read_only: false, observed: None }),
+    ) {
         Plan::NameInvalid(c) => assert_eq!((c.status, c.reason), ("False", reason::PRIMARY_SERVICE_NAME_INVALID)),
         other @ Plan::Keep { .. } => panic!("{other:?}"),
     }
@@ -182,8 +204,10 @@ fn an_invalid_name_plans_nothing() {
 #[test]
 fn server_defaults_and_foreign_keys_do_not_count_as_a_change() {
     let iad = site("iad", "10.0.0.5", 3306);
-    let (want, _, slice, _) =
-        keep(plan(OWNER, Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, observed: None })));
+    let (want, _, slice, _) = keep(plan(
+        OWNER,
+        Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, read_only: false, observed: None }),
+    ));
     let mut have = want.clone();
     let spec = have.spec.as_mut().unwrap();
     spec.cluster_ip = Some("10.96.0.10".into());

@@ -69,29 +69,41 @@ enum Found<K> {
     Absent,
 }
 
-/// The `PrimaryService` condition while the Service waits for the active
-/// site to answer as itself at its spec endpoint (`with_service` names it).
-struct Unconfirmed {
-    site: String,
-    endpoint: String,
-    observed: String,
+/// The `PrimaryService` condition while the Service keeps its endpoint
+/// (`with_service` names the Service): the active site has not answered as
+/// itself at its spec endpoint, or answered read-only.
+enum Unconfirmed {
+    Endpoint { site: String, endpoint: String, observed: String },
+    ReadOnly { site: String, generation: i64 },
 }
 
 impl Unconfirmed {
     fn with_service(self, service: &str) -> Computed {
-        let Unconfirmed { site, endpoint, observed } = self;
-        Computed::flag(
-            CONDITION,
-            false,
-            reason::ACTIVE_SITE_ENDPOINT_UNCONFIRMED,
-            format!(
-                "Service {service} keeps its endpoint: spec says active site {site} is at {endpoint}, but the last probe {observed}; it follows once the site answers there as itself (its known server_id, status.health[].identity). Check spec.sites for a typo or swapped addresses"
+        match self {
+            Unconfirmed::Endpoint { site, endpoint, observed } => Computed::flag(
+                CONDITION,
+                false,
+                reason::ACTIVE_SITE_ENDPOINT_UNCONFIRMED,
+                format!(
+                    "Service {service} keeps its endpoint: spec says active site {site} is at {endpoint}, but the last probe {observed}; it follows once the site answers there as itself (its known server_id, status.health[].identity). Check spec.sites for a typo or swapped addresses"
+                ),
             ),
-        )
+            Unconfirmed::ReadOnly { site, generation } => Computed::flag(
+                CONDITION,
+                false,
+                reason::ACTIVE_SITE_NOT_WRITABLE,
+                format!(
+                    "Service {service} keeps its endpoint: active site {site} (topology generation {generation}) answered read-only at the last probe; it follows once the site answers writable (it is promoted right after its decision), so no reconnect reaches a new primary that still refuses writes. If it stays so, see the group's RecoveryPending and NoPrimary conditions"
+                ),
+            ),
+        }
     }
 }
 
 fn unconfirmed_condition(d: &Decided<'_>) -> Unconfirmed {
+    if !d.unconfirmed && d.read_only {
+        return Unconfirmed::ReadOnly { site: d.site.name.clone(), generation: d.generation };
+    }
     let observed = match d.observed {
         None => "has not been written for it yet".to_owned(),
         Some(h) => match (h.answered_endpoint.as_deref(), h.error_reason.as_deref()) {
@@ -100,7 +112,7 @@ fn unconfirmed_condition(d: &Decided<'_>) -> Unconfirmed {
             (None, _) => "has not reached it yet".to_owned(),
         },
     };
-    Unconfirmed { site: d.site.name.clone(), endpoint: format!("{}:{}", d.site.host, d.site.port), observed }
+    Unconfirmed::Endpoint { site: d.site.name.clone(), endpoint: format!("{}:{}", d.site.host, d.site.port), observed }
 }
 
 /// The object `name` in `namespace`: from the cache when it is ours there,
@@ -171,7 +183,7 @@ pub async fn keep(
     };
     let owner = Owner { name, namespace, uid };
     let site = target.as_ref().ok().map(|d| (d.site.name.clone(), d.generation));
-    let unconfirmed = target.as_ref().ok().filter(|d| d.unconfirmed).map(unconfirmed_condition);
+    let unconfirmed = target.as_ref().ok().filter(|d| d.unconfirmed || d.read_only).map(unconfirmed_condition);
     let (service, create, slice, condition) = match desired::plan(owner, target) {
         Plan::NameInvalid(condition) => return Ok(condition),
         Plan::Keep { service, create, slice, condition } => (service, create, slice, condition),
@@ -199,7 +211,7 @@ pub async fn keep(
     };
     if let Some(unconfirmed) = unconfirmed {
         // Leave both as they are: the active site has not answered as
-        // itself where spec now says it is.
+        // itself where spec now says it is, or not yet writable.
         return Ok(unconfirmed.with_service(&svc_name));
     }
 
