@@ -47,10 +47,11 @@ async fn a_failover_hold_defers_the_switchover_until_release_and_until_lapse() {
     let h = p.post("failover-hold", "op1", "counter-app", 10).await;
     assert_eq!(h.status, 201, "{h:?}");
     request(cluster, &group, "pdx", "d1").await;
-    let s = wait_status(cluster, &group, "d1 deferred, automatic failover held", T, |s| {
+    // Deferred, it holds nothing: automatic failover is not held for it.
+    let s = wait_status(cluster, &group, "d1 deferred, automatic failover not held", T, |s| {
         at_phase(s, "d1", "Deferred")?;
         match condition(s, "AutomaticFailoverHeld") {
-            Some(c) if c.status == "True" => Ok(()),
+            Some(c) if c.status == "False" => Ok(()),
             other => Err(format!("{other:?}")),
         }
     })
