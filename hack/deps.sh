@@ -28,7 +28,9 @@ command -v containerd >/dev/null || need+=(containerd)
 command -v runc >/dev/null || need+=(runc)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 command -v umoci >/dev/null || need+=(umoci)
-[ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -qx nc || need+=(busybox-static)
+# grep without -q reads to the end: with pipefail, -q's early exit can kill
+# the writer with SIGPIPE and fail the pipe (seen: 1 run in 50).
+[ -x /bin/busybox ] && /bin/busybox --list 2>/dev/null | grep -x nc >/dev/null || need+=(busybox-static)
 command -v iptables >/dev/null || need+=(iptables)
 command -v conntrack >/dev/null || need+=(conntrack)
 command -v curl >/dev/null || need+=(curl)

@@ -72,7 +72,9 @@ build_static() { # work name profile [extra...] -> prints "ref archive"
   for b in "$name" "$@"; do
     bin="$target/$triple/$profile/bloodraven-$b"
     # A dynamic binary would not start in an image without libraries.
-    ldd "$bin" 2>&1 | grep -Eq 'statically linked|not a dynamic executable' || die "$bin is not static: $(ldd "$bin" 2>&1 | head -3)"
+    # (grep without -q reads to the end: with pipefail, -q's early exit can
+    # fail the pipe by SIGPIPE.)
+    ldd "$bin" 2>&1 | grep -E 'statically linked|not a dynamic executable' >/dev/null || die "$bin is not static: $(ldd "$bin" 2>&1 | head -3)"
     strip -o "$work/rootfs/bloodraven-$b" "$bin"
   done
   tag=$( { echo "recipe $RECIPE $name $*"; for b in "$name" "$@"; do sha256sum <"$work/rootfs/bloodraven-$b"; done; } | sha256sum | cut -c1-12)

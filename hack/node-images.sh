@@ -26,7 +26,9 @@ BUSYBOX=/bin/busybox
 need() {
   command -v umoci >/dev/null || die "umoci is missing (apt-get install umoci)"
   command -v go >/dev/null || die "go is missing"
-  [ -x "$BUSYBOX" ] && "$BUSYBOX" --list 2>/dev/null | grep -qx nc ||
+  # grep without -q reads to the end: with pipefail, -q's early exit can
+  # kill the writer with SIGPIPE and fail the pipe (seen: 1 run in 50).
+  [ -x "$BUSYBOX" ] && "$BUSYBOX" --list 2>/dev/null | grep -x nc >/dev/null ||
     die "$BUSYBOX is not busybox-static with nc (apt-get install busybox-static)"
 }
 

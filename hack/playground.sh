@@ -153,7 +153,7 @@ up() {
   # fixed ClusterIP, which the host's curl uses (a certificate the chart
   # issued would name only the Service's DNS names).
   local cluster_ip=10.96.0.84
-  if [ ! -f "$pg/tls/tls.crt" ] || ! openssl x509 -in "$pg/tls/tls.crt" -noout -ext subjectAltName 2>/dev/null | grep -q "$cluster_ip"; then
+  if [ ! -f "$pg/tls/tls.crt" ] || ! openssl x509 -in "$pg/tls/tls.crt" -noout -ext subjectAltName 2>/dev/null | grep "$cluster_ip" >/dev/null; then
     rm -rf "$pg/tls"; mkdir -p "$pg/tls"
     local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
     openssl req -x509 "${ec[@]}" -keyout "$pg/tls/ca.key" -out "$pg/tls/ca.crt" -days 365 -subj /CN=bloodraven-playground-ca 2>/dev/null
