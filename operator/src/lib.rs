@@ -136,6 +136,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         leases: lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)).watch_verifications(),
         tolerant,
         missed: controller::failover_group::emergency::Missed::default(),
+        replicas: controller::failover_group::replicas::Replicas::default(),
         drains: controller::failover_group::switchover::DrainsSeen::default(),
         bypass: controller::failover_group::bypass::Checks::default(),
         status_heartbeat: std::time::Duration::from_secs(config.status_heartbeat_seconds),

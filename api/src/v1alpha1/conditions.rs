@@ -122,6 +122,10 @@ pub mod reason {
     pub const REPLICATION_NOT_CONFIGURED: &str = "ReplicationNotConfigured";
     /// The replica's IO or SQL thread is stopped.
     pub const REPLICATION_STOPPED: &str = "ReplicationStopped";
+    /// Both replica threads report running, but the replica is behind the
+    /// active site by GTID and has neither received nor applied anything
+    /// for the stall bound (a cut link, a silently dropped connection).
+    pub const REPLICATION_STALLED: &str = "ReplicationStalled";
     /// The replica replicates from a server that is not the primary.
     pub const REPLICATING_FROM_ELSEWHERE: &str = "ReplicatingFromElsewhere";
     /// Two sites report the same `server_id`.
@@ -166,7 +170,8 @@ pub mod reason {
     pub const ACTIVE_SITE_ENDPOINT_CHANGED: &str = "ActiveSiteEndpointChanged";
     /// Automatic failover is off (`spec.failover.automatic: false`).
     pub const AUTOMATIC_FAILOVER_DISABLED: &str = "AutomaticFailoverDisabled";
-    /// A site that lost the primary role has transactions the new primary lacks.
+    /// A site that is not the active one has transactions the active site
+    /// lacks: a write on a replica, or a returning former primary's.
     pub const ERRANT_TRANSACTIONS: &str = "ErrantTransactions";
     /// A returning former primary was fenced and repointed as a replica.
     pub const SITE_REJOINED: &str = "SiteRejoined";

@@ -368,8 +368,11 @@ pub struct SiteHealth {
     /// `super_read_only` = 0). Absent when unreachable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writable: Option<bool>,
-    /// Whether replication is configured and both the IO and SQL threads run.
-    /// Absent when unreachable; false on a server with no replication.
+    /// Whether replication is configured, both the IO and SQL threads run,
+    /// and it is not stalled (behind the active site by GTID without
+    /// receiving or applying anything for a bound: see the
+    /// `ReplicationNotRunning` condition). Absent when unreachable; false on
+    /// a server with no replication.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication_running: Option<bool>,
     /// Seconds the replica is behind its source (`Seconds_Behind_Master`)
@@ -413,6 +416,14 @@ pub struct SiteHealth {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 4_294_967_295_u32))]
     pub identity: Option<u32>,
+    /// Transactions this site holds that the active site lacks (errant
+    /// GTIDs), as last compared: a non-active site's executed GTID set is
+    /// read on every probe round, then the active site's after it. Kept
+    /// while the comparison cannot be made (either site unreachable): the
+    /// transactions do not go away. A site with errant GTIDs is
+    /// `SiteDiverged` and never a failover target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errant_gtids: Option<String>,
     /// Stable reason of the last probe failure (e.g. `SiteUnreachable`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_reason: Option<String>,

@@ -38,6 +38,8 @@ pub struct Context {
     pub tolerant: crate::tolerant::Tolerant,
     /// Consecutive failed probes of each group's active site (emergency failover).
     pub missed: failover_group::emergency::Missed,
+    /// Each group's replicas' progress (stalls), by the replica check.
+    pub replicas: failover_group::replicas::Replicas,
     /// When this process first saw each planned failover draining (caps a
     /// `Draining` time in status that lies in the future).
     pub drains: failover_group::switchover::DrainsSeen,

@@ -6,8 +6,8 @@
 //!   active site (the detection budget, `probeIntervalSeconds ×
 //!   failureThreshold`), promote the standby only if it is reachable and
 //!   has applied everything it received (MariaDB `gtid_slave_pos` covers
-//!   `Gtid_IO_Pos`); otherwise say why nothing is promoted. A lease is
-//!   never an input.
+//!   `Gtid_IO_Pos`) and holds no errant transaction; otherwise say why
+//!   nothing is promoted. A lease is never an input.
 //! - [`returning`]: a site that is not the active one and does not
 //!   replicate from it, after a failover: clean (its transactions are all
 //!   in the new primary's history) → repoint it; diverged → leave it
@@ -65,6 +65,10 @@ pub struct Standby<'a> {
     /// Whether a person accepted the loss of promoting it at this
     /// generation (`promote-despite-loss`).
     pub loss_accepted: bool,
+    /// Transactions it holds that the active site lacked when they were
+    /// last compared (`status.health[].errantGtids`): such a site is never
+    /// promoted, whatever a person accepted of a loss.
+    pub errant: Option<&'a str>,
     /// Whether it was still replicating when the primary went away: the
     /// applier (SQL thread) runs and the receiver is running or retrying
     /// (`Connecting`). A standby whose replication was stopped (by a person,
@@ -114,6 +118,15 @@ pub fn judge(
         return Verdict::Blocked {
             reason: bloodraven_api::v1alpha1::reason::STANDBY_NOT_PROMOTABLE,
             message: format!("{budget}; the standby {} is unreachable too ({why}); nothing is promoted", s.site),
+        };
+    }
+    if let Some(gtids) = s.errant {
+        return Verdict::Blocked {
+            reason: bloodraven_api::v1alpha1::reason::ERRANT_TRANSACTIONS,
+            message: format!(
+                "{budget}; the standby {} holds transactions {active} lacked (errant GTIDs {gtids}), so it is not promoted (its history is not the primary's): see SiteDiverged; bring {active} back, or reconcile {} by hand and promote it yourself",
+                s.site, s.site
+            ),
         };
     }
     if !s.replicating {
@@ -266,8 +279,19 @@ mod tests {
             abandoned: None,
             max_abandoned: 0,
             loss_accepted: false,
+            errant: None,
             replicating: true,
         }
+    }
+
+    /// A standby found holding a write of its own is never promoted, not
+    /// even with a loss accepted.
+    #[test]
+    fn a_standby_with_errant_transactions_is_never_promoted() {
+        let s = Standby { errant: Some("0-2-57..59"), loss_accepted: true, ..standby("0-1-56", Some("0-1-56")) };
+        let Verdict::Blocked { reason, message } = judge("iad", 3, 3, true, false, Some(&s)) else { panic!() };
+        assert_eq!(reason, "ErrantTransactions");
+        assert!(message.contains("0-2-57..59") && message.contains("pdx"), "{message}");
     }
 
     #[test]

@@ -2,9 +2,12 @@
 //! [`planned`], the decision table of a planned failover (switchover), and
 //! [`emergency`], when an emergency failover may promote and whether a
 //! returning former primary diverged, and [`abandoned`], what a promotion
-//! abandons of what the primary was last seen with. The controller runs them against the
-//! sites (`crate::controller::failover_group::{switchover, emergency}`).
+//! abandons of what the primary was last seen with, and [`replica`], the
+//! replica check of every round (errant transactions, stalls). The
+//! controller runs them against the sites
+//! (`crate::controller::failover_group::{switchover, emergency, replicas}`).
 
 pub mod abandoned;
 pub mod emergency;
 pub mod planned;
+pub mod replica;

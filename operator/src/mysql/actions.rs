@@ -166,6 +166,28 @@ pub async fn positions(
     tokio::time::timeout(timeout, run).await.unwrap_or(Err(ProbeError::Timeout(timeout)))
 }
 
+/// Reads a site's binlogged GTIDs as errant transactions are judged by
+/// ([`crate::mysql::SiteObservation::gtid_binlog_state`]): MariaDB
+/// `gtid_binlog_state`, MySQL `gtid_executed`.
+pub async fn binlog_state(
+    target: &ProbeTarget,
+    creds: &Credentials,
+    flavor: Flavor,
+    timeout: Duration,
+) -> Result<String, ProbeError> {
+    let run = async {
+        let mut conn = connect(target, creds).await?;
+        let sql = match flavor {
+            Flavor::MariaDb => "SELECT @@gtid_binlog_state",
+            Flavor::MySql => "SELECT @@gtid_executed",
+        };
+        let row: Option<String> = conn.query_first(sql).await?;
+        let _ = conn.disconnect().await;
+        Ok(row.ok_or_else(|| ProbeError::Unexpected("no row for the binlogged GTIDs".into()))?.replace('\n', ""))
+    };
+    tokio::time::timeout(timeout, run).await.unwrap_or(Err(ProbeError::Timeout(timeout)))
+}
+
 /// Waits, at most `bound`, for a replica to apply everything up to
 /// `position` (`MASTER_GTID_WAIT` / `WAIT_FOR_EXECUTED_GTID_SET`).
 /// `Ok(true)` reached, `Ok(false)` the bound ran out.

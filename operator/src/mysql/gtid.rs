@@ -92,6 +92,29 @@ impl fmt::Display for MariaDbPosition {
     }
 }
 
+/// A MariaDB `gtid_binlog_state`: the last GTID binlogged by each
+/// (domain, `server_id`) pair. Unlike a position it keeps every server's
+/// last GTID of a domain, so a replica's own writes stay visible after its
+/// source's later transactions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MariaDbBinlogState(pub BTreeMap<(u32, u32), u64>);
+
+impl MariaDbBinlogState {
+    /// Parses `domain-server-seq[,…]` (a domain may appear once per server).
+    pub fn parse(text: &str) -> Result<Self, GtidError> {
+        let mut out = BTreeMap::new();
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let one = MariaDbPosition::parse(part)?;
+            for (domain, (server, seq)) in one.0 {
+                if out.insert((domain, server), seq).is_some() {
+                    return Err(bad(text, "a domain and server_id appear twice"));
+                }
+            }
+        }
+        Ok(MariaDbBinlogState(out))
+    }
+}
+
 /// A MySQL GTID set: for each source UUID, closed intervals of transaction
 /// numbers, sorted and merged.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -234,6 +257,18 @@ mod tests {
         assert_eq!(old.beyond(&promoted_at).to_string(), "0-1-101");
         // A domain the successor never saw is errant too.
         assert_eq!(MariaDbPosition::parse("0-1-90,5-1-1").unwrap().beyond(&promoted_at).to_string(), "5-1-1");
+    }
+
+    #[test]
+    fn mariadb_binlog_states_keep_each_servers_last_gtid() {
+        let s = MariaDbBinlogState::parse("0-1-56,0-2-59, 1-1-3").unwrap();
+        assert_eq!(s.0.get(&(0, 2)), Some(&59));
+        assert_eq!(s.0.get(&(0, 1)), Some(&56));
+        assert_eq!(s.0.len(), 3);
+        for bad in ["0-1-2,0-1-3", "0-1", "x"] {
+            assert!(MariaDbBinlogState::parse(bad).is_err(), "{bad}");
+        }
+        assert!(MariaDbBinlogState::parse("").unwrap().0.is_empty());
     }
 
     #[test]

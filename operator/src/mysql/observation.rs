@@ -32,6 +32,14 @@ pub struct SiteObservation {
     pub writable: bool,
     /// GTID position (`gtid_current_pos` / `gtid_executed`).
     pub gtid_position: String,
+    /// Every GTID the server has binlogged, as errant transactions are
+    /// judged by: MariaDB `gtid_binlog_state` (the last GTID of each
+    /// domain and `server_id`; `log_slave_updates` makes a replica binlog
+    /// what it applies), MySQL `gtid_executed`.
+    pub gtid_binlog_state: String,
+    /// What the server applied from a source: MariaDB `gtid_slave_pos`;
+    /// empty on MySQL (`gtid_executed` holds everything).
+    pub gtid_slave_pos: String,
     /// Replication state; `None` when no replication is configured.
     pub replication: Option<ReplicationObservation>,
     /// Semi-synchronous replication switches (MariaDB, built in):
@@ -72,12 +80,16 @@ pub struct ReplicationObservation {
     /// What the replica has received from its source: MariaDB
     /// `Gtid_IO_Pos`, MySQL `Retrieved_Gtid_Set`; `None` when not shown.
     pub received_position: Option<String>,
+    /// Not the server's word but the operator's: why this replica is
+    /// stalled (behind the active site by GTID, with nothing received or
+    /// applied for the stall bound), set by the round's replica check.
+    pub stall: Option<String>,
 }
 
 impl ReplicationObservation {
-    /// Both threads run.
+    /// Both threads run, and the operator did not find it stalled.
     pub fn running(&self) -> bool {
-        self.io_running && self.sql_running
+        self.io_running && self.sql_running && self.stall.is_none()
     }
 
     /// Reads a `SHOW SLAVE STATUS` / `SHOW REPLICA STATUS` row given as
@@ -102,6 +114,7 @@ impl ReplicationObservation {
             source_port: get("Master_Port", "Source_Port").and_then(|v| v.parse().ok()).unwrap_or(0),
             last_error: if errors.is_empty() { None } else { Some(errors.join("; ")) },
             received_position: get("Gtid_IO_Pos", "Retrieved_Gtid_Set").map(|p| p.replace('\n', "")),
+            stall: None,
         }
     }
 }

@@ -129,19 +129,21 @@ async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
         .await?
         .ok_or_else(|| ProbeError::Unexpected("no row for @@version".into()))?;
     let flavor = Flavor::from_version(&version);
-    let (writable, gtid_position, status_sql, semi_sync) = match flavor {
+    let (writable, (gtid_position, gtid_binlog_state, gtid_slave_pos), status_sql, semi_sync) = match flavor {
         Flavor::MariaDb => {
-            let row: Option<(String, u8, u8)> = conn
-                .query_first("SELECT @@gtid_current_pos, @@rpl_semi_sync_master_enabled, @@rpl_semi_sync_slave_enabled")
+            let row: Option<(String, String, String, u8, u8)> = conn
+                .query_first(
+                    "SELECT @@gtid_current_pos, @@gtid_binlog_state, @@gtid_slave_pos, @@rpl_semi_sync_master_enabled, @@rpl_semi_sync_slave_enabled",
+                )
                 .await?;
-            let (gtid, primary, replica) = row.unwrap_or_default();
+            let (gtid, state, slave, primary, replica) = row.unwrap_or_default();
             let semi = SemiSync { primary: primary == 1, replica: replica == 1 };
-            (read_only == 0, gtid, "SHOW SLAVE STATUS", Some(semi))
+            (read_only == 0, (gtid, state, slave), "SHOW SLAVE STATUS", Some(semi))
         }
         Flavor::MySql => {
             let row: Option<(u8, String)> = conn.query_first("SELECT @@super_read_only, @@gtid_executed").await?;
             let (super_read_only, gtid) = row.unwrap_or((1, String::new()));
-            (read_only == 0 && super_read_only == 0, gtid, "SHOW REPLICA STATUS", None)
+            (read_only == 0 && super_read_only == 0, (gtid.clone(), gtid, String::new()), "SHOW REPLICA STATUS", None)
         }
     };
     let rows: Vec<Row> = conn.query(status_sql).await?;
@@ -152,6 +154,8 @@ async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
         server_id,
         writable,
         gtid_position: gtid_position.replace('\n', ""),
+        gtid_binlog_state: gtid_binlog_state.replace('\n', ""),
+        gtid_slave_pos: gtid_slave_pos.replace('\n', ""),
         replication,
         semi_sync,
     })

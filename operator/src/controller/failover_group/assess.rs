@@ -16,7 +16,7 @@
 use bloodraven_api::v1alpha1::{ConditionType, MysqlFailoverGroupSpec, reason};
 
 use crate::controller::conditions::Computed;
-use crate::mysql::SiteObservation;
+use crate::mysql::{ReplicationObservation, SiteObservation};
 
 /// Why a site could not be observed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -296,6 +296,9 @@ fn replication_condition(
                 reason::REPLICATION_NOT_CONFIGURED,
                 format!("site {} has no replication configured; point it at {primary} (CHANGE MASTER TO ... MASTER_USE_GTID=slave_pos)", site.name),
             )),
+            Some(ReplicationObservation { stall: Some(stall), .. }) => {
+                problems.push((reason::REPLICATION_STALLED, stall.clone()));
+            }
             Some(r) if !r.running() => problems.push((
                 reason::REPLICATION_STOPPED,
                 format!(

@@ -124,6 +124,7 @@ pub async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
     if let Some(uid) = group.meta().uid.as_deref() {
         ctx.bypass.forget(uid);
         ctx.missed.forget(uid);
+        ctx.replicas.forget(uid);
     }
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     record::delete(&records, &name).await;

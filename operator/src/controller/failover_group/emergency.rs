@@ -6,7 +6,8 @@
 //!   per group in this process (a new leader starts counting afresh, so a
 //!   leader change can delay a failover by at most one detection budget,
 //!   never cause one). At `failureThreshold` the standby is promoted if it
-//!   is reachable and has applied everything it received.
+//!   is reachable, has applied everything it received, and the replica
+//!   check found no errant transaction on it (`status.health[].errantGtids`).
 //! - What the promotion abandons: the transactions the active site had at
 //!   its last answered probe that the standby lacks at the decision
 //!   (`crate::failover::abandoned`). More than
@@ -31,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bloodraven_api::names::PROMOTE_DESPITE_LOSS_ANNOTATION;
-use bloodraven_api::v1alpha1::{ConditionType, EmergencyFailoverStatus, MysqlFailoverGroup, reason};
+use bloodraven_api::v1alpha1::{EmergencyFailoverStatus, MysqlFailoverGroup, reason};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -42,7 +43,6 @@ use kube::{Api, Resource, ResourceExt};
 use super::assess::SiteProbe;
 use super::record::{self, Record};
 use super::{decision, deploy_leases, publish, sites};
-use crate::controller::conditions::Computed;
 use crate::controller::{Context, Error};
 use crate::failover::abandoned::{self, Abandoned};
 use crate::failover::emergency::{self, Standby, Verdict};
@@ -191,6 +191,12 @@ pub async fn check(
         }
     }
     let loss = Loss::of(ctx, group, &uid, active, standby_probe, &current);
+    // The replica check's verdict of the last round, as written: it
+    // outlives this process, so a new leader never promotes a standby
+    // that was found with a write of its own.
+    let errant_of = |site: &str| {
+        group.status.as_ref()?.health.iter().find(|h| h.site == site)?.errant_gtids.as_deref().filter(|e| !e.is_empty())
+    };
     let standby = standby_probe.map(|p| match &p.outcome {
         Ok(obs) => Standby {
             site: &p.site,
@@ -201,6 +207,7 @@ pub async fn check(
             abandoned: loss.abandoned.as_ref(),
             max_abandoned: u64::from(policy.max_abandoned_transactions),
             loss_accepted: loss.accepted,
+            errant: errant_of(&p.site),
             replicating: standby_complete
                 || obs
                     .replication
@@ -216,6 +223,7 @@ pub async fn check(
             abandoned: None,
             max_abandoned: 0,
             loss_accepted: false,
+            errant: errant_of(&p.site),
             replicating: false,
         },
     });
@@ -415,27 +423,28 @@ pub async fn recover(
 }
 
 /// Returning-primary handling for the non-active sites (only after a
-/// failover: the record holds a promotion position). Returns the
-/// `SiteDiverged` condition.
+/// failover: the record holds a promotion position). Returns the sites
+/// left fenced as diverged, each with its `SiteDiverged` clause. A site
+/// this round's replica check found with errant transactions (`checked`)
+/// is never repointed.
 pub async fn rejoin(
     ctx: &Context,
     group: &MysqlFailoverGroup,
     rec: &Record,
     probes: &[SiteProbe],
-) -> Result<Computed, Error> {
-    let t = ConditionType::SiteDiverged.as_str();
-    let clean = Computed::flag(t, false, reason::AS_EXPECTED, "no site holds transactions the active site lacks");
-    let Some(promotion) = rec.promotion_position.as_deref() else { return Ok(clean) };
+    checked: &super::replicas::Checked,
+) -> Result<std::collections::BTreeMap<String, String>, Error> {
+    let mut diverged = std::collections::BTreeMap::new();
+    let Some(promotion) = rec.promotion_position.as_deref() else { return Ok(diverged) };
     if rec.pending.is_some() {
-        return Ok(clean);
+        return Ok(diverged);
     }
     let active = rec.active_site.as_str();
     let (Some(active_spec), Some(active_obs)) =
         (group.site(active), probes.iter().find(|p| p.site == active).and_then(|p| p.outcome.as_ref().ok()))
     else {
-        return Ok(clean);
+        return Ok(diverged);
     };
-    let mut diverged = Vec::new();
     for probe in probes.iter().filter(|p| p.site != active) {
         let Ok(obs) = &probe.outcome else { continue };
         let Some(spec) = group.site(&probe.site) else { continue };
@@ -473,10 +482,15 @@ pub async fn rejoin(
         })?;
         if let Some(errant) = errant {
             let abandoned = abandoned_by_failover(group, &spec.name, active);
-            diverged.push(format!(
+            diverged.insert(spec.name.clone(), format!(
                 "site {} has transactions the active site {active} lacks (errant GTIDs {errant}, past the promotion position {promotion}{abandoned}); it stays read-only and is not repointed: save what you need from it, then rebuild it from {active} (or remove those transactions) and make it replicate from {active}",
                 spec.name
             ));
+            continue;
+        }
+        if checked.is_errant(&spec.name) {
+            // The replica check found what this rule did not: never repointed
+            // (its clause is the check's).
             continue;
         }
         let repl = sites::read_replication_credentials(active_spec, ctx).await.map_err(|f| Error::Site {
@@ -513,11 +527,7 @@ pub async fn rejoin(
         )
         .await;
     }
-    if diverged.is_empty() {
-        Ok(clean)
-    } else {
-        Ok(Computed::flag(t, true, reason::ERRANT_TRANSACTIONS, diverged.join("; ")))
-    }
+    Ok(diverged)
 }
 
 /// What the emergency failover from `site` to `active` abandoned, as a

@@ -109,6 +109,8 @@ mod tests {
             server_id,
             writable: source.is_none(),
             gtid_position: String::new(),
+            gtid_binlog_state: String::new(),
+            gtid_slave_pos: String::new(),
             replication: source.map(|s| ReplicationObservation {
                 io_running: true,
                 sql_running: true,

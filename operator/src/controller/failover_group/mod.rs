@@ -26,6 +26,7 @@ pub mod identity;
 mod observed;
 mod reassert;
 pub mod record;
+pub mod replicas;
 mod semisync;
 mod sites;
 pub mod switchover;
@@ -204,7 +205,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     operation_conditions(&mut assessment, &planned, safety.recovery.as_ref(), safety.diverged.as_ref(), &resolution);
     assessment.conditions.push(verification);
     assessment.conditions.push(bypass::condition(&ctx, &group, &probes).await);
-    let health = health_of(&group.spec, &identity::known(&group), &previous.health, &probes);
+    let health = health_of(&group.spec, &identity::known(&group), &previous.health, &probes, &safety.checked);
     write_observation(
         &api,
         &name,
@@ -338,6 +339,7 @@ struct Safety {
     probes: Vec<SiteProbe>,
     recovery: Option<(&'static str, String)>,
     diverged: Option<Computed>,
+    checked: replicas::Checked,
 }
 
 /// Emergency failover, finishing a decided promotion, primary reassertion
@@ -393,13 +395,66 @@ async fn safety_paths(
     {
         probes = sites::probe_all(&group, ctx).await;
     }
+    let mut checked = replicas::Checked::default();
+    if let decision::Resolution::At { site, .. } = &resolution {
+        checked = replicas::check(ctx, &group, site, &mut probes).await;
+    }
+    let mut returning = std::collections::BTreeMap::new();
     if let decision::Resolution::At { .. } = &resolution
         && !held
         && let Some(rec) = &current
     {
-        diverged = Some(emergency::rejoin(ctx, &group, rec, &probes).await?);
+        returning = emergency::rejoin(ctx, &group, rec, &probes, &checked).await?;
     }
-    Ok(Safety { group, resolution, probes, recovery, diverged })
+    if let decision::Resolution::At { site, .. } = &resolution {
+        diverged = Some(diverged_condition(site, &returning, &checked, &group));
+    }
+    Ok(Safety { group, resolution, probes, recovery, diverged, checked })
+}
+
+/// `SiteDiverged`: the returning sites rejoin left fenced (`returning`,
+/// site → clause) and the sites the replica check found with errant
+/// transactions, this round or (not compared this round) at the last one
+/// (`status.health[].errantGtids`).
+fn diverged_condition(
+    active: &str,
+    returning: &std::collections::BTreeMap<String, String>,
+    checked: &replicas::Checked,
+    group: &MysqlFailoverGroup,
+) -> Computed {
+    use bloodraven_api::v1alpha1::ConditionType as T;
+    let mut clauses = returning.clone();
+    let health = group.status.as_ref().map(|s| s.health.as_slice()).unwrap_or_default();
+    for site in group.spec.sites.iter().map(|s| s.name.as_str()).filter(|s| *s != active) {
+        if clauses.contains_key(site) {
+            continue;
+        }
+        let clause = match checked.errant.get(site) {
+            Some(Some(e)) => Some(replicas::diverged_message(site, active, e)),
+            Some(None) => None,
+            None => health.iter().find(|h| h.site == site).and_then(|h| h.errant_gtids.as_ref()).map(|g| {
+                format!("site {site} held transactions the active site {active} lacked when they were last compared (errant GTIDs {g}); it is never a failover target until a person reconciles it")
+            }),
+        };
+        if let Some(clause) = clause {
+            clauses.insert(site.to_owned(), clause);
+        }
+    }
+    if clauses.is_empty() {
+        Computed::flag(
+            T::SiteDiverged.as_str(),
+            false,
+            reason::AS_EXPECTED,
+            "no site holds transactions the active site lacks",
+        )
+    } else {
+        Computed::flag(
+            T::SiteDiverged.as_str(),
+            true,
+            reason::ERRANT_TRANSACTIONS,
+            clauses.into_values().collect::<Vec<_>>().join("; "),
+        )
+    }
 }
 
 /// The resolution after a decision this reconcile took: only a higher
@@ -454,6 +509,12 @@ fn operation_conditions(
     let diverged = diverged.cloned().unwrap_or_else(|| {
         Computed::flag(T::SiteDiverged.as_str(), false, reason::AS_EXPECTED, "no site is known to have diverged")
     });
+    // A site that is not a failover target is not a ready standby.
+    if diverged.is_true()
+        && let Some(ready) = assessment.conditions.iter_mut().find(|c| c.type_ == T::Ready.as_str() && c.is_true())
+    {
+        *ready = Computed::flag(T::Ready.as_str(), false, diverged.reason, diverged.message.clone());
+    }
     let unstable = if planned.running() {
         Some(reason::OPERATION_IN_PROGRESS.to_owned())
     } else if recovering.is_true() {
@@ -558,9 +619,16 @@ fn health_of(
     ids: &std::collections::BTreeMap<String, u32>,
     previous: &[SiteHealth],
     probes: &[SiteProbe],
+    checked: &replicas::Checked,
 ) -> Vec<SiteHealth> {
     let now = Some(Time(Timestamp::now()));
     let kept = |site: &str| previous.iter().find(|h| h.site == site).and_then(|h| h.answered_endpoint.clone());
+    // Compared this round, or the last verdict: errant transactions do not
+    // go away because a site or the active one stopped answering.
+    let errant = |site: &str| match checked.errant.get(site) {
+        Some(verdict) => verdict.as_ref().map(|e| e.gtids.clone()),
+        None => previous.iter().find(|h| h.site == site).and_then(|h| h.errant_gtids.clone()),
+    };
     probes
         .iter()
         .map(|p| match &p.outcome {
@@ -578,6 +646,7 @@ fn health_of(
                 version: Some(o.version.clone()),
                 answered_endpoint: endpoint_of(spec, &p.site),
                 identity: identity::learned(ids, p),
+                errant_gtids: errant(&p.site),
                 error_reason: None,
                 message: None,
                 last_probe_time: now.clone(),
@@ -590,6 +659,7 @@ fn health_of(
                 last_probe_time: now.clone(),
                 answered_endpoint: kept(&p.site),
                 identity: identity::learned(ids, p),
+                errant_gtids: errant(&p.site),
                 ..SiteHealth::default()
             },
         })

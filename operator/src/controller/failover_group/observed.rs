@@ -142,6 +142,7 @@ mod tests {
             version: Some("10.11.14-MariaDB".into()),
             answered_endpoint: Some(format!("127.0.0.1:{}", if name == "iad" { 3306 } else { 3307 })),
             identity: Some(if name == "iad" { 1 } else { 2 }),
+            errant_gtids: None,
             error_reason: None,
             message: None,
             last_probe_time: Some(Time(at(probed))),

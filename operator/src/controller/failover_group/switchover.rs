@@ -290,7 +290,7 @@ async fn drive_rounds(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailo
             source_generation: state.source_generation,
             target: state.target_site.clone(),
             hold: local.hold.as_ref().map(|h| (h.operation_id.clone(), h.instance.clone())),
-            target_ready: target_readiness(&group.spec, &source, src, &state.target_site, &probes),
+            target_ready: admissible(ctx, &group, &source, src, &state.target_site, &probes),
             old_fenced: src.map(|o| !o.writable),
             past_deadline: drain_deadline_passed(&state.history, &group.spec.failover, Timestamp::now()),
             fence_failed: local.fence_failed.clone(),
@@ -817,7 +817,25 @@ async fn report_bypass(
     }
 }
 
-/// Whether `target` may be promoted in a planned failover from `source`:
+/// Whether `target` may be promoted by a planned failover: what the replica
+/// check found of it (errant transactions, a stall) refuses it before
+/// anything this probe shows, since both come from rounds a single probe
+/// cannot replace; then [`target_readiness`].
+fn admissible(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    source: &str,
+    source_obs: Option<&SiteObservation>,
+    target: &str,
+    probes: &[SiteProbe],
+) -> Result<(), String> {
+    if let Some(problem) = super::replicas::known_problem(ctx, group, target) {
+        return Err(problem);
+    }
+    target_readiness(&group.spec, source, source_obs, target, probes)
+}
+
+/// Whether `target` is ready to be promoted from `source`, by this probe alone:
 /// reachable, replicating from the source (by `server_id`) with both
 /// threads, lag ≤ `maxLagSeconds`, and no transaction the source lacks
 /// (errant GTIDs). `Err` says what to fix.

@@ -27,6 +27,8 @@ fn obs(server_id: u32, writable: bool, replication: Option<ReplicationObservatio
         server_id,
         writable,
         gtid_position: "0-1-5".into(),
+        gtid_binlog_state: String::new(),
+        gtid_slave_pos: String::new(),
         replication,
         semi_sync: None,
     }
@@ -44,6 +46,7 @@ fn from(source: u32, io: bool, sql: bool) -> Option<ReplicationObservation> {
         source_port: 3306,
         last_error: None,
         received_position: None,
+        stall: None,
     })
 }
 
@@ -173,6 +176,18 @@ fn table_of_unhealthy_topologies() {
             "{name}: Ready carries the reason"
         );
     }
+}
+
+/// Both threads report running, but the replica check found it stalled.
+#[test]
+fn a_stalled_replica_is_not_running_replication() {
+    let stalled =
+        from(1, true, true).map(|r| ReplicationObservation { stall: Some("site pdx is stalled".into()), ..r });
+    let a = assess(&spec(), Decided::At("iad", 1), &[ok("iad", obs(1, true, None)), ok("pdx", obs(2, false, stalled))]);
+    assert_eq!(status_of(&a, ConditionType::ReplicationNotRunning), ("True", reason::REPLICATION_STALLED));
+    assert_eq!(status_of(&a, ConditionType::Ready), ("False", reason::REPLICATION_STALLED));
+    assert!(!a.stable);
+    assert_eq!(a.unstable_reason.as_deref(), Some("ReplicationNotRunning"));
 }
 
 #[test]
