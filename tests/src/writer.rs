@@ -32,6 +32,17 @@ pub fn prepare(pair: &SitePair, site: &str) {
     );
 }
 
+/// Connection options of the application account to the site on `port`
+/// (TCP on loopback).
+pub fn app_account(port: u16) -> mysql_async::OptsBuilder {
+    mysql_async::OptsBuilder::default()
+        .ip_or_hostname("127.0.0.1")
+        .tcp_port(port)
+        .user(Some(APP_USER))
+        .pass(Some(APP_PASSWORD))
+        .prefer_socket(false)
+}
+
 /// What a writer saw.
 #[derive(Debug, Default, Clone)]
 pub struct Written {
@@ -92,12 +103,7 @@ impl Writer {
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     };
-                    let opts = mysql_async::OptsBuilder::default()
-                        .ip_or_hostname("127.0.0.1")
-                        .tcp_port(port)
-                        .user(Some(APP_USER))
-                        .pass(Some(APP_PASSWORD))
-                        .prefer_socket(false);
+                    let opts = app_account(port);
                     if let Ok(Ok(c)) = tokio::time::timeout(Duration::from_secs(2), mysql_async::Conn::new(opts)).await
                     {
                         conn = Some(c);

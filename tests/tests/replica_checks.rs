@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use bloodraven_e2e::fixtures::{Scenario, condition, has_condition, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
-use bloodraven_e2e::writer::{self, APP_PASSWORD, APP_USER};
+use bloodraven_e2e::writer;
 use mysql_async::prelude::Queryable;
 
 const T: Duration = Duration::from_secs(90);
@@ -91,13 +91,7 @@ async fn a_busy_primary_raises_no_false_alarm() {
     let task = {
         let (stop, commits) = (stop.clone(), commits.clone());
         tokio::spawn(async move {
-            let opts = mysql_async::OptsBuilder::default()
-                .ip_or_hostname("127.0.0.1")
-                .tcp_port(port)
-                .user(Some(APP_USER))
-                .pass(Some(APP_PASSWORD))
-                .prefer_socket(false);
-            let mut conn = mysql_async::Conn::new(opts).await.unwrap();
+            let mut conn = mysql_async::Conn::new(writer::app_account(port)).await.unwrap();
             let mut tick = tokio::time::interval(Duration::from_millis(10));
             let mut id = 1u64;
             while !stop.load(Ordering::Relaxed) {

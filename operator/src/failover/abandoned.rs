@@ -21,7 +21,7 @@
 //! `failover::emergency::judge`).
 
 use crate::mysql::Flavor;
-use crate::mysql::gtid::{MariaDbPosition, MySqlGtidSet};
+use crate::mysql::gtid::{MariaDbPosition, MySqlGtidSet, mariadb_range};
 
 /// Transactions a promotion abandons.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,12 +45,7 @@ pub fn abandoned(flavor: Flavor, primary: &str, standby: &str) -> Result<Option<
             for (domain, (server, last)) in &primary.0 {
                 let have = standby.0.get(domain).map_or(0, |(_, seq)| *seq);
                 if *last > have {
-                    let from = have + 1;
-                    ranges.push(if from == *last {
-                        format!("{domain}-{server}-{last}")
-                    } else {
-                        format!("{domain}-{server}-{from}..{last}")
-                    });
+                    ranges.push(mariadb_range(*domain, *server, have + 1, *last));
                     transactions += last - have;
                 }
             }
@@ -60,8 +55,7 @@ pub fn abandoned(flavor: Flavor, primary: &str, standby: &str) -> Result<Option<
             let primary = MySqlGtidSet::parse(primary).map_err(|e| e.to_string())?;
             let standby = MySqlGtidSet::parse(standby).map_err(|e| e.to_string())?;
             let missing = primary.minus(&standby);
-            let transactions = missing.0.values().flatten().map(|(lo, hi)| hi - lo + 1).sum();
-            Ok((!missing.is_empty()).then(|| Abandoned { gtids: missing.to_string(), transactions }))
+            Ok((!missing.is_empty()).then(|| Abandoned { gtids: missing.to_string(), transactions: missing.count() }))
         }
     }
 }

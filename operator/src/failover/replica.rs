@@ -35,7 +35,7 @@
 use std::time::{Duration, Instant};
 
 use crate::mysql::Flavor;
-use crate::mysql::gtid::{MariaDbBinlogState, MariaDbPosition, MySqlGtidSet};
+use crate::mysql::gtid::{MariaDbBinlogState, MariaDbPosition, MySqlGtidSet, mariadb_range};
 
 /// Transactions a site holds that the active site lacks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,12 +71,7 @@ pub fn errant(
                 }
                 let from_source = applied.0.get(&domain).map_or(0, |(_, seq)| *seq);
                 let after = if from_source < last { theirs.max(from_source) } else { theirs };
-                let from = after + 1;
-                ranges.push(if from == last {
-                    format!("{domain}-{server}-{last}")
-                } else {
-                    format!("{domain}-{server}-{from}..{last}")
-                });
+                ranges.push(mariadb_range(domain, server, after + 1, last));
                 transactions += last - after;
             }
             Ok((transactions > 0).then(|| Errant { gtids: ranges.join(","), transactions }))
@@ -85,8 +80,7 @@ pub fn errant(
             let replica = MySqlGtidSet::parse(replica_state).map_err(|e| e.to_string())?;
             let primary = MySqlGtidSet::parse(primary_state).map_err(|e| e.to_string())?;
             let extra = replica.minus(&primary);
-            let transactions = extra.0.values().flatten().map(|(lo, hi)| hi - lo + 1).sum();
-            Ok((!extra.is_empty()).then(|| Errant { gtids: extra.to_string(), transactions }))
+            Ok((!extra.is_empty()).then(|| Errant { gtids: extra.to_string(), transactions: extra.count() }))
         }
     }
 }

@@ -92,6 +92,12 @@ impl fmt::Display for MariaDbPosition {
     }
 }
 
+/// The MariaDB GTIDs `from..=to` of one domain and server, as `D-S-N` (one)
+/// or `D-S-FROM..TO`.
+pub fn mariadb_range(domain: u32, server: u32, from: u64, to: u64) -> String {
+    if from == to { format!("{domain}-{server}-{to}") } else { format!("{domain}-{server}-{from}..{to}") }
+}
+
 /// A MariaDB `gtid_binlog_state`: the last GTID binlogged by each
 /// (domain, `server_id`) pair. Unlike a position it keeps every server's
 /// last GTID of a domain, so a replica's own writes stay visible after its
@@ -204,6 +210,11 @@ impl MySqlGtidSet {
     /// Whether the set has no transaction.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// How many transactions the set holds.
+    pub fn count(&self) -> u64 {
+        self.0.values().flatten().map(|(lo, hi)| hi - lo + 1).sum()
     }
 }
 
