@@ -143,6 +143,15 @@ check_example() { # helm work
   local set=(--set image.tag=abc123 --set database.failoverGroup=prod --set migrationJob.databaseSecret.name=db)
   log "example app chart: helm lint, helm template"
   "$helm" lint --strict "$app" "${set[@]}" >&2
+  "$helm" lint --strict "$app" -f "$app/ci/lint-values.yaml" >&2
+  # What a new user runs first: a lint with no values names every required
+  # value (and the templates stay YAML without them).
+  "$helm" lint "$app" >"$work/lint" 2>&1 || die "helm lint of the example app chart without values failed: $(cat "$work/lint")"
+  local required
+  for required in image.tag database.failoverGroup migrationJob.databaseSecret.name; do
+    grep -F "Missing required value: $required is required" "$work/lint" >/dev/null ||
+      die "helm lint without values does not name $required: $(cat "$work/lint")"
+  done
   "$helm" template counter-app "$app" --namespace team-a "${set[@]}" >"$work/app.yaml"
   "$helm" template counter-app "$app" --namespace team-a "${set[@]}" --set database.create=false >"$work/app-nodb.yaml"
   if "$helm" template counter-app "$app" --set database.failoverGroup=prod \

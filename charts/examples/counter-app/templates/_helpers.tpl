@@ -8,9 +8,10 @@
 {{- .Values.migrationJob.serviceAccount.name | default (printf "%s-migrate" .Release.Name) -}}
 {{- end -}}
 
-{{/* The one image of the release: the app and its revisions. */}}
+{{/* The one image of the release (the app and its revisions), quoted: a
+lint without values renders `repository:`, which unquoted is not YAML. */}}
 {{- define "counter-app.image" -}}
-{{- required "image.tag is required: the migration Job and the Deployment run the same image tag" .Values.image.tag | printf "%s:%s" .Values.image.repository -}}
+{{- required "image.tag is required: the migration Job and the Deployment run the same image tag" .Values.image.tag | printf "%s:%s" .Values.image.repository | quote -}}
 {{- end -}}
 
 {{- define "counter-app.labels" -}}
