@@ -33,6 +33,8 @@ pub const MAX_OPERATION_ID_LEN: usize = 128;
 /// Longest lease token a PUT, DELETE or watch body may carry, in characters
 /// (the operator hands out 64; the bound keeps a hostile body from costing more).
 pub const MAX_TOKEN_CHARS: usize = 512;
+/// Longest revision a renewal may name.
+pub const MAX_REVISION_LEN: usize = 64;
 /// Longest MysqlFailoverGroup or MysqlDatabase name (a DNS subdomain, RFC 1123).
 pub const MAX_NAME_LEN: usize = 253;
 /// Longest wait a watch may ask for, in seconds (see [`WatchRequest`]).
@@ -164,6 +166,12 @@ pub struct RenewRequest {
     /// Where the migration stands (optional; recorded on the Lease).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ddl_state: Option<DdlState>,
+    /// The revision the migration is applying (optional; recorded on the
+    /// Lease, and in the verification record if the operation ends inside
+    /// its DDL): 1–64 characters of `[A-Za-z0-9._:-]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<schema::Revision>")]
+    pub revision: Option<String>,
 }
 
 /// 200 answer to a renewal.
@@ -275,6 +283,13 @@ pub fn valid_operation_id(id: &str) -> bool {
         && id != "."
         && id != ".."
         && id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// Whether `revision` is a valid revision in a renewal: 1–64 characters of
+/// `[A-Za-z0-9._:-]` (the pattern of [`schema::REVISION_PATTERN`]).
+pub fn valid_revision(revision: &str) -> bool {
+    (1..=MAX_REVISION_LEN).contains(&revision.len())
+        && revision.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
 }
 
 /// Whether `s` is a valid MysqlFailoverGroup or MysqlDatabase name as the API

@@ -215,6 +215,8 @@ pub mod deploy_lease {
     pub const TOPOLOGY_GENERATION: &str = "bloodraven.shipstream.io/topology-generation";
     /// Annotation: the last reported `ddlState`.
     pub const DDL_STATE: &str = "bloodraven.shipstream.io/ddl-state";
+    /// Annotation: the revision last reported with a renewal.
+    pub const REVISION: &str = "bloodraven.shipstream.io/revision";
     /// Annotation on a tombstone: the [`crate::deploy::RevokeReason`].
     pub const REVOKE_REASON: &str = "bloodraven.shipstream.io/revoke-reason";
     /// Annotation: `namespace/serviceAccount` the grant was made to (not a secret).

@@ -269,8 +269,9 @@ impl DeployApi {
         operation_id: &str,
         token: &LeaseToken,
         ddl_state: Option<DdlState>,
+        revision: Option<&str>,
     ) -> RenewAnswer {
-        let body = wire::renew_body(token, ddl_state);
+        let body = wire::renew_body(token, ddl_state, revision);
         match self.send(reqwest::Method::PUT, &self.lease_url(kind, operation_id), body).await {
             Ok((status, bytes)) => wire::renew_answer(status, &bytes),
             Err(what) => RenewAnswer::Failed { what },

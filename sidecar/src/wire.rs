@@ -56,9 +56,12 @@ pub fn create_body(kind: LeaseKind, operation_id: &str, instance: &str, ttl_seco
     })
 }
 
-/// The body of a PUT (renewal), with the DDL state when known.
-pub fn renew_body(token: &LeaseToken, ddl_state: Option<DdlState>) -> Vec<u8> {
-    json(&RenewRequest { token: token.0.clone(), ddl_state })
+/// The body of a PUT (renewal), with the DDL state and the revision when
+/// known. A revision the API would refuse (a tool may report any text) is
+/// left out rather than sent: a `400` would end the heartbeat.
+pub fn renew_body(token: &LeaseToken, ddl_state: Option<DdlState>, revision: Option<&str>) -> Vec<u8> {
+    let revision = revision.filter(|r| bloodraven_api::deploy::valid_revision(r)).map(str::to_owned);
+    json(&RenewRequest { token: token.0.clone(), ddl_state, revision })
 }
 
 /// The body of a DELETE (release).
@@ -344,8 +347,11 @@ mod tests {
     #[test]
     fn bodies_carry_the_token_but_never_print_it() {
         let t = LeaseToken("s3cret".into());
-        let body = String::from_utf8(renew_body(&t, Some(DdlState::Started))).unwrap();
-        assert_eq!(body, r#"{"token":"s3cret","ddlState":"started"}"#);
+        let body = String::from_utf8(renew_body(&t, Some(DdlState::Started), Some("7"))).unwrap();
+        assert!(body.contains(r#""revision":"7""#), "{body}");
+        let odd = String::from_utf8(renew_body(&t, Some(DdlState::Started), Some("V 7/../x"))).unwrap();
+        assert!(!odd.contains("revision"), "a revision the API refuses is left out: {odd}");
+        assert_eq!(body, r#"{"token":"s3cret","ddlState":"started","revision":"7"}"#);
         assert!(!format!("{t:?}").contains("s3cret"));
         let body = String::from_utf8(create_body(LeaseKind::FailoverHold, "op", "i", 30)).unwrap();
         assert_eq!(body, r#"{"kind":"failover-hold","operationId":"op","instance":"i","ttlSeconds":30}"#);

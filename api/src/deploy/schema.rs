@@ -12,6 +12,9 @@ use schemars::JsonSchema;
 /// The pattern of [`OperationId`] (the length is in it, as the seed states it).
 pub const OPERATION_ID_PATTERN: &str = r"^[A-Za-z0-9._:-]{1,128}$";
 
+/// The pattern of [`Revision`].
+pub const REVISION_PATTERN: &str = r"^[A-Za-z0-9._:-]{1,64}$";
+
 /// The pattern of [`ResourceName`].
 pub const NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$";
 
@@ -21,6 +24,11 @@ pub const NAME_PATTERN: &str = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$";
 #[derive(JsonSchema)]
 #[schemars(extend("not" = {"enum": [".", ".."]}))]
 pub struct OperationId(#[schemars(regex(pattern = OPERATION_ID_PATTERN), length(min = 1, max = 128))] String);
+
+/// A migration revision as a renewal names it: 1–64 characters of
+/// `[A-Za-z0-9._:-]` (a version such as `3`, `V3`, `20261201.1`).
+#[derive(JsonSchema)]
+pub struct Revision(#[schemars(regex(pattern = REVISION_PATTERN), length(min = 1, max = 64))] String);
 
 /// A MysqlFailoverGroup or MysqlDatabase name: 1–253 characters of
 /// `[a-z0-9.-]`, starting and ending with a letter or digit.

@@ -60,6 +60,7 @@ fn the_contract_shapes_are_the_servers_checks() {
     let op = validator(schemars::schema_for!(schema::OperationId));
     let name = validator(schemars::schema_for!(schema::ResourceName));
     let token = validator(schemars::schema_for!(schema::LeaseToken));
+    let revision = validator(schemars::schema_for!(schema::Revision));
     let values = [
         "",
         "a",
@@ -78,6 +79,8 @@ fn the_contract_shapes_are_the_servers_checks() {
         "ünï",
         "0",
         "a\n",
+        &"x".repeat(64),
+        &"x".repeat(65),
         &"x".repeat(128),
         &"x".repeat(129),
         &"x".repeat(253),
@@ -90,6 +93,7 @@ fn the_contract_shapes_are_the_servers_checks() {
         assert_eq!(op.is_valid(&j), valid_operation_id(v), "operationId {v:?}");
         assert_eq!(name.is_valid(&j), valid_name(v), "name {v:?}");
         assert_eq!(token.is_valid(&j), valid_token(v), "token {v:?}");
+        assert_eq!(revision.is_valid(&j), valid_revision(v), "revision {v:?}");
     }
 }
 

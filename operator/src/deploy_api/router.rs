@@ -25,7 +25,7 @@ use axum::routing::{get, post, put};
 use bloodraven_api::deploy::{
     CreateLeaseRequest, ErrorBody, ErrorCode, GroupView, LeaseGrant, LeaseKind, LeaseView, MAX_BODY_BYTES,
     OperationType, OperationView, ReleaseRequest, RenewRequest, RenewResponse, RevokeReason,
-    UNSTABLE_RETRY_AFTER_SECONDS, clamp_ttl, valid_name, valid_operation_id, valid_token,
+    UNSTABLE_RETRY_AFTER_SECONDS, clamp_ttl, valid_name, valid_operation_id, valid_revision, valid_token,
 };
 use bloodraven_serving::log::{checked, escape};
 use serde::de::DeserializeOwned;
@@ -33,7 +33,7 @@ use serde::de::DeserializeOwned;
 use super::auth::{AuthError, Caller};
 use super::{DeployState, limits};
 use crate::failover::planned::Phase;
-use crate::lease::machine::{Actor, Refusal};
+use crate::lease::machine::{Actor, Progress, Refusal};
 use crate::lease::service::ServiceError;
 
 /// The deploy API router.
@@ -480,11 +480,15 @@ async fn renew_lease(
         body,
         "renew_lease",
         |state, group, kind, op, req: RenewRequest, caller, instances| async move {
+            if req.revision.as_deref().is_some_and(|r| !valid_revision(r)) {
+                return Err(invalid("revision", "must be 1–64 characters of [A-Za-z0-9._:-]"));
+            }
             let client = caller.id();
             let actor = Actor { client: &client, instances: &instances };
+            let report = Progress { ddl_state: req.ddl_state, revision: req.revision };
             let grant = state
                 .service
-                .renew(&group, kind, &op, &actor, &req.token, req.ddl_state)
+                .renew(&group, kind, &op, &actor, &req.token, &report)
                 .await
                 .map_err(|e| service_error(e, &group))?;
             let renewed =

@@ -50,6 +50,8 @@ pub struct Grant {
     pub ttl_seconds: u32,
     /// Last reported DDL state.
     pub ddl_state: Option<DdlState>,
+    /// Last reported revision.
+    pub revision: Option<String>,
     /// `namespace/serviceAccount` the grant was made to; `None` for a grant
     /// stored before grants recorded their client (renewable with its
     /// token by any authorized caller, never repeatable by POST).
@@ -99,6 +101,8 @@ pub struct Tombstone {
     pub generation: i64,
     /// The DDL state last reported before revocation.
     pub ddl_state: Option<DdlState>,
+    /// The revision last reported before revocation.
+    pub revision: Option<String>,
     /// The client the revoked grant was made to (`None`: a grant stored
     /// before grants recorded it). A tombstone answers only that client:
     /// two tenants may pick the same operationId.
@@ -180,6 +184,10 @@ pub enum Ending {
     Revoked(RevokeReason),
     /// It lapsed: no renewal within its TTL.
     Lapsed,
+    /// Its holder released it without reporting `completed`: the run ended
+    /// inside its DDL (the migration failed, or was stopped, after DDL
+    /// began).
+    Released,
 }
 
 impl Ending {
@@ -188,12 +196,17 @@ impl Ending {
         match self {
             Ending::Revoked(r) => r.as_str(),
             Ending::Lapsed => "Lapsed",
+            Ending::Released => "ReleasedInDdl",
         }
     }
 
     /// Parses [`Ending::as_str`].
     pub fn parse(s: &str) -> Option<Self> {
-        if s == "Lapsed" { Some(Ending::Lapsed) } else { RevokeReason::parse(s).map(Ending::Revoked) }
+        match s {
+            "Lapsed" => Some(Ending::Lapsed),
+            "ReleasedInDdl" => Some(Ending::Released),
+            _ => RevokeReason::parse(s).map(Ending::Revoked),
+        }
     }
 }
 
@@ -206,6 +219,8 @@ pub struct Verification {
     pub operation_id: String,
     /// Its MysqlDatabase name.
     pub instance: String,
+    /// The revision it last reported, if any.
+    pub revision: Option<String>,
     /// How its lease ended.
     pub ending: Ending,
     /// The group's topology generation when it ended.
@@ -225,7 +240,7 @@ pub enum Refusal {
         holder: Holder,
     },
     /// `409 revoked`.
-    Revoked(Tombstone),
+    Revoked(Box<Tombstone>),
     /// `423 unstable`.
     Unstable {
         /// Why the group is not stable.
@@ -280,6 +295,7 @@ fn verification(grant: &Grant, ending: Ending, generation: i64) -> Verification 
     Verification {
         operation_id: grant.operation_id.clone(),
         instance: grant.instance.clone(),
+        revision: grant.revision.clone(),
         ending,
         generation,
         client: grant.client.clone(),
@@ -339,6 +355,7 @@ pub fn revoke(slots: &Slots, reason: RevokeReason, generation: i64, now: Timesta
                 reason,
                 generation,
                 ddl_state: ddl_of(slots, &grant.operation_id),
+                revision: grant.revision.clone(),
                 client: grant.client.clone(),
             });
         }
@@ -356,6 +373,7 @@ pub fn verifications_of(tombstones: &[Tombstone]) -> Vec<Verification> {
         .map(|t| Verification {
             operation_id: t.operation_id.clone(),
             instance: t.instance.clone(),
+            revision: t.revision.clone(),
             ending: Ending::Revoked(t.reason),
             generation: t.generation,
             client: t.client.clone(),
@@ -390,7 +408,7 @@ pub fn create(
 ) -> Outcome<Granted> {
     let CreateRequest { kind, operation_id, instance, ttl_seconds, client, token_sha256 } = *req;
     if let Some(t) = tombstone.filter(|t| t.about(client)) {
-        return refuse(slots, Refusal::Revoked(t.clone()));
+        return refuse(slots, Refusal::Revoked(Box::new(t.clone())));
     }
     let (Some(generation), None) = (facts.generation, facts.unstable_reason.as_ref()) else {
         let reason = facts.unstable_reason.clone().unwrap_or_else(|| "BootstrapPending".into());
@@ -408,7 +426,7 @@ pub fn create(
         answer,
     };
     if let Some(t) = tombstones.iter().find(|t| t.operation_id == operation_id && t.about(client)).cloned() {
-        return answer(slots_now, tombstones, verifications, Err(Refusal::Revoked(t)));
+        return answer(slots_now, tombstones, verifications, Err(Refusal::Revoked(Box::new(t))));
     }
     if kind == LeaseKind::FailoverHold {
         let holds_mutex = slots_now
@@ -429,7 +447,8 @@ pub fn create(
         Some(_) => false,
         None => true,
     };
-    let previous_ddl = current.and_then(|g| g.ddl_state);
+    let previous_ddl = current.as_ref().and_then(|g| g.ddl_state);
+    let previous_revision = current.as_ref().and_then(|g| g.revision.clone());
     let grant = Grant {
         operation_id: operation_id.to_owned(),
         instance: instance.to_owned(),
@@ -438,6 +457,7 @@ pub fn create(
         renewed_at: now,
         ttl_seconds: bloodraven_api::deploy::clamp_ttl(ttl_seconds),
         ddl_state: previous_ddl,
+        revision: previous_revision,
         client: Some(client.to_owned()),
     };
     *slots_now.get_mut(kind) = Some(grant.clone());
@@ -473,7 +493,7 @@ fn held<'a>(
     now: Timestamp,
 ) -> Result<&'a Grant, Refusal> {
     if let Some(t) = tombstone.filter(|t| t.about(actor.client)) {
-        return Err(Refusal::Revoked(t.clone()));
+        return Err(Refusal::Revoked(Box::new(t.clone())));
     }
     let grant = slots.get(kind).filter(|g| g.live(now) && g.operation_id == operation_id).ok_or(Refusal::Expired)?;
     if grant.client.as_deref().is_some_and(|c| c != actor.client) {
@@ -509,7 +529,17 @@ fn generation_moved(
     let generation = facts.generation.filter(|g| *g != grant.generation)?;
     let (out, tombstones) = revoke(slots, RevokeReason::TopologyChanged, generation, now);
     let t = tombstones.iter().find(|t| t.operation_id == operation_id && t.about(actor.client)).cloned();
-    Some((out, tombstones, t.map_or(Refusal::Expired, Refusal::Revoked)))
+    Some((out, tombstones, t.map_or(Refusal::Expired, |t| Refusal::Revoked(Box::new(t)))))
+}
+
+/// What a renewal reports of the migration (each optional: kept as last
+/// reported when absent).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// `ddlState`.
+    pub ddl_state: Option<DdlState>,
+    /// `revision`.
+    pub revision: Option<String>,
 }
 
 /// Decides a PUT (renewal).
@@ -522,7 +552,7 @@ pub fn renew(
     operation_id: &str,
     actor: &Actor<'_>,
     token_sha256: &str,
-    ddl_state: Option<DdlState>,
+    report: &Progress,
     now: Timestamp,
 ) -> Outcome<Grant> {
     let grant = match held(slots, tombstone, kind, operation_id, actor, token_sha256, now) {
@@ -550,8 +580,11 @@ pub fn renew(
     }
     let mut renewed = grant.clone();
     renewed.renewed_at = now;
-    if ddl_state.is_some() {
-        renewed.ddl_state = ddl_state;
+    if report.ddl_state.is_some() {
+        renewed.ddl_state = report.ddl_state;
+    }
+    if report.revision.is_some() {
+        renewed.revision.clone_from(&report.revision);
     }
     let mut out = slots.clone();
     *out.get_mut(kind) = Some(renewed.clone());
@@ -589,6 +622,12 @@ pub fn watch<'a>(
 
 /// Decides a DELETE (release); answers the grant released. Releasing the
 /// migration mutex also releases that operation's failover-hold.
+///
+/// Releasing the migration lease of an operation whose last `ddlState` is
+/// `started` (not `completed`) ends it inside its DDL, whatever ended the
+/// run: a verification record (`ReleasedInDdl`) at `generation`, the group's
+/// now.
+#[allow(clippy::too_many_arguments)]
 pub fn release(
     slots: &Slots,
     tombstone: Option<&Tombstone>,
@@ -596,18 +635,24 @@ pub fn release(
     operation_id: &str,
     actor: &Actor<'_>,
     token_sha256: &str,
+    generation: i64,
     now: Timestamp,
 ) -> Outcome<Grant> {
     let released = match held(slots, tombstone, kind, operation_id, actor, token_sha256, now) {
         Ok(g) => g.clone(),
         Err(r) => return refuse(slots, r),
     };
+    let verifications = if kind == LeaseKind::Migration && ddl_of(slots, operation_id) == Some(DdlState::Started) {
+        vec![verification(&released, Ending::Released, generation)]
+    } else {
+        Vec::new()
+    };
     let mut out = slots.clone();
     *out.get_mut(kind) = None;
     if kind == LeaseKind::Migration && out.hold.as_ref().is_some_and(|h| h.operation_id == operation_id) {
         out.hold = None;
     }
-    Outcome { slots: out, new_tombstones: Vec::new(), verifications: Vec::new(), answer: Ok(released) }
+    Outcome { slots: out, new_tombstones: Vec::new(), verifications, answer: Ok(released) }
 }
 
 /// Compares two byte strings in time that depends only on their lengths.

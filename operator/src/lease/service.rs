@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use bloodraven_api::deploy::{DdlState, LeaseKind};
+use bloodraven_api::deploy::LeaseKind;
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::{ObjectRef, Store as Reflector};
@@ -230,14 +230,14 @@ impl Service {
         operation_id: &str,
         actor: &Actor<'_>,
         token: &str,
-        ddl_state: Option<DdlState>,
+        report: &machine::Progress,
     ) -> Result<Grant, ServiceError> {
         let hash = token_sha256(token);
-        if let Some(grant) = self.renew_fast(group, kind, operation_id, actor, &hash, ddl_state).await? {
+        if let Some(grant) = self.renew_fast(group, kind, operation_id, actor, &hash, report).await? {
             return Ok(grant);
         }
         self.transact(group, Some((actor.client, operation_id)), |read, tomb, facts, now| {
-            machine::renew(&read.slots, tomb, facts, kind, operation_id, actor, &hash, ddl_state, now)
+            machine::renew(&read.slots, tomb, facts, kind, operation_id, actor, &hash, report, now)
         })
         .await
     }
@@ -249,7 +249,7 @@ impl Service {
         operation_id: &str,
         actor: &Actor<'_>,
         hash: &str,
-        ddl_state: Option<DdlState>,
+        report: &machine::Progress,
     ) -> Result<Option<Grant>, ServiceError> {
         let Some(cache) = &self.cache else { return Ok(None) };
         let Some(cached) = cache.get(&ObjectRef::new(group)) else { return Ok(None) };
@@ -275,7 +275,7 @@ impl Service {
         if !fits {
             return Ok(None);
         }
-        let outcome = machine::renew(&read.slots, None, &facts, kind, operation_id, actor, hash, ddl_state, now);
+        let outcome = machine::renew(&read.slots, None, &facts, kind, operation_id, actor, hash, report, now);
         let Ok(grant) = outcome.answer else { return Ok(None) };
         match self.store.write(&key, &read, &outcome.slots, &[], &[]).await {
             Ok(()) => {
@@ -298,8 +298,8 @@ impl Service {
         token: &str,
     ) -> Result<Grant, ServiceError> {
         let hash = token_sha256(token);
-        self.transact(group, Some((actor.client, operation_id)), |read, tomb, _facts, now| {
-            machine::release(&read.slots, tomb, kind, operation_id, actor, &hash, now)
+        self.transact(group, Some((actor.client, operation_id)), |read, tomb, facts, now| {
+            machine::release(&read.slots, tomb, kind, operation_id, actor, &hash, facts.generation.unwrap_or(0), now)
         })
         .await
     }

@@ -42,9 +42,9 @@ use super::machine::{Ending, Grant, RevokeReason, Slots, Tombstone, Verification
 use bloodraven_api::names::deploy_lease::{
     self as names, ANNOTATION_PREFIX as PREFIX, ANNOUNCED as ANN_ANNOUNCED, CLIENT as ANN_CLIENT, DDL_STATE as ANN_DDL,
     ENDING as ANN_ENDING, GROUP as ANN_GROUP, GROUP_HASH_LABEL as LABEL_GROUP, GROUP_UID as ANN_GROUP_UID,
-    INSTANCE as ANN_INSTANCE, KIND as ANN_KIND, OPERATION_ID as ANN_OPERATION, REVOKE_REASON as ANN_REASON,
-    ROLE_LABEL as LABEL_ROLE, ROLE_SLOT, ROLE_TOMBSTONE, ROLE_VERIFICATION, TOKEN_SHA256 as ANN_TOKEN,
-    TOPOLOGY_GENERATION as ANN_GENERATION, group_hash,
+    INSTANCE as ANN_INSTANCE, KIND as ANN_KIND, OPERATION_ID as ANN_OPERATION, REVISION as ANN_REVISION,
+    REVOKE_REASON as ANN_REASON, ROLE_LABEL as LABEL_ROLE, ROLE_SLOT, ROLE_TOMBSTONE, ROLE_VERIFICATION,
+    TOKEN_SHA256 as ANN_TOKEN, TOPOLOGY_GENERATION as ANN_GENERATION, group_hash,
 };
 pub use bloodraven_api::names::deploy_lease::{slot_name, tombstone_name, verification_name};
 
@@ -173,6 +173,7 @@ fn decode_grant(lease: &Lease) -> Option<Grant> {
         renewed_at: spec.renew_time.as_ref()?.0,
         ttl_seconds: spec.lease_duration_seconds.and_then(|s| u32::try_from(s).ok()).unwrap_or(0),
         ddl_state: a.get(ANN_DDL).and_then(|d| serde_json::from_value(serde_json::Value::String(d.clone())).ok()),
+        revision: a.get(ANN_REVISION).cloned(),
         client: a.get(ANN_CLIENT).cloned(),
     })
 }
@@ -232,6 +233,9 @@ fn encode_slot(key: &GroupKey, kind: LeaseKind, base: Option<&Lease>, grant: Opt
         if let Some(d) = g.ddl_state {
             a.insert(ANN_DDL.to_owned(), d.as_str().to_owned());
         }
+        if let Some(r) = &g.revision {
+            a.insert(ANN_REVISION.to_owned(), r.clone());
+        }
         let same_holder = base_owned
             && lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(g.operation_id.as_str());
         spec.holder_identity = Some(g.operation_id.clone());
@@ -259,6 +263,7 @@ fn decode_tombstone(lease: &Lease) -> Option<Tombstone> {
         ddl_state: a
             .get(ANN_DDL)
             .and_then(|d| serde_json::from_value::<DdlState>(serde_json::Value::String(d.clone())).ok()),
+        revision: a.get(ANN_REVISION).cloned(),
         client: a.get(ANN_CLIENT).cloned(),
     })
 }
@@ -268,6 +273,7 @@ fn decode_verification(lease: &Lease) -> Option<Verification> {
     Some(Verification {
         operation_id: a.get(ANN_OPERATION)?.clone(),
         instance: a.get(ANN_INSTANCE).cloned().unwrap_or_default(),
+        revision: a.get(ANN_REVISION).cloned(),
         ending: Ending::parse(a.get(ANN_ENDING)?)?,
         generation: a.get(ANN_GENERATION).and_then(|g| g.parse().ok()).unwrap_or(0),
         client: a.get(ANN_CLIENT).cloned(),
@@ -498,6 +504,9 @@ impl Store {
         if let Some(d) = t.ddl_state {
             a.insert(ANN_DDL.to_owned(), d.as_str().to_owned());
         }
+        if let Some(r) = &t.revision {
+            a.insert(ANN_REVISION.to_owned(), r.clone());
+        }
         if let Some(c) = &t.client {
             a.insert(ANN_CLIENT.to_owned(), c.clone());
         }
@@ -513,6 +522,9 @@ impl Store {
             (ANN_ENDING.to_owned(), v.ending.as_str().to_owned()),
             (ANN_GENERATION.to_owned(), v.generation.to_string()),
         ]);
+        if let Some(r) = &v.revision {
+            a.insert(ANN_REVISION.to_owned(), r.clone());
+        }
         if let Some(c) = &v.client {
             a.insert(ANN_CLIENT.to_owned(), c.clone());
         }
@@ -637,6 +649,7 @@ mod tests {
             renewed_at: Timestamp::from_second(1_700_000_000).unwrap(),
             ttl_seconds: 30,
             ddl_state: Some(DdlState::Started),
+            revision: Some("7".into()),
             client: Some("ci/deployer".into()),
         };
         let key = GroupKey { name: "playground".into(), uid: "u1".into(), created: None };

@@ -219,10 +219,11 @@ impl Run<'_> {
         let api = self.s.api.clone();
         let op = self.s.operation_id.clone();
         let ddl = Some(self.boundary.wire_state());
+        let revision = self.boundary.revision.clone();
         let sent = self.ms();
         let version = self.ddl_version;
         tasks.spawn(async move {
-            let answer = api.renew(kind, &op, &token, ddl).await;
+            let answer = api.renew(kind, &op, &token, ddl, revision.as_deref()).await;
             Io::Renew { kind, sent, version, answer }
         });
     }
@@ -454,7 +455,7 @@ async fn main_loop(
                     if let Some(reason) = run.hb.tick(run.ms()).cloned() {
                         return done(Ending::Fenced { reason, in_ddl: run.boundary.in_ddl(), process: Some(end) }, Some(tx));
                     }
-                    return done(Ending::Finished(end), Some(tx));
+                    return done(Ending::Finished { process: end, in_ddl: run.boundary.in_ddl() }, Some(tx));
                 }
                 Some(Event::Nudge) => run.hb.renew_now(run.ms()),
                 Some(Event::WrapperLost(end)) => {
@@ -493,7 +494,9 @@ async fn final_renewal(run: &mut Run<'_>, ddl: DdlState) -> bool {
         if run.hb.tick(sent).is_some() {
             return false;
         }
-        let answer = run.s.api.renew(LeaseKind::Migration, &run.s.operation_id, &token, Some(ddl)).await;
+        let revision = run.boundary.revision.clone();
+        let answer =
+            run.s.api.renew(LeaseKind::Migration, &run.s.operation_id, &token, Some(ddl), revision.as_deref()).await;
         let now = run.ms();
         let confirmed = matches!(answer, RenewAnswer::Renewed { .. });
         if run.hb.renewed(LeaseKind::Migration, sent, &answer, now).is_some() {
@@ -544,7 +547,7 @@ async fn finish(run: &mut Run<'_>, mut ending: Ending, reply: Option<oneshot::Se
             Ok(false) => tracing::info!("the database shows no schema or history change since the grant"),
             Err(e) => tracing::warn!(error = %e, "failed to read the database for the DDL boundary"),
         }
-        if let Ending::Fenced { in_ddl, .. } = &mut ending {
+        if let Ending::Fenced { in_ddl, .. } | Ending::Finished { in_ddl, .. } = &mut ending {
             *in_ddl = *in_ddl || run.boundary.in_ddl();
         }
     }
@@ -602,7 +605,9 @@ async fn finish(run: &mut Run<'_>, mut ending: Ending, reply: Option<oneshot::Se
     // operator records the loss (fenced in DDL), nor when it is already gone.
     let release_mutex = match &ending {
         Ending::NotStarted(_) => true,
-        Ending::Finished(_) => recorded,
+        // Recorded `started` (an end inside the DDL): released, and the
+        // operator keeps a verification record of it (`ReleasedInDdl`).
+        Ending::Finished { .. } => recorded,
         Ending::Fenced { reason, in_ddl, .. } => {
             !in_ddl && matches!(reason, FenceReason::Shutdown | FenceReason::DeadlinePassed)
         }

@@ -151,8 +151,15 @@ impl ProcessEnd {
 pub enum Ending {
     /// Acquisition gave up: the migration never started.
     NotStarted(GiveUp),
-    /// The migration ended while the leases were held.
-    Finished(ProcessEnd),
+    /// The migration ended while the leases were held; whether it was in
+    /// DDL when it ended.
+    Finished {
+        /// How it ended.
+        process: ProcessEnd,
+        /// In DDL at its end (reported `ddl-started` without
+        /// `ddl-finished`, or assumed so by [`BoundaryMode::AtStart`]).
+        in_ddl: bool,
+    },
     /// The run was fenced; the DDL boundary at the fence; how the migration
     /// ended, if known.
     Fenced {
@@ -180,6 +187,15 @@ pub struct Verdict {
     pub ddl_state: DdlState,
 }
 
+/// How a process ended, for a person: `exit code N` or `signal N`.
+fn describe(end: ProcessEnd) -> String {
+    match (end.code, end.signal) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(s)) => format!("signal {s}"),
+        (None, None) => "unknown".to_owned(),
+    }
+}
+
 /// Decides the verdict.
 pub fn verdict(ending: &Ending) -> Verdict {
     match ending {
@@ -195,14 +211,27 @@ pub fn verdict(ending: &Ending) -> Verdict {
                 ddl_state: DdlState::Before,
             }
         }
-        Ending::Finished(end) => {
-            let code = end.shell_code();
+        Ending::Finished { process, in_ddl } => {
+            let code = process.shell_code();
             if code == 0 {
                 Verdict {
                     exit_code: 0,
                     result: "succeeded",
                     message: "the migration succeeded while both leases were held".into(),
                     ddl_state: DdlState::Completed,
+                }
+            } else if *in_ddl {
+                // Whatever ended it (its own failure, a signal from the
+                // kubelet when the Pod was deleted, a crash), DDL may be half
+                // done: the same as a fence inside the boundary.
+                Verdict {
+                    exit_code: exit::SCHEMA_VERIFICATION_REQUIRED,
+                    result: "schema-verification-required",
+                    message: format!(
+                        "schema verification required: the migration ended ({}) at or after its DDL boundary without completing; do not retry until a person has verified the schema",
+                        describe(*process)
+                    ),
+                    ddl_state: DdlState::Started,
                 }
             } else if (exit::NOT_STARTED_TIMEOUT..=exit::SIDECAR_FAILED).contains(&code) {
                 // CMD's own 92 would read as "fenced before the DDL, safe to
@@ -279,6 +308,32 @@ mod tests {
         }
     }
 
+    /// Whatever ends a migration inside its DDL boundary — its own failure,
+    /// SIGTERM from the kubelet when Helm deletes the Job, SIGKILL — the
+    /// verdict is the same as a fence there: `started`, exit 93.
+    #[test]
+    fn every_end_inside_the_ddl_boundary_needs_a_person() {
+        let ends = [
+            ProcessEnd { code: Some(1), signal: None },
+            ProcessEnd { code: Some(2), signal: None },
+            ProcessEnd { code: Some(92), signal: None },
+            ProcessEnd { code: None, signal: Some(15) },
+            ProcessEnd { code: None, signal: Some(9) },
+            ProcessEnd { code: Some(143), signal: None },
+        ];
+        for process in ends {
+            let v = verdict(&Ending::Finished { process, in_ddl: true });
+            assert_eq!(
+                (v.exit_code, v.result, v.ddl_state),
+                (exit::SCHEMA_VERIFICATION_REQUIRED, "schema-verification-required", DdlState::Started),
+                "{process:?}"
+            );
+            assert!(v.message.starts_with("schema verification required"), "{}", v.message);
+            let before = verdict(&Ending::Finished { process, in_ddl: false });
+            assert_eq!((before.result, before.ddl_state), ("failed", DdlState::Failed), "{process:?}");
+        }
+    }
+
     #[test]
     fn verdicts() {
         let ok = ProcessEnd { code: Some(0), signal: None };
@@ -286,18 +341,21 @@ mod tests {
         let killed = ProcessEnd { code: None, signal: Some(9) };
         let revoked =
             FenceReason::Revoked { kind: LeaseKind::Migration, reason: "TopologyChanged".into(), generation: Some(2) };
-        let v = verdict(&Ending::Finished(ok));
+        let done = |process, in_ddl| verdict(&Ending::Finished { process, in_ddl });
+        let v = done(ok, false);
         assert_eq!((v.exit_code, v.result, v.ddl_state), (0, "succeeded", DdlState::Completed));
-        let v = verdict(&Ending::Finished(killed));
+        let v = done(ok, true);
+        assert_eq!((v.exit_code, v.result, v.ddl_state), (0, "succeeded", DdlState::Completed), "exit 0 completed");
+        let v = done(killed, false);
         assert_eq!((v.exit_code, v.result, v.ddl_state), (137, "failed", DdlState::Failed));
         // Attack round: CMD's own 92 read as "fenced before the DDL: retry".
         for own in 90..=94 {
-            let v = verdict(&Ending::Finished(ProcessEnd { code: Some(own), signal: None }));
+            let v = done(ProcessEnd { code: Some(own), signal: None }, false);
             assert_eq!((v.exit_code, v.result), (exit::MIGRATION_FAILED, "failed"), "{own}");
             assert!(v.message.contains(&format!("exit code {own}")), "{}", v.message);
         }
         for passed in [1, 3, 89, 95, 255] {
-            assert_eq!(verdict(&Ending::Finished(ProcessEnd { code: Some(passed), signal: None })).exit_code, passed);
+            assert_eq!(done(ProcessEnd { code: Some(passed), signal: None }, false).exit_code, passed);
         }
         // A migration that traps SIGTERM and exits 0 after a fence still fails.
         let v = verdict(&Ending::Fenced { reason: revoked.clone(), in_ddl: false, process: Some(trapped) });

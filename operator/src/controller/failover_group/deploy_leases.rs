@@ -130,9 +130,15 @@ pub async fn verification_condition(ctx: &Context, group: &MysqlFailoverGroup) -
     for p in pending.iter_mut().filter(|p| !p.announced) {
         let v = &p.verification;
         let note = format!(
-            "deploy operation {} (instance {}) lost its lease ({}, at topology generation {}) after its DDL had started: verify the schema, then annotate the group {SCHEMA_VERIFIED_ANNOTATION}={}",
+            "deploy operation {} (instance {}{}) {} ({}, at topology generation {}) after its DDL had started: verify the schema, then annotate the group {SCHEMA_VERIFIED_ANNOTATION}={}",
             v.operation_id,
             v.instance,
+            revision_clause(v.revision.as_deref()),
+            if v.ending == crate::lease::machine::Ending::Released {
+                "ended without completing"
+            } else {
+                "lost its lease"
+            },
             v.ending.as_str(),
             v.generation,
             v.operation_id
@@ -145,6 +151,11 @@ pub async fn verification_condition(ctx: &Context, group: &MysqlFailoverGroup) -
         p.announced = true;
     }
     Ok(condition_of(&name, &pending))
+}
+
+/// `, revision R` when the operation reported one.
+fn revision_clause(revision: Option<&str>) -> String {
+    revision.map(|r| format!(", revision {r}")).unwrap_or_default()
 }
 
 fn condition_of(group: &str, pending: &[Pending]) -> Computed {
@@ -162,9 +173,10 @@ fn condition_of(group: &str, pending: &[Pending]) -> Computed {
         .take(5)
         .map(|p| {
             format!(
-                "{} (instance {}, {})",
+                "{} (instance {}{}, {})",
                 p.verification.operation_id,
                 p.verification.instance,
+                revision_clause(p.verification.revision.as_deref()),
                 p.verification.ending.as_str()
             )
         })

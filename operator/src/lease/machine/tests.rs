@@ -71,7 +71,17 @@ fn put(
     ddl: Option<DdlState>,
     now: Timestamp,
 ) -> Outcome<Grant> {
-    renew(slots, tomb, facts, kind, operation_id, &actor(CLIENT), token_sha256, ddl, now)
+    renew(
+        slots,
+        tomb,
+        facts,
+        kind,
+        operation_id,
+        &actor(CLIENT),
+        token_sha256,
+        &Progress { ddl_state: ddl, revision: None },
+        now,
+    )
 }
 
 fn delete(
@@ -82,7 +92,35 @@ fn delete(
     token_sha256: &str,
     now: Timestamp,
 ) -> Outcome<Grant> {
-    release(slots, tomb, kind, operation_id, &actor(CLIENT), token_sha256, now)
+    release(slots, tomb, kind, operation_id, &actor(CLIENT), token_sha256, 1, now)
+}
+
+/// A run that ends inside its DDL reports `started` and releases its mutex
+/// (the migration failed, or Helm deleted its Job): a verification record
+/// with its revision, never a silent release. `completed` or `failed`
+/// before the DDL release without one.
+#[test]
+fn releasing_a_mutex_whose_ddl_started_keeps_a_verification_record() {
+    let s0 = Slots::default();
+    for (ddl, recorded) in [(DdlState::Started, true), (DdlState::Completed, false), (DdlState::Failed, false)] {
+        let s = post(&s0, None, &stable(3), LeaseKind::Migration, "op1", "app", 30, "h1", t(0)).slots;
+        let report = Progress { ddl_state: Some(ddl), revision: Some("4".into()) };
+        let s = renew(&s, None, &stable(3), LeaseKind::Migration, "op1", &actor(CLIENT), "h1", &report, t(1)).slots;
+        let out = delete(&s, None, LeaseKind::Migration, "op1", "h1", t(2));
+        assert!(out.answer.is_ok(), "{ddl:?}");
+        assert!(out.slots.migration.is_none());
+        if recorded {
+            assert_eq!(out.verifications.len(), 1, "{ddl:?}");
+            let v = &out.verifications[0];
+            assert_eq!(
+                (v.ending, v.revision.as_deref(), v.operation_id.as_str()),
+                (Ending::Released, Some("4"), "op1")
+            );
+            assert_eq!(Ending::parse(v.ending.as_str()), Some(Ending::Released));
+        } else {
+            assert!(out.verifications.is_empty(), "{ddl:?}");
+        }
+    }
 }
 
 #[test]
@@ -191,16 +229,16 @@ fn a_grant_acts_only_for_the_client_it_was_granted_to() {
     assert!(matches!(hold.answer, Err(Refusal::Forbidden(_))));
     // Renewal or release by another caller is refused before the token is looked at.
     let other = actor("tenant-b/attacker");
-    let r = renew(&s, None, &stable(1), LeaseKind::Migration, "op1", &other, "h1", None, t(1));
+    let r = renew(&s, None, &stable(1), LeaseKind::Migration, "op1", &other, "h1", &Progress::default(), t(1));
     assert!(matches!(r.answer, Err(Refusal::Forbidden(_))), "{:?}", r.answer);
-    let d = release(&s, None, LeaseKind::Migration, "op1", &other, "h1", t(1));
+    let d = release(&s, None, LeaseKind::Migration, "op1", &other, "h1", 1, t(1));
     assert!(matches!(d.answer, Err(Refusal::Forbidden(_))));
     assert_eq!(d.slots, s);
     // A client no longer listed for the instance loses the lease's use.
     let none = std::collections::BTreeSet::new();
     let gone = Actor { client: CLIENT, instances: &none };
     assert!(matches!(
-        renew(&s, None, &stable(1), LeaseKind::Migration, "op1", &gone, "h1", None, t(1)).answer,
+        renew(&s, None, &stable(1), LeaseKind::Migration, "op1", &gone, "h1", &Progress::default(), t(1)).answer,
         Err(Refusal::Forbidden(_))
     ));
     // A grant stored before grants recorded their client: renewable with its
@@ -432,7 +470,7 @@ proptest! {
                     let tomb = tombs.iter().find(|t| t.operation_id == op && t.about(&client)).cloned();
                     let before = slots.clone();
                     let watched = watch(&slots, tomb.as_ref(), &facts, kind, &op, &actor(&client), &token, now).cloned();
-                    let o = renew(&slots, tomb.as_ref(), &facts, kind, &op, &actor(&client), &token, None, now);
+                    let o = renew(&slots, tomb.as_ref(), &facts, kind, &op, &actor(&client), &token, &Progress::default(), now);
                     // A watch ends exactly when the renewal would say authority is gone.
                     match &o.answer {
                         Ok(_) | Err(Refusal::Unstable { .. }) => {
@@ -466,7 +504,7 @@ proptest! {
                     let client = format!("ns/sa{c}");
                     let token = if good { tokens.get(&(kind, op.clone())).cloned().unwrap_or_default() } else { "forged".into() };
                     let tomb = tombs.iter().find(|t| t.operation_id == op && t.about(&client)).cloned();
-                    let o = release(&slots, tomb.as_ref(), kind, &op, &actor(&client), &token, now);
+                    let o = release(&slots, tomb.as_ref(), kind, &op, &actor(&client), &token, facts.generation.unwrap_or(0), now);
                     if let Ok(g) = &o.answer {
                         prop_assert!(good);
                         prop_assert!(o.slots.get(kind).is_none());
