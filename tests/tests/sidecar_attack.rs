@@ -641,16 +641,31 @@ async fn the_wrapper_killed_leaves_no_migration_running_and_no_mutex_released() 
 }
 
 /// Found by this round: a migration that exits 92 by itself made the run
-/// exit 92, "fenced before the DDL boundary: may be retried".
+/// exit 92, "fenced before the DDL boundary: may be retried". Outside its
+/// DDL (`--ddl-boundary reported`, nothing reported) its failure is its
+/// own; inside it (the default `at-start`: a command that never reports is
+/// in DDL from its start) any failure needs a person, as a fence there does.
 #[tokio::test]
 async fn a_migration_s_own_exit_code_never_reads_as_the_sidecar_s() {
     let tls = hostile_tls("code", "IP:127.0.0.1");
     let server = plain_server(&tls).await;
+    let reported = [QUICK, &["--ddl-boundary", "reported"]].concat();
     for (op, own, want) in [("code-92", 92, 1), ("code-93", 93, 1), ("code-7", 7, 7)] {
-        let mut run = hostile_run(&server, &tls, op, QUICK, &format!("exit {own}"));
+        let mut run = hostile_run(&server, &tls, op, &reported, &format!("exit {own}"));
         assert_eq!(run.wait(T).await, want, "{}", run.log());
         let r = run.record();
         assert_eq!(r["result"], "failed", "{r}");
+        assert!(r["message"].as_str().unwrap().contains(&format!("exit code {own}")), "{r}");
+    }
+    for (op, own) in [("code-in-ddl-92", 92), ("code-in-ddl-7", 7)] {
+        let mut run = hostile_run(&server, &tls, op, QUICK, &format!("exit {own}"));
+        assert_eq!(run.wait(T).await, exit::SCHEMA_VERIFICATION_REQUIRED, "{}", run.log());
+        let r = run.record();
+        assert_eq!(
+            (r["result"].as_str(), r["ddlState"].as_str()),
+            (Some("schema-verification-required"), Some("started")),
+            "{r}"
+        );
         assert!(r["message"].as_str().unwrap().contains(&format!("exit code {own}")), "{r}");
     }
 }
