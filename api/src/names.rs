@@ -138,6 +138,15 @@ pub mod state {
     pub const CONFIGMAP_PREFIXES: [&str; 1] = ["bloodraven-topology-"];
     /// Secrets: the decision-record digest key `bloodraven-record-key` (a full name).
     pub const SECRET_NAMES: [&str; 1] = ["bloodraven-record-key"];
+
+    /// The decision record of `group` (fixed length, whatever the group's
+    /// name): `bloodraven-topology-<sha256(group)[..16]>`. Its data holds
+    /// `group`, `groupUID`, `activeSite` and `topologyGeneration`.
+    pub fn record_name(group: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let hex = format!("{:x}", Sha256::digest(group.as_bytes()));
+        format!("{}{}", CONFIGMAP_PREFIXES[0], &hex[..16])
+    }
 }
 
 /// Annotations and names of sidecar injection into a migration Job (the

@@ -144,9 +144,8 @@ async fn a_groups_status_is_the_operators_and_moves_by_one_with_the_site() {
     )
     .await;
     let admin = env.cluster.groups();
-    let operator = Api::<bloodraven_api::v1alpha1::MysqlFailoverGroup>::all(
-        as_sa(&env, &env.op_ns.name, "bloodraven-operator").await,
-    );
+    let operator_client = as_sa(&env, &env.op_ns.name, "bloodraven-operator").await;
+    let operator = Api::<bloodraven_api::v1alpha1::MysqlFailoverGroup>::all(operator_client.clone());
     let pp = PatchParams::default();
     let status = |site: &str, generation: i64| {
         Patch::Merge(json!({"status": {"activeSite": site, "topologyGeneration": generation}}))
@@ -181,6 +180,39 @@ async fn a_groups_status_is_the_operators_and_moves_by_one_with_the_site() {
     operator.patch_status(&name, &pp, &status("pdx", 2)).await.expect("a move by +1 with the site");
     let m = refusal(operator.patch_status(&name, &pp, &status("iad", 1)).await);
     assert!(m.contains("never down"), "{m}");
+
+    // A forged +1 made with the operator's own account, then the operator's
+    // restore from its decision record: the one move down that passes, and
+    // only to exactly what the record says.
+    let uid = admin.get(&name).await.unwrap().metadata.uid.unwrap();
+    let records = Api::<ConfigMap>::namespaced(operator_client.clone(), &env.op_ns.name);
+    let record = |site: &str, generation: &str| ConfigMap {
+        metadata: ObjectMeta { name: Some(bloodraven_api::names::state::record_name(&name)), ..ObjectMeta::default() },
+        data: Some(
+            [
+                ("group", name.as_str()),
+                ("groupUID", uid.as_str()),
+                ("activeSite", site),
+                ("topologyGeneration", generation),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        ),
+        ..ConfigMap::default()
+    };
+    records.create(&PostParams::default(), &record("pdx", "2")).await.expect("the operator writes its record");
+    operator.patch_status(&name, &pp, &status("iad", 3)).await.expect("the forged +1");
+    let m = refusal(operator.patch_status(&name, &pp, &status("iad", 2)).await);
+    assert!(m.contains("without a new topologyGeneration") || m.contains("never down"), "not the record: {m}");
+    let m = refusal(operator.patch_status(&name, &pp, &status("pdx", 1)).await);
+    assert!(m.contains("never down"), "below the record: {m}");
+    operator.patch_status(&name, &pp, &status("pdx", 2)).await.expect("the restore to the record passes");
+    let g = admin.get(&name).await.unwrap().status.unwrap();
+    assert_eq!((g.active_site.as_deref(), g.topology_generation), (Some("pdx"), Some(2)));
+    // Only the operator: an admin's write of the same values is refused.
+    let m = refusal(admin.patch_status(&name, &pp, &status("pdx", 2)).await);
+    assert!(m.contains("written only by the operator"), "{m}");
     // Other status fields by the operator never reach the webhook and pass.
     operator.patch_status(&name, &pp, &Patch::Merge(json!({"status": {"stable": true}}))).await.unwrap();
 

@@ -69,6 +69,11 @@ impl Authority {
         }
     }
 
+    /// The webhook's API client (its own ServiceAccount).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     /// Waits for both caches' first lists.
     pub async fn wait_ready(&self) {
         let _ = self.groups.0.wait_until_ready().await;

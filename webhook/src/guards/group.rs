@@ -81,6 +81,27 @@ pub fn check_status(writer: Writer, operator: &str, old: &Value, new: &Value) ->
     }
 }
 
+/// Whether `new` sets the group's status to exactly what its decision
+/// record says: the record (the data of ConfigMap
+/// [`bloodraven_api::names::state::record_name`] in the operator's
+/// namespace) names this group and its UID, and the same `activeSite` and
+/// `topologyGeneration`. The record is the authority: the operator writes
+/// every decision there first, and restores status from it when status was
+/// edited (a forged +1 included), which [`check_status`] alone would refuse
+/// as a move down.
+pub fn restores_record(new: &Value, record: &std::collections::BTreeMap<String, String>) -> bool {
+    let field = |k: &str| record.get(k).map(String::as_str);
+    let name = new.pointer("/metadata/name").and_then(Value::as_str);
+    let uid = new.pointer("/metadata/uid").and_then(Value::as_str);
+    name.is_some()
+        && uid.is_some()
+        && field("group") == name
+        && field("groupUID") == uid
+        && active_site(new).is_some()
+        && field("activeSite") == active_site(new)
+        && generation(new).is_some_and(|g| field("topologyGeneration") == Some(g.to_string().as_str()))
+}
+
 /// Checks a spec update of a group from `old` to `new`: site names are
 /// history (status, records and leases name them; the CRD's own rule says
 /// the same for pairs), and `initialActiveSite` is read once, at bootstrap;
@@ -130,6 +151,34 @@ mod tests {
             status.insert("topologyGeneration".into(), json!(g));
         }
         json!({"spec": {"initialActiveSite": "iad", "sites": [{"name": "iad"}, {"name": "pdx"}]}, "status": status})
+    }
+
+    /// A forged +1 made with the operator's own account is undone by the
+    /// operator from its record: that restore moves the generation down, and
+    /// passes only when it matches the record exactly.
+    #[test]
+    fn a_restore_to_the_record_passes_and_nothing_else_does() {
+        let mut restored = at(Some("iad"), Some(3));
+        restored["metadata"] = json!({"name": "g", "uid": "u-1"});
+        let record = |site: &str, generation: &str, uid: &str| {
+            std::collections::BTreeMap::from([
+                ("group".to_owned(), "g".to_owned()),
+                ("groupUID".to_owned(), uid.to_owned()),
+                ("activeSite".to_owned(), site.to_owned()),
+                ("topologyGeneration".to_owned(), generation.to_owned()),
+            ])
+        };
+        assert!(restores_record(&restored, &record("iad", "3", "u-1")));
+        assert!(!restores_record(&restored, &record("pdx", "3", "u-1")), "another site");
+        assert!(!restores_record(&restored, &record("iad", "2", "u-1")), "another generation");
+        assert!(!restores_record(&restored, &record("iad", "3", "u-2")), "an older group of the same name");
+        let mut other = record("iad", "3", "u-1");
+        other.insert("group".into(), "h".into());
+        assert!(!restores_record(&restored, &other), "another group's record");
+        assert!(!restores_record(&restored, &std::collections::BTreeMap::new()), "an empty record");
+        let mut bare = at(Some("iad"), Some(3));
+        bare["metadata"] = json!({"name": "g"});
+        assert!(!restores_record(&bare, &record("iad", "3", "")), "no UID");
     }
 
     #[test]

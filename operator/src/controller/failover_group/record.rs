@@ -27,7 +27,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ObjectMeta, PostParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
-use sha2::{Digest, Sha256};
+use sha2::Sha256;
 
 use crate::controller::{Error, kube_err};
 
@@ -159,11 +159,9 @@ fn foreign_owners(cm: &ConfigMap) -> Option<String> {
     (!found.is_empty()).then(|| found.join(", "))
 }
 
-/// Name of the record of `group`: fixed length, whatever the group's name.
-pub fn record_name(group: &str) -> String {
-    let hex = format!("{:x}", Sha256::digest(group.as_bytes()));
-    format!("{}{}", bloodraven_api::names::state::CONFIGMAP_PREFIXES[0], &hex[..16])
-}
+/// Name of the record of `group`: fixed length, whatever the group's name
+/// (the webhook reads it too).
+pub use bloodraven_api::names::state::record_name;
 
 /// Reads the record of `group`. `Ok(None)` when absent; a record of an
 /// older group of the same name (another UID) is returned with its
