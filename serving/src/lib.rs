@@ -26,6 +26,7 @@
 //! ```
 
 pub mod admin;
+pub mod body;
 pub mod limits;
 pub mod log;
 pub mod shutdown;
@@ -205,6 +206,48 @@ mod tests {
 
     fn quick() -> Limits {
         Limits { header_timeout: Duration::from_millis(300), ..Limits::new(4) }
+    }
+
+    /// A client that writes its whole body before it reads (as Python's
+    /// `urllib` does) reads the 413 over a real socket: the server drains the
+    /// rest of the body before it answers and closes.
+    #[tokio::test]
+    async fn a_client_that_writes_an_oversized_body_first_reads_the_413() {
+        use axum::routing::post;
+        let listener = bind("test", "127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route(
+            "/echo",
+            post(|headers: axum::http::HeaderMap, body: axum::body::Body| async move {
+                let declared = headers
+                    .get(axum::http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok());
+                match body::read(body, declared, 64 * 1024, Duration::from_secs(5)).await {
+                    Ok(b) => (axum::http::StatusCode::OK, format!("{} bytes", b.len())),
+                    Err(e) => (axum::http::StatusCode::PAYLOAD_TOO_LARGE, format!("{e:?}")),
+                }
+            }),
+        );
+        tokio::spawn(serve_plain("test", listener, Limits::new(8), router, std::future::pending()));
+        for (size, want) in [(70 * 1024, "HTTP/1.1 413"), (900 * 1024, "HTTP/1.1 413"), (1024, "HTTP/1.1 200")] {
+            let answer = tokio::task::spawn_blocking(move || {
+                use std::io::{Read, Write};
+                let mut s = std::net::TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let head =
+                    format!("POST /echo HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Length: {size}\r\n\r\n");
+                s.write_all(head.as_bytes()).map_err(|e| format!("head: {e}"))?;
+                s.write_all(&vec![b'x'; size]).map_err(|e| format!("body: {e}"))?;
+                let mut out = Vec::new();
+                s.read_to_end(&mut out).map_err(|e| format!("read: {e}"))?;
+                Ok::<String, String>(String::from_utf8_lossy(&out).into_owned())
+            })
+            .await
+            .unwrap();
+            let answer = answer.unwrap_or_else(|e| panic!("a {size}-byte body: the client saw {e}, not the answer"));
+            assert!(answer.starts_with(want), "a {size}-byte body: {answer:?}");
+        }
     }
 
     #[tokio::test]

@@ -156,7 +156,8 @@ pub fn router(webhook: Arc<Webhook>) -> Router {
         post(
             move |state: axum::extract::State<Arc<Webhook>>,
                   query: axum::extract::Query<std::collections::HashMap<String, String>>,
-                  body: axum::body::Body| review::handle(endpoint, state, query, body),
+                  headers: axum::http::HeaderMap,
+                  body: axum::body::Body| review::handle(endpoint, state, query, headers, body),
         )
     };
     Router::new()

@@ -20,6 +20,8 @@ use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use serde_json::Value;
 
+use bloodraven_serving::body::BodyError;
+
 use crate::guards::{database, group, state};
 use crate::{Webhook, inject};
 
@@ -90,22 +92,25 @@ pub async fn handle(
     endpoint: Endpoint,
     State(w): State<Arc<Webhook>>,
     Query(query): Query<HashMap<String, String>>,
+    headers: axum::http::HeaderMap,
     body: Body,
 ) -> Response {
     let started = Instant::now();
     let budget = query.get("timeout").and_then(|t| parse_timeout(t)).unwrap_or(DEFAULT_TIMEOUT);
     let budget = budget.saturating_sub(ANSWER_MARGIN).max(Duration::from_millis(100));
-    let bytes = match tokio::time::timeout(
-        bloodraven_serving::limits::BODY_TIMEOUT,
-        axum::body::to_bytes(body, MAX_REVIEW_BYTES),
-    )
-    .await
-    {
-        Err(_) => return bad(StatusCode::REQUEST_TIMEOUT, "the review was not sent in time".into()),
-        Ok(Err(_)) => {
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let read =
+        bloodraven_serving::body::read(body, declared, MAX_REVIEW_BYTES, bloodraven_serving::limits::BODY_TIMEOUT);
+    let bytes = match read.await {
+        Err(BodyError::Timeout) => return bad(StatusCode::REQUEST_TIMEOUT, "the review was not sent in time".into()),
+        Err(BodyError::TooLarge) => {
             return bad(StatusCode::PAYLOAD_TOO_LARGE, format!("a review is at most {MAX_REVIEW_BYTES} bytes"));
         }
-        Ok(Ok(b)) => b,
+        Err(BodyError::Failed) => return bad(StatusCode::BAD_REQUEST, "the review could not be read".into()),
+        Ok(b) => b,
     };
     let value: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,

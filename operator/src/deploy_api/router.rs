@@ -35,6 +35,7 @@ use super::{DeployState, limits};
 use crate::failover::planned::Phase;
 use crate::lease::machine::{Actor, Progress, Refusal};
 use crate::lease::service::ServiceError;
+use bloodraven_serving::body::BodyError;
 
 /// The deploy API router.
 pub fn router(state: DeployState) -> Router {
@@ -225,21 +226,15 @@ async fn parse<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T
         || error(ErrorCode::PayloadTooLarge, format!("request bodies are limited to {MAX_BODY_BYTES} bytes"));
     let declared =
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return Err(too_large());
-    }
-    let bytes = match tokio::time::timeout(limits::BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
-        Err(_) => {
+    // Over the bound, the rest is read and discarded (within bounds) before
+    // the 413, so a client that writes its whole body first reads it.
+    let bytes = match bloodraven_serving::body::read(body, declared, MAX_BODY_BYTES, limits::BODY_TIMEOUT).await {
+        Err(BodyError::Timeout) => {
             return Err(error(ErrorCode::RequestTimeout, "the request body did not arrive in time"));
         }
-        Ok(Err(e)) => {
-            return Err(if e.into_inner().downcast_ref::<http_body_util::LengthLimitError>().is_some() {
-                too_large()
-            } else {
-                error(ErrorCode::InvalidRequest, "failed to read the request body")
-            });
-        }
-        Ok(Ok(bytes)) => bytes,
+        Err(BodyError::TooLarge) => return Err(too_large()),
+        Err(BodyError::Failed) => return Err(error(ErrorCode::InvalidRequest, "failed to read the request body")),
+        Ok(bytes) => bytes,
     };
     let de = &mut serde_json::Deserializer::from_slice(&bytes);
     serde_path_to_error::deserialize(de).map_err(|e| {
