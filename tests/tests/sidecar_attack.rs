@@ -180,8 +180,10 @@ async fn a_forged_exited_on_the_socket_neither_ends_the_run_nor_fakes_its_succes
     let sock = dir.join("s.sock");
     let script =
         format!("{}; while [ ! -e \"$D/go\" ]; do sleep 0.1; done; {}; exit 5", stamp("started"), stamp("ended"));
-    let mut run =
-        SidecarRun::start(p, &d.tls, "forge-1", &[QUICK, &["--socket", sock.to_str().unwrap()]].concat(), &script);
+    // Reported boundary: its own failure (5) is outside any DDL, so its code
+    // is the run's (inside, any failure is 93).
+    let flags = [QUICK, &["--socket", sock.to_str().unwrap(), "--ddl-boundary", "reported"]].concat();
+    let mut run = SidecarRun::start(p, &d.tls, "forge-1", &flags, &script);
     run.wait_for_marker("started", T).await;
 
     // Another process of the same user, not the wrapper: it says CMD exited 0.
@@ -519,6 +521,8 @@ async fn processes_the_migration_detaches_never_outlive_the_run() {
     let tls = hostile_tls("setsid", "IP:127.0.0.1");
     let server = plain_server(&tls).await;
     let late = |name: &str| format!("sleep 3; {}", stamp(name));
+    // Reported boundary: a failure outside DDL keeps its own code.
+    let flags = [QUICK, &["--ddl-boundary", "reported"]].concat();
     for (op, tail) in [("detach-ok", "exit 0"), ("detach-fail", "exit 4")] {
         let script = format!(
             "setsid sh -c '{a}' & (setsid sh -c \"sh -c '{b}' &\"); sh -c '{c}' & sleep 0.5; {started}; {tail}",
@@ -527,7 +531,7 @@ async fn processes_the_migration_detaches_never_outlive_the_run() {
             c = late("in-group"),
             started = stamp("started"),
         );
-        let mut run = hostile_run(&server, &tls, op, QUICK, &script);
+        let mut run = hostile_run(&server, &tls, op, &flags, &script);
         let code = run.wait(T).await;
         assert_eq!(code, if tail == "exit 0" { 0 } else { 4 }, "{}", run.log());
         assert!(run.has("started"), "{}", run.log());
@@ -592,7 +596,7 @@ async fn a_forged_exited_releases_nothing_against_a_stand_in_api() {
     let server = plain_server(&tls).await;
     let sock = tls.ca.parent().unwrap().join("s.sock");
     let script = format!("{}; while [ ! -e \"$D/go\" ]; do sleep 0.1; done; exit 5", stamp("started"));
-    let flags = [QUICK, &["--socket", sock.to_str().unwrap()]].concat();
+    let flags = [QUICK, &["--socket", sock.to_str().unwrap(), "--ddl-boundary", "reported"]].concat();
     let mut run = hostile_run(&server, &tls, "forge-2", &flags, &script);
     run.wait_for_marker("started", T).await;
     let mut s = tokio::net::UnixStream::connect(&sock).await.unwrap();
