@@ -31,6 +31,12 @@ pub const SCHEMA: &str = "counter";
 const MIGRATOR_PW: &str = "counter-migrator-pw-7";
 const T: Duration = Duration::from_secs(240);
 
+/// The first revision every app-chart test installs: the `counters` table.
+pub const V1: (&str, &str) = (
+    "V1__counters.sql",
+    "CREATE TABLE counters (name VARCHAR(64) NOT NULL PRIMARY KEY, value BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB;",
+);
+
 /// An app image built from `revisions` (file name, SQL) by
 /// `hack/app-image.sh` and imported into the node; returns its tag
 /// (repository `localhost/bloodraven/counter-app`).

@@ -16,7 +16,7 @@
 
 use std::time::{Duration, Instant};
 
-use bloodraven_e2e::app::{AppEnv, RELEASE, SCHEMA, app_image, helm};
+use bloodraven_e2e::app::{AppEnv, RELEASE, SCHEMA, V1, app_image, helm};
 use bloodraven_e2e::pods::{job_pods, logs, wait_job_end};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::batch::v1::Job;
@@ -25,11 +25,6 @@ use kube::api::{Api, ListParams};
 
 const T: Duration = Duration::from_secs(240);
 const JOB: &str = "counter-app-migrate";
-
-const V1: (&str, &str) = (
-    "V1__counters.sql",
-    "CREATE TABLE counters (name VARCHAR(64) NOT NULL PRIMARY KEY, value BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB;",
-);
 
 /// Installs the app chart at an image holding V1 only; checks V1 is applied
 /// and the Deployment runs that image. Returns the tag.

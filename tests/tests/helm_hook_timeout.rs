@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use bloodraven_api::names::deploy_lease::{INSTANCE, REVISION, ROLE_LABEL, ROLE_VERIFICATION};
-use bloodraven_e2e::app::{AppEnv, SCHEMA, app_image, helm};
+use bloodraven_e2e::app::{AppEnv, SCHEMA, V1, app_image, helm};
 use bloodraven_e2e::fixtures::{condition, wait_status};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -26,11 +26,6 @@ use kube::api::{Api, DeleteParams, ListParams};
 
 const T: Duration = Duration::from_secs(240);
 const JOB: &str = "counter-app-migrate";
-
-const V1: (&str, &str) = (
-    "V1__counters.sql",
-    "CREATE TABLE counters (name VARCHAR(64) NOT NULL PRIMARY KEY, value BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB;",
-);
 
 #[tokio::test]
 async fn a_hook_job_deleted_inside_its_ddl_is_recorded_for_a_person_with_its_revision() {
