@@ -119,7 +119,10 @@ values = ["counter-app"]
         .find(|l| l.contains(" generated"))
         .and_then(|l| l.split_whitespace().next())
         .and_then(|n| n.parse::<u32>().ok());
-    assert!(cases.is_some_and(|n| n >= 3000), "too few test cases ({cases:?}):{summary}");
+    // A floor against a run that silently tested little, not a target: the
+    // seeded run made 3,000+ cases before renewals gained the optional
+    // `revision`, and 1,897 (zero findings) after.
+    assert!(cases.is_some_and(|n| n >= 1500), "too few test cases ({cases:?}):{summary}");
     drop(op);
 }
 
