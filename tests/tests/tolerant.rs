@@ -7,9 +7,14 @@
 //! `spec.sites[].port`, and the `required` of a MysqlDatabase's spec),
 //! creates a group with port 70000 and a MysqlDatabase without `schema`,
 //! and restores the CRDs at once; only then does it start the operator.
-//! Loosening only widens what is accepted, and the restore runs whatever
-//! happens; the bad objects are deleted at the end, pass or fail, so other
-//! tests' operators (which watch every MysqlDatabase) do not go on seeing them.
+//! The restore runs whatever happens; the bad objects are deleted at the
+//! end, pass or fail, so other tests' operators (which watch every
+//! MysqlDatabase) do not go on seeing them.
+//!
+//! Runs alone: loosening does more than widen what is accepted. Under a
+//! schema-less spec, `deploymentClients` is no longer a list keyed by
+//! `namespace`, so a server-side apply by another test in that window
+//! conflicts with the creator's ownership of the whole list.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step fails the test
 
