@@ -155,6 +155,17 @@ impl RevokeReason {
         }
     }
 
+    /// What a revoked client must do, worded for what happened: only a
+    /// moved primary is a reason not to reconnect.
+    pub const fn advice(self) -> &'static str {
+        match self {
+            RevokeReason::TopologyChanged => "the primary moved: stop, and do not reconnect to the new primary",
+            RevokeReason::OperatorRevoked => {
+                "a person revoked every deploy lease of the group (annotation bloodraven.shipstream.io/revoke-deployment-leases) and the primary did not move: stop, and check the schema before a new operation"
+            }
+        }
+    }
+
     /// Parses [`RevokeReason::as_str`].
     pub fn parse(s: &str) -> Option<Self> {
         match s {

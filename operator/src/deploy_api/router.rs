@@ -24,8 +24,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use bloodraven_api::deploy::{
     CreateLeaseRequest, ErrorBody, ErrorCode, GroupView, LeaseGrant, LeaseKind, LeaseView, MAX_BODY_BYTES,
-    OperationType, OperationView, ReleaseRequest, RenewRequest, RenewResponse, RevokeReason,
-    UNSTABLE_RETRY_AFTER_SECONDS, clamp_ttl, valid_name, valid_operation_id, valid_revision, valid_token,
+    OperationType, OperationView, ReleaseRequest, RenewRequest, RenewResponse, UNSTABLE_RETRY_AFTER_SECONDS, clamp_ttl,
+    valid_name, valid_operation_id, valid_revision, valid_token,
 };
 use bloodraven_serving::log::{checked, escape};
 use serde::de::DeserializeOwned;
@@ -154,10 +154,7 @@ pub(crate) fn refusal(r: Refusal) -> Response {
             ErrorBody { holder: Some(h), ..ErrorBody::new(ErrorCode::Held, message) }
         }
         Refusal::Revoked(t) => {
-            let why = match t.reason {
-                RevokeReason::TopologyChanged => "the primary moved: stop, and do not reconnect to the new primary",
-                RevokeReason::OperatorRevoked => "an operator revoked every deploy lease of the group: stop",
-            };
+            let why = t.reason.advice();
             let message = format!(
                 "operation {} was revoked ({}) at topology generation {}; {why}",
                 t.operation_id,

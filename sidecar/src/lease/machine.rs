@@ -463,9 +463,11 @@ impl fmt::Display for FenceReason {
         match self {
             FenceReason::Revoked { kind, reason, generation } => write!(
                 f,
-                "the {} lease was revoked ({reason}, generation {}): stop, and do not reconnect to the new primary",
+                "the {} lease was revoked ({reason}, generation {}): {}",
                 kind.as_str(),
-                generation.map_or_else(|| "unknown".into(), |g| g.to_string())
+                generation.map_or_else(|| "unknown".into(), |g| g.to_string()),
+                bloodraven_api::deploy::RevokeReason::parse(reason)
+                    .map_or("stop", bloodraven_api::deploy::RevokeReason::advice)
             ),
             FenceReason::Expired { kind } => write!(f, "the {} lease expired (404)", kind.as_str()),
             FenceReason::TokenMismatch { kind } => {
