@@ -9,6 +9,7 @@ pub mod authority;
 pub mod config;
 pub mod controller;
 pub mod deploy_api;
+pub mod events;
 pub mod failover;
 pub mod failpoint;
 pub mod leader;
@@ -23,8 +24,9 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use bloodraven_serving::admin;
+use events::Recorder;
 use k8s_openapi::api::coordination::v1::Lease;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::{Api, Client};
 
 pub use config::Config;

@@ -142,6 +142,30 @@ pub async fn group_events(cluster: &Cluster, name: &str) -> Vec<Event> {
     api.list(&lp).await.map(|l| l.items).unwrap_or_default()
 }
 
+/// Waits until group `name` has, for each of `facts`, its own Event with
+/// `reason` whose note holds every text of that fact; returns the notes in
+/// the order of `facts`. Each Event answers one fact only, so one Event
+/// whose series was extended by a later fact never passes.
+pub async fn wait_events(cluster: &Cluster, name: &str, reason: &str, facts: &[&[&str]]) -> Vec<String> {
+    crate::wait_for(&format!("an Event {reason} for each of {facts:?}"), std::time::Duration::from_secs(30), || async {
+        let events = group_events(cluster, name).await;
+        let mut notes: Vec<String> = events
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .map(|e| e.note.clone().unwrap_or_default())
+            .collect();
+        let mut found = Vec::new();
+        for texts in facts {
+            let Some(i) = notes.iter().position(|n| texts.iter().all(|t| n.contains(t))) else {
+                return Err(format!("no {reason} Event names {texts:?}; notes: {notes:?}"));
+            };
+            found.push(notes.remove(i));
+        }
+        Ok(found)
+    })
+    .await
+}
+
 /// Waits for an Event about group `name` with `reason`; returns its note.
 pub async fn wait_event(cluster: &Cluster, name: &str, reason: &str) -> String {
     // Events about a cluster-scoped object are recorded in `default`.

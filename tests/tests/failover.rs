@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
-use bloodraven_e2e::fixtures::{Scenario, condition, is_active_at, is_ready_at, wait_event, wait_status};
+use bloodraven_e2e::fixtures::{Scenario, condition, is_active_at, is_ready_at, wait_event, wait_events, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::wait::wait_for;
 use bloodraven_e2e::writer::{self, Writer};
@@ -71,6 +71,15 @@ async fn planned_switchover_there_and_back_loses_no_acknowledged_write() {
 
     request(&sc, &name, "iad", "r2").await;
     wait_status(&sc.cluster, &name, "r2 completed at iad, generation 3", T, |s| completed(s, "r2", "iad", 3)).await;
+    // Two failovers within a minute are two Events, each naming its own
+    // request, target and sites (one series of the first was shown before).
+    wait_events(
+        &sc.cluster,
+        &name,
+        "PlannedFailoverCompleted",
+        &[&["r1 to pdx", "pdx is the writable primary and iad"], &["r2 to iad", "iad is the writable primary and pdx"]],
+    )
+    .await;
     // Stable again, with no reason left over from the operation (the engine
     // set OperationInProgress under its own field manager; found on the
     // playground: it stood beside stable: true).
@@ -95,6 +104,22 @@ async fn planned_switchover_there_and_back_loses_no_acknowledged_write() {
     let s2 = sc.cluster.groups().get(&name).await.unwrap().status.unwrap();
     assert_eq!((s2.active_site.as_deref(), s2.topology_generation), (Some("iad"), Some(3)), "{s:?}");
     assert_eq!(phase(&s2), ("r2".to_owned(), "Completed".to_owned()));
+    // Not silently: status and an Event say the id was used, and what to do.
+    let ignored = s2.ignored_planned_failover.clone().unwrap_or_else(|| panic!("no ignoredPlannedFailover: {s2:?}"));
+    assert_eq!(
+        (ignored.request_id.as_str(), ignored.target_site.as_str(), ignored.reason.as_str()),
+        ("r1", "pdx", "RequestIdReused")
+    );
+    assert!(ignored.message.contains("write a new requestId"), "{}", ignored.message);
+    let notes = wait_events(&sc.cluster, &name, "RequestIdReused", &[&["requestId r1", "new requestId"]]).await;
+    eprintln!("reused id: {}", notes[0]);
+    // A new id is taken up, and the report of the ignored one is cleared.
+    request(&sc, &name, "pdx", "r3").await;
+    wait_status(&sc.cluster, &name, "r3 completed at pdx, generation 4, no ignored request", T, |s| {
+        completed(s, "r3", "pdx", 4)?;
+        if s.ignored_planned_failover.is_some() { Err(format!("{:?}", s.ignored_planned_failover)) } else { Ok(()) }
+    })
+    .await;
 
     // Every acknowledged write is on both sites, and the sites agree.
     assert!(written.acknowledged.len() > 50, "{} writes", written.acknowledged.len());
@@ -157,6 +182,16 @@ async fn kill_9_of_the_primary_twice_fails_over_each_time_and_the_returning_prim
     sc.pair.kill9("pdx");
     wait_status(&sc.cluster, &name, "activeSite iad at generation 3", T, |s| is_active_at(s, "iad", 3)).await;
     sc.pair.wait_read_only("iad", false, T).await;
+    wait_events(
+        &sc.cluster,
+        &name,
+        "EmergencyFailover",
+        &[
+            &["active site iad failed", "pdx is the active site at topologyGeneration 2"],
+            &["active site pdx failed", "iad is the active site at topologyGeneration 3"],
+        ],
+    )
+    .await;
     assert_eq!(sc.pair.sql("iad", "SELECT COUNT(*) FROM bench.t").trim(), "4");
     sc.cluster.delete_group(&name).await;
 }

@@ -132,6 +132,8 @@ pub mod reason {
     pub const DUPLICATE_SERVER_ID: &str = "DuplicateServerId";
     /// The status was edited or lost and was restored from the decision record.
     pub const STATUS_RESTORED: &str = "StatusRestored";
+    /// A planned-failover request reuses the id of one taken up before.
+    pub const REQUEST_ID_REUSED: &str = "RequestIdReused";
     /// Status disagrees with the operator's decision record, or names a site not in the spec.
     pub const INVALID_STATUS: &str = "InvalidStatus";
     /// The MysqlDatabase's failover group does not exist.

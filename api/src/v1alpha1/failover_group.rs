@@ -302,6 +302,11 @@ pub struct MysqlFailoverGroupStatus {
     /// The planned failover in progress or last finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned_failover: Option<PlannedFailoverStatus>,
+    /// A `spec.plannedFailover` the operator did not take up because its
+    /// `requestId` was taken up before: a request runs once. Cleared when a
+    /// new request is taken up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignored_planned_failover: Option<IgnoredRequest>,
     /// The last emergency failover, and what its promotion abandoned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emergency_failover: Option<EmergencyFailoverStatus>,
@@ -470,6 +475,20 @@ pub struct PlannedFailoverStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 32))]
     pub history: Vec<PhaseTransition>,
+}
+
+/// A request in spec that was not taken up, and why.
+#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IgnoredRequest {
+    /// The request's id, as written in spec.
+    pub request_id: String,
+    /// The site it asks for.
+    pub target_site: String,
+    /// Why it was not taken up (`RequestIdReused`).
+    pub reason: String,
+    /// What happened, and what to do.
+    pub message: String,
 }
 
 /// One phase a planned failover entered.

@@ -12,9 +12,9 @@ mod phase;
 pub use conditions::{ConditionType, reason};
 pub use database::{DeploymentClient, FailoverGroupRef, MysqlDatabase, MysqlDatabaseSpec, MysqlDatabaseStatus};
 pub use failover_group::{
-    AllowedDatabases, DatabaseNamespaces, EmergencyFailoverStatus, FailoverPolicy, InstanceClaim, MysqlFailoverGroup,
-    MysqlFailoverGroupSpec, MysqlFailoverGroupStatus, NamespacesFrom, PhaseTransition, PlannedFailoverAdmission,
-    PlannedFailoverRequest, PlannedFailoverStatus, SecretRef, Site, SiteHealth,
+    AllowedDatabases, DatabaseNamespaces, EmergencyFailoverStatus, FailoverPolicy, IgnoredRequest, InstanceClaim,
+    MysqlFailoverGroup, MysqlFailoverGroupSpec, MysqlFailoverGroupStatus, NamespacesFrom, PhaseTransition,
+    PlannedFailoverAdmission, PlannedFailoverRequest, PlannedFailoverStatus, SecretRef, Site, SiteHealth,
 };
 pub use phase::PlannedFailoverPhase;
 

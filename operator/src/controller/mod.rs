@@ -6,8 +6,8 @@ pub mod failover_group;
 
 use std::sync::Arc;
 
+use crate::events::Recorder;
 use kube::Client;
-use kube::runtime::events::Recorder;
 
 use crate::leader::Leadership;
 use crate::metrics::Metrics;

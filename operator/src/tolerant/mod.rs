@@ -36,10 +36,10 @@ pub mod stream;
 
 use std::fmt::Debug;
 
+use crate::events::Recorder;
 use bloodraven_api::v1alpha1::{MysqlDatabase, MysqlFailoverGroup};
 use futures::{Stream, StreamExt, future};
 use kube::api::ApiResource;
-use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};

@@ -23,11 +23,12 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::events::Recorder;
 use bloodraven_api::names::OBSERVER_FIELD_MANAGER;
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{Event, EventType};
 use kube::{Api, Client};
 use prometheus::{IntCounterVec, IntGaugeVec, Opts};
 use serde_json::json;

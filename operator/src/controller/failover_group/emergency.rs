@@ -519,8 +519,8 @@ pub async fn rejoin(
             EventType::Normal,
             reason::SITE_REJOINED,
             format!(
-                "site {} came back without transactions the active site {active} lacks; it replicates from {active} again",
-                spec.name
+                "site {} came back without transactions the active site {active} lacks; it replicates from {active} again (topologyGeneration {})",
+                spec.name, rec.generation
             ),
             "Repoint",
             None,

@@ -52,8 +52,10 @@ pub async fn reassert(ctx: &Context, group: &MysqlFailoverGroup, active: &str, p
         match actions::fence(&target, &creds, obs.flavor, timeout).await {
             Ok(done) => {
                 fenced_any = true;
+                let generation =
+                    group.decided().map(|(_, g)| format!(" at topologyGeneration {g}")).unwrap_or_default();
                 let note = format!(
-                    "site {} was writable while {active} is the decided active site; made it read-only again and ended {} client session(s)",
+                    "site {} was writable while {active} is the decided active site{generation}; made it read-only again and ended {} client session(s)",
                     site.name,
                     done.killed.len()
                 );

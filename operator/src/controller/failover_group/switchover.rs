@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use bloodraven_api::names::ENGINE_FIELD_MANAGER;
 use bloodraven_api::v1alpha1::{
-    MysqlFailoverGroup, MysqlFailoverGroupSpec, PhaseTransition, PlannedFailoverAdmission, PlannedFailoverStatus,
-    reason,
+    IgnoredRequest, MysqlFailoverGroup, MysqlFailoverGroupSpec, PhaseTransition, PlannedFailoverAdmission,
+    PlannedFailoverStatus, reason,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -361,8 +361,17 @@ async fn take_up(
         Some(st) if Phase::parse(&st.phase).is_some_and(|p| !p.is_final()) => st,
         _ => {
             let Some(request) = group.spec.planned_failover.clone() else { return Ok(Err(group)) };
-            if current.as_ref().is_some_and(|st| st.request_id == request.request_id) {
-                return Ok(Err(group));
+            if let Some(st) = current.as_ref().filter(|st| st.request_id == request.request_id) {
+                if st.target_site == request.target_site {
+                    // The request status answers: done.
+                    return Ok(Err(group));
+                }
+                let why = format!(
+                    "it was taken up before, for target {} (phase {})",
+                    st.target_site,
+                    if st.phase.is_empty() { "unknown" } else { st.phase.as_str() }
+                );
+                return ignore_reused(ctx, group, &request, &why).await.map(Err);
             }
             let Some((active, generation)) = group.decided().map(|(s, g)| (s.to_owned(), g)) else {
                 return Ok(Err(group));
@@ -370,8 +379,8 @@ async fn take_up(
             let Some(rec) = record::read(records, &group.name_any()).await? else { return Ok(Err(group)) };
             if rec.requests.contains(&request.request_id) {
                 // Taken up before (status may have been wiped since): never again.
-                tracing::debug!(group = %group.name_any(), request_id = %request.request_id, "planned failover request already taken up");
-                return Ok(Err(group));
+                let why = "the decision record lists it among the requests already taken up";
+                return ignore_reused(ctx, group, &request, why).await.map(Err);
             }
             if rec.tampered.is_some() || rec.active_site != active || rec.generation != generation {
                 // resolve() reports it; nothing starts on a record that does not agree.
@@ -405,6 +414,41 @@ async fn take_up(
         }
     }
     Ok(Ok((group, state)))
+}
+
+/// Reports `request`, whose id was taken up before (`why`), as ignored:
+/// `status.ignoredPlannedFailover` and one Warning Event, once per id and
+/// target; a request runs once, so the person who reused the id learns to
+/// write a new one instead of waiting for a failover that never comes.
+async fn ignore_reused(
+    ctx: &Context,
+    group: MysqlFailoverGroup,
+    request: &bloodraven_api::v1alpha1::PlannedFailoverRequest,
+    why: &str,
+) -> Result<MysqlFailoverGroup, Error> {
+    let ignored = IgnoredRequest {
+        request_id: request.request_id.clone(),
+        target_site: request.target_site.clone(),
+        reason: reason::REQUEST_ID_REUSED.to_owned(),
+        message: format!(
+            "spec.plannedFailover.requestId {} was not taken up: {why}, and a request runs once; to ask for a planned failover to {}, write a new requestId",
+            request.request_id, request.target_site
+        ),
+    };
+    let stored = group.status.as_ref().and_then(|s| s.ignored_planned_failover.as_ref());
+    if stored == Some(&ignored) || !ctx.leadership.is_leader() {
+        return Ok(group);
+    }
+    tracing::warn!(group = %group.name_any(), request_id = %request.request_id, target = %request.target_site, "planned failover request id reused; not taken up");
+    let patch = json!({ "status": { "ignoredPlannedFailover": &ignored } });
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    let params = PatchParams { field_manager: Some(ENGINE_FIELD_MANAGER.into()), ..PatchParams::default() };
+    let written = api
+        .patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("report an ignored planned failover request for"))?;
+    publish(ctx, &written, EventType::Warning, reason::REQUEST_ID_REUSED, ignored.message, "TakeUpRequest", None).await;
+    Ok(written)
 }
 
 /// The record's word for an admitted request.
@@ -980,6 +1024,10 @@ async fn write_state(
     let running = Phase::parse(&state.phase).is_some_and(|p| !p.is_final());
     let stored = group.status.as_ref().and_then(|s| s.planned_failover.as_ref());
     let mut status = json!({ "plannedFailover": replacing(stored, state) });
+    if group.status.as_ref().is_some_and(|s| s.ignored_planned_failover.is_some()) {
+        // A request was taken up: the report of an ignored one is over.
+        status["ignoredPlannedFailover"] = serde_json::Value::Null;
+    }
     if running {
         status["stable"] = json!(false);
         status["unstableReason"] = json!(reason::OPERATION_IN_PROGRESS);

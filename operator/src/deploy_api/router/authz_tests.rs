@@ -83,7 +83,7 @@ fn state(user: &'static str, seen: Arc<Mutex<Vec<String>>>) -> DeployState {
             Store::new(kube::Api::namespaced(client.clone(), "bloodraven")),
             crate::tolerant::Tolerant::start(
                 &client,
-                &kube::runtime::events::Recorder::new(
+                &crate::events::Recorder::new(
                     client.clone(),
                     kube::runtime::events::Reporter { controller: "test".into(), instance: None },
                 ),
