@@ -197,6 +197,29 @@ async fn kill_9_of_the_primary_twice_fails_over_each_time_and_the_returning_prim
 }
 
 #[tokio::test]
+async fn on_a_fresh_pair_that_never_took_a_write_the_returning_primary_rejoins() {
+    // A first trial's case: no application write before the failover, so
+    // the promotion position is empty; the returning primary was fenced
+    // and never repointed (ReplicationNotConfigured).
+    let sc = Scenario::start("fresh", 1, LeaderTimings::default()).await;
+    let name = sc.quick_group("g").await;
+    sc.pair.kill9("iad");
+    wait_status(&sc.cluster, &name, "activeSite pdx at generation 2", T, |s| is_active_at(s, "pdx", 2)).await;
+    sc.pair.restart("iad", false);
+    let note = wait_event(&sc.cluster, &name, "SiteRejoined").await;
+    assert!(note.contains("iad") && note.contains("replicates from pdx"), "{note}");
+    wait_status(&sc.cluster, &name, "Ready at pdx, generation 2", T, |s| is_ready_at(s, "pdx", 2)).await;
+    sc.pair.sql("pdx", "CREATE DATABASE fresh_probe");
+    wait_for("iad to replicate the first write from pdx", T, || async {
+        let n =
+            sc.pair.sql("iad", "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = 'fresh_probe'");
+        if n.trim() == "1" { Ok(()) } else { Err(n) }
+    })
+    .await;
+    sc.cluster.delete_group(&name).await;
+}
+
+#[tokio::test]
 async fn a_standby_whose_replication_was_stopped_is_not_promoted() {
     // Found by the third attack: with replication stopped by hand, the
     // standby had "applied everything it received" and was promoted, losing

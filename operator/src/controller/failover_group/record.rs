@@ -188,7 +188,11 @@ fn decode(cm: &ConfigMap) -> Record {
         generation,
         group_uid: data.get("groupUID").cloned().unwrap_or_default(),
         resource_version: cm.metadata.resource_version.clone(),
-        promotion_position: data.get("promotionPosition").filter(|p| !p.is_empty()).cloned(),
+        // Every generation past bootstrap's (1) was decided by a failover,
+        // which records the position it promoted at, empty on a pair that
+        // never took a write: that empty position is a position, or a
+        // returning primary of a fresh pair would never be repointed.
+        promotion_position: data.get("promotionPosition").filter(|p| !p.is_empty() || generation > 1).cloned(),
         requests: data
             .get("requests")
             .map(|r| r.lines().map(str::to_owned).filter(|l| !l.is_empty()).collect())
@@ -490,6 +494,16 @@ mod tests {
             data: Some(data),
             ..ConfigMap::default()
         }
+    }
+
+    #[test]
+    fn an_empty_promotion_position_past_bootstrap_is_a_position() {
+        // Generation 3 with an empty position: a failover of a pair that never took a write.
+        assert_eq!(decode(&stored("10", "", |_| {})).promotion_position.as_deref(), Some(""));
+        let bootstrapped = stored("10", "", |d| {
+            d.insert("topologyGeneration".to_owned(), "1".to_owned());
+        });
+        assert_eq!(decode(&bootstrapped).promotion_position, None, "bootstrap: no failover yet");
     }
 
     #[test]
