@@ -20,7 +20,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use error::{ErrorBody, ErrorCode, RevokeReason};
-pub use view::{GroupView, LeaseView, OperationType, OperationView};
+pub use view::{GroupView, LeaseView, OperationType, OperationView, VerificationView};
 
 /// Smallest lease TTL in seconds; shorter requests are clamped up (lease seed).
 pub const MIN_TTL_SECONDS: u32 = 5;

@@ -36,6 +36,8 @@ pub mod exit {
     pub const FENCED: i32 = 92;
     /// Fenced in DDL: schema verification required.
     pub const SCHEMA_VERIFICATION_REQUIRED: i32 = 93;
+    /// Not started: an earlier run's schema awaits verification.
+    pub const NOT_STARTED_VERIFICATION_REQUIRED: i32 = 95;
 }
 
 impl SidecarRun {

@@ -182,6 +182,35 @@ async fn a_revocation_during_the_migration_fences_it_and_a_trapped_sigterm_still
     })
     .await;
 
+    // While revoke-1's schema awaits a person, no new migration of the
+    // instance starts: 409 schema_verification_required, exit 95, nothing run;
+    // the GET lists what awaits verification.
+    let mut refused = SidecarRun::start(p, &d.tls, "revoke-2", QUICK, &format!("{}; true", stamp("ran")));
+    assert_eq!(refused.wait(T).await, exit::NOT_STARTED_VERIFICATION_REQUIRED, "{}", refused.log());
+    assert!(!refused.created("ran"), "the command ran: {}", refused.log());
+    let r = refused.record();
+    assert_eq!(r["result"].as_str(), Some("not-started"), "{r}");
+    let m = r["message"].as_str().unwrap_or_default();
+    assert!(
+        m.contains("schema_verification_required") && m.contains("revoke-1") && m.contains("schema-verified="),
+        "{r}"
+    );
+    let g = p.get().await;
+    let v = &g.body["verifications"];
+    assert_eq!(
+        (v[0]["operationId"].as_str(), v[0]["instance"].as_str(), v[0]["ending"].as_str()),
+        (Some("revoke-1"), Some("counter-app"), Some("OperatorRevoked")),
+        "{}",
+        g.body
+    );
+    // A person verified the schema: cleared, and the next run may start.
+    let patch = json!({"metadata": {"annotations": {"bloodraven.shipstream.io/schema-verified": "revoke-1"}}});
+    d.sc.cluster.groups().patch(&p.group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_status(&d.sc.cluster, &p.group, "SchemaVerificationRequired cleared", T, |s| {
+        has_condition(s, "SchemaVerificationRequired", "False", None)
+    })
+    .await;
+
     // Before DDL (reported boundary, nothing reported): trapping SIGTERM and exiting 0 still fails.
     let script = format!(
         "trap '{term}; exit 0' TERM; {started}; while :; do sleep 0.1; done",

@@ -41,6 +41,11 @@ pub enum ErrorCode {
     /// 409: the operation was revoked (`reason`, `topologyGeneration`); a
     /// tombstone answers for it until the group is deleted.
     Revoked,
+    /// 409: a migration lease for an instance whose schema awaits a person's
+    /// verification (an earlier operation ended after its DDL started;
+    /// `verification` names it). No new migration of that instance runs
+    /// until the group's `schema-verified` annotation clears it.
+    SchemaVerificationRequired,
     /// 413: the body is larger than 64 KiB.
     PayloadTooLarge,
     /// 423: the group is between confirmed states (`retryAfterSeconds`); not
@@ -61,7 +66,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in status order.
-    pub const ALL: [ErrorCode; 18] = [
+    pub const ALL: [ErrorCode; 19] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,
@@ -73,6 +78,7 @@ impl ErrorCode {
         ErrorCode::RequestTimeout,
         ErrorCode::Held,
         ErrorCode::Revoked,
+        ErrorCode::SchemaVerificationRequired,
         ErrorCode::PayloadTooLarge,
         ErrorCode::Unstable,
         ErrorCode::TooManyWatches,
@@ -96,6 +102,7 @@ impl ErrorCode {
             ErrorCode::RequestTimeout => "request_timeout",
             ErrorCode::Held => "held",
             ErrorCode::Revoked => "revoked",
+            ErrorCode::SchemaVerificationRequired => "schema_verification_required",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::Unstable => "unstable",
             ErrorCode::TooManyWatches => "too_many_watches",
@@ -115,7 +122,7 @@ impl ErrorCode {
             ErrorCode::GroupNotFound | ErrorCode::Expired | ErrorCode::NotFound => 404,
             ErrorCode::MethodNotAllowed => 405,
             ErrorCode::RequestTimeout => 408,
-            ErrorCode::Held | ErrorCode::Revoked => 409,
+            ErrorCode::Held | ErrorCode::Revoked | ErrorCode::SchemaVerificationRequired => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::Unstable => 423,
             ErrorCode::TooManyWatches => 429,
@@ -178,7 +185,8 @@ impl RevokeReason {
 
 /// Every refusal: `{"error": "<code>", "message": "..."}` plus the fields its
 /// code carries: `holder` for `held`; `reason` and `topologyGeneration` for
-/// `revoked`; `retryAfterSeconds` for `unstable` and `too_many_watches`.
+/// `revoked`; `verification` for `schema_verification_required`;
+/// `retryAfterSeconds` for `unstable` and `too_many_watches`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("additionalProperties" = false))]
@@ -201,6 +209,9 @@ pub struct ErrorBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub retry_after_seconds: Option<u32>,
+    /// `schema_verification_required`: the operation whose schema awaits a person.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<super::VerificationView>,
 }
 
 impl ErrorBody {
@@ -213,6 +224,7 @@ impl ErrorBody {
             reason: None,
             topology_generation: None,
             retry_after_seconds: None,
+            verification: None,
         }
     }
 }

@@ -166,7 +166,10 @@ pub const OPERATIONS: [Operation; 5] = [
         description: "The migration lease is the mutex: one per group. The failover-hold is granted only to the \
             current migration holder with the same operationId and instance (else 403). Repeating the POST of the \
             holder's operationId answers 200 with a new token and invalidates the old one: serialise it with \
-            renewals. A revoked operationId answers 409 revoked until the group is deleted.",
+            renewals. A revoked operationId answers 409 revoked until the group is deleted. A new migration \
+            lease for an instance whose schema awaits a person's verification (an earlier operation ended \
+            after its DDL started) answers 409 schema_verification_required until the group's \
+            schema-verified annotation clears it.",
         request: Some(Body::CreateLease),
         success: &[
             Success { status: 201, description: "Granted.", body: Some(Body::Grant) },
@@ -186,6 +189,7 @@ pub const OPERATIONS: [Operation; 5] = [
             E::RequestTimeout,
             E::Held,
             E::Revoked,
+            E::SchemaVerificationRequired,
             E::PayloadTooLarge,
             E::Unstable,
             E::Internal,

@@ -39,6 +39,35 @@ pub struct GroupView {
     pub operations: Vec<OperationView>,
     /// Live leases (a lapsed or revoked one is not listed).
     pub leases: Vec<LeaseView>,
+    /// Schemas awaiting a person's verification, oldest first: operations
+    /// that ended after their DDL started. A new migration lease for one of
+    /// these instances is refused (`409 schema_verification_required`)
+    /// until the group's `schema-verified` annotation clears it.
+    pub verifications: Vec<VerificationView>,
+}
+
+/// A schema awaiting verification: the operation whose lease ended inside
+/// its DDL.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("additionalProperties" = false))]
+pub struct VerificationView {
+    /// The operation.
+    #[schemars(with = "schema::OperationId")]
+    pub operation_id: String,
+    /// Its MysqlDatabase name: the instance whose schema must be checked.
+    #[schemars(with = "schema::ResourceName")]
+    pub instance: String,
+    /// The revision it last reported, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<schema::Revision>")]
+    pub revision: Option<String>,
+    /// How its lease ended: `TopologyChanged`, `OperatorRevoked`, `Lapsed`
+    /// or `ReleasedInDdl`.
+    pub ending: String,
+    /// The group's topology generation when it ended.
+    #[schemars(range(min = 1))]
+    pub topology_generation: i64,
 }
 
 /// What kind of operation is in flight.

@@ -31,7 +31,11 @@ use serde::{Deserialize, Serialize};
     status = "MysqlFailoverGroupStatus",
     printcolumn = r#"{"name":"Active","type":"string","jsonPath":".status.activeSite","description":"Site holding the primary role"}"#,
     printcolumn = r#"{"name":"Generation","type":"integer","jsonPath":".status.topologyGeneration","description":"Durable count of authoritative active-site changes"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status","description":"One writable primary at the active site and a replica following it"}"#,
     printcolumn = r#"{"name":"Stable","type":"boolean","jsonPath":".status.stable","description":"False during any operation or unhealthy state"}"#,
+    printcolumn = r#"{"name":"Request","type":"string","jsonPath":".status.plannedFailover.requestId","description":"The planned failover in progress or last finished"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.plannedFailover.phase","description":"Its phase"}"#,
+    printcolumn = r#"{"name":"Verify-Schema","type":"string","jsonPath":".status.conditions[?(@.type==\"SchemaVerificationRequired\")].status","description":"True: a migration was revoked after its DDL started; a person must verify the schema"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.unstableReason","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]

@@ -24,8 +24,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use bloodraven_api::deploy::{
     CreateLeaseRequest, ErrorBody, ErrorCode, GroupView, LeaseGrant, LeaseKind, LeaseView, MAX_BODY_BYTES,
-    OperationType, OperationView, ReleaseRequest, RenewRequest, RenewResponse, UNSTABLE_RETRY_AFTER_SECONDS, clamp_ttl,
-    valid_name, valid_operation_id, valid_revision, valid_token,
+    OperationType, OperationView, ReleaseRequest, RenewRequest, RenewResponse, UNSTABLE_RETRY_AFTER_SECONDS,
+    VerificationView, clamp_ttl, valid_name, valid_operation_id, valid_revision, valid_token,
 };
 use bloodraven_serving::log::{checked, escape};
 use serde::de::DeserializeOwned;
@@ -183,8 +183,35 @@ pub(crate) fn refusal(r: Refusal) -> Response {
         Refusal::TokenMismatch => {
             ErrorBody::new(ErrorCode::TokenMismatch, "the token is not this lease's current token")
         }
+        Refusal::VerificationRequired(v) => {
+            let message = format!(
+                "the schema of instance {} awaits a person's verification: operation {}{} ended ({}) at topology generation {} after its DDL started; no new migration of {} runs until someone checks the schema and annotates the group bloodraven.shipstream.io/schema-verified={} (or all)",
+                v.instance,
+                v.operation_id,
+                v.revision.as_deref().map(|r| format!(" (revision {r})")).unwrap_or_default(),
+                v.ending.as_str(),
+                v.generation,
+                v.instance,
+                v.operation_id
+            );
+            ErrorBody {
+                verification: Some(verification_view(&v)),
+                ..ErrorBody::new(ErrorCode::SchemaVerificationRequired, message)
+            }
+        }
     };
     refused(&body)
+}
+
+/// A verification record as the API shows it.
+fn verification_view(v: &crate::lease::machine::Verification) -> VerificationView {
+    VerificationView {
+        operation_id: v.operation_id.clone(),
+        instance: v.instance.clone(),
+        revision: v.revision.clone(),
+        ending: v.ending.as_str().to_owned(),
+        topology_generation: v.generation,
+    }
 }
 
 pub(crate) fn service_error(err: ServiceError, group: &str) -> Response {
@@ -315,6 +342,7 @@ async fn get_group(State(state): State<DeployState>, Path(group): Path<String>, 
             health: status.health,
             operations,
             leases,
+            verifications: view.verifications.iter().map(verification_view).collect(),
         };
         Ok(json_response(StatusCode::OK, &view))
     }

@@ -252,6 +252,9 @@ pub enum Refusal {
     Expired,
     /// `403 token_mismatch`.
     TokenMismatch,
+    /// `409 schema_verification_required`: the instance's schema awaits a
+    /// person (this verification record).
+    VerificationRequired(Box<Verification>),
 }
 
 /// The outcome of a decision: the new slots and tombstones to write, and the answer.
@@ -396,6 +399,9 @@ pub struct CreateRequest<'a> {
     pub client: &'a str,
     /// SHA-256 of the fresh token the store hands out if this grants.
     pub token_sha256: &'a str,
+    /// The group's schemas awaiting verification, as stored before this
+    /// request: a new migration lease for one of their instances is refused.
+    pub awaiting: &'a [Verification],
 }
 
 /// Decides a POST.
@@ -406,7 +412,7 @@ pub fn create(
     req: &CreateRequest<'_>,
     now: Timestamp,
 ) -> Outcome<Granted> {
-    let CreateRequest { kind, operation_id, instance, ttl_seconds, client, token_sha256 } = *req;
+    let CreateRequest { kind, operation_id, instance, ttl_seconds, client, token_sha256, awaiting } = *req;
     if let Some(t) = tombstone.filter(|t| t.about(client)) {
         return refuse(slots, Refusal::Revoked(Box::new(t.clone())));
     }
@@ -447,6 +453,15 @@ pub fn create(
         Some(_) => false,
         None => true,
     };
+    // A schema left mid-DDL needs a person before any new migration of its
+    // instance (a repeat of a live grant is not a new migration): one
+    // recorded before, or one this very request's sweep just recorded.
+    if kind == LeaseKind::Migration
+        && created
+        && let Some(v) = awaiting.iter().chain(verifications.iter()).find(|v| v.instance == instance).cloned()
+    {
+        return answer(slots_now, tombstones, verifications, Err(Refusal::VerificationRequired(Box::new(v))));
+    }
     let previous_ddl = current.as_ref().and_then(|g| g.ddl_state);
     let previous_revision = current.as_ref().and_then(|g| g.revision.clone());
     let grant = Grant {

@@ -55,6 +55,8 @@ pub struct GroupState {
     pub facts: GroupFacts,
     /// Its slots.
     pub slots: Slots,
+    /// Its schemas awaiting verification, oldest first.
+    pub verifications: Vec<Verification>,
 }
 
 /// What one maintenance pass of the reconciler did.
@@ -143,8 +145,10 @@ impl Service {
     /// The group, its facts and its slots (for GET).
     pub async fn state(&self, name: &str) -> Result<GroupState, ServiceError> {
         let group = self.group(name).await?;
-        let read = self.store.read(&GroupKey::of(&group)).await?;
-        Ok(GroupState { facts: facts_of(&group), group, slots: read.slots })
+        let key = GroupKey::of(&group);
+        let (read, pending) = tokio::try_join!(self.store.read(&key), self.store.verifications(&key))?;
+        let verifications = pending.into_iter().map(|p| p.verification).collect();
+        Ok(GroupState { facts: facts_of(&group), group, slots: read.slots, verifications })
     }
 
     /// Runs `decide` on a fresh read until its outcome is written;
@@ -208,7 +212,23 @@ impl Service {
     ) -> Result<(Granted, String), ServiceError> {
         let token = new_token();
         let hash = token_sha256(&token);
-        let req = CreateRequest { kind, operation_id, instance, ttl_seconds, client, token_sha256: &hash };
+        // Read once, before the transaction: a record is only ever added by
+        // a lease's end, which the transaction's own sweep also sees.
+        let awaiting: Vec<Verification> = if kind == LeaseKind::Migration {
+            let g = self.group(group).await?;
+            self.store.verifications(&GroupKey::of(&g)).await?.into_iter().map(|p| p.verification).collect()
+        } else {
+            Vec::new()
+        };
+        let req = CreateRequest {
+            kind,
+            operation_id,
+            instance,
+            ttl_seconds,
+            client,
+            token_sha256: &hash,
+            awaiting: &awaiting,
+        };
         let granted = self
             .transact(group, Some((client, operation_id)), |read, tomb, facts, now| {
                 machine::create(&read.slots, tomb, facts, &req, now)

@@ -14,6 +14,8 @@
 //! migration reported nothing at all, a change of the schema fingerprint or
 //! history rows seen in the database (`ddl.rs`, optional) counts as started.
 
+use bloodraven_api::deploy::ErrorCode;
+
 use crate::lease::machine::{FenceReason, GiveUp};
 use crate::wire::DdlState;
 
@@ -22,7 +24,7 @@ use crate::wire::DdlState;
 pub mod exit {
     /// Usage or configuration error (clap's code).
     pub const USAGE: i32 = 2;
-    /// The migration failed with one of the sidecar's own codes (90–94),
+    /// The migration failed with one of the sidecar's own codes (90–95),
     /// which would otherwise read as the sidecar's verdict.
     pub const MIGRATION_FAILED: i32 = 1;
     /// The migration never started: the acquire timeout passed while another
@@ -40,6 +42,10 @@ pub mod exit {
     /// The sidecar failed or could not be reached: the run's state is unknown
     /// (treat as schema verification required).
     pub const SIDECAR_FAILED: i32 = 94;
+    /// The migration never started: an earlier operation left this
+    /// instance's schema awaiting a person's verification (`409
+    /// schema_verification_required`); no retry helps until it is cleared.
+    pub const NOT_STARTED_VERIFICATION_REQUIRED: i32 = 95;
 }
 
 /// How the DDL boundary is learnt.
@@ -202,6 +208,9 @@ pub fn verdict(ending: &Ending) -> Verdict {
         Ending::NotStarted(give_up) => {
             let exit_code = match give_up {
                 GiveUp::Timeout { .. } => exit::NOT_STARTED_TIMEOUT,
+                GiveUp::Refused { code, .. } if code == ErrorCode::SchemaVerificationRequired.as_str() => {
+                    exit::NOT_STARTED_VERIFICATION_REQUIRED
+                }
                 _ => exit::NOT_STARTED_REFUSED,
             };
             Verdict {
@@ -233,7 +242,7 @@ pub fn verdict(ending: &Ending) -> Verdict {
                     ),
                     ddl_state: DdlState::Started,
                 }
-            } else if (exit::NOT_STARTED_TIMEOUT..=exit::SIDECAR_FAILED).contains(&code) {
+            } else if (exit::NOT_STARTED_TIMEOUT..=exit::NOT_STARTED_VERIFICATION_REQUIRED).contains(&code) {
                 // CMD's own 92 would read as "fenced before the DDL, safe to
                 // retry" (found by the attack round): the sidecar's codes are
                 // never passed through.
@@ -241,7 +250,7 @@ pub fn verdict(ending: &Ending) -> Verdict {
                     exit_code: exit::MIGRATION_FAILED,
                     result: "failed",
                     message: format!(
-                        "the migration failed (exit code {code}, reported as {}: 90-94 are the sidecar's) while both leases were held",
+                        "the migration failed (exit code {code}, reported as {}: 90-95 are the sidecar's) while both leases were held",
                         exit::MIGRATION_FAILED
                     ),
                     ddl_state: DdlState::Failed,
@@ -335,6 +344,21 @@ mod tests {
     }
 
     #[test]
+    fn a_refusal_for_a_schema_awaiting_verification_has_its_own_code() {
+        let refused = |code: &str| {
+            verdict(&Ending::NotStarted(GiveUp::Refused {
+                kind: bloodraven_api::deploy::LeaseKind::Migration,
+                status: 409,
+                code: code.into(),
+                message: "m".into(),
+            }))
+        };
+        let v = refused("schema_verification_required");
+        assert_eq!((v.exit_code, v.result, v.ddl_state), (95, "not-started", DdlState::Before));
+        assert_eq!(refused("forbidden").exit_code, exit::NOT_STARTED_REFUSED);
+    }
+
+    #[test]
     fn verdicts() {
         let ok = ProcessEnd { code: Some(0), signal: None };
         let trapped = ProcessEnd { code: Some(0), signal: None };
@@ -349,12 +373,12 @@ mod tests {
         let v = done(killed, false);
         assert_eq!((v.exit_code, v.result, v.ddl_state), (137, "failed", DdlState::Failed));
         // Attack round: CMD's own 92 read as "fenced before the DDL: retry".
-        for own in 90..=94 {
+        for own in 90..=95 {
             let v = done(ProcessEnd { code: Some(own), signal: None }, false);
             assert_eq!((v.exit_code, v.result), (exit::MIGRATION_FAILED, "failed"), "{own}");
             assert!(v.message.contains(&format!("exit code {own}")), "{}", v.message);
         }
-        for passed in [1, 3, 89, 95, 255] {
+        for passed in [1, 3, 89, 96, 255] {
             assert_eq!(done(ProcessEnd { code: Some(passed), signal: None }, false).exit_code, passed);
         }
         // A migration that traps SIGTERM and exits 0 after a fence still fails.

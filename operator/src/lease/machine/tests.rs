@@ -56,7 +56,7 @@ fn post_as(
     token_sha256: &str,
     now: Timestamp,
 ) -> Outcome<Granted> {
-    let req = CreateRequest { kind, operation_id, instance, ttl_seconds, client, token_sha256 };
+    let req = CreateRequest { kind, operation_id, instance, ttl_seconds, client, token_sha256, awaiting: &[] };
     create(slots, tomb, facts, &req, now)
 }
 
@@ -93,6 +93,55 @@ fn delete(
     now: Timestamp,
 ) -> Outcome<Grant> {
     release(slots, tomb, kind, operation_id, &actor(CLIENT), token_sha256, 1, now)
+}
+
+/// A schema left mid-DDL needs a person before any new migration of its
+/// instance: a record stored before, or one this request's own sweep makes
+/// (the last holder lapsed inside DDL), refuses a new mutex for that
+/// instance, with the record; other instances, and a repeat of a live
+/// grant, are not refused.
+#[test]
+fn a_new_migration_of_an_instance_whose_schema_awaits_verification_is_refused() {
+    let s0 = Slots::default();
+    let stored = [Verification {
+        operation_id: "op0".into(),
+        instance: "app".into(),
+        revision: Some("7".into()),
+        ending: Ending::Revoked(RevokeReason::OperatorRevoked),
+        generation: 3,
+        client: Some(CLIENT.into()),
+    }];
+    let ask = |slots: &Slots, op: &str, instance: &str, awaiting: &[Verification], now| {
+        let req = CreateRequest {
+            kind: LeaseKind::Migration,
+            operation_id: op,
+            instance,
+            ttl_seconds: 30,
+            client: CLIENT,
+            token_sha256: "h",
+            awaiting,
+        };
+        create(slots, None, &stable(3), &req, now)
+    };
+    match ask(&s0, "op1", "app", &stored, t(0)).answer {
+        Err(Refusal::VerificationRequired(v)) => {
+            assert_eq!((v.operation_id.as_str(), v.instance.as_str()), ("op0", "app"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(ask(&s0, "op1", "other-app", &stored, t(0)).answer.is_ok(), "another instance");
+    // A live grant taken before the record (an upgrade) is not cut off by a repeat.
+    let live = ask(&s0, "op1", "app", &[], t(0)).slots;
+    assert!(ask(&live, "op1", "app", &stored, t(1)).answer.is_ok(), "a repeat of a live grant");
+    // The holder lapses after reporting `started`: the sweep's record refuses at once.
+    let report = Progress { ddl_state: Some(DdlState::Started), revision: Some("8".into()) };
+    let started = renew(&live, None, &stable(3), LeaseKind::Migration, "op1", &actor(CLIENT), "h", &report, t(1)).slots;
+    let out = ask(&started, "op2", "app", &[], t(100));
+    assert_eq!(out.verifications.len(), 1, "the lapse is recorded");
+    match out.answer {
+        Err(Refusal::VerificationRequired(v)) => assert_eq!(v.operation_id, "op1"),
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A run that ends inside its DDL reports `started` and releases its mutex
