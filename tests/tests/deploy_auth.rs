@@ -63,8 +63,16 @@ async fn the_audience_matrix() {
         ("another audience", other_audience),
         ("an expired token", expired),
     ] {
-        let r = post(token, "counter-app", "aud-2").await;
-        assert_eq!((r.status, r.body["error"].as_str()), (401, Some("unauthenticated")), "{what}: {r:?}");
+        // The first answer and a repeat (a remembered refusal) say the same.
+        let first = post(token.clone(), "counter-app", "aud-2").await;
+        let again = post(token, "counter-app", "aud-2").await;
+        for r in [&first, &again] {
+            assert_eq!((r.status, r.body["error"].as_str()), (401, Some("unauthenticated")), "{what}: {r:?}");
+        }
+        assert_eq!(first.body["message"], again.body["message"], "{what}");
+        if what == "another audience" {
+            assert!(first.body["message"].as_str().unwrap().contains("another audience"), "{first:?}");
+        }
     }
     // A token for several audiences, bloodraven-deploy among them, is accepted (409: the mutex is held).
     assert_eq!(post(both_audiences, "counter-app", "aud-3").await.status, 409);
@@ -74,6 +82,18 @@ async fn the_audience_matrix() {
     assert_eq!((r.status, r.body["error"].as_str()), (403, Some("forbidden")), "a ServiceAccount not listed: {r:?}");
     let r = post(right.clone(), "elsewhere-app", "aud-5").await;
     assert_eq!(r.status, 403, "listed only in another namespace: {r:?}");
+    // A mistyped instance: not called a MysqlDatabase that excludes the
+    // caller; the caller's own instances are named, nobody else's.
+    let r = post(right.clone(), "counter-ap", "aud-5b").await;
+    let m = r.body["message"].as_str().unwrap_or_default().to_owned();
+    assert_eq!(r.status, 403, "{r:?}");
+    assert!(m.contains("no instance counter-ap is attached") && m.contains("counter-app"), "{m}");
+    assert!(!m.contains("elsewhere-app") && !m.contains("other-group-app"), "{m}");
+    // Renewing an operation that never held a lease: not "expired".
+    let lease_url = format!("{base}/groups/{group}/leases/migration/never-held");
+    let r = call(&http, Method::PUT, &lease_url, &right, Some(json!({"token": "a".repeat(64)}))).await;
+    assert_eq!((r.status, r.body["error"].as_str()), (404, Some("expired")), "{r:?}");
+    assert!(r.body["message"].as_str().unwrap().contains("holds no migration lease"), "{r:?}");
     let other_ns_token = deploy::token(&sc.cluster, &other_ns.name, "deployer", &["bloodraven-deploy"]).await;
     let r = post(other_ns_token, "counter-app", "aud-6").await;
     assert_eq!(r.status, 403, "same name, another namespace: {r:?}");

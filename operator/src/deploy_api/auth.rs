@@ -75,6 +75,12 @@ fn service_account_of(username: &str) -> Option<Caller> {
     Some(Caller { namespace: namespace.to_owned(), service_account: service_account.to_owned() })
 }
 
+/// The answer to a token the TokenReview refused, the first time and every
+/// time after (a refusal is remembered): the review does not say which of
+/// these it was, and an audience other than `bloodraven-deploy` is refused
+/// by the review itself.
+const NOT_ACCEPTED: &str = "the token was not accepted: expired, revoked, for another audience than bloodraven-deploy, or not a token of this cluster";
+
 impl Authenticator {
     /// An authenticator using `reviews`, caching results for at most `cache_ttl`.
     pub fn new(reviews: Api<TokenReview>, cache_ttl: Duration) -> Self {
@@ -92,10 +98,7 @@ impl Authenticator {
             return Ok(caller);
         }
         if self.was_rejected(&key) {
-            return Err(AuthError::Unauthenticated(
-                "the token was not accepted (expired, revoked, for another audience, or not a token of this cluster)"
-                    .into(),
-            ));
+            return Err(AuthError::Unauthenticated(NOT_ACCEPTED.into()));
         }
         let result = self.review(token, &key).await;
         if matches!(result, Err(AuthError::Unauthenticated(_))) {
@@ -134,9 +137,7 @@ impl Authenticator {
         };
         let status = self.reviews.create(&PostParams::default(), &review).await?.status.unwrap_or_default();
         if status.authenticated != Some(true) {
-            return Err(AuthError::Unauthenticated(
-                "the token was not accepted (expired, revoked, or not a token of this cluster)".into(),
-            ));
+            return Err(AuthError::Unauthenticated(NOT_ACCEPTED.into()));
         }
         if !status.audiences.unwrap_or_default().iter().any(|a| a == DEPLOY_AUDIENCE) {
             return Err(AuthError::Unauthenticated(format!(

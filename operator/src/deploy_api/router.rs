@@ -176,10 +176,24 @@ pub(crate) fn refusal(r: Refusal) -> Response {
             }
         }
         Refusal::Forbidden(m) => ErrorBody::new(ErrorCode::Forbidden, m),
-        Refusal::Expired => ErrorBody::new(
-            ErrorCode::Expired,
-            "the operation holds no live lease of this kind: it expired or was released",
-        ),
+        Refusal::Expired(a) => {
+            let kind = a.kind.as_str();
+            let message = match (a.lapsed_at, a.mutex_ended) {
+                (_, true) => format!(
+                    "the failover-hold of operation {} ended with its migration lease (released, lapsed or taken)",
+                    a.operation_id
+                ),
+                (Some(at), false) => format!(
+                    "the {kind} lease of operation {} expired at {at}: no renewal came within its TTL",
+                    a.operation_id
+                ),
+                (None, false) => format!(
+                    "operation {} holds no {kind} lease: none was granted to it, or it was released, or it lapsed and another operation took it",
+                    a.operation_id
+                ),
+            };
+            ErrorBody::new(ErrorCode::Expired, message)
+        }
         Refusal::TokenMismatch => {
             ErrorBody::new(ErrorCode::TokenMismatch, "the token is not this lease's current token")
         }
@@ -371,11 +385,14 @@ async fn create_lease(
         if !valid_name(&req.instance) {
             return Err(invalid("instance", "must be the name of a MysqlDatabase"));
         }
-        if !authorize_group(&state, &caller, &group)?.contains(&req.instance) {
+        let instances = authorize_group(&state, &caller, &group)?;
+        if !instances.contains(&req.instance) {
+            // Only the caller's own instances are named: whether another
+            // tenant's MysqlDatabase of that name exists is not the caller's to learn.
             return Err(error(ErrorCode::Forbidden,
                 format!(
-                    "{} is not in spec.deploymentClients of the MysqlDatabase {} of group {group} (or that MysqlDatabase has no authority: see its Ready condition)",
-                    caller.id(), req.instance
+                    "no instance {} is attached to group {group} for {}: no Ready MysqlDatabase of that name lists it in spec.deploymentClients; its instances in this group are {}",
+                    req.instance, caller.id(), instances.iter().map(String::as_str).collect::<Vec<_>>().join(", ")
                 ),
             ));
         }

@@ -229,6 +229,38 @@ pub struct Verification {
     pub client: Option<String>,
 }
 
+/// Why an operation holds no live lease of a kind (`404 expired`), so the
+/// answer says what happened instead of "expired" for a lease that never was.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Absence {
+    /// The kind asked about.
+    pub kind: LeaseKind,
+    /// The operation asked about.
+    pub operation_id: String,
+    /// When its grant, still in the slot, lapsed; `None` when the slot holds
+    /// no grant of this operation (none was made, it was released, or it
+    /// lapsed and another operation took the slot).
+    pub lapsed_at: Option<Timestamp>,
+    /// A failover-hold that ended with its operation's migration lease.
+    pub mutex_ended: bool,
+}
+
+impl Absence {
+    fn of(slots: &Slots, kind: LeaseKind, operation_id: &str) -> Refusal {
+        let lapsed_at = slots.get(kind).filter(|g| g.operation_id == operation_id).map(Grant::expires_at);
+        Refusal::Expired(Absence { kind, operation_id: operation_id.to_owned(), lapsed_at, mutex_ended: false })
+    }
+
+    fn mutex_ended(operation_id: &str) -> Refusal {
+        Refusal::Expired(Absence {
+            kind: LeaseKind::FailoverHold,
+            operation_id: operation_id.to_owned(),
+            lapsed_at: None,
+            mutex_ended: true,
+        })
+    }
+}
+
 /// A refusal shared by every call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Refusal {
@@ -249,7 +281,7 @@ pub enum Refusal {
     /// `403 forbidden` (a hold without the mutex).
     Forbidden(String),
     /// `404 expired`: the operation holds no live lease of that kind.
-    Expired,
+    Expired(Absence),
     /// `403 token_mismatch`.
     TokenMismatch,
     /// `409 schema_verification_required`: the instance's schema awaits a
@@ -510,7 +542,10 @@ fn held<'a>(
     if let Some(t) = tombstone.filter(|t| t.about(actor.client)) {
         return Err(Refusal::Revoked(Box::new(t.clone())));
     }
-    let grant = slots.get(kind).filter(|g| g.live(now) && g.operation_id == operation_id).ok_or(Refusal::Expired)?;
+    let grant = slots
+        .get(kind)
+        .filter(|g| g.live(now) && g.operation_id == operation_id)
+        .ok_or_else(|| Absence::of(slots, kind, operation_id))?;
     if grant.client.as_deref().is_some_and(|c| c != actor.client) {
         return Err(Refusal::Forbidden(format!(
             "this {} lease of operation {operation_id} was granted to another deployment client",
@@ -536,6 +571,7 @@ fn held<'a>(
 fn generation_moved(
     slots: &Slots,
     facts: &GroupFacts,
+    kind: LeaseKind,
     grant: &Grant,
     operation_id: &str,
     actor: &Actor<'_>,
@@ -544,7 +580,8 @@ fn generation_moved(
     let generation = facts.generation.filter(|g| *g != grant.generation)?;
     let (out, tombstones) = revoke(slots, RevokeReason::TopologyChanged, generation, now);
     let t = tombstones.iter().find(|t| t.operation_id == operation_id && t.about(actor.client)).cloned();
-    Some((out, tombstones, t.map_or(Refusal::Expired, |t| Refusal::Revoked(Box::new(t)))))
+    let refusal = t.map_or_else(|| Absence::of(&out, kind, operation_id), |t| Refusal::Revoked(Box::new(t)));
+    Some((out, tombstones, refusal))
 }
 
 /// What a renewal reports of the migration (each optional: kept as last
@@ -574,7 +611,7 @@ pub fn renew(
         Ok(g) => g,
         Err(r) => return refuse(slots, r),
     };
-    if let Some((out, tombstones, refusal)) = generation_moved(slots, facts, grant, operation_id, actor, now) {
+    if let Some((out, tombstones, refusal)) = generation_moved(slots, facts, kind, grant, operation_id, actor, now) {
         let verifications = verifications_of(&tombstones);
         return Outcome { slots: out, new_tombstones: tombstones, verifications, answer: Err(refusal) };
     }
@@ -583,7 +620,12 @@ pub fn renew(
         // (invariant 8), recorded if the operation had started DDL.
         let (mut out, verifications) = sweep(slots, grant.generation, now);
         out.hold = None;
-        return Outcome { slots: out, new_tombstones: Vec::new(), verifications, answer: Err(Refusal::Expired) };
+        return Outcome {
+            slots: out,
+            new_tombstones: Vec::new(),
+            verifications,
+            answer: Err(Absence::mutex_ended(operation_id)),
+        };
     }
     if let Some(reason) = facts
         .unstable_reason
@@ -626,11 +668,11 @@ pub fn watch<'a>(
     now: Timestamp,
 ) -> Result<&'a Grant, Refusal> {
     let grant = held(slots, tombstone, kind, operation_id, actor, token_sha256, now)?;
-    if let Some((_, _, refusal)) = generation_moved(slots, facts, grant, operation_id, actor, now) {
+    if let Some((_, _, refusal)) = generation_moved(slots, facts, kind, grant, operation_id, actor, now) {
         return Err(refusal);
     }
     if kind == LeaseKind::FailoverHold && slots.effective_hold(now).is_none() {
-        return Err(Refusal::Expired);
+        return Err(Absence::mutex_ended(operation_id));
     }
     Ok(grant)
 }

@@ -416,7 +416,7 @@ impl Service {
         let now = now_micros();
         match machine::watch(&read.slots, None, &facts, kind, operation_id, actor, token_sha256, now) {
             Ok(grant) => Ok(grant.clone()),
-            Err(Refusal::Expired) => {
+            Err(Refusal::Expired(absence)) => {
                 let tombstone = self.store.tombstone(&key, actor.client, operation_id).await?;
                 let answer = machine::watch(
                     &read.slots,
@@ -428,7 +428,7 @@ impl Service {
                     token_sha256,
                     now,
                 );
-                Err(ServiceError::Refused(answer.err().unwrap_or(Refusal::Expired)))
+                Err(ServiceError::Refused(answer.err().unwrap_or(Refusal::Expired(absence))))
             }
             Err(refusal) => Err(ServiceError::Refused(refusal)),
         }

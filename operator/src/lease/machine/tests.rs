@@ -205,7 +205,10 @@ fn refusals() {
         put(&s, None, &stable(3), LeaseKind::Migration, "op1", "nope", None, t(1)).answer,
         Err(Refusal::TokenMismatch)
     );
-    assert_eq!(put(&s, None, &stable(3), LeaseKind::Migration, "op1", "h1", None, t(30)).answer, Err(Refusal::Expired));
+    assert!(matches!(
+        put(&s, None, &stable(3), LeaseKind::Migration, "op1", "h1", None, t(30)).answer,
+        Err(Refusal::Expired(Absence { lapsed_at: Some(_), .. }))
+    ));
     let unstable = GroupFacts { generation: Some(3), unstable_reason: Some("Degraded".into()), deferring: false };
     let u = put(&s, None, &unstable, LeaseKind::Migration, "op1", "h1", None, t(5));
     assert!(matches!(u.answer, Err(Refusal::Unstable { .. })));
@@ -314,7 +317,7 @@ fn a_hold_never_outlives_its_operations_mutex() {
     assert_eq!(b.slots.hold, None, "A's orphaned hold is dropped with the takeover");
     // A renews its hold: refused, whether or not B took the mutex.
     let late = put(&s, None, &stable(1), LeaseKind::FailoverHold, "a", "ha", None, t(6));
-    assert_eq!(late.answer, Err(Refusal::Expired));
+    assert!(matches!(late.answer, Err(Refusal::Expired(_))), "{:?}", late.answer);
     assert_eq!(late.slots.hold, None);
     let hb = post(&b.slots, None, &stable(1), LeaseKind::FailoverHold, "b", "app", 30, "hb", t(7));
     assert!(grant_of(&hb).created);
@@ -400,7 +403,7 @@ fn ddl_started_reported_on_the_hold_is_not_lost() {
     assert_eq!(b.verifications[0].operation_id, "a");
     // Or the orphaned hold renewed.
     let r = put(&s, None, &stable(1), LeaseKind::FailoverHold, "a", "ha", None, t(6));
-    assert_eq!(r.answer, Err(Refusal::Expired));
+    assert!(matches!(r.answer, Err(Refusal::Expired(_))), "{:?}", r.answer);
     assert_eq!(r.verifications.len(), 1, "{:?} {:?}", r.answer, s);
     // Or swept by the reconciler.
     assert_eq!(sweep(&s, 1, t(6)).1.len(), 1);
@@ -413,10 +416,10 @@ fn a_hold_does_not_come_back_when_its_operation_retakes_the_mutex() {
     let again = post(&s, None, &stable(1), LeaseKind::Migration, "a", "app", 30, "ma2", t(6));
     assert!(grant_of(&again).created);
     assert_eq!(again.slots.hold, None);
-    assert_eq!(
+    assert!(matches!(
         put(&again.slots, None, &stable(1), LeaseKind::FailoverHold, "a", "ha", None, t(7)).answer,
-        Err(Refusal::Expired)
-    );
+        Err(Refusal::Expired(Absence { lapsed_at: None, .. }))
+    ));
     // A repeat POST of a live mutex keeps the operation's hold.
     let s = post(&Slots::default(), None, &stable(1), LeaseKind::Migration, "a", "app", 30, "ma", t(0)).slots;
     let s = post(&s, None, &stable(1), LeaseKind::FailoverHold, "a", "app", 60, "ha", t(0)).slots;
@@ -597,7 +600,7 @@ fn a_watch_sees_what_a_renewal_would_without_writing() {
     let degraded = GroupFacts { unstable_reason: Some("Degraded".into()), ..stable(1) };
     assert_eq!(w(&s, &degraded, "ma", t(1)), Ok(1), "an unstable group still holds the lease");
     assert_eq!(w(&s, &stable(1), "other", t(1)), Err(Refusal::TokenMismatch));
-    assert_eq!(w(&s, &stable(1), "ma", t(30)), Err(Refusal::Expired), "lapsed at expiresAt");
+    assert!(matches!(w(&s, &stable(1), "ma", t(30)), Err(Refusal::Expired(_))), "lapsed at expiresAt");
     match w(&s, &stable(2), "ma", t(1)) {
         Err(Refusal::Revoked(t)) => assert_eq!((t.reason, t.generation), (RevokeReason::TopologyChanged, 2)),
         other => panic!("a moved generation revokes: {other:?}"),
