@@ -98,6 +98,13 @@ fn serve(
 
 use crate::socket::Event;
 
+/// Publishes the record of a run that ended before asking for any lease
+/// ([`FinalRecord::not_run`]); returns `code`.
+fn not_run(code: i32, message: &str, lease: &crate::config::LeaseArgs, termination_log: &Path) -> i32 {
+    FinalRecord::not_run(code, message, Some(lease)).publish(optional_path(termination_log).as_deref());
+    code
+}
+
 /// `hold`.
 pub async fn hold(args: HoldArgs) -> i32 {
     let stop = stop_signal();
@@ -106,7 +113,12 @@ pub async fn hold(args: HoldArgs) -> i32 {
             Ok(targets) => tracing::info!(dir = %dir.display(), files = targets.len(), "installed the exec wrapper"),
             Err(e) => {
                 tracing::error!(dir = %dir.display(), error = %e, "failed to install the exec wrapper: the migration cannot start");
-                return exit::USAGE;
+                return not_run(
+                    exit::USAGE,
+                    &format!("failed to install the exec wrapper into {}: {e}", dir.display()),
+                    &args.lease,
+                    &args.termination_log,
+                );
             }
         }
     }
@@ -114,7 +126,7 @@ pub async fn hold(args: HoldArgs) -> i32 {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "refusing to start");
-            return exit::USAGE;
+            return not_run(exit::USAGE, &format!("refusing to start: {e}"), &args.lease, &args.termination_log);
         }
     };
     let (status_tx, status_rx) = watch::channel(Status::Acquiring);
@@ -124,7 +136,15 @@ pub async fn hold(args: HoldArgs) -> i32 {
         Ok(p) => p.filter(|p| p.operation_id == s.operation_id),
         Err(e) => {
             tracing::error!(path = %args.state_file.display(), error = %e, "unreadable state file: refusing to acquire (a restart must never acquire again)");
-            return exit::SIDECAR_FAILED;
+            return not_run(
+                exit::SIDECAR_FAILED,
+                &format!(
+                    "unreadable state file {}: {e}; refusing to acquire (a restart must never acquire again)",
+                    args.state_file.display()
+                ),
+                &args.lease,
+                &args.termination_log,
+            );
         }
     };
     let record = if let Some(previous) = previous {
@@ -145,11 +165,16 @@ pub async fn hold(args: HoldArgs) -> i32 {
         };
         if let Err(e) = write_state(&args.state_file, &first) {
             tracing::error!(path = %args.state_file.display(), error = %e, "failed to write the state file: refusing to acquire");
-            return exit::USAGE;
+            return not_run(
+                exit::USAGE,
+                &format!("failed to write the state file {}: {e}", args.state_file.display()),
+                &args.lease,
+                &args.termination_log,
+            );
         }
         if let Err(e) = serve(&args.socket, socket::Access::Pod, status_rx, events_tx) {
             tracing::error!(error = %e, "refusing to start");
-            return exit::USAGE;
+            return not_run(exit::USAGE, &format!("refusing to start: {e}"), &args.lease, &args.termination_log);
         }
         drive(&s, status_tx, events_rx, stopped(stop.clone())).await
     };
@@ -206,7 +231,7 @@ pub async fn run(args: RunArgs) -> i32 {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "refusing to start");
-            return exit::USAGE;
+            return not_run(exit::USAGE, &format!("refusing to start: {e}"), &args.lease, &args.termination_log);
         }
     };
     // A private directory for the socket unless one was given.
@@ -216,7 +241,12 @@ pub async fn run(args: RunArgs) -> i32 {
             Ok(d) => Some(d),
             Err(e) => {
                 tracing::error!(error = %e, "failed to make a directory for the socket");
-                return exit::SIDECAR_FAILED;
+                return not_run(
+                    exit::SIDECAR_FAILED,
+                    &format!("failed to make a directory for the socket: {e}"),
+                    &args.lease,
+                    &args.termination_log,
+                );
             }
         },
     };
@@ -231,7 +261,7 @@ pub async fn run(args: RunArgs) -> i32 {
     let (events_tx, events_rx) = mpsc::channel(64);
     if let Err(e) = serve(&socket_path, socket::Access::Owner, status_rx.clone(), events_tx.clone()) {
         tracing::error!(error = %e, "refusing to start");
-        return exit::SIDECAR_FAILED;
+        return not_run(exit::SIDECAR_FAILED, &format!("refusing to start: {e}"), &args.lease, &args.termination_log);
     }
     let wrapper = async {
         // Start the wrapper once both leases are held; never otherwise.

@@ -71,6 +71,26 @@ pub struct FinalRecord {
 }
 
 impl FinalRecord {
+    /// The record of a run that ended before it asked for any lease: bad
+    /// flags or settings (exit 2, `usage-error`), or a sidecar that could
+    /// not start (exit 94, `sidecar-failed`). Every exit prints a record, so
+    /// a pipeline that parses the line always finds one. `lease` gives the
+    /// run's names, as far as they were given.
+    pub fn not_run(exit_code: i32, message: &str, lease: Option<&crate::config::LeaseArgs>) -> FinalRecord {
+        let result = if exit_code == crate::lease::ending::exit::USAGE { "usage-error" } else { "sidecar-failed" };
+        FinalRecord {
+            record: "bloodraven-sidecar".into(),
+            operation_id: lease.and_then(|l| l.operation_id.clone()).unwrap_or_default(),
+            group: lease.map(|l| l.group.clone()).unwrap_or_default(),
+            instance: lease.map(|l| l.instance.clone()).unwrap_or_default(),
+            result: result.into(),
+            exit_code,
+            ddl_state: "before".into(),
+            message: bounded(message, 1024),
+            ..FinalRecord::default()
+        }
+    }
+
     /// The record as JSON within [`TERMINATION_MESSAGE_MAX`] bytes (the
     /// message and last error are shortened when needed).
     pub fn to_json(&self) -> String {

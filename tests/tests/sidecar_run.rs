@@ -435,3 +435,36 @@ async fn the_database_detection_finds_ddl_a_migration_did_not_report() {
     assert_eq!(run.record()["result"], "schema-verification-required");
     assert!(run.full_log().contains("schema or history changes since the grant"), "{}", run.log());
 }
+
+/// SIGTERM (a cancelled CI job) outside the DDL boundary: the lease is
+/// still the sidecar's, so the final state goes to the Lease before the
+/// release (`recordedOnLease: true`); and bad flags still print the final
+/// record, so a pipeline that parses the line always finds one.
+#[tokio::test]
+async fn a_sigterm_outside_ddl_records_on_the_lease_and_every_exit_prints_the_record() {
+    let d = scenario("sc-term").await;
+    let p = &d.pipeline;
+    let script = format!("{}; while :; do sleep 0.1; done", stamp("started"));
+    let mut run = SidecarRun::start(p, &d.tls, "term-1", &flags(&["--ddl-boundary", "reported"]), &script);
+    run.wait_for_marker("started", T).await;
+    run.signal("TERM");
+    assert_eq!(run.wait(T).await, exit::FENCED, "{}", run.log());
+    let r = run.record();
+    assert_eq!(
+        (r["result"].as_str(), r["fence"].as_str(), r["recordedOnLease"].as_bool()),
+        (Some("fenced"), Some("shutdown"), Some(true)),
+        "{r}"
+    );
+
+    let out = std::process::Command::new(bloodraven_e2e::sidecar::sidecar_bin())
+        .args(["run", "--no-such-flag", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let line: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(
+        (line["record"].as_str(), line["result"].as_str(), line["exitCode"].as_i64()),
+        (Some("bloodraven-sidecar"), Some("usage-error"), Some(2)),
+        "{line}"
+    );
+}

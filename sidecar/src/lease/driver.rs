@@ -73,7 +73,7 @@ pub struct Settings {
 
 enum Io {
     Post { kind: LeaseKind, sent: Millis, answer: PostAnswer, token: Option<LeaseToken> },
-    Renew { kind: LeaseKind, sent: Millis, version: u64, answer: RenewAnswer },
+    Renew { kind: LeaseKind, sent: Millis, version: u64, ddl: DdlState, answer: RenewAnswer },
 }
 
 struct Run<'a> {
@@ -91,6 +91,9 @@ struct Run<'a> {
     /// Counts the changes of the `ddlState` sent; each renewal carries the
     /// version it was built from.
     ddl_version: u64,
+    /// The `ddlState` the last confirmed renewal of the migration lease
+    /// carried: what the Lease holds.
+    on_lease: Option<DdlState>,
 }
 
 impl Run<'_> {
@@ -218,13 +221,13 @@ impl Run<'_> {
         let Some(token) = self.token(kind).cloned() else { return };
         let api = self.s.api.clone();
         let op = self.s.operation_id.clone();
-        let ddl = Some(self.boundary.wire_state());
+        let ddl = self.boundary.wire_state();
         let revision = self.boundary.revision.clone();
         let sent = self.ms();
         let version = self.ddl_version;
         tasks.spawn(async move {
-            let answer = api.renew(kind, &op, &token, ddl, revision.as_deref()).await;
-            Io::Renew { kind, sent, version, answer }
+            let answer = api.renew(kind, &op, &token, Some(ddl), revision.as_deref()).await;
+            Io::Renew { kind, sent, version, ddl, answer }
         });
     }
 }
@@ -254,6 +257,7 @@ pub async fn drive(
         started: false,
         pending: Vec::new(),
         ddl_version: 0,
+        on_lease: None,
     };
     run.save(Phase::Acquiring, None);
     let _ = run.status.send(Status::Acquiring);
@@ -405,12 +409,15 @@ async fn main_loop(
                             }
                         }
                     }
-                    Io::Renew { kind, sent, version, answer } => {
+                    Io::Renew { kind, sent, version, ddl, answer } => {
                         match &answer {
                             RenewAnswer::Renewed { .. } => tracing::debug!(kind = kind.as_str(), "renewed"),
                             other => tracing::warn!(kind = kind.as_str(), answer = ?other, "renewal not confirmed"),
                         }
                         let confirmed = matches!(answer, RenewAnswer::Renewed { .. });
+                        if confirmed && kind == LeaseKind::Migration {
+                            run.on_lease = Some(ddl);
+                        }
                         let fenced = run.hb.renewed(kind, sent, &answer, now).is_some();
                         if !fenced && acquiring.is_none() {
                             run.publish_held();
@@ -486,19 +493,43 @@ async fn main_loop(
 }
 
 /// Renews the migration lease once more with the final `ddlState`, until
-/// confirmed or the fence deadline; whether the Lease has it.
-async fn final_renewal(run: &mut Run<'_>, ddl: DdlState) -> bool {
+/// confirmed or the fence deadline; whether the Lease has it. `stopped`: the
+/// heartbeat was fenced by SIGTERM, so only the deadline and the answer
+/// count, and any answer but a confirmation or a retryable failure ends it.
+async fn final_renewal(run: &mut Run<'_>, ddl: DdlState, stopped: bool) -> bool {
     let Some(token) = run.migration.clone() else { return false };
     loop {
         let sent = run.ms();
-        if run.hb.tick(sent).is_some() {
+        let past = if stopped { run.hb.deadline().is_none_or(|d| sent >= d) } else { run.hb.tick(sent).is_some() };
+        if past {
             return false;
         }
         let revision = run.boundary.revision.clone();
         let answer =
             run.s.api.renew(LeaseKind::Migration, &run.s.operation_id, &token, Some(ddl), revision.as_deref()).await;
         let now = run.ms();
+        if stopped {
+            match answer {
+                RenewAnswer::Renewed { generation }
+                    if Some(generation) == run.hb.granted_generation(LeaseKind::Migration) =>
+                {
+                    run.on_lease = Some(ddl);
+                    return true;
+                }
+                RenewAnswer::Failed { .. } | RenewAnswer::Unstable { .. } => {
+                    tokio::time::sleep(Duration::from_millis(super::machine::RETRY_BACKOFF_MS)).await;
+                    continue;
+                }
+                other => {
+                    tracing::warn!(answer = ?other, "the final state could not be recorded on the Lease");
+                    return false;
+                }
+            }
+        }
         let confirmed = matches!(answer, RenewAnswer::Renewed { .. });
+        if confirmed {
+            run.on_lease = Some(ddl);
+        }
         if run.hb.renewed(LeaseKind::Migration, sent, &answer, now).is_some() {
             tracing::warn!(answer = ?answer, "the final state could not be recorded on the Lease");
             return false;
@@ -552,11 +583,23 @@ async fn finish(run: &mut Run<'_>, mut ending: Ending, reply: Option<oneshot::Se
         }
     }
     let v: Verdict = verdict(&ending);
-    let fenced = matches!(ending, Ending::Fenced { .. });
-    // 1. Not fenced: the final state on the Lease first, while the hold
-    // still defers a switchover (released first, the hold would let a
-    // waiting switchover revoke the mutex before its state is recorded).
-    let recorded = !fenced && run.migration.is_some() && final_renewal(run, v.ddl_state).await;
+    // 1. The final state on the Lease first, while the hold still defers a
+    // switchover (released first, the hold would let a waiting switchover
+    // revoke the mutex before its state is recorded): when the run was not
+    // fenced, or was stopped (SIGTERM) outside its DDL and so releases the
+    // lease. A lease revoked, expired or past its deadline is no longer the
+    // sidecar's to renew; one fenced inside DDL is left to lapse, so that
+    // the operator records the loss, and already holds `started` when the
+    // migration reported it (the report waits for a renewal to carry it).
+    let (renew_last, stopped) = match &ending {
+        Ending::Fenced { reason: FenceReason::Shutdown, in_ddl: false, .. } => (true, true),
+        Ending::Fenced { .. } => (false, false),
+        _ => (true, false),
+    };
+    if renew_last && run.migration.is_some() && run.on_lease != Some(v.ddl_state) {
+        final_renewal(run, v.ddl_state, stopped).await;
+    }
+    let recorded = run.on_lease == Some(v.ddl_state);
     // 2. The hold, on every path (fenced: at once).
     release(run, LeaseKind::FailoverHold).await;
     // 3. Termination message, JSON line, state file.

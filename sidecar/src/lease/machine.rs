@@ -584,6 +584,14 @@ impl Heartbeat {
 
     /// The fence deadline: the earliest confirmed expiry minus the grace.
     /// `None` before any grant.
+    /// The generation `kind` was granted at, while it is held.
+    pub fn granted_generation(&self, kind: LeaseKind) -> Option<i64> {
+        match kind {
+            LeaseKind::Migration => self.migration.map(|c| c.generation),
+            LeaseKind::FailoverHold => self.hold.map(|c| c.generation),
+        }
+    }
+
     pub fn deadline(&self) -> Option<Millis> {
         [self.migration, self.hold]
             .into_iter()
