@@ -412,9 +412,36 @@ fn resources() -> Value {
     json!({"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "64Mi"}})
 }
 
+/// What the sidecar keeps of a Job's `activeDeadlineSeconds` after it gives
+/// up waiting for the mutex: time to report (exit 90, its final record, the
+/// Pod's status) before the Job controller deletes the Pod, and its logs
+/// with it, at the deadline.
+pub const REPORT_RESERVE_SECONDS: i64 = 30;
+
+/// The shortest wait for the mutex a Job's deadline may leave.
+pub const MIN_ACQUIRE_SECONDS: i64 = 10;
+
+/// The sidecar's `--acquire-timeout` for `job`: the configured one, cut to
+/// fit inside the Job's deadline (its own, or the one the webhook sets)
+/// with [`REPORT_RESERVE_SECONDS`] left. A deadline too short for even
+/// [`MIN_ACQUIRE_SECONDS`] of waiting is refused.
+pub fn acquire_timeout(job: &Value, s: &Settings) -> Result<i64, String> {
+    let deadline =
+        job.pointer("/spec/activeDeadlineSeconds").and_then(Value::as_i64).unwrap_or(s.active_deadline_seconds);
+    let fits = deadline.saturating_sub(REPORT_RESERVE_SECONDS);
+    if fits < MIN_ACQUIRE_SECONDS {
+        return Err(format!(
+            "spec.activeDeadlineSeconds {deadline} leaves the sidecar under {MIN_ACQUIRE_SECONDS} s to wait for the migration mutex after {REPORT_RESERVE_SECONDS} s kept to report: set it to at least {}",
+            MIN_ACQUIRE_SECONDS + REPORT_RESERVE_SECONDS
+        ));
+    }
+    Ok(s.acquire_timeout_seconds.min(fits))
+}
+
 /// The injected sidecar: `hold`, its settings as arguments (`--flag=value`,
 /// one list: see the module docs), the Job's UID from the downward API.
 fn sidecar_container(job: &Value, ask: &Ask, s: &Settings) -> Result<Value, String> {
+    let acquire = acquire_timeout(job, s)?;
     let mut args = vec![
         "hold".to_owned(),
         format!("--install={}/bin", names::RUN_DIR),
@@ -422,7 +449,7 @@ fn sidecar_container(job: &Value, ask: &Ask, s: &Settings) -> Result<Value, Stri
         format!("--ca-pem={}", s.ca_pem),
         format!("--group={}", ask.group),
         format!("--instance={}", ask.instance),
-        format!("--acquire-timeout={}", s.acquire_timeout_seconds),
+        format!("--acquire-timeout={acquire}"),
     ];
     if let Some(ttl) = annotation(job, names::TTL) {
         match ttl.parse::<u32>() {
@@ -448,7 +475,7 @@ fn sidecar_container(job: &Value, ask: &Ask, s: &Settings) -> Result<Value, Stri
         "args": args,
         "env": [{"name": "BLOODRAVEN_JOB_UID", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}}],
         "startupProbe": {"exec": {"command": ["/bloodraven-sidecar", "probe"]}, "periodSeconds": 1,
-                         "failureThreshold": s.acquire_timeout_seconds + 60},
+                         "failureThreshold": acquire + 60},
         "securityContext": restricted(SIDECAR_UID), "resources": resources(),
         "volumeMounts": [
             {"name": names::RUN_VOLUME, "mountPath": names::RUN_DIR},

@@ -258,3 +258,34 @@ fn annotations_on_the_pod_template_or_added_later_are_named_in_the_refusal() {
     assert!(misplaced().contains("jobTemplate.metadata.annotations"));
     assert!(too_late().contains("create it again"));
 }
+
+/// The wait for the mutex fits inside the Job's deadline with time to
+/// report (the example chart's 280 s deadline met a 600 s wait: the Job
+/// died by DeadlineExceeded, its Pod and logs deleted with the holder's
+/// name); a deadline with no room to wait is refused.
+#[test]
+fn the_acquire_timeout_fits_inside_the_jobs_deadline() {
+    let args = |job: &Value| -> Vec<String> {
+        let out = apply(job);
+        let sidecar = &out["spec"]["template"]["spec"]["initContainers"][1];
+        sidecar["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect()
+    };
+    let probe = |job: &Value| {
+        apply(job)["spec"]["template"]["spec"]["initContainers"][1]["startupProbe"]["failureThreshold"].clone()
+    };
+    let with_deadline = |d: i64| {
+        let mut j = job();
+        j["spec"]["activeDeadlineSeconds"] = json!(d);
+        j
+    };
+    assert!(
+        args(&job()).contains(&"--acquire-timeout=600".to_owned()),
+        "the webhook's 3600 s deadline: the configured 600"
+    );
+    assert!(args(&with_deadline(280)).contains(&"--acquire-timeout=250".to_owned()));
+    assert_eq!(probe(&with_deadline(280)), 310, "the startup probe outlasts the wait");
+    assert!(args(&with_deadline(40)).contains(&"--acquire-timeout=10".to_owned()));
+    let j = with_deadline(39);
+    let e = patch(&j, &ask(&j).unwrap(), &settings()).unwrap_err();
+    assert!(e.contains("activeDeadlineSeconds 39") && e.contains("at least 40"), "{e}");
+}
