@@ -152,7 +152,7 @@ impl Failure {
     fn db(e: &mysql_async::Error, dirty: bool, statement: Option<usize>) -> Failure {
         let (class, code) = classify::of_error(e);
         // The server quotes the statement near a syntax error: a revision's `IDENTIFIED BY '…'` must not reach the log.
-        let message = blockers::redact_secrets(&e.to_string());
+        let message = blockers::redact_secrets(&classify::describe(e));
         Failure { cause: Cause::Db(class, code), message, dirty, statement }
     }
 }
@@ -225,7 +225,8 @@ pub async fn apply(s: ApplySettings) -> i32 {
     tracing::info!(
         applied = rows.iter().filter(|r| r.state == State::Applied).count(),
         pending = plan.pending.len(),
-        "history read under the mutex"
+        "history read under {}",
+        if matches!(s.guard, crate::guard::Guard::Alone) { "the run lock" } else { "the run lock and the migration mutex" }
     );
     let baseline = match session.session_state().await {
         Ok(b) => b,
@@ -253,7 +254,12 @@ pub async fn apply(s: ApplySettings) -> i32 {
             }
         }
     }
-    tracing::info!(last = ?last, elapsed_ms = started.elapsed().as_millis() as u64, "done: every revision applied");
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    if let Some(v) = last {
+        tracing::info!(last = v, elapsed_ms, "done: every pending revision applied, the last V{v}");
+    } else {
+        tracing::info!(elapsed_ms, "done: no revision was pending");
+    }
     s.guard.outcome(true, last, None).await;
     exit::OK
 }
@@ -494,11 +500,11 @@ async fn revision(
             max_attempts = s.tuning.max_attempts,
             code = %f.code(),
             wait_ms = wait.as_millis() as u64,
-            "revision V{} lost a lock race ({}: {}); retrying in {}s",
+            "revision V{} lost a lock race ({}: {}); retrying in {:.1}s",
             rev.version,
             f.code(),
             f.message,
-            wait.as_secs_f64().round() as u64
+            wait.as_secs_f64()
         );
         tokio::time::sleep(wait).await;
         attempt += 1;

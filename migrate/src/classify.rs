@@ -100,6 +100,20 @@ pub const fn is_privilege(code: u16) -> bool {
     matches!(code, 1044 | 1142 | 1143 | 1227)
 }
 
+/// A driver error in words, once: mysql_async's own text wraps each layer
+/// (`Input/output error: Input/output error: …`) and quotes a server error
+/// with mismatched quotes (`` Server error: `ERROR 1205 …' ``).
+pub fn describe(e: &mysql_async::Error) -> String {
+    match e {
+        mysql_async::Error::Server(s) => format!("ERROR {} ({}): {}", s.code, s.state, s.message),
+        mysql_async::Error::Io(mysql_async::IoError::Io(io)) => format!("I/O error: {io}"),
+        mysql_async::Error::Io(other) => other.to_string(),
+        mysql_async::Error::Driver(d) => format!("driver error: {d}"),
+        mysql_async::Error::Url(u) => format!("URL error: {u}"),
+        mysql_async::Error::Other(o) => o.to_string(),
+    }
+}
+
 /// The class and code (when the server sent one) of a driver error. Any
 /// I/O or driver error (connection closed, packet out of order) is a lost
 /// connection: the session's state (its transaction, its settings) is gone.
@@ -155,6 +169,8 @@ mod tests {
         let io = mysql_async::Error::Io(mysql_async::IoError::Io(std::io::Error::other("broken pipe")));
         assert_eq!(of_error(&io), (Class::ConnectionLost, None));
         let driver = mysql_async::Error::Driver(mysql_async::DriverError::ConnectionClosed);
+        assert_eq!(describe(&io), "I/O error: broken pipe");
+        assert_eq!(describe(&driver), "driver error: Connection to the server is closed.");
         assert_eq!(of_error(&driver), (Class::ConnectionLost, None));
     }
 

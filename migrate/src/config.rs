@@ -117,7 +117,7 @@ pub struct TuningArgs {
     /// Attempts per revision before the run fails, ≥ 1 (chart `migrationJob.maxAttempts`).
     #[arg(long, env = "BLOODRAVEN_MIGRATION_MAX_ATTEMPTS", default_value_t = 20)]
     pub max_attempts: u32,
-    /// Lower bound of the jittered backoff, seconds (chart `migrationJob.retryMinSeconds`).
+    /// Lower bound of the jittered backoff, seconds, ≥ 1 (chart `migrationJob.retryMinSeconds`).
     #[arg(long, env = "BLOODRAVEN_MIGRATION_RETRY_MIN_SECONDS", default_value_t = 3)]
     pub retry_min_seconds: u64,
     /// Upper bound of the jittered backoff, seconds (chart `migrationJob.retryMaxSeconds`).
@@ -237,6 +237,11 @@ impl TuningArgs {
                 self.retry_min_seconds, self.retry_max_seconds
             ));
         }
+        if self.retry_min_seconds == 0 {
+            // 0 would make every retry immediate: no backoff, no jitter,
+            // the lock holder hammered in a loop.
+            return Err("--retry-min-seconds must be at least 1".to_owned());
+        }
         if self.retry_max_seconds > 3600 {
             return Err(format!("--retry-max-seconds ({}) is above 3600", self.retry_max_seconds));
         }
@@ -267,6 +272,7 @@ mod tests {
         assert_eq!(t.check().unwrap().retry_max, Duration::from_secs(15));
         let bad = TuningArgs { retry_min_seconds: 20, ..t.clone() };
         assert!(bad.check().unwrap_err().contains("above --retry-max-seconds"));
+        assert!(TuningArgs { retry_min_seconds: 0, ..t.clone() }.check().unwrap_err().contains("at least 1"));
         assert!(TuningArgs { max_attempts: 0, ..t }.check().is_err());
     }
 

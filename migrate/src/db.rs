@@ -58,7 +58,7 @@ pub enum DbError {
         message: String,
     },
     /// A query failed.
-    #[error("{0}")]
+    #[error("{}", crate::classify::describe(.0))]
     Query(#[from] mysql_async::Error),
     /// The history row the run was about to insert already exists.
     #[error(
@@ -188,7 +188,7 @@ impl Target {
         let kill = async {
             let mut conn = Conn::new(self.opts.clone())
                 .await
-                .map_err(|e| DbError::Connect { target: self.display.clone(), message: e.to_string() })?;
+                .map_err(|e| DbError::Connect { target: self.display.clone(), message: crate::classify::describe(&e) })?;
             match conn.query_drop(format!("KILL CONNECTION {id}")).await {
                 // ER_NO_SUCH_THREAD: it has already ended.
                 Err(mysql_async::Error::Server(e)) if e.code == 1094 => {}
@@ -213,7 +213,7 @@ impl Target {
                 target: self.display.clone(),
                 message: format!("no answer within {:?}", self.connect_timeout),
             })?
-            .map_err(|e| DbError::Connect { target: self.display.clone(), message: e.to_string() })?;
+            .map_err(|e| DbError::Connect { target: self.display.clone(), message: crate::classify::describe(&e) })?;
         let mut s = Session { conn, flavor: Flavor::MySql, schema: self.schema.clone(), id: 0, version: String::new() };
         s.id = s.conn.id();
         let idle = idle_bound.as_secs().max(60);

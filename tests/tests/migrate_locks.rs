@@ -34,7 +34,7 @@ async fn an_idle_transaction_holding_a_metadata_lock_fails_every_attempt_and_the
     assert_eq!(run.wait(T).await, exit::CONTENTION, "{}", run.log());
     let log = run.log();
     // Every attempt lost the race with 1205 and was retried, the last one not.
-    assert_eq!(run.count("retrying in 1s"), 2, "{log}");
+    assert_eq!(run.count("retrying in 1.0s"), 2, "{log}");
     assert!(log.lines().filter(|l| l.contains("retrying in")).all(|l| l.contains("1205")), "{log}");
     assert!(log.contains("lock contention on all 3 attempts"), "{log}");
     // The pre-flight look saw it before each DDL, with its age; the failure names it as diagnose does.
