@@ -263,7 +263,7 @@ cmd_start() { # DIR NAME PORT SERVER_ID
     >>"$d/error.log" 2>&1
   pid=$!
   wait_ready "$sock" "$pid" "$d/error.log" "start $name"
-  log "start: site $name up: 127.0.0.1:$port, socket $sock, server-id $sid, pid $pid"
+  log "start: site $name up: $addr:$port, socket $sock, server-id $sid, pid $pid"
 }
 
 cmd_replicate() { # DIR REPLICA_NAME PRIMARY_PORT

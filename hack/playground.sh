@@ -267,6 +267,27 @@ export BLOODRAVEN_PLAIN_URL=http://$cluster_ip:8082
 export BLOODRAVEN_URL=https://$cluster_ip:8443
 export BLOODRAVEN_CA=$pg/tls/ca.crt
 ENV
+  # A migration Job to paste or apply, kept beside env for a reader who
+  # comes back to a running playground.
+  cat >"$pg/job.yaml" <<JOB
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: migrate
+  annotations:
+    bloodraven.shipstream.io/inject: "true"
+    bloodraven.shipstream.io/group: playground
+    bloodraven.shipstream.io/instance: counter-app
+spec:
+  template:
+    spec:
+      serviceAccountName: deployer
+      restartPolicy: Never
+      containers:
+        - name: migrate
+          image: $BLOODRAVEN_TOOLS_IMAGE
+          command: ["sh", "-c", "echo migrating"]
+JOB
   kubectl get mysqlfailovergroups
   echo
   echo "# the playground is up; to use it:"
@@ -283,9 +304,8 @@ ENV
   echo "# the webhook (docs/webhook.md): a hand edit of the fence is refused, a migration Job is injected"
   echo "kubectl patch mfg playground --subresource=status --type=merge -p '{\"status\":{\"topologyGeneration\":99}}'"
   echo "kubectl -n $ns delete lease bloodraven-leader"
-  echo "kubectl -n counter-app create -o yaml --dry-run=server -f - <<'EOF'"
-  echo "{\"apiVersion\": \"batch/v1\", \"kind\": \"Job\", \"metadata\": {\"name\": \"migrate\", \"annotations\": {\"bloodraven.shipstream.io/inject\": \"true\", \"bloodraven.shipstream.io/group\": \"playground\", \"bloodraven.shipstream.io/instance\": \"counter-app\"}}, \"spec\": {\"template\": {\"spec\": {\"serviceAccountName\": \"deployer\", \"restartPolicy\": \"Never\", \"containers\": [{\"name\": \"migrate\", \"image\": \"$BLOODRAVEN_TOOLS_IMAGE\", \"command\": [\"sh\", \"-c\", \"echo migrating\"]}]}}}}"
-  echo "EOF"
+  echo "kubectl -n counter-app create -o yaml --dry-run=server -f $pg/job.yaml"
+  echo "# ($pg/job.yaml: a migration Job annotated bloodraven.shipstream.io/inject: \"true\"; drop --dry-run to run it)"
   echo "# stop everything: make playground-down"
 }
 
