@@ -227,9 +227,23 @@ async fn revocation_by_annotation_and_by_generation_leaves_tombstones() {
     })
     .await;
 
-    // Another operation takes the mutex; the revoked one retries: still revoked (tombstone).
-    let m2 = e.post("migration", "op-s", 60).await;
-    assert_eq!(m2.status, 201, "{m2:?}");
+    // op-r was revoked inside its DDL: no new migration of the instance
+    // until a person verified the schema (409 schema_verification_required,
+    // naming op-r); then another operation takes the mutex.
+    let held_back = wait_for("a new migration refused while op-r's schema awaits verification", T, || async {
+        let r = e.post("migration", "op-s", 60).await;
+        if r.status == 409 && r.body["error"] == "schema_verification_required" { Ok(r) } else { Err(format!("{r:?}")) }
+    })
+    .await;
+    assert_eq!(held_back.body["verification"]["operationId"], "op-r", "{held_back:?}");
+    let patch = json!({"metadata": {"annotations": {"bloodraven.shipstream.io/schema-verified": "op-r"}}});
+    groups.patch(&e.group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    // The revoked one retries: still revoked (tombstone).
+    let m2 = wait_for("op-s granted once the schema was verified", T, || async {
+        let r = e.post("migration", "op-s", 60).await;
+        if r.status == 201 { Ok(r) } else { Err(format!("{r:?}")) }
+    })
+    .await;
     let retry = e.post("migration", "op-r", 60).await;
     assert_eq!((retry.status, retry.body["error"].as_str()), (409, Some("revoked")), "{retry:?}");
 
