@@ -266,7 +266,9 @@ async fn kill_9_stops_the_migration_while_the_lease_lives_and_sigstop_allows_no_
         term = stamp("term"),
         started = stamp("started")
     );
-    let run = SidecarRun::start(p, &d.tls, "kill-1", QUICK, &script);
+    // Outside DDL (reported boundary, nothing reported): a lapse inside it
+    // would leave the schema to a person, and the next run below refused.
+    let run = SidecarRun::start(p, &d.tls, "kill-1", &flags(&["--ddl-boundary", "reported"]), &script);
     run.wait_for_marker("started", T).await;
     let killed_at = now_ms();
     run.signal("KILL");
