@@ -410,6 +410,17 @@ impl Session {
         Ok(Some(holder.flatten().unwrap_or(0)))
     }
 
+    /// What connection `id` is doing, as far as this account may see
+    /// (`PROCESS` shows every account's): `(user, seconds in its state,
+    /// its statement)`; `None` when it is gone or not visible.
+    pub async fn connection(&mut self, id: u64) -> Result<Option<(String, u64, Option<String>)>, DbError> {
+        let row: Option<(String, Option<u64>, Option<String>)> = self
+            .conn
+            .exec_first("SELECT USER, TIME, LEFT(INFO, 120) FROM information_schema.PROCESSLIST WHERE ID = ?", (id,))
+            .await?;
+        Ok(row.map(|(user, time, info)| (user, time.unwrap_or(0), info)))
+    }
+
     /// Writes the row of `version` in state `state`: a plain insert (after
     /// removing a `rolled-back` row, the only one a run may replace), so a
     /// row that something else recorded meanwhile is never overwritten
