@@ -394,3 +394,30 @@ async fn resolve_while_a_run_holds_the_schema_is_refused() {
     assert_eq!(run.wait(T).await, 0, "{}", run.log());
     assert_eq!(db.history(1), "applied 1 1", "the run's outcome stands");
 }
+
+/// A runner killed mid-statement leaves its statement running on the
+/// server, and that session keeps the run lock: the next run names it as a
+/// likely orphan of a dead run with the `KILL` that ends it (said once, not
+/// at every try), and goes on once it is killed.
+#[tokio::test]
+async fn an_orphaned_statement_holding_the_run_lock_is_named_with_its_kill() {
+    let pair = SitePair::start("mg-att-orphan");
+    let db = AppDb::create(&pair, false);
+    let revs = Revisions::new("mg-att-orphan");
+    revs.add(1, "slow", "UPDATE orders SET v = v + 1 WHERE id = 1;\nSELECT SLEEP(25);");
+    let mut first = Run::apply(&revs, &db.url, &[]);
+    let orphan = db.wait_running("migrator", "SLEEP", T).await;
+    first.kill9().await;
+    let mut second = Run::apply(&revs, &db.url, &[]);
+    second.wait_lines("holds this schema's run lock", 1, T).await;
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let log = second.log();
+    assert!(
+        log.contains(&format!("connection {orphan}, your account")) && log.contains(&format!("KILL {orphan}")),
+        "{log}"
+    );
+    assert!(log.contains("statement of a dead run"), "{log}");
+    assert_eq!(second.count("holds this schema's run lock"), 1, "said once in the first minute:\n{log}");
+    pair.sql("iad", &format!("KILL {orphan}"));
+    assert_eq!(second.wait(T).await, 0, "{}", second.log());
+}
