@@ -226,7 +226,11 @@ pub async fn apply(s: ApplySettings) -> i32 {
         applied = rows.iter().filter(|r| r.state == State::Applied).count(),
         pending = plan.pending.len(),
         "history read under {}",
-        if matches!(s.guard, crate::guard::Guard::Alone) { "the run lock" } else { "the run lock and the migration mutex" }
+        if matches!(s.guard, crate::guard::Guard::Alone) {
+            "the run lock"
+        } else {
+            "the run lock and the migration mutex"
+        }
     );
     let baseline = match session.session_state().await {
         Ok(b) => b,
@@ -318,7 +322,8 @@ async fn run_lock(guard: &Guard, session: &mut Session) -> Result<(), i32> {
 /// the same account and a statement running, it is named as a likely
 /// orphan with the `KILL` that ends it. Empty when it cannot be seen.
 async fn holder_doing(session: &mut Session, holder: u64) -> String {
-    let me: Option<String> = session.conn.query_first("SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)").await.ok().flatten();
+    let me: Option<String> =
+        session.conn.query_first("SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)").await.ok().flatten();
     match session.connection(holder).await {
         Ok(Some((user, secs, Some(statement)))) if me.as_deref() == Some(user.as_str()) => format!(
             ", your account, running for {secs} s: {}; if no other run of yours is alive, it is the statement of a dead run, which the server runs on after its client died — end it with KILL {holder}",

@@ -108,6 +108,28 @@ pub async fn status(a: StatusArgs) -> i32 {
             exit::OK
         }
         Err(e) => {
+            // What the plan would have shown, as far as it can be told
+            // without one: the files with no row, and the files whose
+            // checksum is not the one applied.
+            let baseline = rows.iter().filter(|r| r.state == State::Baseline).map(|r| r.version).max();
+            for f in files.iter().filter(|f| !rows.iter().any(|r| r.version == f.version)) {
+                let state = if baseline.is_some_and(|b| f.version <= b) { "baselined" } else { "pending" };
+                println!(
+                    "V{:<7} {:<12} {:<10} {:<8} {:<26} {:<26} {}",
+                    f.version, state, "-", "-", "-", "-", f.description
+                );
+            }
+            for f in &files {
+                if let Some(r) = rows
+                    .iter()
+                    .find(|r| r.version == f.version && r.state != State::Baseline && r.checksum != f.checksum)
+                {
+                    println!(
+                        "V{} changed: the file's checksum is {}, the history's {} (a revision must not change once applied)",
+                        f.version, f.checksum, r.checksum
+                    );
+                }
+            }
             println!("apply would refuse: {e}");
             exit::REFUSED
         }

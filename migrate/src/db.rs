@@ -186,9 +186,10 @@ impl Target {
     /// still be running; the caller says so).
     pub async fn kill_session(&self, id: u32, timeout: Duration) -> Result<(), DbError> {
         let kill = async {
-            let mut conn = Conn::new(self.opts.clone())
-                .await
-                .map_err(|e| DbError::Connect { target: self.display.clone(), message: crate::classify::describe(&e) })?;
+            let mut conn = Conn::new(self.opts.clone()).await.map_err(|e| DbError::Connect {
+                target: self.display.clone(),
+                message: crate::classify::describe(&e),
+            })?;
             match conn.query_drop(format!("KILL CONNECTION {id}")).await {
                 // ER_NO_SUCH_THREAD: it has already ended.
                 Err(mysql_async::Error::Server(e)) if e.code == 1094 => {}

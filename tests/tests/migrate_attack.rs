@@ -110,6 +110,20 @@ async fn a_history_row_in_a_state_no_runner_writes_is_refused_by_name() {
     let (code, out) = run_to_end(&revs, &["status", "--dir", &dir, "--database-url", &db.url]).await;
     assert_eq!(code, exit::REFUSED, "{out}");
     assert!(out.lines().any(|l| l.starts_with("V1") && l.contains("done")), "{out}");
+    // ... and still lists what is pending, and marks a changed file.
+    assert!(out.lines().any(|l| l.starts_with("V2") && l.contains("pending")), "{out}");
+    let v1 = std::fs::read_dir(&revs.dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with("V1__"))
+        .unwrap()
+        .path();
+    let original = std::fs::read_to_string(&v1).unwrap();
+    std::fs::write(&v1, format!("{original}\n-- edited after it was applied\n")).unwrap();
+    let (code, out) = run_to_end(&revs, &["status", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, exit::REFUSED, "{out}");
+    assert!(out.lines().any(|l| l.starts_with("V1 changed")), "{out}");
+    std::fs::write(&v1, original).unwrap();
     // A person settles it with resolve, like a dirty row.
     let (code, out) = run_to_end(&revs, &["resolve", "1", "--applied", "--database-url", &db.url]).await;
     assert_eq!(code, 0, "{out}");
