@@ -548,6 +548,7 @@ async fn revision(
 
 /// A DML revision: one transaction with its history row.
 async fn dml_attempt(session: &mut Session, rev: &Revision, attempt: u32) -> Result<(), Failure> {
+    session.mark_start().await.map_err(|e| db_failure(e, false))?;
     session.conn.query_drop("START TRANSACTION").await.map_err(|e| Failure::db(&e, false, None))?;
     for (i, st) in rev.statements.iter().enumerate() {
         if let Err(e) = session.conn.query_drop(&st.sql).await {

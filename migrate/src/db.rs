@@ -422,6 +422,12 @@ impl Session {
         Ok(row.map(|(user, time, info)| (user, time.unwrap_or(0), info)))
     }
 
+    /// Keeps the server's time as the start of the revision attempt about
+    /// to run, for its row ([`Session::write_row`] with `finished`).
+    pub async fn mark_start(&mut self) -> Result<(), DbError> {
+        Ok(self.conn.query_drop("SET @bloodraven_started = NOW(6)").await?)
+    }
+
     /// Writes the row of `version` in state `state`: a plain insert (after
     /// removing a `rolled-back` row, the only one a run may replace), so a
     /// row that something else recorded meanwhile is never overwritten
@@ -433,7 +439,10 @@ impl Session {
         attempts: u32,
         finished: bool,
     ) -> Result<(), DbError> {
-        let finished_at = if finished { "NOW(6)" } else { "NULL" };
+        // A finished row is written at the commit of a DML revision, whose
+        // start its attempt kept in @bloodraven_started ([`Session::mark_start`]).
+        let (started_at, finished_at) =
+            if finished { ("COALESCE(@bloodraven_started, NOW(6))", "NOW(6)") } else { ("NOW(6)", "NULL") };
         self.conn
             .exec_drop(
                 format!("DELETE FROM {} WHERE version = ? AND state = 'rolled-back'", history::TABLE),
@@ -442,7 +451,7 @@ impl Session {
             .await?;
         let sql = format!(
             "INSERT INTO {t} (version, description, checksum, state, ddl_started, attempts, started_at, finished_at, installed_by) \
-             VALUES (?, ?, ?, ?, ?, ?, NOW(6), {finished_at}, CURRENT_USER())",
+             VALUES (?, ?, ?, ?, ?, ?, {started_at}, {finished_at}, CURRENT_USER())",
             t = history::TABLE
         );
         let ddl = state == State::Started;

@@ -33,6 +33,9 @@ async fn two_runners_at_once_without_the_sidecar_apply_a_dml_revision_once() {
     assert_eq!(second.wait(T).await, 0, "{}", second.log());
     assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 1"), "11", "V1 applied once, not twice");
     assert_eq!(db.history(1), "applied 0 1");
+    // The row spans the revision's run (its SLEEP(3)), not only its commit.
+    let ran = db.value("SELECT TIMESTAMPDIFF(MICROSECOND, started_at, finished_at) FROM app.bloodraven_schema_history WHERE version = 1");
+    assert!(ran.trim().parse::<i64>().unwrap() >= 2_900_000, "started_at to finished_at: {ran} µs");
     let log = second.log();
     assert!(log.contains("another bloodraven-migrate run holds this schema's run lock"), "{log}");
     assert_eq!(second.count("revision V1 starting"), 0, "the second found V1 applied:\n{log}");
