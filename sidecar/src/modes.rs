@@ -401,7 +401,14 @@ pub async fn permit(args: SocketArgs) -> i32 {
 /// `probe`.
 pub async fn probe(args: SocketArgs) -> i32 {
     match socket::call(&args.socket, &Request::Status, args.timeout).await {
-        Ok(Reply::Status { state: RunState::Held, remaining_ms }) => {
+        // Waiting is not failing, but a native sidecar's startup probe must
+        // fail until the leases are held: its output (in the Pod's Events)
+        // says who holds the mutex and until when.
+        Ok(Reply::Status { state: RunState::Acquiring, holder: Some(holder), .. }) => {
+            println!("waiting for the migration mutex: held by {holder}");
+            1
+        }
+        Ok(Reply::Status { state: RunState::Held, remaining_ms, .. }) => {
             println!("held ({remaining_ms} ms before the fence deadline)");
             0
         }

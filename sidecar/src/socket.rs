@@ -134,6 +134,9 @@ pub enum Reply {
         /// ms left before the fence deadline (0 unless held).
         #[serde(rename = "remainingMs")]
         remaining_ms: u64,
+        /// While acquiring: who holds the lease asked for.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        holder: Option<String>,
     },
     /// A report was taken.
     Ok,
@@ -198,6 +201,11 @@ pub enum Reply {
 pub enum Status {
     /// Asking for the leases.
     Acquiring,
+    /// Asking for the leases, which another operation holds: who, and until when.
+    Waiting {
+        /// The holder, in words.
+        holder: String,
+    },
     /// Both held until `deadline` (the fence deadline), SIGKILL `grace` after SIGTERM.
     Held {
         /// The fence deadline.
@@ -224,7 +232,7 @@ pub enum Status {
 impl Status {
     fn state(&self) -> RunState {
         match self {
-            Status::Acquiring => RunState::Acquiring,
+            Status::Acquiring | Status::Waiting { .. } => RunState::Acquiring,
             Status::Held { .. } => RunState::Held,
             Status::Fenced { .. } => RunState::Fenced,
             Status::Ended { .. } => RunState::Ended,
@@ -388,7 +396,14 @@ async fn connection(stream: UnixStream, shared: &Shared) -> std::io::Result<()> 
     };
     let status = shared.status.borrow().clone();
     let reply = match req {
-        Request::Status => Reply::Status { state: status.state(), remaining_ms: status.remaining_ms() },
+        Request::Status => Reply::Status {
+            state: status.state(),
+            remaining_ms: status.remaining_ms(),
+            holder: match status {
+                Status::Waiting { holder } => Some(holder.clone()),
+                _ => None,
+            },
+        },
         Request::Permit => permit(&status),
         Request::Mark { event, revision } => {
             let report = match event {
@@ -432,7 +447,7 @@ fn permit(status: &Status) -> Reply {
         Status::Held { .. } => {
             Reply::Permit { granted: false, remaining_ms: 0, message: "the fence deadline passed".into() }
         }
-        Status::Acquiring => {
+        Status::Acquiring | Status::Waiting { .. } => {
             Reply::Permit { granted: false, remaining_ms: 0, message: "the leases are not held yet".into() }
         }
         Status::Fenced { reason, .. } => {
@@ -691,7 +706,14 @@ mod tests {
         let (path, tx, mut events) = serve_with(dir.path(), Status::Acquiring);
         let t = Duration::from_secs(2);
         let r = call(&path, &Request::Status, t).await.unwrap();
-        assert_eq!(r, Reply::Status { state: RunState::Acquiring, remaining_ms: 0 });
+        assert_eq!(r, Reply::Status { state: RunState::Acquiring, remaining_ms: 0, holder: None });
+        assert!(matches!(call(&path, &Request::Permit, t).await.unwrap(), Reply::Permit { granted: false, .. }));
+        // Waiting on a holder: still acquiring (no permit), and the probe learns who holds it.
+        tx.send(Status::Waiting { holder: "operation op-0 for counter-app (expires T)".into() }).unwrap();
+        match call(&path, &Request::Status, t).await.unwrap() {
+            Reply::Status { state: RunState::Acquiring, holder: Some(h), .. } => assert!(h.contains("op-0"), "{h}"),
+            other => panic!("{other:?}"),
+        }
         assert!(matches!(call(&path, &Request::Permit, t).await.unwrap(), Reply::Permit { granted: false, .. }));
         tx.send(Status::Held { deadline: Instant::now() + Duration::from_secs(20), grace: Duration::from_secs(1) })
             .unwrap();

@@ -188,3 +188,40 @@ async fn injection_is_idempotent_refusals_say_what_to_fix_and_plain_jobs_are_lef
     let (_, ended, reason) = wait_job_end(&env.pods.cluster, &env.pods.ns.name, "once", T).await;
     assert_eq!(ended, "Complete", "{reason}");
 }
+
+/// A Job that waits for the mutex says who holds it where `kubectl
+/// describe` shows it: the startup probe's output in the Pod's Events
+/// names the holder (the first Job's operation, its UID), then it runs.
+#[tokio::test]
+async fn a_job_waiting_for_the_mutex_names_the_holder_in_its_pod_events() {
+    let env = setup("whinj-wait").await;
+    let (cluster, ns) = (&env.pods.cluster, &env.pods.ns.name);
+    let first = create(&env, &job(&env, "first", "echo MIGRATING && sleep 25"), false).await.unwrap();
+    let first_uid = first.metadata.uid.clone().unwrap();
+    bloodraven_e2e::wait_for("the first Job to migrate", T, || async {
+        let pods = job_pods(cluster, ns, "first").await;
+        let Some(name) = pods.first().and_then(|p| p.metadata.name.clone()) else { return Err("no Pod".to_owned()) };
+        let log = logs(cluster, ns, &name, "migrate").await;
+        if log.contains("MIGRATING") { Ok(()) } else { Err(log) }
+    })
+    .await;
+    create(&env, &job(&env, "second", "echo MIGRATING"), false).await.unwrap();
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cluster.client.clone(), ns);
+    let note = bloodraven_e2e::wait_for("the second Pod's probe to name the holder", T, || async {
+        let pods = job_pods(cluster, ns, "second").await;
+        let Some(name) = pods.first().and_then(|p| p.metadata.name.clone()) else { return Err("no Pod".to_owned()) };
+        let lp = kube::api::ListParams::default().fields(&format!("involvedObject.name={name}"));
+        let list = events.list(&lp).await.map_err(|e| e.to_string())?;
+        list.items
+            .iter()
+            .filter_map(|e| e.message.clone())
+            .find(|m| m.contains("waiting for the migration mutex: held by"))
+            .ok_or_else(|| format!("{:?}", list.items.iter().map(|e| e.message.clone()).collect::<Vec<_>>()))
+    })
+    .await;
+    assert!(note.contains(&first_uid), "{note}");
+    for name in ["first", "second"] {
+        let (_, ended, reason) = wait_job_end(cluster, ns, name, T).await;
+        assert_eq!(ended, "Complete", "{name}: {reason}");
+    }
+}

@@ -396,6 +396,7 @@ async fn main_loop(
                                     PostAnswer::Held { holder, .. } => {
                                         if last_holder.as_ref() != Some(holder) {
                                             tracing::info!(kind = kind.as_str(), holder = %holder, "409 held: waiting for the holder");
+                                            let _ = run.status.send(Status::Waiting { holder: holder.to_string() });
                                         }
                                         last_holder = Some(holder.clone());
                                     }
