@@ -199,8 +199,11 @@ async fn run(s: &ExecSettings) -> (i32, String) {
                 }
             }
             Wake::Stop => {
-                tracing::info!("stop signal received: passing SIGTERM to the migration");
-                target.forward_term();
+                // A Pod deletion or a cancelled job: SIGTERM now, and SIGKILL
+                // after the sidecar's grace, as on a fence. A migration that
+                // ignores SIGTERM otherwise ran for the whole termination
+                // grace period (and the next deploy waited a further TTL).
+                fence(&mut fencing, "a stop signal (the Pod was deleted, or the job cancelled)".into());
             }
         }
     };

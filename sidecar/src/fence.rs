@@ -29,11 +29,6 @@ impl Target {
         }
     }
 
-    /// SIGTERM, for forwarding a stop the wrapper itself was sent.
-    pub fn forward_term(self) {
-        self.terminate();
-    }
-
     /// SIGKILL to the whole process group (no-op when it is gone).
     pub fn kill_group(self) {
         if let Err(e) = kill_process_group(self.0, Signal::KILL) {

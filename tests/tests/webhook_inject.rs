@@ -225,3 +225,41 @@ async fn a_job_waiting_for_the_mutex_names_the_holder_in_its_pod_events() {
         assert_eq!(ended, "Complete", "{name}: {reason}");
     }
 }
+
+/// A Pod deleted under a migration that ignores SIGTERM: the wrapper sends
+/// SIGTERM and, after the sidecar's grace (10 s), SIGKILL, instead of the
+/// migration running for the Pod's whole termination grace period (60 s
+/// here).
+#[tokio::test]
+async fn a_deleted_pod_stops_a_migration_that_ignores_sigterm_after_the_grace() {
+    let env = setup("whinj-del").await;
+    let (cluster, ns) = (&env.pods.cluster, &env.pods.ns.name);
+    let mut manifest = job(&env, "stubborn", "trap '' TERM; echo MIGRATING; while :; do sleep 1; done");
+    manifest["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = json!(60);
+    create(&env, &manifest, false).await.unwrap();
+    let pod = bloodraven_e2e::wait_for("the migration to run", T, || async {
+        let pods = job_pods(cluster, ns, "stubborn").await;
+        let Some(name) = pods.first().and_then(|p| p.metadata.name.clone()) else { return Err("no Pod".to_owned()) };
+        let log = logs(cluster, ns, &name, "migrate").await;
+        if log.contains("MIGRATING") { Ok(name) } else { Err(log) }
+    })
+    .await;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(cluster.client.clone(), ns);
+    let deleted = std::time::Instant::now();
+    pods.delete(&pod, &kube::api::DeleteParams::default()).await.unwrap();
+    bloodraven_e2e::wait_for("the migration container to end", T, || async {
+        let p = pods.get_opt(&pod).await.map_err(|e| e.to_string())?;
+        let Some(p) = p else { return Ok(()) };
+        let ended = p
+            .status
+            .and_then(|s| s.container_statuses)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.name == "migrate" && c.state.as_ref().is_some_and(|s| s.terminated.is_some()));
+        if ended { Ok(()) } else { Err("still running".to_owned()) }
+    })
+    .await;
+    let took = deleted.elapsed();
+    eprintln!("figure: Pod deletion → migration container ended: {took:?} (sidecar grace 10 s, Pod grace 60 s)");
+    assert!(took < Duration::from_secs(40), "ran on for the Pod's grace period: {took:?}");
+}
