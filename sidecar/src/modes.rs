@@ -224,6 +224,47 @@ fn restarted(s: &Settings, previous: &State) -> FinalRecord {
     record
 }
 
+/// Ends when `run`'s wrapper is overdue: the grace after a fence (or a
+/// moment after the run's end) passed without it exiting; a wrapper that
+/// reported the migration's exit waits for its verdict, which the run's
+/// end may take a while to give (releasing the hold, the record), so it is
+/// overdue only a moment after the run ended.
+async fn overdue(mut watched: watch::Receiver<Status>, mut reported: watch::Receiver<bool>) {
+    let grace = match watched.wait_for(|s| matches!(s, Status::Fenced { .. } | Status::Ended { .. })).await {
+        Ok(s) => match &*s {
+            Status::Fenced { grace, .. } => *grace,
+            _ => Duration::ZERO,
+        },
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::time::sleep(grace + Duration::from_secs(1)).await;
+    if *reported.borrow_and_update() {
+        if watched.wait_for(|s| matches!(s, Status::Ended { .. })).await.is_err() {
+            return std::future::pending().await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// A sender of socket events that forwards them to `events`, and whether
+/// one of them was the wrapper's report of the migration's exit: from then
+/// on the wrapper only waits for its verdict, and is not overdue.
+fn tap_exits(events: mpsc::Sender<Event>) -> (mpsc::Sender<Event>, watch::Receiver<bool>) {
+    let (tx, mut rx) = mpsc::channel::<Event>(64);
+    let (reported_tx, reported_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        while let Some(event) = rx.recv().await {
+            if matches!(event, Event::Exited(..)) {
+                let _ = reported_tx.send(true);
+            }
+            if events.send(event).await.is_err() {
+                break;
+            }
+        }
+    });
+    (tx, reported_rx)
+}
+
 /// `run`.
 pub async fn run(args: RunArgs) -> i32 {
     let stop = stop_signal();
@@ -259,7 +300,8 @@ pub async fn run(args: RunArgs) -> i32 {
     crate::fence::become_subreaper();
     let (status_tx, mut status_rx) = watch::channel(Status::Acquiring);
     let (events_tx, events_rx) = mpsc::channel(64);
-    if let Err(e) = serve(&socket_path, socket::Access::Owner, status_rx.clone(), events_tx.clone()) {
+    let (socket_tx, reported_rx) = tap_exits(events_tx.clone());
+    if let Err(e) = serve(&socket_path, socket::Access::Owner, status_rx.clone(), socket_tx) {
         tracing::error!(error = %e, "refusing to start");
         return not_run(exit::SIDECAR_FAILED, &format!("refusing to start: {e}"), &args.lease, &args.termination_log);
     }
@@ -291,17 +333,7 @@ pub async fn run(args: RunArgs) -> i32 {
         // run's end) to stop CMD and exit; past that, `run` kills the tree
         // itself. A migration that stopped its wrapper (`kill -STOP $PPID`)
         // otherwise ran on after the fence, and `run` never ended.
-        let mut watched = status_rx.clone();
-        let overdue = async move {
-            let grace = match watched.wait_for(|s| matches!(s, Status::Fenced { .. } | Status::Ended { .. })).await {
-                Ok(s) => match &*s {
-                    Status::Fenced { grace, .. } => *grace,
-                    _ => Duration::ZERO,
-                },
-                Err(_) => return std::future::pending().await,
-            };
-            tokio::time::sleep(grace + Duration::from_secs(1)).await;
-        };
+        let overdue = overdue(status_rx.clone(), reported_rx.clone());
         let status = match child {
             Ok(mut c) => tokio::select! {
                 s = c.wait() => s.ok(),

@@ -224,6 +224,8 @@ async fn a_revocation_during_the_migration_fences_it_and_a_trapped_sigterm_still
     assert_eq!(run.wait(T).await, exit::FENCED, "{}", run.log());
     let r = run.record();
     assert_eq!((r["result"].as_str(), r["fence"].as_str()), (Some("fenced"), Some("revoked")), "{r}");
+    // The migration exited at once on SIGTERM: its wrapper is not called overdue.
+    assert!(!run.full_log().contains("did not end after the fence"), "{}", run.full_log());
 }
 
 /// The watch: with TTL 120 the first renewal is 40 s after the grant, so a
