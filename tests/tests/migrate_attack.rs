@@ -420,10 +420,14 @@ async fn resolve_while_a_run_holds_the_schema_is_refused() {
 async fn an_orphaned_statement_holding_the_run_lock_is_named_with_its_kill() {
     let pair = SitePair::start("mg-att-orphan");
     let db = AppDb::create(&pair, false);
+    // The revision waits on a lock the test holds, so the orphan runs for
+    // as long as the test needs it to, and the rerun is quick.
+    let mut holder = db.app().await;
+    bloodraven_e2e::migrate::exec(&mut holder, "DO GET_LOCK('orphan-block', 0)").await;
     let revs = Revisions::new("mg-att-orphan");
-    revs.add(1, "slow", "UPDATE orders SET v = v + 1 WHERE id = 1;\nSELECT SLEEP(25);");
+    revs.add(1, "slow", "UPDATE orders SET v = v + 1 WHERE id = 1;\nSELECT GET_LOCK('orphan-block', 120);");
     let mut first = Run::apply(&revs, &db.url, &[]);
-    let orphan = db.wait_running("migrator", "SLEEP", T).await;
+    let orphan = db.wait_running("migrator", "GET_LOCK", T).await;
     first.kill9().await;
     let mut second = Run::apply(&revs, &db.url, &[]);
     second.wait_lines("holds this schema's run lock", 1, T).await;
@@ -436,5 +440,6 @@ async fn an_orphaned_statement_holding_the_run_lock_is_named_with_its_kill() {
     assert!(log.contains("statement of a dead run"), "{log}");
     assert_eq!(second.count("holds this schema's run lock"), 1, "said once in the first minute:\n{log}");
     pair.sql("iad", &format!("KILL {orphan}"));
+    bloodraven_e2e::migrate::exec(&mut holder, "DO RELEASE_LOCK('orphan-block')").await;
     assert_eq!(second.wait(T).await, 0, "{}", second.log());
 }
