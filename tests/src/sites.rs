@@ -149,6 +149,11 @@ impl SitePair {
         script(&["sql", self.dir_str(), site, sql]).unwrap()
     }
 
+    /// Runs SQL as root on `site`; its output, or the client's error.
+    pub fn try_sql(&self, site: &str, sql: &str) -> Result<String, String> {
+        script(&["sql", self.dir_str(), site, sql])
+    }
+
     /// Stops `site`'s server (clean shutdown).
     pub fn stop(&self, site: &str) {
         script(&["stop", self.dir_str(), site]).unwrap();
