@@ -391,8 +391,12 @@ pub struct SiteHealth {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication_lag_seconds: Option<u64>,
     /// The server's GTID position: `gtid_current_pos` on MariaDB,
-    /// `gtid_executed` on MySQL, at `lastProbeTime` (a moved position alone
-    /// is written with the next heartbeat, not at once).
+    /// `gtid_executed` on MySQL, as last seen: at `lastProbeTime` when the
+    /// site answered, else the last one it answered with (kept while it is
+    /// unreachable). A moved position alone is written with the next
+    /// heartbeat, not at once, except while another site may lack the
+    /// writable site's transactions: then at once, because a leader that
+    /// takes over reads from here what a promotion would abandon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gtid_position: Option<String>,
     /// The `server_id` of the server this site replicates from, if any

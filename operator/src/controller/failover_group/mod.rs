@@ -623,6 +623,9 @@ fn health_of(
 ) -> Vec<SiteHealth> {
     let now = Some(Time(Timestamp::now()));
     let kept = |site: &str| previous.iter().find(|h| h.site == site).and_then(|h| h.answered_endpoint.clone());
+    // The last position an unanswering site was seen with: what a leader
+    // that takes over after the primary died knows of it.
+    let last_seen = |site: &str| previous.iter().find(|h| h.site == site).and_then(|h| h.gtid_position.clone());
     // Compared this round, or the last verdict: errant transactions do not
     // go away because a site or the active one stopped answering.
     let errant = |site: &str| match checked.errant.get(site) {
@@ -658,6 +661,7 @@ fn health_of(
                 message: Some(f.message.clone()),
                 last_probe_time: now.clone(),
                 answered_endpoint: kept(&p.site),
+                gtid_position: last_seen(&p.site),
                 identity: identity::learned(ids, p),
                 errant_gtids: errant(&p.site),
                 ..SiteHealth::default()

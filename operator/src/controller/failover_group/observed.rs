@@ -17,8 +17,15 @@
 //! Not a change by themselves (they are refreshed with the heartbeat):
 //! - `health[].lastProbeTime`: the time of the last *written* probe.
 //! - `health[].gtidPosition`: moves with every transaction on a busy
-//!   primary. Nothing reads it from status (the failover engine reads
-//!   positions from the servers); people read role, reachability and lag.
+//!   primary; people read role, reachability and lag. Except while another
+//!   site may lack some of the writable site's transactions (unreachable,
+//!   replication not running or stalled, or [`LAG_STEP_SECONDS`] behind or
+//!   more): then the writable
+//!   site's moved position is a change. It is what a leader that took over
+//!   knows of the primary's last position when the primary dies before it
+//!   saw it answer, so what a promotion abandons is never computed from a
+//!   position a heartbeat old (a new leader promoted a stalled standby
+//!   "abandoning 0" that way).
 //! - `health[].replicationLagSeconds` moving by less than
 //!   [`LAG_STEP_SECONDS`] and less than a fifth of the stored value (lag
 //!   appearing or disappearing is a change). The threshold is measured from
@@ -82,11 +89,29 @@ pub fn must_write(
     {
         return true;
     }
+    if may_lack_transactions(next)
+        && s.health.iter().zip(next.health).any(|(a, b)| b.writable == Some(true) && a.gtid_position != b.gtid_position)
+    {
+        return true;
+    }
     let Some(oldest) = s.health.iter().filter_map(|h| h.last_probe_time.as_ref()).map(|t| t.0).min() else {
         return false;
     };
     let age_ms = now.as_millisecond().saturating_sub(oldest.as_millisecond());
     age_ms >= due_after(heartbeat, group, oldest).as_millis().try_into().unwrap_or(i64::MAX)
+}
+
+/// Whether a site other than the writable one may lack some of its
+/// transactions: unreachable, not replicating, lagging, or reported stalled.
+fn may_lack_transactions(next: &Observation<'_>) -> bool {
+    let stalled = next.conditions.iter().any(|c| c.type_ == "ReplicationNotRunning" && c.status == "True");
+    stalled
+        || next.health.iter().any(|h| {
+            h.writable != Some(true)
+                && (!h.reachable
+                    || h.replication_running != Some(true)
+                    || h.replication_lag_seconds.is_none_or(|l| l >= LAG_STEP_SECONDS))
+        })
 }
 
 /// The heartbeat of one group in one cycle: `heartbeat` less a spread in
@@ -192,6 +217,42 @@ mod tests {
         let cases: &[(&str, Edit, bool)] = &[
             ("nothing", |_, _| {}, false),
             ("the GTID position moved", |h, _| h[0].gtid_position = Some("0-1-5000".into()), false),
+            (
+                "the primary's position moved while the replica is stalled",
+                |h, c| {
+                    h[0].gtid_position = Some("0-1-5000".into());
+                    c.push(Condition {
+                        type_: "ReplicationNotRunning".into(),
+                        status: "True".into(),
+                        reason: "ReplicationStalled".into(),
+                        message: "pdx has not moved".into(),
+                        observed_generation: Some(1),
+                        last_transition_time: Time(at(0)),
+                    });
+                },
+                true,
+            ),
+            (
+                "the primary's position moved while the replica is unreachable",
+                |h, _| {
+                    h[0].gtid_position = Some("0-1-5000".into());
+                    h[1] = SiteHealth {
+                        reachable: false,
+                        replication_running: None,
+                        replication_lag_seconds: None,
+                        ..h[1].clone()
+                    };
+                },
+                true,
+            ),
+            (
+                "the primary's position moved while the replica lags by a second",
+                |h, _| {
+                    h[0].gtid_position = Some("0-1-5000".into());
+                    h[1].replication_lag_seconds = Some(1);
+                },
+                false,
+            ),
             ("lag jitters by a second", |h, _| h[1].replication_lag_seconds = Some(1), false),
             ("lag grew by the step", |h, _| h[1].replication_lag_seconds = Some(LAG_STEP_SECONDS), true),
             ("lag became unknown", |h, _| h[1].replication_lag_seconds = None, true),
