@@ -158,8 +158,13 @@ pub async fn check(ctx: &Context, group: &MysqlFailoverGroup, active: &str, prob
                     || "some".to_owned(),
                     |a| format!("{} ({})", a.transactions, a.gtids),
                 );
+                // Each flavour's own words for its lag column and its restart.
+                let (lag_column, restart) = match flavor {
+                    crate::mysql::Flavor::MariaDb => ("Seconds_Behind_Master", "STOP SLAVE; START SLAVE"),
+                    crate::mysql::Flavor::MySql => ("Seconds_Behind_Source", "STOP REPLICA; START REPLICA"),
+                };
                 format!(
-                    "site {site} is stalled: both replication threads report running (Seconds_Behind_Master {}), but it lacks {lacks} of the active site {active}'s transactions and has received and applied nothing for {} s (applied {applied}, received {}); the link to {active} may be cut: check the network, then restart replication on {site} (STOP SLAVE; START SLAVE)",
+                    "site {site} is stalled: both replication threads report running ({lag_column} {}), but it lacks {lacks} of the active site {active}'s transactions and has received and applied nothing for {} s (applied {applied}, received {}); the link to {active} may be cut: check the network, then restart replication on {site} ({restart})",
                     r.lag_seconds.map_or_else(|| "NULL".to_owned(), |l| l.to_string()),
                     stuck.as_secs(),
                     if received.is_empty() { "nothing shown" } else { received.as_str() },
