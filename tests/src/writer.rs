@@ -32,6 +32,18 @@ pub fn prepare(pair: &SitePair, site: &str) {
     );
 }
 
+/// [`prepare`] on iad, then one row there, and waits (bounded by
+/// `timeout`) until pdx replicated it: a pair known to replicate.
+pub async fn prepare_replicated(pair: &SitePair, timeout: std::time::Duration) {
+    prepare(pair, "iad");
+    pair.sql("iad", "INSERT INTO bench.t (id) VALUES (1)");
+    crate::wait_for("pdx to have the row", timeout, || async {
+        let n = pair.sql("pdx", "SELECT COUNT(*) FROM bench.t");
+        if n.trim() == "1" { Ok(()) } else { Err(n) }
+    })
+    .await;
+}
+
 /// Connection options of the application account to the site on `port`
 /// (TCP on loopback).
 pub fn app_account(port: u16) -> mysql_async::OptsBuilder {

@@ -35,13 +35,7 @@ fn seq(position: &str) -> u64 {
 async fn a_standby_that_stopped_receiving_waits_and_is_promoted_only_knowingly() {
     let sc = Scenario::start("abandon", 1, LeaderTimings::default()).await;
     let name = sc.quick_group("g").await;
-    writer::prepare(&sc.pair, "iad");
-    sc.pair.sql("iad", "INSERT INTO bench.t (id) VALUES (1)");
-    wait_for("pdx to have the row", T, || async {
-        let n = sc.pair.sql("pdx", "SELECT COUNT(*) FROM bench.t");
-        if n.trim() == "1" { Ok(()) } else { Err(n) }
-    })
-    .await;
+    writer::prepare_replicated(&sc.pair, T).await;
     let had = seq(&sc.pair.sql("pdx", "SELECT @@gtid_current_pos"));
 
     let block = sc.pair.block_replication("pdx");

@@ -126,13 +126,7 @@ async fn a_busy_primary_raises_no_false_alarm() {
 async fn a_replica_that_receives_nothing_is_stalled_and_refused_as_a_target() {
     let sc = Scenario::start("stall", 1, LeaderTimings::default()).await;
     let name = sc.quick_group("g").await;
-    writer::prepare(&sc.pair, "iad");
-    sc.pair.sql("iad", "INSERT INTO bench.t (id) VALUES (1)");
-    bloodraven_e2e::wait_for("pdx to have the row", T, || async {
-        let n = sc.pair.sql("pdx", "SELECT COUNT(*) FROM bench.t");
-        if n.trim() == "1" { Ok(()) } else { Err(n) }
-    })
-    .await;
+    writer::prepare_replicated(&sc.pair, T).await;
 
     let block = sc.pair.block_replication("pdx");
     let inserts = (2..52).map(|i| format!("INSERT INTO bench.t (id) VALUES ({i});")).collect::<Vec<_>>().join(" ");

@@ -27,7 +27,7 @@ use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
 use bloodraven_e2e::deploy::{Pipeline, scenario, start_operator_with, token_of};
 use bloodraven_e2e::fixtures::{Scenario, condition, group_events, has_condition, is_active_at, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
-use bloodraven_e2e::{Operator, wait_for, writer};
+use bloodraven_e2e::{Operator, writer};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
@@ -119,13 +119,7 @@ fn keep_renewing(p: &Pipeline, op: &str, migration: String, hold: String) -> tok
 async fn an_errant_standby_is_never_promoted_across_a_leader_crash_an_accepted_loss_and_a_request() {
     let mut sc = Scenario::start("sc-errant", 1, TAKEOVER).await;
     let name = sc.quick_group("g").await;
-    writer::prepare(&sc.pair, "iad");
-    sc.pair.sql("iad", "INSERT INTO bench.t (id) VALUES (1)");
-    wait_for("pdx to have the row", T, || async {
-        let n = sc.pair.sql("pdx", "SELECT COUNT(*) FROM bench.t");
-        if n.trim() == "1" { Ok(()) } else { Err(n) }
-    })
-    .await;
+    writer::prepare_replicated(&sc.pair, T).await;
     let pdx_id = sc.pair.sql("pdx", "SELECT @@server_id").trim().to_owned();
     let had = seq(&sc.pair.sql("pdx", "SELECT @@gtid_slave_pos"));
 
@@ -193,13 +187,7 @@ async fn a_stopped_sql_thread_fails_a_deferred_switchover_and_blocks_promotion_a
     let cluster = d.sc.cluster.clone();
     let p = d.pipeline.clone();
     let group = p.group.clone();
-    writer::prepare(&d.sc.pair, "iad");
-    d.sc.pair.sql("iad", "INSERT INTO bench.t (id) VALUES (1)");
-    wait_for("pdx to have the row", T, || async {
-        let n = d.sc.pair.sql("pdx", "SELECT COUNT(*) FROM bench.t");
-        if n.trim() == "1" { Ok(()) } else { Err(n) }
-    })
-    .await;
+    writer::prepare_replicated(&d.sc.pair, T).await;
 
     let m = p.post_until(201, "migration", "op1", "counter-app", 120).await;
     let h = p.post("failover-hold", "op1", "counter-app", 120).await;
@@ -269,13 +257,7 @@ async fn a_stalled_standby_behind_a_held_switchover_is_not_promoted_blindly_afte
     let cluster = d.sc.cluster.clone();
     let p = d.pipeline.clone();
     let group = p.group.clone();
-    writer::prepare(&d.sc.pair, "iad");
-    d.sc.pair.sql("iad", "INSERT INTO bench.t (id) VALUES (1)");
-    wait_for("pdx to have the row", T, || async {
-        let n = d.sc.pair.sql("pdx", "SELECT COUNT(*) FROM bench.t");
-        if n.trim() == "1" { Ok(()) } else { Err(n) }
-    })
-    .await;
+    writer::prepare_replicated(&d.sc.pair, T).await;
     let had = seq(&d.sc.pair.sql("pdx", "SELECT @@gtid_current_pos"));
 
     // A pipeline holds the mutex and a failover-hold, renewed all along; a
