@@ -4,8 +4,8 @@
 //! document generated from them ([`openapi::document`], written to
 //! `docs/deploy-api.openapi.yaml` by `cargo xtask openapi`, which `--check`s
 //! it in CI). The server (operator) and every client (sidecar, tests) use
-//! these types; the JSON field names are the contract of the lease seed
-//! (`shared/seeds/000_…`), Rust names follow them in snake_case.
+//! these types; the JSON field names are the contract (docs/deploy-api.md),
+//! Rust names follow them in snake_case.
 //!
 //! Request types refuse unknown fields (the server answers `400
 //! invalid_request` naming the field); answer types are read tolerantly by
@@ -22,9 +22,9 @@ use serde::{Deserialize, Serialize};
 pub use error::{ErrorBody, ErrorCode, RevokeReason};
 pub use view::{GroupView, LeaseView, OperationType, OperationView, VerificationView};
 
-/// Smallest lease TTL in seconds; shorter requests are clamped up (lease seed).
+/// Smallest lease TTL in seconds; shorter requests are clamped up.
 pub const MIN_TTL_SECONDS: u32 = 5;
-/// Largest lease TTL in seconds; longer requests are clamped down (lease seed).
+/// Largest lease TTL in seconds; longer requests are clamped down.
 pub const MAX_TTL_SECONDS: u32 = 120;
 /// Largest request body, in bytes; larger bodies get `413 payload_too_large`.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -44,7 +44,7 @@ pub const DEFAULT_WATCH_SECONDS: u32 = 30;
 /// Seconds a client is told to wait after `423 unstable`.
 pub const UNSTABLE_RETRY_AFTER_SECONDS: u32 = 5;
 
-/// The two kinds of deploy lease (lease seed, "Two leases, in one order").
+/// The two kinds of deploy lease, taken in one order: migration, then failover-hold.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema)]
 pub enum LeaseKind {
     /// The group-wide migration mutex: one holder per group.
@@ -275,7 +275,7 @@ mod whole {
 }
 
 /// Whether `id` is a valid `operationId`: 1–128 characters of
-/// `[A-Za-z0-9._:-]` (lease seed), other than `.` and `..`, which a URL path
+/// `[A-Za-z0-9._:-]`, other than `.` and `..`, which a URL path
 /// cannot carry (clients remove them as dot segments, RFC 3986 §5.2.4), so an
 /// operation of that id could never be renewed or released.
 pub fn valid_operation_id(id: &str) -> bool {

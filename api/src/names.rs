@@ -1,6 +1,5 @@
 //! Well-known names: the API group, annotations, labels, the deploy-API
-//! audience, ports and Lease names. Source: `shared/DESIGN.md` ("Conventions")
-//! and the lease seed (`shared/seeds/000_…`).
+//! audience, ports and Lease names.
 
 /// API group of every Bloodraven custom resource.
 pub const GROUP: &str = "bloodraven.shipstream.io";
@@ -16,7 +15,7 @@ pub const DEFAULT_NAMESPACE: &str = "bloodraven";
 pub const LEADER_LEASE_NAME: &str = "bloodraven-leader";
 
 /// Audience a deploy-API caller's projected ServiceAccount token must carry
-/// (lease seed: "Who is allowed to ask").
+/// (docs/deploy-api.md, "Who may ask").
 pub const DEPLOY_AUDIENCE: &str = "bloodraven-deploy";
 
 /// TLS port of the deploy API (`/deploy/v1`).
@@ -29,7 +28,7 @@ pub const PLAIN_PORT: u16 = 8082;
 pub const WEBHOOK_PORT: u16 = 9443;
 
 /// Annotation on a MysqlFailoverGroup that revokes every deploy lease of the
-/// group with reason `OperatorRevoked` (lease seed: "Revoking by hand").
+/// group with reason `OperatorRevoked` (docs/deploy-api.md, "Revocation and tombstones").
 pub const REVOKE_DEPLOYMENT_LEASES_ANNOTATION: &str = "bloodraven.shipstream.io/revoke-deployment-leases";
 
 /// Server-side-apply field manager of the operator's observations
@@ -127,7 +126,7 @@ pub const ENDPOINT_SLICE_MANAGER: &str = "bloodraven.shipstream.io";
 pub const PRIMARY_SERVICE_PORT: u16 = 3306;
 
 /// Name prefixes of the operator's state objects in its namespace, by
-/// resource (DESIGN.md "Conventions"): deploy Leases, tombstones and
+/// resource: deploy Leases, tombstones and
 /// verification records; decision-record ConfigMaps; the decision-record
 /// key Secret. Only the operator's ServiceAccount may write or delete them
 /// (the webhook's `operator-state` guard).
@@ -180,12 +179,12 @@ pub mod inject {
     pub const WRAPPER: [&str; 3] = ["/run/bloodraven/bin/bloodraven-sidecar", "exec", "--"];
 }
 
-/// The deploy Lease objects the operator keeps in its namespace (DESIGN.md
-/// "Conventions": `bloodraven-deploy-*`, `bloodraven-tombstone-*`,
-/// `bloodraven-verify-*`): their names, labels and annotations, for every
-/// component that reads them (the operator writes them; the webhook refuses
-/// hand edits; tools and tests read them). Names hash the group (and the
-/// operation), so any group name and operationId fit in 63 characters.
+/// The deploy Lease objects the operator keeps in its namespace
+/// (`bloodraven-deploy-*`, `bloodraven-tombstone-*`, `bloodraven-verify-*`):
+/// their names, labels and annotations, for every component that reads them
+/// (the operator writes them; the webhook refuses hand edits; tools and
+/// tests read them). Names hash the group (and the operation), so any group
+/// name and operationId fit in 63 characters.
 pub mod deploy_lease {
     use sha2::{Digest, Sha256};
 

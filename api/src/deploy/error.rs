@@ -1,7 +1,8 @@
 //! The deploy API's refusals: one JSON shape ([`ErrorBody`]), a closed set of
 //! codes ([`ErrorCode`]), each with one HTTP status, and the revoke reasons
-//! ([`RevokeReason`]). Source: DESIGN.md "Deploy API" (the table) and the
-//! lease seed ("The generation is the fence", "Revoking by hand").
+//! ([`RevokeReason`]: the topology generation changed, or a person revoked
+//! by hand). docs/deploy-api.md lists them ("Errors", "Revocation and
+//! tombstones").
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -113,7 +114,7 @@ impl ErrorCode {
         }
     }
 
-    /// The HTTP status the code is always answered with (DESIGN.md table).
+    /// The HTTP status the code is always answered with (docs/deploy-api.md, "Errors").
     pub const fn status(self) -> u16 {
         match self {
             ErrorCode::InvalidRequest => 400,
@@ -132,7 +133,7 @@ impl ErrorCode {
     }
 
     /// Whether authority over the lease is gone for good: stop the heartbeat
-    /// and fence (lease seed: "All three mean the same thing").
+    /// and fence (`revoked`, `expired` and `token_mismatch` all mean the same thing).
     pub const fn is_loss_of_authority(self) -> bool {
         matches!(self, ErrorCode::Revoked | ErrorCode::Expired | ErrorCode::TokenMismatch)
     }

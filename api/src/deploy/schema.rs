@@ -9,7 +9,7 @@
 
 use schemars::JsonSchema;
 
-/// The pattern of [`OperationId`] (the length is in it, as the seed states it).
+/// The pattern of [`OperationId`] (the length is in it, as the contract states it).
 pub const OPERATION_ID_PATTERN: &str = r"^[A-Za-z0-9._:-]{1,128}$";
 
 /// The pattern of [`Revision`].

@@ -1,7 +1,7 @@
 //! `GET /deploy/v1/groups/{group}`: a group as a deploy pipeline observes it
-//! (lease seed, "Two leases, in one order": the active site,
-//! topologyGeneration, the health block, every in-flight operation phase,
-//! and stable with an unstableReason). Never a token.
+//! (the active site, topologyGeneration, the health block, every in-flight
+//! operation phase, and stable with an unstableReason; docs/deploy-api.md,
+//! "Reference"). Never a token.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -1,10 +1,10 @@
 //! Condition types and reasons of a MysqlFailoverGroup and a MysqlDatabase.
-//! Types are those of `shared/DESIGN.md`; reasons are stable CamelCase words
+//! Types are those docs/failover-groups.md lists ("Conditions"); reasons are stable CamelCase words
 //! used in conditions, Events and metric labels alike.
 
 use std::fmt;
 
-/// The condition types a MysqlFailoverGroup carries (DESIGN.md, "Status").
+/// The condition types a MysqlFailoverGroup carries (docs/failover-groups.md, "Conditions").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ConditionType {
     /// The group has exactly one writable primary at its active site and a
@@ -27,7 +27,7 @@ pub enum ConditionType {
     /// the schema.
     SchemaVerificationRequired,
     /// A planned failover is running, so the operator's automatic failover
-    /// waits for it (lease seed: "AutomaticFailoverHeld").
+    /// waits for it.
     AutomaticFailoverHeld,
     /// A site that lost the primary role holds transactions the new primary
     /// lacks (errant GTIDs): it stays fenced until a person acts.
@@ -38,8 +38,8 @@ pub enum ConditionType {
     DecisionConflict,
     /// Accounts other than the operator's can write through `read_only` on a
     /// site (MariaDB `READ_ONLY ADMIN` or `SUPER`): the fence ends their
-    /// sessions, but they should not belong to applications or migrations
-    /// (failover issue: "report such accounts … with a condition and Event").
+    /// sessions, but they should not belong to applications or migrations,
+    /// so such accounts are reported with this condition and an Event.
     ReadOnlyBypassAccounts,
 }
 

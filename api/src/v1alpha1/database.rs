@@ -1,7 +1,7 @@
 //! `MysqlDatabase`: one application's schema on a failover group, and the
 //! deploy pipelines allowed to coordinate migrations on it.
 //!
-//! Authority model (lease seed, "Who is allowed to ask"): the pairs in
+//! Authority model (docs/deploy-api.md, "Who may ask"): the pairs in
 //! `spec.deploymentClients` may take deploy leases on the group named by
 //! `spec.failoverGroupRef.name`, with this resource's *name* as the lease's
 //! `instance` (not the SQL schema name). At most one pair per namespace.

@@ -10,8 +10,8 @@
 //!
 //! Invariant: `status.topologyGeneration` increases by exactly one on every
 //! authoritative change of active site (bootstrap completion included) and
-//! never otherwise; it is not `metadata.generation` (DESIGN.md, lease seed
-//! "The generation is the fence").
+//! never otherwise; it is not `metadata.generation` (docs/concepts.md, "The
+//! generation is the fence").
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};

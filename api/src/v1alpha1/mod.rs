@@ -1,6 +1,6 @@
 //! `bloodraven.shipstream.io/v1alpha1`: [`MysqlFailoverGroup`] (cluster-scoped)
-//! and [`MysqlDatabase`] (namespaced). Field names follow `shared/DESIGN.md`
-//! ("Custom resources"); validation that the OpenAPI schema can express lives
+//! and [`MysqlDatabase`] (namespaced). Field names follow
+//! docs/failover-groups.md; validation that the OpenAPI schema can express lives
 //! in the schema (patterns, bounds, list-map keys, CEL rules), and the
 //! operator re-checks at run time what it cannot.
 
