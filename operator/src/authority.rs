@@ -1,5 +1,5 @@
 //! Which MysqlDatabase speaks for a lease `instance`, and who may act for it
-//! (lease seed, "Who is allowed to ask"; DESIGN.md "Deploy API").
+//! (docs/deploy-api.md, "Who may ask").
 //!
 //! Rules, all decided from watch caches (no API-server read):
 //! 1. A MysqlDatabase may attach to a group only from a namespace the group

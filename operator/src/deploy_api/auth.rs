@@ -1,6 +1,6 @@
 //! Who may ask: authentication by TokenReview with the `bloodraven-deploy`
 //! audience, authorization by `MysqlDatabase.spec.deploymentClients`
-//! (lease seed, "Who is allowed to ask").
+//! (docs/deploy-api.md, "Who may ask").
 //!
 //! - Only `Authorization: Bearer <token>`; the review must come back
 //!   authenticated, for a ServiceAccount user, with `bloodraven-deploy`

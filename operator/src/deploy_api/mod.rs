@@ -1,7 +1,6 @@
 //! The deploy API (`/deploy/v1`, TLS only, leader only): a group-wide
 //! migration mutex and a renewable failover-hold, stored as Kubernetes
-//! Leases and fenced by the group's topology generation (lease seed,
-//! DESIGN.md "Deploy API").
+//! Leases and fenced by the group's topology generation (docs/deploy-api.md).
 //!
 //! The lease domain itself (state machine, storage, the service both this
 //! API and the reconcilers call) is `crate::lease`; this module is only its

@@ -1,6 +1,6 @@
 //! The `/deploy/v1` routes. Every answer is JSON; every refusal is
 //! `{"error": "<code>", "message": "..."}` with the fields its code carries
-//! (DESIGN.md table; `docs/deploy-api.openapi.yaml` is the contract).
+//! (`docs/deploy-api.openapi.yaml` is the contract).
 //!
 //! Order of checks: leadership (503 `not_leader`), authentication (401),
 //! path and body size (413) and shape (400 `invalid_request`, naming the

@@ -1,6 +1,6 @@
-//! Emergency failover and returning-primary judgement, pure (DESIGN.md
-//! "Failover engine"; lease seed: "Emergency failover never reads
-//! deployment leases").
+//! Emergency failover and returning-primary judgement, pure (emergency
+//! failover never reads deployment leases; docs/failover.md, "Emergency
+//! failover").
 //!
 //! - [`judge`]: after `failureThreshold` consecutive failed probes of the
 //!   active site (the detection budget, `probeIntervalSeconds ×

@@ -1,6 +1,6 @@
 //! The planned failover (switchover) as a pure state machine: given the
 //! request's persisted phase and what the engine observes, the one next
-//! action (DESIGN.md "Failover engine"; lease seed "What a hold holds").
+//! action (docs/failover.md, "Planned failover (switchover)", "What a hold holds").
 //!
 //! Phases: `Pending → Admitting → (Deferred ↔ Admitting) → Draining →
 //! Promoting → Repointing → Completed | Failed`.
@@ -18,8 +18,8 @@
 //! decision is taken only while the decided active site is not yet the
 //! target, so a request never bumps the generation twice.
 //!
-//! What the request holds (lease seed: "it never delays an emergency
-//! failover"): before the fence (`Pending`, `Admitting`, `Deferred`) it
+//! What the request holds (it never delays an emergency failover):
+//! before the fence (`Pending`, `Admitting`, `Deferred`) it
 //! holds nothing, whatever the deploy leases say. An emergency failover that
 //! moves the decision meanwhile supersedes it: it ends `Failed`, saying so,
 //! and never runs against the new topology. Only from `Draining` on, when

@@ -3,7 +3,7 @@
 //! (`store.rs`) reads the slots, asks for a decision, and writes the result
 //! with a resourceVersion precondition; a conflict re-reads and decides again.
 //!
-//! Invariants (lease seed; property-tested in `machine/tests.rs`):
+//! Invariants (docs/concepts.md, "Leases"; property-tested in `machine/tests.rs`):
 //! 1. At most one live migration grant per group.
 //! 2. A failover-hold is granted only to the live migration holder with the
 //!    same operationId and instance.
@@ -25,7 +25,7 @@
 //!    mutex holder can always take the hold.
 //! 9. A grant that ends (revoked, or lapsed and swept or replaced) after
 //!    reporting `ddlState: started` yields a [`Verification`]: a person
-//!    must verify the schema (DESIGN.md, `SchemaVerificationRequired`).
+//!    must verify the schema (condition `SchemaVerificationRequired`, docs/runbook.md).
 
 use bloodraven_api::deploy::{DdlState, Holder, LeaseKind};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -126,8 +126,8 @@ pub struct GroupFacts {
     pub unstable_reason: Option<String>,
     /// The only instability is a planned failover deferred by a
     /// failover-hold: renewals go on (each renewal of the hold moves the
-    /// deferral's retry time, lease seed "What a hold holds"); new grants
-    /// still get `423 unstable`.
+    /// deferral's retry time; docs/concepts.md, "What a hold defers, and
+    /// what never reads a lease"); new grants still get `423 unstable`.
     pub deferring: bool,
 }
 

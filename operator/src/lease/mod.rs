@@ -4,9 +4,9 @@
 //! HTTP handlers and the reconcilers (and the failover engine to come) both
 //! use; neither reaches into the other.
 //!
-//! - [`machine`]: the pure state machine, property-tested (lease seed,
-//!   "Two leases, in one order", "What a hold holds", "The generation is
-//!   the fence").
+//! - [`machine`]: the pure state machine, property-tested (docs/concepts.md,
+//!   "Leases", "The generation is the fence"; docs/failover.md, "What a hold
+//!   holds").
 //! - [`store`]: its storage on `coordination.k8s.io/v1` Lease objects in the
 //!   operator's namespace, compare-and-swap, bound to the group's UID.
 //! - [`service`]: the interface: read → decide → write, retried on conflict

@@ -347,8 +347,8 @@ impl Service {
         .await
     }
 
-    /// A planned failover's admission check (lease seed, "What a hold
-    /// holds"): the group's live failover-hold, if any (`Some`: defer);
+    /// A planned failover's admission check (docs/failover.md, "What a
+    /// hold holds"): the group's live failover-hold, if any (`Some`: defer);
     /// otherwise the hold slot is fenced with `marker` at the
     /// resourceVersion read, so no hold granted on an earlier read can land
     /// after this answer (`None`: admitted). Call it only after status

@@ -328,7 +328,7 @@ impl Store {
     /// Also watches the metadata of the verification records of the Leases'
     /// namespace (a spawned task, retried with backoff for the life of the
     /// process), so that [`Store::verifications`] of a group without any
-    /// costs no API request (issue 7, "Scale": a LIST per probe was 200
+    /// costs no API request (a LIST per probe was 200
     /// LIST/s at a thousand groups). A group the watch shows with records,
     /// and every group before the watch's first list, is LISTed as before.
     #[must_use]

@@ -3,7 +3,7 @@
 //! a spec or a status goes through here, so that one stored object that does not decode into the
 //! operator's types (what a CRD downgrade, or an object written while the
 //! schema was looser, leaves behind) is reported on that object and skipped,
-//! and never stops the others (STYLE.md, "Tolerant reading"; issue 6).
+//! and never stops the others (docs/runbook.md, "InvalidObject").
 //!
 //! Model:
 //! - Watches and gets read `DynamicObject`s (which always decode: the API

@@ -2,7 +2,7 @@
 //! group's conditions, its stability, and whether bootstrap may complete.
 //! Pure, so every rule here is unit- and property-tested.
 //!
-//! Rules (DESIGN.md, "Custom resources"; issue "observe and bootstrap"):
+//! Rules (docs/failover-groups.md, "Bootstrap", "Conditions"):
 //! - The *designated primary* is `status.activeSite` once decided, else
 //!   `spec.initialActiveSite`. Every other site is a designated replica.
 //! - Bootstrap completes only when every site is reachable, exactly the

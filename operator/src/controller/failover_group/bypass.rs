@@ -5,7 +5,7 @@
 //! (`crate::mysql::grants`). The fence ends their
 //! sessions, so they cannot defeat a switchover, but an application or
 //! migration account holding such a privilege writes to a fenced site until
-//! then; the failover issue asks for a condition and an Event (the Event
+//! then, so such accounts are reported with a condition and an Event (the Event
 //! comes with the condition's transition, and again at each fence).
 //!
 //! Grants rarely change, so each site is checked on first sight, then at

@@ -1,4 +1,4 @@
-//! Site credentials without an API read per probe (issue 7, "Scale").
+//! Site credentials without an API read per probe.
 //!
 //! Model: a metadata-only watch of the Secrets in the credentials namespace
 //! (`--credentials-namespace`, the only namespace site credentials are read

@@ -1,6 +1,6 @@
 //! Whether an observation is news: the observer writes a group's status only
 //! when what it would apply differs from what the status holds, or when the
-//! heartbeat is due (issue 7, "Scale": a group must not cost the API server
+//! heartbeat is due (a group must not cost the API server
 //! a write every probe interval when nothing changed).
 //!
 //! Model: the observer owns `status.{stable, unstableReason, health,

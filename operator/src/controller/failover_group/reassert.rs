@@ -1,5 +1,5 @@
-//! Primary reassertion (DESIGN.md "Failover engine"; lease seed: a safety
-//! path that never reads a lease): once a group has a decision, on every
+//! Primary reassertion (a safety path that never reads a lease;
+//! docs/failover.md, "Returning primary, reassertion"): once a group has a decision, on every
 //! probe where the decided active site is writable, a site other than it
 //! that is writable too is made read-only again and its client sessions ended — a replica restarted
 //! without `read_only` in its configuration, or a hand-made promotion, must

@@ -261,7 +261,7 @@ pub fn high_water(uid: &str) -> Option<i64> {
 /// A watch cache of the decision records of the operator's namespace
 /// (label `bloodraven.shipstream.io/record=topology`), so that the
 /// steady-state reconcile of a group reads its record without an API
-/// request (issue 7, "Scale": two record GETs per probe were 400 GET/s at a
+/// request (two record GETs per probe were 400 GET/s at a
 /// thousand groups).
 ///
 /// The cache only ever short-cuts the quiet case, see [`Cache::read_settled`];

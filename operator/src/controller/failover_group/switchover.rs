@@ -1,6 +1,6 @@
 //! The planned failover (switchover) engine: runs the decision table of
-//! `crate::failover::planned` against the real sites (DESIGN.md "Failover
-//! engine"; lease seed "What a hold holds", "The generation is the fence").
+//! `crate::failover::planned` against the real sites (docs/failover.md,
+//! "What a hold holds"; docs/concepts.md, "The generation is the fence").
 //!
 //! A request is `spec.plannedFailover` (`targetSite`, `requestId`). Its
 //! progress lives in `status.plannedFailover` (phase, history, admission),

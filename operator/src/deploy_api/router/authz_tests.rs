@@ -1,6 +1,6 @@
 //! Authorization comes before any other API-server read a request causes
-//! (issue: "any ServiceAccount can mint a bloodraven-deploy token for
-//! itself", so such a caller must cost the API server nothing but its
+//! (any ServiceAccount can mint a bloodraven-deploy token for
+//! itself, so such a caller must cost the API server nothing but its
 //! TokenReview). The router runs against a stand-in API server that answers
 //! TokenReviews and records every other request; the real server is used by
 //! the e2e tests, this only counts requests.

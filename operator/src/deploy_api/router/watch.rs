@@ -1,5 +1,5 @@
 //! `POST /deploy/v1/groups/{group}/leases/{kind}/{operationId}/watch`: push
-//! revocation as a long-poll (issue 9, "Push revocation").
+//! revocation as a long-poll (docs/sidecar.md, "Revocation latency: the watch").
 //!
 //! The request is admitted, parsed and authorized like a renewal (leader
 //! only, TokenReview, `deploymentClients`, the lease token in the body —

@@ -306,7 +306,7 @@ fn a_grant_acts_only_for_the_client_it_was_granted_to() {
 
 #[test]
 fn a_hold_never_outlives_its_operations_mutex() {
-    // The input: A takes the mutex (ttl 5) and the hold (ttl 30), stops renewing the mutex.
+    // A takes the mutex (ttl 5) and the hold (ttl 30), stops renewing the mutex.
     let s = post(&Slots::default(), None, &stable(1), LeaseKind::Migration, "a", "app", 5, "ma", t(0)).slots;
     let s = post(&s, None, &stable(1), LeaseKind::FailoverHold, "a", "app", 30, "ha", t(0)).slots;
     assert!(s.effective_hold(t(4)).is_some());

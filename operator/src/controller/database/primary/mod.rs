@@ -1,7 +1,7 @@
 //! Keeps each MysqlDatabase's `<name>-primary` Service (and its
 //! EndpointSlice) pointing at the group's decided active site, so
-//! applications find the primary without reading status (DESIGN.md,
-//! "Conventions"; issue 7). Leader only. What the objects should be is
+//! applications find the primary without reading status
+//! (docs/connecting.md). Leader only. What the objects should be is
 //! [`desired`]; this module reads, compares and writes.
 //!
 //! Invariants:
