@@ -1,5 +1,5 @@
-//! Sidecar injection into an annotated migration Job (DESIGN.md "Webhook",
-//! docs/sidecar.md "In a Job Pod"), as JSON Patch operations that only add:
+//! Sidecar injection into an annotated migration Job (docs/webhook.md
+//! "Injection", docs/sidecar.md "In a Job Pod"), as JSON Patch operations that only add:
 //! the user's fields (their own native sidecars, other webhooks' changes)
 //! are never removed or rewritten wholesale; lists are appended to and the
 //! migration container's command is prefixed element by element.

@@ -1,5 +1,5 @@
-//! `bloodraven-webhook`: the admission webhook (DESIGN.md "Webhook";
-//! docs/webhook.md). Validating guards for the fence —
+//! `bloodraven-webhook`: the admission webhook (docs/webhook.md).
+//! Validating guards for the fence —
 //! `deploymentClients` authority ([`guards::database`]), a group's status
 //! and history ([`guards::group`]), the operator's state objects
 //! ([`guards::state`]) — and sidecar injection into annotated migration

@@ -1,5 +1,5 @@
 //! `MysqlDatabase.spec.deploymentClients`: who may act for an instance on
-//! the deploy API (lease seed, "Who is allowed to ask"). The list must be
+//! the deploy API (docs/deploy-api.md, "Who may ask"). The list must be
 //! well-formed (one entry per namespace, valid names), and every change to
 //! it — a create with entries, an update that changes an entry, a delete of
 //! an object with entries — needs the dedicated verb [`VERB`] on

@@ -1,5 +1,5 @@
 //! `MysqlFailoverGroup`: its status is the fence (`status.topologyGeneration`
-//! with `status.activeSite`, lease seed "The generation is the fence"), so
+//! with `status.activeSite`; docs/concepts.md, "The generation is the fence"), so
 //! only the operator's ServiceAccount writes it, and even the operator only
 //! moves the generation by +1 together with a change of the active site,
 //! never down; and spec changes that would rewrite history are refused.

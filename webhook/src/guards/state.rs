@@ -1,8 +1,8 @@
 //! The operator's own state in its namespace: deploy Leases (slots,
 //! tombstones, verification records), decision-record ConfigMaps and their
 //! digest key Secret are written and deleted only by the operator's
-//! ServiceAccount; the leader-election Lease is deleted by nobody. The lease
-//! seed calls hand edits of these "ways of lying to the fence".
+//! ServiceAccount; the leader-election Lease is deleted by nobody. Hand edits
+//! of these are ways of lying to the fence.
 //!
 //! Two users are let through besides the operator, because Kubernetes
 //! itself deletes objects for them and a refusal would wedge it: the
