@@ -13,7 +13,7 @@
 //! can be in has a deadline — accept (the connection limit), TLS handshake,
 //! waiting for a request head (which also bounds idle keep-alive), writing a
 //! response — so no client, authenticated or not, can hold a connection
-//! slot for longer than those bounds (issue 6, item 2).
+//! slot for longer than those bounds (docs/deploy-api.md, "Listener limits").
 //!
 //! ```no_run
 //! # async fn example(router: axum::Router, addr: std::net::SocketAddr) -> std::io::Result<()> {

@@ -1,7 +1,7 @@
 //! The bounds every listener applies, so that nobody can hold the process's
 //! file descriptors (and with them its database probes, its API-server
 //! watches and its health checks) by opening idle or slow connections
-//! without credentials (issue 6, item 2):
+//! without credentials (docs/deploy-api.md, "Listener limits"):
 //!
 //! - at most [`Limits::max_connections`] connections at once, and at most
 //!   [`Limits::max_connections_per_peer`] from one peer address; one more is

@@ -1,4 +1,4 @@
-//! Request values in log lines and error messages (issue 6, item 5).
+//! Request values in log lines and error messages.
 //!
 //! Rule: a value taken from a request (path segment, body field, header)
 //! reaches a log line, an error message or a metric label only after it

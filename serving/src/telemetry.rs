@@ -2,7 +2,7 @@
 //! stderr, one event per line, filtered by `RUST_LOG` (default `info`, with
 //! the chatty dependencies turned down). Log lines carry named fields
 //! (`group`, `site`, `operation_id`, …), never values spliced into the
-//! message (STYLE.md "Errors, logs, metrics").
+//! message.
 
 use tracing_subscriber::{EnvFilter, fmt, prelude::*};
 

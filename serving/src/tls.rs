@@ -1,7 +1,7 @@
-//! A TLS listener's configuration: rustls with TLS 1.2 and 1.3 only (house
-//! style, STYLE.md "Webhook"), ALPN `http/1.1` only, the certificate and key
-//! read from PEM files (a mounted Secret, e.g. `auxiliary.escrowTLS`) and
-//! reloaded when their contents change, without a restart.
+//! A TLS listener's configuration: rustls with TLS 1.2 and 1.3 only, ALPN
+//! `http/1.1` only, the certificate and key read from PEM files (a mounted
+//! Secret, e.g. `auxiliary.escrowTLS`) and reloaded when their contents
+//! change, without a restart.
 //!
 //! ALPN offers only `http/1.1`: a client that offers only `h2` fails the
 //! handshake (`no_application_protocol`, RFC 7301 §3.2); one that offers
