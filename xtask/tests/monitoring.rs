@@ -1,5 +1,5 @@
 //! The monitoring that ships with Bloodraven names only metrics the
-//! components really export (issue 12, "Docs"): every PromQL expression in
+//! components really export (docs/metrics.md): every PromQL expression in
 //! `monitoring/prometheus-rules.yaml` (alerts) and
 //! `monitoring/grafana-dashboard.json` (panels and template variables)
 //! selects metric families that the operator's or the webhook's registry
