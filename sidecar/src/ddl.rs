@@ -14,7 +14,7 @@ use std::time::Duration;
 use mysql_async::prelude::Queryable as _;
 use sha2::{Digest as _, Sha256};
 
-/// History tables of known migration tools (issue 9), and Bloodraven's own
+/// History tables of known migration tools, and Bloodraven's own
 /// runner's.
 pub const HISTORY_TABLES: &[&str] = &[
     "flyway_schema_history",

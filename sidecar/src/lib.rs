@@ -13,8 +13,8 @@
 //! the one module that knows it), `client` (HTTPS), `socket` (the local
 //! socket), `exec` and `fence` (the wrapper and its signals), `ddl`
 //! (optional detection from the database), `record` (termination message,
-//! JSON line, state file), `modes` (the subcommands). Sources: the lease
-//! seed, DESIGN.md ("Deploy API", "Sidecar"), issue 9.
+//! JSON line, state file), `modes` (the subcommands). Documented in
+//! docs/sidecar.md and docs/deploy-api.md.
 
 pub mod client;
 pub mod config;

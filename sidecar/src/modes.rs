@@ -471,8 +471,8 @@ pub async fn probe(args: SocketArgs) -> i32 {
 }
 
 /// The migration runner's file name; `install` copies it from beside this
-/// program when the image has it (the sidecar image does: DESIGN.md
-/// "Migration runner", beside the sidecar).
+/// program when the image has it (the sidecar image does: the migration
+/// runner ships beside the sidecar).
 pub const MIGRATE_BIN: &str = "bloodraven-migrate";
 
 /// `install`: copies this program to DIR/bloodraven-sidecar, and

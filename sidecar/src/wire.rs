@@ -3,7 +3,7 @@
 //! (`bloodraven_api::deploy`, `docs/deploy-api.openapi.yaml`): moving to a
 //! typed error-code enum changes this file alone.
 //!
-//! Translation (lease seed; DESIGN.md "Deploy API" table):
+//! Translation (docs/deploy-api.md, "Reference"):
 //!
 //! | call | answer | core |
 //! |---|---|---|

@@ -1,9 +1,9 @@
 //! How a run ends: the DDL boundary as the sidecar knows it, and the
 //! verdict (exit code, result, message, final `ddlState`). Pure.
 //!
-//! Source: the lease seed ("The generation is the fence": before the DDL a
-//! fenced abort; at or after it, stop and require a human to verify the
-//! schema, never a retry) and issue 9 ("Endings").
+//! Rule: before the DDL a fenced abort; at or after it, stop and require a
+//! human to verify the schema, never a retry (docs/sidecar.md, "The DDL
+//! boundary").
 //!
 //! The boundary: `ddl-started` opens it and `ddl-finished` closes it (one
 //! pair per revision; between revisions no DDL is in flight and a fenced

@@ -2,8 +2,8 @@
 //! milliseconds on a monotonic clock ([`Millis`], counted from any origin).
 //! The driver (`driver.rs`) does the I/O around it.
 //!
-//! Model (lease seed, "Two leases, in one order" and "The generation is the
-//! fence"; issue 9, "Behaviour"):
+//! Model (docs/sidecar.md, "Behaviour"; docs/concepts.md, "Leases" and "The
+//! generation is the fence"):
 //!
 //! - **Acquisition** ([`after_post`]): `migration`, then `failover-hold`.
 //!   `409 held` waits until the holder's `expiresAt` plus jitter, or at most
@@ -62,7 +62,7 @@ pub const REFUSAL_SETTLE_MS: Millis = 30_000;
 pub struct Timing {
     /// Lease TTL in ms (the requested `--ttl`, in [5, 120] s).
     pub ttl: Millis,
-    /// Renewal interval in ms: ttl/3 (lease seed).
+    /// Renewal interval in ms: ttl/3.
     pub interval: Millis,
     /// Longest wait for one answer of the deploy API, in ms.
     pub request_timeout: Millis,
