@@ -1,7 +1,7 @@
 //! `apply`: the pending revisions, one commit per revision, each retried
 //! as a whole only for lock contention.
 //!
-//! Order of a run (DESIGN.md "Migration runner"; issue 11):
+//! Order of a run (docs/migrate.md):
 //! 1. read and check the directory (bad files: exit 2, nothing touched);
 //! 2. behind the sidecar, a granted `permit` before the database is
 //!    touched at all — so the applied set is read only once the migration
@@ -65,7 +65,7 @@ pub struct ApplySettings {
     pub revisions: Vec<Revision>,
     /// The database.
     pub target: Target,
-    /// The seed's settings.
+    /// The tuning settings: lock timeout, attempts, backoff bounds.
     pub tuning: Tuning,
     /// `--on-blocker`.
     pub on_blocker: OnBlocker,
@@ -528,7 +528,7 @@ async fn revision(
             return Err((f, attempt));
         }
         let wait = crate::retry::backoff(attempt, s.tuning.retry_min, s.tuning.retry_max, &mut rng);
-        // The seed's contract: a `retrying in Ns` line with the error code.
+        // The contract (docs/migrate.md, "Retries"): a `retrying in Ns` line with the error code.
         tracing::warn!(
             revision = rev.version,
             attempt,

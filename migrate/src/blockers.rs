@@ -1,5 +1,5 @@
 //! Who holds or waits for locks: the pre-flight look before each DDL
-//! statement, and `diagnose` (the upgrade-hook seed's two queries —
+//! statement, and `diagnose` (two queries —
 //! sessions idle in a transaction with their age, and the lock-wait graph
 //! with both queries — for MySQL and MariaDB).
 //!

@@ -2,15 +2,15 @@
 //! never by its message text (messages are translated and change between
 //! versions; codes do not).
 //!
-//! Rule (upgrade-hook seed, "A bounded retry loop"; DESIGN.md "Migration
-//! runner"): only lock contention is retried — deadlock 1213 and lock wait
-//! timeout 1205 (InnoDB row locks and, since `lock_wait_timeout`, metadata
-//! locks). Everything else fails on the first attempt with its own message:
-//! a statement timeout (MySQL 3024, MariaDB 1969: too slow, not unlucky —
-//! it would fail identically every time, each time holding its lock for
-//! the whole timeout), a killed query (1317), a read-only refusal (1290,
-//! and 1836 for super_read_only: the site was fenced), a lost connection,
-//! and every other or unknown code.
+//! Rule (a bounded retry loop; docs/migrate.md, "Retries"): only lock
+//! contention is retried — deadlock 1213 and lock wait timeout 1205 (InnoDB
+//! row locks and, since `lock_wait_timeout`, metadata locks). Everything else
+//! fails on the first attempt with its own message: a statement timeout
+//! (MySQL 3024, MariaDB 1969: too slow, not unlucky — it would fail
+//! identically every time, each time holding its lock for the whole
+//! timeout), a killed query (1317), a read-only refusal (1290, and 1836 for
+//! super_read_only: the site was fenced), a lost connection, and every other
+//! or unknown code.
 
 /// MySQL/MariaDB server error codes the runner names.
 pub mod code {

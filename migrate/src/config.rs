@@ -1,8 +1,8 @@
 //! Flags, their environment variables, and the checked settings.
 //!
 //! Every flag also reads an environment variable, so the same behaviour
-//! applies when a person runs the runner by hand in a pod (upgrade-hook
-//! seed, "Defaults"). The chart's `migrationJob.*` values map to the
+//! applies when a person runs the runner by hand in a pod (docs/migrate.md,
+//! "Settings"). The chart's `migrationJob.*` values map to the
 //! `BLOODRAVEN_MIGRATION_*` variables (docs/migrate.md).
 //!
 //! Secrets: the database URL (`--database-url`, `DATABASE_URL`) may carry
@@ -106,7 +106,7 @@ pub struct ApplyArgs {
     pub server_lock_timeouts: bool,
 }
 
-/// The seed's four settings.
+/// The four tuning settings (docs/migrate.md, "Settings").
 #[derive(Clone, Debug, Args)]
 pub struct TuningArgs {
     /// Session `lock_wait_timeout` and `innodb_lock_wait_timeout`: how long

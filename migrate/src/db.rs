@@ -2,8 +2,8 @@
 //! settings, never reopened behind the caller's back, and the history
 //! table's reads and writes.
 //!
-//! Session settings (DESIGN.md "Migration runner"; upgrade-hook seed, "A
-//! short session lock_timeout … set on the migration's connection only"):
+//! Session settings (a short session lock timeout, set on the migration's
+//! connection only):
 //! `lock_wait_timeout` and `innodb_lock_wait_timeout` = the lock timeout;
 //! `wait_timeout`, `net_read_timeout` and `net_write_timeout` = a bound
 //! comfortably above the longest time the runner leaves the connection

@@ -18,8 +18,8 @@
 //! | started | `resolve V --rolled-back` | rolled-back | a person undid it; the next run applies it again |
 //! | empty history | `baseline V` | baseline | another tool applied every revision up to V; `apply` starts above it |
 //!
-//! The plan (upgrade-hook seed: "a failed run resumes from the last
-//! revision that committed"; Flyway's validation): refuse on any dirty
+//! The plan (a failed run resumes from the last revision that committed;
+//! Flyway's validation): refuse on any dirty
 //! row, on an applied revision whose file changed (checksum), and on a
 //! pending revision older than the newest applied one (Flyway's
 //! `outOfOrder=false`); the rest is applied in version order. A

@@ -1,10 +1,9 @@
-//! Bloodraven's migration runner, `bloodraven-migrate`: what the
-//! upgrade-hook seed describes for PostgreSQL, built for MySQL and MariaDB
-//! (DESIGN.md "Migration runner", issue 11): Flyway-named revision files,
-//! one commit per revision with its history row, a short session lock
-//! timeout, a bounded jittered retry of lock contention only, a pre-flight
-//! look for blockers before each DDL, and the sidecar's permission and DDL
-//! boundary when it runs in an injected Job.
+//! Bloodraven's migration runner, `bloodraven-migrate`, for MySQL and
+//! MariaDB (docs/migrate.md): Flyway-named revision files, one commit per
+//! revision with its history row, a short session lock timeout, a bounded
+//! jittered retry of lock contention only, a pre-flight look for blockers
+//! before each DDL, and the sidecar's permission and DDL boundary when it
+//! runs in an injected Job.
 //!
 //! Layout: `revision` (files, statements, checksums), `history` (the table,
 //! its states and the plan; pure), `classify` (error codes; pure), `retry`

@@ -1,5 +1,5 @@
 //! The jittered backoff between attempts of a revision that lost a lock
-//! race (upgrade-hook seed: `retryMinSeconds` to `retryMaxSeconds`,
+//! race (`retryMinSeconds` to `retryMaxSeconds`,
 //! defaults 3 and 15).
 //!
 //! Attempt `n` (1-based, the attempt that just failed) waits a uniformly

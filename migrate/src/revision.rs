@@ -623,7 +623,7 @@ mod tests {
         assert!(e.contains("version 2 is given twice"), "{e}");
     }
 
-    // --- attacks (issue 11): a developer's near-miss is refused, never skipped ---
+    // --- attacks: a developer's near-miss is refused, never skipped ---
 
     #[test]
     fn attack_near_miss_names_are_refused_not_skipped() {
