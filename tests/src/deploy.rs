@@ -334,8 +334,8 @@ pub fn expired_token(namespace: &str, name: &str, uid: &str) -> String {
     format!("{signing_input}.{}", b64(&out.stdout))
 }
 
-/// One deploy client of one group: its token, and the calls of the seed
-/// (every answer checked against the contract).
+/// One deploy client of one group: its token, and the calls of the deploy
+/// API (every answer checked against the contract).
 #[derive(Clone, Debug)]
 pub struct Pipeline {
     /// HTTPS client trusting the test CA.

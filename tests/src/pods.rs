@@ -3,8 +3,8 @@
 //! `hack/node-images.sh` built on this machine and imported into the node;
 //! `hack/e2e.sh` exports their references. Also the operator as a Pod: a
 //! Deployment in namespace `bloodraven` from its image, under the chart's
-//! RBAC, behind the Service `bloodraven` (port 8443), as the seed's
-//! walk-through calls it from inside the cluster.
+//! RBAC, behind the Service `bloodraven` (port 8443), as a deploy
+//! pipeline calls it from inside the cluster.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::Cluster;
 use crate::deploy::TlsFiles;
 
-/// The operator's namespace and its Service's name, as the seed names them.
+/// The operator's namespace and its Service's name, as the chart names them.
 pub const OPERATOR_NAMESPACE: &str = "bloodraven";
 
 /// An image reference `hack/e2e.sh` exported (`BLOODRAVEN_BUSYBOX_IMAGE`,

@@ -1,6 +1,6 @@
 //! The deploy API against real components: real TLS, real TokenReview with
 //! real projected tokens, real Lease objects, the real operator binary.
-//! Each row of DESIGN.md's table, refusals included.
+//! Each row of the reference table (docs/deploy-api.md), refusals included.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

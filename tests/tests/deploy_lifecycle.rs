@@ -1,11 +1,11 @@
-//! State bound to the object it belongs to (issue 6, item 4), on real
+//! State bound to the object it belongs to, on real
 //! components: a group deleted and re-created under the same name never
 //! inherits the old group's leases, tombstones or decision record, whether
 //! its finalizer ran or was removed by hand; and a lease lost after its DDL
 //! started raises `SchemaVerificationRequired` until a person clears it.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
-#![allow(clippy::many_single_char_names)] // a, b, c name the operations of the issue's input
+#![allow(clippy::many_single_char_names)] // a, b, c name the operations of the input that exposed the flaw
 
 use std::time::Duration;
 
@@ -109,7 +109,7 @@ async fn a_group_recreated_under_the_same_name_inherits_nothing() {
         groups.get(&e.p.group).await.unwrap().metadata.finalizers.unwrap_or_default().contains(&FINALIZER.to_owned())
     );
 
-    // The issue's input: operator stopped, group deleted, re-created, operator started.
+    // The input that exposed the flaw: operator stopped, group deleted, re-created, operator started.
     // The finalizer keeps the old group until an operator has cleaned up after it.
     assert!(e.op.stop().await);
     groups.delete(&e.p.group, &DeleteParams::default()).await.unwrap();

@@ -1,10 +1,10 @@
 //! Who may act on a lease, on real components: tenant isolation across
-//! namespaces (issue 6, item 1), a hold bound to its operation's mutex
-//! (item 3), and operators sharded by `--group-selector` leaving each
-//! other's databases alone. Each test keeps the issue's input.
+//! namespaces, a hold bound to its operation's mutex, and operators sharded
+//! by `--group-selector` leaving each other's databases alone. Each test
+//! keeps the input that exposed the flaw.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
-#![allow(clippy::many_single_char_names)] // a, b, c name the operations of the issue's input
+#![allow(clippy::many_single_char_names)] // a, b, c name the operations of the input that exposed the flaw
 
 use std::time::Duration;
 
@@ -43,8 +43,9 @@ async fn a_tenant_cannot_take_over_another_tenants_migration() {
     assert_eq!(h.status, 201, "{h:?}");
     let h_token = token_of(&h);
 
-    // The issue's input: namespace tenant-b creates its own ServiceAccount and a
-    // MysqlDatabase named counter-app on the same group, listing itself.
+    // The input that exposed the flaw: namespace tenant-b creates its own
+    // ServiceAccount and a MysqlDatabase named counter-app on the same group,
+    // listing itself.
     let tenant = sc.cluster.namespace("tenant-b").await;
     deploy::service_account(&sc.cluster, &tenant.name, "attacker").await;
     deploy::database(&sc.cluster, &tenant.name, "counter-app", &victim.group, &[(&tenant.name, "attacker")]).await;
@@ -191,8 +192,8 @@ async fn a_claimed_name_is_never_taken_over() {
 #[tokio::test]
 async fn a_hold_never_outlives_its_operations_mutex() {
     let (_sc, _op, p) = setup("holdmutex").await;
-    // The issue's input: A takes the mutex (ttl 5) and the hold (ttl 30), then
-    // renews only the hold.
+    // The input that exposed the flaw: A takes the mutex (ttl 5) and the hold
+    // (ttl 30), then renews only the hold.
     let a = p.post_until(201, "migration", "op-a", "counter-app", 5).await;
     // Until 201: a loaded machine can cost the operator its leadership for a
     // moment (503 not_leader), which is a right answer, not the one tested.
@@ -236,7 +237,7 @@ async fn group_reads(op: &bloodraven_e2e::Operator, source: &str) -> f64 {
     metrics.lines().find_map(|l| l.strip_prefix(series.as_str())).and_then(|v| v.parse().ok()).unwrap_or(0.0)
 }
 
-/// Found reading the API server's load in a CI run (session 10): every
+/// Found reading the API server's load in a CI run: every
 /// operator read the group of *every* MysqlDatabase of the cluster at each
 /// re-check, before finding the group was another shard's
 /// (`--group-selector`): K shards and D databases cost K×D group GETs a

@@ -1,4 +1,4 @@
-//! Push revocation (issue 9): a client watching its lease hears that the
+//! Push revocation: a client watching its lease hears that the
 //! lease was revoked — by the revoke annotation, or by a planned failover's
 //! decision — as soon as the operator writes the revocation, at any TTL;
 //! and a watch is authenticated, authorized and bounded like a renewal.

@@ -1,4 +1,4 @@
-//! Failover for real on the MariaDB pair (issue 7): planned switchover
+//! Failover for real on the MariaDB pair: planned switchover
 //! there and back under a live writer, a repeated request id, emergency
 //! failover after `kill -9` (twice), the returning primary with and
 //! without errant transactions, and a fence that cannot finish.

@@ -1,5 +1,5 @@
-//! Planned failover admission and decision integrity on the real pair
-//! (issue 7): a live failover-hold defers a switchover, every renewal moves
+//! Planned failover admission and decision integrity on the real pair:
+//! a live failover-hold defers a switchover, every renewal moves
 //! its retry time, and it runs by itself after release and after lapse; a
 //! migration lease alone defers nothing; a hand-edited decision record
 //! stops failover until a person resolves it.

@@ -1,4 +1,4 @@
-//! The failover engine is crash-safe (issue 7): the leader is killed at
+//! The failover engine is crash-safe: the leader is killed at
 //! every phase of a planned failover (a failpoint aborts the real binary
 //! at that point, as SIGKILL would), and the next leader finishes the
 //! request from the decision record, status and the sites: the generation

@@ -1,4 +1,4 @@
-//! A leader that loses its Lease acts no more (issue 7): the leader is
+//! A leader that loses its Lease acts no more: the leader is
 //! SIGSTOPped mid-switchover (waiting in the GTID catch-up) past the lease
 //! duration; the other operator takes over and finishes the request; the
 //! paused one, SIGCONTed, sends no decision and no write — the request is

@@ -1,5 +1,5 @@
-//! Found by a hostile attack on the issue 7 work (decision record digests and
-//! the record watch cache). Reproduced by hand on the playground first.
+//! Found by a hostile attack on the decision record digests and the record
+//! watch cache. Reproduced by hand on the playground first.
 //!
 //! 1. Replay. The digest (HMAC of the decision fields) proves a record's
 //!    data was written by the operator at *some* time, not that it is the

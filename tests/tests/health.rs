@@ -112,7 +112,7 @@ fn status_writes(metrics: &str, outcome: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Issue 7, "Scale": status is written when an observation changes, not on
+/// Status is written when an observation changes, not on
 /// every probe. With the default 60 s heartbeat and a 1 s probe interval, a
 /// steady group goes many probes without a write; a change is written at once.
 #[tokio::test]

@@ -1,4 +1,4 @@
-//! Issue 12, the example app chart (`charts/examples/counter-app`) with
+//! The example app chart (`charts/examples/counter-app`) with
 //! helm on the run's real node: its migration Job is a pre-install,
 //! pre-upgrade hook, injected with the deploy-lease sidecar by the webhook
 //! that charts/bloodraven installed, and runs `bloodraven-migrate` from the

@@ -1,4 +1,4 @@
-//! Issue 12: `helm install` of charts/bloodraven on the run's real node, as
+//! `helm install` of charts/bloodraven on the run's real node, as
 //! a user installs it: the operator's and the webhook's images imported into
 //! the node, two replicas of each, the chart's own certificates. Then the
 //! operator becomes leader and bootstraps a group, the webhook refuses a hand

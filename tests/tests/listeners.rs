@@ -1,5 +1,5 @@
-//! Listeners that an unauthenticated client cannot hold (issue 6, item 2),
-//! and request values in the log (item 5), on the real operator binary.
+//! Listeners that an unauthenticated client cannot hold, and request
+//! values in the log, on the real operator binary.
 //!
 //! Every listener (the deploy API on TLS, metrics and health on plain HTTP)
 //! is held with idle connections of every protocol a client could try: raw
@@ -486,7 +486,7 @@ async fn hostile_request_values_never_reach_the_log() {
     e.cluster.delete_group(&e.group).await;
 }
 
-/// Attack input (second attack on issue 6): one client keeps every slot
+/// Attack input (a second attack on the listener bounds): one client keeps every slot
 /// busy — connections that each send an unauthenticated request every
 /// second (under the idle bound), reconnecting whenever the server closes
 /// one. Every error answer closes its connection, and one peer address may

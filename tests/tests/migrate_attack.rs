@@ -1,4 +1,4 @@
-//! Issue 11, attacked as an ordinary hostile user on the real MariaDB pair:
+//! The migration runner, attacked as an ordinary hostile user on the real MariaDB pair:
 //! two runners at once without the sidecar, passwords with URL characters
 //! (never in any output), a history table edited by hand or owned by
 //! another tool, and the person's tools (`status`, `resolve`, `diagnose`)

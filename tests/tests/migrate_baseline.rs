@@ -1,4 +1,4 @@
-//! Issue 11, adopting a schema another tool migrated, on the real MariaDB
+//! Adopting a schema another tool migrated, on the real MariaDB
 //! pair: a first `apply` into a schema that holds Flyway's history is
 //! refused (it would run Flyway's revisions again) and names the
 //! `baseline` to take; `baseline` records one row, refuses a second one, a

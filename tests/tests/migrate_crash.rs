@@ -1,4 +1,4 @@
-//! Issue 11, what a broken run leaves, on the real MariaDB pair: a DDL +
+//! What a broken run leaves, on the real MariaDB pair: a DDL +
 //! DML revision that fails on its DML is left dirty and the rerun refuses
 //! until `resolve`; `kill -9` of the runner mid-DML leaves no trace; the
 //! connection killed mid-revision is not reconnected; a fence's SIGTERM

@@ -1,4 +1,4 @@
-//! Issue 11, what is retried and what is not, on the real MariaDB pair:
+//! What is retried and what is not, on the real MariaDB pair:
 //! an injected deadlock (1213) is retried from the revision's first
 //! statement and each update lands exactly once; `max_statement_time`
 //! (1969) fails on the first attempt; a fenced, read-only site (1290)

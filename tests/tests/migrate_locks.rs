@@ -1,4 +1,4 @@
-//! Issue 11, lock contention on the real MariaDB pair: an idle transaction
+//! Lock contention on the real MariaDB pair: an idle transaction
 //! holding a metadata lock makes every attempt of an ALTER fail after the
 //! lock timeout (1205) and the run fail after `maxAttempts`, naming the
 //! blocker the way `diagnose` does; the blocker committing before attempt

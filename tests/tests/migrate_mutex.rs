@@ -1,4 +1,4 @@
-//! Issue 11, the runner behind the real sidecar and operator: two runners
+//! The migration runner behind the real sidecar and operator: two runners
 //! started together, each under `bloodraven-sidecar run`, take the
 //! migration mutex in turn and apply each revision exactly once; the
 //! second reads the applied set only once it holds the mutex.

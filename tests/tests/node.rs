@@ -1,9 +1,9 @@
-//! Issue 8: the run's cluster has a real node. Jobs that must fail closed
+//! The run's cluster has a real node. Jobs that must fail closed
 //! behave as Kubernetes specifies (native sidecars, `backoffLimit: 0`,
 //! `activeDeadlineSeconds`); namespaces get their `default` ServiceAccount
 //! and finalize; and a Pod reaches the operator, itself a Pod from its image,
 //! through `https://bloodraven.bloodraven.svc:8443` with a projected token
-//! of audience `bloodraven-deploy`, as the seed's walk-through does.
+//! of audience `bloodraven-deploy`, as a deploy pipeline does.
 //!
 //! And the node is no way onto the host for a tenant: Pod Security admission
 //! (`baseline`, hack/control-plane.sh) refuses a namespace-admin's Pods that

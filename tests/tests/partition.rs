@@ -1,5 +1,5 @@
 //! A primary cut off from the operator and from the other site while its
-//! own local clients still reach it (issue 7): iad runs in its own network
+//! own local clients still reach it: iad runs in its own network
 //! namespace and the link is taken down. The operator promotes pdx after
 //! the detection budget (it cannot fence what it cannot reach); iad keeps
 //! taking local writes meanwhile. When the link comes back, iad is fenced

@@ -1,5 +1,5 @@
-//! Primary reassertion on the real MariaDB pair (issue 7's input, kept
-//! here as the first safety path): a replica restarted without `read_only`
+//! Primary reassertion on the real MariaDB pair (kept here as the first
+//! safety path): a replica restarted without `read_only`
 //! in its configuration comes back writable; the operator makes it
 //! read-only again and ends its client sessions, with an Event, because the
 //! decision says which site is active.

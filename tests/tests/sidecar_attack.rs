@@ -1,4 +1,4 @@
-//! Issue 9, attack round on `bloodraven-sidecar run` with the real
+//! Attack round on `bloodraven-sidecar run` with the real
 //! operator and apiserver: what an ordinary but hostile cluster user or
 //! pipeline author can do to a run that holds its leases.
 //!

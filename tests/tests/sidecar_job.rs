@@ -1,4 +1,4 @@
-//! Issue 9 in a real Job Pod on the run's node: `bloodraven-sidecar hold`
+//! The sidecar in a real Job Pod on the run's node: `bloodraven-sidecar hold`
 //! as a native sidecar (startup probe `probe`), the migration container's
 //! entrypoint the `exec` wrapper (installed from the sidecar image into the
 //! shared emptyDir), the operator as a Pod behind `bloodraven.<its namespace>.svc`.

@@ -1,5 +1,5 @@
-//! Issue 9, `bloodraven-sidecar run` against the real operator: the seed's
-//! walk-through (both leases, a switchover deferred by the hold, the final
+//! `bloodraven-sidecar run` against the real operator: the walk-through of
+//! docs/deploy-api.md (both leases, a switchover deferred by the hold, the final
 //! state recorded before the release), `409 held` waits and the acquire
 //! timeout, a revocation during the migration (SIGTERM; schema
 //! verification required in DDL; a trapped SIGTERM that exits 0 still

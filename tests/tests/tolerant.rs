@@ -1,4 +1,4 @@
-//! Tolerant reading (issue 6, item 4): objects that the CRD schema accepted
+//! Tolerant reading: objects that the CRD schema accepted
 //! once but the operator's types cannot decode — what a CRD downgrade leaves
 //! behind — are reported on themselves and skipped; every other object keeps
 //! working, and no log line holds an object or a list.

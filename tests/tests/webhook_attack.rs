@@ -1,4 +1,4 @@
-//! Issue 10, attacked as a hostile but ordinary cluster user would: the TLS
+//! The webhook, attacked as a hostile but ordinary cluster user would: the TLS
 //! listener spoken to directly (other protocols, old TLS, plaintext,
 //! slowloris, oversized and malformed reviews, a flood of connections); a
 //! namespace admin moving `deploymentClients` by apply, replace, owner

@@ -1,4 +1,4 @@
-//! Issue 10, the validating guards, called by the real kube-apiserver: each
+//! The validating guards, called by the real kube-apiserver: each
 //! tried with real requests as a cluster admin, as the operator's
 //! ServiceAccount and as an ordinary tenant, allowed and refused.
 

@@ -1,4 +1,4 @@
-//! Issue 10, injection: an annotated Job created through the real API
+//! Injection: an annotated Job created through the real API
 //! server comes back with the sidecar and, on the local node, runs with the
 //! sidecar holding both leases; a copy of an injected Job is injected once;
 //! each refusal says what to fix; un-annotated Jobs are left alone.

@@ -1,4 +1,4 @@
-//! Issue 10, the webhook under failure: scaled away (killed), annotated Jobs
+//! The webhook under failure: scaled away (killed), annotated Jobs
 //! and hand edits of the fence are refused while plain Jobs, Pods and the
 //! operator's leader election go on; a certificate rotated under a live API
 //! server fails no admission; a slow authorization is answered within the

@@ -1,7 +1,7 @@
 //! Migration-runner benchmark on a real MariaDB site (`make
 //! bench-migrate`). Prints figures; asserts nothing.
 //!
-//! The seed's point, measured: while an `ALTER TABLE` waits behind an
+//! Why the lock timeout is short, measured: while an `ALTER TABLE` waits behind an
 //! application transaction that idles holding a metadata lock, every
 //! reader of the table queues behind the ALTER. One run, one table, the
 //! same blocker (it idles `BENCH_HOLD_SECONDS`, 20, then commits) and a

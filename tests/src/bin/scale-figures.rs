@@ -1,7 +1,7 @@
-//! Prints the figures the first issue asks for, measured on real
+//! Prints the operator's scale figures, measured on real
 //! components: the operator's memory with 1 and with 50 groups, and
 //! probe-to-status latency (inside the operator, and from a change on a
-//! MariaDB site to the status that reports it); then issue 7's run with
+//! MariaDB site to the status that reports it); then the run with
 //! 1,000 groups (`thousand`). No thresholds: figures only.
 //!
 //! Run with `make figures` (starts the control plane, like `make e2e`).

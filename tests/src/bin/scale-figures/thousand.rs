@@ -1,4 +1,4 @@
-//! The 1,000-group run (issue 7, "Scale"): 1,000 groups, all on the one
+//! The 1,000-group run: 1,000 groups, all on the one
 //! local MariaDB pair, at the default 5 s probe interval, under one fresh
 //! operator process. Measured at steady state over [`WINDOW`]: operator RSS
 //! (`/proc/<pid>/status`), CPU (`/proc/<pid>/stat`, utime + stime over wall
