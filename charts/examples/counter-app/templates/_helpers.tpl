@@ -55,7 +55,7 @@ Refusals at render time, for values that would install something broken:
   Kubernetes then deletes the running Pod and its log with it, so the
   runner's own bounds (maxAttempts x (lockTimeout + retryMaxSeconds), plus
   a minute for connecting and the revisions' own work) must end first, and
-  its failure keeps its log (the fail-closed hook seed).
+  its failure keeps its log (the hook fails closed).
 */}}
 {{- define "counter-app.validate" -}}
 {{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" .Release.Name) -}}
