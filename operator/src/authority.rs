@@ -26,10 +26,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use bloodraven_api::v1alpha1::{MysqlDatabase, MysqlFailoverGroup, NamespacesFrom};
+use bloodraven_api::v1alpha1::{MysqlDatabase, MysqlFailoverGroup};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
-use kube::core::{PartialObjectMeta, Selector, SelectorExt};
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 /// An authenticated deploy client: a ServiceAccount.
@@ -74,16 +74,7 @@ pub enum Standing {
 /// Whether `group` lets MysqlDatabases of a namespace with `labels` attach
 /// (`None`: the namespace is not known, which only `All` accepts).
 pub fn namespace_allowed(group: &MysqlFailoverGroup, labels: Option<&BTreeMap<String, String>>) -> bool {
-    let rule = &group.spec.allowed_databases.namespaces;
-    match rule.from {
-        NamespacesFrom::None => false,
-        NamespacesFrom::All => true,
-        NamespacesFrom::Selector => {
-            let (Some(selector), Some(labels)) = (rule.selector.clone(), labels) else { return false };
-            // A selector the API server accepted but we cannot read allows nothing.
-            Selector::try_from(selector).is_ok_and(|s| s.matches(labels))
-        }
-    }
+    group.spec.allowed_databases.namespaces.admits(labels)
 }
 
 /// The order in which same-named MysqlDatabases claim their name: oldest first.
@@ -252,7 +243,7 @@ fn lists(db: &MysqlDatabase, caller: &Caller) -> bool {
 mod tests {
     use bloodraven_api::v1alpha1::{
         AllowedDatabases, DatabaseNamespaces, DeploymentClient, FailoverGroupRef, MysqlDatabaseSpec,
-        MysqlFailoverGroupSpec,
+        MysqlFailoverGroupSpec, NamespacesFrom,
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, Time};
     use k8s_openapi::jiff::Timestamp;

@@ -134,6 +134,60 @@ fn site(name: &str, host: &str) -> Site {
     }
 }
 
+/// A MysqlDatabase its group will refuse is refused when it is created,
+/// with the reason the operator would record on its status: a `helm install`
+/// (whose MysqlDatabase is a hook) fails at once and says why, instead of
+/// waiting out its deadline. A group that does not exist yet refuses nothing
+/// (the operator reports GroupNotFound; the order of a GitOps sync is free).
+#[tokio::test]
+async fn a_database_its_group_will_refuse_is_refused_when_created() {
+    let env = setup("wh-claim").await;
+    let (ns, ns2) = (env.ns.name.clone(), env.ns2.name.clone());
+    let name = format!("{ns}-g");
+    // The group admits namespace `ns` only (its label selector).
+    create_group(&env.cluster, &group(&name, &ns, vec![site("iad", "192.0.2.1"), site("pdx", "192.0.2.2")], "iad"))
+        .await;
+    let pp = PostParams::default();
+    let app = |group: &str| {
+        let mut db = database("app", &json!([]));
+        db["spec"]["failoverGroupRef"]["name"] = json!(group);
+        serde_json::from_value::<MysqlDatabase>(db).unwrap()
+    };
+    let in_ns2 = Api::<MysqlDatabase>::namespaced(env.cluster.client.clone(), &ns2);
+
+    // Another namespace: refused, naming the reason, the namespace and what to do.
+    let m = refusal(in_ns2.create(&pp, &app(&name)).await);
+    assert!(
+        m.contains("NamespaceNotAllowed")
+            && m.contains(&format!("namespace {ns2}"))
+            && m.contains("allow the namespace"),
+        "{m}"
+    );
+    assert!(in_ns2.get_opt("app").await.unwrap().is_none(), "nothing was stored");
+    // No such group (yet): stored, for the operator to report.
+    in_ns2.create(&pp, &app("no-such-group")).await.expect("a database of a group not yet created");
+    in_ns2.delete("app", &DeleteParams::default()).await.unwrap();
+
+    // The admitted namespace: stored. The operator claims the name for it.
+    let in_ns = Api::<MysqlDatabase>::namespaced(env.cluster.client.clone(), &ns);
+    in_ns.create(&pp, &app(&name)).await.expect("the admitted namespace");
+    let operator = Api::<bloodraven_api::v1alpha1::MysqlFailoverGroup>::all(
+        as_sa(&env, &env.op_ns.name, "bloodraven-operator").await,
+    );
+    let claims = json!({"status": {"instanceClaims": [{"instance": "app", "namespace": ns}]}});
+    operator.patch_status(&name, &PatchParams::default(), &Patch::Merge(claims)).await.unwrap();
+
+    // Every namespace admitted now, but `ns` holds the name: NameConflict.
+    let all = json!({"spec": {"allowedDatabases": {"namespaces": {"from": "All", "selector": null}}}});
+    env.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(all)).await.unwrap();
+    let m = refusal(in_ns2.create(&pp, &app(&name)).await);
+    assert!(m.contains("NameConflict") && m.contains(&format!("namespace {ns} claimed instance app")), "{m}");
+    // Another name is free.
+    let mut other = app(&name);
+    other.metadata.name = Some("other".into());
+    in_ns2.create(&pp, &other).await.expect("a free name in an admitted namespace");
+}
+
 #[tokio::test]
 async fn a_groups_status_is_the_operators_and_moves_by_one_with_the_site() {
     let env = setup("wh-status").await;

@@ -153,6 +153,20 @@ impl Authority {
         }
     }
 
+    /// Why the group will refuse the claim of `object`, a MysqlDatabase
+    /// being created in `namespace` ([`crate::guards::database::claim_refusal`]),
+    /// from the API server's current group and namespace labels (creates of
+    /// MysqlDatabases are rare; a cache a moment behind would refuse wrongly).
+    /// Reads that fail give `None`: the operator stays the authority and
+    /// reports the refusal on the object.
+    pub async fn claim_refusal(&self, namespace: &str, object: &Value) -> Option<String> {
+        let group = object.pointer("/spec/failoverGroupRef/name").and_then(Value::as_str)?;
+        let group = self.read(&self.groups, None, group, true).await.ok().flatten()?;
+        let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(self.client.clone());
+        let labels = namespaces.get_opt(namespace).await.ok()?.and_then(|n| n.metadata.labels);
+        crate::guards::database::claim_refusal(namespace, object, &group, labels.as_ref())
+    }
+
     /// Whether `user` may do `verb` on `mysqldatabases` `name` in
     /// `namespace` (a SubjectAccessReview). Errors: the review could not be made.
     pub async fn allowed(&self, user: &UserInfo, verb: &str, namespace: &str, name: &str) -> Result<bool, String> {

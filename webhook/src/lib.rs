@@ -61,7 +61,7 @@ impl Metrics {
         // Every series a review can produce exists from the start at 0, so
         // that `rate()` and `absent()` in alerts see the webhook before its
         // first review (a labelled family with no series is not served).
-        for endpoint in [Endpoint::Databases, Endpoint::Groups, Endpoint::State, Endpoint::Jobs] {
+        for endpoint in [Endpoint::Databases, Endpoint::Claims, Endpoint::Groups, Endpoint::State, Endpoint::Jobs] {
             for outcome in ["allowed", "denied"] {
                 reviews.with_label_values(&[endpoint.as_str(), outcome]);
             }
@@ -162,6 +162,7 @@ pub fn router(webhook: Arc<Webhook>) -> Router {
     };
     Router::new()
         .route(paths::DATABASES, route(Endpoint::Databases))
+        .route(paths::CLAIMS, route(Endpoint::Claims))
         .route(paths::GROUPS, route(Endpoint::Groups))
         .route(paths::STATE, route(Endpoint::State))
         .route(paths::JOBS, route(Endpoint::Jobs))

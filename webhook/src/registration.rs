@@ -71,6 +71,8 @@ pub struct Params {
 pub mod paths {
     /// `deploymentClients`.
     pub const DATABASES: &str = "/validate/mysqldatabases";
+    /// A new MysqlDatabase's claim.
+    pub const CLAIMS: &str = "/validate/mysqldatabase-claims";
     /// Group status and spec.
     pub const GROUPS: &str = "/validate/mysqlfailovergroups";
     /// The operator's state objects.
@@ -211,6 +213,20 @@ pub fn validating_configuration(p: &Params) -> ValidatingWebhookConfiguration {
     );
     db.namespace_selector = Some(not_system_namespaces(p, &[]));
     webhooks.push(db);
+
+    // Every create of a MysqlDatabase: refused when its group will refuse
+    // the claim (the operator's reason, at create time). Fails open: the
+    // operator stays the authority and says the same on the object.
+    let mut claims = validating(
+        p,
+        "database-claim",
+        paths::CLAIMS,
+        vec![rule(names::GROUP, &["mysqldatabases"], &["CREATE"], "Namespaced")],
+        Vec::new(),
+        false,
+    );
+    claims.namespace_selector = Some(not_system_namespaces(p, &[]));
+    webhooks.push(claims);
 
     // Group status by anyone but the operator (through /status; through the
     // main resource the API server keeps the stored status).
@@ -417,11 +433,10 @@ mod tests {
                 assert!(conditions.contains("!= 'system:serviceaccount:bloodraven:bloodraven-operator'"), "{}", w.name);
                 assert!(!conditions.contains("bloodraven-leader"), "{}", w.name);
             }
-            assert!(
-                w.failure_policy.as_deref() == Some("Fail") || w.name.starts_with("group-generation"),
-                "{}",
-                w.name
-            );
+            // Fail open only where the operator decides anyway: the
+            // generation check of its own writes, and the early claim refusal.
+            let open = w.name.starts_with("group-generation") || w.name.starts_with("database-claim");
+            assert_eq!(w.failure_policy.as_deref(), Some(if open { "Ignore" } else { "Fail" }), "{}", w.name);
         }
         let m = mutating_configuration(&params());
         let w = &m.webhooks.as_ref().unwrap()[0];

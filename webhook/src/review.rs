@@ -50,6 +50,8 @@ pub enum Verdict {
 pub enum Endpoint {
     /// `deploymentClients`.
     Databases,
+    /// A new MysqlDatabase's claim on its group.
+    Claims,
     /// Group status and history.
     Groups,
     /// Operator state.
@@ -63,6 +65,7 @@ impl Endpoint {
     pub fn as_str(self) -> &'static str {
         match self {
             Endpoint::Databases => "deployment-clients",
+            Endpoint::Claims => "database-claim",
             Endpoint::Groups => "groups",
             Endpoint::State => "operator-state",
             Endpoint::Jobs => "inject",
@@ -181,6 +184,7 @@ pub async fn handle(
 fn registered(endpoint: Endpoint) -> (&'static [(&'static str, &'static str, &'static str)], &'static [&'static str]) {
     match endpoint {
         Endpoint::Databases => (&[(names::GROUP, "mysqldatabases", "MysqlDatabase")], &["CREATE", "UPDATE", "DELETE"]),
+        Endpoint::Claims => (&[(names::GROUP, "mysqldatabases", "MysqlDatabase")], &["CREATE"]),
         Endpoint::Groups => (&[(names::GROUP, "mysqlfailovergroups", "MysqlFailoverGroup")], &["UPDATE"]),
         Endpoint::State => (
             &[("coordination.k8s.io", "leases", "Lease"), ("", "configmaps", "ConfigMap"), ("", "secrets", "Secret")],
@@ -335,6 +339,16 @@ async fn decide(w: &Webhook, endpoint: Endpoint, request: &AdmissionRequest<Dyna
     let verdict = |r: Result<(), String>| r.map_or_else(Verdict::Deny, |()| Verdict::Allow);
     match endpoint {
         Endpoint::Databases => deployment_clients(w, request, old.as_ref(), new.as_ref()).await,
+        Endpoint::Claims => {
+            // A new MysqlDatabase its group will refuse is refused now, where
+            // the user who creates it (kubectl, a Helm hook) reads the
+            // answer, rather than later on its status only.
+            let own = request.namespace.clone().unwrap_or_default();
+            match new {
+                Some(new) => w.authority.claim_refusal(&own, &new).await.map_or(Verdict::Allow, Verdict::Deny),
+                None => Verdict::Deny("a create review without the object; refused".into()),
+            }
+        }
         Endpoint::Groups => {
             // Unreachable past check_envelope; garbage is never "allowed".
             let (Some(old), Some(new)) = (old, new) else {

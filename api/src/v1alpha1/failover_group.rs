@@ -101,6 +101,23 @@ pub struct DatabaseNamespaces {
     pub selector: Option<LabelSelector>,
 }
 
+impl DatabaseNamespaces {
+    /// Whether a namespace with `labels` may attach MysqlDatabases (`None`:
+    /// the namespace is not known, which only `All` accepts). A selector the
+    /// API server accepted but that cannot be read allows nothing. The one
+    /// rule the operator (claims) and the webhook (an early refusal) share.
+    pub fn admits(&self, labels: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+        match self.from {
+            NamespacesFrom::None => false,
+            NamespacesFrom::All => true,
+            NamespacesFrom::Selector => {
+                let (Some(selector), Some(labels)) = (self.selector.clone(), labels) else { return false };
+                kube::core::Selector::try_from(selector).is_ok_and(|s| kube::core::SelectorExt::matches(&s, labels))
+            }
+        }
+    }
+}
+
 /// Where a group accepts MysqlDatabases from.
 #[derive(Deserialize, Serialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum NamespacesFrom {

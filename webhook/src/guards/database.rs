@@ -156,6 +156,47 @@ pub fn refusal(user: &str, name: &str, own_namespace: &str, missing: &[String]) 
     )
 }
 
+/// Why the group named by a new MysqlDatabase (`object`, created in
+/// `namespace`) will refuse its claim, as the operator would word it; `None`
+/// when it may be accepted or the webhook cannot tell (no such group yet, a
+/// spec it cannot read). The operator stays the authority: this only turns a
+/// refusal it would record on the object's status into an answer at create
+/// time, where `kubectl apply` and `helm install` show it.
+///
+/// `group` is the MysqlFailoverGroup as JSON, `labels` the namespace's
+/// labels (`None`: unknown).
+pub fn claim_refusal(
+    namespace: &str,
+    object: &Value,
+    group: &Value,
+    labels: Option<&BTreeMap<String, String>>,
+) -> Option<String> {
+    use bloodraven_api::v1alpha1::DatabaseNamespaces;
+    let name = object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let group_name = group.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let rule = group.pointer("/spec/allowedDatabases/namespaces").cloned().unwrap_or(Value::Null);
+    let rule: DatabaseNamespaces =
+        if rule.is_null() { DatabaseNamespaces::default() } else { serde_json::from_value(rule).ok()? };
+    if !rule.admits(labels) {
+        return Some(format!(
+            "failover group {group_name} does not accept MysqlDatabases from namespace {namespace} \
+             (spec.allowedDatabases.namespaces of the group; reason NamespaceNotAllowed): a cluster admin must allow \
+             the namespace first, then create MysqlDatabase {name} again"
+        ));
+    }
+    let claims = group.pointer("/status/instanceClaims").and_then(Value::as_array).into_iter().flatten();
+    let holder = claims
+        .filter(|c| c.get("instance").and_then(Value::as_str) == Some(name))
+        .find_map(|c| c.get("namespace").and_then(Value::as_str))
+        .filter(|holder| *holder != namespace)?;
+    Some(format!(
+        "namespace {holder} claimed instance {name} on failover group {group_name} (status.instanceClaims; reason \
+         NameConflict): choose another name, or have a cluster admin hand the name over with the annotation \
+         {}={name} on the group",
+        bloodraven_api::names::RELEASE_INSTANCE_ANNOTATION
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -243,5 +284,42 @@ mod tests {
         for part in ["alice", VERB, "\"team\", \"ops\"", "kubectl create role", "team/app"] {
             assert!(m.contains(part), "{part}: {m}");
         }
+    }
+
+    #[test]
+    fn a_claim_the_group_will_refuse_is_named_with_the_operators_reason() {
+        let app = json!({"metadata": {"name": "app"}, "spec": {"failoverGroupRef": {"name": "g"}}});
+        let group = |namespaces: Value, claims: Value| {
+            json!({"metadata": {"name": "g"}, "spec": {"allowedDatabases": {"namespaces": namespaces}},
+                   "status": {"instanceClaims": claims}})
+        };
+        let labels = |ns: &str| BTreeMap::from([("kubernetes.io/metadata.name".to_owned(), ns.to_owned())]);
+        let only_team =
+            json!({"from": "Selector", "selector": {"matchLabels": {"kubernetes.io/metadata.name": "team"}}});
+        let none = json!([]);
+
+        // No rule (the default), None, or a selector the namespace misses: NamespaceNotAllowed.
+        let bare = json!({"metadata": {"name": "g"}, "spec": {}});
+        for (g, ns) in [
+            (bare.clone(), "team"),
+            (group(json!({"from": "None"}), none.clone()), "team"),
+            (group(only_team.clone(), none.clone()), "other"),
+        ] {
+            let m = claim_refusal(ns, &app, &g, Some(&labels(ns))).expect("refused");
+            assert!(m.contains("NamespaceNotAllowed") && m.contains(&format!("namespace {ns}")), "{m}");
+        }
+        // Unknown labels under a selector: refused (the operator allows nothing then either).
+        assert!(claim_refusal("team", &app, &group(only_team.clone(), none.clone()), None).is_some());
+        // Admitted, and nobody else holds the name, or this namespace does.
+        assert_eq!(claim_refusal("team", &app, &group(only_team.clone(), none.clone()), Some(&labels("team"))), None);
+        let claimed = json!([{"instance": "app", "namespace": "team"}, {"instance": "x", "namespace": "other"}]);
+        assert_eq!(claim_refusal("team", &app, &group(json!({"from": "All"}), claimed.clone()), None), None);
+        // Another namespace holds the name: NameConflict, naming it and the hand-over annotation.
+        let m = claim_refusal("other", &app, &group(json!({"from": "All"}), claimed), Some(&labels("other")))
+            .expect("refused");
+        assert!(m.contains("NameConflict") && m.contains("namespace team claimed instance app"), "{m}");
+        assert!(m.contains(bloodraven_api::names::RELEASE_INSTANCE_ANNOTATION), "{m}");
+        // A rule the webhook cannot read: no early refusal (the operator decides).
+        assert_eq!(claim_refusal("team", &app, &group(json!({"from": "Sometimes"}), json!([])), None), None);
     }
 }
