@@ -114,8 +114,17 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         namespaces: authority::namespace_reflector(client.clone()).await,
     };
 
-    let deploy =
-        start_deploy_api(deploy_listener, &config, &client, &tolerant, &authority, &leadership, &metrics, &shutdown)?;
+    let deploy = start_deploy_api(
+        deploy_listener,
+        &config,
+        &client,
+        &recorder,
+        &tolerant,
+        &authority,
+        &leadership,
+        &metrics,
+        &shutdown,
+    )?;
 
     // The key of decision-record digests, before any record is read.
     controller::failover_group::record::init_key(&Api::namespaced(client.clone(), &config.namespace))
@@ -190,6 +199,7 @@ fn start_deploy_api(
     listener: Option<std::net::TcpListener>,
     config: &Config,
     client: &Client,
+    recorder: &Recorder,
     tolerant: &tolerant::Tolerant,
     authority: &authority::Authority,
     leadership: &leader::Leadership,
@@ -223,6 +233,7 @@ fn start_deploy_api(
         metrics: metrics.clone(),
         watches: deploy_api::watches_for(max_connections),
         shutdown: shutdown.clone(),
+        waiting: Some(deploy_api::waiting::Waiting::new(client.clone(), recorder.clone())),
     };
     tokio::spawn(deploy_api::track_active_leases(service.clone(), metrics.clone(), leadership.clone()));
     let addr = config.deploy_api_addr;

@@ -193,7 +193,7 @@ async fn injection_is_idempotent_refusals_say_what_to_fix_and_plain_jobs_are_lef
 /// describe` shows it: the startup probe's output in the Pod's Events
 /// names the holder (the first Job's operation, its UID), then it runs.
 #[tokio::test]
-async fn a_job_waiting_for_the_mutex_names_the_holder_in_its_pod_events() {
+async fn a_job_waiting_for_the_mutex_names_the_holder_in_its_pod_and_job_events() {
     let env = setup("whinj-wait").await;
     let (cluster, ns) = (&env.pods.cluster, &env.pods.ns.name);
     let first = create(&env, &job(&env, "first", "echo MIGRATING && sleep 25"), false).await.unwrap();
@@ -220,6 +220,14 @@ async fn a_job_waiting_for_the_mutex_names_the_holder_in_its_pod_events() {
     })
     .await;
     assert!(note.contains(&first_uid), "{note}");
+    // And on the Job itself, where `kubectl describe job` (and so a person
+    // whose Helm hook or Argo CD sync seems stuck) reads it: the operator
+    // finds the Job from the Pod the sidecar's token is bound to.
+    let on_job = bloodraven_e2e::deploy::wait_object_event(cluster, ns, "second", "WaitingForLease").await;
+    assert!(
+        on_job.contains("is waiting") && on_job.contains("the migration mutex") && on_job.contains(&first_uid),
+        "{on_job}"
+    );
     for name in ["first", "second"] {
         let (_, ended, reason) = wait_job_end(cluster, ns, name, T).await;
         assert_eq!(ended, "Complete", "{name}: {reason}");

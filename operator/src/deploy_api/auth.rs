@@ -23,6 +23,24 @@ use crate::lease::store::token_sha256;
 
 pub use crate::authority::Caller;
 
+/// The Pod a token is bound to, as the TokenReview names it (the kubelet's
+/// projected tokens are bound to their Pod). Never used to authorize: it
+/// only says where to tell a waiting caller what it waits for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodIdentity {
+    /// The Pod's name, in the caller's namespace.
+    pub name: String,
+    /// The Pod's UID, when the review gave it.
+    pub uid: Option<String>,
+}
+
+/// The TokenReview `user.extra` keys of a Pod-bound token.
+const POD_NAME: &str = "authentication.kubernetes.io/pod-name";
+const POD_UID: &str = "authentication.kubernetes.io/pod-uid";
+
+/// An authenticated caller and the Pod its token is bound to, if any.
+type Identity = (Caller, Option<PodIdentity>);
+
 /// Why a caller was not authenticated (the message is safe to return).
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
@@ -39,7 +57,7 @@ pub enum AuthError {
 pub struct Authenticator {
     reviews: Api<TokenReview>,
     cache_ttl: Duration,
-    cache: Arc<Mutex<HashMap<String, (Caller, Instant)>>>,
+    cache: Arc<Mutex<HashMap<String, (Identity, Instant)>>>,
     /// Tokens the API server refused, by SHA-256, until when: a client
     /// repeating a bogus token costs the API server one review per
     /// [`REJECTION_TTL`], not one per request.
@@ -89,6 +107,11 @@ impl Authenticator {
 
     /// Authenticates the value of an `Authorization` header.
     pub async fn authenticate(&self, header: Option<&str>) -> Result<Caller, AuthError> {
+        self.identify(header).await.map(|(caller, _)| caller)
+    }
+
+    /// [`Authenticator::authenticate`], with the Pod the token is bound to.
+    pub async fn identify(&self, header: Option<&str>) -> Result<Identity, AuthError> {
         let token =
             header.and_then(|h| h.strip_prefix("Bearer ")).map(str::trim).filter(|t| !t.is_empty()).ok_or_else(
                 || AuthError::Unauthenticated("missing Authorization: Bearer <ServiceAccount token>".into()),
@@ -130,7 +153,7 @@ impl Authenticator {
         }
     }
 
-    async fn review(&self, token: &str, key: &str) -> Result<Caller, AuthError> {
+    async fn review(&self, token: &str, key: &str) -> Result<Identity, AuthError> {
         let review = TokenReview {
             spec: TokenReviewSpec { token: Some(token.to_owned()), audiences: Some(vec![DEPLOY_AUDIENCE.to_owned()]) },
             ..TokenReview::default()
@@ -144,17 +167,20 @@ impl Authenticator {
                 "the token is not for audience {DEPLOY_AUDIENCE}: request a projected token with that audience"
             )));
         }
-        let username = status.user.and_then(|u| u.username).unwrap_or_default();
-        let caller = service_account_of(&username)
+        let user = status.user.unwrap_or_default();
+        let caller = service_account_of(user.username.as_deref().unwrap_or_default())
             .ok_or_else(|| AuthError::Unauthenticated("only ServiceAccount tokens are accepted".into()))?;
-        self.remember(key.to_owned(), token, &caller);
-        Ok(caller)
+        let extra = |key: &str| user.extra.as_ref()?.get(key)?.first().cloned();
+        let pod = extra(POD_NAME).map(|name| PodIdentity { name, uid: extra(POD_UID) });
+        let identity = (caller, pod);
+        self.remember(key.to_owned(), token, &identity);
+        Ok(identity)
     }
 
-    fn cached(&self, key: &str) -> Option<Caller> {
+    fn cached(&self, key: &str) -> Option<Identity> {
         let mut cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         match cache.get(key) {
-            Some((caller, until)) if Instant::now() < *until => Some(caller.clone()),
+            Some((identity, until)) if Instant::now() < *until => Some(identity.clone()),
             Some(_) => {
                 cache.remove(key);
                 None
@@ -163,7 +189,7 @@ impl Authenticator {
         }
     }
 
-    fn remember(&self, key: String, token: &str, caller: &Caller) {
+    fn remember(&self, key: String, token: &str, identity: &Identity) {
         let now_unix = k8s_openapi::jiff::Timestamp::now().as_second();
         let Some(left) = seconds_to_expiry(token, now_unix).and_then(|s| u64::try_from(s).ok()) else { return };
         let ttl = self.cache_ttl.min(Duration::from_secs(left));
@@ -176,7 +202,7 @@ impl Authenticator {
             let now = Instant::now();
             cache.retain(|_, (_, until)| *until > now);
         }
-        cache.insert(key, (caller.clone(), Instant::now() + ttl));
+        cache.insert(key, (identity.clone(), Instant::now() + ttl));
     }
 }
 

@@ -10,9 +10,11 @@
 //! - `router`: the HTTP surface, served by `bloodraven-serving` (TLS 1.2/1.3,
 //!   HTTP/1.1 only, the listener bounds, certificate reloads), with the
 //!   watch (push revocation, a long-poll) in `router/watch.rs`.
+//! - `waiting`: a caller refused because a lease is held, told on its Job.
 
 pub mod auth;
 pub mod router;
+pub mod waiting;
 
 pub use bloodraven_serving::{limits, tls};
 
@@ -44,6 +46,8 @@ pub struct DeployState {
     pub watches: crate::lease::watch::Watches,
     /// Set once the process is stopping: open watches answer at once.
     pub shutdown: bloodraven_serving::Shutdown,
+    /// Waits recorded on the waiting Pods' Jobs (`None`: not recorded).
+    pub waiting: Option<waiting::Waiting>,
 }
 
 /// The bound on open watches for a listener of `max_connections`: half of

@@ -30,7 +30,7 @@ use bloodraven_api::deploy::{
 use bloodraven_serving::log::{checked, escape};
 use serde::de::DeserializeOwned;
 
-use super::auth::{AuthError, Caller};
+use super::auth::{AuthError, Caller, PodIdentity};
 use super::{DeployState, limits};
 use crate::failover::planned::Phase;
 use crate::lease::machine::{Actor, Progress, Refusal};
@@ -242,12 +242,17 @@ pub(crate) fn service_error(err: ServiceError, group: &str) -> Response {
 
 /// Leadership and authentication, shared by every handler.
 async fn admit(state: &DeployState, headers: &HeaderMap) -> Result<Caller, Response> {
+    admit_pod(state, headers).await.map(|(caller, _)| caller)
+}
+
+/// [`admit`], with the Pod the caller's token is bound to.
+async fn admit_pod(state: &DeployState, headers: &HeaderMap) -> Result<(Caller, Option<PodIdentity>), Response> {
     if !state.leadership.is_leader() {
         return Err(error(ErrorCode::NotLeader, "this operator replica is not the leader; retry"));
     }
     let header = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
-    match state.auth.authenticate(header).await {
-        Ok(caller) => Ok(caller),
+    match state.auth.identify(header).await {
+        Ok(identity) => Ok(identity),
         Err(AuthError::Unauthenticated(m)) => Err(error(ErrorCode::Unauthenticated, m)),
         Err(AuthError::Review(e)) => {
             tracing::warn!(error = %e, "TokenReview request failed");
@@ -371,7 +376,7 @@ async fn create_lease(
     body: Body,
 ) -> Response {
     let done = Done::new("create_lease", Instant::now()).group(&group);
-    let caller = match admit(&state, &headers).await {
+    let (caller, pod) = match admit_pod(&state, &headers).await {
         Ok(c) => c,
         Err(r) => return done.finish(&state, r),
     };
@@ -396,11 +401,22 @@ async fn create_lease(
                 ),
             ));
         }
-        let (granted, token) = state
-            .service
-            .create(&group, req.kind, &req.operation_id, &req.instance, req.ttl_seconds, &caller.id())
-            .await
-            .map_err(|e| service_error(e, &group))?;
+        let created =
+            state.service.create(&group, req.kind, &req.operation_id, &req.instance, req.ttl_seconds, &caller.id()).await;
+        if let (Err(ServiceError::Refused(Refusal::Held { kind, holder })), Some(pod), Some(waiting)) =
+            (&created, &pod, &state.waiting)
+        {
+            let what = match kind {
+                LeaseKind::Migration => "the migration mutex",
+                LeaseKind::FailoverHold => "the failover-hold",
+            };
+            let message = format!(
+                "operation {} asks for {what} of group {group} for instance {}; it is held by operation {} for {} until {}",
+                req.operation_id, req.instance, holder.operation_id, holder.instance, holder.expires_at
+            );
+            waiting.note(&caller.namespace, pod, &holder.operation_id, &message);
+        }
+        let (granted, token) = created.map_err(|e| service_error(e, &group))?;
         let g = &granted.grant;
         let status = if granted.created { StatusCode::CREATED } else { StatusCode::OK };
         Ok(json_response(
@@ -510,7 +526,9 @@ async fn renew_lease(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    lease_handler(
+    // Boxed: the shared state, authentication and the lease service's
+    // call make this future large.
+    Box::pin(lease_handler(
         state,
         path,
         headers,
@@ -532,7 +550,7 @@ async fn renew_lease(
                 RenewResponse { expires_at: grant.expires_at().to_string(), topology_generation: grant.generation };
             Ok((json_response(StatusCode::OK, &renewed), grant.instance))
         },
-    )
+    ))
     .await
 }
 
@@ -542,7 +560,9 @@ async fn release_lease(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    lease_handler(
+    // Boxed: the shared state, authentication and the lease service's
+    // call make this future large.
+    Box::pin(lease_handler(
         state,
         path,
         headers,
@@ -558,7 +578,7 @@ async fn release_lease(
                 .map_err(|e| service_error(e, &group))?;
             Ok((StatusCode::NO_CONTENT.into_response(), released.instance))
         },
-    )
+    ))
     .await
 }
 

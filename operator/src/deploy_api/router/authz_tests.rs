@@ -100,6 +100,7 @@ fn state(user: &'static str, seen: Arc<Mutex<Vec<String>>>) -> DeployState {
         metrics: crate::metrics::Metrics::new().unwrap(),
         watches: crate::deploy_api::watches_for(8),
         shutdown: bloodraven_serving::Shutdown::manual().1,
+        waiting: None,
     }
 }
 
