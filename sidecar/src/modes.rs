@@ -3,6 +3,7 @@
 //! clients `mark`, `permit`, `probe`. Each returns the process exit code.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::signal::unix::{SignalKind, signal};
@@ -89,11 +90,12 @@ fn serve(
     access: socket::Access,
     status: watch::Receiver<Status>,
     events: mpsc::Sender<Event>,
-) -> Result<(), String> {
+) -> Result<Arc<Shared>, String> {
     let listener =
         socket::bind(path, access).map_err(|e| format!("failed to bind the socket {}: {e}", path.display()))?;
-    tokio::spawn(socket::serve(listener, Shared::new(status, events)));
-    Ok(())
+    let shared = Shared::new(status, events);
+    tokio::spawn(socket::serve(listener, shared.clone()));
+    Ok(shared)
 }
 
 use crate::socket::Event;
@@ -153,7 +155,7 @@ pub async fn hold(args: HoldArgs) -> i32 {
         if let Err(e) = serve(&args.socket, socket::Access::Pod, status_rx, events_tx) {
             tracing::error!(error = %e, "socket");
         }
-        record
+        (record, None)
     } else {
         // The state file must be writable before anything is acquired.
         let first = State {
@@ -172,15 +174,29 @@ pub async fn hold(args: HoldArgs) -> i32 {
                 &args.termination_log,
             );
         }
-        if let Err(e) = serve(&args.socket, socket::Access::Pod, status_rx, events_tx) {
-            tracing::error!(error = %e, "refusing to start");
-            return not_run(exit::USAGE, &format!("refusing to start: {e}"), &args.lease, &args.termination_log);
-        }
-        drive(&s, status_tx, events_rx, stopped(stop.clone())).await
+        let shared = match serve(&args.socket, socket::Access::Pod, status_rx, events_tx) {
+            Ok(shared) => shared,
+            Err(e) => {
+                tracing::error!(error = %e, "refusing to start");
+                return not_run(exit::USAGE, &format!("refusing to start: {e}"), &args.lease, &args.termination_log);
+            }
+        };
+        (drive(&s, status_tx, events_rx, stopped(stop.clone())).await, Some(shared))
     };
+    let (record, shared) = record;
     // A native sidecar that exits is restarted: stay until the kubelet stops
     // the Pod (after the migration container ended).
     stopped(stop).await;
+    // Stopped while the wrapper still ends its migration (both got SIGTERM:
+    // the sidecar run as an ordinary container of a Pod being deleted):
+    // stay until it has its verdict, so that both exit with the record's
+    // code, for at most the fence's grace and a moment to report.
+    if let Some(shared) = shared {
+        let bound = Duration::from_millis(s.timing.grace) + Duration::from_secs(2);
+        if tokio::time::timeout(bound, shared.verdict_given()).await.is_err() {
+            tracing::warn!(seconds = bound.as_secs_f64(), "the wrapper did not collect its verdict in time; exiting");
+        }
+    }
     record.exit_code
 }
 

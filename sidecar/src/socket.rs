@@ -282,12 +282,42 @@ pub struct Shared {
     status: watch::Receiver<Status>,
     events: mpsc::Sender<Event>,
     attached: AtomicBool,
+    /// True from the wrapper's `start` until it has its verdict (or its
+    /// connection is gone).
+    awaiting_verdict: watch::Sender<bool>,
 }
 
 impl Shared {
     /// Shared state over a status channel and an event channel.
     pub fn new(status: watch::Receiver<Status>, events: mpsc::Sender<Event>) -> Arc<Shared> {
-        Arc::new(Shared { status, events, attached: AtomicBool::new(false) })
+        let (awaiting_verdict, _) = watch::channel(false);
+        Arc::new(Shared { status, events, attached: AtomicBool::new(false), awaiting_verdict })
+    }
+
+    /// Resolves once no started wrapper is waiting for its verdict. A
+    /// sidecar that exits before then leaves the wrapper without one (it
+    /// exits 94 while the record says otherwise): when both get SIGTERM at
+    /// once, as ordinary containers of a Pod being deleted do, the sidecar
+    /// waits for this.
+    pub async fn verdict_given(&self) {
+        let mut awaiting = self.awaiting_verdict.subscribe();
+        let _ = awaiting.wait_for(|a| !*a).await;
+    }
+}
+
+/// Marks a started wrapper as waiting for its verdict until dropped.
+struct AwaitingVerdict<'a>(&'a watch::Sender<bool>);
+
+impl<'a> AwaitingVerdict<'a> {
+    fn new(flag: &'a watch::Sender<bool>) -> Self {
+        flag.send_replace(true);
+        Self(flag)
+    }
+}
+
+impl Drop for AwaitingVerdict<'_> {
+    fn drop(&mut self) {
+        self.0.send_replace(false);
     }
 }
 
@@ -542,6 +572,7 @@ async fn attach(
             message: format!("the sidecar does not hold both leases ({:?})", other.state()),
         },
     };
+    let _awaiting = matches!(start, Reply::Start { .. }).then(|| AwaitingVerdict::new(&shared.awaiting_verdict));
     write(&mut out, &start).await?;
     let Reply::Start { grace_ms, .. } = start else { return Ok(()) };
     let mut fenced = false;
@@ -692,12 +723,21 @@ mod tests {
 
     /// A sidecar's socket over a status channel; returns the event receiver.
     fn serve_with(dir: &Path, status: Status) -> (PathBuf, watch::Sender<Status>, mpsc::Receiver<Event>) {
+        let (path, tx, erx, _) = serve_shared(dir, status);
+        (path, tx, erx)
+    }
+
+    fn serve_shared(
+        dir: &Path,
+        status: Status,
+    ) -> (PathBuf, watch::Sender<Status>, mpsc::Receiver<Event>, Arc<Shared>) {
         let path = dir.join("s.sock");
         let (tx, rx) = watch::channel(status);
         let (etx, erx) = mpsc::channel(8);
         let listener = bind(&path, Access::Pod).unwrap();
-        tokio::spawn(serve(listener, Shared::new(rx, etx)));
-        (path, tx, erx)
+        let shared = Shared::new(rx, etx);
+        tokio::spawn(serve(listener, shared.clone()));
+        (path, tx, erx, shared)
     }
 
     #[tokio::test]
@@ -841,5 +881,41 @@ mod tests {
         }
         let verdict: Reply = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
         assert_eq!(verdict, Reply::Verdict { exit_code: 92, message: "fenced".into() });
+    }
+
+    /// Found by a trial with the sidecar as an ordinary container: the Pod's
+    /// deletion sent SIGTERM to both; the sidecar fenced, recorded 92 and
+    /// exited, and the wrapper, left without a verdict, exited 94. The
+    /// sidecar now waits for `verdict_given` before exiting.
+    #[tokio::test]
+    async fn a_started_wrapper_awaits_its_verdict_until_it_has_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = Status::Held { deadline: Instant::now() + Duration::from_secs(20), grace: Duration::from_secs(3) };
+        let (path, tx, mut events, shared) = serve_shared(dir.path(), held);
+        let quick = Duration::from_millis(200);
+        assert!(tokio::time::timeout(quick, shared.verdict_given()).await.is_ok(), "no wrapper: nothing to wait for");
+        let (mut reader, mut out, first) = attach(&path, &mut events).await;
+        assert!(matches!(first, Reply::Start { .. }), "{first:?}");
+        tx.send(Status::Fenced { reason: "shutdown".into(), grace: Duration::from_secs(3) }).unwrap();
+        let _fence = read_line(&mut reader).await.unwrap().unwrap();
+        assert!(tokio::time::timeout(quick, shared.verdict_given()).await.is_err(), "the wrapper still ends");
+        out.write_all(b"{\"op\":\"exited\",\"signal\":15}\n").await.unwrap();
+        match events.recv().await {
+            Some(Event::Exited(_, reply)) => reply.send((92, "fenced".into())).unwrap(),
+            other => panic!("{other:?}"),
+        }
+        let verdict: Reply = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
+        assert_eq!(verdict, Reply::Verdict { exit_code: 92, message: "fenced".into() });
+        assert!(tokio::time::timeout(Duration::from_secs(2), shared.verdict_given()).await.is_ok(), "answered");
+        // A wrapper whose connection is gone is not waited for either.
+        let dir2 = tempfile::tempdir().unwrap();
+        let (path2, _tx2, mut events2, shared2) = serve_shared(
+            dir2.path(),
+            Status::Held { deadline: Instant::now() + Duration::from_secs(20), grace: Duration::from_secs(3) },
+        );
+        let (reader2, out2, _) = attach(&path2, &mut events2).await;
+        assert!(tokio::time::timeout(quick, shared2.verdict_given()).await.is_err());
+        drop((reader2, out2));
+        assert!(tokio::time::timeout(Duration::from_secs(2), shared2.verdict_given()).await.is_ok(), "gone");
     }
 }

@@ -472,3 +472,90 @@ async fn a_sigterm_outside_ddl_records_on_the_lease_and_every_exit_prints_the_re
         "{line}"
     );
 }
+
+/// `hold` and its `exec` wrapper as ordinary processes (the sidecar as an
+/// ordinary container rather than a native sidecar), both sent SIGTERM at
+/// once, as the kubelet does to a Pod's containers when the Pod is
+/// deleted: the sidecar fences, records, and stays until the wrapper has
+/// its verdict, so both exit with the record's code. Before, the sidecar
+/// exited as soon as it had recorded 92, and the wrapper, left without a
+/// verdict, exited 94.
+#[tokio::test]
+async fn hold_and_its_wrapper_stopped_together_exit_with_one_code() {
+    use std::process::Stdio;
+    let d = scenario("sc-pair").await;
+    let p = &d.pipeline;
+    let bin = bloodraven_e2e::sidecar::sidecar_bin();
+    let dir = bloodraven_e2e::e2e_dir().join("sidecar").join(format!("pair-{}", bloodraven_e2e::suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("token"), &p.token).unwrap();
+    let socket = dir.join("s.sock");
+    let log = |name: &str| std::fs::File::create(dir.join(name)).unwrap();
+    let mut hold = tokio::process::Command::new(&bin)
+        .arg("hold")
+        .args(["--url", &p.base, "--group", &p.group, "--instance", "counter-app", "--operation-id", "pair-1"])
+        .arg("--ca")
+        .arg(&d.tls.ca)
+        .arg("--token-file")
+        .arg(dir.join("token"))
+        .args(QUICK)
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--state-file")
+        .arg(dir.join("state.json"))
+        .arg("--termination-log")
+        .arg(dir.join("hold.termination"))
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log("hold.stdout"))
+        .stderr(log("hold.stderr"))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // The startup probe's gate: both leases held.
+    wait_for("the sidecar to hold both leases", T, || async {
+        let out = tokio::process::Command::new(&bin).arg("probe").arg("--socket").arg(&socket).output().await;
+        let out = out.map_err(|e| e.to_string())?;
+        if out.status.success() { Ok(()) } else { Err(String::from_utf8_lossy(&out.stdout).into_owned()) }
+    })
+    .await;
+    let started = dir.join("started");
+    let mut wrapper = tokio::process::Command::new(&bin)
+        .arg("exec")
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--termination-log")
+        .arg(dir.join("exec.termination"))
+        .args(["--", "/bin/sh", "-c", "trap 'exit 0' TERM; touch \"$1\"; while :; do sleep 0.1; done", "sh"])
+        .arg(&started)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .stdout(log("exec.stdout"))
+        .stderr(log("exec.stderr"))
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_for("the migration to start", T, || async {
+        if started.exists() { Ok(()) } else { Err("not yet".to_owned()) }
+    })
+    .await;
+    for pid in [hold.id().unwrap(), wrapper.id().unwrap()] {
+        assert!(std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success());
+    }
+    let codes = tokio::time::timeout(T, async { (hold.wait().await.unwrap(), wrapper.wait().await.unwrap()) })
+        .await
+        .expect("both end");
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap_or_default();
+    let logs = format!(
+        "hold: {}\n{}\nexec: {}\n{}",
+        read("hold.stdout"),
+        read("hold.stderr"),
+        read("exec.stdout"),
+        read("exec.stderr")
+    );
+    assert_eq!((codes.0.code(), codes.1.code()), (Some(exit::FENCED), Some(exit::FENCED)), "{logs}");
+    let record: serde_json::Value =
+        serde_json::from_str(read("hold.stdout").lines().rev().find(|l| l.contains("\"record\"")).unwrap_or("{}"))
+            .unwrap_or_default();
+    assert_eq!((record["exitCode"].as_i64(), record["fence"].as_str()), (Some(92), Some("shutdown")), "{logs}");
+}
