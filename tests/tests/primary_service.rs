@@ -237,3 +237,106 @@ async fn a_foreign_service_is_left_alone_and_a_long_name_gets_no_service() {
     assert_eq!(names.len(), 2, "the foreign one and the 55-character one: {names:?}");
     sc.cluster.delete_group(&name).await;
 }
+
+/// A namespace admin (the `admin` ClusterRole, with its own token) adds a
+/// selector, an external IP and a port to `<db>-primary`: the operator
+/// removes each of them (server-side apply alone leaves another manager's
+/// fields), says so in a Warning Event naming the fields and who set them,
+/// and the EndpointSlice controller's slice for the selector goes with it.
+/// Then the admin removes the Service's ownerReference: the operator no
+/// longer keeps it, and its own EndpointSlice, which kept routing to the
+/// last site it named, is deleted at once (clients fail fast instead of
+/// reaching a former primary).
+#[tokio::test]
+async fn what_a_namespace_admin_adds_to_the_primary_service_is_removed_and_an_orphan_loses_its_endpoint() {
+    use bloodraven_e2e::deploy::{service_account, token};
+    use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+
+    let cluster = bloodraven_e2e::Cluster::connect().await;
+    let ns = cluster.namespace("primarytamper").await;
+    // Sites on the node's bridge address: an EndpointSlice may name it.
+    let pair = bloodraven_e2e::SitePair::start_on("primarytamper", &bloodraven_e2e::pods::node_address());
+    ns.credentials_secret(SITE_SECRET, "bloodraven", bloodraven_e2e::cluster::OPERATOR_DB_PASSWORD).await;
+    let op = bloodraven_e2e::Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
+    let sc = Scenario { cluster, ns, pair, operators: vec![op] };
+    let ns = sc.ns.name.clone();
+    let name = sc.bootstrapped_group("g").await;
+    database(&sc.cluster, &ns, "app", &name, &[]).await;
+    let dbs: Api<MysqlDatabase> = Api::namespaced(sc.cluster.client.clone(), &ns);
+    wait_primary(&dbs, "app", "True PointsAtActiveSite", |c| c.reason == "PointsAtActiveSite").await;
+    let slices: Api<EndpointSlice> = Api::namespaced(sc.cluster.client.clone(), &ns);
+    let routed = ListParams::default().labels("kubernetes.io/service-name=app-primary");
+    let ours = slices.get("app-primary").await.unwrap();
+    assert_eq!(ours.endpoints[0].addresses, vec![bloodraven_e2e::pods::node_address()]);
+
+    // The namespace's admin, with a token of its own.
+    service_account(&sc.cluster, &ns, "admin").await;
+    let binding = RoleBinding {
+        metadata: ObjectMeta { name: Some("admin".into()), ..ObjectMeta::default() },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: "admin".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "admin".into(),
+            namespace: Some(ns.clone()),
+            ..Subject::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(sc.cluster.client.clone(), &ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    let admin = sc.cluster.client_with_token(&token(&sc.cluster, &ns, "admin", &[]).await).await;
+    let admin_services: Api<Service> = Api::namespaced(admin, &ns);
+    let as_admin = PatchParams { field_manager: Some("tenant-edit".into()), ..PatchParams::default() };
+    let tamper = serde_json::json!({"spec": {
+        "selector": {"app": "fake"},
+        "externalIPs": ["192.0.2.10"],
+        "ports": [{"name": "mysql", "port": 3306, "protocol": "TCP", "targetPort": sc.pair.iad_port},
+                  {"name": "other", "port": 3307, "protocol": "TCP", "targetPort": 3307}],
+    }});
+    wait_for("the admin's edit", T, || async {
+        admin_services.patch("app-primary", &as_admin, &Patch::Merge(&tamper)).await.map_err(|e| e.to_string())
+    })
+    .await;
+    let services: Api<Service> = Api::namespaced(sc.cluster.client.clone(), &ns);
+    let svc = wait_service(&services, "app-primary", "the stray routing fields removed", PROMPT, |svc| {
+        let s = spec(svc);
+        let ports = s.ports.clone().unwrap_or_default();
+        match (&s.selector, &s.external_ips, ports.len()) {
+            (None, None, 1) if ports[0].port == 3306 => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(spec(&svc).type_.as_deref(), Some("ClusterIP"));
+    let note = wait_object_event(&sc.cluster, &ns, "app", "PrimaryServiceTampered").await;
+    for part in ["spec.selector", "spec.externalIPs", "spec.ports", "tenant-edit", "app-primary"] {
+        assert!(note.contains(part), "{part}: {note}");
+    }
+    // Only the operator's slice routes the Service once the selector is gone.
+    wait_for("only the operator's EndpointSlice", T, || async {
+        let list = slices.list(&routed).await.map_err(|e| e.to_string())?;
+        let names: Vec<_> = list.items.iter().filter_map(|s| s.metadata.name.clone()).collect();
+        if names == ["app-primary"] { Ok(()) } else { Err(format!("{names:?}")) }
+    })
+    .await;
+    let c = wait_primary(&dbs, "app", "True PointsAtActiveSite", |c| c.reason == "PointsAtActiveSite").await;
+    assert_eq!(c.status, "True");
+
+    // The admin orphans the Service (as `kubectl replace` from a manifest
+    // without an ownerReference would).
+    let orphan = serde_json::json!({"metadata": {"ownerReferences": null}});
+    admin_services.patch("app-primary", &as_admin, &Patch::Merge(&orphan)).await.unwrap();
+    let c = wait_primary(&dbs, "app", "False PrimaryServiceConflict", |c| c.reason == "PrimaryServiceConflict").await;
+    assert_eq!(c.status, "False");
+    wait_for("the operator's EndpointSlice deleted", PROMPT, || async {
+        let list = slices.list(&routed).await.map_err(|e| e.to_string())?;
+        if list.items.is_empty() { Ok(()) } else { Err(format!("{} slices", list.items.len())) }
+    })
+    .await;
+    sc.cluster.delete_group(&name).await;
+}

@@ -478,8 +478,8 @@ async fn a_sigterm_outside_ddl_records_on_the_lease_and_every_exit_prints_the_re
 /// once, as the kubelet does to a Pod's containers when the Pod is
 /// deleted: the sidecar fences, records, and stays until the wrapper has
 /// its verdict, so both exit with the record's code. Before, the sidecar
-/// exited as soon as it had recorded 92, and the wrapper, left without a
-/// verdict, exited 94.
+/// exited as soon as it had recorded its code (92 here; 93 with the
+/// default boundary), and the wrapper, left without a verdict, exited 94.
 #[tokio::test]
 async fn hold_and_its_wrapper_stopped_together_exit_with_one_code() {
     use std::process::Stdio;
@@ -499,6 +499,8 @@ async fn hold_and_its_wrapper_stopped_together_exit_with_one_code() {
         .arg("--token-file")
         .arg(dir.join("token"))
         .args(QUICK)
+        // Outside the DDL boundary until reported: a fence is 92.
+        .args(["--ddl-boundary", "reported"])
         .arg("--socket")
         .arg(&socket)
         .arg("--state-file")

@@ -200,6 +200,10 @@ pub mod reason {
     /// A Service or EndpointSlice named `<name>-primary` exists that this
     /// MysqlDatabase does not own; the operator leaves it alone.
     pub const PRIMARY_SERVICE_CONFLICT: &str = "PrimaryServiceConflict";
+    /// Someone else wrote a field into the `<name>-primary` Service that
+    /// could route its traffic elsewhere (a selector, external IPs, an extra
+    /// port, …); the operator removed it (the reason of a Warning Event).
+    pub const PRIMARY_SERVICE_TAMPERED: &str = "PrimaryServiceTampered";
     /// `<name>-primary` is not a valid Service name (a DNS-1035 label of at
     /// most 63 characters), so the operator keeps no Service.
     pub const PRIMARY_SERVICE_NAME_INVALID: &str = "PrimaryServiceNameInvalid";

@@ -152,6 +152,23 @@ fn decision_fingerprint(group: &MysqlFailoverGroup) -> u64 {
     hash_of((&group.metadata.uid, status.active_site, status.topology_generation, claims, active))
 }
 
+/// The MysqlDatabase a `-primary` object belongs to: the one its
+/// `primary-of` label names in its namespace, else its controller
+/// ownerReference's.
+fn primary_owner<K: Resource>(object: &K) -> Option<ObjectRef<MysqlDatabase>> {
+    let meta = object.meta();
+    let namespace = meta.namespace.as_deref()?;
+    let by_label = meta.labels.as_ref().and_then(|l| l.get(bloodraven_api::names::PRIMARY_OF_LABEL)).cloned();
+    let by_owner = || {
+        meta.owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true) && o.kind == "MysqlDatabase")
+            .map(|o| o.name.clone())
+    };
+    Some(ObjectRef::new(&by_label.or_else(by_owner)?).within(namespace))
+}
+
 /// Runs the controller until `shutdown` resolves. `selector` is the
 /// operator's `--group-selector` (empty: every group).
 pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
@@ -205,7 +222,9 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
     let names = watcher(names, WatcherConfig::default()).default_backoff().touched_objects();
     // The operator's own `-primary` objects (label-selected, so the caches
     // hold nothing else): compared before any write, and a deleted or
-    // edited one wakes its database (ownerReference) to be put back.
+    // edited one wakes its database to be put back — found by its label
+    // or its ownerReference, so that one that lost its ownerReference (and
+    // must lose its EndpointSlice) wakes it too.
     let only_primary = WatcherConfig::default().labels(primary::selector());
     let (services, services_writer) = reflector::store::<Service>();
     let service_events = watcher(Api::<Service>::all(ctx.client.clone()), only_primary.clone())
@@ -243,8 +262,8 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
             let name = changed.name_any();
             refs(&by_name, |db| db.name_any() == name)
         })
-        .owns_stream(service_events)
-        .owns_stream(slice_events)
+        .watches_stream(service_events, |svc| primary_owner(&svc))
+        .watches_stream(slice_events, |slice| primary_owner(&slice))
         .reconcile_all_on(acquisitions)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, dctx)

@@ -340,6 +340,86 @@ fn meta_matches(have: &ObjectMeta, want: &ObjectMeta) -> bool {
     labels_ok && annotations_ok && owner_ok
 }
 
+/// The keys of a Service's spec that may stay as stored: the operator's
+/// own (`type`, `ports`, `externalName`) and those the API server fills in
+/// (the cluster IPs and their families, the session affinity and the
+/// internal traffic policy at their defaults). Any other key a user adds
+/// can route traffic elsewhere (a `selector` makes the EndpointSlice
+/// controller add that selector's Pods beside the operator's endpoint;
+/// `externalIPs`, a `loadBalancer*` or `nodePort`-related field exposes or
+/// reroutes it), and server-side apply never removes a field another
+/// manager set.
+const KEPT_SPEC_KEYS: &[&str] = &[
+    "type",
+    "ports",
+    "externalName",
+    "clusterIP",
+    "clusterIPs",
+    "ipFamilies",
+    "ipFamilyPolicy",
+    "sessionAffinity",
+    "internalTrafficPolicy",
+];
+
+/// What someone else wrote into the stored Service `have` that could send
+/// traffic elsewhere than `want` says, as a JSON merge patch of its spec
+/// that removes it (or restores the default), with the names of the
+/// fields; `None` when there is nothing of the kind. Server-side apply
+/// takes back the fields the operator sets but leaves other managers'
+/// fields, and another manager's extra entries of `ports`, in place.
+pub fn stray_routing(have: &Service, want: &Service) -> Option<(serde_json::Value, Vec<String>)> {
+    let stored = serde_json::to_value(have.spec.as_ref()?).ok()?;
+    let stored = stored.as_object()?;
+    let want_spec = want.spec.clone().unwrap_or_default();
+    let mut patch = serde_json::Map::new();
+    for (key, value) in stored {
+        let fix = match key.as_str() {
+            k if !KEPT_SPEC_KEYS.contains(&k) => Some(serde_json::Value::Null),
+            "externalName" if want_spec.external_name.is_none() => Some(serde_json::Value::Null),
+            "sessionAffinity" if value != "None" => Some("None".into()),
+            "internalTrafficPolicy" if value != "Cluster" => Some("Cluster".into()),
+            _ => None,
+        };
+        if let Some(fix) = fix {
+            patch.insert(key.clone(), fix);
+        }
+    }
+    // Ports: exactly the operator's (a merge patch replaces the list).
+    let key = |p: &ServicePort| (p.port, p.protocol.clone().unwrap_or_else(|| "TCP".into()));
+    let wanted: Vec<_> = want_spec.ports.iter().flatten().map(key).collect();
+    let extra = have.spec.as_ref()?.ports.iter().flatten().any(|p| !wanted.contains(&key(p)));
+    if extra {
+        patch.insert("ports".into(), serde_json::to_value(&want_spec.ports).ok()?);
+    }
+    if patch.is_empty() {
+        return None;
+    }
+    let fields = patch.keys().map(|k| format!("spec.{k}")).collect();
+    Some((serde_json::json!({"spec": patch}), fields))
+}
+
+/// The field managers other than the operator's that own any of `fields`
+/// (`spec.selector`, …) in `have`'s managedFields, for the Event that says
+/// who set them.
+pub fn managers_of(have: &Service, fields: &[String]) -> Vec<String> {
+    let keys: Vec<String> = fields.iter().filter_map(|f| f.strip_prefix("spec.")).map(|k| format!("f:{k}")).collect();
+    let mut managers: Vec<String> = have
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| m.manager.as_deref() != Some(bloodraven_api::names::PRIMARY_SERVICE_FIELD_MANAGER))
+        .filter(|m| {
+            let spec = m.fields_v1.as_ref().and_then(|f| f.0.get("f:spec")).and_then(serde_json::Value::as_object);
+            spec.is_some_and(|spec| keys.iter().any(|k| spec.contains_key(k)))
+        })
+        .filter_map(|m| m.manager.clone())
+        .collect();
+    managers.sort();
+    managers.dedup();
+    managers
+}
+
 /// Whether the stored Service `have` already is `want` in every field the
 /// operator sets (server defaults such as `clusterIP` are ignored), so no
 /// write is needed.
@@ -357,7 +437,10 @@ pub fn service_matches(have: &Service, want: &Service) -> bool {
         let spec = s.spec.clone().unwrap_or_default();
         (spec.type_, spec.external_name, spec.selector.filter(|s| !s.is_empty()))
     };
-    meta_matches(&have.metadata, &want.metadata) && spec(have) == spec(want) && ports(have) == ports(want)
+    meta_matches(&have.metadata, &want.metadata)
+        && spec(have) == spec(want)
+        && ports(have) == ports(want)
+        && stray_routing(have, want).is_none()
 }
 
 /// Whether the stored EndpointSlice `have` already is `want` in every field

@@ -223,3 +223,101 @@ fn server_defaults_and_foreign_keys_do_not_count_as_a_change() {
     foreign.metadata.owner_references = None;
     assert!(!slice_matches(&foreign, &slice.unwrap()));
 }
+
+#[test]
+fn fields_someone_else_adds_that_could_route_traffic_are_named_and_removed() {
+    let iad = site("iad", "10.0.0.5", 3306);
+    let (want, _, _, _) = keep(plan(
+        OWNER,
+        Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, read_only: false, observed: None }),
+    ));
+    let mut clean = want.clone();
+    let spec = clean.spec.as_mut().unwrap();
+    spec.cluster_ip = Some("10.96.0.10".into());
+    spec.cluster_ips = Some(vec!["10.96.0.10".into()]);
+    spec.ip_families = Some(vec!["IPv4".into()]);
+    spec.ip_family_policy = Some("SingleStack".into());
+    spec.session_affinity = Some("None".into());
+    spec.internal_traffic_policy = Some("Cluster".into());
+    assert_eq!(stray_routing(&clean, &want), None, "server defaults are not strays");
+
+    // Each kind of stray: the field, and what the patch sets it to.
+    let mut extra_port = want.spec.clone().unwrap().ports.unwrap()[0].clone();
+    extra_port.port = 3307;
+    for (edit, field, fixed) in [
+        (
+            Box::new(|s: &mut ServiceSpec| s.selector = Some([("app".to_owned(), "fake".to_owned())].into()))
+                as Box<dyn Fn(&mut ServiceSpec)>,
+            "spec.selector",
+            serde_json::Value::Null,
+        ),
+        (
+            Box::new(|s: &mut ServiceSpec| s.external_name = Some("evil.example".into())),
+            "spec.externalName",
+            serde_json::Value::Null,
+        ),
+        (
+            Box::new(|s: &mut ServiceSpec| s.external_ips = Some(vec!["192.0.2.9".into()])),
+            "spec.externalIPs",
+            serde_json::Value::Null,
+        ),
+        (
+            Box::new(|s: &mut ServiceSpec| s.load_balancer_source_ranges = Some(vec!["0.0.0.0/0".into()])),
+            "spec.loadBalancerSourceRanges",
+            serde_json::Value::Null,
+        ),
+        (
+            Box::new(|s: &mut ServiceSpec| s.session_affinity = Some("ClientIP".into())),
+            "spec.sessionAffinity",
+            "None".into(),
+        ),
+        (
+            Box::new(|s: &mut ServiceSpec| s.internal_traffic_policy = Some("Local".into())),
+            "spec.internalTrafficPolicy",
+            "Cluster".into(),
+        ),
+        (
+            Box::new(move |s: &mut ServiceSpec| s.ports.as_mut().unwrap().push(extra_port.clone())),
+            "spec.ports",
+            serde_json::to_value(want.spec.as_ref().unwrap().ports.clone()).unwrap(),
+        ),
+    ] {
+        let mut have = clean.clone();
+        edit(have.spec.as_mut().unwrap());
+        assert!(!service_matches(&have, &want), "{field}: a stray is a change");
+        let (patch, fields) = stray_routing(&have, &want).unwrap_or_else(|| panic!("{field} not found"));
+        assert_eq!(fields, vec![field.to_owned()]);
+        assert_eq!(patch["spec"][field.trim_start_matches("spec.")], fixed, "{field}: {patch}");
+    }
+
+    // An ExternalName Service keeps its externalName.
+    let (external, _, _, _) = keep(plan(
+        OWNER,
+        Ok(Decided {
+            group: "g",
+            site: &site("iad", "db.iad.example", 3306),
+            generation: 1,
+            unconfirmed: false,
+            read_only: false,
+            observed: None,
+        }),
+    ));
+    assert_eq!(stray_routing(&external, &external), None);
+}
+
+#[test]
+fn the_managers_of_stray_fields_are_named_but_never_the_operator() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+    let entry = |manager: &str, fields: serde_json::Value| ManagedFieldsEntry {
+        manager: Some(manager.into()),
+        fields_v1: Some(FieldsV1(fields)),
+        ..ManagedFieldsEntry::default()
+    };
+    let mut have = Service::default();
+    have.metadata.managed_fields = Some(vec![
+        entry("kubectl-patch", serde_json::json!({"f:spec": {"f:selector": {"f:app": {}}}})),
+        entry(bloodraven_api::names::PRIMARY_SERVICE_FIELD_MANAGER, serde_json::json!({"f:spec": {"f:ports": {}}})),
+        entry("helm", serde_json::json!({"f:metadata": {"f:labels": {}}})),
+    ]);
+    assert_eq!(managers_of(&have, &["spec.selector".into(), "spec.ports".into()]), vec!["kubectl-patch".to_owned()]);
+}

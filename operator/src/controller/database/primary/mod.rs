@@ -16,8 +16,16 @@
 //! - Nothing is written when the stored objects already match (compared
 //!   with the label-selected watch caches): a reconcile with no change
 //!   costs no API call.
-//! - Without a target the EndpointSlice is deleted, so a connection fails
+//! - Without a target, and whenever the operator does not keep the Service
+//!   (someone else's Service of the name, or ours that lost its
+//!   ownerReference), its EndpointSlice is deleted, so a connection fails
 //!   fast rather than reaching a former primary.
+//! - Only the operator routes the Service: a field someone else added that
+//!   can send traffic elsewhere (a `selector`, `externalIPs`, an extra port,
+//!   a `loadBalancer*` field, …) is removed (server-side apply alone never
+//!   removes another manager's field), with a Warning Event naming the
+//!   fields and who set them. Removed before the condition is reported, so
+//!   `PrimaryService=True` never stands beside them.
 
 pub mod desired;
 
@@ -157,6 +165,85 @@ where
     Ok(())
 }
 
+/// Deletes the operator's own EndpointSlice `name` (by the cache: only an
+/// object carrying our label and controller ownerReference), with its UID
+/// as precondition; `true` when one was deleted.
+async fn delete_own_slice(
+    ctx: &Context,
+    primary: &Primary,
+    slices: &Api<EndpointSlice>,
+    namespace: &str,
+    name: &str,
+    uid: &str,
+) -> Result<bool, Error> {
+    let Some(have) = primary.slices.get(&ObjectRef::new(name).within(namespace)).filter(|s| owned_by(s.meta(), uid))
+    else {
+        return Ok(false);
+    };
+    if !ctx.leadership.is_leader() {
+        return Ok(false);
+    }
+    let params = DeleteParams {
+        preconditions: Some(Preconditions { uid: have.metadata.uid.clone(), resource_version: None }),
+        ..DeleteParams::default()
+    };
+    match slices.delete(name, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(err) => return Err(kube_err("delete the primary EndpointSlice")(err)),
+    }
+    ctx.metrics.primary_service_writes_total.with_label_values(&["EndpointSlice", "delete"]).inc();
+    Ok(true)
+}
+
+/// Removes what someone else wrote into our Service `have` that could route
+/// traffic elsewhere ([`desired::stray_routing`]), as a merge patch fenced
+/// by its UID and resourceVersion (a Service changed meanwhile is read
+/// again on the next reconcile), and says so in a Warning Event naming the
+/// fields and the field managers that set them.
+async fn remove_stray_routing(
+    ctx: &Context,
+    services: &Api<Service>,
+    db: &bloodraven_api::v1alpha1::MysqlDatabase,
+    have: &Service,
+    want: &Service,
+) -> Result<(), Error> {
+    let Some((mut patch, fields)) = desired::stray_routing(have, want) else { return Ok(()) };
+    if !ctx.leadership.is_leader() {
+        return Ok(());
+    }
+    patch["metadata"] =
+        serde_json::json!({"uid": have.metadata.uid, "resourceVersion": have.metadata.resource_version});
+    let name = have.metadata.name.clone().unwrap_or_default();
+    services
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("remove routing fields from the primary Service"))?;
+    ctx.metrics.primary_service_writes_total.with_label_values(&["Service", "remove-routing"]).inc();
+    // Names a tenant chose: quoted, and a few of them only.
+    let managers: Vec<String> = desired::managers_of(have, &fields)
+        .iter()
+        .take(5)
+        .map(|m| format!("{:?}", m.chars().take(64).collect::<String>()))
+        .collect();
+    let by = if managers.is_empty() { String::new() } else { format!(" (set by {})", managers.join(", ")) };
+    let event = kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Warning,
+        reason: reason::PRIMARY_SERVICE_TAMPERED.into(),
+        note: Some(format!(
+            "removed {} from Service {name}{by}: only the operator routes it; connect through it, or through a Service of your own",
+            fields.join(", ")
+        )),
+        action: "PointPrimaryService".into(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &db.object_ref(&())).await {
+        tracing::warn!(service = %name, error = %err, "failed to publish an event");
+    }
+    tracing::warn!(service = %name, fields = %fields.join(","), managers = %managers.join(","), "removed routing fields the operator does not set from the primary Service");
+    Ok(())
+}
+
 fn conflict(kind: &str, name: &str, namespace: &str) -> Computed {
     Computed::flag(
         CONDITION,
@@ -193,7 +280,13 @@ pub async fn keep(
     let slices: Api<EndpointSlice> = Api::namespaced(ctx.client.clone(), namespace);
 
     let have_service = match find(&services, &primary.services, namespace, &svc_name, uid).await? {
-        Found::Foreign => return Ok(conflict("Service", &svc_name, namespace)),
+        Found::Foreign => {
+            // Not ours (someone else's, or ours without its ownerReference):
+            // our slice, still labelled with the Service's name, would keep
+            // routing to whichever site it last named.
+            delete_own_slice(ctx, primary, &slices, namespace, &svc_name, uid).await?;
+            return Ok(conflict("Service", &svc_name, namespace));
+        }
         found => found,
     };
     let have_slice = if slice.is_some() {
@@ -220,6 +313,7 @@ pub async fn keep(
         Found::Foreign => unreachable!("returned above"),
         Found::Ours(have) if desired::service_matches(&have, &service) => {}
         Found::Ours(have) => {
+            remove_stray_routing(ctx, &services, db, &have, &service).await?;
             apply(ctx, &services, service, Some(&have.metadata)).await?;
             changed = true;
         }
@@ -245,20 +339,8 @@ pub async fn keep(
         None => {
             // Only ours, which always carries the label the cache selects:
             // a foreign same-named slice is not ours to delete.
-            if let Found::Ours(have) = have_slice
-                && ctx.leadership.is_leader()
-            {
-                let params = DeleteParams {
-                    preconditions: Some(Preconditions { uid: have.metadata.uid.clone(), resource_version: None }),
-                    ..DeleteParams::default()
-                };
-                match slices.delete(&svc_name, &params).await {
-                    Ok(_) => {}
-                    Err(kube::Error::Api(s)) if s.code == 404 => {}
-                    Err(err) => return Err(kube_err("delete the primary EndpointSlice")(err)),
-                }
-                ctx.metrics.primary_service_writes_total.with_label_values(&["EndpointSlice", "delete"]).inc();
-                changed = true;
+            if matches!(have_slice, Found::Ours(_)) {
+                changed |= delete_own_slice(ctx, primary, &slices, namespace, &svc_name, uid).await?;
             }
         }
     }
