@@ -576,11 +576,18 @@ async fn attach(
     write(&mut out, &start).await?;
     let Reply::Start { grace_ms, .. } = start else { return Ok(()) };
     let mut fenced = false;
+    // The driver drops the status once the run is over; the wrapper's
+    // report of the migration's exit may still be on its way, and is
+    // answered with the run's verdict (never by closing the connection,
+    // which leaves the wrapper without one: it would exit 94 while the
+    // record says otherwise).
+    let mut status_open = true;
     loop {
         tokio::select! {
-            changed = status.changed() => {
+            changed = status.changed(), if status_open => {
                 if changed.is_err() {
-                    return Ok(());
+                    status_open = false;
+                    continue;
                 }
                 let s = status.borrow_and_update().clone();
                 match s {
@@ -917,5 +924,26 @@ mod tests {
         assert!(tokio::time::timeout(quick, shared2.verdict_given()).await.is_err());
         drop((reader2, out2));
         assert!(tokio::time::timeout(Duration::from_secs(2), shared2.verdict_given()).await.is_ok(), "gone");
+    }
+
+    /// The same trial's second half: the driver ended (dropping the status)
+    /// between the wrapper's fence and its report, and the connection was
+    /// closed without an answer. The report is answered with the verdict.
+    #[tokio::test]
+    async fn a_report_after_the_run_ended_still_gets_the_verdict() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = Status::Held { deadline: Instant::now() + Duration::from_secs(20), grace: Duration::from_secs(3) };
+        let (path, tx, mut events, shared) = serve_shared(dir.path(), held);
+        let (mut reader, mut out, first) = attach(&path, &mut events).await;
+        assert!(matches!(first, Reply::Start { .. }), "{first:?}");
+        tx.send(Status::Fenced { reason: "shutdown".into(), grace: Duration::from_secs(3) }).unwrap();
+        let _fence = read_line(&mut reader).await.unwrap().unwrap();
+        tx.send(Status::Ended { exit_code: 92, message: "fenced".into() }).unwrap();
+        drop(tx);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        out.write_all(b"{\"op\":\"exited\",\"code\":0}\n").await.unwrap();
+        let verdict: Reply = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
+        assert_eq!(verdict, Reply::Verdict { exit_code: 92, message: "fenced".into() });
+        assert!(tokio::time::timeout(Duration::from_secs(2), shared.verdict_given()).await.is_ok());
     }
 }

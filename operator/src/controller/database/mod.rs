@@ -236,10 +236,22 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
         .default_backoff()
         .reflect(slices_writer)
         .touched_objects();
+    // The EndpointSlice controller's slices (metadata only): a selector
+    // someone added to a `-primary` Service makes it create some, and it
+    // leaves them when the selector goes. Such a slice wakes the database
+    // whose Service it names, which deletes it.
+    let made_for_selectors =
+        WatcherConfig::default().labels("endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io");
+    let (selector_slices, selector_writer) = reflector::store::<PartialObjectMeta<EndpointSlice>>();
+    let selector_events = watcher(Api::<PartialObjectMeta<EndpointSlice>>::all(ctx.client.clone()), made_for_selectors)
+        .default_backoff()
+        .reflect(selector_writer)
+        .touched_objects();
+    let by_service = services.clone();
     let (by_group, by_shard, by_decision, by_namespace, by_name) =
         (reader.clone(), reader.clone(), reader.clone(), reader.clone(), reader.clone());
     let acquisitions = ctx.leadership.acquisitions();
-    let dctx = Arc::new(DbContext { ctx, primary: Primary { services, slices }, shard });
+    let dctx = Arc::new(DbContext { ctx, primary: Primary { services, slices, selector_slices }, shard });
     Controller::for_stream(databases, reader)
         .watches_stream(group_meta, move |group| {
             let name = group.name_any();
@@ -264,6 +276,12 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
         })
         .watches_stream(service_events, |svc| primary_owner(&svc))
         .watches_stream(slice_events, |slice| primary_owner(&slice))
+        .watches_stream(selector_events, move |slice| {
+            let namespace = slice.metadata.namespace.clone()?;
+            let service = slice.metadata.labels.as_ref()?.get("kubernetes.io/service-name")?.clone();
+            let svc = by_service.get(&ObjectRef::new(&service).within(&namespace))?;
+            primary_owner(&*svc)
+        })
         .reconcile_all_on(acquisitions)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, dctx)

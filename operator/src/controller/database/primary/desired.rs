@@ -368,6 +368,13 @@ const KEPT_SPEC_KEYS: &[&str] = &[
 /// takes back the fields the operator sets but leaves other managers'
 /// fields, and another manager's extra entries of `ports`, in place.
 pub fn stray_routing(have: &Service, want: &Service) -> Option<(serde_json::Value, Vec<String>)> {
+    // A change of type is the operator's own apply to make first (the API
+    // server validates each type's fields together); strays are looked for
+    // once the type is the wanted one.
+    let type_of = |s: &Service| s.spec.as_ref().and_then(|s| s.type_.clone()).unwrap_or_else(|| "ClusterIP".into());
+    if type_of(have) != type_of(want) {
+        return None;
+    }
     let stored = serde_json::to_value(have.spec.as_ref()?).ok()?;
     let stored = stored.as_object()?;
     let want_spec = want.spec.clone().unwrap_or_default();

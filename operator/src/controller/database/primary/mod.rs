@@ -25,7 +25,11 @@
 //!   a `loadBalancer*` field, …) is removed (server-side apply alone never
 //!   removes another manager's field), with a Warning Event naming the
 //!   fields and who set them. Removed before the condition is reported, so
-//!   `PrimaryService=True` never stands beside them.
+//!   `PrimaryService=True` never stands beside them. The EndpointSlices
+//!   the EndpointSlice controller made for a removed selector (it leaves
+//!   them when a selector goes) are deleted too: they are the only objects
+//!   the operator deletes that are not its own, and only those whose
+//!   controller ownerReference is its own Service.
 
 pub mod desired;
 
@@ -35,6 +39,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, Resource};
 use serde::Serialize;
@@ -54,6 +59,9 @@ pub struct Primary {
     pub services: Store<Service>,
     /// `-primary` EndpointSlices.
     pub slices: Store<EndpointSlice>,
+    /// The EndpointSlice controller's slices (metadata): those made for a
+    /// selector someone added to a `-primary` Service are deleted.
+    pub selector_slices: Store<PartialObjectMeta<EndpointSlice>>,
 }
 
 impl std::fmt::Debug for Primary {
@@ -244,6 +252,51 @@ async fn remove_stray_routing(
     Ok(())
 }
 
+/// Deletes the EndpointSlices (from the cache of the EndpointSlice
+/// controller's) of our Service `service` in `namespace`: those whose
+/// controller ownerReference is that Service (UID `service_uid`), made for
+/// a selector someone added. `true` when one was deleted.
+async fn delete_selector_slices(
+    ctx: &Context,
+    primary: &Primary,
+    slices: &Api<EndpointSlice>,
+    namespace: &str,
+    service: &str,
+    service_uid: &str,
+) -> Result<bool, Error> {
+    if !ctx.leadership.is_leader() || service_uid.is_empty() {
+        return Ok(false);
+    }
+    let made: Vec<_> = primary
+        .selector_slices
+        .state()
+        .into_iter()
+        .filter(|s| {
+            s.metadata.namespace.as_deref() == Some(namespace)
+                && s.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/service-name")).map(String::as_str)
+                    == Some(service)
+                && owned_by(&s.metadata, service_uid)
+        })
+        .collect();
+    let mut deleted = false;
+    for slice in made {
+        let name = slice.metadata.name.clone().unwrap_or_default();
+        let params = DeleteParams {
+            preconditions: Some(Preconditions { uid: slice.metadata.uid.clone(), resource_version: None }),
+            ..DeleteParams::default()
+        };
+        match slices.delete(&name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => continue,
+            Err(err) => return Err(kube_err("delete an EndpointSlice made for a selector")(err)),
+        }
+        ctx.metrics.primary_service_writes_total.with_label_values(&["EndpointSlice", "delete"]).inc();
+        tracing::warn!(service = %service, namespace = %namespace, slice = %name, "deleted an EndpointSlice the EndpointSlice controller made for a selector on the primary Service");
+        deleted = true;
+    }
+    Ok(deleted)
+}
+
 fn conflict(kind: &str, name: &str, namespace: &str) -> Computed {
     Computed::flag(
         CONDITION,
@@ -302,18 +355,27 @@ pub async fn keep(
             _ => Found::Absent,
         }
     };
+    // Whatever else happens, nobody but the operator routes the Service:
+    // strays are removed, and the slices made for a selector deleted.
+    let mut changed = false;
+    if let Found::Ours(have) = &have_service {
+        if desired::stray_routing(have, &service).is_some() {
+            remove_stray_routing(ctx, &services, db, have, &service).await?;
+            changed = true;
+        }
+        let uid = have.metadata.uid.clone().unwrap_or_default();
+        changed |= delete_selector_slices(ctx, primary, &slices, namespace, &svc_name, &uid).await?;
+    }
     if let Some(unconfirmed) = unconfirmed {
         // Leave both as they are: the active site has not answered as
         // itself where spec now says it is, or not yet writable.
         return Ok(unconfirmed.with_service(&svc_name));
     }
 
-    let mut changed = false;
     match have_service {
         Found::Foreign => unreachable!("returned above"),
         Found::Ours(have) if desired::service_matches(&have, &service) => {}
         Found::Ours(have) => {
-            remove_stray_routing(ctx, &services, db, &have, &service).await?;
             apply(ctx, &services, service, Some(&have.metadata)).await?;
             changed = true;
         }
