@@ -176,7 +176,22 @@ async fn injection_is_idempotent_refusals_say_what_to_fix_and_plain_jobs_are_lef
     let mut unknown_group = job(&env, "x4", "true");
     unknown_group["metadata"]["annotations"]["bloodraven.shipstream.io/group"] = json!("no-such-group");
     let m = refusal(create(&env, &unknown_group, true).await);
-    assert!(m.contains("does not exist"), "{m}");
+    assert!(m.contains("no MysqlDatabase named") && m.contains("no-such-group"), "{m}");
+    // Another namespace asks for this namespace's instance: the same answer
+    // as for a group or an instance that does not exist, naming neither the
+    // claim nor its namespace.
+    let other = env.pods.cluster.namespace("whinj-other").await;
+    let (cluster, op_ns) = (&env.pods.cluster, &env.pods.op_ns.name);
+    env.webhook
+        .register(cluster, &env.webhook.params(op_ns, &[&env.pods.ns.name, &other.name], &env.pods.ns.name))
+        .await;
+    let mut stranger = job(&env, "x5", "true");
+    stranger["metadata"]["namespace"] = json!(other.name);
+    let jobs: kube::Api<k8s_openapi::api::batch::v1::Job> =
+        kube::Api::namespaced(env.pods.cluster.client.clone(), &other.name);
+    let dry = kube::api::PostParams { dry_run: true, ..kube::api::PostParams::default() };
+    let m = refusal(jobs.create(&dry, &serde_json::from_value(stranger).unwrap()).await);
+    assert!(m.contains("no MysqlDatabase named") && !m.contains(&env.pods.ns.name), "{m}");
 
     // Without the annotation (or with another value) nothing is added.
     let mut plain = job(&env, "plain", "true");

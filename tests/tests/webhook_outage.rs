@@ -52,7 +52,7 @@ async fn with_the_webhook_down_annotated_jobs_and_fence_edits_fail_closed_and_no
     let jobs = Api::<Job>::namespaced(cluster.client.clone(), &ns.name);
     // Up: an annotated Job for a group that does not exist is refused by the webhook itself.
     let m = refusal(jobs.create(&dry(), &job("a", true)).await);
-    assert!(m.contains("does not exist"), "{m}");
+    assert!(m.contains("no MysqlDatabase named"), "{m}");
     webhook.kill().await;
 
     let m = refusal(jobs.create(&dry(), &job("a", true)).await);
@@ -101,7 +101,7 @@ async fn with_the_webhook_down_annotated_jobs_and_fence_edits_fail_closed_and_no
     // Back up: admissions pass again.
     webhook.restart().await;
     let m = refusal(jobs.create(&dry(), &job("a", true)).await);
-    assert!(m.contains("does not exist"), "answered by the webhook again: {m}");
+    assert!(m.contains("no MysqlDatabase named"), "answered by the webhook again: {m}");
 }
 
 #[tokio::test]

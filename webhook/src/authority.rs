@@ -119,23 +119,28 @@ impl Authority {
     }
 
     async fn decide(&self, namespace: &str, ask: &Ask, fresh: bool) -> Result<(), String> {
-        let Some(group) = self.read(&self.groups, None, &ask.group, fresh).await? else {
-            return Err(format!(
-                "MysqlFailoverGroup {:?} (annotation {}) does not exist",
+        // Said to whoever may create a Job here, who may not read groups or
+        // other namespaces: whether the group exists, whether the name is
+        // claimed, and by which namespace, are the same answer unless the
+        // claim is this namespace's own.
+        let not_here = || {
+            format!(
+                "no MysqlDatabase named {:?} that lists ServiceAccount {namespace}/{} in spec.deploymentClients is accepted on MysqlFailoverGroup {:?} (annotations {} and {}): create it in a namespace the group allows (its status must say Ready) and list this ServiceAccount, or fix the annotations",
+                ask.instance,
+                ask.service_account,
                 ask.group,
-                names::inject::GROUP
-            ));
+                names::inject::GROUP,
+                names::inject::INSTANCE
+            )
         };
+        let Some(group) = self.read(&self.groups, None, &ask.group, fresh).await? else { return Err(not_here()) };
         let claims = group.pointer("/status/instanceClaims").and_then(Value::as_array).cloned().unwrap_or_default();
         let claim = claims.iter().find(|c| c.get("instance").and_then(Value::as_str) == Some(ask.instance.as_str()));
         let Some(db_ns) = claim.and_then(|c| c.get("namespace")).and_then(Value::as_str) else {
-            return Err(format!(
-                "no MysqlDatabase named {:?} is accepted in group {:?} (its status.instanceClaims has none): create it in a namespace the group allows (spec.allowedDatabases) and list ServiceAccount {namespace}/{} in its spec.deploymentClients",
-                ask.instance, ask.group, ask.service_account
-            ));
+            return Err(not_here());
         };
         let Some(db) = self.read(&self.databases, Some(db_ns), &ask.instance, fresh).await? else {
-            return Err(format!("MysqlDatabase {db_ns}/{} holds the claim but does not exist any more", ask.instance));
+            return Err(not_here());
         };
         let listed = db.pointer("/spec/deploymentClients").and_then(Value::as_array).into_iter().flatten().any(|c| {
             c.get("namespace").and_then(Value::as_str) == Some(namespace)
@@ -143,13 +148,16 @@ impl Authority {
         });
         if listed {
             Ok(())
-        } else {
+        } else if db_ns == namespace {
+            // This namespace's own MysqlDatabase: it may say what to fix.
             Err(format!(
                 "MysqlDatabase {db_ns}/{} does not list this Job's ServiceAccount in spec.deploymentClients: add {{namespace: {namespace}, serviceAccount: {}}} (a change that needs verb {:?}), or run the Job as a listed ServiceAccount (spec.template.spec.serviceAccountName)",
                 ask.instance,
                 ask.service_account,
                 crate::guards::database::VERB
             ))
+        } else {
+            Err(not_here())
         }
     }
 

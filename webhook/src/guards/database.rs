@@ -185,14 +185,15 @@ pub fn claim_refusal(
         ));
     }
     let claims = group.pointer("/status/instanceClaims").and_then(Value::as_array).into_iter().flatten();
-    let holder = claims
+    // Which namespace holds it is not the creator's to learn (a cluster
+    // admin reads it in the group's status.instanceClaims).
+    claims
         .filter(|c| c.get("instance").and_then(Value::as_str) == Some(name))
         .find_map(|c| c.get("namespace").and_then(Value::as_str))
         .filter(|holder| *holder != namespace)?;
     Some(format!(
-        "namespace {holder} claimed instance {name} on failover group {group_name} (status.instanceClaims; reason \
-         NameConflict): choose another name, or have a cluster admin hand the name over with the annotation \
-         {}={name} on the group",
+        "another namespace claimed instance {name} on failover group {group_name} (reason NameConflict): choose \
+         another name, or have a cluster admin hand the name over with the annotation {}={name} on the group",
         bloodraven_api::names::RELEASE_INSTANCE_ANNOTATION
     ))
 }
@@ -317,7 +318,8 @@ mod tests {
         // Another namespace holds the name: NameConflict, naming it and the hand-over annotation.
         let m = claim_refusal("other", &app, &group(json!({"from": "All"}), claimed), Some(&labels("other")))
             .expect("refused");
-        assert!(m.contains("NameConflict") && m.contains("namespace team claimed instance app"), "{m}");
+        assert!(m.contains("NameConflict") && m.contains("another namespace claimed instance app"), "{m}");
+        assert!(!m.contains("team"), "the holder is not named: {m}");
         assert!(m.contains(bloodraven_api::names::RELEASE_INSTANCE_ANNOTATION), "{m}");
         // A rule the webhook cannot read: no early refusal (the operator decides).
         assert_eq!(claim_refusal("team", &app, &group(json!({"from": "Sometimes"}), json!([])), None), None);
