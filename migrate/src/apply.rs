@@ -151,8 +151,8 @@ impl Failure {
 
     fn db(e: &mysql_async::Error, dirty: bool, statement: Option<usize>) -> Failure {
         let (class, code) = classify::of_error(e);
-        // The server quotes the statement near a syntax error: a revision's `IDENTIFIED BY '…'` must not reach the log.
-        let message = blockers::redact_secrets(&classify::describe(e));
+        // Redacted by `describe`: the server quotes the statement near a syntax error.
+        let message = classify::describe(e);
         Failure { cause: Cause::Db(class, code), message, dirty, statement }
     }
 }
@@ -327,10 +327,10 @@ async fn holder_doing(session: &mut Session, holder: u64) -> String {
     match session.connection(holder).await {
         Ok(Some((user, secs, Some(statement)))) if me.as_deref() == Some(user.as_str()) => format!(
             ", your account, running for {secs} s: {}; if no other run of yours is alive, it is the statement of a dead run, which the server runs on after its client died — end it with KILL {holder}",
-            crate::blockers::redact_secrets(&statement)
+            crate::redact::redact(&statement)
         ),
         Ok(Some((user, secs, Some(statement)))) => {
-            format!(", account {user}, running for {secs} s: {}", crate::blockers::redact_secrets(&statement))
+            format!(", account {user}, running for {secs} s: {}", crate::redact::redact(&statement))
         }
         Ok(Some((user, secs, None))) => format!(", account {user}, idle for {secs} s"),
         Ok(None) | Err(_) => String::new(),
@@ -657,7 +657,8 @@ async fn preflight(
         Err(mysql_async::Error::Server(e)) if classify::is_privilege(e.code) => {
             let why = format!(
                 "cannot look for blockers before the DDL: the account may not read other sessions ({}: {}); grant it PROCESS",
-                e.code, e.message
+                e.code,
+                crate::redact::redact(&e.message)
             );
             if s.on_blocker == OnBlocker::Fail {
                 return Err(Failure {

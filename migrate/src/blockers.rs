@@ -62,24 +62,9 @@ impl std::fmt::Display for Blocker {
 
 /// A query on one line, at most `max` characters.
 pub fn one_line(q: &str, max: usize) -> String {
-    let q = redact_secrets(q);
+    let q = crate::redact::redact(q);
     let flat: String = q.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() > max { format!("{}…", flat.chars().take(max).collect::<String>()) } else { flat }
-}
-
-/// Text that may carry an account's password — a session's query (`CREATE
-/// USER … IDENTIFIED BY '…'`, `SET PASSWORD = PASSWORD('…')`), or a server
-/// message quoting one — cut after the first `IDENTIFIED` or `PASSWORD`
-/// (quotes in a server message nest, so no finer cut is safe); other text
-/// as it is. Logs show other sessions' queries and the server's errors; a
-/// password must reach neither.
-pub fn redact_secrets(text: &str) -> String {
-    let up = text.to_ascii_uppercase();
-    let cut = ["IDENTIFIED", "PASSWORD"].iter().filter_map(|k| up.find(k).map(|i| i + k.len())).min();
-    match cut {
-        Some(i) => format!("{} …(redacted)", &text[..i]),
-        None => text.to_owned(),
-    }
 }
 
 /// What the pre-flight found.

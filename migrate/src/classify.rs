@@ -103,7 +103,16 @@ pub const fn is_privilege(code: u16) -> bool {
 /// A driver error in words, once: mysql_async's own text wraps each layer
 /// (`Input/output error: Input/output error: …`) and quotes a server error
 /// with mismatched quotes (`` Server error: `ERROR 1205 …' ``).
+///
+/// The one place a driver error becomes text, so the one place it is
+/// redacted ([`crate::redact`]): a server error quotes the statement near a
+/// syntax error, which may hold the database password (a revision linked
+/// to the password file) or an `IDENTIFIED BY '…'`.
 pub fn describe(e: &mysql_async::Error) -> String {
+    crate::redact::redact(&describe_raw(e))
+}
+
+fn describe_raw(e: &mysql_async::Error) -> String {
     match e {
         mysql_async::Error::Server(s) => format!("ERROR {} ({}): {}", s.code, s.state, s.message),
         mysql_async::Error::Io(mysql_async::IoError::Io(io)) => format!("I/O error: {io}"),

@@ -152,7 +152,12 @@ impl Target {
             (None, None) => return Err(DbError::NoUrl),
         };
         check_url_shape(&url)?;
+        // Before anything can print them: every rendered error is redacted of them (crate::redact).
+        register_url_password(&url);
         let opts = Opts::from_url(&url).map_err(|e| DbError::Url(redact(&e.to_string(), &url)))?;
+        if let Some(pw) = opts.pass() {
+            crate::redact::register(pw);
+        }
         let mut b = OptsBuilder::from_opts(opts)
             // Never switch to the unix socket behind the caller's back (a
             // second connection, and another account: user@localhost).
@@ -163,6 +168,7 @@ impl Target {
             let pw = read_file("the password", path)?;
             let pw = pw.strip_suffix('\n').unwrap_or(&pw);
             let pw = pw.strip_suffix('\r').unwrap_or(pw);
+            crate::redact::register(pw);
             b = b.pass(Some(pw.to_owned()));
         }
         let opts = Opts::from(b);
@@ -250,10 +256,24 @@ fn check_url_shape(url: &str) -> Result<(), DbError> {
     Ok(())
 }
 
+/// Registers the URL's password as written (percent-encoded, as a file
+/// holding the URL shows it) for [`crate::redact`]; the decoded one is
+/// registered once the URL is parsed.
+fn register_url_password(url: &str) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    if let Some((userinfo, _)) = rest[..host_end].rsplit_once('@')
+        && let Some((_, pw)) = userinfo.split_once(':')
+    {
+        crate::redact::register(pw);
+    }
+}
+
 /// Removes the URL (and so its password) from a parser's message, should
-/// the parser ever quote it.
+/// the parser ever quote it, then the registered secrets.
 fn redact(message: &str, url: &str) -> String {
-    if url.is_empty() { message.to_owned() } else { message.replace(url, "<the URL>") }
+    let message = if url.is_empty() { message.to_owned() } else { message.replace(url, "<the URL>") };
+    crate::redact::redact(&message)
 }
 
 /// The open session.
@@ -630,6 +650,28 @@ mod tests {
         // No scheme: refused without the password.
         let e = Target::from_args(&args(Some("migrator:SECRETPW@127.0.0.1:3306/app"))).unwrap_err().to_string();
         assert!(!e.contains("SECRETPW"), "{e}");
+    }
+
+    #[test]
+    fn attack_the_password_as_written_and_as_read_is_redacted_from_server_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "Fi1e-Secret-77\n").unwrap();
+        let a =
+            DbArgs { password_file: Some(pw), ..args(Some("mysql://migrator:Url%2FSecret-88@db.example:3306/shop")) };
+        Target::from_args(&a).unwrap();
+        // What the server says when a revision is a link to the URL file or the password file.
+        for quoted in ["mysql://migrator:Url%2FSecret-88@db.example:3306/shop", "Url/Secret-88", "Fi1e-Secret-77\n"] {
+            let e = mysql_async::Error::Server(mysql_async::ServerError {
+                code: 1064,
+                message: format!("You have an error in your SQL syntax; check the manual near '{quoted}' at line 1"),
+                state: "42000".into(),
+            });
+            for shown in [crate::classify::describe(&e), DbError::Query(e).to_string()] {
+                assert!(!shown.contains("Secret"), "{shown}");
+                assert!(shown.contains("ERROR 1064") && shown.contains("(redacted)"), "{shown}");
+            }
+        }
     }
 
     #[test]

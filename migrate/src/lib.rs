@@ -7,7 +7,7 @@
 //!
 //! Layout: `revision` (files, statements, checksums), `history` (the table,
 //! its states and the plan; pure), `classify` (error codes; pure), `retry`
-//! (backoff; pure), `db` (the one connection and its settings), `blockers`
+//! (backoff; pure), `redact` (secrets out of every printed error), `db` (the one connection and its settings), `blockers`
 //! (pre-flight and `diagnose`), `guard` (the sidecar's socket), `apply`
 //! (the run), `commands` (`status`, `resolve`, `diagnose`, `baseline`),
 //! `config` (flags).
@@ -20,6 +20,7 @@ pub mod config;
 pub mod db;
 pub mod guard;
 pub mod history;
+pub mod redact;
 pub mod retry;
 pub mod revision;
 
