@@ -245,7 +245,7 @@ pub async fn apply(s: ApplySettings) -> i32 {
                     attempts,
                     "revision V{} applied ({})",
                     rev.version,
-                    rev.description
+                    crate::revision::escape(&rev.description)
                 );
                 last = Some(rev.version);
             }

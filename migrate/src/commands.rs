@@ -1,5 +1,7 @@
 //! `status`, `resolve`, `diagnose` and `baseline`: a person's tools, on
-//! the same database flags as `apply`.
+//! the same database flags as `apply`. Text from the history table
+//! (descriptions, states a person wrote by hand) is printed escaped
+//! ([`crate::revision::escape`]), like file names.
 
 use std::time::Duration;
 
@@ -8,6 +10,7 @@ use crate::blockers;
 use crate::config::{BaselineArgs, DbArgs, ResolveArgs, StatusArgs};
 use crate::db::{Session, Target};
 use crate::history::{self, Event, State, transition};
+use crate::revision::escape;
 
 /// Their session: the runner's lock timeout (5 s) and a 10-minute idle bound.
 async fn open(db: &DbArgs) -> Result<Session, i32> {
@@ -48,6 +51,20 @@ fn load_dir(dir: Option<&std::path::Path>) -> Result<Option<Vec<crate::revision:
     })
 }
 
+/// `status`'s line for a file with no history row of its own.
+fn file_line(f: &crate::revision::Revision, state: &str) {
+    println!(
+        "V{:<7} {:<12} {:<10} {:<8} {:<26} {:<26} {}",
+        f.version,
+        state,
+        "-",
+        "-",
+        "-",
+        "-",
+        escape(&f.description)
+    );
+}
+
 /// `status`: one line per history row, and with `--dir` the pending and
 /// changed revisions. Exit 0, or 3 when the history would refuse `apply`.
 pub async fn status(a: StatusArgs) -> i32 {
@@ -81,12 +98,12 @@ pub async fn status(a: StatusArgs) -> i32 {
         println!(
             "V{:<7} {:<12} {:<10} {:<8} {:<26} {:<26} {}",
             r.version,
-            r.state_text,
+            escape(&r.state_text),
             r.ddl_started,
             r.attempts,
             r.started_at,
             r.finished_at.as_deref().unwrap_or("-"),
-            r.description
+            escape(&r.description)
         );
     }
     let Some(files) = files else { return exit::OK };
@@ -94,16 +111,10 @@ pub async fn status(a: StatusArgs) -> i32 {
         Ok(p) => {
             // Files the baseline covers that have no row of their own (the baseline's row is listed above).
             for r in p.below_baseline.iter().filter(|f| !rows.iter().any(|x| x.version == f.version)) {
-                println!(
-                    "V{:<7} {:<12} {:<10} {:<8} {:<26} {:<26} {}",
-                    r.version, "baselined", "-", "-", "-", "-", r.description
-                );
+                file_line(r, "baselined");
             }
             for r in &p.pending {
-                println!(
-                    "V{:<7} {:<12} {:<10} {:<8} {:<26} {:<26} {}",
-                    r.version, "pending", "-", "-", "-", "-", r.description
-                );
+                file_line(r, "pending");
             }
             exit::OK
         }
@@ -114,10 +125,7 @@ pub async fn status(a: StatusArgs) -> i32 {
             let baseline = rows.iter().filter(|r| r.state == State::Baseline).map(|r| r.version).max();
             for f in files.iter().filter(|f| !rows.iter().any(|r| r.version == f.version)) {
                 let state = if baseline.is_some_and(|b| f.version <= b) { "baselined" } else { "pending" };
-                println!(
-                    "V{:<7} {:<12} {:<10} {:<8} {:<26} {:<26} {}",
-                    f.version, state, "-", "-", "-", "-", f.description
-                );
+                file_line(f, state);
             }
             for f in &files {
                 if let Some(r) = rows
@@ -126,7 +134,9 @@ pub async fn status(a: StatusArgs) -> i32 {
                 {
                     println!(
                         "V{} changed: the file's checksum is {}, the history's {} (a revision must not change once applied)",
-                        f.version, f.checksum, r.checksum
+                        f.version,
+                        f.checksum,
+                        escape(&r.checksum)
                     );
                 }
             }
@@ -174,7 +184,7 @@ pub async fn resolve(a: ResolveArgs) -> i32 {
     match s.resolve_row(a.version, from_text, to).await {
         Ok(1) => {
             tracing::info!(revision = a.version, state = to.as_str(), "resolved by hand");
-            println!("V{}: {from_text} -> {}", a.version, to.as_str());
+            println!("V{}: {} -> {}", a.version, escape(from_text), to.as_str());
             if to == State::RolledBack {
                 println!("the next apply runs V{} again", a.version);
             }
@@ -202,8 +212,11 @@ pub async fn resolve(a: ResolveArgs) -> i32 {
 /// likely a wrong URL; `--allow-empty-schema` overrides). Exit 0 on
 /// success, 2 for bad flags, 1 when the database fails.
 pub async fn baseline(a: BaselineArgs) -> i32 {
-    if a.description.trim().is_empty() || a.description.chars().count() > 200 {
-        eprintln!("bloodraven-migrate: --description must be 1 to 200 characters");
+    if a.description.trim().is_empty() || a.description.chars().count() > 200 || escape(&a.description) != a.description
+    {
+        eprintln!(
+            "bloodraven-migrate: --description must be 1 to 200 characters, without control characters or backslashes"
+        );
         return exit::USAGE;
     }
     let files = match load_dir(a.dir.as_deref()) {
@@ -248,7 +261,8 @@ pub async fn baseline(a: BaselineArgs) -> i32 {
     };
     // A baseline is the history's first row or none (history.rs, `transition`).
     if let Err(why) = transition(rows.first().map(|r| r.state), Event::Baselined) {
-        let first = rows.first().map_or_else(String::new, |r| format!(" (V{} is {})", r.version, r.state_text));
+        let first =
+            rows.first().map_or_else(String::new, |r| format!(" (V{} is {})", r.version, escape(&r.state_text)));
         eprintln!(
             "bloodraven-migrate: cannot take a baseline: the history already has {} row(s){first}: {why}; a baseline is only taken before this runner has recorded anything — run status",
             rows.len()

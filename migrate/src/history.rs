@@ -236,10 +236,11 @@ pub struct Plan<'a> {
 /// Compares the directory with the history (read under the mutex).
 pub fn plan<'a>(files: &'a [Revision], rows: &[Row]) -> Result<Plan<'a>, PlanError> {
     if let Some(r) = rows.iter().find(|r| r.state == State::Unknown) {
-        return Err(PlanError::UnknownState { version: r.version, state: r.state_text.clone() });
+        // As stored, escaped: a row edited by hand may hold anything.
+        return Err(PlanError::UnknownState { version: r.version, state: crate::revision::escape(&r.state_text) });
     }
     if let Some(r) = rows.iter().find(|r| r.state == State::Started) {
-        return Err(PlanError::Dirty { version: r.version, description: r.description.clone() });
+        return Err(PlanError::Dirty { version: r.version, description: crate::revision::escape(&r.description) });
     }
     let row = |v: u64| rows.iter().find(|r| r.version == v);
     let baseline = rows.iter().filter(|r| r.state == State::Baseline).map(|r| r.version).max();

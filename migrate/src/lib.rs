@@ -52,7 +52,7 @@ async fn apply_command(a: config::ApplyArgs) -> i32 {
         // A wrong --dir or a mount that came up empty must not pass for "nothing pending".
         Ok(r) if r.is_empty() => {
             tracing::error!(
-                dir = %a.dir.display(),
+                dir = %revision::escape(&a.dir.to_string_lossy()),
                 "no revision in the directory (files named V<n>__<description>.sql): a wrong --dir, or a mount that came up empty? nothing was touched"
             );
             return apply::exit::USAGE;

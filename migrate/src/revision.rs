@@ -23,6 +23,19 @@
 //!   revision with any DDL is a DDL revision (marked `started` before its
 //!   first statement); one without is applied atomically with its history row.
 //!
+//! Files (docs/migrate.md, "Revisions"):
+//! - a revision is read only when its real path (symlinks resolved) is
+//!   inside the directory's real path: a link within the directory is read
+//!   as the file it points to (a ConfigMap volume is links into its own
+//!   `..data`), a link out of it is refused — a revision linked to the
+//!   database URL file or the password file would send the secret to the
+//!   server, which quotes it back in its error;
+//! - at most [`MAX_REVISION_BYTES`], checked from the file's metadata
+//!   before it is read and again while reading (a file growing meanwhile);
+//! - a name holding a control or invisible formatting character is refused
+//!   (it would forge or hide log lines), and every name is printed through
+//!   [`escape`].
+//!
 //! The splitter is hand-written on purpose: the runner needs statement
 //! boundaries only, and a full SQL parser (sqlparser-rs) refuses MariaDB
 //! syntax it does not know, which would refuse valid revisions.
@@ -31,16 +44,42 @@ use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
 
-/// Why a revision directory or file cannot be used.
+/// The largest revision file read, bytes (16 MiB, MariaDB's default
+/// `max_allowed_packet`): a larger file is refused before it is read, so a
+/// stray dump in the directory cannot exhaust the container's memory.
+pub const MAX_REVISION_BYTES: u64 = 16 << 20;
+
+/// Why a revision directory or file cannot be used. File names in it are
+/// escaped ([`escape`]).
 #[derive(Debug, thiserror::Error)]
 pub enum RevisionError {
     /// The directory or a file could not be read.
-    #[error("failed to read {path}: {source}")]
+    #[error("failed to read {}: {source}", escape(&path.to_string_lossy()))]
     Read {
         /// The path.
         path: PathBuf,
         /// The I/O error.
         source: std::io::Error,
+    },
+    /// A revision resolves to a file outside the directory.
+    #[error(
+        "{file}: resolves to a file outside the revision directory (a symlink out of it): a revision is read only from inside --dir; copy the file in instead"
+    )]
+    Outside {
+        /// The file name.
+        file: String,
+    },
+    /// A revision file is larger than [`MAX_REVISION_BYTES`].
+    #[error(
+        "{file}: is {size} bytes, more than a revision may be ({max} bytes); split it into several revisions, or load bulk data another way"
+    )]
+    TooLarge {
+        /// The file name.
+        file: String,
+        /// Its size (at least), bytes.
+        size: u64,
+        /// [`MAX_REVISION_BYTES`].
+        max: u64,
     },
     /// A file looks like a revision but is not named `V<n>__<description>.sql`.
     #[error("{file}: not a revision name: {why} (expected V<n>__<description>.sql, e.g. V3__add_orders_index.sql)")]
@@ -111,7 +150,8 @@ pub struct Revision {
     pub version: u64,
     /// The description, `_` read as a space.
     pub description: String,
-    /// The file name.
+    /// The file name, escaped for printing ([`escape`]; the name as it is
+    /// for every name [`load_dir`] accepts but one with a backslash).
     pub file: String,
     /// SHA-256 of the file's text with line endings as `\n` and no
     /// byte-order mark, lowercase hex: a checkout that turns LF into CRLF
@@ -140,13 +180,18 @@ impl Revision {
 /// `V3__x.SQL`, `V3__x.sql~`), or starts with `V` and ends in `.sql` in
 /// any case. Flyway's other prefixes (`R__`, `U<n>__`) are ignored.
 pub fn parse_name(name: &str) -> Result<Option<(u64, String)>, RevisionError> {
-    let bad = |why| RevisionError::Name { file: name.to_owned(), why };
+    let bad = |why| RevisionError::Name { file: escape(name), why };
     let b = name.as_bytes();
     let digit_after_v = matches!(b.first(), Some(b'V' | b'v')) && b.get(1).is_some_and(u8::is_ascii_digit);
     let sql_suffix = name.to_ascii_lowercase().ends_with(".sql");
     let meant = digit_after_v || (b.first() == Some(&b'V') && sql_suffix);
     if !meant {
         return Ok(None);
+    }
+    if name.chars().any(hidden) {
+        return Err(bad(
+            "it holds a control or invisible formatting character (shown escaped here), which would forge or hide log lines; rename the file",
+        ));
     }
     if b.first() == Some(&b'v') {
         return Err(bad("the prefix must be an uppercase V (a lowercase v would be skipped by Flyway)"));
@@ -170,6 +215,38 @@ pub fn parse_name(name: &str) -> Result<Option<(u64, String)>, RevisionError> {
     Ok(Some((version, description.replace('_', " "))))
 }
 
+/// Whether `c` is a control character or an invisible formatting one
+/// (bidirectional overrides and isolates, zero-width characters, line and
+/// paragraph separators, the byte-order mark): printed as it is, it could
+/// end a log line, rewrite a terminal, or make a name read as another.
+fn hidden(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
+/// `name` for printing on one line: a backslash as `\\`, newline, carriage
+/// return and tab as `\n`, `\r`, `\t`, any other control or invisible
+/// formatting character as `\u{…}` (its code point in hex); everything else
+/// as it is. Every file name (and history description) the runner prints
+/// goes through it: logs, errors, `status`.
+pub fn escape(name: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if hidden(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// SHA-256 of `bytes`, lowercase hex.
 pub fn checksum(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
@@ -179,20 +256,18 @@ pub fn checksum(bytes: &[u8]) -> String {
     })
 }
 
-/// Reads every revision in `dir`, sorted by version.
+/// Reads every revision in `dir`, sorted by version (see the module
+/// header for what is refused).
 pub fn load_dir(dir: &Path) -> Result<Vec<Revision>, RevisionError> {
     let read_err = |source| RevisionError::Read { path: dir.to_path_buf(), source };
+    // The directory's real path: links inside it are judged against it.
+    let root = std::fs::canonicalize(dir).map_err(read_err)?;
     let mut revisions: Vec<Revision> = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(read_err)? {
+    for entry in std::fs::read_dir(&root).map_err(read_err)? {
         let entry = entry.map_err(read_err)?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some((version, description)) = parse_name(&name)? else { continue };
-        let path = entry.path();
-        // Follows a symlink: a link to a file is read as that file.
-        if std::fs::metadata(&path).is_ok_and(|m| !m.is_file()) {
-            return Err(RevisionError::Content { file: name, why: "is named like a revision but is not a file" });
-        }
-        let bytes = std::fs::read(&path).map_err(|source| RevisionError::Read { path: path.clone(), source })?;
+        let bytes = read_revision(&root, &entry.path(), &name)?;
         revisions.push(parse_revision(&name, version, description, &bytes)?);
     }
     revisions.sort_by_key(|r| r.version);
@@ -208,8 +283,40 @@ pub fn load_dir(dir: &Path) -> Result<Vec<Revision>, RevisionError> {
     Ok(revisions)
 }
 
+/// Reads the revision file `path` (named `name`) in directory `root` (a
+/// real path): only when its real path is inside `root`, it is a regular
+/// file, and it holds at most [`MAX_REVISION_BYTES`] — by its metadata
+/// before reading, and by a reader that stops one byte past the limit.
+fn read_revision(root: &Path, path: &Path, name: &str) -> Result<Vec<u8>, RevisionError> {
+    use std::io::Read as _;
+    let file = escape(name);
+    let read_err = |source| RevisionError::Read { path: path.to_path_buf(), source };
+    // Follows every link: a link to a link out of the directory is out of it too.
+    let real = std::fs::canonicalize(path).map_err(read_err)?;
+    if !real.starts_with(root) {
+        return Err(RevisionError::Outside { file });
+    }
+    let too_large = |size| RevisionError::TooLarge { file: file.clone(), size, max: MAX_REVISION_BYTES };
+    // Before opening: opening a FIFO named like a revision would wait for a writer.
+    let meta = std::fs::metadata(&real).map_err(read_err)?;
+    if !meta.is_file() {
+        return Err(RevisionError::Content { file, why: "is named like a revision but is not a file" });
+    }
+    if meta.len() > MAX_REVISION_BYTES {
+        return Err(too_large(meta.len()));
+    }
+    let f = std::fs::File::open(&real).map_err(read_err)?;
+    let mut bytes = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    f.take(MAX_REVISION_BYTES + 1).read_to_end(&mut bytes).map_err(read_err)?;
+    if bytes.len() as u64 > MAX_REVISION_BYTES {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
 /// Builds a revision from its file's bytes.
 pub fn parse_revision(file: &str, version: u64, description: String, bytes: &[u8]) -> Result<Revision, RevisionError> {
+    let file = &escape(file);
     let text = std::str::from_utf8(bytes)
         .map_err(|_| RevisionError::Content { file: file.to_owned(), why: "not UTF-8 text" })?;
     // A byte-order mark (editors on Windows) is not SQL: the server would refuse the first statement.
@@ -659,6 +766,99 @@ mod tests {
         assert_eq!(revs[0].checksum, checksum(b"UPDATE t SET a = 1;"));
         std::os::unix::fs::symlink(dir.path().join("gone"), dir.path().join("V2__dangling.sql")).unwrap();
         assert!(load_dir(dir.path()).unwrap_err().to_string().contains("V2__dangling.sql"));
+    }
+
+    #[test]
+    fn attack_a_link_out_of_the_directory_is_refused_and_one_inside_is_read() {
+        let outside = tempfile::tempdir().unwrap();
+        let secret = outside.path().join("password");
+        std::fs::write(&secret, "Outs1de-Secret\n").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        // A ConfigMap volume: every file a link into `..data`, itself a link to a folder in the volume.
+        std::fs::create_dir(dir.path().join("..2026_12_04")).unwrap();
+        std::fs::write(dir.path().join("..2026_12_04/V1__one.sql"), "UPDATE t SET a = 1;").unwrap();
+        std::os::unix::fs::symlink("..2026_12_04", dir.path().join("..data")).unwrap();
+        std::os::unix::fs::symlink("..data/V1__one.sql", dir.path().join("V1__one.sql")).unwrap();
+        assert_eq!(load_dir(dir.path()).unwrap()[0].checksum, checksum(b"UPDATE t SET a = 1;"));
+        // Out, directly, through a link inside, and by `..`: refused, naming the file, not its target.
+        std::os::unix::fs::symlink(&secret, dir.path().join("inner-link")).unwrap();
+        for (name, target) in [
+            ("V2__pw.sql", secret.clone()),
+            ("V2__via.sql", dir.path().join("inner-link")),
+            ("V2__up.sql", PathBuf::from("../").join(outside.path().file_name().unwrap()).join("password")),
+        ] {
+            std::os::unix::fs::symlink(&target, dir.path().join(name)).unwrap();
+            let e = load_dir(dir.path()).unwrap_err();
+            assert!(matches!(e, RevisionError::Outside { .. }), "{name}: {e}");
+            let e = e.to_string();
+            assert!(e.contains(name) && e.contains("outside the revision directory"), "{e}");
+            assert!(!e.contains("Outs1de") && !e.contains("password"), "{e}");
+            std::fs::remove_file(dir.path().join(name)).unwrap();
+        }
+        // The directory itself through a link: its files are inside it.
+        let link = outside.path().join("dir-link");
+        std::os::unix::fs::symlink(dir.path(), &link).unwrap();
+        assert_eq!(load_dir(&link).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn attack_a_name_with_control_characters_is_refused_and_printed_escaped() {
+        for bad in
+            ["V1__x\nINFO forged.sql", "V1__x\r.sql", "V1__a\u{1b}[2J.sql", "V1__txt\u{202e}lqs.sql", "V1__x.sql\n"]
+        {
+            let e = parse_name(bad).unwrap_err().to_string();
+            assert!(
+                !e.contains('\n') && !e.contains('\r') && !e.contains('\u{1b}') && !e.contains('\u{202e}'),
+                "{e:?}"
+            );
+            assert!(e.contains(&escape(bad)), "{e:?}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("V1__evil\nINFO forged line.sql"), "UPDATE t SET a = 1;").unwrap();
+        let e = load_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("V1__evil\\nINFO forged line.sql") && !e.contains('\n'), "{e:?}");
+        // Not meant as a revision: ignored, never printed.
+        std::fs::remove_file(dir.path().join("V1__evil\nINFO forged line.sql")).unwrap();
+        std::fs::write(dir.path().join("notes\n.txt"), "x").unwrap();
+        assert!(load_dir(dir.path()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn escape_keeps_a_name_on_one_line_and_readable() {
+        let table = [
+            ("V1__add_orders.sql", "V1__add_orders.sql"),
+            ("добавить 🚀", "добавить 🚀"),
+            ("a\nb\rc\td", "a\\nb\\rc\\td"),
+            ("back\\slash", "back\\\\slash"),
+            ("esc\u{1b}[31m", "esc\\u{1b}[31m"),
+            ("rtl\u{202e}x \u{200b}\u{feff}", "rtl\\u{202e}x \\u{200b}\\u{feff}"),
+            ("nul\0", "nul\\u{0}"),
+        ];
+        for (name, want) in table {
+            assert_eq!(escape(name), want, "{name:?}");
+        }
+    }
+
+    #[test]
+    fn attack_an_oversized_revision_is_refused_before_it_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        // Sparse: 200 MB by its metadata, nothing on disk. Reading it would take 200 MB of memory.
+        let f = std::fs::File::create(dir.path().join("V1__dump.sql")).unwrap();
+        f.set_len(200 << 20).unwrap();
+        let e = load_dir(dir.path()).unwrap_err();
+        assert!(matches!(e, RevisionError::TooLarge { size, .. } if size == 200 << 20), "{e}");
+        let e = e.to_string();
+        assert!(e.contains("V1__dump.sql") && e.contains(&MAX_REVISION_BYTES.to_string()), "{e}");
+        // At the limit: read (the file is NULs: not a statement, but read).
+        f.set_len(MAX_REVISION_BYTES).unwrap();
+        let e = load_dir(dir.path()).unwrap_err().to_string();
+        assert!(!e.contains("more than a revision may be"), "{e}");
+        // A FIFO named like a revision is refused without waiting for a writer.
+        std::fs::remove_file(dir.path().join("V1__dump.sql")).unwrap();
+        let made = std::process::Command::new("mkfifo").arg(dir.path().join("V1__fifo.sql")).status().unwrap();
+        assert!(made.success());
+        let e = load_dir(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("V1__fifo.sql") && e.contains("not a file"), "{e}");
     }
 
     #[test]
