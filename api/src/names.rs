@@ -177,6 +177,11 @@ pub mod inject {
     pub const RUN_DIR: &str = "/run/bloodraven";
     /// The wrapper the migration container's command is prefixed with.
     pub const WRAPPER: [&str; 3] = ["/run/bloodraven/bin/bloodraven-sidecar", "exec", "--"];
+    /// The environment variable set to `"true"` on the migration container:
+    /// `bloodraven-migrate apply --require-lease` — it refuses to touch the
+    /// database (exit 8) when it finds no sidecar socket, so a copy of the
+    /// Job that lost its sidecar fails instead of migrating unfenced.
+    pub const REQUIRE_LEASE_ENV: &str = "BLOODRAVEN_MIGRATION_REQUIRE_LEASE";
 }
 
 /// The deploy Lease objects the operator keeps in its namespace

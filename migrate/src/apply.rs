@@ -56,6 +56,10 @@ pub mod exit {
     /// This run left a revision dirty (`started`): a person must check the
     /// schema and `resolve` it.
     pub const DIRTY: i32 = 7;
+    /// Not started: `--require-lease` and no sidecar socket, so no deploy
+    /// lease and no fence (the sidecar's 91, "not started: refused", in
+    /// the runner's numbering); the database was not touched.
+    pub const NO_LEASE: i32 = 8;
 }
 
 /// What `apply` needs.

@@ -93,6 +93,13 @@ pub struct ApplyArgs {
     /// otherwise the runner runs alone and says so.
     #[arg(long, env = "BLOODRAVEN_SOCKET")]
     pub socket: Option<PathBuf>,
+    /// Refuse to start — exit 8, the database untouched (no connection at
+    /// all) — when no sidecar socket is found (see `--socket`): the run is
+    /// meant to be fenced by the deploy-lease sidecar and must not migrate
+    /// alone. The webhook sets it on the migration container it wraps; a
+    /// person at a terminal leaves it off.
+    #[arg(long, env = bloodraven_api::names::inject::REQUIRE_LEASE_ENV)]
+    pub require_lease: bool,
     /// Apply from the first revision even though another migration tool's
     /// history table (`flyway_schema_history`, `schema_migrations`, …) is
     /// in the schema and this runner's history is empty. Without it such a
@@ -293,6 +300,10 @@ mod tests {
         .unwrap();
         let Command::Apply(a) = cli.command else { panic!("apply") };
         assert_eq!((a.tuning.lock_timeout, a.tuning.max_attempts, a.on_blocker), (2, 3, OnBlocker::Fail));
+        assert!(!a.require_lease, "off unless asked for");
+        let cli = Cli::try_parse_from(["bloodraven-migrate", "apply", "--dir", "/x", "--require-lease"]).unwrap();
+        let Command::Apply(a) = cli.command else { panic!("apply") };
+        assert!(a.require_lease);
         let cli =
             Cli::try_parse_from(["bloodraven-migrate", "baseline", "V7", "--description", "from flyway"]).unwrap();
         let Command::Baseline(b) = cli.command else { panic!("baseline") };

@@ -48,6 +48,10 @@ async fn apply_command(a: config::ApplyArgs) -> i32 {
             return apply::exit::USAGE;
         }
     };
+    let guard = guard::Guard::detect(a.socket.as_deref(), Path::new(guard::DEFAULT_SOCKET));
+    if let Err(code) = require_lease(a.require_lease, &guard) {
+        return code;
+    }
     let revisions = match revision::load_dir(&a.dir) {
         // A wrong --dir or a mount that came up empty must not pass for "nothing pending".
         Ok(r) if r.is_empty() => {
@@ -70,7 +74,6 @@ async fn apply_command(a: config::ApplyArgs) -> i32 {
             return apply::exit::USAGE;
         }
     };
-    let guard = guard::Guard::detect(a.socket.as_deref(), Path::new(guard::DEFAULT_SOCKET));
     let session_id = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let unsent = std::sync::Arc::new(std::sync::Mutex::new(None));
     let alone = matches!(guard, guard::Guard::Alone);
@@ -97,6 +100,27 @@ async fn apply_command(a: config::ApplyArgs) -> i32 {
     };
     let unsent = unsent.lock().ok().and_then(|g| *g);
     stopped(signal, &target, session_id.load(std::sync::atomic::Ordering::SeqCst), unsent, alone).await
+}
+
+/// `--require-lease`: alone (no sidecar socket found) the run is refused
+/// with [`apply::exit::NO_LEASE`] before anything else — the directory
+/// unread, the database never connected to. Behind a sidecar the usual
+/// rule holds: no granted `permit`, no connection (exit 6).
+fn require_lease(required: bool, guard: &guard::Guard) -> Result<(), i32> {
+    if !required || *guard != guard::Guard::Alone {
+        return Ok(());
+    }
+    tracing::error!(
+        socket = guard::DEFAULT_SOCKET,
+        "refusing to start: --require-lease ({}=true) is set but there is no sidecar socket \
+         (no --socket/BLOODRAVEN_SOCKET, no {}), so there would be no deploy lease and no fence. \
+         This migration is meant to run behind the deploy-lease sidecar: was the Job's {} annotation removed, \
+         or its sidecar lost? Nothing was touched",
+        bloodraven_api::names::inject::REQUIRE_LEASE_ENV,
+        guard::DEFAULT_SOCKET,
+        bloodraven_api::names::inject::INJECT,
+    );
+    Err(apply::exit::NO_LEASE)
 }
 
 /// How long a fence waits for the server to end the session (the sidecar's
@@ -189,4 +213,46 @@ pub fn init_tracing(format: config::LogFormat) {
             registry.with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr)).try_init()
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[test]
+    fn attack_require_lease_refuses_only_a_run_with_no_sidecar() {
+        let alone = guard::Guard::Alone;
+        let behind = guard::Guard::Sidecar("/run/bloodraven/sidecar.sock".into());
+        assert_eq!(require_lease(true, &alone), Err(apply::exit::NO_LEASE));
+        assert_eq!(require_lease(false, &alone), Ok(()), "a person at a terminal runs alone");
+        assert_eq!(require_lease(true, &behind), Ok(()), "behind a sidecar the permit decides");
+        assert!(![0, 1, 2, 3, 4, 5, 6, 7].contains(&apply::exit::NO_LEASE), "a code of its own");
+    }
+
+    #[tokio::test]
+    async fn attack_require_lease_alone_never_connects() {
+        // A URL whose host could not answer anyway: the refusal must come first, with no connect timeout.
+        let cli = config::Cli::try_parse_from([
+            "bloodraven-migrate",
+            "apply",
+            "--dir",
+            "/nonexistent-revisions",
+            "--database-url",
+            "mysql://m:pw@192.0.2.1:3306/app",
+            "--connect-timeout",
+            "30",
+            "--require-lease",
+        ])
+        .unwrap();
+        let config::Command::Apply(a) = cli.command else { panic!("apply") };
+        // The test machine has no /run/bloodraven: the run is alone.
+        if guard::Guard::detect(None, Path::new(guard::DEFAULT_SOCKET)) != guard::Guard::Alone {
+            return;
+        }
+        let started = std::time::Instant::now();
+        assert_eq!(apply_command(a).await, apply::exit::NO_LEASE);
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "refused before any connect attempt");
+    }
 }
