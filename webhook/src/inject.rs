@@ -22,7 +22,10 @@
 //!   `bloodraven-deploy`, mounted in the sidecar only);
 //! - the migration container's command prefixed with
 //!   `/run/bloodraven/bin/bloodraven-sidecar exec --` (the wrapper that
-//!   starts the migration once both leases are held and fences it);
+//!   starts the migration once both leases are held and fences it), and
+//!   `BLOODRAVEN_MIGRATION_REQUIRE_LEASE=true` in its environment, so
+//!   `bloodraven-migrate apply` refuses to run in a copy of the Job that
+//!   lost its sidecar;
 //! - `backoffLimit: 0` and an `activeDeadlineSeconds` when none is set.
 //!
 //! Refused, with what to fix: no group or instance; a migration container
@@ -31,7 +34,8 @@
 //! run a migration Pod again or in parallel (`restartPolicy: OnFailure`, a
 //! `podFailurePolicy` rule with action `Ignore`, `completions` or
 //! `parallelism` above 1, `completionMode: Indexed`); a mount of its own at
-//! `/run/bloodraven`.
+//! `/run/bloodraven`; a `BLOODRAVEN_MIGRATION_REQUIRE_LEASE` of its own that
+//! is not `"true"`.
 //!
 //! Idempotent: each piece is added only when missing, so a reinvocation
 //! (`reinvocationPolicy: IfNeeded`) or a Job copied from an injected Job
@@ -218,6 +222,9 @@ pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
             ops.push(add(&["spec", "template", "spec", "containers", &idx, "volumeMounts"], json!([run_mount])));
         }
     }
+    // The runner refuses to run alone: a copy of this Job that loses its
+    // sidecar fails instead of migrating unfenced.
+    require_lease(&mut ops, migration, &idx, name)?;
     // The native sidecar, after the user's own init containers.
     let inits = pod.get("initContainers").and_then(Value::as_array).cloned().unwrap_or_default();
     let has = |list: &[Value], n: &str| list.iter().any(|c| c.get("name").and_then(Value::as_str) == Some(n));
@@ -260,6 +267,39 @@ pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
         ops.push(add(&["metadata", "annotations", names::INJECTED], json!(s.version)));
     }
     Ok(Patch(ops))
+}
+
+/// Adds `BLOODRAVEN_MIGRATION_REQUIRE_LEASE=true` to the migration
+/// container `migration` (index `idx`, named `name`) when missing:
+/// `bloodraven-migrate apply` then refuses to start without the sidecar's
+/// socket (docs/migrate.md, "With the sidecar"). An entry already `"true"`
+/// is left (a reinvocation, a copy); any other value or a `valueFrom` is
+/// refused, since the last entry of a name wins and would turn it off.
+/// Other programs ignore the variable.
+fn require_lease(ops: &mut Vec<PatchOperation>, migration: &Value, idx: &str, name: &str) -> Result<(), String> {
+    let want = json!({"name": names::REQUIRE_LEASE_ENV, "value": "true"});
+    let env = migration.get("env").and_then(Value::as_array);
+    let ours: Vec<&Value> = env
+        .into_iter()
+        .flatten()
+        .filter(|e| e.get("name").and_then(Value::as_str) == Some(names::REQUIRE_LEASE_ENV))
+        .collect();
+    if let Some(other) = ours.iter().find(|e| **e != &want) {
+        return Err(format!(
+            "container {name:?} sets {} to {}: the webhook sets it to \"true\" so that the migration refuses to run without its sidecar; remove it",
+            names::REQUIRE_LEASE_ENV,
+            truncate(&other.get("value").map_or_else(|| "a valueFrom".to_owned(), Value::to_string))
+        ));
+    }
+    if !ours.is_empty() {
+        return Ok(());
+    }
+    if env.is_some() {
+        ops.push(add(&["spec", "template", "spec", "containers", idx, "env", "-"], want));
+    } else {
+        ops.push(add(&["spec", "template", "spec", "containers", idx, "env"], json!([want])));
+    }
+    Ok(())
 }
 
 /// The first field in which container `have` is not `want`, the container

@@ -73,6 +73,11 @@ fn an_annotated_job_gets_the_sidecar_the_wrapper_and_fail_closed_defaults() {
     let migrate = &pod["containers"][0];
     assert_eq!(migrate["command"], json!(["/run/bloodraven/bin/bloodraven-sidecar", "exec", "--", "/app/migrate"]));
     assert_eq!(migrate["args"], json!(["up"]));
+    assert_eq!(
+        migrate["env"],
+        json!([{"name": "BLOODRAVEN_MIGRATION_REQUIRE_LEASE", "value": "true"}]),
+        "the runner refuses to run alone in a copy that loses its sidecar"
+    );
     assert_eq!(names(&migrate["volumeMounts"]), ["bloodraven-run"]);
     assert_eq!(names(&pod["volumes"]), ["config", "bloodraven-run", "bloodraven-token"]);
     let token = &pod["volumes"][2]["projected"]["sources"][0]["serviceAccountToken"];
@@ -146,6 +151,51 @@ fn injection_is_idempotent_for_a_reinvocation_and_a_copied_job() {
     pod.remove("volumes");
     let out = apply(&bare);
     assert_eq!(names(&out["spec"]["template"]["spec"]["initContainers"]), ["bloodraven-sidecar"]);
+}
+
+#[test]
+fn the_migration_container_gets_require_lease_once_beside_its_own_environment() {
+    let mut j = job();
+    let env = json!([{"name": "DATABASE_URL_FILE", "value": "/s/url"}, {"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]);
+    j["spec"]["template"]["spec"]["containers"][0]["env"] = env.clone();
+    let out = apply(&j);
+    let got = &out["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert_eq!(got.as_array().unwrap()[..2], env.as_array().unwrap()[..], "the user's entries kept, first");
+    assert_eq!(got[2], json!({"name": "BLOODRAVEN_MIGRATION_REQUIRE_LEASE", "value": "true"}));
+    assert_eq!(got.as_array().unwrap().len(), 3);
+    // Reinvoked, or set by the user exactly as the webhook does: nothing added.
+    assert!(patch(&out, &ask(&out).unwrap(), &settings()).unwrap().0.is_empty());
+    let mut own = job();
+    own["spec"]["template"]["spec"]["containers"][0]["env"] =
+        json!([{"name": "BLOODRAVEN_MIGRATION_REQUIRE_LEASE", "value": "true"}]);
+    let p = patch(&own, &ask(&own).unwrap(), &settings()).unwrap();
+    assert!(!p.0.iter().any(|op| op.path().to_string().contains("/env")), "{p:?}");
+    // Only the migration container gets it.
+    let mut two = job();
+    two["spec"]["template"]["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, json!({"name": "log", "image": "l"}));
+    two["metadata"]["annotations"]["bloodraven.shipstream.io/container"] = json!("migrate");
+    let out = apply(&two);
+    assert!(out["spec"]["template"]["spec"]["containers"][0].get("env").is_none());
+    assert_eq!(out["spec"]["template"]["spec"]["containers"][1]["env"][0]["value"], "true");
+}
+
+#[test]
+fn attack_a_require_lease_of_the_users_that_would_turn_it_off_is_refused() {
+    for entry in [
+        json!({"name": "BLOODRAVEN_MIGRATION_REQUIRE_LEASE", "value": "false"}),
+        json!({"name": "BLOODRAVEN_MIGRATION_REQUIRE_LEASE", "value": ""}),
+        json!({"name": "BLOODRAVEN_MIGRATION_REQUIRE_LEASE", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}),
+    ] {
+        let mut j = job();
+        // The last entry of a name wins: a "true" before it does not help.
+        j["spec"]["template"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "BLOODRAVEN_MIGRATION_REQUIRE_LEASE", "value": "true"}, entry]);
+        let e = patch(&j, &ask(&j).unwrap(), &settings()).unwrap_err();
+        assert!(e.contains("BLOODRAVEN_MIGRATION_REQUIRE_LEASE") && e.contains("remove it"), "{e}");
+    }
 }
 
 #[test]
