@@ -207,6 +207,10 @@ if unknown: fail(f"environment bloodraven-migrate apply does not read: {unknown}
 for n in ["BLOODRAVEN_MIGRATION_LOCK_TIMEOUT", "BLOODRAVEN_MIGRATION_MAX_ATTEMPTS", "BLOODRAVEN_MIGRATION_RETRY_MIN_SECONDS",
           "BLOODRAVEN_MIGRATION_RETRY_MAX_SECONDS", "BLOODRAVEN_MIGRATION_ON_BLOCKER", "BLOODRAVEN_MIGRATION_DIR"]:
     if n not in env: fail(f"the Job does not set {n}")
+# Without its sidecar the runner must refuse, not migrate unfenced.
+lease = [e for e in pod["containers"][0]["env"] if e["name"] == "BLOODRAVEN_MIGRATION_REQUIRE_LEASE"]
+if lease != [{"name": "BLOODRAVEN_MIGRATION_REQUIRE_LEASE", "value": "true"}]:
+    fail(f"the migration container must set BLOODRAVEN_MIGRATION_REQUIRE_LEASE to \"true\" once: {lease}")
 db = docs[("MysqlDatabase", "counter-app")]
 if db["metadata"]["annotations"].get("helm.sh/hook") != "pre-install" or int(db["metadata"]["annotations"]["helm.sh/hook-weight"]) >= 0:
     fail("the MysqlDatabase must be a pre-install hook weighted before the Job")
