@@ -33,6 +33,8 @@ pub mod exit {
     pub const FENCED: i32 = 6;
     /// Left a revision dirty.
     pub const DIRTY: i32 = 7;
+    /// Not started: `--require-lease` and no sidecar socket.
+    pub const NO_LEASE: i32 = 8;
 }
 
 const MIGRATOR_PW: &str = "migrator-e2e-pw";

@@ -447,3 +447,181 @@ async fn an_orphaned_statement_holding_the_run_lock_is_named_with_its_kill() {
     bloodraven_e2e::migrate::exec(&mut holder, "DO RELEASE_LOCK('orphan-block')").await;
     assert_eq!(second.wait(T).await, 0, "{}", second.log());
 }
+
+/// The migration account's password, from its URL (`mysql://migrator:PW@…`).
+fn password_of(url: &str) -> String {
+    let userinfo = url.split_once("://").unwrap().1.rsplit_once('@').unwrap().0;
+    userinfo.split_once(':').unwrap().1.to_owned()
+}
+
+#[tokio::test]
+async fn a_revision_linked_out_of_the_directory_is_refused_and_the_password_is_never_printed() {
+    let pair = SitePair::start("mg-att-link");
+    let db = AppDb::create(&pair, false);
+    let pw = password_of(&db.url);
+    // The mounted Secrets, outside the revision directory (as in a Pod).
+    let secrets = Revisions::new("mg-att-link-secrets");
+    let url_file = secrets.dir.join("url");
+    let pw_file = secrets.dir.join("password");
+    std::fs::write(&url_file, format!("{}\n", db.url)).unwrap();
+    std::fs::write(&pw_file, format!("{pw}\n")).unwrap();
+    let (url_file, pw_file) = (url_file.to_str().unwrap().to_owned(), pw_file.to_str().unwrap().to_owned());
+    let revs = Revisions::new("mg-att-link");
+    revs.add(1, "bump", "UPDATE orders SET v = v + 1 WHERE id = 1;");
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    let apply =
+        ["apply", "--dir", dir.as_str(), "--database-url-file", url_file.as_str(), "--password-file", pw_file.as_str()];
+    let mut outputs = Vec::new();
+    // A symlink to either secret file: refused before anything runs, naming the file.
+    for (name, target) in [("V2__pw.sql", &pw_file), ("V2__url.sql", &url_file)] {
+        std::os::unix::fs::symlink(target, revs.dir.join(name)).unwrap();
+        for args in [&apply[..], &["status", "--dir", &dir, "--database-url-file", &url_file]] {
+            let (code, out) = run_to_end(&revs, args).await;
+            assert_eq!(code, 2, "{args:?}: {out}");
+            assert!(out.contains(name) && out.contains("outside the revision directory"), "{out}");
+            outputs.push(out);
+        }
+        std::fs::remove_file(revs.dir.join(name)).unwrap();
+    }
+    assert_eq!(db.history(1), "", "nothing ran, V1 included");
+    assert_eq!(db.value("SELECT v FROM app.orders WHERE id = 1"), "1");
+    // A link that stays inside the directory is read as its file (a ConfigMap volume is such links).
+    std::fs::create_dir(revs.dir.join("..data")).unwrap();
+    std::fs::write(revs.dir.join("..data/V2__inside.sql"), "UPDATE orders SET v = v + 1 WHERE id = 2;").unwrap();
+    std::os::unix::fs::symlink("..data/V2__inside.sql", revs.dir.join("V2__inside.sql")).unwrap();
+    let (code, out) = run_to_end(&revs, &apply).await;
+    assert_eq!(code, 0, "{out}");
+    outputs.push(out);
+    assert_eq!(db.history(2), "applied 0 1");
+    // A hard link cannot be told from a file: sent, the server quotes it
+    // back near its syntax error — and the runner redacts it.
+    for (v, name, target) in [(3, "V3__hard_pw.sql", &pw_file), (3, "V3__hard_url.sql", &url_file)] {
+        std::fs::hard_link(target, revs.dir.join(name)).unwrap();
+        let (code, out) = run_to_end(&revs, &apply).await;
+        assert_eq!(code, exit::FAILED, "{out}");
+        assert!(out.contains("ERROR 1064") && out.contains("(redacted)"), "the server's error, redacted: {out}");
+        assert_eq!(db.history(v), "", "a failure on the first statement leaves no row");
+        outputs.push(out);
+        std::fs::remove_file(revs.dir.join(name)).unwrap();
+    }
+    for out in &outputs {
+        assert!(!out.contains(&pw), "the password in the output:\n{out}");
+        // (Its start is the account's name, which the log shows as user@host.)
+        for piece in [&pw[pw.len() - 6..], &pw[pw.len() - 9..pw.len() - 3]] {
+            assert!(!out.contains(piece), "`{piece}` of the password in the output:\n{out}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_revision_name_with_a_newline_is_refused_escaped_and_forges_no_log_line() {
+    let pair = SitePair::start("mg-att-name");
+    let db = AppDb::create(&pair, false);
+    let revs = Revisions::new("mg-att-name");
+    revs.add(1, "bump", "UPDATE orders SET v = v + 1 WHERE id = 1;");
+    let forged = "1999-01-01T00:00:00.000000Z  INFO bloodraven_migrate: done: every pending revision applied";
+    let evil = format!("V2__x\n{forged}.sql");
+    std::fs::write(revs.dir.join(&evil), "UPDATE orders SET v = v + 1 WHERE id = 2;").unwrap();
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    for args in [
+        &["apply", "--dir", &dir, "--database-url", &db.url][..],
+        &["apply", "--dir", &dir, "--database-url", &db.url, "--log-format", "json"],
+        &["status", "--dir", &dir, "--database-url", &db.url],
+    ] {
+        let (code, out) = run_to_end(&revs, args).await;
+        assert_eq!(code, 2, "{args:?}: {out}");
+        assert!(!out.lines().any(|l| l.starts_with("1999-01-01")), "a forged line:\n{out}");
+        // JSON lines decoded: the text a log reader shows.
+        let shown = if args.contains(&"json") {
+            out.lines()
+                .map(|line| {
+                    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+                    let fields = v.as_object().unwrap().values().filter_map(serde_json::Value::as_str);
+                    fields.collect::<Vec<_>>().join(" ")
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        } else {
+            out.clone()
+        };
+        assert!(shown.contains("V2__x\\n1999-01-01T00:00:00.000000Z"), "the name, escaped: {shown}");
+        assert!(shown.contains("control or invisible formatting character"), "{shown}");
+    }
+    assert_eq!(db.history(1), "", "nothing ran");
+    // Text a person wrote into the history by hand is printed escaped too.
+    std::fs::remove_file(revs.dir.join(&evil)).unwrap();
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "{out}");
+    pair.sql(
+        "iad",
+        "UPDATE app.bloodraven_schema_history SET description = CONCAT('bump', CHAR(10), 'V9       applied  ', CHAR(27), '[2J') WHERE version = 1",
+    );
+    let (code, out) = run_to_end(&revs, &["status", "--dir", &dir, "--database-url", &db.url]).await;
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("bump\\nV9       applied  \\u{1b}[2J"), "{out}");
+    assert!(!out.lines().any(|l| l.starts_with("V9")) && !out.contains('\x1b'), "{out}");
+}
+
+#[tokio::test]
+async fn an_oversized_revision_is_refused_before_it_is_read() {
+    let pair = SitePair::start("mg-att-size");
+    let db = AppDb::create(&pair, false);
+    let revs = Revisions::new("mg-att-size");
+    revs.add(1, "bump", "UPDATE orders SET v = v + 1 WHERE id = 1;");
+    // 200 MB by its metadata, sparse on disk: read, it would take 200 MB of the runner's memory.
+    let big = revs.dir.join("V2__dump.sql");
+    let made = std::process::Command::new("truncate").args(["-s", "200M"]).arg(&big).status().unwrap();
+    assert!(made.success());
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    let started = std::time::Instant::now();
+    let (code, out) = run_to_end(&revs, &["apply", "--dir", &dir, "--database-url", &db.url]).await;
+    let took = started.elapsed();
+    assert_eq!(code, 2, "{out}");
+    assert!(
+        out.contains("V2__dump.sql: is 209715200 bytes, more than a revision may be (16777216 bytes)"),
+        "refused by its size, before its text was read (which would fail otherwise: NUL bytes, no statement): {out}"
+    );
+    eprintln!("figure: 200 MB revision refused in {took:?}");
+    assert_eq!(db.history(1), "", "nothing ran, V1 included");
+    assert_eq!(
+        db.value("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'app' AND TABLE_NAME = 'bloodraven_schema_history'"),
+        "0"
+    );
+}
+
+#[tokio::test]
+async fn apply_that_requires_the_lease_refuses_without_a_sidecar_and_touches_nothing() {
+    let pair = SitePair::start("mg-att-lease");
+    let db = AppDb::create(&pair, false);
+    let revs = Revisions::new("mg-att-lease");
+    revs.add(1, "orders_note", "ALTER TABLE orders ADD COLUMN note INT;");
+    let url_file = revs.dir.join("url");
+    std::fs::write(&url_file, &db.url).unwrap();
+    let dir = revs.dir.to_str().unwrap().to_owned();
+    // The chart's migration container, run with no sidecar socket: its environment only.
+    let chart_env = [
+        ("BLOODRAVEN_DB_URL_FILE", url_file.to_str().unwrap()),
+        ("BLOODRAVEN_MIGRATION_DIR", dir.as_str()),
+        ("BLOODRAVEN_MIGRATION_REQUIRE_LEASE", "true"),
+    ];
+    let mut run = Run::start(&revs, &["apply"], &chart_env);
+    let code = run.wait(T).await;
+    let out = run.log();
+    assert_eq!(code, exit::NO_LEASE, "{out}");
+    assert!(out.contains("refusing to start") && out.contains("--require-lease"), "{out}");
+    assert!(out.contains("no sidecar socket") && out.contains("Nothing was touched"), "{out}");
+    assert!(!out.contains("starting alone") && !out.contains("session open"), "never connected: {out}");
+    let history_tables = "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'app' \
+                          AND TABLE_NAME = 'bloodraven_schema_history'";
+    assert_eq!(db.value(history_tables), "0", "no history table created");
+    assert_eq!(
+        db.value("SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = 'app' AND TABLE_NAME = 'orders' AND COLUMN_NAME = 'note'"),
+        "0",
+        "nothing applied"
+    );
+    // The same run by a person at a terminal (the variable unset): alone, applied.
+    let mut run = Run::start(&revs, &["apply"], &chart_env[..2]);
+    assert_eq!(run.wait(T).await, 0, "{}", run.log());
+    assert!(run.log().contains("starting alone"), "{}", run.log());
+    assert_eq!(db.history(1), "applied 1 1");
+}

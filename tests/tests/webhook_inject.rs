@@ -286,3 +286,107 @@ async fn a_deleted_pod_stops_a_migration_that_ignores_sigterm_after_the_grace() 
     eprintln!("figure: Pod deletion → migration container ended: {took:?} (sidecar grace 10 s, Pod grace 60 s)");
     assert!(took < Duration::from_secs(40), "ran on for the Pod's grace period: {took:?}");
 }
+
+/// The example chart's migration Job with its inject annotation removed
+/// (by hand, or by a tool that strips annotations it does not know): the
+/// webhook leaves it alone, so nothing fences it — and the runner, told by
+/// the chart's `BLOODRAVEN_MIGRATION_REQUIRE_LEASE=true`, refuses to start
+/// (exit 8) instead of migrating alone, before it opens any connection.
+/// Without injection nothing installs the runner into the Pod, so this Job
+/// runs the one the image ships (the sidecar image's `/bloodraven-migrate`),
+/// as an app image that carries its own runner would.
+#[tokio::test]
+async fn the_chart_job_with_its_inject_annotation_removed_refuses_to_migrate_unfenced() {
+    let env = setup("whinj-nolease").await;
+    let (cluster, ns) = (&env.pods.cluster, &env.pods.ns.name);
+    let pair = &env.pods.pair;
+    pair.sql(
+        "iad",
+        "CREATE DATABASE app; CREATE USER 'migrator'@'%' IDENTIFIED BY 'nolease-pw-1'; \
+         GRANT ALL ON app.* TO 'migrator'@'%'; GRANT PROCESS ON *.* TO 'migrator'@'%';",
+    );
+    let url = format!("mysql://migrator:nolease-pw-1@{}:{}/app", pair.iad_host, pair.iad_port);
+    bloodraven_e2e::pods::apply(
+        &Api::<k8s_openapi::api::core::v1::Secret>::namespaced(cluster.client.clone(), ns),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "stringData": {"url": url}}),
+    )
+    .await;
+    bloodraven_e2e::pods::apply(
+        &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(cluster.client.clone(), ns),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "revisions"}, "data": {
+            "V1__orders.sql": "CREATE TABLE orders (id INT PRIMARY KEY, v INT NOT NULL);"}}),
+    )
+    .await;
+    // charts/examples/counter-app/templates/migration-job.yaml, rendered,
+    // with bloodraven.shipstream.io/inject (and its companions) removed.
+    let manifest = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "counter-app-migrate", "annotations": {"helm.sh/hook": "pre-install,pre-upgrade"}},
+        "spec": {"backoffLimit": 0, "activeDeadlineSeconds": 280, "template": {"spec": {
+            "serviceAccountName": "deployer",
+            "automountServiceAccountToken": false,
+            "restartPolicy": "Never",
+            "containers": [{
+                "name": "migrate", "image": image("BLOODRAVEN_SIDECAR_IMAGE"), "imagePullPolicy": "IfNotPresent",
+                "command": ["/bloodraven-migrate", "apply"],
+                "volumeMounts": [
+                    {"name": "database-url", "mountPath": "/var/run/secrets/database", "readOnly": true},
+                    {"name": "revisions", "mountPath": "/migrations"}],
+                "env": [
+                    {"name": "BLOODRAVEN_DB_URL_FILE", "value": "/var/run/secrets/database/url"},
+                    {"name": "BLOODRAVEN_MIGRATION_DIR", "value": "/migrations"},
+                    {"name": "BLOODRAVEN_MIGRATION_LOCK_TIMEOUT", "value": "5s"},
+                    {"name": "BLOODRAVEN_MIGRATION_MAX_ATTEMPTS", "value": "8"},
+                    {"name": "BLOODRAVEN_LOG_FORMAT", "value": "text"},
+                    {"name": "BLOODRAVEN_MIGRATION_REQUIRE_LEASE", "value": "true"}],
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "allowPrivilegeEscalation": false,
+                                    "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}},
+            }],
+            "volumes": [
+                {"name": "database-url", "secret": {"secretName": "db", "items": [{"key": "url", "path": "url"}]}},
+                {"name": "revisions", "configMap": {"name": "revisions"}}],
+        }}},
+    });
+    let created = create(&env, &manifest, false).await.unwrap();
+    assert!(init_names(&created).is_empty(), "not annotated: the webhook leaves it alone");
+    let (_, ended, reason) = wait_job_end(cluster, ns, "counter-app-migrate", T).await;
+    let pod = job_pods(cluster, ns, "counter-app-migrate").await.remove(0);
+    let pod_name = pod.metadata.name.clone().unwrap();
+    let log = logs(cluster, ns, &pod_name, "migrate").await;
+    assert_eq!(ended, "Failed", "{reason}\n{log}");
+    let exit_code = pod
+        .status
+        .and_then(|s| s.container_statuses)
+        .unwrap_or_default()
+        .iter()
+        .find(|c| c.name == "migrate")
+        .and_then(|c| c.state.as_ref()?.terminated.as_ref().map(|t| t.exit_code));
+    assert_eq!(exit_code, Some(bloodraven_e2e::migrate::exit::NO_LEASE), "{log}");
+    assert!(log.contains("refusing to start") && log.contains("--require-lease"), "{log}");
+    assert!(log.contains("bloodraven.shipstream.io/inject"), "says what is likely missing: {log}");
+    assert!(!log.contains("starting alone") && !log.contains("session open"), "{log}");
+    assert!(!log.contains("nolease-pw-1"), "{log}");
+    let tables = pair.sql(
+        "iad",
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'app' \
+         AND TABLE_NAME IN ('orders', 'bloodraven_schema_history')",
+    );
+    assert_eq!(tables.trim(), "0", "nothing applied, no history table created:\n{log}");
+
+    // The same Job with its annotations back is injected, and keeps one
+    // require-lease entry (the chart's; the webhook adds none).
+    let mut annotated = manifest.clone();
+    annotated["metadata"]["name"] = json!("counter-app-migrate-2");
+    annotated["metadata"]["annotations"] = job(&env, "x", "true")["metadata"]["annotations"].clone();
+    let injected = create(&env, &annotated, true).await.unwrap();
+    assert_eq!(init_names(&injected), ["bloodraven-sidecar"]);
+    let container = &injected.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+    let entries: Vec<_> = container
+        .env
+        .iter()
+        .flatten()
+        .filter(|e| e.name == "BLOODRAVEN_MIGRATION_REQUIRE_LEASE")
+        .map(|e| e.value.clone())
+        .collect();
+    assert_eq!(entries, [Some("true".to_owned())]);
+}
