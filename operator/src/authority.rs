@@ -69,6 +69,33 @@ pub enum Standing {
         /// Whether this MysqlDatabase claims it next.
         candidate: bool,
     },
+    /// The candidate for its name, but the group holds its
+    /// `maxInstances` claims, or the namespace its `maxInstancesPerNamespace`.
+    ClaimLimitReached {
+        /// Which bound, in words, with its value.
+        limit: String,
+    },
+}
+
+/// Which of `group`'s claim bounds a new claim for `namespace` would pass,
+/// given `claims`, in words; `None` when it fits.
+pub fn claim_limit(
+    group: &MysqlFailoverGroup,
+    claims: &[bloodraven_api::v1alpha1::InstanceClaim],
+    namespace: &str,
+) -> Option<String> {
+    let rule = &group.spec.allowed_databases;
+    let total = usize::try_from(rule.max_instances).unwrap_or(usize::MAX);
+    let per_namespace = usize::try_from(rule.max_instances_per_namespace).unwrap_or(usize::MAX);
+    if claims.len() >= total {
+        return Some(format!("the group holds its spec.allowedDatabases.maxInstances ({total}) claims"));
+    }
+    let mine = claims.iter().filter(|c| c.namespace == namespace).count();
+    (mine >= per_namespace).then(|| {
+        format!(
+            "namespace {namespace} holds its spec.allowedDatabases.maxInstancesPerNamespace ({per_namespace}) claims on the group"
+        )
+    })
 }
 
 /// Whether `group` lets MysqlDatabases of a namespace with `labels` attach
@@ -123,9 +150,62 @@ pub fn standing<'a>(
                 .into_iter()
                 .filter(|d| d.name_any() == name && attached(d, group, &labels))
                 .min_by_key(|d| claim_key(d));
-            Standing::Unclaimed { candidate: first.is_none_or(|f| claim_key(f) >= claim_key(db)) }
+            let candidate = first.is_none_or(|f| claim_key(f) >= claim_key(db));
+            let claims = group.status.as_ref().map(|s| s.instance_claims.as_slice()).unwrap_or_default();
+            match claim_limit(group, claims, &namespace) {
+                Some(limit) if candidate => Standing::ClaimLimitReached { limit },
+                _ => Standing::Unclaimed { candidate },
+            }
         }
     }
+}
+
+/// The claims `group` should hold: [`pruned_claims`], then a claim for
+/// every unclaimed name that an accepted MysqlDatabase wants (the oldest
+/// of the name, oldest names first), while the group's bounds allow.
+/// Decided here, for the whole group at once, and written by the group's
+/// reconciler in one patch: one writer per group, so claims never race on
+/// the group's resourceVersion (each MysqlDatabase writing its own claim
+/// made hundreds of conflicts a minute, and starved the group's other
+/// writers). Returns `None` when nothing changes.
+pub fn claims_to_hold<'a>(
+    group: &MysqlFailoverGroup,
+    all: impl IntoIterator<Item = &'a MysqlDatabase>,
+    labels: impl Fn(&str) -> Option<BTreeMap<String, String>>,
+    released: Option<&str>,
+) -> Option<Vec<bloodraven_api::v1alpha1::InstanceClaim>> {
+    let all: Vec<&MysqlDatabase> = all.into_iter().collect();
+    let current = group.status.as_ref().map(|s| s.instance_claims.clone()).unwrap_or_default();
+    let pruned = pruned_claims(group, all.iter().copied(), &labels, released);
+    let mut claims = pruned.clone().unwrap_or_else(|| current.clone());
+    // The oldest accepted MysqlDatabase of each name no claim holds.
+    let mut firsts: BTreeMap<String, &MysqlDatabase> = BTreeMap::new();
+    for db in all.iter().copied().filter(|d| attached(d, group, &labels)) {
+        let name = db.name_any();
+        if released == Some(name.as_str()) && current.iter().any(|c| c.instance == name) {
+            // Released this round: claimed again by the next one, from a list without it.
+            continue;
+        }
+        if claims.iter().any(|c| c.instance == name) {
+            continue;
+        }
+        let entry = firsts.entry(name).or_insert(db);
+        if claim_key(db) < claim_key(entry) {
+            *entry = db;
+        }
+    }
+    let mut next: Vec<&MysqlDatabase> = firsts.into_values().collect();
+    next.sort_by_key(|d| claim_key(d));
+    let mut added = false;
+    for db in next {
+        let namespace = db.namespace().unwrap_or_default();
+        if claim_limit(group, &claims, &namespace).is_some() {
+            continue;
+        }
+        claims.push(bloodraven_api::v1alpha1::InstanceClaim { instance: db.name_any(), namespace });
+        added = true;
+    }
+    (added || pruned.is_some()).then_some(claims)
 }
 
 /// The claims `group` should hold once stale ones are dropped: a claim
@@ -256,7 +336,8 @@ mod tests {
         }))
         .unwrap();
         let mut g = MysqlFailoverGroup::new("g", spec);
-        g.spec.allowed_databases = AllowedDatabases { namespaces: DatabaseNamespaces { from, selector } };
+        g.spec.allowed_databases =
+            AllowedDatabases { namespaces: DatabaseNamespaces { from, selector }, ..AllowedDatabases::default() };
         g
     }
 
@@ -384,5 +465,55 @@ mod tests {
         // A cluster admin released it.
         assert_eq!(pruned_claims(&g1, &[victim.clone(), squatter.clone()], names, Some("counter-app")), Some(vec![]));
         assert_eq!(pruned_claims(&g1, &[victim, squatter], names, None), None);
+    }
+
+    #[test]
+    fn one_writer_claims_every_wanted_name_at_once_oldest_first_within_the_bounds() {
+        let mut g = group(NamespacesFrom::All, None);
+        g.spec.allowed_databases.max_instances = 4;
+        g.spec.allowed_databases.max_instances_per_namespace = 2;
+        // A tenant's storm, older than the other tenant's one database.
+        let storm: Vec<_> = (0..5).map(|i| db("tenant-a", &format!("db-{i}"), i)).collect();
+        let other = db("tenant-b", "ledger", 100);
+        let all: Vec<_> = storm.iter().chain([&other]).cloned().collect();
+        let claims = claims_to_hold(&g, &all, names, None).expect("claims to write");
+        let held: Vec<_> = claims.iter().map(|c| (c.instance.as_str(), c.namespace.as_str())).collect();
+        // tenant-a gets its two (the oldest), and tenant-b is not starved.
+        assert_eq!(held, [("db-0", "tenant-a"), ("db-1", "tenant-a"), ("ledger", "tenant-b")]);
+        let g = claimed(g, &held);
+        assert_eq!(claims_to_hold(&g, &all, names, None), None, "nothing more fits: nothing to write");
+        match standing(&storm[2], Some(&g), &all, names) {
+            Standing::ClaimLimitReached { limit } => assert!(limit.contains("maxInstancesPerNamespace (2)"), "{limit}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(standing(&other, Some(&g), &all, names), Standing::Authoritative);
+        // The group's own bound.
+        let mut full = g.clone();
+        full.spec.allowed_databases.max_instances = 3;
+        let late = db("tenant-c", "late", 200);
+        let all2: Vec<_> = all.iter().cloned().chain([late.clone()]).collect();
+        assert_eq!(claims_to_hold(&full, &all2, names, None), None);
+        match standing(&late, Some(&full), &all2, names) {
+            Standing::ClaimLimitReached { limit } => assert!(limit.contains("maxInstances (3)"), "{limit}"),
+            other => panic!("{other:?}"),
+        }
+        // A database deleted frees its claim for the next one of its namespace.
+        let fewer: Vec<_> = all.iter().filter(|d| d.name_any() != "db-0").cloned().collect();
+        let claims = claims_to_hold(&g, &fewer, names, None).expect("pruned and claimed again");
+        let held: Vec<_> = claims.iter().map(|c| c.instance.as_str()).collect();
+        assert_eq!(held, ["db-1", "ledger", "db-2"]);
+    }
+
+    #[test]
+    fn an_unclaimed_candidate_waits_for_the_group_and_a_younger_namesake_never_claims() {
+        let g = group(NamespacesFrom::All, None);
+        let first = db("team-a", "app", 0);
+        let second = db("team-b", "app", 5);
+        let all = [first.clone(), second.clone()];
+        assert_eq!(standing(&first, Some(&g), &all, names), Standing::Unclaimed { candidate: true });
+        assert_eq!(standing(&second, Some(&g), &all, names), Standing::Unclaimed { candidate: false });
+        let claims = claims_to_hold(&g, &all, names, None).unwrap();
+        assert_eq!(claims.len(), 1);
+        assert_eq!((claims[0].instance.as_str(), claims[0].namespace.as_str()), ("app", "team-a"));
     }
 }

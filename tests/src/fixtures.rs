@@ -27,6 +27,7 @@ pub fn allow_namespaces(names: &[&str]) -> AllowedDatabases {
                 match_labels: None,
             }),
         },
+        ..AllowedDatabases::default()
     }
 }
 

@@ -144,6 +144,13 @@ pub mod reason {
     pub const NAMESPACE_NOT_ALLOWED: &str = "NamespaceNotAllowed";
     /// Another namespace's MysqlDatabase of the same name has claimed the name on the group.
     pub const NAME_CONFLICT: &str = "NameConflict";
+    /// The group holds as many instance claims as its
+    /// `spec.allowedDatabases.maxInstances`, or the MysqlDatabase's
+    /// namespace as many as `maxInstancesPerNamespace`.
+    pub const CLAIM_LIMIT_REACHED: &str = "ClaimLimitReached";
+    /// The MysqlDatabase is the one to claim its name; the operator writes
+    /// the claim with the group's next reconcile.
+    pub const CLAIM_PENDING: &str = "ClaimPending";
     /// A deploy lease was revoked or lapsed after its operation reported
     /// `ddlState: started`: a person must verify the schema.
     pub const SCHEMA_VERIFICATION_REQUIRED: &str = "SchemaVerificationRequired";

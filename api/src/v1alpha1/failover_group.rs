@@ -77,12 +77,47 @@ pub struct MysqlFailoverGroupSpec {
 }
 
 /// Which MysqlDatabases may attach to a group.
-#[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AllowedDatabases {
     /// The namespaces whose MysqlDatabases may attach.
     #[serde(default)]
     pub namespaces: DatabaseNamespaces,
+    /// The most instance names the group holds claims for (its
+    /// `status.instanceClaims`); a MysqlDatabase past it gets `Ready=False`
+    /// (`ClaimLimitReached`). Bounds the group's status, which every
+    /// failover writes: 1,000 claims of the longest names (253-character
+    /// instances, 63-character namespaces) are 347,031 bytes of JSON, well
+    /// under the API server's 1.5 MiB object limit.
+    #[serde(default = "default_max_instances")]
+    #[schemars(range(min = 1, max = MAX_INSTANCE_CLAIMS))]
+    pub max_instances: u32,
+    /// The most instance names one namespace may claim on the group, so
+    /// one tenant cannot take every claim from the others.
+    #[serde(default = "default_max_instances_per_namespace")]
+    #[schemars(range(min = 1, max = MAX_INSTANCE_CLAIMS))]
+    pub max_instances_per_namespace: u32,
+}
+
+/// The largest `maxInstances` (and so the longest `status.instanceClaims`).
+pub const MAX_INSTANCE_CLAIMS: u32 = 1000;
+
+fn default_max_instances() -> u32 {
+    MAX_INSTANCE_CLAIMS
+}
+
+fn default_max_instances_per_namespace() -> u32 {
+    100
+}
+
+impl Default for AllowedDatabases {
+    fn default() -> Self {
+        Self {
+            namespaces: DatabaseNamespaces::default(),
+            max_instances: default_max_instances(),
+            max_instances_per_namespace: default_max_instances_per_namespace(),
+        }
+    }
 }
 
 /// Namespaces allowed to attach MysqlDatabases to a group.
@@ -318,7 +353,7 @@ pub struct MysqlFailoverGroupStatus {
     /// claims the name, or by the `release-instance` annotation. Written by
     /// the operator.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["instance"]))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["instance"]), length(max = MAX_INSTANCE_CLAIMS))]
     pub instance_claims: Vec<InstanceClaim>,
     /// The planned failover in progress or last finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -18,8 +18,8 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloodraven_api::names::{CLAIMS_FIELD_MANAGER, OBSERVER_FIELD_MANAGER, RELEASE_INSTANCE_ANNOTATION};
-use bloodraven_api::v1alpha1::{InstanceClaim, MysqlDatabase, MysqlFailoverGroup, reason};
+use bloodraven_api::names::{OBSERVER_FIELD_MANAGER, RELEASE_INSTANCE_ANNOTATION};
+use bloodraven_api::v1alpha1::{MysqlDatabase, MysqlFailoverGroup, reason};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
@@ -452,7 +452,23 @@ fn ready_condition(
                 "namespace {holder} claimed instance {name} on failover group {group_name} (status.instanceClaims); this MysqlDatabase grants no deploy-API authority: rename it, or have a cluster admin hand the name over with the annotation {RELEASE_INSTANCE_ANNOTATION}={name} on the group"
             ),
         ),
-        (Some(Standing::Unclaimed { .. }), _) => Computed::flag(
+        (Some(Standing::Unclaimed { candidate: true }), _) => Computed::flag(
+            "Ready",
+            false,
+            reason::CLAIM_PENDING,
+            format!(
+                "this MysqlDatabase is the one to claim instance {name} on failover group {group_name}; the operator writes the claim with the group's next reconcile (within its probe interval)"
+            ),
+        ),
+        (Some(Standing::ClaimLimitReached { limit }), _) => Computed::flag(
+            "Ready",
+            false,
+            reason::CLAIM_LIMIT_REACHED,
+            format!(
+                "instance {name} is not claimed on failover group {group_name}: {limit}; this MysqlDatabase grants no deploy-API authority until a claim is dropped (a MysqlDatabase deleted) or a cluster admin raises the bound"
+            ),
+        ),
+        (Some(Standing::Unclaimed { candidate: false }), _) => Computed::flag(
             "Ready",
             false,
             reason::NAME_CONFLICT,
@@ -462,73 +478,6 @@ fn ready_condition(
         ),
     }
 }
-
-/// Claims instance `name` on `group` for `namespace` (leader only): a merge
-/// patch of `status.instanceClaims` carrying the resourceVersion read, so
-/// two claimants racing for a name cannot both win. A `409 Conflict` means
-/// the group changed since it was read; most often that is the failover
-/// group's own status write (a probe's health, the heartbeat), not another
-/// claim. So the group is read again at once and the claim retried, up to
-/// [`CLAIM_ATTEMPTS`] times, rather than after the 5 s error requeue: under
-/// load a retry every 5 s could keep losing to the probes (a CI run saw no
-/// claim within 60 s). Once the group read again holds a claim of the name,
-/// nothing is written.
-///
-/// Returns the database's standing after it: `Authoritative` once claimed
-/// (by this call or before it), `NameConflict` when another namespace
-/// claimed the name first, `GroupNotFound` when the group went, and the
-/// `Unclaimed` standing given when this process is not the leader (nothing
-/// written). Errors: the last conflict after [`CLAIM_ATTEMPTS`] tries, or
-/// any other API error (the reconcile is retried by the error policy).
-async fn claim(
-    ctx: &super::Context,
-    group: &MysqlFailoverGroup,
-    name: &str,
-    namespace: &str,
-) -> Result<Standing, Error> {
-    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
-    let params = PatchParams { field_manager: Some(CLAIMS_FIELD_MANAGER.into()), ..PatchParams::default() };
-    let mut group = std::borrow::Cow::Borrowed(group);
-    let mut attempt = 1;
-    loop {
-        if !ctx.leadership.is_leader() {
-            return Ok(Standing::Unclaimed { candidate: true });
-        }
-        match authority::claim_of(&group, name) {
-            Some(holder) if holder == namespace => return Ok(Standing::Authoritative),
-            Some(holder) => return Ok(Standing::NameConflict { namespace: holder.to_owned() }),
-            None => {}
-        }
-        let mut claims = group.status.as_ref().map(|s| s.instance_claims.clone()).unwrap_or_default();
-        claims.push(InstanceClaim { instance: name.to_owned(), namespace: namespace.to_owned() });
-        let patch = json!({
-            "metadata": { "resourceVersion": group.resource_version() },
-            "status": { "instanceClaims": claims },
-        });
-        match api.patch_status(&group.name_any(), &params, &Patch::Merge(&patch)).await {
-            Ok(_) => {
-                tracing::info!(group = %group.name_any(), instance = name, namespace, attempt, "instance name claimed");
-                return Ok(Standing::Authoritative);
-            }
-            Err(kube::Error::Api(s)) if s.code == 409 && attempt < CLAIM_ATTEMPTS => {
-                attempt += 1;
-                match ctx.tolerant.get::<MysqlFailoverGroup>(None, &group.name_any()).await {
-                    Ok(Some(fresh)) => group = std::borrow::Cow::Owned(fresh),
-                    Ok(None) => return Ok(Standing::GroupNotFound),
-                    // No longer decodes: the group watch wakes this database
-                    // again, and that reconcile reports GroupInvalid.
-                    Err(ReadError::Invalid(_)) => return Ok(Standing::Unclaimed { candidate: true }),
-                    Err(ReadError::Kube(err)) => return Err(kube_err("read the failover group again")(err)),
-                }
-            }
-            Err(err) => return Err(kube_err("claim the instance name on the failover group")(err)),
-        }
-    }
-}
-
-/// How many times [`claim`] patches before leaving a conflict to the error
-/// policy's requeue.
-const CLAIM_ATTEMPTS: u32 = 5;
 
 fn refs(
     store: &kube::runtime::reflector::Store<MysqlDatabase>,
@@ -610,14 +559,17 @@ async fn reconcile(db: Arc<MysqlDatabase>, dctx: DbCtx) -> Result<Action, Error>
         return Ok(Action::requeue(RECHECK));
     }
     let all = ctx.authority.databases.state();
-    let mut standing = group.as_ref().ok().map(|group| {
+    // The claim itself is the group reconciler's (one writer per group,
+    // in batches: `authority::claims_to_hold`); this reports where the
+    // database stands, and the group's status change wakes it again.
+    let standing = group.as_ref().ok().map(|group| {
         authority::standing(&db, group.as_ref(), all.iter().map(AsRef::as_ref), |ns| ctx.authority.labels(ns))
     });
-    if let (Some(Standing::Unclaimed { candidate: true }), Ok(Some(g))) = (&standing, &group) {
-        standing = Some(claim(ctx, g, &name, &namespace).await?);
-    }
     let computed = ready_condition(standing.as_ref(), group.as_ref().map(drop), &name, &namespace, group_name);
-    let announce = matches!(standing, Some(Standing::NamespaceNotAllowed | Standing::NameConflict { .. }));
+    let announce = matches!(
+        standing,
+        Some(Standing::NamespaceNotAllowed | Standing::NameConflict { .. } | Standing::ClaimLimitReached { .. })
+    );
     let target = target(standing.as_ref(), group.as_ref(), group_name);
     let pointed = primary::keep(ctx, &dctx.primary, &db, target).await?;
     write_conditions(ctx, &db, &name, &namespace, &[computed, pointed], announce).await

@@ -1,9 +1,11 @@
 //! The group's instance claims (`status.instanceClaims`, see
-//! `crate::authority`): claims are made by the database reconciler; here,
-//! on each probe, the leader drops a claim whose MysqlDatabase is gone when
-//! nobody else wants the name, and hands a name over when a cluster admin
-//! annotates the group with `release-instance=<instance>` (then removes the
-//! annotation, with an Event).
+//! `crate::authority`), written here only, for the whole group in one
+//! patch per reconcile (`authority::claims_to_hold`): on each probe the
+//! leader claims every unclaimed name an accepted MysqlDatabase wants,
+//! within the group's bounds, drops a claim whose MysqlDatabase is gone
+//! when nobody else wants the name, and hands a name over when a cluster
+//! admin annotates the group with `release-instance=<instance>` (then
+//! removes the annotation, with an Event).
 
 use bloodraven_api::names::{CLAIMS_FIELD_MANAGER, RELEASE_INSTANCE_ANNOTATION};
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
@@ -13,7 +15,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::publish;
-use crate::authority::pruned_claims;
+use crate::authority::claims_to_hold;
 use crate::controller::{Context, Error, kube_err};
 
 /// Drops stale or released claims (leader only); returns the group as
@@ -29,7 +31,7 @@ pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Optio
     let all = ctx.authority.databases.state();
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     if let Some(claims) =
-        pruned_claims(group, all.iter().map(AsRef::as_ref), |ns| ctx.authority.labels(ns), released.as_deref())
+        claims_to_hold(group, all.iter().map(AsRef::as_ref), |ns| ctx.authority.labels(ns), released.as_deref())
     {
         let patch = json!({
             "metadata": { "resourceVersion": group.resource_version() },
@@ -39,9 +41,9 @@ pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Optio
         written = Some(
             api.patch_status(&name, &params, &Patch::Merge(&patch))
                 .await
-                .map_err(kube_err("drop an instance claim"))?,
+                .map_err(kube_err("write the instance claims"))?,
         );
-        tracing::info!(group = %name, released = released.as_deref().unwrap_or(""), "instance claims pruned");
+        tracing::info!(group = %name, released = released.as_deref().unwrap_or(""), "instance claims written");
     }
     if let Some(instance) = released {
         let note = format!(
