@@ -89,6 +89,13 @@ impl<'a> AppDb<'a> {
 
     /// `state ddl_started attempts` of revision `version`, or empty when no row.
     pub fn history(&self, version: u64) -> String {
+        // No history table (nothing ever ran): no row either.
+        let exists = self.value(
+            "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = 'app' AND TABLE_NAME = 'bloodraven_schema_history'",
+        );
+        if exists == "0" {
+            return String::new();
+        }
         self.value(&format!(
             "SELECT CONCAT_WS(' ', state, ddl_started, attempts) FROM app.bloodraven_schema_history WHERE version = {version}"
         ))
