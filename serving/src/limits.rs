@@ -4,11 +4,23 @@
 //! without credentials (docs/deploy-api.md, "Listener limits"):
 //!
 //! - at most [`Limits::max_connections`] connections at once, and at most
-//!   [`Limits::max_connections_per_peer`] from one peer address; one more is
-//!   closed at accept, before any TLS or HTTP work — so one client that keeps
-//!   reconnecting, or keeps its connections busy with requests, cannot take
-//!   every slot from the others (an unauthenticated answer also closes its
-//!   connection: see the deploy router);
+//!   [`Limits::max_connections_per_peer`] from one peer address; one more
+//!   from a peer at its cap is closed at accept, before any TLS or HTTP
+//!   work — so one client that keeps reconnecting, or keeps its connections
+//!   busy with requests, cannot take every slot from the others (an
+//!   unauthenticated answer also closes its connection: see the deploy
+//!   router);
+//! - when every slot is taken, a new connection takes the slot of the
+//!   oldest connection that has not yet sent a whole request (still in its
+//!   TLS handshake or its request head, or idle since it connected), which
+//!   is closed. Many peers holding idle connections (several Pods of one
+//!   tenant, each under the per-peer cap) can then no longer keep a
+//!   pipeline's renewal out: a new connection finishes its handshake and
+//!   request in milliseconds and is no longer evictable once it has, while
+//!   to keep it out the idle ones would have to be reopened faster than
+//!   the whole listener fills in that time. A connection that made a
+//!   request is never evicted: it either got an answer (an error answer
+//!   closes it) or is being served;
 //! - a TLS handshake must finish within [`Limits::handshake_timeout`];
 //! - only HTTP/1.1 is spoken (see the crate documentation): an HTTP/2
 //!   preface is refused like any other malformed request line;
@@ -170,8 +182,57 @@ impl Peers {
     }
 }
 
-/// Accepts a connection only while fewer than the limit are open, and wraps
-/// it so that a write making no progress ends it.
+/// One connection's standing for eviction, shared by its stream, the
+/// service that marks it as having made a request, and (weakly) the queue
+/// of connections that have not.
+#[derive(Debug, Default)]
+pub(crate) struct ConnState {
+    /// A whole request arrived on it: never evicted.
+    served: std::sync::atomic::AtomicBool,
+    /// Evicted: its reads and writes fail from now on.
+    evicted: std::sync::atomic::AtomicBool,
+    /// Woken on eviction, so that a connection blocked in a read ends now.
+    waker: futures::task::AtomicWaker,
+    /// Its listener slot (taken over by the connection that evicts it).
+    slot: std::sync::Mutex<Option<OwnedSemaphorePermit>>,
+}
+
+/// Connections that have not made a request yet, oldest first (weakly: a
+/// closed connection is skipped).
+#[derive(Debug, Default)]
+struct Unserved(std::sync::Mutex<std::collections::VecDeque<std::sync::Weak<ConnState>>>);
+
+impl Unserved {
+    fn push(&self, state: &Arc<ConnState>, bound: usize) {
+        let mut queue = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if queue.len() >= bound {
+            queue.retain(|w| w.upgrade().is_some_and(|s| !s.served.load(Ordering::Relaxed)));
+        }
+        queue.push_back(Arc::downgrade(state));
+    }
+
+    /// Evicts the oldest connection that has not made a request and
+    /// returns its slot.
+    fn evict_oldest(&self) -> Option<OwnedSemaphorePermit> {
+        let mut queue = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while let Some(weak) = queue.pop_front() {
+            let Some(state) = weak.upgrade() else { continue };
+            if state.served.load(Ordering::Acquire) || state.evicted.swap(true, Ordering::AcqRel) {
+                continue;
+            }
+            let slot = state.slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+            state.waker.wake();
+            if slot.is_some() {
+                return slot;
+            }
+        }
+        None
+    }
+}
+
+/// Accepts a connection only while fewer than the limit are open (or by
+/// evicting the oldest that made no request), and wraps it so that a write
+/// making no progress ends it.
 #[derive(Clone, Debug)]
 pub(crate) struct LimitAcceptor {
     listener: &'static str,
@@ -181,6 +242,8 @@ pub(crate) struct LimitAcceptor {
     max_connections_per_peer: usize,
     write_stall_timeout: Duration,
     refusals: Arc<Refusals>,
+    unserved: Arc<Unserved>,
+    evictions: Arc<AtomicU64>,
 }
 
 /// Refused connections, for a rate-limited log line.
@@ -226,6 +289,8 @@ impl LimitAcceptor {
                 started: Instant::now(),
                 last_log_ms: AtomicU64::new(0),
             }),
+            unserved: Arc::default(),
+            evictions: Arc::default(),
         }
     }
 
@@ -235,19 +300,66 @@ impl LimitAcceptor {
         self.max_connections - self.slots.available_permits()
     }
 
-    /// Wraps `io` in a slot, or refuses it when every slot is taken or its
-    /// peer already holds its share.
+    /// Wraps `io` in a slot — a free one, or the one of the oldest
+    /// connection that made no request, which is evicted — or refuses it
+    /// when its peer already holds its share, or every connection made a
+    /// request.
     pub(crate) fn limit<I: PeerAddr>(&self, io: I) -> io::Result<Limited<I>> {
         let Some(peer) = self.peers.take(io.peer_ip(), self.max_connections_per_peer) else {
             self.refusals.refused(self.listener, self.max_connections);
             return Err(io::Error::other("per-peer connection limit reached"));
         };
-        if let Ok(slot) = self.slots.clone().try_acquire_owned() {
-            Ok(Limited::new(io, slot, peer, self.write_stall_timeout))
+        let slot = if let Ok(slot) = self.slots.clone().try_acquire_owned() {
+            slot
+        } else if let Some(slot) = self.unserved.evict_oldest() {
+            let n = self.evictions.fetch_add(1, Ordering::Relaxed) + 1;
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    listener = self.listener,
+                    evicted = n,
+                    "connection limit reached; evicted the oldest connection that made no request"
+                );
+            }
+            slot
         } else {
             self.refusals.refused(self.listener, self.max_connections);
-            Err(io::Error::other("connection limit reached"))
-        }
+            return Err(io::Error::other("connection limit reached"));
+        };
+        let state = Arc::new(ConnState { slot: std::sync::Mutex::new(Some(slot)), ..ConnState::default() });
+        self.unserved.push(&state, 2 * self.max_connections);
+        Ok(Limited::new(io, state, peer, self.write_stall_timeout))
+    }
+
+    /// Connections evicted so far.
+    #[cfg(test)]
+    fn evicted(&self) -> u64 {
+        self.evictions.load(Ordering::Relaxed)
+    }
+}
+
+/// The per-connection service, marking its connection as having made a
+/// request (never evicted from then on) at each call.
+#[derive(Clone, Debug)]
+pub struct MarkServed<S> {
+    inner: S,
+    state: Arc<ConnState>,
+}
+
+impl<S, R> tower::Service<R> for MarkServed<S>
+where
+    S: tower::Service<R>,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: R) -> Self::Future {
+        self.state.served.store(true, Ordering::Release);
+        self.inner.call(request)
     }
 }
 
@@ -257,7 +369,7 @@ where
     S: Send + 'static,
 {
     type Stream = Limited<I>;
-    type Service = S;
+    type Service = MarkServed<S>;
     type Future = BoxFuture<'static, io::Result<(Self::Stream, Self::Service)>>;
 
     fn accept(&self, stream: I, service: S) -> Self::Future {
@@ -266,7 +378,9 @@ where
         let limited = self.limit(stream);
         Box::pin(async move {
             let limited = limited?;
-            DefaultAcceptor.accept(limited, service).await
+            let state = limited.state.clone();
+            let (stream, service) = DefaultAcceptor.accept(limited, service).await?;
+            Ok((stream, MarkServed { inner: service, state }))
         })
     }
 }
@@ -276,7 +390,8 @@ where
 #[derive(Debug)]
 pub(crate) struct Limited<I> {
     inner: I,
-    _slot: OwnedSemaphorePermit,
+    /// Holds the slot; evicted, reads and writes fail.
+    state: Arc<ConnState>,
     _peer: PeerSlot,
     write_stall_timeout: Duration,
     /// Armed at the first write that could not proceed; cleared by progress.
@@ -284,8 +399,20 @@ pub(crate) struct Limited<I> {
 }
 
 impl<I> Limited<I> {
-    fn new(inner: I, slot: OwnedSemaphorePermit, peer: PeerSlot, write_stall_timeout: Duration) -> Self {
-        Limited { inner, _slot: slot, _peer: peer, write_stall_timeout, stalled: None }
+    fn new(inner: I, state: Arc<ConnState>, peer: PeerSlot, write_stall_timeout: Duration) -> Self {
+        Limited { inner, state, _peer: peer, write_stall_timeout, stalled: None }
+    }
+
+    /// `Err` once evicted; otherwise registers `cx` to be woken by an eviction.
+    fn check_evicted(&self, cx: &Context<'_>) -> io::Result<()> {
+        self.state.waker.register(cx.waker());
+        if self.state.evicted.load(Ordering::Acquire) {
+            return Err(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "evicted: the listener was full and this connection had made no request",
+            ));
+        }
+        Ok(())
     }
 
     /// Called when the inner write is pending: pending until the stall
@@ -315,12 +442,18 @@ impl<I> Limited<I> {
 
 impl<I: AsyncRead + Unpin> AsyncRead for Limited<I> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        if let Err(e) = self.check_evicted(cx) {
+            return Poll::Ready(Err(e));
+        }
         Pin::new(&mut self.inner).poll_read(cx, buf)
     }
 }
 
 impl<I: AsyncWrite + Unpin> AsyncWrite for Limited<I> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        if let Err(e) = self.check_evicted(cx) {
+            return Poll::Ready(Err(e));
+        }
         let this = &mut *self;
         let polled = Pin::new(&mut this.inner).poll_write(cx, buf);
         this.progress(cx, polled)
@@ -407,12 +540,56 @@ mod tests {
         let acceptor = LimitAcceptor::new("test", &limits(2, WRITE_STALL_TIMEOUT));
         let a = acceptor.limit(()).unwrap();
         let b = acceptor.limit(()).unwrap();
+        a.state.served.store(true, Ordering::Release);
+        b.state.served.store(true, Ordering::Release);
         assert_eq!(acceptor.open_connections(), 2);
-        assert!(acceptor.limit(()).is_err(), "a third connection is refused at the limit");
+        assert!(acceptor.limit(()).is_err(), "a third connection is refused when both made a request");
         drop(a);
         let c = acceptor.limit(()).unwrap();
         assert_eq!(acceptor.open_connections(), 2);
         drop((b, c));
+        assert_eq!(acceptor.open_connections(), 0);
+    }
+
+    /// Many peers, each under its cap, fill the listener with connections
+    /// that never send a request: a newcomer takes the slot of the oldest
+    /// of them, which is closed; a connection that made a request is never
+    /// taken.
+    #[tokio::test]
+    #[allow(clippy::many_single_char_names)] // a to e: the connections in the order they came
+    async fn at_the_limit_a_newcomer_evicts_the_oldest_connection_that_made_no_request() {
+        use tokio::io::AsyncReadExt as _;
+        let acceptor = LimitAcceptor::new("test", &limits(3, WRITE_STALL_TIMEOUT));
+        let (near_a, _far_a) = tokio::io::duplex(64);
+        let mut a = acceptor.limit(near_a).unwrap();
+        let (near_b, _far_b) = tokio::io::duplex(64);
+        let b = acceptor.limit(near_b).unwrap();
+        let (near_c, _far_c) = tokio::io::duplex(64);
+        let c = acceptor.limit(near_c).unwrap();
+        b.state.served.store(true, Ordering::Release);
+        // a blocks in a read (an idle client); the newcomer's arrival ends it.
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 8];
+            let r = a.read(&mut buf).await;
+            (r.map_err(|e| e.kind()), a)
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (near_d, _far_d) = tokio::io::duplex(64);
+        let d = acceptor.limit(near_d).expect("the newcomer takes the oldest idle connection's slot");
+        let (read, a) = tokio::time::timeout(Duration::from_secs(2), reader).await.expect("woken").unwrap();
+        assert_eq!(read.unwrap_err(), io::ErrorKind::ConnectionAborted);
+        assert_eq!((acceptor.evicted(), acceptor.open_connections()), (1, 3));
+        // Next oldest without a request: c (b made one).
+        let (near_e, _far_e) = tokio::io::duplex(64);
+        let e = acceptor.limit(near_e).unwrap();
+        assert!(c.state.evicted.load(Ordering::Acquire) && !b.state.evicted.load(Ordering::Acquire));
+        d.state.served.store(true, Ordering::Release);
+        e.state.served.store(true, Ordering::Release);
+        assert!(acceptor.limit(()).is_err(), "every slot's connection made a request: refused");
+        assert_eq!(acceptor.open_connections(), 3);
+        drop((a, c));
+        assert_eq!(acceptor.open_connections(), 3, "the evicted held no slot");
+        drop((b, d, e));
         assert_eq!(acceptor.open_connections(), 0);
     }
 

@@ -196,36 +196,33 @@ async fn idle_connections_are_limited_and_timed_out() {
     let http = deploy::client(&tls.ca);
     wait_for("the listener", T, || async { http.get(&url).send().await.map(drop).map_err(|e| e.to_string()) }).await;
 
-    // Four idle TCP connections that never start TLS take every slot… The
-    // warm-up client's connection may hold a slot a moment longer (CI saw a
-    // fifth connection accepted): connect until one is closed at accept
-    // while four are held, so the limit is what refuses the next one.
+    // Idle TCP connections that never start TLS, one after the other: at
+    // most four are ever open (the limit), each newcomer taking the slot of
+    // the oldest, which is closed.
     drop(http);
     let mut idle = Vec::new();
-    for _ in 0..100 {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-        let mut buf = [0u8; 1];
-        let closed = matches!(
-            tokio::time::timeout(Duration::from_millis(300), tokio::io::AsyncReadExt::read(&mut s, &mut buf)).await,
-            Ok(Ok(0) | Err(_))
-        );
-        if !closed {
-            idle.push(s);
-        } else if idle.len() == 4 {
-            break;
-        }
-        assert!(idle.len() <= 4, "more than four connections held open with a limit of four");
+    for _ in 0..8 {
+        idle.push(tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap());
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(idle.len(), 4, "four idle connections should be held");
+    let mut open = 0;
+    for s in &mut idle {
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_millis(300), tokio::io::AsyncReadExt::read(s, &mut buf)).await;
+        if read.is_err() {
+            open += 1;
+        }
+    }
+    assert!(open <= 4, "{open} idle connections held open with a limit of four");
+    // A real client is answered at once, the limit notwithstanding.
     let fresh = deploy::client(&tls.ca);
-    assert!(fresh.get(&url).send().await.is_err(), "a fifth connection must be refused while four are open");
+    let answered = std::time::Instant::now();
+    let status = fresh.get(&url).send().await.map(|r| r.status().as_u16());
+    assert!(status.is_ok(), "a real client is answered while idle connections fill the listener: {status:?}");
     assert_eq!(op.plain_status("/healthz").await, Ok(200), "health stays up");
-    // …until the handshake timeout closes them.
-    let freed = std::time::Instant::now();
-    wait_for("the idle connections to be closed", Duration::from_secs(20), || async {
-        fresh.get(&url).send().await.map(|r| r.status().as_u16()).map_err(|e| e.to_string())
-    })
-    .await;
-    println!("figure: idle connections closed after {:.1}s", freed.elapsed().as_secs_f64());
+    println!(
+        "figure: a real client answered in {:.3}s with the listener full of idle connections",
+        answered.elapsed().as_secs_f64()
+    );
     drop(idle);
 }

@@ -258,8 +258,9 @@ async fn every_listener_closes_idle_connections_of_every_protocol() {
 /// With the connection limits set to 4: HTTP/2-preface connections (the
 /// fault's input) are dropped at once, so they cannot fill a listener; the
 /// connections that are held longest (a TLS handshake then nothing, an
-/// unfinished head) do fill it — a real client is refused meanwhile — and
-/// the server frees the slots by itself.
+/// unfinished head) do fill it, but a real client is still answered at
+/// once — it takes the slot of the oldest of them, which is closed — and
+/// the server frees the other slots by itself.
 #[tokio::test]
 async fn a_full_connection_limit_frees_itself() {
     let flags = ["--deploy-api-max-connections", "4", "--plain-max-connections", "4"].map(str::to_owned);
@@ -291,18 +292,21 @@ async fn a_full_connection_limit_frees_itself() {
     // the time their handshake finished).
     tokio::time::sleep(Duration::from_millis(500)).await;
     let http = e.fresh_client();
-    assert!(e.get_group(&http).await.is_err(), "the deploy API is full: a fifth connection is refused");
-    assert!(e.healthz(&http).await.is_err(), "the plain listener is full: a fifth connection is refused");
-
-    e.wait_answering().await;
+    let answered = Instant::now();
+    assert_eq!(e.get_group(&http).await, Ok(200), "the deploy API is full of idle connections: one is evicted");
+    assert_eq!(e.healthz(&http).await, Ok(200), "the plain listener likewise");
+    eprintln!("full listeners answered a real client in {:?}", answered.elapsed());
     let freed = filled.elapsed();
-    assert!(freed < CLOSED_WITHIN, "answered again only after {freed:?}");
-    eprintln!("a full listener answered again {freed:?} after it was filled");
     for task in held {
         assert!(task.await.unwrap().is_some(), "a held connection was never closed");
     }
+    eprintln!("every held connection was closed within {:?} of the filling", filled.elapsed().max(freed));
     let log = std::fs::read_to_string(&e.op.log).unwrap();
-    assert!(log.contains("connection limit reached"), "the refusals are logged:\n{}", e.op.log_tail());
+    assert!(
+        log.contains("evicted the oldest connection that made no request"),
+        "the evictions are logged:\n{}",
+        e.op.log_tail()
+    );
     e.cluster.delete_group(&e.group).await;
 }
 
@@ -570,25 +574,14 @@ async fn a_full_plain_listener_does_not_fail_the_exec_probe() {
         (out.status.code(), String::from_utf8_lossy(&out.stdout).trim().to_owned())
     };
     assert_eq!(probe().await, (Some(0), "/readyz 200".to_owned()));
-    // Every plain slot held (4; the per-peer cap is 4 too), from 127.0.0.2.
-    // A hold refused at accept (a slot still taken by an earlier client's
-    // closing connection, on a loaded machine) ends at once: it is replaced
-    // until four are live and a fifth connection is refused.
+    // Every plain slot held (4; the per-peer cap is 4 too), from 127.0.0.2,
+    // by connections that never finish a request: the exec probe does not
+    // share those slots (and a real client would take the oldest's).
     let mut held = Vec::new();
-    let http = e.fresh_client();
-    let mut refused = false;
-    for _ in 0..50 {
-        held.retain(|h: &tokio::task::JoinHandle<Option<Duration>>| !h.is_finished());
-        while held.len() < 4 {
-            held.push(e.hold(false, Hold::PartialHead).await);
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        if e.healthz(&http).await.is_err() {
-            refused = true;
-            break;
-        }
+    for _ in 0..4 {
+        held.push(e.hold(false, Hold::PartialHead).await);
     }
-    assert!(refused, "the plain listener never refused a fifth connection");
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(probe().await, (Some(0), "/readyz 200".to_owned()), "the exec probe does not share the plain slots");
     // The probe listener is not the plain one: /metrics is not there.
     let out = tokio::process::Command::new(bloodraven_e2e::operator::operator_bin())
@@ -600,4 +593,70 @@ async fn a_full_plain_listener_does_not_fail_the_exec_probe() {
     for h in held {
         assert!(h.await.unwrap().is_some(), "the server closes a held connection by itself");
     }
+}
+
+/// Many peers, each under the per-peer cap, together hold more idle
+/// connections than the deploy API's limit (9 addresses × 8 against 64:
+/// several Pods of one tenant), reopening each one the server closes.
+/// A pipeline's lease is renewed every second on a new connection
+/// throughout: every renewal succeeds, because a newcomer takes the slot of
+/// the oldest connection that made no request. Before, the idle ones
+/// filled the listener and renewals were refused at accept.
+#[tokio::test]
+async fn many_peers_holding_idle_connections_keep_no_renewal_out() {
+    let e = env("manypeers", &["--deploy-api-max-connections".to_owned(), "64".to_owned()]).await;
+    e.wait_answering().await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let opened = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut holders = Vec::new();
+    for peer in 2..=10u8 {
+        for _ in 0..8 {
+            let (stop, opened, port) = (stop.clone(), opened.clone(), e.deploy_port);
+            holders.push(tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+                    socket.bind(([127, 0, 0, peer], 0).into()).unwrap();
+                    let Ok(mut tcp) = socket.connect(([127, 0, 0, 1], port).into()).await else {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    };
+                    opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    // Idle until the server closes it, then again.
+                    let mut buf = [0u8; 64];
+                    let _ = tokio::time::timeout(Duration::from_secs(15), tcp.read(&mut buf)).await;
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let http = e.fresh_client();
+    let leases = format!("{}/leases", e.group_url());
+    let body =
+        serde_json::json!({"kind": "migration", "operationId": "renewer", "instance": "counter-app", "ttlSeconds": 30});
+    let created = http.post(&leases).bearer_auth(&e.token).json(&body).send().await.unwrap();
+    assert_eq!(created.status().as_u16(), 201, "the lease, under the flood");
+    let token = created.json::<serde_json::Value>().await.unwrap()["token"].as_str().unwrap().to_owned();
+    let renew = format!("{leases}/migration/renewer");
+    let (mut ok, mut tries, mut failures) = (0, 0, Vec::new());
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_secs(30) {
+        tries += 1;
+        match http.put(&renew).bearer_auth(&e.token).json(&serde_json::json!({"token": token})).send().await {
+            Ok(r) if r.status().as_u16() == 200 => ok += 1,
+            Ok(r) => failures.push(format!("{}", r.status())),
+            Err(err) => failures.push(err.to_string()),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for h in holders {
+        h.abort();
+    }
+    let opened = opened.load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "figure: {ok}/{tries} renewals succeeded while 9 peers × 8 idle connections (limit 64) opened {opened} connections"
+    );
+    assert!(opened > 72, "the flood ran: {opened} connections opened");
+    assert_eq!(ok, tries, "every renewal succeeded; failures: {failures:?}");
+    e.cluster.delete_group(&e.group).await;
 }

@@ -212,9 +212,13 @@ async fn a_foreign_service_is_left_alone_and_a_long_name_gets_no_service() {
     assert!(c.message.contains("taken-primary") && c.message.contains("does not own"), "{c:?}");
     let note = wait_object_event(&sc.cluster, &ns, "taken", "PrimaryServiceConflict").await;
     assert!(note.contains("taken-primary"), "{note}");
-    // Its Ready condition is unaffected: the database has authority.
-    let ready = dbs.get("taken").await.unwrap().status.unwrap().conditions;
-    assert!(ready.iter().any(|c| c.type_ == "Ready" && c.status == "True"), "{ready:?}");
+    // Its Ready condition is unaffected: the database has authority (once
+    // the group's reconciler has written its claim).
+    wait_for("taken: Ready True", T, || async {
+        let ready = dbs.get("taken").await.map_err(|e| e.to_string())?.status.unwrap_or_default().conditions;
+        if ready.iter().any(|c| c.type_ == "Ready" && c.status == "True") { Ok(()) } else { Err(format!("{ready:?}")) }
+    })
+    .await;
     let after = services.get("taken-primary").await.unwrap();
     assert_eq!(after.metadata.resource_version, before.metadata.resource_version, "never written: {after:?}");
     assert_eq!(after.metadata.owner_references, None);
