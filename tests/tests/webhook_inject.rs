@@ -90,6 +90,31 @@ async fn an_annotated_job_is_injected_and_runs_holding_both_leases() {
     assert_eq!(record["operationId"].as_str(), created.metadata.uid.as_deref(), "{record}");
 }
 
+/// Schema `app` and account `migrator` (with `password`) on the iad site,
+/// Secret `db` holding its URL, and ConfigMap `revisions` holding
+/// `revisions` (file name → SQL), in the test's namespace.
+async fn migration_database(env: &Env, password: &str, revisions: serde_json::Value) {
+    let (cluster, ns, pair) = (&env.pods.cluster, &env.pods.ns.name, &env.pods.pair);
+    pair.sql(
+        "iad",
+        &format!(
+            "CREATE DATABASE app; CREATE USER 'migrator'@'%' IDENTIFIED BY '{password}'; \
+             GRANT ALL ON app.* TO 'migrator'@'%'; GRANT PROCESS ON *.* TO 'migrator'@'%';"
+        ),
+    );
+    let url = format!("mysql://migrator:{password}@{}:{}/app", pair.iad_host, pair.iad_port);
+    bloodraven_e2e::pods::apply(
+        &Api::<k8s_openapi::api::core::v1::Secret>::namespaced(cluster.client.clone(), ns),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "stringData": {"url": url}}),
+    )
+    .await;
+    bloodraven_e2e::pods::apply(
+        &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(cluster.client.clone(), ns),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "revisions"}, "data": revisions}),
+    )
+    .await;
+}
+
 /// The runner beside the sidecar: an injected Job whose migration image has
 /// only a shell and the revisions runs `bloodraven-migrate` from the shared
 /// volume, behind the sidecar's leases, against the real MariaDB site.
@@ -98,22 +123,11 @@ async fn an_injected_job_runs_bloodraven_migrate_from_the_shared_volume_behind_t
     let env = setup("whinj-mig").await;
     let (cluster, ns) = (&env.pods.cluster, &env.pods.ns.name);
     let pair = &env.pods.pair;
-    pair.sql(
-        "iad",
-        "CREATE DATABASE app; CREATE USER 'migrator'@'%' IDENTIFIED BY 'mig-pw-1'; \
-         GRANT ALL ON app.* TO 'migrator'@'%'; GRANT PROCESS ON *.* TO 'migrator'@'%';",
-    );
-    let url = format!("mysql://migrator:mig-pw-1@{}:{}/app", pair.iad_host, pair.iad_port);
-    bloodraven_e2e::pods::apply(
-        &Api::<k8s_openapi::api::core::v1::Secret>::namespaced(cluster.client.clone(), ns),
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "stringData": {"url": url}}),
-    )
-    .await;
-    bloodraven_e2e::pods::apply(
-        &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(cluster.client.clone(), ns),
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "revisions"}, "data": {
-            "V1__orders.sql": "CREATE TABLE orders (id INT PRIMARY KEY, v INT NOT NULL);",
-            "V2__rows.sql": "INSERT INTO orders (id, v) VALUES (1, 10), (2, 20);"}}),
+    migration_database(
+        &env,
+        "mig-pw-1",
+        json!({"V1__orders.sql": "CREATE TABLE orders (id INT PRIMARY KEY, v INT NOT NULL);",
+               "V2__rows.sql": "INSERT INTO orders (id, v) VALUES (1, 10), (2, 20);"}),
     )
     .await;
     let mut manifest =
@@ -303,21 +317,10 @@ async fn the_chart_job_with_its_inject_annotation_removed_refuses_to_migrate_unf
     let env = setup("whinj-nolease").await;
     let (cluster, ns) = (&env.pods.cluster, &env.pods.ns.name);
     let pair = &env.pods.pair;
-    pair.sql(
-        "iad",
-        "CREATE DATABASE app; CREATE USER 'migrator'@'%' IDENTIFIED BY 'nolease-pw-1'; \
-         GRANT ALL ON app.* TO 'migrator'@'%'; GRANT PROCESS ON *.* TO 'migrator'@'%';",
-    );
-    let url = format!("mysql://migrator:nolease-pw-1@{}:{}/app", pair.iad_host, pair.iad_port);
-    bloodraven_e2e::pods::apply(
-        &Api::<k8s_openapi::api::core::v1::Secret>::namespaced(cluster.client.clone(), ns),
-        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db"}, "stringData": {"url": url}}),
-    )
-    .await;
-    bloodraven_e2e::pods::apply(
-        &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(cluster.client.clone(), ns),
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "revisions"}, "data": {
-            "V1__orders.sql": "CREATE TABLE orders (id INT PRIMARY KEY, v INT NOT NULL);"}}),
+    migration_database(
+        &env,
+        "nolease-pw-1",
+        json!({"V1__orders.sql": "CREATE TABLE orders (id INT PRIMARY KEY, v INT NOT NULL);"}),
     )
     .await;
     // charts/examples/counter-app/templates/migration-job.yaml, rendered,

@@ -191,14 +191,24 @@ async fn delete_own_slice(
     if !ctx.leadership.is_leader() {
         return Ok(false);
     }
-    let params = DeleteParams {
-        preconditions: Some(Preconditions { uid: have.metadata.uid.clone(), resource_version: None }),
-        ..DeleteParams::default()
-    };
+    delete_slice(ctx, slices, name, have.metadata.uid.clone(), "delete the primary EndpointSlice").await
+}
+
+/// Deletes EndpointSlice `name` with `uid` as precondition; `false` when it
+/// was already gone or replaced (404, 409).
+async fn delete_slice(
+    ctx: &Context,
+    slices: &Api<EndpointSlice>,
+    name: &str,
+    uid: Option<String>,
+    what: &'static str,
+) -> Result<bool, Error> {
+    let params =
+        DeleteParams { preconditions: Some(Preconditions { uid, resource_version: None }), ..DeleteParams::default() };
     match slices.delete(name, &params).await {
         Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(err) => return Err(kube_err("delete the primary EndpointSlice")(err)),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => return Ok(false),
+        Err(err) => return Err(kube_err(what)(err)),
     }
     ctx.metrics.primary_service_writes_total.with_label_values(&["EndpointSlice", "delete"]).inc();
     Ok(true)
@@ -281,16 +291,10 @@ async fn delete_selector_slices(
     let mut deleted = false;
     for slice in made {
         let name = slice.metadata.name.clone().unwrap_or_default();
-        let params = DeleteParams {
-            preconditions: Some(Preconditions { uid: slice.metadata.uid.clone(), resource_version: None }),
-            ..DeleteParams::default()
-        };
-        match slices.delete(&name, &params).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => continue,
-            Err(err) => return Err(kube_err("delete an EndpointSlice made for a selector")(err)),
+        let uid = slice.metadata.uid.clone();
+        if !delete_slice(ctx, slices, &name, uid, "delete an EndpointSlice made for a selector").await? {
+            continue;
         }
-        ctx.metrics.primary_service_writes_total.with_label_values(&["EndpointSlice", "delete"]).inc();
         tracing::warn!(service = %service, namespace = %namespace, slice = %name, "deleted an EndpointSlice the EndpointSlice controller made for a selector on the primary Service");
         deleted = true;
     }
