@@ -259,6 +259,13 @@ YAML
     kubectl get mysqlfailovergroup playground -o yaml >&2 || true
     exit 1
   fi
+  # The group's reconciler claims the database's name within a probe
+  # interval; until then the deploy API and the webhook refuse its clients.
+  if ! kubectl -n counter-app wait --for=condition=Ready --timeout=60s mysqldatabase/counter-app >/dev/null; then
+    log "MysqlDatabase counter-app did not become Ready within 60 s:"
+    kubectl -n counter-app get mysqldatabase counter-app -o jsonpath='{.status.conditions}' >&2 || true
+    exit 1
+  fi
 
   cat > "$pg/env" <<ENV
 export KUBECONFIG=$pg/control-plane/kubeconfig

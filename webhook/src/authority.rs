@@ -137,6 +137,14 @@ impl Authority {
         let claims = group.pointer("/status/instanceClaims").and_then(Value::as_array).cloned().unwrap_or_default();
         let claim = claims.iter().find(|c| c.get("instance").and_then(Value::as_str) == Some(ask.instance.as_str()));
         let Some(db_ns) = claim.and_then(|c| c.get("namespace")).and_then(Value::as_str) else {
+            // This namespace's own MysqlDatabase of the name, not claimed
+            // yet (a moment after its creation): it may be told so.
+            if self.read(&self.databases, Some(namespace), &ask.instance, fresh).await?.is_some() {
+                return Err(format!(
+                    "MysqlDatabase {namespace}/{} is not accepted on MysqlFailoverGroup {:?} yet: its Ready condition says why (ClaimPending clears within the group's probe interval; retry in a few seconds)",
+                    ask.instance, ask.group
+                ));
+            }
             return Err(not_here());
         };
         let Some(db) = self.read(&self.databases, Some(db_ns), &ask.instance, fresh).await? else {
