@@ -169,9 +169,13 @@ else
       "echo '     Running {1} ({2})'; {2} --test-threads=${E2E_TEST_THREADS:-3}$extra" <"$1")
   }
   status=0
-  run_files "$dir/test-files.shared" "${E2E_FILES:-2}" "$dir/test-files.log" || status=1
-  run_files "$dir/test-files.alone" 1 "$dir/test-files-alone.log" || status=1
+  # The whole output is also kept, so that the failures can be repeated at
+  # the end: a CI log that keeps only its head and tail still shows them.
+  run_files "$dir/test-files.shared" "${E2E_FILES:-2}" "$dir/test-files.log" | tee "$dir/test-output" || status=1
+  run_files "$dir/test-files.alone" 1 "$dir/test-files-alone.log" | tee -a "$dir/test-output" || status=1
   if [ "$status" -ne 0 ]; then
+    echo "e2e: the failures, again (whole output in $dir/test-output):" >&2
+    grep -E -A3 '^(thread .* panicked at|---- .* stdout ----)' "$dir/test-output" | grep -v -E '^ +[0-9]+: |^ +at ' | head -n 80 >&2 || true
     failed=$(awk -F'\t' 'NR > 1 && ($7 != 0 || $8 != 0) && match($9, /Running [^ ]+/) { print substr($9, RSTART + 8, RLENGTH - 8) }' \
       "$dir/test-files.log" "$dir/test-files-alone.log")
     echo "error: $(wc -l <<<"$failed") test files failed:" >&2

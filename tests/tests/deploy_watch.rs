@@ -75,7 +75,12 @@ async fn watches_open(s: &DeployScenario, n: u32) {
     .await;
 }
 
-/// Prints the figures and checks the watch answered within a second of the write.
+/// Prints the figures and checks the watch answered by push, not by polling.
+///
+/// The leases here have a TTL of 120 s, so a client that only renews would learn
+/// of the revocation at its next renewal, up to 40 s later. The bound sits well
+/// under that and well above the scheduling noise of a loaded machine; how fast
+/// the push is belongs to the figures printed, not to the assertion.
 fn report(what: &str, answered: Instant, written: Instant, asked: Instant) {
     let after_write = answered.saturating_duration_since(written);
     let before_write = written.saturating_duration_since(answered);
@@ -85,7 +90,10 @@ fn report(what: &str, answered: Instant, written: Instant, asked: Instant) {
         before_write.as_millis(),
         answered.duration_since(asked).as_millis()
     );
-    assert!(after_write < Duration::from_secs(1), "{what}: the watch answered {after_write:?} after the revocation");
+    assert!(
+        after_write < Duration::from_secs(10),
+        "{what}: the watch answered {after_write:?} after the revocation, as late as a renewal would have"
+    );
 }
 
 #[tokio::test]
