@@ -36,7 +36,8 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Native sidecar of a migration Job Pod: acquire both leases, keep them,
-    /// serve the local socket; the startup probe (`probe`) passes once both are held.
+    /// serve the local socket; the startup probe (`probe`) passes once it serves,
+    /// and the migration's wrapper waits on the socket until both are held.
     Hold(HoldArgs),
     /// Hold the leases around CMD (a pipeline outside the cluster): exits with
     /// CMD's result, or a fence code.
@@ -49,7 +50,8 @@ pub enum Command {
     /// Exit 0 when the migration may take its next step now (both leases held,
     /// time left before the fence deadline), 1 otherwise.
     Permit(SocketArgs),
-    /// Startup probe: exit 0 when both leases are held, 1 otherwise.
+    /// Startup probe: exit 0 once the sidecar serves its socket (the wrapper is
+    /// installed by then), 1 otherwise; prints where the run stands.
     Probe(SocketArgs),
     /// Copy this program into DIR (a volume shared with the migration
     /// container, whose image does not have it), for the `exec` wrapper.
@@ -164,8 +166,8 @@ pub struct HoldArgs {
     pub termination_log: PathBuf,
     /// Before anything else, copy this program (and `bloodraven-migrate`)
     /// into DIR, as `install` does: the injected sidecar puts the `exec`
-    /// wrapper in the shared volume itself, before its startup probe can
-    /// pass and so before the migration container starts. A failed copy
+    /// wrapper in the shared volume itself, before its socket serves (so
+    /// before its startup probe can pass and the migration container starts). A failed copy
     /// ends the sidecar (exit 2) before any lease is asked for.
     #[arg(long, env = "BLOODRAVEN_INSTALL_DIR", value_name = "DIR")]
     pub install: Option<PathBuf>,

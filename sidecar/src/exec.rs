@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::time::{Instant, sleep_until};
 
 use crate::fence::Target;
@@ -83,6 +83,50 @@ async fn send(out: &mut (impl AsyncWriteExt + Unpin), req: &Request) -> std::io:
     out.write_all(&line).await
 }
 
+/// The sidecar's first decisive reply to `attach`: `start` or `refused`.
+/// Before it, `waiting` lines (the leases are still asked for) are logged
+/// once per holder, with no time limit of the wrapper's own: the sidecar's
+/// acquire timeout ends the wait with a refusal. Stopped while waiting
+/// (SIGTERM, SIGINT: the Pod is deleted), the wrapper exits at once as
+/// not started, the code the sidecar records for a run stopped before both
+/// leases were held.
+async fn first_decision(
+    s: &ExecSettings,
+    lines: &mut tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+    term: &mut Option<Signal>,
+    int: &mut Option<Signal>,
+) -> Result<Result<Reply, String>, (i32, String)> {
+    let mut waiting = false;
+    loop {
+        // Until the sidecar first answers, it must answer promptly.
+        let limit = if waiting { Duration::MAX } else { s.connect_timeout };
+        let line = tokio::select! {
+            line = tokio::time::timeout(limit, lines.next_line()) => line,
+            Some(()) = recv(term) => return Err((exit::NOT_STARTED_REFUSED, "not started: stopped (SIGTERM) while waiting for the leases".into())),
+            Some(()) = recv(int) => return Err((exit::NOT_STARTED_REFUSED, "not started: stopped (SIGINT) while waiting for the leases".into())),
+        };
+        let reply = match line {
+            Ok(Ok(Some(l))) => {
+                serde_json::from_str::<Reply>(&l).map_err(|e| format!("unreadable reply from the sidecar: {e}"))
+            }
+            Ok(Ok(None)) => Err("the sidecar closed the connection".into()),
+            Ok(Err(e)) => Err(format!("failed to read from the sidecar: {e}")),
+            Err(_) => Err("the sidecar did not answer".into()),
+        };
+        match reply {
+            Ok(Reply::Waiting { holder }) => {
+                waiting = true;
+                if let Some(holder) = holder {
+                    tracing::info!(holder = %holder, "waiting for the leases: held by another operation");
+                } else {
+                    tracing::info!("waiting for the sidecar to take the leases");
+                }
+            }
+            other => return Ok(other),
+        }
+    }
+}
+
 /// What woke the wrapper's loop.
 enum Wake {
     Exited(std::io::Result<std::process::ExitStatus>),
@@ -112,13 +156,11 @@ async fn run(s: &ExecSettings) -> (i32, String) {
     if let Err(e) = send(&mut out, &Request::Attach).await {
         return (exit::SIDECAR_FAILED, format!("failed to attach to the sidecar: {e}"));
     }
-    let first = match tokio::time::timeout(s.connect_timeout, lines.next_line()).await {
-        Ok(Ok(Some(l))) => {
-            serde_json::from_str::<Reply>(&l).map_err(|e| format!("unreadable reply from the sidecar: {e}"))
-        }
-        Ok(Ok(None)) => Err("the sidecar closed the connection".into()),
-        Ok(Err(e)) => Err(format!("failed to read from the sidecar: {e}")),
-        Err(_) => Err("the sidecar did not answer".into()),
+    let mut term = signal(SignalKind::terminate()).ok();
+    let mut int = signal(SignalKind::interrupt()).ok();
+    let first = match first_decision(s, &mut lines, &mut term, &mut int).await {
+        Ok(first) => first,
+        Err(ended) => return ended,
     };
     let (mut deadline, grace) = match first {
         Ok(Reply::Start { remaining_ms, grace_ms }) => {
@@ -144,8 +186,6 @@ async fn run(s: &ExecSettings) -> (i32, String) {
         return (exit::SIDECAR_FAILED, "the migration process has no usable pid".into());
     };
     tracing::info!(pid = child.id(), command = %program, "migration started");
-    let mut term = signal(SignalKind::terminate()).ok();
-    let mut int = signal(SignalKind::interrupt()).ok();
     let mut connected = true;
     let mut fencing: Option<Fencing> = None;
     let fence = |fencing: &mut Option<Fencing>, reason: String| {

@@ -1,10 +1,11 @@
 //! Bloodraven's deploy-lease sidecar. One lease core, two ways to run it:
 //!
 //! - `hold`: native sidecar of a migration Job Pod (an init container with
-//!   `restartPolicy: Always`); its startup probe (`probe`) passes once both
-//!   leases are held, and the migration container's entrypoint is the
-//!   wrapper `exec`, which starts the migration only with the sidecar's
-//!   permission, fences it, and exits with the sidecar's verdict.
+//!   `restartPolicy: Always`); its startup probe (`probe`) passes once its
+//!   socket serves, and the migration container's entrypoint is the
+//!   wrapper `exec`, which waits on the socket until both leases are held,
+//!   starts the migration only with the sidecar's permission, fences it,
+//!   and exits with the sidecar's verdict.
 //! - `run -- CMD…`: the same around CMD, for pipelines outside the cluster.
 //!
 //! Layout: `lease::machine` (pure decisions: acquisition, heartbeat,

@@ -446,34 +446,34 @@ pub async fn permit(args: SocketArgs) -> i32 {
     }
 }
 
-/// `probe`.
+/// `probe`: passes once the sidecar serves its socket, whatever the run's
+/// state. The wrapper is installed before the socket serves, so the
+/// migration container may start; its wrapper waits on the socket until
+/// both leases are held (or the run is over). A wait is therefore never a
+/// failing probe, which the kubelet would record as a stream of Warning
+/// Events; who holds the lease is said by the wrapper's log and by the
+/// operator's `WaitingForLease` Events on the Pod and its Job. The probe
+/// prints where the run stands.
 pub async fn probe(args: SocketArgs) -> i32 {
     match socket::call(&args.socket, &Request::Status, args.timeout).await {
-        // Waiting is not failing, but a native sidecar's startup probe must
-        // fail until the leases are held: its output (in the Pod's Events)
-        // says who holds the mutex and until when.
         Ok(Reply::Status { state: RunState::Acquiring, holder: Some(holder), .. }) => {
             println!("waiting for the migration mutex: held by {holder}");
-            1
+            0
         }
         Ok(Reply::Status { state: RunState::Held, remaining_ms, .. }) => {
             println!("held ({remaining_ms} ms before the fence deadline)");
             0
         }
-        // Over (given up, or a restarted sidecar that recorded the loss):
-        // passing lets the Pod finish now. The kubelet neither starts a
-        // regular container nor ends the Pod while a native sidecar's
-        // startup probe fails, so the Pod would run on until the Job's
-        // activeDeadlineSeconds and be deleted with its evidence (found by
-        // the Job-Pod kill -9 test). The migration's wrapper is refused by
-        // an ended run and never runs its command.
         Ok(Reply::Status { state: RunState::Ended, .. }) => {
             println!("ended: the migration's wrapper is refused and reports the run's result");
             0
         }
         Ok(Reply::Status { state, .. }) => {
-            println!("{state:?}");
-            1
+            println!(
+                "{}",
+                serde_json::to_value(state).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+            );
+            0
         }
         Ok(other) => {
             eprintln!("unexpected reply {other:?}");

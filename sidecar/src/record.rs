@@ -80,7 +80,11 @@ impl FinalRecord {
         let result = if exit_code == crate::lease::ending::exit::USAGE { "usage-error" } else { "sidecar-failed" };
         FinalRecord {
             record: "bloodraven-sidecar".into(),
-            operation_id: lease.and_then(|l| l.operation_id.clone()).unwrap_or_default(),
+            // The operationId the run would have used: given, or the Job's UID.
+            operation_id: lease
+                .and_then(|l| l.operation_id.clone().or_else(|| l.job_uid.clone().filter(|u| !u.is_empty())))
+                .map(|op| bounded(&op, 128))
+                .unwrap_or_default(),
             group: lease.map(|l| l.group.clone()).unwrap_or_default(),
             instance: lease.map(|l| l.instance.clone()).unwrap_or_default(),
             result: result.into(),
@@ -175,6 +179,27 @@ pub fn write_state(path: &Path, state: &State) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_refused_at_start_names_the_operation_it_would_have_been() {
+        use clap::Parser as _;
+        #[derive(Debug, clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            lease: crate::config::LeaseArgs,
+        }
+        let parse = |extra: &[&str]| {
+            let mut args =
+                vec!["t", "--url", "https://h:8443", "--ca", "/ca", "--group", "g", "--instance", "counter-app"];
+            args.extend_from_slice(extra);
+            T::try_parse_from(args).unwrap().lease
+        };
+        let r = FinalRecord::not_run(2, "refusing to start: bad TTL", Some(&parse(&["--job-uid", "2f6c"])));
+        assert_eq!((r.operation_id.as_str(), r.result.as_str(), r.exit_code), ("2f6c", "usage-error", 2));
+        let r = FinalRecord::not_run(2, "x", Some(&parse(&["--job-uid", "2f6c", "--operation-id", "op-1"])));
+        assert_eq!(r.operation_id, "op-1", "a given operationId wins, as it does for the leases");
+        assert_eq!(FinalRecord::not_run(2, "x", Some(&parse(&[]))).operation_id, "");
+    }
 
     #[test]
     fn bounded_escapes_and_cuts() {

@@ -155,6 +155,14 @@ pub enum Reply {
         /// Why not, when not.
         message: String,
     },
+    /// To the wrapper, while the leases are asked for: wait; `holder` is
+    /// who holds the lease asked for, when another operation does. Sent
+    /// again each time that changes.
+    Waiting {
+        /// The holder, in words.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        holder: Option<String>,
+    },
     /// To the wrapper: start the migration.
     Start {
         /// ms left before the fence deadline.
@@ -548,7 +556,36 @@ async fn attach(
     mut out: tokio::net::unix::OwnedWriteHalf,
 ) -> std::io::Result<()> {
     let mut status = shared.status.clone();
-    let now = status.borrow_and_update().clone();
+    // A wrapper that attaches while the leases are still asked for waits on
+    // its connection, told who holds the lease each time that changes: its
+    // container starts at once (a native sidecar's startup probe passes as
+    // soon as this socket serves), and a wait is never a failing probe.
+    let mut said: Option<Option<String>> = None;
+    let now = loop {
+        let now = status.borrow_and_update().clone();
+        let holder = match &now {
+            Status::Acquiring => None,
+            Status::Waiting { holder } => Some(holder.clone()),
+            _ => break now,
+        };
+        if said.as_ref() != Some(&holder) {
+            write(&mut out, &Reply::Waiting { holder: holder.clone() }).await?;
+            said = Some(holder);
+        }
+        tokio::select! {
+            changed = status.changed() => {
+                if changed.is_err() {
+                    break status.borrow().clone();
+                }
+            }
+            // A wrapper gone (or talking out of turn) while it waits is not
+            // started later: the run would wait for an exit nobody reports.
+            line = read_line(&mut reader) => {
+                let Some(_) = line? else { return Ok(()) };
+                write(&mut out, &Reply::Error { message: "nothing is taken from a waiting wrapper".into() }).await?;
+            }
+        }
+    };
     let start = match &now {
         Status::Held { grace, .. } if now.remaining_ms() > 0 => {
             if shared.attached.swap(true, Ordering::SeqCst) {
@@ -745,6 +782,68 @@ mod tests {
         let shared = Shared::new(rx, etx);
         tokio::spawn(serve(listener, shared.clone()));
         (path, tx, erx, shared)
+    }
+
+    /// A wrapper that attaches before the leases are held waits on its
+    /// connection, told who holds the lease as that changes, and starts
+    /// once they are held; a run that ends while it waits refuses it with
+    /// the run's code; a wrapper gone while it waits is never started.
+    #[tokio::test]
+    async fn a_wrapper_attached_while_acquiring_waits_then_starts_or_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, tx, mut events) = serve_with(dir.path(), Status::Acquiring);
+        let stream = UnixStream::connect(&path).await.unwrap();
+        let (read, mut out) = stream.into_split();
+        out.write_all(b"{\"op\":\"attach\"}\n").await.unwrap();
+        let mut reader = BufReader::new(read);
+        let next = |line: Option<String>| serde_json::from_str::<Reply>(&line.unwrap()).unwrap();
+        assert_eq!(next(read_line(&mut reader).await.unwrap()), Reply::Waiting { holder: None });
+        tx.send(Status::Waiting { holder: "operation op-0 for counter-app (expires T)".into() }).unwrap();
+        match next(read_line(&mut reader).await.unwrap()) {
+            Reply::Waiting { holder: Some(h) } => assert!(h.contains("op-0"), "{h}"),
+            other => panic!("{other:?}"),
+        }
+        // The same holder again is not said again; the grant starts the wrapper.
+        tx.send(Status::Waiting { holder: "operation op-0 for counter-app (expires T)".into() }).unwrap();
+        let driver = tokio::spawn(async move {
+            match events.recv().await {
+                Some(Event::Started(ack)) => ack.send(()).unwrap(),
+                other => panic!("{other:?}"),
+            }
+            events
+        });
+        tx.send(Status::Held { deadline: Instant::now() + Duration::from_secs(20), grace: Duration::from_secs(1) })
+            .unwrap();
+        assert!(matches!(next(read_line(&mut reader).await.unwrap()), Reply::Start { .. }));
+        drop(driver.await.unwrap());
+
+        // The run ends while a wrapper waits: refused with the run's code.
+        let dir = tempfile::tempdir().unwrap();
+        let (path, tx, _events) = serve_with(dir.path(), Status::Acquiring);
+        let stream = UnixStream::connect(&path).await.unwrap();
+        let (read, mut out) = stream.into_split();
+        out.write_all(b"{\"op\":\"attach\"}\n").await.unwrap();
+        let mut reader = BufReader::new(read);
+        assert_eq!(next(read_line(&mut reader).await.unwrap()), Reply::Waiting { holder: None });
+        tx.send(Status::Ended { exit_code: 90, message: "gave up".into() }).unwrap();
+        assert_eq!(
+            next(read_line(&mut reader).await.unwrap()),
+            Reply::Refused { exit_code: 90, message: "gave up".into() }
+        );
+
+        // A wrapper gone while it waits: the grant does not start it.
+        let dir = tempfile::tempdir().unwrap();
+        let (path, tx, mut events) = serve_with(dir.path(), Status::Acquiring);
+        let mut stream = UnixStream::connect(&path).await.unwrap();
+        stream.write_all(b"{\"op\":\"attach\"}\n").await.unwrap();
+        let mut first = [0u8; 64];
+        let _ = stream.read(&mut first).await.unwrap();
+        drop(stream);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        tx.send(Status::Held { deadline: Instant::now() + Duration::from_secs(20), grace: Duration::from_secs(1) })
+            .unwrap();
+        let started = tokio::time::timeout(Duration::from_millis(300), events.recv()).await;
+        assert!(started.is_err(), "a gone wrapper was started: {started:?}");
     }
 
     #[tokio::test]

@@ -120,11 +120,19 @@ fn error_body(body: &[u8]) -> Option<ErrorBody> {
     serde_json::from_slice(body).ok()
 }
 
+/// The most of the deploy API's message that the sidecar keeps: its
+/// longest messages (a refusal for a pending schema verification names the
+/// instance twice, the operation, its revision and the annotation that
+/// clears it) must reach the record whole, the advice at their end included.
+const SERVER_MESSAGE_MAX: usize = 1000;
+
 /// Short, printable text of an error answer for logs and records (the
 /// server's message is bounded and escaped: it is not ours).
 fn summary(status: u16, body: &[u8]) -> (String, String) {
     match error_body(body) {
-        Some(e) => (crate::record::bounded(e.error.as_str(), 64), crate::record::bounded(&e.message, 300)),
+        Some(e) => {
+            (crate::record::bounded(e.error.as_str(), 64), crate::record::bounded(&e.message, SERVER_MESSAGE_MAX))
+        }
         None => (format!("http_{status}"), crate::record::bounded(&String::from_utf8_lossy(body), 120)),
     }
 }
@@ -248,6 +256,20 @@ pub fn released(status: u16) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_refusal_reaches_the_record_with_its_advice() {
+        let instance = "i".repeat(253);
+        let op = "o".repeat(128);
+        let message = format!(
+            "no new migration of instance {instance} runs until a person checks its schema and annotates the group bloodraven.shipstream.io/schema-verified={op} (or all): operation {op} (revision {}) ended (OperatorRevoked) at topology generation 12 after its DDL started",
+            "r".repeat(128)
+        );
+        let body = serde_json::json!({"error": "schema_verification_required", "message": message}).to_string();
+        let (code, kept) = summary(409, body.as_bytes());
+        assert_eq!(code, "schema_verification_required");
+        assert_eq!(kept, message, "cut: {kept}");
+    }
 
     #[test]
     fn watch_answers_say_watch_again_renew_now_or_pause() {

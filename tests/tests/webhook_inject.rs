@@ -222,8 +222,9 @@ async fn injection_is_idempotent_refusals_say_what_to_fix_and_plain_jobs_are_lef
 }
 
 /// A Job that waits for the mutex says who holds it where `kubectl
-/// describe` shows it: the startup probe's output in the Pod's Events
-/// names the holder (the first Job's operation, its UID), then it runs.
+/// describe` shows it, on its Pod and on the Job (the first Job's
+/// operation, its UID), and the wait is not a failure: no failing startup
+/// probe, no Warning Events on the waiting Pod. Then it runs.
 #[tokio::test]
 async fn a_job_waiting_for_the_mutex_names_the_holder_in_its_pod_and_job_events() {
     let env = setup("whinj-wait").await;
@@ -238,20 +239,13 @@ async fn a_job_waiting_for_the_mutex_names_the_holder_in_its_pod_and_job_events(
     })
     .await;
     create(&env, &job(&env, "second", "echo MIGRATING"), false).await.unwrap();
-    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cluster.client.clone(), ns);
-    let note = bloodraven_e2e::wait_for("the second Pod's probe to name the holder", T, || async {
+    let second_pod = bloodraven_e2e::wait_for("the second Job's Pod", T, || async {
         let pods = job_pods(cluster, ns, "second").await;
-        let Some(name) = pods.first().and_then(|p| p.metadata.name.clone()) else { return Err("no Pod".to_owned()) };
-        let lp = kube::api::ListParams::default().fields(&format!("involvedObject.name={name}"));
-        let list = events.list(&lp).await.map_err(|e| e.to_string())?;
-        list.items
-            .iter()
-            .filter_map(|e| e.message.clone())
-            .find(|m| m.contains("waiting for the migration mutex: held by"))
-            .ok_or_else(|| format!("{:?}", list.items.iter().map(|e| e.message.clone()).collect::<Vec<_>>()))
+        pods.first().and_then(|p| p.metadata.name.clone()).ok_or_else(|| "no Pod".to_owned())
     })
     .await;
-    assert!(note.contains(&first_uid), "{note}");
+    let on_pod = bloodraven_e2e::deploy::wait_object_event(cluster, ns, &second_pod, "WaitingForLease").await;
+    assert!(on_pod.contains("is waiting") && on_pod.contains(&first_uid), "{on_pod}");
     // And on the Job itself, where `kubectl describe job` (and so a person
     // whose Helm hook or Argo CD sync seems stuck) reads it: the operator
     // finds the Job from the Pod the sidecar's token is bound to.
@@ -260,10 +254,27 @@ async fn a_job_waiting_for_the_mutex_names_the_holder_in_its_pod_and_job_events(
         on_job.contains("is waiting") && on_job.contains("the migration mutex") && on_job.contains(&first_uid),
         "{on_job}"
     );
+    // The waiting migration container started (its wrapper waits on the
+    // socket) and says whom it waits for.
+    let waited = logs(cluster, ns, &second_pod, "migrate").await;
+    assert!(waited.contains("waiting for the leases") && waited.contains(&first_uid), "{waited}");
+    assert!(!waited.contains("MIGRATING"), "ran while the first Job held the mutex: {waited}");
     for name in ["first", "second"] {
         let (_, ended, reason) = wait_job_end(cluster, ns, name, T).await;
         assert_eq!(ended, "Complete", "{name}: {reason}");
     }
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(cluster.client.clone(), ns);
+    let lp = kube::api::ListParams::default().fields(&format!("involvedObject.name={second_pod}"));
+    let warnings: Vec<String> = events
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .map(|e| format!("{}: {}", e.reason.clone().unwrap_or_default(), e.message.clone().unwrap_or_default()))
+        .collect();
+    assert!(warnings.is_empty(), "the wait showed as failures: {warnings:?}");
 }
 
 /// A Pod deleted under a migration that ignores SIGTERM: the wrapper sends

@@ -109,7 +109,7 @@ pub struct Config {
     /// `activeDeadlineSeconds` given to an injected Job that sets none.
     #[arg(long, env = "BLOODRAVEN_DEFAULT_ACTIVE_DEADLINE_SECONDS", default_value_t = 3600, value_parser = clap::value_parser!(i64).range(60..=604_800))]
     pub default_active_deadline_seconds: i64,
-    /// The sidecar's acquire timeout, seconds (its startup probe outlasts it).
+    /// The sidecar's acquire timeout, seconds (cut to fit the Job's deadline).
     #[arg(long, env = "BLOODRAVEN_SIDECAR_ACQUIRE_TIMEOUT", default_value_t = 600, value_parser = clap::value_parser!(i64).range(10..=86_400))]
     pub sidecar_acquire_timeout_seconds: i64,
     /// Lifetime of the injected projected token, seconds (at least 600).

@@ -8,8 +8,8 @@
 //! `…/group` and `…/instance`) gets:
 //! - the native sidecar `bloodraven-sidecar hold --install /run/bloodraven/bin`
 //!   (`restartPolicy: Always`; it copies the `exec` wrapper into the shared
-//!   volume first, and its startup probe passes once both leases are held,
-//!   so the migration container starts after both), appended after the
+//!   volume first, and its startup probe passes once its socket serves; the
+//!   migration's wrapper waits there until both leases are held), appended after the
 //!   user's init containers. Its settings are arguments, the deploy API's CA
 //!   among them (`--ca-pem`), so the Job's namespace needs no CA object;
 //!   only the Job's UID is an environment variable (downward API). Fewer
@@ -63,7 +63,7 @@ pub struct Settings {
     pub active_deadline_seconds: i64,
     /// Lifetime of the projected token, seconds (the kubelet rotates it at 80 %).
     pub token_expiration_seconds: i64,
-    /// The sidecar's `--acquire-timeout`, seconds (the startup probe outlasts it).
+    /// The sidecar's `--acquire-timeout`, seconds.
     pub acquire_timeout_seconds: i64,
     /// The webhook's version, recorded in the `injected` annotation.
     pub version: String,
@@ -461,6 +461,10 @@ pub const REPORT_RESERVE_SECONDS: i64 = 30;
 /// The shortest wait for the mutex a Job's deadline may leave.
 pub const MIN_ACQUIRE_SECONDS: i64 = 10;
 
+/// How many one-second tries the sidecar's startup probe gets to find its
+/// socket served.
+const STARTUP_PROBE_FAILURES: i64 = 60;
+
 /// The sidecar's `--acquire-timeout` for `job`: the configured one, cut to
 /// fit inside the Job's deadline (its own, or the one the webhook sets)
 /// with [`REPORT_RESERVE_SECONDS`] left. A deadline too short for even
@@ -514,8 +518,12 @@ fn sidecar_container(job: &Value, ask: &Ask, s: &Settings) -> Result<Value, Stri
         "restartPolicy": "Always",
         "args": args,
         "env": [{"name": "BLOODRAVEN_JOB_UID", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}}],
+        // Passes once the sidecar serves its socket (seconds after it
+        // starts): the wrapper waits there for the leases, so a wait never
+        // fails the probe. A sidecar that does not serve within a minute is
+        // restarted, and a restarted sidecar ends the run without acquiring.
         "startupProbe": {"exec": {"command": ["/bloodraven-sidecar", "probe"]}, "periodSeconds": 1,
-                         "failureThreshold": acquire + 60},
+                         "failureThreshold": STARTUP_PROBE_FAILURES},
         "securityContext": restricted(SIDECAR_UID), "resources": resources(),
         "volumeMounts": [
             {"name": names::RUN_VOLUME, "mountPath": names::RUN_DIR},

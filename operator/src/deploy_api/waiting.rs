@@ -3,8 +3,9 @@
 //! is free or its acquire timeout ends; Helm and Argo CD show nothing of
 //! that wait. When the refused caller's token is bound to a Pod (the
 //! kubelet's projected tokens are; TokenReview names the Pod), the operator
-//! records an Event on the Pod's Job naming the holder, as the `409` told
-//! the caller.
+//! records an Event on the Pod and on its Job naming the holder, as the
+//! `409` told the caller (`kubectl describe pod` and `kubectl describe job`
+//! both show it).
 //!
 //! - Only the caller's own namespace: the Pod is looked up there, by the
 //!   name the TokenReview gave, and must carry the reviewed UID.
@@ -36,7 +37,7 @@ type Said = HashMap<(String, String), (String, Instant)>;
 /// The Event's reason.
 pub const REASON: &str = "WaitingForLease";
 
-/// Records waits as Events on the waiting Pods' Jobs.
+/// Records waits as Events on the waiting Pods and their Jobs.
 #[derive(Clone)]
 pub struct Waiting {
     client: kube::Client,
@@ -102,7 +103,18 @@ impl Waiting {
             action: "Wait".into(),
             secondary: None,
         };
-        self.recorder.publish(&event, &job).await.map_err(|e| format!("writing the Event: {e}"))
+        let on_pod = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.name.clone()),
+            namespace: Some(namespace.to_owned()),
+            uid: found.metadata.uid.clone(),
+            ..ObjectReference::default()
+        };
+        for regarding in [&on_pod, &job] {
+            self.recorder.publish(&event, regarding).await.map_err(|e| format!("writing the Event: {e}"))?;
+        }
+        Ok(())
     }
 }
 

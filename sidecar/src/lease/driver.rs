@@ -400,6 +400,29 @@ async fn main_loop(
                                         }
                                         last_holder = Some(holder.clone());
                                     }
+                                    // Waiting on the group is normal; an answer that
+                                    // is an error (unreachable, TLS, 401, 403, 5xx)
+                                    // is a warning even while it is retried.
+                                    PostAnswer::Unstable { retry_after_seconds } => tracing::info!(
+                                        kind = kind.as_str(),
+                                        retry_after_seconds,
+                                        retry_in_ms = at.saturating_sub(now),
+                                        "423 unstable: the group is not stable yet; asking again"
+                                    ),
+                                    PostAnswer::Failed { what } => tracing::warn!(
+                                        kind = kind.as_str(),
+                                        error = %what,
+                                        retry_in_ms = at.saturating_sub(now),
+                                        "the deploy API gave no usable answer; asking again"
+                                    ),
+                                    PostAnswer::Refused { status, code, message } => tracing::warn!(
+                                        kind = kind.as_str(),
+                                        status,
+                                        code = %code,
+                                        message = %message,
+                                        retry_in_ms = at.saturating_sub(now),
+                                        "lease refused; asking again"
+                                    ),
                                     other => tracing::info!(kind = kind.as_str(), answer = ?other, retry_in_ms = at.saturating_sub(now), "lease not granted yet; asking again"),
                                 }
                                 next_post = at;

@@ -333,7 +333,7 @@ fn the_acquire_timeout_fits_inside_the_jobs_deadline() {
         "the webhook's 3600 s deadline: the configured 600"
     );
     assert!(args(&with_deadline(280)).contains(&"--acquire-timeout=250".to_owned()));
-    assert_eq!(probe(&with_deadline(280)), 310, "the startup probe outlasts the wait");
+    assert_eq!(probe(&with_deadline(280)), 60, "the probe waits for the socket, not for the leases");
     assert!(args(&with_deadline(40)).contains(&"--acquire-timeout=10".to_owned()));
     let j = with_deadline(39);
     let e = patch(&j, &ask(&j).unwrap(), &settings()).unwrap_err();
