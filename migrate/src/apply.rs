@@ -256,7 +256,7 @@ pub async fn apply(s: ApplySettings) -> i32 {
             Err((f, attempts)) => {
                 let exhausted = f.retried() && attempts >= s.tuning.max_attempts;
                 let code = f.exit_code(exhausted);
-                report(&mut session, rev, &f, attempts, exhausted).await;
+                report(&mut session, &s.guard, rev, &f, attempts, exhausted).await;
                 s.guard.outcome(false, last, Some(format!("V{}: {}", rev.version, f.message))).await;
                 return code;
             }
@@ -446,9 +446,45 @@ async fn failed_at_start(guard: &Guard, what: &str, e: &crate::db::DbError) -> i
 
 /// Logs a failed revision the way a person reads it: its own error, what
 /// it means, and for lock contention who held the lock (`diagnose`'s output).
-async fn report(session: &mut Session, rev: &Revision, f: &Failure, attempts: u32, exhausted: bool) {
+///
+/// Behind the sidecar, a DDL revision that failed ended its run inside the
+/// DDL boundary: the sidecar exits 93 and the group requires a person to
+/// verify the schema before any retry. The runner's advice says so, rather
+/// than a plain "run again" that the sidecar's verdict contradicts.
+async fn report(session: &mut Session, guard: &Guard, rev: &Revision, f: &Failure, attempts: u32, exhausted: bool) {
     let statement = f.statement.map_or_else(String::new, |i| format!(" at statement {i}"));
-    let meaning = match (&f.cause, f.dirty) {
+    let meaning = meaning(f, rev, attempts, exhausted);
+    let meaning = if matches!(guard, Guard::Sidecar(_)) && rev.has_ddl() && !matches!(f.cause, Cause::Sidecar) {
+        format!(
+            "{meaning}. Behind the sidecar the run ended inside its DDL: it ends as schema verification required (exit 93); a person checks the schema and clears the verification on the group before the run is repeated"
+        )
+    } else {
+        meaning
+    };
+    tracing::error!(
+        revision = rev.version,
+        code = %f.code(),
+        attempts,
+        dirty = f.dirty,
+        "revision V{} failed{statement}: {} — {meaning}",
+        rev.version,
+        f.message
+    );
+    if matches!(f.cause, Cause::Db(Class::LockContention, _) | Cause::Blocked { .. }) {
+        match blockers::diagnose(session).await {
+            Ok(d) => {
+                for line in d.to_string().lines() {
+                    tracing::error!("diagnose: {line}");
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "failed to read the lock-wait graph"),
+        }
+    }
+}
+
+/// What a failed revision means, in a person's words.
+fn meaning(f: &Failure, rev: &Revision, attempts: u32, exhausted: bool) -> String {
+    match (&f.cause, f.dirty) {
         (_, true) => format!(
             "revision V{v} is dirty: some of it may be in place; check the schema, then `bloodraven-migrate resolve {v} --applied` or `--rolled-back`",
             v = rev.version
@@ -469,25 +505,6 @@ async fn report(session: &mut Session, rev: &Revision, f: &Failure, attempts: u3
         }
         (Cause::Sidecar, _) => "the sidecar stopped the run (fenced, or it could not vouch for the lease)".into(),
         (Cause::Db(..), _) => "the revision's own error: not retried; fix the revision and run again".into(),
-    };
-    tracing::error!(
-        revision = rev.version,
-        code = %f.code(),
-        attempts,
-        dirty = f.dirty,
-        "revision V{} failed{statement}: {} — {meaning}",
-        rev.version,
-        f.message
-    );
-    if matches!(f.cause, Cause::Db(Class::LockContention, _) | Cause::Blocked { .. }) {
-        match blockers::diagnose(session).await {
-            Ok(d) => {
-                for line in d.to_string().lines() {
-                    tracing::error!("diagnose: {line}");
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "failed to read the lock-wait graph"),
-        }
     }
 }
 

@@ -224,6 +224,22 @@ async fn a_lease_lost_after_ddl_started_needs_a_person() {
         (Some("schema_verification_required"), Some("op-r")),
         "{refused:?}"
     );
+    // A mistyped operationId clears nothing and says so, naming what still
+    // awaits verification; the condition stays.
+    e.annotate("bloodraven.shipstream.io/schema-verified", "op-rr").await;
+    let note = wait_event(&e.sc.cluster, &name, "SchemaVerifiedUnmatched").await;
+    assert!(
+        note.contains("op-rr (no such verification pending)") && note.contains("awaiting verification: op-r"),
+        "{note}"
+    );
+    wait_for("the mistyped annotation to be removed", T, || async {
+        let g = e.sc.cluster.groups().get(&name).await.map_err(|e| e.to_string())?;
+        let left = g.metadata.annotations.unwrap_or_default().get("bloodraven.shipstream.io/schema-verified").cloned();
+        left.map_or(Ok(()), |v| Err(format!("still there: {v}")))
+    })
+    .await;
+    let s = e.sc.cluster.groups().get(&name).await.unwrap().status.unwrap();
+    assert_eq!(condition(&s, "SchemaVerificationRequired").unwrap().status, "True", "a typo cleared it");
     // A person verified op-r: cleared.
     e.annotate("bloodraven.shipstream.io/schema-verified", "op-r").await;
     wait_status(&e.sc.cluster, &name, "op-r cleared", T, verification(false, None)).await;

@@ -156,6 +156,10 @@ pub mod reason {
     pub const SCHEMA_VERIFICATION_REQUIRED: &str = "SchemaVerificationRequired";
     /// A person marked the schema verified (`schema-verified` annotation).
     pub const SCHEMA_VERIFIED: &str = "SchemaVerified";
+    /// The `schema-verified` annotation named nothing that awaited a
+    /// person's verification (an operationId mistyped, already cleared, or
+    /// not yet announced): it was removed without effect (Warning Event).
+    pub const SCHEMA_VERIFIED_UNMATCHED: &str = "SchemaVerifiedUnmatched";
     /// No lease was lost mid-DDL, or every such loss was verified.
     pub const NO_VERIFICATION_PENDING: &str = "NoVerificationPending";
     /// The deploy leases' records could not be read this round (a

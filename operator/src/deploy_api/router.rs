@@ -198,15 +198,15 @@ pub(crate) fn refusal(r: Refusal) -> Response {
             ErrorBody::new(ErrorCode::TokenMismatch, "the token is not this lease's current token")
         }
         Refusal::VerificationRequired(v) => {
+            // The advice first: clients keep a bounded prefix of messages.
             let message = format!(
-                "the schema of instance {} awaits a person's verification: operation {}{} ended ({}) at topology generation {} after its DDL started; no new migration of {} runs until someone checks the schema and annotates the group bloodraven.shipstream.io/schema-verified={} (or all)",
+                "no new migration of instance {} runs until a person checks its schema and annotates the group bloodraven.shipstream.io/schema-verified={} (or all): operation {}{} ended ({}) at topology generation {} after its DDL started",
                 v.instance,
+                v.operation_id,
                 v.operation_id,
                 v.revision.as_deref().map(|r| format!(" (revision {r})")).unwrap_or_default(),
                 v.ending.as_str(),
                 v.generation,
-                v.instance,
-                v.operation_id
             );
             ErrorBody {
                 verification: Some(verification_view(&v)),

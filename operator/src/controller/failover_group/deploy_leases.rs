@@ -96,6 +96,53 @@ fn named(value: &str) -> Option<Vec<&str>> {
     Some(value.split(',').map(str::trim).filter(|op| valid_operation_id(op)).collect())
 }
 
+/// What of the `schema-verified` annotation `value` cleared nothing, in
+/// words, or `None` when every part of it did: a mistyped operationId is
+/// otherwise removed with the annotation and nobody learns that the
+/// verification still awaits them. `cleared` are the records it cleared,
+/// `kept` those still pending.
+fn unmatched(value: &str, cleared: &[Pending], kept: &[Pending]) -> Option<String> {
+    let pending_words = || {
+        let announced: Vec<&str> =
+            kept.iter().filter(|p| p.announced).map(|p| p.verification.operation_id.as_str()).collect();
+        if announced.is_empty() {
+            "none awaits verification".to_owned()
+        } else {
+            format!("awaiting verification: {}", announced.join(", "))
+        }
+    };
+    let shown = format!("{:?}", crate::tolerant::decode::bounded(value, 200));
+    if value.trim().eq_ignore_ascii_case("all") {
+        return cleared.is_empty().then(|| {
+            format!(
+                "annotation {SCHEMA_VERIFIED_ANNOTATION}={shown} cleared nothing and was removed: {}",
+                pending_words()
+            )
+        });
+    }
+    let mut missed: Vec<String> = Vec::new();
+    for op in value.split(',').map(str::trim).filter(|op| !op.is_empty()) {
+        if !valid_operation_id(op) {
+            missed.push(format!("{:?} (not an operationId)", crate::tolerant::decode::bounded(op, 80)));
+        } else if kept.iter().any(|p| p.verification.operation_id == op) {
+            missed.push(format!("{op} (announced only now: verify, then annotate again)"));
+        } else if !cleared.iter().any(|p| p.verification.operation_id == op) {
+            missed.push(format!("{op} (no such verification pending)"));
+        }
+    }
+    if missed.is_empty() && !value.trim().is_empty() {
+        return None;
+    }
+    if missed.is_empty() {
+        missed.push("an empty value".to_owned());
+    }
+    Some(format!(
+        "annotation {SCHEMA_VERIFIED_ANNOTATION}={shown} was removed; it cleared nothing for {}; {}",
+        missed.join(", "),
+        pending_words()
+    ))
+}
+
 /// The `SchemaVerificationRequired` condition, after announcing new records
 /// and clearing those a person verified.
 pub async fn verification_condition(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Computed, Error> {
@@ -123,6 +170,11 @@ pub async fn verification_condition(ctx: &Context, group: &MysqlFailoverGroup) -
             let ops: Vec<&str> = cleared.iter().map(|p| p.verification.operation_id.as_str()).collect();
             let note = format!("a person verified the schema after operation(s) {}", ops.join(", "));
             publish(ctx, group, EventType::Normal, reason::SCHEMA_VERIFIED, note, "VerifySchema", None).await;
+        }
+        if let Some(note) = unmatched(value, &cleared, &kept) {
+            tracing::warn!(group = %name, "{note}");
+            publish(ctx, group, EventType::Warning, reason::SCHEMA_VERIFIED_UNMATCHED, note, "VerifySchema", None)
+                .await;
         }
         remove_annotation(ctx, &name, SCHEMA_VERIFIED_ANNOTATION).await?;
         pending = kept;
@@ -165,7 +217,7 @@ fn condition_of(group: &str, pending: &[Pending]) -> Computed {
             type_,
             false,
             reason::NO_VERIFICATION_PENDING,
-            "no deploy lease was lost after its DDL started",
+            "no deploy operation ended inside its DDL",
         );
     }
     let listed: Vec<String> = pending
@@ -187,7 +239,7 @@ fn condition_of(group: &str, pending: &[Pending]) -> Computed {
         true,
         reason::SCHEMA_VERIFICATION_REQUIRED,
         format!(
-            "deploy operation(s) {}{more} lost their lease after DDL started: verify the schema, then `kubectl annotate mfg {group} {SCHEMA_VERIFIED_ANNOTATION}=<operationId>` (or `all`)",
+            "deploy operation(s) {}{more} ended inside their DDL (revoked, lapsed or released before the DDL finished): the schema may be half changed; verify it, then `kubectl annotate mfg {group} {SCHEMA_VERIFIED_ANNOTATION}=<operationId>` (or `all`)",
             listed.join(", ")
         ),
     )
@@ -196,6 +248,43 @@ fn condition_of(group: &str, pending: &[Pending]) -> Computed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn pending(op: &str, announced: bool) -> Pending {
+        Pending {
+            verification: crate::lease::machine::Verification {
+                operation_id: op.into(),
+                instance: "counter-app".into(),
+                revision: None,
+                ending: crate::lease::machine::Ending::Lapsed,
+                generation: 2,
+                client: None,
+            },
+            name: format!("bloodraven-verify-{op}"),
+            announced,
+        }
+    }
+
+    #[test]
+    fn an_annotation_that_clears_nothing_says_so() {
+        let kept = [pending("op-real", true), pending("op-new", false)];
+        let note = unmatched("op-typo", &[], &kept).unwrap();
+        assert!(note.contains("op-typo (no such verification pending)"), "{note}");
+        assert!(note.contains("awaiting verification: op-real"), "{note}");
+        assert!(!note.contains("op-new,") && !note.ends_with("op-new"), "an unannounced record is not listed: {note}");
+        let note = unmatched("op-new", &[], &kept).unwrap();
+        assert!(note.contains("announced only now"), "{note}");
+        let note = unmatched("bad id\u{202e}", &[], &[]).unwrap();
+        assert!(note.contains("not an operationId") && note.contains("none awaits verification"), "{note}");
+        assert!(!note.contains('\u{202e}'), "raw control text reached the note: {note}");
+        assert!(unmatched("all", &[], &kept).unwrap().contains("cleared nothing"));
+        assert!(unmatched(" ", &[], &[]).unwrap().contains("an empty value"));
+        // What did clear is not reported.
+        let cleared = [pending("op-a", true)];
+        assert_eq!(unmatched("op-a", &cleared, &[]), None);
+        assert_eq!(unmatched("all", &cleared, &[]), None);
+        let note = unmatched("op-a, op-b", &cleared, &[]).unwrap();
+        assert!(note.contains("op-b (no such") && !note.contains("op-a ("), "{note}");
+    }
 
     #[test]
     fn the_annotation_names_operations_or_all() {
