@@ -15,7 +15,7 @@ use crate::{e2e_dir, install_crypto, repo_root, wait_for};
 
 /// Default password of the operator's account in the MariaDB template.
 pub const OPERATOR_DB_PASSWORD: &str = "bloodraven-operator-pw";
-/// Password of the replication account `repl` on the test sites (hack/mariadb.sh).
+/// Password of the replication account `repl` on the test sites (hack/mariadb.sh, hack/mysql.sh).
 pub const REPL_DB_PASSWORD: &str = "bloodraven-repl-pw";
 
 /// An admin client of this run's API server, and the server's URL.
@@ -218,7 +218,7 @@ impl TestNamespace {
                 [
                     ("username".to_owned(), ByteString(username.as_bytes().to_vec())),
                     ("password".to_owned(), ByteString(password.as_bytes().to_vec())),
-                    // The replication account of hack/mariadb.sh, for repointing.
+                    // The replication account of the site scripts, for repointing.
                     ("replicationUsername".to_owned(), ByteString(b"repl".to_vec())),
                     ("replicationPassword".to_owned(), ByteString(REPL_DB_PASSWORD.as_bytes().to_vec())),
                 ]

@@ -1,6 +1,6 @@
 //! Test support for Bloodraven's end-to-end tests. Everything here drives
 //! real components: the kube-apiserver and etcd started by
-//! `hack/control-plane.sh`, MariaDB sites started by `hack/mariadb.sh`, and
+//! `hack/control-plane.sh`, MariaDB or MySQL sites started by `hack/mariadb.sh` or `hack/mysql.sh`, and
 //! the real `bloodraven-operator` binary running under its own ServiceAccount
 //! token with exactly the chart's RBAC (`charts/bloodraven/files/operator-rbac.yaml`).
 //!

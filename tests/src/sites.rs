@@ -1,6 +1,11 @@
-//! MariaDB sites for one test: a primary `iad` and a replica `pdx`
-//! replicating from it with GTIDs, started by `hack/mariadb.sh`, stopped
-//! (and their processes gone) when the pair is dropped.
+//! Sites for one test: a primary `iad` and a replica `pdx` replicating
+//! from it with GTIDs, of the run's flavor ([`Flavor::of_run`]: MariaDB
+//! started by `hack/mariadb.sh`, MySQL by `hack/mysql.sh`, the same
+//! commands), stopped (and their processes gone) when the pair is dropped.
+//!
+//! What the two flavors say differently (replication statements, GTID
+//! positions, semi-sync variables) is asked through the pair's methods, so
+//! a test reads the same on both.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -9,11 +14,78 @@ use bloodraven_api::v1alpha1::{SecretRef, Site};
 
 use crate::{e2e_dir, free_port, repo_root};
 
-/// Two MariaDB servers on loopback: `iad` (server_id 1, writable) and `pdx`
-/// (server_id 2, read-only, replicating from iad).
+/// The server flavor a run's sites are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// MariaDB (10.11 from Debian 12): the default.
+    MariaDb,
+    /// MySQL (9.7 from Debian's sid archive, in a root of its own).
+    MySql,
+}
+
+impl Flavor {
+    /// The flavor of this run: `E2E_FLAVOR` (`mariadb`, the default, or
+    /// `mysql`); `hack/e2e.sh` runs the files that touch SQL once per flavor.
+    ///
+    /// # Panics
+    /// On any other value: a typo must not silently test the default.
+    pub fn of_run() -> Flavor {
+        match std::env::var("E2E_FLAVOR").as_deref() {
+            Err(_) | Ok("" | "mariadb") => Flavor::MariaDb,
+            Ok("mysql") => Flavor::MySql,
+            Ok(other) => panic!("E2E_FLAVOR={other:?}: use mariadb or mysql"),
+        }
+    }
+
+    /// Its name, as `E2E_FLAVOR` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flavor::MariaDb => "mariadb",
+            Flavor::MySql => "mysql",
+        }
+    }
+
+    fn script(self) -> PathBuf {
+        repo_root().join(format!("hack/{}.sh", self.name()))
+    }
+
+    /// The statements that set a replica's apply delay to `seconds`.
+    pub fn set_delay(self, seconds: u32) -> String {
+        match self {
+            Flavor::MariaDb => format!("STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = {seconds}; START SLAVE"),
+            Flavor::MySql => {
+                format!("STOP REPLICA; CHANGE REPLICATION SOURCE TO SOURCE_DELAY = {seconds}; START REPLICA")
+            }
+        }
+    }
+
+    /// Semi-sync's names: (primary switch, replica switch, primary status,
+    /// primary's count of acknowledged transactions).
+    pub fn semi_sync_names(self) -> (&'static str, &'static str, &'static str, &'static str) {
+        match self {
+            Flavor::MariaDb => (
+                "rpl_semi_sync_master_enabled",
+                "rpl_semi_sync_slave_enabled",
+                "Rpl_semi_sync_master_status",
+                "Rpl_semi_sync_master_yes_tx",
+            ),
+            Flavor::MySql => (
+                "rpl_semi_sync_source_enabled",
+                "rpl_semi_sync_replica_enabled",
+                "Rpl_semi_sync_source_status",
+                "Rpl_semi_sync_source_yes_tx",
+            ),
+        }
+    }
+}
+
+/// Two servers of the run's flavor on loopback: `iad` (server_id 1,
+/// writable) and `pdx` (server_id 2, read-only, replicating from iad).
 #[derive(Debug)]
 pub struct SitePair {
     dir: PathBuf,
+    /// The servers' flavor.
+    pub flavor: Flavor,
     /// Where iad listens (127.0.0.1, or an address in its own network namespace).
     pub iad_host: String,
     /// Where pdx listens (127.0.0.1, or the node's bridge address).
@@ -24,48 +96,58 @@ pub struct SitePair {
     pub pdx_port: u16,
 }
 
-fn script(args: &[&str]) -> Result<String, String> {
-    script_env(args, &[])
+fn script(flavor: Flavor, args: &[&str]) -> Result<String, String> {
+    script_env(flavor, args, &[])
 }
 
-fn script_env(args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
-    let out = Command::new(repo_root().join("hack/mariadb.sh"))
+fn script_env(flavor: Flavor, args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
+    let path = flavor.script();
+    let out = Command::new(&path)
         .args(args)
         .envs(env.iter().copied())
         .output()
-        .map_err(|e| format!("failed to run hack/mariadb.sh: {e}"))?;
+        .map_err(|e| format!("failed to run {}: {e}", path.display()))?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {
         Err(format!(
-            "hack/mariadb.sh {args:?} failed: {}\n{}",
+            "hack/{}.sh {args:?} failed: {}\n{}",
+            flavor.name(),
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         ))
     }
 }
 
-/// A template data folder shared by every pair of the run (built once;
-/// `hack/mariadb.sh template` serialises concurrent builders with a lock).
-fn shared_template() -> PathBuf {
-    let dir = e2e_dir().join("mariadb/_shared");
-    script(&["template", dir.to_str().unwrap()]).unwrap();
+/// A template data folder shared by every pair of the run and flavor
+/// (built once; the scripts' `template` serialises concurrent builders
+/// with a lock).
+fn shared_template(flavor: Flavor) -> PathBuf {
+    let dir = e2e_dir().join(flavor.name()).join("_shared");
+    script(flavor, &["template", dir.to_str().unwrap()]).unwrap();
     dir.join("template")
+}
+
+/// A new folder for a pair of `test`, linked to the shared template.
+fn pair_dir(flavor: Flavor, test: &str) -> PathBuf {
+    // Short folder names: the socket path must stay under 108 bytes.
+    let dir = e2e_dir().join(flavor.name()).join(format!("{}-{}", &test[..test.len().min(12)], crate::suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A link, not a copy: every pair reads the one template, and only the
+    // sites' own data folders take room per test.
+    std::os::unix::fs::symlink(shared_template(flavor), dir.join("template")).unwrap();
+    dir
 }
 
 impl SitePair {
     /// Starts a replicating pair in its own folder.
     pub fn start(test: &str) -> SitePair {
-        // Short folder names: the socket path must stay under 108 bytes.
-        let dir = e2e_dir().join("mariadb").join(format!("{}-{}", &test[..test.len().min(12)], crate::suffix()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let template = shared_template();
-        // A link, not a copy: every pair reads the one template (26 MB), and
-        // only the sites' own data folders take room per test.
-        std::os::unix::fs::symlink(&template, dir.join("template")).unwrap();
+        let flavor = Flavor::of_run();
+        let dir = pair_dir(flavor, test);
         let (iad_port, pdx_port) = (free_port(), free_port());
-        let pair = SitePair { dir, iad_host: "127.0.0.1".into(), pdx_host: "127.0.0.1".into(), iad_port, pdx_port };
-        script(&["pair", pair.dir_str(), &iad_port.to_string(), &pdx_port.to_string()]).unwrap();
+        let pair =
+            SitePair { dir, flavor, iad_host: "127.0.0.1".into(), pdx_host: "127.0.0.1".into(), iad_port, pdx_port };
+        pair.run(&["pair", pair.dir_str(), &iad_port.to_string(), &pdx_port.to_string()]).unwrap();
         pair
     }
 
@@ -74,21 +156,24 @@ impl SitePair {
     /// the operator and from pdx while its unix socket still serves local
     /// clients; pdx replicates from it over the link.
     pub fn start_in_netns(test: &str, ns: &crate::netns::NetNs) -> SitePair {
-        let dir = e2e_dir().join("mariadb").join(format!("{}-{}", &test[..test.len().min(12)], crate::suffix()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::os::unix::fs::symlink(shared_template(), dir.join("template")).unwrap();
+        let flavor = Flavor::of_run();
+        let dir = pair_dir(flavor, test);
         let (iad_port, pdx_port) = (free_port(), free_port());
-        let pair = SitePair { dir, iad_host: ns.ns_ip.clone(), pdx_host: "127.0.0.1".into(), iad_port, pdx_port };
+        let pair =
+            SitePair { dir, flavor, iad_host: ns.ns_ip.clone(), pdx_host: "127.0.0.1".into(), iad_port, pdx_port };
         let d = pair.dir_str();
-        script_env(
+        pair.run_env(
             &["start", d, "iad", &iad_port.to_string(), "1"],
             &[("BLOODRAVEN_SITE_NETNS", ns.name.as_str()), ("BLOODRAVEN_SITE_ADDR", ns.ns_ip.as_str())],
         )
         .unwrap();
-        script(&["sql", d, "iad", "SET GLOBAL read_only=0"]).unwrap();
-        script(&["start", d, "pdx", &pdx_port.to_string(), "2"]).unwrap();
-        script_env(&["replicate", d, "pdx", &iad_port.to_string()], &[("BLOODRAVEN_PRIMARY_HOST", ns.ns_ip.as_str())])
-            .unwrap();
+        pair.run(&["sql", d, "iad", "SET GLOBAL read_only=0"]).unwrap();
+        pair.run(&["start", d, "pdx", &pdx_port.to_string(), "2"]).unwrap();
+        pair.run_env(
+            &["replicate", d, "pdx", &iad_port.to_string()],
+            &[("BLOODRAVEN_PRIMARY_HOST", ns.ns_ip.as_str())],
+        )
+        .unwrap();
         pair
     }
 
@@ -96,21 +181,20 @@ impl SitePair {
     /// `BLOODRAVEN_NODE_ADDRESS`), so that Pods reach them, as they reach
     /// external MySQL servers in production.
     pub fn start_on(test: &str, addr: &str) -> SitePair {
-        let dir = e2e_dir().join("mariadb").join(format!("{}-{}", &test[..test.len().min(12)], crate::suffix()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::os::unix::fs::symlink(shared_template(), dir.join("template")).unwrap();
+        let flavor = Flavor::of_run();
+        let dir = pair_dir(flavor, test);
         let (iad_port, pdx_port) = (free_port(), free_port());
-        let pair = SitePair { dir, iad_host: addr.into(), pdx_host: addr.into(), iad_port, pdx_port };
+        let pair = SitePair { dir, flavor, iad_host: addr.into(), pdx_host: addr.into(), iad_port, pdx_port };
         let d = pair.dir_str();
         let on = [("BLOODRAVEN_SITE_ADDR", addr)];
-        script_env(&["start", d, "iad", &iad_port.to_string(), "1"], &on).unwrap();
-        script(&["sql", d, "iad", "SET GLOBAL read_only=0"]).unwrap();
-        script_env(
+        pair.run_env(&["start", d, "iad", &iad_port.to_string(), "1"], &on).unwrap();
+        pair.run(&["sql", d, "iad", "SET GLOBAL read_only=0"]).unwrap();
+        pair.run_env(
             &["start", d, "pdx", &pdx_port.to_string(), "2"],
             &[("BLOODRAVEN_SITE_ADDR", addr), ("BLOODRAVEN_SITE_READ_ONLY", "1")],
         )
         .unwrap();
-        script_env(&["replicate", d, "pdx", &iad_port.to_string()], &[("BLOODRAVEN_PRIMARY_HOST", addr)]).unwrap();
+        pair.run_env(&["replicate", d, "pdx", &iad_port.to_string()], &[("BLOODRAVEN_PRIMARY_HOST", addr)]).unwrap();
         pair
     }
 
@@ -118,21 +202,29 @@ impl SitePair {
     /// `ids` (iad, pdx) instead of 1 and 2: another group's servers, as an
     /// organisation that numbers its servers uniquely runs them.
     pub fn start_with_ids(test: &str, ids: (u32, u32)) -> SitePair {
-        let dir = e2e_dir().join("mariadb").join(format!("{}-{}", &test[..test.len().min(12)], crate::suffix()));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::os::unix::fs::symlink(shared_template(), dir.join("template")).unwrap();
+        let flavor = Flavor::of_run();
+        let dir = pair_dir(flavor, test);
         let (iad_port, pdx_port) = (free_port(), free_port());
-        let pair = SitePair { dir, iad_host: "127.0.0.1".into(), pdx_host: "127.0.0.1".into(), iad_port, pdx_port };
+        let pair =
+            SitePair { dir, flavor, iad_host: "127.0.0.1".into(), pdx_host: "127.0.0.1".into(), iad_port, pdx_port };
         let d = pair.dir_str();
-        script(&["start", d, "iad", &iad_port.to_string(), &ids.0.to_string()]).unwrap();
-        script(&["sql", d, "iad", "SET GLOBAL read_only=0"]).unwrap();
-        script_env(
+        pair.run(&["start", d, "iad", &iad_port.to_string(), &ids.0.to_string()]).unwrap();
+        pair.run(&["sql", d, "iad", "SET GLOBAL read_only=0"]).unwrap();
+        pair.run_env(
             &["start", d, "pdx", &pdx_port.to_string(), &ids.1.to_string()],
             &[("BLOODRAVEN_SITE_READ_ONLY", "1")],
         )
         .unwrap();
-        script(&["replicate", d, "pdx", &iad_port.to_string()]).unwrap();
+        pair.run(&["replicate", d, "pdx", &iad_port.to_string()]).unwrap();
         pair
+    }
+
+    fn run(&self, args: &[&str]) -> Result<String, String> {
+        script(self.flavor, args)
+    }
+
+    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
+        script_env(self.flavor, args, env)
     }
 
     fn dir_str(&self) -> &str {
@@ -146,17 +238,23 @@ impl SitePair {
 
     /// Runs SQL as root on `site` (`iad` or `pdx`) and returns its output.
     pub fn sql(&self, site: &str, sql: &str) -> String {
-        script(&["sql", self.dir_str(), site, sql]).unwrap()
+        self.run(&["sql", self.dir_str(), site, sql]).unwrap()
+    }
+
+    /// The command that runs SQL as root on `site`, to spawn (a session
+    /// kept open, a sampler on another thread).
+    pub fn sql_command(&self, site: &str, sql: &str) -> Command {
+        sql_command(self.flavor, &self.dir, site, sql)
     }
 
     /// Runs SQL as root on `site`; its output, or the client's error.
     pub fn try_sql(&self, site: &str, sql: &str) -> Result<String, String> {
-        script(&["sql", self.dir_str(), site, sql])
+        self.run(&["sql", self.dir_str(), site, sql])
     }
 
     /// Stops `site`'s server (clean shutdown).
     pub fn stop(&self, site: &str) {
-        script(&["stop", self.dir_str(), site]).unwrap();
+        self.run(&["stop", self.dir_str(), site]).unwrap();
     }
 
     /// Kills `site`'s server with SIGKILL (no shutdown at all: a crash).
@@ -172,7 +270,7 @@ impl SitePair {
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        panic!("mariadbd of {site} (pid {}) survived SIGKILL", pid.trim());
+        panic!("the server of {site} (pid {}) survived SIGKILL", pid.trim());
     }
 
     /// Waits (at most `timeout`) until `site` is read-only (`true`) or
@@ -199,7 +297,7 @@ impl SitePair {
         let filter = format!("( dport = :{} )", self.port(source));
         let out = Command::new("ss").args(["-Htnp", "state", "established", &filter]).output().unwrap();
         let listing = String::from_utf8_lossy(&out.stdout).into_owned();
-        // Lines: Recv-Q Send-Q Local:Port Peer:Port users:(("mariadbd",pid=N,fd=M))
+        // Lines: Recv-Q Send-Q Local:Port Peer:Port users:(("mariadbd",pid=N,fd=M)) (or "mysqld")
         let mut rules = Vec::new();
         for line in listing.lines().filter(|l| l.contains(&format!("pid={pid},"))) {
             let fields: Vec<&str> = line.split_whitespace().collect();
@@ -242,13 +340,101 @@ impl SitePair {
     }
 
     /// Starts `site`'s server again on its port (same data); `read_only`
-    /// says whether it comes back read-only (MariaDB forgets a runtime
+    /// says whether it comes back read-only (a server forgets a runtime
     /// `SET GLOBAL read_only` across a restart).
     pub fn restart(&self, site: &str, read_only: bool) {
         let (port, id) = if site == "iad" { (self.iad_port, "1") } else { (self.pdx_port, "2") };
         let ro = if read_only { "1" } else { "0" };
-        script_env(&["start", self.dir_str(), site, &port.to_string(), id], &[("BLOODRAVEN_SITE_READ_ONLY", ro)])
+        self.run_env(&["start", self.dir_str(), site, &port.to_string(), id], &[("BLOODRAVEN_SITE_READ_ONLY", ro)])
             .unwrap();
+    }
+
+    /// Stops `site`'s replication (both threads; `STOP REPLICA` on both flavors).
+    pub fn stop_replica(&self, site: &str) {
+        self.sql(site, "STOP REPLICA");
+    }
+
+    /// Starts `site`'s replication again.
+    pub fn start_replica(&self, site: &str) {
+        self.sql(site, "START REPLICA");
+    }
+
+    /// Stops `site`'s applier only (it still receives).
+    pub fn stop_applier(&self, site: &str) {
+        self.sql(site, "STOP REPLICA SQL_THREAD");
+    }
+
+    /// Starts `site`'s applier again.
+    pub fn start_applier(&self, site: &str) {
+        self.sql(site, "START REPLICA SQL_THREAD");
+    }
+
+    /// Makes `site` apply what it receives `seconds` late (0: at once).
+    pub fn set_delay(&self, site: &str, seconds: u32) {
+        self.sql(site, &self.flavor.set_delay(seconds));
+    }
+
+    /// `site`'s replica status as `Field: value` lines (`\G`), empty when
+    /// it replicates from nothing.
+    pub fn replica_status(&self, site: &str) -> String {
+        self.sql(site, "SHOW REPLICA STATUS\\G")
+    }
+
+    /// Whether `site` replicates from a source at all.
+    pub fn replicates(&self, site: &str) -> bool {
+        !self.replica_status(site).trim().is_empty()
+    }
+
+    /// `site`'s replication threads, `(receiver running, applier running)`
+    /// as the server says them (`Yes`, `No`, `Connecting`); `None` when it
+    /// replicates from nothing.
+    pub fn replication_threads(&self, site: &str) -> Option<(String, String)> {
+        let status = self.replica_status(site);
+        let field = |names: &[&str]| {
+            status.lines().find_map(|l| {
+                let (k, v) = l.trim().split_once(": ")?;
+                names.contains(&k).then(|| v.trim().to_owned())
+            })
+        };
+        Some((
+            field(&["Slave_IO_Running", "Replica_IO_Running"])?,
+            field(&["Slave_SQL_Running", "Replica_SQL_Running"])?,
+        ))
+    }
+
+    /// Everything `site` has, as the server spells its GTID position
+    /// (MariaDB `gtid_current_pos`, MySQL `gtid_executed`).
+    pub fn gtid_position(&self, site: &str) -> String {
+        let sql = match self.flavor {
+            Flavor::MariaDb => "SELECT @@gtid_current_pos",
+            Flavor::MySql => "SELECT @@gtid_executed",
+        };
+        // The client's batch mode prints a newline in a value as `\n`.
+        self.sql(site, sql).trim().replace("\\n", "").replace('\n', "")
+    }
+
+    /// The GTIDs `from..=to` that `site` wrote, as the operator names them
+    /// in its messages (MariaDB `0-SERVER_ID-FROM..TO`, MySQL
+    /// `SERVER_UUID:FROM-TO`). `site` must be up (MySQL: its UUID is read).
+    pub fn gtid_range(&self, site: &str, from: u64, to: u64) -> String {
+        match self.flavor {
+            Flavor::MariaDb => {
+                let id = self.sql(site, "SELECT @@server_id").trim().to_owned();
+                if from == to { format!("0-{id}-{to}") } else { format!("0-{id}-{from}..{to}") }
+            }
+            Flavor::MySql => {
+                let uuid = self.sql(site, "SELECT @@server_uuid").trim().to_owned();
+                if from == to { format!("{uuid}:{to}") } else { format!("{uuid}:{from}-{to}") }
+            }
+        }
+    }
+
+    /// How many transactions `site` has: the sequence number of the test
+    /// pair's one replication domain on MariaDB (its servers number the
+    /// domain's transactions as one sequence), the size of `gtid_executed`
+    /// on MySQL (intervals summed over every source UUID).
+    pub fn transactions(&self, site: &str) -> u64 {
+        count_transactions(self.flavor, &self.gtid_position(site))
     }
 
     /// `spec.sites` for this pair, with credentials from Secret `secret` in `namespace`.
@@ -269,7 +455,7 @@ impl Drop for SitePair {
     /// reads) but not the data folders, so a suite of pairs never fills the
     /// CI machine's disk (each site's data is 25 MB or more).
     fn drop(&mut self) {
-        if let Err(e) = script(&["down", self.dir_str()]) {
+        if let Err(e) = self.run(&["down", self.dir_str()]) {
             eprintln!("warning: {e}; keeping {}", self.dir.display());
             return;
         }
@@ -300,5 +486,65 @@ impl Drop for ReplicationBlock {
         for rule in &self.rules {
             let _ = Command::new("iptables").arg("-D").args(rule).status();
         }
+    }
+}
+
+/// The command that runs SQL as root on `site` of the pair in `dir`.
+pub fn sql_command(flavor: Flavor, dir: &Path, site: &str, sql: &str) -> Command {
+    let mut c = Command::new(flavor.script());
+    c.args(["sql", dir.to_str().unwrap(), site, sql]);
+    c
+}
+
+/// The number of transactions in a GTID position of `flavor` (see
+/// [`SitePair::transactions`]); 0 for an empty one.
+///
+/// # Panics
+/// On a position that is not one.
+pub fn count_transactions(flavor: Flavor, position: &str) -> u64 {
+    let position = position.trim();
+    if position.is_empty() {
+        return 0;
+    }
+    match flavor {
+        // `domain-server-seq` per domain; the pairs here write domain 0 only.
+        Flavor::MariaDb => position
+            .split(',')
+            .map(|g| g.trim().rsplit('-').next().and_then(|n| n.parse::<u64>().ok()).expect(position))
+            .max()
+            .unwrap_or(0),
+        // `uuid:1-5:7,uuid2:1-3`: the intervals of every UUID.
+        Flavor::MySql => position
+            .split(',')
+            .flat_map(|set| set.trim().split(':').skip(1))
+            .map(|interval| match interval.split_once('-') {
+                Some((a, b)) => b.parse::<u64>().expect(position) - a.parse::<u64>().expect(position) + 1,
+                None => {
+                    interval.parse::<u64>().expect(position);
+                    1
+                }
+            })
+            .sum(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transactions_are_counted_in_either_flavors_positions() {
+        assert_eq!(count_transactions(Flavor::MariaDb, ""), 0);
+        assert_eq!(count_transactions(Flavor::MariaDb, "0-1-42"), 42);
+        assert_eq!(count_transactions(Flavor::MariaDb, "0-2-7"), 7);
+        assert_eq!(count_transactions(Flavor::MySql, ""), 0);
+        assert_eq!(count_transactions(Flavor::MySql, "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5"), 5);
+        assert_eq!(
+            count_transactions(
+                Flavor::MySql,
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5:11-12,\n4e11fa47-71ca-11e1-9e33-c80aa9429562:3"
+            ),
+            8
+        );
     }
 }

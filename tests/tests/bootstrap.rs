@@ -31,7 +31,7 @@ async fn healthy_pair_bootstraps_to_generation_one() {
 
     // A write on the primary is seen by the replica's GTID position in status.
     pair.sql("iad", "CREATE DATABASE bootstrap_probe");
-    let gtid = pair.sql("iad", "SELECT @@gtid_binlog_pos").trim().to_owned();
+    let gtid = pair.gtid_position("iad");
     wait_status(cluster, &name, "pdx's GTID position to follow iad's", T, |s| {
         let pdx = s.health.iter().find(|h| h.site == "pdx").ok_or("no pdx health")?;
         if pdx.gtid_position.as_deref() == Some(gtid.as_str()) {

@@ -284,7 +284,7 @@ async fn an_unstable_group_answers_423_and_never_extends() {
     e.get().await;
     let m = e.post("migration", "op-u", 30).await;
     assert_eq!(m.status, 201, "{m:?}");
-    e.sc.pair.sql("pdx", "STOP SLAVE SQL_THREAD");
+    e.sc.pair.stop_applier("pdx");
     wait_status(&e.sc.cluster, &e.group, "ReplicationNotRunning", T, |s| {
         has_condition(s, "ReplicationNotRunning", "True", None)
     })
@@ -297,7 +297,7 @@ async fn an_unstable_group_answers_423_and_never_extends() {
     assert_eq!(g.body["unstableReason"], "ReplicationNotRunning");
     assert_eq!(g.body["leases"][0]["expiresAt"], m.body["expiresAt"], "a 423 never moves the deadline");
     assert_eq!(e.post("migration", "op-v", 30).await.status, 423);
-    e.sc.pair.sql("pdx", "START SLAVE SQL_THREAD");
+    e.sc.pair.start_applier("pdx");
 }
 
 #[tokio::test]

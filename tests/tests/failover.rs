@@ -233,7 +233,7 @@ async fn a_standby_whose_replication_was_stopped_is_not_promoted() {
         if n.trim() == "1" { Ok(()) } else { Err(n) }
     })
     .await;
-    sc.pair.sql("pdx", "STOP SLAVE");
+    sc.pair.stop_replica("pdx");
     for i in 1..=20 {
         sc.pair.sql("iad", &format!("INSERT INTO bench.t (id) VALUES ({i})"));
     }
@@ -252,7 +252,7 @@ async fn a_standby_whose_replication_was_stopped_is_not_promoted() {
     assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "1");
     // The primary comes back with every write; replication resumes.
     sc.pair.restart("iad", false);
-    sc.pair.sql("pdx", "START SLAVE");
+    sc.pair.start_replica("pdx");
     wait_status(&sc.cluster, &name, "Ready at iad, generation 1", T, |s| is_ready_at(s, "iad", 1)).await;
     let ids: Vec<u64> = (1..=20).collect();
     wait_for("pdx to catch up", T, || async {
@@ -272,8 +272,9 @@ async fn a_fence_that_cannot_finish_fails_the_request_with_no_bump() {
     writer::prepare(&sc.pair, "iad");
     // A session holds a table write lock for a long time: SET GLOBAL
     // read_only waits for it, past the fence's bound.
-    let holder = std::process::Command::new(bloodraven_e2e::repo_root().join("hack/mariadb.sh"))
-        .args(["sql", sc.pair.dir().to_str().unwrap(), "iad", "LOCK TABLES bench.t WRITE; SELECT SLEEP(60)"])
+    let holder = sc
+        .pair
+        .sql_command("iad", "LOCK TABLES bench.t WRITE; SELECT SLEEP(60)")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -307,12 +308,14 @@ async fn semi_sync_keeps_acknowledged_writes_through_kill_9_and_follows_the_role
     let patch = json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1, "semiSync": true}}});
     sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    let (source_on, replica_on, source_status, acknowledged_tx) = sc.pair.flavor.semi_sync_names();
+    let switches = format!("SELECT @@{source_on}, @@{replica_on}");
     let status_of = |site: &'static str, var: &'static str| {
         let out = sc.pair.sql(site, &format!("SHOW GLOBAL STATUS LIKE '{var}'"));
         out.split_whitespace().nth(1).unwrap_or("").to_owned()
     };
     wait_for("semi-sync to be active on iad", T, || async {
-        let on = status_of("iad", "Rpl_semi_sync_master_status");
+        let on = status_of("iad", source_status);
         if on == "ON" { Ok(()) } else { Err(on) }
     })
     .await;
@@ -320,7 +323,7 @@ async fn semi_sync_keeps_acknowledged_writes_through_kill_9_and_follows_the_role
     for i in 1..=50 {
         sc.pair.sql("iad", &format!("INSERT INTO bench.t (id) VALUES ({i})"));
     }
-    let acknowledged: u64 = status_of("iad", "Rpl_semi_sync_master_yes_tx").parse().unwrap();
+    let acknowledged: u64 = status_of("iad", acknowledged_tx).parse().unwrap();
     assert!(acknowledged >= 50, "{acknowledged} commits acknowledged by the replica");
     sc.pair.kill9("iad");
     wait_status(&sc.cluster, &name, "activeSite pdx at generation 2", T, |s| is_active_at(s, "pdx", 2)).await;
@@ -328,7 +331,7 @@ async fn semi_sync_keeps_acknowledged_writes_through_kill_9_and_follows_the_role
     assert_eq!(writer::missing(&sc.pair, "pdx", &ids), Vec::<u64>::new(), "acknowledged writes lost");
     // The roles follow the decision: pdx is the semi-sync primary now.
     wait_for("pdx to wait for acknowledgements", T, || async {
-        let v = sc.pair.sql("pdx", "SELECT @@rpl_semi_sync_master_enabled, @@rpl_semi_sync_slave_enabled");
+        let v = sc.pair.sql("pdx", &switches);
         if v.split_whitespace().collect::<Vec<_>>() == ["1", "0"] { Ok(()) } else { Err(v) }
     })
     .await;
@@ -336,7 +339,7 @@ async fn semi_sync_keeps_acknowledged_writes_through_kill_9_and_follows_the_role
     let patch = json!({"spec": {"failover": {"semiSync": false}}});
     sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     wait_for("semi-sync off on pdx", T, || async {
-        let v = sc.pair.sql("pdx", "SELECT @@rpl_semi_sync_master_enabled, @@rpl_semi_sync_slave_enabled");
+        let v = sc.pair.sql("pdx", &switches);
         if v.split_whitespace().collect::<Vec<_>>() == ["0", "0"] { Ok(()) } else { Err(v) }
     })
     .await;

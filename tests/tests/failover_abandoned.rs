@@ -19,43 +19,27 @@ use serde_json::json;
 
 const T: Duration = Duration::from_secs(90);
 
-/// The sequence number of domain 0 in a MariaDB position.
-fn seq(position: &str) -> u64 {
-    position
-        .split(',')
-        .find(|p| p.starts_with("0-"))
-        .and_then(|p| p.rsplit('-').next())
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 #[tokio::test]
 async fn a_standby_that_stopped_receiving_waits_and_is_promoted_only_knowingly() {
     let sc = Scenario::start("abandon", 1, LeaderTimings::default()).await;
     let name = sc.quick_group("g").await;
     writer::prepare_replicated(&sc.pair, T).await;
-    let had = seq(&sc.pair.sql("pdx", "SELECT @@gtid_current_pos"));
+    let had = sc.pair.transactions("pdx");
 
     let block = sc.pair.block_replication("pdx");
     let inserts = (2..202).map(|i| format!("INSERT INTO bench.t (id) VALUES ({i});")).collect::<Vec<_>>().join(" ");
     sc.pair.sql("iad", &inserts);
-    let last = seq(&sc.pair.sql("iad", "SELECT @@gtid_current_pos"));
+    let last = sc.pair.transactions("iad");
     assert_eq!(last, had + 200, "200 transactions, one GTID each");
     // Both threads still say running: the stall is silent to the server.
-    // SHOW SLAVE STATUS columns 11 and 12 are Slave_IO_Running and
-    // Slave_SQL_Running (information_schema.SLAVE_STATUS is only in newer
-    // MariaDB releases).
-    let row = sc.pair.sql("pdx", "SHOW SLAVE STATUS");
-    let columns: Vec<&str> = row.trim_end_matches('\n').split('\t').collect();
-    assert_eq!(columns.get(10..12), Some(&["Yes", "Yes"][..]), "replication threads of pdx: {row}");
+    let threads = sc.pair.replication_threads("pdx");
+    assert_eq!(threads, Some(("Yes".to_owned(), "Yes".to_owned())), "replication threads of pdx");
     // The input: the primary answers a few more probe rounds (1 s apart)
     // with its new position, then dies.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    let range = sc.pair.gtid_range("iad", had + 1, last);
     sc.pair.kill9("iad");
 
-    let range = format!("0-1-{}..{last}", had + 1);
     let s = wait_status(&sc.cluster, &name, "RecoveryPending: StandbyBehind", T, |s| {
         has_condition(s, "RecoveryPending", "True", Some("StandbyBehind"))
     })

@@ -26,7 +26,7 @@ async fn the_catch_up_gives_the_reconcile_back_and_keeps_its_bound() {
     let policy = json!({"spec": {"failover": {"maxLagSeconds": 86400, "catchUpTimeoutSeconds": 120}}});
     groups.patch(&name, &params, &Patch::Merge(&policy)).await.unwrap();
     // pdx applies 25 s late, so the drain waits in its catch-up.
-    sc.pair.sql("pdx", "STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = 25; START SLAVE");
+    sc.pair.set_delay("pdx", 25);
     sc.pair.sql("iad", "CREATE DATABASE late_one");
 
     let request = json!({"spec": {"plannedFailover": {"targetSite": "pdx", "requestId": "c1"}}});
@@ -73,7 +73,7 @@ async fn the_catch_up_gives_the_reconcile_back_and_keeps_its_bound() {
         .patch(&name, &params, &Patch::Merge(&json!({"spec": {"failover": {"catchUpTimeoutSeconds": 4}}})))
         .await
         .unwrap();
-    sc.pair.sql("iad", "STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = 60; START SLAVE");
+    sc.pair.set_delay("iad", 60);
     wait_status(&sc.cluster, &name, "iad replicating again", T, |s| {
         let iad = s.health.iter().find(|h| h.site == "iad").ok_or("no iad health")?;
         (iad.replication_running == Some(true)).then_some(()).ok_or_else(|| format!("{iad:?}"))
@@ -99,6 +99,6 @@ async fn the_catch_up_gives_the_reconcile_back_and_keeps_its_bound() {
         "no bump for a failed request"
     );
     sc.pair.wait_read_only("pdx", false, T).await;
-    sc.pair.sql("iad", "STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = 0; START SLAVE");
+    sc.pair.set_delay("iad", 0);
     sc.cluster.delete_group(&name).await;
 }

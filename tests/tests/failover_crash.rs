@@ -52,13 +52,12 @@ async fn a_leader_killed_at_every_phase_is_finished_by_the_next_one() {
     let (stop, both, samples) =
         (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let roles = {
-        let (stop, both, samples, dir) = (stop.clone(), both.clone(), samples.clone(), sc.pair.dir().to_owned());
+        let (stop, both, samples, dir, flavor) =
+            (stop.clone(), both.clone(), samples.clone(), sc.pair.dir().to_owned(), sc.pair.flavor);
         tokio::task::spawn_blocking(move || {
             let ro = |site: &str| {
-                let out = std::process::Command::new(bloodraven_e2e::repo_root().join("hack/mariadb.sh"))
-                    .args(["sql", dir.to_str().unwrap(), site, "SELECT @@read_only"])
-                    .output()
-                    .unwrap();
+                let out =
+                    bloodraven_e2e::sites::sql_command(flavor, &dir, site, "SELECT @@read_only").output().unwrap();
                 String::from_utf8_lossy(&out.stdout).trim().to_owned()
             };
             while !stop.load(Ordering::Relaxed) {

@@ -51,7 +51,7 @@ async fn an_old_primary_out_of_sight_mid_drain_is_made_writable_before_the_reque
     // pdx applies 300 s late, so the drain waits in its catch-up (bound 20 s).
     let policy = json!({"spec": {"failover": {"maxLagSeconds": 86400, "catchUpTimeoutSeconds": 20}}});
     groups.patch(&name, &params, &Patch::Merge(&policy)).await.unwrap();
-    sc.pair.sql("pdx", "STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = 300; START SLAVE");
+    sc.pair.set_delay("pdx", 300);
     sc.pair.sql("iad", "CREATE DATABASE blip_one");
     let request = json!({"spec": {"plannedFailover": {"targetSite": "pdx", "requestId": "b1"}}});
     groups.patch(&name, &params, &Patch::Merge(&request)).await.unwrap();
@@ -77,7 +77,7 @@ async fn an_old_primary_out_of_sight_mid_drain_is_made_writable_before_the_reque
     sc.pair.wait_read_only("iad", false, T).await;
     assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "1");
     assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("iad"), Some(1)), "no decision: {s:?}");
-    sc.pair.sql("pdx", "STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = 0; START SLAVE");
+    sc.pair.set_delay("pdx", 0);
     wait_status(&sc.cluster, &name, "ready at iad", T, |s| is_ready_at(s, "iad", 1)).await;
     sc.cluster.delete_group(&name).await;
 }

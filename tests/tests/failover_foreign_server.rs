@@ -82,7 +82,7 @@ async fn a_site_address_that_reaches_another_groups_server_is_never_acted_on() {
     assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("iad"), Some(1)), "{s:?}");
     has_condition(&s, "RecoveryPending", "True", Some("StandbyNotPromotable")).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(other.sql("pdx", "SELECT @@read_only").trim(), "1", "another group's replica was promoted");
-    let replication = other.sql("pdx", "SHOW SLAVE STATUS");
+    let replication = other.replica_status("pdx");
     assert!(
         replication.contains(&other.port("iad").to_string()),
         "another group's replica lost its replication: {replication}"

@@ -39,10 +39,6 @@ async fn forge(cluster: &bloodraven_e2e::Cluster, group: &str, id: &str, phase: 
     cluster.groups().patch_status(group, &by_hand, &Patch::Merge(&edit)).await.unwrap();
 }
 
-fn slave_status(sc: &Scenario, site: &str) -> String {
-    sc.pair.sql(site, "SHOW SLAVE STATUS\\G")
-}
-
 /// Samples the sites for `WATCH`, returning the first moment (if any) the
 /// primary `iad` stopped being writable or `pdx` stopped replicating.
 async fn watch_sites(sc: &Scenario) -> Vec<String> {
@@ -51,8 +47,8 @@ async fn watch_sites(sc: &Scenario) -> Vec<String> {
     while std::time::Instant::now() < end {
         let iad_ro = sc.pair.sql("iad", "SELECT @@read_only").trim().to_owned();
         let pdx_ro = sc.pair.sql("pdx", "SELECT @@read_only").trim().to_owned();
-        let iad_repl = !slave_status(sc, "iad").trim().is_empty();
-        let pdx_repl = !slave_status(sc, "pdx").trim().is_empty();
+        let iad_repl = sc.pair.replicates("iad");
+        let pdx_repl = sc.pair.replicates("pdx");
         let line =
             format!("iad read_only={iad_ro} replicating={iad_repl}; pdx read_only={pdx_ro} replicating={pdx_repl}");
         if seen.last() != Some(&line) {

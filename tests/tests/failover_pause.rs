@@ -25,7 +25,7 @@ async fn a_leader_paused_mid_switchover_acts_no_more_after_its_deadline() {
     let patch = json!({"spec": {"failover": {"maxLagSeconds": 86400, "catchUpTimeoutSeconds": 120}}});
     sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     // pdx applies 15 s late, so the drain waits in its catch-up.
-    sc.pair.sql("pdx", "STOP SLAVE; CHANGE MASTER TO MASTER_DELAY = 15; START SLAVE");
+    sc.pair.set_delay("pdx", 15);
     sc.pair.sql("iad", "CREATE DATABASE late_one");
 
     let request = json!({"spec": {"plannedFailover": {"targetSite": "pdx", "requestId": "p1"}}});

@@ -17,7 +17,7 @@ async fn stopped_replica_thread_and_stopped_replica_server_are_reported() {
     let name = sc.bootstrapped_group("g").await;
 
     // The replica's SQL thread stops: ReplicationNotRunning, not stable.
-    pair.sql("pdx", "STOP SLAVE SQL_THREAD");
+    pair.stop_applier("pdx");
     let s = wait_status(cluster, &name, "ReplicationNotRunning", T, |s| {
         has_condition(s, "ReplicationNotRunning", "True", Some("ReplicationStopped"))
     })
@@ -29,7 +29,7 @@ async fn stopped_replica_thread_and_stopped_replica_server_are_reported() {
     let note = wait_event(cluster, &name, "ReplicationStopped").await;
     assert!(note.contains("pdx"), "{note}");
 
-    pair.sql("pdx", "START SLAVE SQL_THREAD");
+    pair.start_applier("pdx");
     wait_status(cluster, &name, "recovery after START SLAVE", T, |s| is_ready_at(s, "iad", 1)).await;
 
     // The replica server stops: Degraded (SiteUnreachable), pdx unreachable.
@@ -139,12 +139,12 @@ async fn an_unchanged_group_is_not_rewritten_and_a_change_is() {
     .await;
 
     // A change is written at the next probe, as before.
-    pair.sql("pdx", "STOP SLAVE SQL_THREAD");
+    pair.stop_applier("pdx");
     wait_status(cluster, &name, "ReplicationNotRunning", T, |s| {
         has_condition(s, "ReplicationNotRunning", "True", Some("ReplicationStopped"))
     })
     .await;
-    pair.sql("pdx", "START SLAVE SQL_THREAD");
+    pair.start_applier("pdx");
     wait_status(cluster, &name, "recovery after START SLAVE", T, |s| is_ready_at(s, "iad", 1)).await;
     cluster.delete_group(&name).await;
 }

@@ -91,7 +91,7 @@ async fn the_primary_service_follows_the_group_decision_and_hosts() {
     // The database first, settled on a group that cannot bootstrap yet (the
     // replica does not replicate): its Service must then follow the
     // bootstrap decision, a status-only change of the group.
-    sc.pair.sql("pdx", "STOP SLAVE");
+    sc.pair.stop_replica("pdx");
     database(&sc.cluster, &ns, "app", &name, &[]).await;
     let dbs: Api<MysqlDatabase> = Api::namespaced(sc.cluster.client.clone(), &ns);
     wait_primary(&dbs, "app", "False NoActiveSite before the group exists", |c| c.reason == "NoActiveSite").await;
@@ -102,7 +102,7 @@ async fn the_primary_service_follows_the_group_decision_and_hosts() {
     // Let retries of the database's own first writes (5 s) pass, so that
     // nothing but the decision can wake it within PROMPT below.
     tokio::time::sleep(Duration::from_secs(6)).await;
-    sc.pair.sql("pdx", "START SLAVE");
+    sc.pair.start_replica("pdx");
     wait_status(&sc.cluster, &name, "bootstrap at iad over localhost", T, |s| is_ready_at(s, "iad", 1)).await;
     let services: Api<Service> = Api::namespaced(sc.cluster.client.clone(), &ns);
     let slices: Api<EndpointSlice> = Api::namespaced(sc.cluster.client.clone(), &ns);

@@ -29,8 +29,9 @@ async fn a_replica_restarted_writable_is_made_read_only_again() {
 
     // A client session on it (root, which read_only alone would not stop),
     // connected while it is read-only; then someone makes it writable.
-    let session = std::process::Command::new(bloodraven_e2e::repo_root().join("hack/mariadb.sh"))
-        .args(["sql", sc.pair.dir().to_str().unwrap(), "pdx", "SELECT SLEEP(300)"])
+    let session = sc
+        .pair
+        .sql_command("pdx", "SELECT SLEEP(300)")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use bloodraven_e2e::fixtures::{Scenario, condition, has_condition, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::sites::Flavor;
 use bloodraven_e2e::writer;
 use mysql_async::prelude::Queryable;
 
@@ -27,18 +28,25 @@ const T: Duration = Duration::from_secs(90);
 async fn a_write_on_the_replica_is_found_within_a_round_and_never_a_failover_target() {
     let sc = Scenario::start("errant", 1, LeaderTimings::default()).await;
     let name = sc.quick_group("g").await;
-    let pdx_id = sc.pair.sql("pdx", "SELECT @@server_id").trim().to_owned();
-    let applied = sc.pair.sql("pdx", "SELECT @@gtid_slave_pos").trim().to_owned();
-    // Empty on a pair whose primary has written nothing yet.
-    let seq: u64 = applied.rsplit('-').next().filter(|s| !s.is_empty()).map_or(0, |s| s.parse().unwrap());
+    // MariaDB numbers the replication domain's transactions as one sequence
+    // (pdx's own continue after what it applied); MySQL numbers each
+    // server's from 1 under its UUID.
+    let first = match sc.pair.flavor {
+        Flavor::MariaDb => sc.pair.transactions("pdx") + 1,
+        Flavor::MySql => 1,
+    };
 
-    // Three transactions of its own: root writes through read_only.
+    // Three transactions of its own: root writes through read_only (on
+    // MySQL, super_read_only stops root too: an administrator lifts it).
     let wrote = Instant::now();
-    sc.pair.sql(
-        "pdx",
-        "CREATE DATABASE errant; CREATE TABLE errant.t (id INT PRIMARY KEY); INSERT INTO errant.t VALUES (1)",
-    );
-    let range = format!("0-{pdx_id}-{}..{}", seq + 1, seq + 3);
+    let writes = "CREATE DATABASE errant; CREATE TABLE errant.t (id INT PRIMARY KEY); INSERT INTO errant.t VALUES (1)";
+    match sc.pair.flavor {
+        Flavor::MariaDb => sc.pair.sql("pdx", writes),
+        Flavor::MySql => {
+            sc.pair.sql("pdx", &format!("SET GLOBAL super_read_only=0; {writes}; SET GLOBAL super_read_only=1"))
+        }
+    };
+    let range = sc.pair.gtid_range("pdx", first, first + 2);
     let s = wait_status(&sc.cluster, &name, "SiteDiverged on pdx", T, |s| {
         has_condition(s, "SiteDiverged", "True", Some("ErrantTransactions"))
     })
@@ -142,9 +150,7 @@ async fn a_replica_that_receives_nothing_is_stalled_and_refused_as_a_target() {
     let health = s.health.iter().find(|h| h.site == "pdx").unwrap();
     assert_eq!(health.replication_running, Some(false), "{health:?}");
     // The server itself still says both threads run.
-    let row = sc.pair.sql("pdx", "SHOW SLAVE STATUS");
-    let columns: Vec<&str> = row.trim_end_matches('\n').split('\t').collect();
-    assert_eq!(columns.get(10..12), Some(&["Yes", "Yes"][..]), "{row}");
+    assert_eq!(sc.pair.replication_threads("pdx"), Some(("Yes".to_owned(), "Yes".to_owned())));
 
     sc.request_failover(&name, "pdx", "onto-stalled").await;
     let s = wait_status(&sc.cluster, &name, "the request to fail", T, |s| match &s.planned_failover {
@@ -163,7 +169,8 @@ async fn a_replica_that_receives_nothing_is_stalled_and_refused_as_a_target() {
     // The link heals and replication is restarted: it catches up and the
     // stall clears.
     drop(block);
-    sc.pair.sql("pdx", "STOP SLAVE; START SLAVE");
+    sc.pair.stop_replica("pdx");
+    sc.pair.start_replica("pdx");
     wait_status(&sc.cluster, &name, "ReplicationNotRunning False", T, |s| {
         has_condition(s, "ReplicationNotRunning", "False", None)
     })

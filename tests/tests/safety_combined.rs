@@ -27,6 +27,7 @@ use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
 use bloodraven_e2e::deploy::{Pipeline, scenario, start_operator_with, token_of};
 use bloodraven_e2e::fixtures::{Scenario, condition, group_events, has_condition, is_active_at, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::sites::Flavor;
 use bloodraven_e2e::{Operator, writer};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -49,15 +50,6 @@ fn never_drained(s: &MysqlFailoverGroupStatus) -> Result<(), String> {
         }
         _ => Ok(()),
     }
-}
-
-/// The sequence number of domain 0 in a MariaDB position.
-fn seq(position: &str) -> u64 {
-    position
-        .split(',')
-        .find(|p| p.starts_with("0-"))
-        .and_then(|p| p.rsplit('-').next())
-        .map_or(0, |s| s.trim().parse().unwrap())
 }
 
 /// Every Event about the group, as `reason/action: note` lines.
@@ -121,17 +113,32 @@ async fn an_errant_standby_is_never_promoted_across_a_leader_crash_an_accepted_l
     let name = sc.quick_group("g").await;
     writer::prepare_replicated(&sc.pair, T).await;
     let pdx_id = sc.pair.sql("pdx", "SELECT @@server_id").trim().to_owned();
-    let had = seq(&sc.pair.sql("pdx", "SELECT @@gtid_slave_pos"));
+    let had = sc.pair.transactions("pdx");
 
-    // Writes of its own on the standby, binlogged (sql_log_bin=1), in the
-    // replication domain and in a domain the primary never used.
-    sc.pair.sql(
-        "pdx",
-        "SET SESSION sql_log_bin=1; CREATE DATABASE errant; CREATE TABLE errant.t (id INT PRIMARY KEY); \
-         INSERT INTO errant.t VALUES (1); SET SESSION gtid_domain_id=9; INSERT INTO errant.t VALUES (2)",
-    );
-    let in_zero = format!("0-{pdx_id}-{}..{}", had + 1, had + 3);
-    let in_nine = format!("9-{pdx_id}-1");
+    // Writes of its own on the standby, binlogged (sql_log_bin=1). MariaDB:
+    // in the replication domain and in a domain the primary never used.
+    // MySQL: an administrator lifts super_read_only for them, under the
+    // standby's own server UUID.
+    let (in_zero, in_nine) = match sc.pair.flavor {
+        Flavor::MariaDb => {
+            sc.pair.sql(
+                "pdx",
+                "SET SESSION sql_log_bin=1; CREATE DATABASE errant; CREATE TABLE errant.t (id INT PRIMARY KEY); \
+                 INSERT INTO errant.t VALUES (1); SET SESSION gtid_domain_id=9; INSERT INTO errant.t VALUES (2)",
+            );
+            (format!("0-{pdx_id}-{}..{}", had + 1, had + 3), format!("9-{pdx_id}-1"))
+        }
+        Flavor::MySql => {
+            sc.pair.sql(
+                "pdx",
+                "SET GLOBAL super_read_only=0; SET SESSION sql_log_bin=1; CREATE DATABASE errant; \
+                 CREATE TABLE errant.t (id INT PRIMARY KEY); INSERT INTO errant.t VALUES (1); \
+                 INSERT INTO errant.t VALUES (2); SET GLOBAL super_read_only=1",
+            );
+            let range = sc.pair.gtid_range("pdx", 1, 4);
+            (range.clone(), range)
+        }
+    };
     let s = wait_status(&sc.cluster, &name, "SiteDiverged on pdx, both domains", T, |s| {
         has_condition(s, "SiteDiverged", "True", Some("ErrantTransactions"))?;
         let m = &condition(s, "SiteDiverged").unwrap().message;
@@ -198,7 +205,7 @@ async fn a_stopped_sql_thread_fails_a_deferred_switchover_and_blocks_promotion_a
 
     // While it waits: the standby's applier is stopped by hand, and the
     // primary commits five more (received by pdx, never applied).
-    d.sc.pair.sql("pdx", "STOP SLAVE SQL_THREAD");
+    d.sc.pair.stop_applier("pdx");
     let inserts = (2..7).map(|i| format!("INSERT INTO bench.t (id) VALUES ({i});")).collect::<Vec<_>>().join(" ");
     d.sc.pair.sql("iad", &inserts);
     let s = wait_status(&cluster, &group, "ReplicationNotRunning on pdx", T, |s| {
@@ -243,7 +250,7 @@ async fn a_stopped_sql_thread_fails_a_deferred_switchover_and_blocks_promotion_a
 
     // A person restarts the applier: pdx applies all it received and is
     // promoted, with every acknowledged row.
-    d.sc.pair.sql("pdx", "START SLAVE SQL_THREAD");
+    d.sc.pair.start_applier("pdx");
     let s = wait_status(&cluster, &group, "pdx active at generation 2", T, |s| is_active_at(s, "pdx", 2)).await;
     d.sc.pair.wait_read_only("pdx", false, T).await;
     assert_eq!(d.sc.pair.sql("pdx", "SELECT COUNT(*) FROM bench.t").trim(), "6", "every acknowledged row");
@@ -258,7 +265,7 @@ async fn a_stalled_standby_behind_a_held_switchover_is_not_promoted_blindly_afte
     let p = d.pipeline.clone();
     let group = p.group.clone();
     writer::prepare_replicated(&d.sc.pair, T).await;
-    let had = seq(&d.sc.pair.sql("pdx", "SELECT @@gtid_current_pos"));
+    let had = d.sc.pair.transactions("pdx");
 
     // A pipeline holds the mutex and a failover-hold, renewed all along; a
     // switchover waits behind it.
@@ -273,9 +280,9 @@ async fn a_stalled_standby_behind_a_held_switchover_is_not_promoted_blindly_afte
     let block = d.sc.pair.block_replication("pdx");
     let inserts = (2..202).map(|i| format!("INSERT INTO bench.t (id) VALUES ({i});")).collect::<Vec<_>>().join(" ");
     d.sc.pair.sql("iad", &inserts);
-    let last = seq(&d.sc.pair.sql("iad", "SELECT @@gtid_current_pos"));
+    let last = d.sc.pair.transactions("iad");
     assert_eq!(last, had + 200);
-    let range = format!("0-1-{}..{last}", had + 1);
+    let range = d.sc.pair.gtid_range("iad", had + 1, last);
     let s = wait_status(&cluster, &group, "ReplicationNotRunning: ReplicationStalled", T, |s| {
         has_condition(s, "ReplicationNotRunning", "True", Some("ReplicationStalled"))
     })

@@ -256,8 +256,11 @@ async fn a_job_waiting_for_the_mutex_names_the_holder_in_its_pod_and_job_events(
     );
     // The waiting migration container started (its wrapper waits on the
     // socket) and says whom it waits for.
-    let waited = logs(cluster, ns, &second_pod, "migrate").await;
-    assert!(waited.contains("waiting for the leases") && waited.contains(&first_uid), "{waited}");
+    let waited = bloodraven_e2e::wait_for("the waiting wrapper to say whom it waits for", T, || async {
+        let log = logs(cluster, ns, &second_pod, "migrate").await;
+        if log.contains("waiting for the leases") && log.contains(&first_uid) { Ok(log) } else { Err(log) }
+    })
+    .await;
     assert!(!waited.contains("MIGRATING"), "ran while the first Job held the mutex: {waited}");
     for name in ["first", "second"] {
         let (_, ended, reason) = wait_job_end(cluster, ns, name, T).await;
