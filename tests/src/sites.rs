@@ -510,21 +510,20 @@ pub fn count_transactions(flavor: Flavor, position: &str) -> u64 {
         // `domain-server-seq` per domain; the pairs here write domain 0 only.
         Flavor::MariaDb => position
             .split(',')
-            .map(|g| g.trim().rsplit('-').next().and_then(|n| n.parse::<u64>().ok()).expect(position))
+            .map(|g| {
+                g.trim().rsplit('-').next().and_then(|n| n.parse::<u64>().ok()).unwrap_or_else(|| panic!("{position}"))
+            })
             .max()
             .unwrap_or(0),
         // `uuid:1-5:7,uuid2:1-3`: the intervals of every UUID.
-        Flavor::MySql => position
-            .split(',')
-            .flat_map(|set| set.trim().split(':').skip(1))
-            .map(|interval| match interval.split_once('-') {
-                Some((a, b)) => b.parse::<u64>().expect(position) - a.parse::<u64>().expect(position) + 1,
-                None => {
-                    interval.parse::<u64>().expect(position);
-                    1
-                }
-            })
-            .sum(),
+        Flavor::MySql => {
+            let number = |n: &str| n.trim().parse::<u64>().unwrap_or_else(|e| panic!("{position}: {n}: {e}"));
+            position
+                .split(',')
+                .flat_map(|set| set.trim().split(':').skip(1))
+                .map(|interval| interval.split_once('-').map_or(1, |(a, b)| number(b) - number(a) + 1))
+                .sum()
+        }
     }
 }
 
