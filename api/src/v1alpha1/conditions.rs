@@ -41,11 +41,15 @@ pub enum ConditionType {
     /// sessions, but they should not belong to applications or migrations,
     /// so such accounts are reported with this condition and an Event.
     ReadOnlyBypassAccounts,
+    /// `spec.failover.semiSync` asks for semi-synchronous replication, but a
+    /// site cannot do it (MySQL without the semi-sync plugins loaded):
+    /// acknowledged writes are not kept through a failover there.
+    SemiSyncUnavailable,
 }
 
 impl ConditionType {
     /// Every type, in the order the operator writes them.
-    pub const ALL: [ConditionType; 11] = [
+    pub const ALL: [ConditionType; 12] = [
         ConditionType::Ready,
         ConditionType::Degraded,
         ConditionType::SplitBrain,
@@ -57,6 +61,7 @@ impl ConditionType {
         ConditionType::SiteDiverged,
         ConditionType::DecisionConflict,
         ConditionType::ReadOnlyBypassAccounts,
+        ConditionType::SemiSyncUnavailable,
     ];
 
     /// The type's name as it appears in `status.conditions[].type`.
@@ -73,6 +78,7 @@ impl ConditionType {
             ConditionType::SiteDiverged => "SiteDiverged",
             ConditionType::DecisionConflict => "DecisionConflict",
             ConditionType::ReadOnlyBypassAccounts => "ReadOnlyBypassAccounts",
+            ConditionType::SemiSyncUnavailable => "SemiSyncUnavailable",
         }
     }
 }
@@ -190,6 +196,13 @@ pub mod reason {
     pub const SITE_REJOINED: &str = "SiteRejoined";
     /// The decision record does not verify or cannot be explained by any decision.
     pub const DECISION_RECORD_MISMATCH: &str = "DecisionRecordMismatch";
+    /// The group does not ask for semi-synchronous replication.
+    pub const SEMI_SYNC_NOT_REQUESTED: &str = "SemiSyncNotRequested";
+    /// Every reachable site can do semi-synchronous replication.
+    pub const SEMI_SYNC_AVAILABLE: &str = "SemiSyncAvailable";
+    /// A MySQL site has not loaded the semi-sync plugins
+    /// (`rpl_semi_sync_source`, `rpl_semi_sync_replica`).
+    pub const SEMI_SYNC_PLUGINS_MISSING: &str = "SemiSyncPluginsMissing";
     /// An account other than the operator's holds `READ_ONLY ADMIN` or `SUPER`.
     pub const READ_ONLY_ADMIN_ACCOUNTS: &str = "ReadOnlyAdminAccounts";
     /// The MysqlDatabase's `<name>-primary` Service points at the group's

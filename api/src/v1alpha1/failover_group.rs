@@ -244,10 +244,12 @@ pub struct FailoverPolicy {
     #[serde(default = "default_catch_up_timeout")]
     #[schemars(range(min = 1, max = 3600))]
     pub catch_up_timeout_seconds: u32,
-    /// Semi-synchronous replication (MariaDB's built-in, AFTER_SYNC): the
-    /// primary waits for the standby to acknowledge each commit before the
-    /// client sees it, so an emergency failover loses no acknowledged write
-    /// while the standby is connected. Default false (asynchronous: writes
+    /// Semi-synchronous replication (AFTER_SYNC; MariaDB's built in, MySQL's
+    /// plugins, which each site must load): the primary waits for the
+    /// standby to acknowledge each commit before the client sees it, so an
+    /// emergency failover loses no acknowledged write while the standby is
+    /// connected. A site that cannot do it is named by the condition
+    /// SemiSyncUnavailable. Default false (asynchronous: writes
     /// acknowledged in the last moments before a primary dies can be lost;
     /// see docs/failover-groups.md).
     #[serde(default)]

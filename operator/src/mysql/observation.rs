@@ -42,18 +42,22 @@ pub struct SiteObservation {
     pub gtid_slave_pos: String,
     /// Replication state; `None` when no replication is configured.
     pub replication: Option<ReplicationObservation>,
-    /// Semi-synchronous replication switches (MariaDB, built in):
-    /// `rpl_semi_sync_master_enabled`, `rpl_semi_sync_slave_enabled`.
-    /// `None` on MySQL (plugins; not managed here).
+    /// Semi-synchronous replication switches: MariaDB's built in
+    /// `rpl_semi_sync_master_enabled`, `rpl_semi_sync_slave_enabled`;
+    /// MySQL's `rpl_semi_sync_source_enabled`,
+    /// `rpl_semi_sync_replica_enabled`. `None` when the site cannot do
+    /// semi-sync (MySQL without both plugins loaded).
     pub semi_sync: Option<SemiSync>,
 }
 
-/// The semi-sync switches of a MariaDB site.
+/// The semi-sync switches of a site.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SemiSync {
-    /// `rpl_semi_sync_master_enabled`: commits wait for a replica's acknowledgement.
+    /// `rpl_semi_sync_master_enabled` (MySQL `…_source_enabled`): commits
+    /// wait for a replica's acknowledgement.
     pub primary: bool,
-    /// `rpl_semi_sync_slave_enabled`: this replica acknowledges.
+    /// `rpl_semi_sync_slave_enabled` (MySQL `…_replica_enabled`): this
+    /// replica acknowledges.
     pub replica: bool,
 }
 

@@ -143,7 +143,8 @@ async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
         Flavor::MySql => {
             let row: Option<(u8, String)> = conn.query_first("SELECT @@super_read_only, @@gtid_executed").await?;
             let (super_read_only, gtid) = row.unwrap_or((1, String::new()));
-            (read_only == 0 && super_read_only == 0, (gtid.clone(), gtid, String::new()), "SHOW REPLICA STATUS", None)
+            let semi = mysql_semi_sync(conn).await?;
+            (read_only == 0 && super_read_only == 0, (gtid.clone(), gtid, String::new()), "SHOW REPLICA STATUS", semi)
         }
     };
     let rows: Vec<Row> = conn.query(status_sql).await?;
@@ -159,6 +160,26 @@ async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
         replication,
         semi_sync,
     })
+}
+
+/// A MySQL site's semi-sync switches, or `None` when it has not loaded both
+/// plugins (MySQL's semi-sync is two plugins, `semisync_source.so` and
+/// `semisync_replica.so`, whose variables exist only once loaded; loading
+/// them is the server's configuration, `plugin-load-add`, not the
+/// operator's: `INSTALL PLUGIN` needs a data privilege on `mysql.plugin`).
+async fn mysql_semi_sync(conn: &mut Conn) -> Result<Option<SemiSync>, ProbeError> {
+    let active: Vec<String> = conn
+        .query(
+            "SELECT PLUGIN_NAME FROM information_schema.PLUGINS WHERE PLUGIN_STATUS = 'ACTIVE' \
+             AND PLUGIN_NAME IN ('rpl_semi_sync_source', 'rpl_semi_sync_replica')",
+        )
+        .await?;
+    if active.len() < 2 {
+        return Ok(None);
+    }
+    let row: Option<(u8, u8)> =
+        conn.query_first("SELECT @@rpl_semi_sync_source_enabled, @@rpl_semi_sync_replica_enabled").await?;
+    Ok(row.map(|(primary, replica)| SemiSync { primary: primary == 1, replica: replica == 1 }))
 }
 
 /// A result row as column name → text; NULL columns are left out.

@@ -271,6 +271,23 @@ pub fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
     }
 }
 
+/// How a person makes a site a replica, in words for a message: the
+/// statement's shape, in the flavor's own syntax.
+pub fn replicate_hint(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::MariaDb => "CHANGE MASTER TO ... MASTER_USE_GTID=slave_pos; START SLAVE",
+        Flavor::MySql => "CHANGE REPLICATION SOURCE TO ... SOURCE_AUTO_POSITION=1; START REPLICA",
+    }
+}
+
+/// How a person starts a stopped replica, for a message.
+pub fn start_hint(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::MariaDb => "START SLAVE",
+        Flavor::MySql => "START REPLICA",
+    }
+}
+
 /// Statements that turn semi-synchronous replication on or off on a site,
 /// for its role (`primary`: wait for a replica's acknowledgement after the
 /// commit is synced to the binlog, AFTER_SYNC; replica: acknowledge).
@@ -372,5 +389,11 @@ mod tests {
         assert!(semi_sync(Flavor::MariaDb, true, true).iter().any(|s| s.contains("AFTER_SYNC")));
         assert!(semi_sync(Flavor::MySql, true, true).iter().any(|s| s.contains("rpl_semi_sync_source_enabled = ON")));
         assert_eq!(kill(42), "KILL CONNECTION 42");
+        assert!(
+            replicate_hint(Flavor::MySql).contains("SOURCE_AUTO_POSITION")
+                && !replicate_hint(Flavor::MySql).contains("MASTER")
+        );
+        assert!(replicate_hint(Flavor::MariaDb).contains("MASTER_USE_GTID"));
+        assert_eq!((start_hint(Flavor::MySql), start_hint(Flavor::MariaDb)), ("START REPLICA", "START SLAVE"));
     }
 }

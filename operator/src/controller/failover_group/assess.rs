@@ -294,7 +294,11 @@ fn replication_condition(
         match &obs.replication {
             None => problems.push((
                 reason::REPLICATION_NOT_CONFIGURED,
-                format!("site {} has no replication configured; point it at {primary} (CHANGE MASTER TO ... MASTER_USE_GTID=slave_pos)", site.name),
+                format!(
+                    "site {} has no replication configured; point it at {primary} ({})",
+                    site.name,
+                    crate::mysql::statements::replicate_hint(obs.flavor)
+                ),
             )),
             Some(ReplicationObservation { stall: Some(stall), .. }) => {
                 problems.push((reason::REPLICATION_STALLED, stall.clone()));

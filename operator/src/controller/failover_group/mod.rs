@@ -205,6 +205,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     operation_conditions(&mut assessment, &planned, safety.recovery.as_ref(), safety.diverged.as_ref(), &resolution);
     assessment.conditions.push(verification);
     assessment.conditions.push(bypass::condition(&ctx, &group, &probes).await);
+    assessment.conditions.push(semisync::condition(group.spec.failover.semi_sync, &probes));
     let health = health_of(&group.spec, &identity::known(&group), &previous.health, &probes, &safety.checked);
     write_observation(
         &api,

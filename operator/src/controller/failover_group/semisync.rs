@@ -1,9 +1,15 @@
-//! Semi-synchronous replication as `spec.failover.semiSync` asks (MariaDB's
-//! built-in semi-sync, `AFTER_SYNC`): on every probe, the decided active
-//! site has `rpl_semi_sync_master_enabled` on and every other site
-//! `rpl_semi_sync_slave_enabled` on (or all off when the group does not
-//! ask). A switch that differs is set, and a replica's IO thread is
-//! restarted so the new setting takes effect at once.
+//! Semi-synchronous replication as `spec.failover.semiSync` asks
+//! (`AFTER_SYNC`; MariaDB's built in, MySQL's two plugins): on every
+//! probe, the decided active site has its primary switch on
+//! (`rpl_semi_sync_master_enabled`, MySQL `rpl_semi_sync_source_enabled`)
+//! and every other site its replica switch (or all off when the group does
+//! not ask). A switch that differs is set, and a MariaDB replica's IO
+//! thread is restarted so the new setting takes effect at once.
+//!
+//! A MySQL site without the plugins loaded cannot do it: the operator does
+//! not load them (that is the server's configuration), and says so with
+//! the `SemiSyncUnavailable` condition, so nobody believes acknowledged
+//! writes survive a failover when they may not.
 //!
 //! What it buys: with a replica connected and acknowledging, a commit is
 //! acknowledged to the client only after the replica has it, so an
@@ -18,9 +24,12 @@ use std::time::Duration;
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use kube::ResourceExt;
 
+use bloodraven_api::v1alpha1::{ConditionType, reason};
+
 use super::assess::SiteProbe;
 use super::sites;
 use crate::controller::Context;
+use crate::controller::conditions::Computed;
 use crate::mysql::{ProbeTarget, SemiSync, actions};
 
 /// The switches `site` should have.
@@ -60,9 +69,68 @@ pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup, active: &str, p
     changed
 }
 
+/// The `SemiSyncUnavailable` condition: true when the group asks for
+/// semi-sync and a reachable site cannot do it.
+pub fn condition(asked: bool, probes: &[SiteProbe]) -> Computed {
+    let t = ConditionType::SemiSyncUnavailable.as_str();
+    if !asked {
+        return Computed::flag(t, false, reason::SEMI_SYNC_NOT_REQUESTED, "spec.failover.semiSync is false");
+    }
+    let missing: Vec<String> = probes
+        .iter()
+        .filter_map(|p| p.outcome.as_ref().ok().filter(|o| o.semi_sync.is_none()).map(|o| (p, o)))
+        .map(|(p, o)| format!("{} ({})", p.site, bloodraven_serving::log::escape(&o.version, 60)))
+        .collect();
+    if missing.is_empty() {
+        return Computed::flag(
+            t,
+            false,
+            reason::SEMI_SYNC_AVAILABLE,
+            "every reachable site can do semi-synchronous replication; the operator keeps the switches on their roles",
+        );
+    }
+    Computed::flag(
+        t,
+        true,
+        reason::SEMI_SYNC_PLUGINS_MISSING,
+        format!(
+            "spec.failover.semiSync asks for semi-synchronous replication, but site(s) {} have not loaded the semi-sync plugins rpl_semi_sync_source and rpl_semi_sync_replica: until they do, commits are not waited for and an emergency failover can lose acknowledged writes; load both on every site (plugin-load-add=semisync_source.so;semisync_replica.so in the server's configuration, then restart it)",
+            missing.join(", ")
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn probe(site: &str, semi_sync: Option<SemiSync>, version: &str) -> SiteProbe {
+        let obs = crate::mysql::SiteObservation {
+            flavor: crate::mysql::Flavor::from_version(version),
+            version: version.into(),
+            server_id: 1,
+            writable: true,
+            gtid_position: String::new(),
+            gtid_binlog_state: String::new(),
+            gtid_slave_pos: String::new(),
+            replication: None,
+            semi_sync,
+        };
+        SiteProbe { site: site.into(), outcome: Ok(obs) }
+    }
+
+    #[test]
+    fn a_site_that_cannot_do_semi_sync_is_said_when_it_is_asked_for() {
+        let able = probe("iad", Some(SemiSync::default()), "10.11.19-MariaDB");
+        let unable = probe("pdx", None, "9.7.4");
+        let c = condition(true, &[able.clone(), unable.clone()]);
+        assert_eq!((c.status, c.reason), ("True", reason::SEMI_SYNC_PLUGINS_MISSING));
+        assert!(c.message.contains("pdx (9.7.4)") && !c.message.contains("iad"), "{}", c.message);
+        let c = condition(true, std::slice::from_ref(&able));
+        assert_eq!((c.status, c.reason), ("False", reason::SEMI_SYNC_AVAILABLE));
+        let c = condition(false, &[able, unable]);
+        assert_eq!((c.status, c.reason), ("False", reason::SEMI_SYNC_NOT_REQUESTED));
+    }
 
     #[test]
     fn roles_follow_the_active_site() {

@@ -898,8 +898,10 @@ pub fn target_readiness(
     };
     if !r.running() {
         return Err(format!(
-            "{target} replication is not running (IO thread: {}, SQL thread: {}); start it (START SLAVE) and fix its errors",
-            r.io_running, r.sql_running
+            "{target} replication is not running (IO thread: {}, SQL thread: {}); start it ({}) and fix its errors",
+            r.io_running,
+            r.sql_running,
+            crate::mysql::statements::start_hint(obs.flavor)
         ));
     }
     if r.source_server_id != Some(src.server_id) {
