@@ -377,7 +377,9 @@ impl SitePair {
     /// `site`'s replica status as `Field: value` lines (`\G`), empty when
     /// it replicates from nothing.
     pub fn replica_status(&self, site: &str) -> String {
-        self.sql(site, "SHOW REPLICA STATUS\\G")
+        // The scripts' `sql` drops column names (batch output); the field
+        // names are what is read here.
+        self.run(&["sql", self.dir_str(), site, "SHOW REPLICA STATUS\\G", "--column-names"]).unwrap()
     }
 
     /// Whether `site` replicates from a source at all.
