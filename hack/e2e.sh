@@ -51,8 +51,10 @@ fi
 
 cleanup() {
   status=$?
-  for d in "$dir"/mariadb/*/; do
-    [ -d "$d" ] && "$root/hack/mariadb.sh" down "$d" >/dev/null 2>&1 || true
+  for flavor in mariadb mysql; do
+    for d in "$dir/$flavor"/*/; do
+      [ -d "$d" ] && "$root/hack/$flavor.sh" down "$d" >/dev/null 2>&1 || true
+    done
   done
   # The node first (its Pods, mounts, bridge and chains), then the control plane.
   "$root/hack/node.sh" down "$dir/control-plane" >/dev/null 2>&1 || true
@@ -161,12 +163,30 @@ else
   # by itself: a CRD loosened under a parallel file turned that file's
   # server-side apply into a conflict on a list the strict schema keys.
   alone=$(cd "$root/tests" && cut -f1 "$dir/test-files" | xargs -r grep -l '^//! Runs alone:' || true)
-  grep -v -F -f <(printf '%s\n' "$alone" | sed '/^$/d;s/$/\t/') "$dir/test-files" >"$dir/test-files.shared" || true
-  grep -F -f <(printf '%s\n' "$alone" | sed '/^$/d;s/$/\t/') "$dir/test-files" >"$dir/test-files.alone" || true
+  # A file whose header says `//! Both flavors:` touches SQL, and runs once
+  # per flavor of E2E_FLAVORS (default: mariadb mysql; the tests read
+  # E2E_FLAVOR, tests/src/sites.rs); every other file runs once, on the
+  # first of them.
+  both=$(cd "$root/tests" && cut -f1 "$dir/test-files" | xargs -r grep -l '^//! Both flavors:' || true)
+  flavors=${E2E_FLAVORS:-mariadb mysql}
+  for f in $flavors; do
+    case $f in mariadb | mysql) ;; *) echo "e2e: E2E_FLAVORS: unknown flavor '$f' (mariadb, mysql)" >&2; exit 2 ;; esac
+  done
+  with_flavors() { # LIST: one line per file and flavor (FILE, BINARY, FLAVOR)
+    while IFS=$'\t' read -r file exe; do
+      if grep -q -x -F "$file" <<<"$both"; then
+        for f in $flavors; do printf '%s\t%s\t%s\n' "$file" "$exe" "$f"; done
+      else
+        printf '%s\t%s\t%s\n' "$file" "$exe" "${flavors%% *}"
+      fi
+    done <"$1"
+  }
+  grep -v -F -f <(printf '%s\n' "$alone" | sed '/^$/d;s/$/\t/') "$dir/test-files" | with_flavors /dev/stdin >"$dir/test-files.shared" || true
+  grep -F -f <(printf '%s\n' "$alone" | sed '/^$/d;s/$/\t/') "$dir/test-files" | with_flavors /dev/stdin >"$dir/test-files.alone" || true
   run_files() { # LIST JOBS LOG
     # cargo test runs test binaries in the package's folder.
     (cd "$root/tests" && parallel --will-cite --keep-order --group --colsep '\t' --jobs "$2" --joblog "$3" \
-      "echo '     Running {1} ({2})'; {2} --test-threads=${E2E_TEST_THREADS:-3}$extra" <"$1")
+      "echo '     Running {1} on {3} ({2})'; E2E_FLAVOR={3} {2} --test-threads=${E2E_TEST_THREADS:-3}$extra" <"$1")
   }
   status=0
   # The whole output is also kept, so that the failures can be repeated at
@@ -176,7 +196,7 @@ else
   if [ "$status" -ne 0 ]; then
     echo "e2e: the failures, again (whole output in $dir/test-output):" >&2
     grep -E -A3 '^(thread .* panicked at|---- .* stdout ----)' "$dir/test-output" | grep -v -E '^ +[0-9]+: |^ +at ' | head -n 80 >&2 || true
-    failed=$(awk -F'\t' 'NR > 1 && ($7 != 0 || $8 != 0) && match($9, /Running [^ ]+/) { print substr($9, RSTART + 8, RLENGTH - 8) }' \
+    failed=$(awk -F'\t' 'NR > 1 && ($7 != 0 || $8 != 0) && match($9, /Running [^ ]+ on [^ ]+/) { print substr($9, RSTART + 8, RLENGTH - 8) }' \
       "$dir/test-files.log" "$dir/test-files-alone.log")
     echo "error: $(wc -l <<<"$failed") test files failed:" >&2
     sed 's/^/    /' <<<"$failed" >&2

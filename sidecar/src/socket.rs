@@ -593,7 +593,17 @@ async fn attach(
                     exit_code: crate::lease::ending::exit::SIDECAR_FAILED,
                     message: "another wrapper already attached to this run".into(),
                 }
-            } else if let Some(()) = started(shared).await {
+            } else if let Some(()) = {
+                // The start waits until a renewal records that the migration
+                // starts (at-start boundary), up to ACK_TIMEOUT: the wrapper
+                // is told to wait, so that its own first-reply bound (its
+                // connect timeout) never runs out first and exits 94 while
+                // the run goes on.
+                if said.is_none() {
+                    write(&mut out, &Reply::Waiting { holder: None }).await?;
+                }
+                started(shared).await
+            } {
                 let now = status.borrow_and_update().clone();
                 Reply::Start { remaining_ms: now.remaining_ms(), grace_ms: grace.as_millis() as u64 }
             } else {
@@ -931,7 +941,11 @@ mod tests {
             Some(Event::Started(ack)) => ack.send(()).unwrap(),
             other => panic!("{other:?}"),
         }
-        let first: Reply = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
+        // A start is preceded by `waiting` while it is confirmed.
+        let mut first: Reply = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
+        while first == (Reply::Waiting { holder: None }) {
+            first = serde_json::from_str(&read_line(&mut reader).await.unwrap().unwrap()).unwrap();
+        }
         (reader, out, first)
     }
 
