@@ -290,10 +290,18 @@ spec:
     spec:
       serviceAccountName: deployer
       restartPolicy: Never
+      # The restricted Pod Security profile, which the namespace warns on.
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65532
+        seccompProfile: {type: RuntimeDefault}
       containers:
         - name: migrate
           image: $BLOODRAVEN_TOOLS_IMAGE
           command: ["sh", "-c", "echo migrating"]
+          securityContext:
+            allowPrivilegeEscalation: false
+            capabilities: {drop: ["ALL"]}
 JOB
   kubectl get mysqlfailovergroups
   echo
