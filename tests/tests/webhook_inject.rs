@@ -40,6 +40,8 @@ fn job(env: &Env, name: &str, script: &str) -> Value {
             "automountServiceAccountToken": false,
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 15,
+            // The restricted Pod Security profile, as the playground's Job has it.
+            "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [{
                 "name": "migrate", "image": image("BLOODRAVEN_TOOLS_IMAGE"), "imagePullPolicy": "IfNotPresent",
                 "command": ["/bin/sh", "-c", script],
