@@ -105,7 +105,7 @@ ensure_client() {
     CLIENT=(false); ADMIN=(false)
   fi
   # The template's stamp names the server's version: a new root, a new template.
-  TEMPLATE_STAMP="accounts-v1 $OPERATOR_PRIVILEGES; ${OPERATOR_READS[*]}; ${INNODB_INIT_ARGS[*]}; mysql-server-core $(cat "$MYSQL_ROOT/bloodraven/.root-ok" 2>/dev/null)"
+  TEMPLATE_STAMP="accounts-v1 $OPERATOR_PRIVILEGES; ${OPERATOR_READS[*]}; ${INNODB_INIT_ARGS[*]}; mysql-server-core $(cat "$MYSQL_ROOT/bloodraven/.root-ok" 2>/dev/null || true)"
 }
 
 ensure_server() {
