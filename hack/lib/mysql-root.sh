@@ -153,7 +153,7 @@ mysql_root_build() { # [force]
 # ROOT/bloodraven/bin/NAME for the server and the clients (see the header).
 _mysql_wrappers() { # ROOT
   local r=$1 ld lib name path
-  ld=$(ls "$r"/usr/lib/*-linux-gnu/ld-linux*.so.[0-9] 2>/dev/null | head -n 1)
+  ld=$(ls "$r"/usr/lib/*-linux-gnu/ld-linux*.so.[0-9] 2>/dev/null | head -n 1 || true)
   [ -n "$ld" ] || die "no dynamic loader in $r/usr/lib/*-linux-gnu"
   lib=$(dirname "$ld")
   mkdir -p "$r/bloodraven/bin" "$r/bloodraven/ld"
