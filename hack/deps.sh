@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs, with apt-get, the Debian packages the playground and the tests need
-# when they are missing: MariaDB (server and client, for the sites), certificates, free ports, network namespaces, the local node (containerd,
+# when they are missing: MariaDB (server and client, for the sites), debootstrap
+# (MySQL's root, below), certificates, free ports, network namespaces, the local node (containerd,
 # runc, the CNI plugins, iptables, conntrack), image packing without a daemon
 # (umoci, busybox-static, binutils' strip, glibc's static libc for the
 # operator's static binary), curl for the tools image, and Python's venv
@@ -14,6 +15,10 @@ need=()
 # tests run side by side, and each would otherwise install it on first use.
 { command -v mariadbd && command -v mariadb-install-db && command -v mariadb && command -v mariadb-admin; } >/dev/null \
   || need+=(mariadb-server mariadb-client)
+# The MySQL sites (hack/mysql.sh) run MySQL from a Debian sid root that
+# debootstrap makes (hack/build-mysql.sh); curl and xz read sid's version.
+command -v debootstrap >/dev/null || need+=(debootstrap)
+command -v xz >/dev/null || need+=(xz-utils)
 command -v openssl >/dev/null || need+=(openssl)
 command -v python3 >/dev/null || need+=(python3)
 # schemathesis is installed into a venv (hack/schemathesis.sh): Debian splits venv and ensurepip out.
@@ -46,3 +51,8 @@ if [ ${#need[@]} -gt 0 ]; then
   echo "deps.sh: installing ${need[*]}" >&2
   apt_install "${need[@]}"
 fi
+# MySQL's root, before any test runs (tests run side by side, and the first
+# MySQL site of each would otherwise wait for the ~1 min build). Cached: a
+# warm run reads a symlink; once a day it asks sid for a newer version of the
+# series (about 1 s) and builds it when there is one.
+"$root/hack/build-mysql.sh" daily >/dev/null
