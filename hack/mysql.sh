@@ -57,10 +57,11 @@ MAX_CONNECTIONS=${BLOODRAVEN_MYSQL_MAX_CONNECTIONS:-${BLOODRAVEN_MARIADB_MAX_CON
 # each of these.
 #   SYSTEM_VARIABLES_ADMIN  SET GLOBAL super_read_only / read_only /
 #                           rpl_semi_sync_* (fence, unfence, semi-sync)
-#   CONNECTION_ADMIN        KILL CONNECTION of another account's session (fence)
-#   SYSTEM_USER             ... when that account holds SYSTEM_USER (root
-#                           does): without it KILL fails with 1095 "You are
-#                           not owner of thread", which fails the fence
+#   CONNECTION_ADMIN        KILL CONNECTION of another account's session
+#                           (fence). Not SYSTEM_USER: the sessions of
+#                           SYSTEM_USER accounts (root) it cannot end (1095),
+#                           and the operator leaves them, since
+#                           super_read_only already stops their writes
 #   REPLICATION_SLAVE_ADMIN STOP/START REPLICA, CHANGE REPLICATION SOURCE TO
 #   RELOAD                  RESET REPLICA ALL (promotion); it would also
 #                           allow FLUSH and RESET BINARY LOGS AND GTIDS, which
@@ -69,18 +70,13 @@ MAX_CONNECTIONS=${BLOODRAVEN_MYSQL_MAX_CONNECTIONS:-${BLOODRAVEN_MARIADB_MAX_CON
 #   PROCESS                 other accounts' sessions in
 #                           information_schema.PROCESSLIST / SHOW PROCESSLIST
 #                           (fence), INNODB_TRX and data_lock_waits (migrations)
-OPERATOR_PRIVILEGES="SYSTEM_VARIABLES_ADMIN, CONNECTION_ADMIN, SYSTEM_USER, REPLICATION_SLAVE_ADMIN, RELOAD, REPLICATION CLIENT, PROCESS"
+OPERATOR_PRIVILEGES="SYSTEM_VARIABLES_ADMIN, CONNECTION_ADMIN, REPLICATION_SLAVE_ADMIN, RELOAD, REPLICATION CLIENT, PROCESS"
 # and what it reads, granted ON these (no password hash among them):
 #   performance_schema.*    replication_connection_status (received GTIDs),
 #                           metadata_locks, threads, data_lock_waits (migrations)
-#   mysql.user's User, Host, Super_priv   accounts holding SUPER, and
-#   mysql.global_grants, mysql.role_edges  those holding CONNECTION_ADMIN,
-#                           directly or through roles: who writes through
-#                           read_only (not super_read_only). Without SELECT
-#                           on all of mysql, information_schema.USER_PRIVILEGES
-#                           shows an account its own rows only.
-OPERATOR_READS=("SELECT ON performance_schema.*" "SELECT (User, Host, Super_priv) ON mysql.user"
-  "SELECT ON mysql.global_grants" "SELECT ON mysql.role_edges")
+# Nothing of mysql.*: super_read_only stops every account, so the operator
+# does not look for accounts that write through read_only on MySQL.
+OPERATOR_READS=("SELECT ON performance_schema.*")
 # Not granted: any data privilege; INSERT on mysql.plugin (INSTALL PLUGIN,
 # which a super_read_only replica refuses anyway: the semi-sync plugins are
 # loaded at start).

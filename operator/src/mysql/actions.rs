@@ -15,6 +15,11 @@ use super::{grants, statements};
 pub struct Fenced {
     /// Client sessions ended: `(id, user)`.
     pub killed: Vec<(u64, String)>,
+    /// MySQL sessions the operator may not end (their account holds
+    /// `SYSTEM_USER`, which the operator's does not): `(id, user)`.
+    /// `super_read_only` already stops their writes, and an open
+    /// transaction of theirs fails at `COMMIT` (1290).
+    pub left: Vec<(u64, String)>,
 }
 
 /// Fences a site: read-only (`read_only` on MariaDB, `super_read_only` on
@@ -39,17 +44,24 @@ pub async fn fence(
             conn.query_drop(*stmt).await?;
         }
         let sessions: Vec<(u64, String, u64)> = conn.query(statements::CLIENT_SESSIONS).await?;
-        let mut killed = Vec::new();
+        let (mut killed, mut left) = (Vec::new(), Vec::new());
         for (id, user, _) in sessions {
             match conn.query_drop(statements::kill(id)).await {
                 Ok(()) => killed.push((id, user)),
                 // ER_NO_SUCH_THREAD: it ended by itself meanwhile.
                 Err(mysql_async::Error::Server(e)) if e.code == 1094 => {}
+                // ER_KILL_DENIED_ERROR on MySQL: a SYSTEM_USER account's
+                // session, which super_read_only has stopped from writing.
+                // On MariaDB it is a fence that does not hold (read_only
+                // does not stop READ_ONLY ADMIN accounts).
+                Err(mysql_async::Error::Server(e)) if e.code == 1095 && flavor == Flavor::MySql => {
+                    left.push((id, user));
+                }
                 Err(e) => return Err(e.into()),
             }
         }
         let _ = conn.disconnect().await;
-        Ok(Fenced { killed })
+        Ok(Fenced { killed, left })
     };
     // The server's own bound answers first (error 1205, the fence not
     // taken); this one only covers a server that does not answer at all.

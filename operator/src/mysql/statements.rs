@@ -311,7 +311,14 @@ pub fn semi_sync(flavor: Flavor, on: bool, primary: bool) -> Vec<String> {
             "SET GLOBAL rpl_semi_sync_source_wait_point = AFTER_SYNC".into(),
             format!("SET GLOBAL rpl_semi_sync_source_enabled = {v}"),
         ],
-        (Flavor::MySql, false) => vec![format!("SET GLOBAL rpl_semi_sync_replica_enabled = {v}")],
+        // Likewise on MySQL: without the restart the source counts no
+        // semi-sync replica, waits out its timeout on the next commit, and
+        // falls back to asynchronous (seen on 9.7.4).
+        (Flavor::MySql, false) => vec![
+            format!("SET GLOBAL rpl_semi_sync_replica_enabled = {v}"),
+            "STOP REPLICA IO_THREAD".into(),
+            "START REPLICA IO_THREAD".into(),
+        ],
     }
 }
 

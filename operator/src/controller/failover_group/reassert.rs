@@ -54,8 +54,16 @@ pub async fn reassert(ctx: &Context, group: &MysqlFailoverGroup, active: &str, p
                 fenced_any = true;
                 let generation =
                     group.decided().map(|(_, g)| format!(" at topologyGeneration {g}")).unwrap_or_default();
+                let left = if done.left.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        "; {} session(s) of SYSTEM_USER accounts could not be ended (super_read_only stops their writes)",
+                        done.left.len()
+                    )
+                };
                 let note = format!(
-                    "site {} was writable while {active} is the decided active site{generation}; made it read-only again and ended {} client session(s)",
+                    "site {} was writable while {active} is the decided active site{generation}; made it read-only again and ended {} client session(s){left}",
                     site.name,
                     done.killed.len()
                 );

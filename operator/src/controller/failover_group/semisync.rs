@@ -3,8 +3,8 @@
 //! probe, the decided active site has its primary switch on
 //! (`rpl_semi_sync_master_enabled`, MySQL `rpl_semi_sync_source_enabled`)
 //! and every other site its replica switch (or all off when the group does
-//! not ask). A switch that differs is set, and a MariaDB replica's IO
-//! thread is restarted so the new setting takes effect at once.
+//! not ask). A switch that differs is set, and a replica's IO thread is
+//! restarted so the new setting takes effect at once.
 //!
 //! A MySQL site without the plugins loaded cannot do it: the operator does
 //! not load them (that is the server's configuration), and says so with

@@ -633,7 +633,7 @@ async fn act(
             }
             match actions::fence(&target, &creds, step.flavor, step.fence_bound).await {
                 Ok(done) => {
-                    tracing::info!(group = %group.name_any(), site = %site, killed = done.killed.len(), "old primary fenced");
+                    tracing::info!(group = %group.name_any(), site = %site, killed = done.killed.len(), left = done.left.len(), "old primary fenced");
                     crate::failpoint::hit("planned-after-fence");
                 }
                 Err(err) => {
