@@ -1,4 +1,4 @@
-//! The real `bloodraven-migrate` binary against a real MariaDB site: a
+//! The real `bloodraven-migrate` binary against a real MariaDB or MySQL site: a
 //! schema `app` with a migration account (`migrator`: all on `app.*`,
 //! `PROCESS` to see other sessions) and an application account (`appuser`)
 //! whose sessions play the live traffic, revision directories, and runs as
@@ -53,8 +53,9 @@ pub struct AppDb<'a> {
 
 impl<'a> AppDb<'a> {
     /// Creates schema `app`, table `orders (id, v, w)` with rows 1 and 2,
-    /// and the accounts; with `mdl_info`, loads `metadata_lock_info` so
-    /// metadata-lock holders are visible.
+    /// and the accounts; with `mdl_info`, makes metadata-lock holders
+    /// visible to the runner (MariaDB: loads `metadata_lock_info`; MySQL:
+    /// lets it read `performance_schema`).
     pub fn create(pair: &'a SitePair, mdl_info: bool) -> AppDb<'a> {
         let host = &pair.iad_host;
         pair.sql(
@@ -69,7 +70,14 @@ impl<'a> AppDb<'a> {
             ),
         );
         if mdl_info {
-            pair.sql("iad", "INSTALL SONAME 'metadata_lock_info'");
+            match pair.flavor {
+                crate::sites::Flavor::MariaDb => pair.sql("iad", "INSTALL SONAME 'metadata_lock_info'"),
+                // MySQL always keeps metadata locks in performance_schema;
+                // the runner's account needs to read them.
+                crate::sites::Flavor::MySql => {
+                    pair.sql("iad", &format!("GRANT SELECT ON performance_schema.* TO 'migrator'@'{host}'"))
+                }
+            };
         }
         let url = |user: &str, pw: &str| format!("mysql://{user}:{pw}@{host}:{}/app", pair.iad_port);
         AppDb { pair, url: url("migrator", MIGRATOR_PW), app_url: url("appuser", APP_PW) }

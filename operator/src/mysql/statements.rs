@@ -307,14 +307,18 @@ pub fn semi_sync(flavor: Flavor, on: bool, primary: bool) -> Vec<String> {
             "STOP SLAVE IO_THREAD".into(),
             "START SLAVE IO_THREAD".into(),
         ],
+        // A promoted replica keeps its replica switch unless told: each role
+        // turns the other's off, as on MariaDB.
         (Flavor::MySql, true) => vec![
             "SET GLOBAL rpl_semi_sync_source_wait_point = AFTER_SYNC".into(),
             format!("SET GLOBAL rpl_semi_sync_source_enabled = {v}"),
+            "SET GLOBAL rpl_semi_sync_replica_enabled = OFF".into(),
         ],
         // Likewise on MySQL: without the restart the source counts no
         // semi-sync replica, waits out its timeout on the next commit, and
         // falls back to asynchronous (seen on 9.7.4).
         (Flavor::MySql, false) => vec![
+            "SET GLOBAL rpl_semi_sync_source_enabled = OFF".into(),
             format!("SET GLOBAL rpl_semi_sync_replica_enabled = {v}"),
             "STOP REPLICA IO_THREAD".into(),
             "START REPLICA IO_THREAD".into(),
@@ -395,6 +399,17 @@ mod tests {
         assert_eq!(show_grants_for_role("PUBLIC"), "SHOW GRANTS FOR `PUBLIC`");
         assert!(semi_sync(Flavor::MariaDb, true, true).iter().any(|s| s.contains("AFTER_SYNC")));
         assert!(semi_sync(Flavor::MySql, true, true).iter().any(|s| s.contains("rpl_semi_sync_source_enabled = ON")));
+        for (flavor, primary, other) in [
+            (Flavor::MySql, true, "rpl_semi_sync_replica_enabled = OFF"),
+            (Flavor::MySql, false, "rpl_semi_sync_source_enabled = OFF"),
+            (Flavor::MariaDb, true, "rpl_semi_sync_slave_enabled = OFF"),
+            (Flavor::MariaDb, false, "rpl_semi_sync_master_enabled = OFF"),
+        ] {
+            assert!(
+                semi_sync(flavor, true, primary).iter().any(|s| s.contains(other)),
+                "{flavor:?} {primary}: {other}"
+            );
+        }
         assert_eq!(kill(42), "KILL CONNECTION 42");
         assert!(
             replicate_hint(Flavor::MySql).contains("SOURCE_AUTO_POSITION")
