@@ -1,5 +1,7 @@
-//! Bootstrap on a real API server with a real replicating MariaDB pair:
+//! Bootstrap on a real API server with a real replicating pair:
 //! generation 1, health, metrics, Events; and a restart that changes nothing.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 use std::time::Duration;
 

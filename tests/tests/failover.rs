@@ -1,7 +1,9 @@
-//! Failover for real on the MariaDB pair: planned switchover
+//! Failover for real on the pair: planned switchover
 //! there and back under a live writer, a repeated request id, emergency
 //! failover after `kill -9` (twice), the returning primary with and
 //! without errant transactions, and a fence that cannot finish.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

@@ -5,6 +5,8 @@
 //! (`StandbyBehind`), naming the transactions the promotion would abandon;
 //! a person accepts the loss for that standby and generation; the promotion
 //! records what it abandoned in status and in the Event.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed step must fail the test
 

@@ -3,6 +3,8 @@
 //! its retry time, and it runs by itself after release and after lapse; a
 //! migration lease alone defers nothing; a hand-edited decision record
 //! stops failover until a person resolves it.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

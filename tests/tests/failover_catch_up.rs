@@ -5,6 +5,8 @@
 //! its bound counts from the `Draining` transition, so it still ends the
 //! request `Failed` on time, with the old primary writable again and no
 //! generation change. The real pair; pdx applies late (`MASTER_DELAY`).
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

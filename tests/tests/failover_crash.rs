@@ -3,6 +3,8 @@
 //! at that point, as SIGKILL would), and the next leader finishes the
 //! request from the decision record, status and the sites: the generation
 //! moves by exactly one, and at no sample are two sites writable.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

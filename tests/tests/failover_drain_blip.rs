@@ -5,6 +5,8 @@
 //! as perhaps fenced: made writable again once it answers (within the
 //! drain's bound), and only then does the request fail. The real pair; the
 //! outage is a firewall rule that resets connections to iad's port.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

@@ -4,6 +4,8 @@
 //! Secret, or a wrong port in spec, failed over a live primary within
 //! seconds and left two writable sites). The real pair, a 3 s detection
 //! budget.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

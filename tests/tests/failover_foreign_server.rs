@@ -7,6 +7,8 @@
 //! its `server_id`); another server answering at its address is a failed
 //! probe (`UnexpectedServer`) and nothing is done to it. Two real pairs:
 //! the group's (server_ids 1, 2) and another group's (3, 4).
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

@@ -16,6 +16,8 @@
 //! disruption"; "never two writable sites". Every test here should pass on
 //! a correct operator (the forged request is refused or ends Failed, and
 //! the sites are untouched); today they fail.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

@@ -12,6 +12,8 @@
 //! The same with the leases held by a real `bloodraven-sidecar run` (which
 //! is fenced), and with the request left in `Admitting` by a leader that
 //! died there.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
 #![allow(clippy::many_single_char_names)] // d the scenario, p its pipeline, m and h the two grants

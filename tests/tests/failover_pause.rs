@@ -3,6 +3,8 @@
 //! duration; the other operator takes over and finishes the request; the
 //! paused one, SIGCONTed, sends no decision and no write — the request is
 //! decided exactly once.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

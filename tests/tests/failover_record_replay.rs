@@ -31,6 +31,8 @@
 //! record whose request has ended is settled for the watch cache (the
 //! operator's `bloodraven_decision_record_reads_total` counts reads by
 //! source).
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

@@ -16,6 +16,8 @@
 //!   laundered and an old requestId runs a second time.
 //!
 //! Both should end in DecisionConflict; today neither does.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

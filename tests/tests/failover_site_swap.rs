@@ -19,6 +19,8 @@
 //! `<name>-primary` Service to the read-only server: the Service follows a
 //! spec endpoint only once the active site answers writable there, or a
 //! decision moves the primary.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

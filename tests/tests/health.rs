@@ -1,6 +1,8 @@
 //! Health follows the real sites: a stopped replica SQL thread, a stopped
 //! replica server, two writable sites, no writable site. A group that looks
 //! wrong gets conditions and Events and is never "fixed" by guessing.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 use std::time::Duration;
 

@@ -1,9 +1,11 @@
-//! Adopting a schema another tool migrated, on the real MariaDB
+//! Adopting a schema another tool migrated, on the real server
 //! pair: a first `apply` into a schema that holds Flyway's history is
 //! refused (it would run Flyway's revisions again) and names the
 //! `baseline` to take; `baseline` records one row, refuses a second one, a
 //! non-empty history and an empty schema; `apply` then runs only the
 //! revisions above it.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
 

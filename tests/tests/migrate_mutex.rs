@@ -2,6 +2,8 @@
 //! started together, each under `bloodraven-sidecar run`, take the
 //! migration mutex in turn and apply each revision exactly once; the
 //! second reads the applied set only once it holds the mutex.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
 

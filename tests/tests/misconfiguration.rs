@@ -1,6 +1,8 @@
 //! Misconfigured groups get a condition and an Event that say what to fix,
 //! never crash the operator, and never stall other groups. The CRD schema
 //! refuses what it can express.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 use std::time::Duration;
 

@@ -5,6 +5,8 @@
 //! taking local writes meanwhile. When the link comes back, iad is fenced
 //! on first sight, its local writes are found errant, and it stays
 //! read-only and unrepointed with SiteDiverged.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

@@ -1,5 +1,5 @@
 //! The `<mysqldatabase>-primary` Service on the real control plane and the
-//! real MariaDB pair, with the operator under its chart RBAC (a missing
+//! real pair, with the operator under its chart RBAC (a missing
 //! `services`/`endpointslices` verb fails these tests).
 //!
 //! What this control plane cannot show, and so is not claimed here:
@@ -15,6 +15,8 @@
 //! - Deletion with the MysqlDatabase: that is the garbage collector's work
 //!   (kube-controller-manager), which this control plane does not run; the
 //!   controller ownerReference it acts on is asserted instead.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 

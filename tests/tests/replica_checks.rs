@@ -9,6 +9,8 @@
 //! - a replica whose link drops every packet (both threads still report
 //!   running, `Seconds_Behind_Master` 0) is `ReplicationStalled`, not Ready,
 //!   and refused as a target; it recovers when the link does.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a failed step must fail the test
 

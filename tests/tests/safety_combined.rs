@@ -17,6 +17,8 @@
 //!   the standby never got, and then a leader change: the first leader says
 //!   `StandbyBehind`; the next one must not promote the stale standby
 //!   without saying what it abandons.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
 #![allow(clippy::many_single_char_names)] // d the scenario, p its pipeline, m and h the two grants, s a status

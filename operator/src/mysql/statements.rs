@@ -259,12 +259,16 @@ pub fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
             )),
             Secret("START SLAVE".into()),
         ],
+        // SOURCE_RETRY_COUNT: MySQL's receiver gives up after 10 tries by
+        // default (10 s here) and stays stopped, so a source down for longer
+        // (restarted, partitioned) left the replica stopped for good; as
+        // MariaDB's default, it keeps trying for a day.
         Flavor::MySql => vec![
             Secret("STOP REPLICA".into()),
             Secret(format!(
                 "CHANGE REPLICATION SOURCE TO SOURCE_HOST = {host}, SOURCE_PORT = {port}, SOURCE_USER = {user}, \
                  SOURCE_PASSWORD = {password}, SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, \
-                 GET_SOURCE_PUBLIC_KEY = 1"
+                 SOURCE_RETRY_COUNT = 86400, GET_SOURCE_PUBLIC_KEY = 1"
             )),
             Secret("START REPLICA".into()),
         ],
@@ -357,6 +361,7 @@ mod tests {
             mysql[1].expose().starts_with("CHANGE REPLICATION SOURCE TO SOURCE_HOST = '10.0.0.2', SOURCE_PORT = 3307")
         );
         assert!(mysql[1].expose().contains("SOURCE_AUTO_POSITION = 1"));
+        assert!(mysql[1].expose().contains("SOURCE_RETRY_COUNT = 86400"), "a receiver that never gives up");
         assert_eq!((mysql[0].expose(), mysql[2].expose()), ("STOP REPLICA", "START REPLICA"));
     }
 
