@@ -44,9 +44,17 @@ async fn stopped_replica_thread_and_stopped_replica_server_are_reported() {
     assert_eq!(pdx.error_reason.as_deref(), Some("SiteUnreachable"));
     assert_eq!(s.stable, Some(false));
     assert_eq!(s.topology_generation, Some(1), "observation alone never changes the generation");
-    assert!(
-        operator.metrics().await.unwrap().contains(&format!("bloodraven_site_up{{group=\"{name}\",site=\"pdx\"}} 0"))
-    );
+    // The gauge follows the same probe round as status, set just after it.
+    let down = format!("bloodraven_site_up{{group=\"{name}\",site=\"pdx\"}} 0");
+    wait_for("bloodraven_site_up 0 for pdx", T, || async {
+        let m = operator.metrics().await.map_err(|e| e.to_string())?;
+        if m.contains(&down) {
+            Ok(())
+        } else {
+            Err(m.lines().filter(|l| l.contains("site_up")).collect::<Vec<_>>().join("; "))
+        }
+    })
+    .await;
 
     // It comes back (read-only, replicating): Ready again, still generation 1.
     pair.restart("pdx", true);
