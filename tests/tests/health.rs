@@ -47,7 +47,7 @@ async fn stopped_replica_thread_and_stopped_replica_server_are_reported() {
     // The gauge follows the same probe round as status, set just after it.
     let down = format!("bloodraven_site_up{{group=\"{name}\",site=\"pdx\"}} 0");
     wait_for("bloodraven_site_up 0 for pdx", T, || async {
-        let m = operator.metrics().await.map_err(|e| e.to_string())?;
+        let m = operator.metrics().await?;
         if m.contains(&down) {
             Ok(())
         } else {
