@@ -10,17 +10,18 @@
 //!   busy with requests, cannot take every slot from the others (an
 //!   unauthenticated answer also closes its connection: see the deploy
 //!   router);
-//! - when every slot is taken, a new connection takes the slot of the
-//!   oldest connection that has not yet sent a whole request (still in its
-//!   TLS handshake or its request head, or idle since it connected), which
-//!   is closed. Many peers holding idle connections (several Pods of one
-//!   tenant, each under the per-peer cap) can then no longer keep a
-//!   pipeline's renewal out: a new connection finishes its handshake and
-//!   request in milliseconds and is no longer evictable once it has, while
-//!   to keep it out the idle ones would have to be reopened faster than
-//!   the whole listener fills in that time. A connection that made a
-//!   request is never evicted: it either got an answer (an error answer
-//!   closes it) or is being served;
+//! - when every slot is taken, a new connection takes the slot of a
+//!   connection that has not yet sent a whole request (still in its TLS
+//!   handshake or its request head, or idle since it connected), which is
+//!   closed: the oldest such connection of the peer address that holds the
+//!   most connections. Many peers holding idle connections (several Pods
+//!   of one tenant, each under the per-peer cap) then evict one another,
+//!   however fast they reopen, and not a pipeline that opens one
+//!   connection for its renewal: its address holds fewer. Only when every
+//!   peer holds as few connections as the newcomer's does age alone
+//!   decide, and a new connection finishes its handshake and request in
+//!   milliseconds. A connection that made a request is never evicted: it
+//!   either got an answer (an error answer closes it) or is being served;
 //! - a TLS handshake must finish within [`Limits::handshake_timeout`];
 //! - only HTTP/1.1 is spoken (see the crate documentation): an HTTP/2
 //!   preface is refused like any other malformed request line;
@@ -168,6 +169,12 @@ impl Drop for PeerSlot {
 }
 
 impl Peers {
+    /// Connections `ip` holds open now (one for an unknown address).
+    fn held(&self, ip: Option<std::net::IpAddr>) -> usize {
+        let Some(ip) = ip else { return 1 };
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&ip).copied().unwrap_or(0)
+    }
+
     /// Takes a place for `ip` unless it already holds `max` connections.
     fn take(self: &Arc<Self>, ip: Option<std::net::IpAddr>, max: usize) -> Option<PeerSlot> {
         if let Some(ip) = ip {
@@ -195,6 +202,8 @@ pub(crate) struct ConnState {
     waker: futures::task::AtomicWaker,
     /// Its listener slot (taken over by the connection that evicts it).
     slot: std::sync::Mutex<Option<OwnedSemaphorePermit>>,
+    /// Its peer's address, which decides whose connection is evicted.
+    ip: Option<std::net::IpAddr>,
 }
 
 /// Connections that have not made a request yet, oldest first (weakly: a
@@ -211,12 +220,26 @@ impl Unserved {
         queue.push_back(Arc::downgrade(state));
     }
 
-    /// Evicts the oldest connection that has not made a request and
+    /// Evicts a connection that has not made a request — the oldest of
+    /// the peer address holding the most open connections (`peers`) — and
     /// returns its slot.
-    fn evict_oldest(&self) -> Option<OwnedSemaphorePermit> {
+    fn evict(&self, peers: &Peers) -> Option<OwnedSemaphorePermit> {
         let mut queue = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        while let Some(weak) = queue.pop_front() {
-            let Some(state) = weak.upgrade() else { continue };
+        loop {
+            queue.retain(|w| {
+                w.upgrade().is_some_and(|s| !s.served.load(Ordering::Acquire) && !s.evicted.load(Ordering::Acquire))
+            });
+            let held = |s: &ConnState| peers.held(s.ip);
+            // `max_by_key` keeps the last of equals; scanning from the back
+            // makes that the oldest.
+            let victim = queue
+                .iter()
+                .enumerate()
+                .filter_map(|(i, w)| w.upgrade().map(|s| (i, held(&s))))
+                .rev()
+                .max_by_key(|&(_, n)| n)
+                .map(|(i, _)| i)?;
+            let state = queue.remove(victim).and_then(|w| w.upgrade())?;
             if state.served.load(Ordering::Acquire) || state.evicted.swap(true, Ordering::AcqRel) {
                 continue;
             }
@@ -226,7 +249,6 @@ impl Unserved {
                 return slot;
             }
         }
-        None
     }
 }
 
@@ -305,19 +327,20 @@ impl LimitAcceptor {
     /// when its peer already holds its share, or every connection made a
     /// request.
     pub(crate) fn limit<I: PeerAddr>(&self, io: I) -> io::Result<Limited<I>> {
-        let Some(peer) = self.peers.take(io.peer_ip(), self.max_connections_per_peer) else {
+        let ip = io.peer_ip();
+        let Some(peer) = self.peers.take(ip, self.max_connections_per_peer) else {
             self.refusals.refused(self.listener, self.max_connections);
             return Err(io::Error::other("per-peer connection limit reached"));
         };
         let slot = if let Ok(slot) = self.slots.clone().try_acquire_owned() {
             slot
-        } else if let Some(slot) = self.unserved.evict_oldest() {
+        } else if let Some(slot) = self.unserved.evict(&self.peers) {
             let n = self.evictions.fetch_add(1, Ordering::Relaxed) + 1;
             if n.is_power_of_two() {
                 tracing::warn!(
                     listener = self.listener,
                     evicted = n,
-                    "connection limit reached; evicted the oldest connection that made no request"
+                    "connection limit reached; evicted the oldest connection that made no request of the peer holding the most"
                 );
             }
             slot
@@ -325,7 +348,7 @@ impl LimitAcceptor {
             self.refusals.refused(self.listener, self.max_connections);
             return Err(io::Error::other("connection limit reached"));
         };
-        let state = Arc::new(ConnState { slot: std::sync::Mutex::new(Some(slot)), ..ConnState::default() });
+        let state = Arc::new(ConnState { slot: std::sync::Mutex::new(Some(slot)), ip, ..ConnState::default() });
         self.unserved.push(&state, 2 * self.max_connections);
         Ok(Limited::new(io, state, peer, self.write_stall_timeout))
     }
@@ -591,6 +614,26 @@ mod tests {
         assert_eq!(acceptor.open_connections(), 3, "the evicted held no slot");
         drop((b, d, e));
         assert_eq!(acceptor.open_connections(), 0);
+    }
+
+    /// A pipeline's one connection, though older, outlasts a flood from
+    /// peers that each hold more: they evict one another.
+    #[test]
+    fn the_peer_holding_the_most_loses_its_oldest_first() {
+        let acceptor = LimitAcceptor::new("test", &Limits { max_connections_per_peer: 3, ..Limits::new(4) });
+        let ip = |last: u8| From(Some(std::net::IpAddr::from([127, 0, 0, last])));
+        let pipeline = acceptor.limit(ip(1)).unwrap();
+        let flood: Vec<_> = (0..3).map(|_| acceptor.limit(ip(2)).unwrap()).collect();
+        // Full: a newcomer from a third peer evicts peer 2's oldest.
+        let third = acceptor.limit(ip(3)).unwrap();
+        assert!(flood[0].state.evicted.load(Ordering::Acquire));
+        assert!(!pipeline.state.evicted.load(Ordering::Acquire), "the lone connection is not the one evicted");
+        drop(flood);
+        let again: Vec<_> = (0..3).map(|_| acceptor.limit(ip(2)).unwrap()).collect();
+        // 1 + 1 + 3 open would be 5 over 4: the third new one evicted peer 2's own.
+        assert!(again[0].state.evicted.load(Ordering::Acquire));
+        assert!(!pipeline.state.evicted.load(Ordering::Acquire) && !third.state.evicted.load(Ordering::Acquire));
+        assert_eq!((acceptor.evicted(), acceptor.open_connections()), (2, 4));
     }
 
     #[test]

@@ -602,9 +602,12 @@ async fn a_full_plain_listener_does_not_fail_the_exec_probe() {
 /// connection throughout (a GET of its group: this setting's sites are
 /// closed ports, so the group never bootstraps and a lease cannot be
 /// granted; at the listener a renewal is the same thing): every one is
-/// answered, because a newcomer takes the slot of the oldest connection
-/// that made no request. Before, the idle ones filled the listener and new
-/// connections were refused at accept.
+/// answered, because a newcomer takes the slot of an idle connection of
+/// the peer holding the most (the flood's peers evict one another, not the
+/// pipeline's address). Evicting the oldest idle connection of any peer
+/// was not enough: reopened at 12,000 a second, the flood evicted one
+/// renewal in 30 during its TLS handshake. Before either, the idle ones
+/// filled the listener and new connections were refused at accept.
 #[tokio::test]
 async fn many_peers_holding_idle_connections_keep_no_client_out() {
     let e = env("manypeers", &["--deploy-api-max-connections".to_owned(), "64".to_owned()]).await;
