@@ -131,18 +131,30 @@ async fn metadata_locks(s: &mut Session) -> Result<Option<Vec<(u64, String, Stri
                 .await?;
             Ok(Some(rows))
         }
+        // MySQL names a lock type without MariaDB's `MDL_` prefix
+        // (`SHARED_READ`); the prefix keeps one name per lock in the output.
         Flavor::MySql => {
+            // With performance_schema off its tables answer, empty.
+            let on: Option<u64> = s.conn.query_first("SELECT @@GLOBAL.performance_schema").await?;
+            if on != Some(1) {
+                return Ok(None);
+            }
             let rows: Result<Vec<(u64, String, String, String)>, _> = s
                 .conn
                 .query(
-                    "SELECT t.PROCESSLIST_ID, CONCAT(IF(ml.LOCK_STATUS = 'GRANTED', 'holds ', 'waits for '), ml.LOCK_TYPE, ' on ', \
+                    "SELECT t.PROCESSLIST_ID, CONCAT(IF(ml.LOCK_STATUS = 'GRANTED', 'holds ', 'waits for '), 'MDL_', ml.LOCK_TYPE, ' on ', \
                      ml.OBJECT_SCHEMA, '.', ml.OBJECT_NAME), ml.OBJECT_SCHEMA, ml.OBJECT_NAME \
                      FROM performance_schema.metadata_locks ml JOIN performance_schema.threads t ON t.THREAD_ID = ml.OWNER_THREAD_ID \
                      WHERE ml.OBJECT_TYPE = 'TABLE' AND t.PROCESSLIST_ID IS NOT NULL AND t.PROCESSLIST_ID <> CONNECTION_ID()",
                 )
                 .await;
-            // performance_schema off, or no SELECT on it: not visible.
-            Ok(rows.ok())
+            match rows {
+                Ok(rows) => Ok(Some(rows)),
+                // No SELECT on performance_schema (1142, 1044), or its
+                // tables absent (1146): not visible. Any other failure is one.
+                Err(mysql_async::Error::Server(e)) if matches!(e.code, 1142 | 1044 | 1146) => Ok(None),
+                Err(e) => Err(e),
+            }
         }
     }
 }

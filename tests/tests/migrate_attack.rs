@@ -1,9 +1,11 @@
-//! The migration runner, attacked as an ordinary hostile user on the real MariaDB pair:
+//! The migration runner, attacked as an ordinary hostile user on a real pair:
 //! two runners at once without the sidecar, passwords with URL characters
 //! (never in any output), a history table edited by hand or owned by
 //! another tool, and the person's tools (`status`, `resolve`, `diagnose`)
 //! used where they do not apply. Pure logic (names, splitting,
 //! classification, plan) is attacked by the unit tests in migrate/.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
 

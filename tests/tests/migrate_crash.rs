@@ -1,10 +1,12 @@
-//! What a broken run leaves, on the real MariaDB pair: a DDL +
+//! What a broken run leaves, on a real pair: a DDL +
 //! DML revision that fails on its DML is left dirty and the rerun refuses
 //! until `resolve`; `kill -9` of the runner mid-DML leaves no trace; the
 //! connection killed mid-revision is not reconnected; a fence's SIGTERM
 //! ends the statement in flight on the server too; an injected Job
 //! whose sidecar cannot vouch for a lease never touches the database; and
 //! a person's run says it runs alone.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
 

@@ -1,8 +1,11 @@
-//! What is retried and what is not, on the real MariaDB pair:
+//! What is retried and what is not, on a real pair:
 //! an injected deadlock (1213) is retried from the revision's first
-//! statement and each update lands exactly once; `max_statement_time`
-//! (1969) fails on the first attempt; a fenced, read-only site (1290)
-//! fails at once.
+//! statement and each update lands exactly once; the server's statement
+//! timeout (MariaDB `max_statement_time`, 1969; MySQL
+//! `max_execution_time`, 3024) fails on the first attempt; a fenced,
+//! read-only site (1290) fails at once.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
 
@@ -10,6 +13,7 @@ use std::time::Duration;
 
 use bloodraven_e2e::SitePair;
 use bloodraven_e2e::migrate::{AppDb, Revisions, Run, exec, exit};
+use bloodraven_e2e::sites::Flavor;
 
 const T: Duration = Duration::from_secs(120);
 
@@ -18,10 +22,13 @@ async fn an_injected_deadlock_is_retried_from_the_first_statement_and_each_updat
     let pair = SitePair::start("mg-deadlock");
     let db = AppDb::create(&pair, false);
     // A heavier transaction on the application's side, so InnoDB picks the runner as the victim.
+    // 200 rows from a recursive CTE (both flavors have them; MariaDB's
+    // sequence engine MySQL has not).
     pair.sql(
         "iad",
         "CREATE TABLE app.ballast (id INT PRIMARY KEY, n INT) ENGINE=InnoDB; \
-                     INSERT INTO app.ballast SELECT seq, 0 FROM app.seq_1_to_200",
+         INSERT INTO app.ballast SELECT n, 0 FROM \
+         (WITH RECURSIVE s (n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM s WHERE n < 200) SELECT n FROM s) AS rows200",
     );
     let revs = Revisions::new("mg-deadlock");
     revs.add(
@@ -57,20 +64,27 @@ async fn an_injected_deadlock_is_retried_from_the_first_statement_and_each_updat
 }
 
 #[tokio::test]
-async fn a_statement_timeout_1969_is_not_retried() {
+async fn a_statement_timeout_is_not_retried() {
     let pair = SitePair::start("mg-stmt-time");
     let db = AppDb::create(&pair, false);
-    // The server-wide statement timeout an operator set; the runner leaves it alone.
-    pair.sql("iad", "SET GLOBAL max_statement_time = 1");
+    // The server-wide statement timeout an operator set; the runner leaves
+    // it alone. MySQL's bounds read-only SELECTs only, and a SLEEP() that is
+    // a query's only work returns 1 instead of failing: the SLEEP sits in a
+    // WHERE clause, which both servers end with their timeout error.
+    let (set, unset, code) = match pair.flavor {
+        Flavor::MariaDb => ("SET GLOBAL max_statement_time = 1", "SET GLOBAL max_statement_time = 0", "1969"),
+        Flavor::MySql => ("SET GLOBAL max_execution_time = 1000", "SET GLOBAL max_execution_time = 0", "3024"),
+    };
+    pair.sql("iad", set);
     let revs = Revisions::new("mg-stmt-time");
-    revs.add(1, "slow", "UPDATE orders SET v = v + 1;\nSELECT SLEEP(3);");
+    revs.add(1, "slow", "UPDATE orders SET v = v + 1;\nSELECT id FROM orders WHERE SLEEP(3) = 0;");
     let mut run = Run::apply(&revs, &db.url, &["--retry-min-seconds", "1", "--retry-max-seconds", "1"]);
     assert_eq!(run.wait(T).await, exit::FAILED, "{}", run.log());
     let log = run.log();
     assert_eq!(run.count("retrying in"), 0, "{log}");
     assert_eq!(run.count("revision V1 starting"), 1, "{log}");
-    assert!(log.contains("1969") && log.contains("statement timeout"), "{log}");
-    pair.sql("iad", "SET GLOBAL max_statement_time = 0");
+    assert!(log.contains(code) && log.contains("statement timeout"), "{log}");
+    pair.sql("iad", unset);
     assert_eq!(db.value("SELECT GROUP_CONCAT(v ORDER BY id) FROM app.orders"), "1,2", "rolled back whole");
     assert_eq!(db.history(1), "");
 }

@@ -1,8 +1,10 @@
-//! Lock contention on the real MariaDB pair: an idle transaction
+//! Lock contention on a real pair: an idle transaction
 //! holding a metadata lock makes every attempt of an ALTER fail after the
 //! lock timeout (1205) and the run fail after `maxAttempts`, naming the
 //! blocker the way `diagnose` does; the blocker committing before attempt
 //! N lets attempt N succeed.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
 

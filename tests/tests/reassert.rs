@@ -1,16 +1,22 @@
-//! Primary reassertion on the real MariaDB pair (kept here as the first
+//! Primary reassertion on a real pair (kept here as the first
 //! safety path): a replica restarted without `read_only`
 //! in its configuration comes back writable; the operator makes it
 //! read-only again and ends its client sessions, with an Event, because the
-//! decision says which site is active.
+//! decision says which site is active. And the accounts that can write
+//! through the fence: reported on MariaDB (`READ_ONLY ADMIN`), none on
+//! MySQL (`super_read_only` stops every account).
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 
 use std::time::Duration;
 
-use bloodraven_e2e::fixtures::{Scenario, is_ready_at, wait_event, wait_status};
+use bloodraven_e2e::fixtures::{Scenario, is_ready_at, wait_event, wait_events, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::sites::Flavor;
 use bloodraven_e2e::wait::wait_for;
+use mysql_async::prelude::Queryable as _;
 
 const T: Duration = Duration::from_secs(60);
 
@@ -27,35 +33,111 @@ async fn a_replica_restarted_writable_is_made_read_only_again() {
     sc.pair.wait_read_only("pdx", true, T).await;
     wait_status(&sc.cluster, &name, "Ready at iad, generation 1", T, |s| is_ready_at(s, "iad", 1)).await;
 
-    // A client session on it (root, which read_only alone would not stop),
-    // connected while it is read-only; then someone makes it writable.
-    let session = sc
+    // Client sessions on it, connected while it is read-only: an
+    // application account that `read_only` alone would not stop (MariaDB
+    // READ_ONLY ADMIN; MySQL CONNECTION_ADMIN), and root. Then someone
+    // makes the site writable.
+    let privilege = match sc.pair.flavor {
+        Flavor::MariaDb => "READ_ONLY ADMIN",
+        Flavor::MySql => "CONNECTION_ADMIN",
+    };
+    // Made on the primary, and replicated.
+    sc.pair.sql(
+        "iad",
+        &format!(
+            "CREATE USER 'app'@'127.0.0.1' IDENTIFIED BY 'app-pw'; GRANT SELECT ON *.* TO 'app'@'127.0.0.1'; \
+             GRANT {privilege} ON *.* TO 'app'@'127.0.0.1'"
+        ),
+    );
+    wait_for("the app account on pdx", T, || async {
+        let n = sc.pair.sql("pdx", "SELECT COUNT(*) FROM mysql.user WHERE User = 'app'");
+        if n.trim() == "1" { Ok(()) } else { Err("not replicated yet".to_owned()) }
+    })
+    .await;
+    let url = format!("mysql://app:app-pw@127.0.0.1:{}/mysql", sc.pair.port("pdx"));
+    let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
+    let mut app = mysql_async::Conn::new(opts).await.unwrap();
+    let app_session = tokio::spawn(async move { app.query_drop("SELECT SLEEP(300)").await });
+    let root_session = sc
         .pair
-        .sql_command("pdx", "SELECT SLEEP(300)")
+        .sql_command("pdx", "SELECT SLEEP(301)")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let session = std::sync::Mutex::new(session);
-    wait_for("the session to be connected", T, || async {
-        let n =
-            sc.pair.sql("pdx", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT SLEEP%'");
-        if n.trim() == "0" { Err("not yet".to_owned()) } else { Ok(()) }
+    let root_session = std::sync::Mutex::new(root_session);
+    wait_for("both sessions to be connected", T, || async {
+        let n = sc
+            .pair
+            .sql("pdx", "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'SELECT SLEEP(30%'");
+        if n.trim() == "2" { Ok(()) } else { Err(format!("{} of 2", n.trim())) }
     })
     .await;
     sc.pair.sql("pdx", "SET GLOBAL read_only=0");
-    wait_for("the client session on the fenced site to be ended", T, || {
-        let done = session.lock().unwrap().try_wait();
-        async move {
-            match done {
-                Ok(Some(_)) => Ok(()),
-                other => Err(format!("still running: {other:?}")),
-            }
+    let ended = tokio::time::timeout(T, app_session).await.expect("the app session on the fenced site is ended");
+    assert!(ended.unwrap().is_err(), "the app session's statement was cut off");
+    match sc.pair.flavor {
+        // Root holds READ_ONLY ADMIN: its session is ended like any other.
+        Flavor::MariaDb => {
+            wait_for("the root session on the fenced site to be ended", T, || {
+                let done = root_session.lock().unwrap().try_wait();
+                async move {
+                    match done {
+                        Ok(Some(_)) => Ok(()),
+                        other => Err(format!("still running: {other:?}")),
+                    }
+                }
+            })
+            .await;
         }
-    })
-    .await;
+        // Root holds SYSTEM_USER, whose sessions the operator's account may
+        // not end (1095): super_read_only stops its writes, and the Event says so.
+        Flavor::MySql => {
+            wait_events(
+                &sc.cluster,
+                &name,
+                "PrimaryReasserted",
+                &[&["ended 1 client session(s); 1 session(s) of SYSTEM_USER accounts could not be ended"]],
+            )
+            .await;
+            assert!(root_session.lock().unwrap().try_wait().unwrap().is_none(), "root's session is left");
+            assert_eq!(sc.pair.sql("pdx", "SELECT @@super_read_only").trim(), "1");
+        }
+    }
     assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "1");
-    let _ = session.lock().unwrap().kill();
+    let _ = root_session.lock().unwrap().kill();
+    sc.cluster.delete_group(&name).await;
+}
+
+/// On MySQL the fence is `super_read_only`, which stops every account:
+/// the condition is False and says so, even with an account holding
+/// `SUPER`-era privileges (CONNECTION_ADMIN) that `read_only` alone lets write.
+#[tokio::test]
+async fn on_mysql_no_account_writes_through_the_fence() {
+    use bloodraven_e2e::fixtures::{completed, has_condition};
+    if Flavor::of_run() != Flavor::MySql {
+        eprintln!("MySQL only: the MariaDB counterpart is the test below");
+        return;
+    }
+    let sc = Scenario::start("bypass-my", 1, LeaderTimings::default()).await;
+    let name = sc.bootstrapped_group("g").await;
+    sc.pair.sql(
+        "iad",
+        "CREATE USER 'app'@'%' IDENTIFIED BY 'app-pw'; GRANT CONNECTION_ADMIN, SYSTEM_VARIABLES_ADMIN ON *.* TO 'app'@'%'",
+    );
+    let t = "ReadOnlyBypassAccounts";
+    let s =
+        wait_status(&sc.cluster, &name, "bypass false", T, |s| has_condition(s, t, "False", Some("AsExpected"))).await;
+    let message = &bloodraven_e2e::fixtures::condition(&s, t).unwrap().message;
+    assert!(message.contains("super_read_only, which stops every account"), "{message}");
+    // And a switchover's fence leaves the account unable to write on the old primary.
+    sc.request_failover(&name, "pdx", "r1").await;
+    wait_status(&sc.cluster, &name, "switchover to pdx", T, |s| completed(s, "r1", "pdx", 2)).await;
+    let url = format!("mysql://app:app-pw@127.0.0.1:{}/mysql", sc.pair.port("iad"));
+    let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
+    let mut app = mysql_async::Conn::new(opts).await.unwrap();
+    let err = app.query_drop("CREATE DATABASE written_through_the_fence").await.unwrap_err();
+    assert!(err.to_string().contains("1290") || err.to_string().contains("super-read-only"), "{err}");
     sc.cluster.delete_group(&name).await;
 }
 
@@ -66,10 +148,15 @@ async fn a_replica_restarted_writable_is_made_read_only_again() {
 /// and an account of the operator's user name at another host, which
 /// someone else may have made with their own password. With the default
 /// grants the operator sees its own privileges only, and the condition says
-/// so (Unknown) instead of claiming there are none.
+/// so (Unknown) instead of claiming there are none. MariaDB only: MySQL
+/// has no such account (the test above).
 #[tokio::test]
 async fn accounts_that_write_through_read_only_get_a_condition() {
     use bloodraven_e2e::fixtures::{completed, has_condition};
+    if Flavor::of_run() != Flavor::MariaDb {
+        eprintln!("MariaDB only: MySQL's counterpart is the test above");
+        return;
+    }
     let sc = Scenario::start("bypass", 1, LeaderTimings::default()).await;
     let name = sc.bootstrapped_group("g").await;
     let t = "ReadOnlyBypassAccounts";

@@ -237,6 +237,9 @@ pub struct Bypass {
     /// own grants and `PUBLIC`'s only, so `accounts` holds at most
     /// `PUBLIC`. Always true on MySQL.
     pub all_visible: bool,
+    /// The site fences with `super_read_only` (MySQL), which stops every
+    /// account: nothing to list.
+    pub super_read_only: bool,
 }
 
 /// Lists the accounts other than the operator's own that can write through
@@ -253,7 +256,7 @@ pub async fn read_only_bypass(
     timeout: Duration,
 ) -> Result<Bypass, ProbeError> {
     let Some(sql) = statements::read_only_bypass_accounts(flavor, version) else {
-        return Ok(Bypass { accounts: Vec::new(), all_visible: true });
+        return Ok(Bypass { accounts: Vec::new(), all_visible: true, super_read_only: true });
     };
     let privileges = statements::read_only_bypass_privileges(version);
     let public = statements::has_public_role(version);
@@ -288,5 +291,5 @@ pub async fn read_only_bypass(
         tokio::time::timeout(timeout, run).await.unwrap_or(Err(ProbeError::Timeout(timeout)))?;
     let me = me.as_deref().and_then(grants::current_user);
     let accounts = grants::bypass_accounts(&found, me.as_deref(), public);
-    Ok(Bypass { accounts, all_visible })
+    Ok(Bypass { accounts, all_visible, super_read_only: false })
 }

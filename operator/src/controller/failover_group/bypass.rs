@@ -7,6 +7,9 @@
 //! migration account holding such a privilege writes to a fenced site until
 //! then, so such accounts are reported with a condition and an Event (the Event
 //! comes with the condition's transition, and again at each fence).
+//! MySQL sites are fenced with `super_read_only`, which stops every
+//! account (`SUPER` and `CONNECTION_ADMIN` included), so there the
+//! condition is False and says why.
 //!
 //! Grants rarely change, so each site is checked on first sight, then at
 //! most every [`RECHECK`], and at each fence (`switchover`): one extra
@@ -147,7 +150,20 @@ pub fn compute(seen: &[(String, Option<Bypass>)]) -> Computed {
             ),
         );
     }
-    Computed::flag(t, false, reason::AS_EXPECTED, "no account other than the operator's can write through read_only")
+    let srw = |b: &Option<Bypass>| b.as_ref().is_some_and(|b| b.super_read_only);
+    let mysql: Vec<&str> = seen.iter().filter(|(_, b)| srw(b)).map(|(s, _)| s.as_str()).collect();
+    let mariadb: Vec<&str> = seen.iter().filter(|(_, b)| !srw(b)).map(|(s, _)| s.as_str()).collect();
+    let message = match (mysql.is_empty(), mariadb.is_empty()) {
+        // MariaDB only (or no site at all).
+        (true, _) => "no account other than the operator's can write through read_only".to_owned(),
+        (false, true) => "the sites are MySQL, fenced with super_read_only, which stops every account's writes (SUPER and CONNECTION_ADMIN included): none can write through it".to_owned(),
+        (false, false) => format!(
+            "no account other than the operator's can write through read_only on {}; on {} (MySQL) the fence's super_read_only stops every account's writes",
+            mariadb.join(", "),
+            mysql.join(", ")
+        ),
+    };
+    Computed::flag(t, false, reason::AS_EXPECTED, message)
 }
 
 #[cfg(test)]
@@ -156,7 +172,23 @@ mod tests {
 
     fn seen(site: &str, accounts: &[&str], all_visible: bool) -> (String, Option<Bypass>) {
         let accounts = accounts.iter().map(|a| (*a).to_owned()).collect();
-        (site.to_owned(), Some(Bypass { accounts, all_visible }))
+        (site.to_owned(), Some(Bypass { accounts, all_visible, super_read_only: false }))
+    }
+
+    #[test]
+    fn mysql_sites_say_super_read_only_stops_every_account() {
+        let mysql = |site: &str| {
+            (site.to_owned(), Some(Bypass { super_read_only: true, all_visible: true, accounts: Vec::new() }))
+        };
+        let c = compute(&[mysql("iad"), mysql("pdx")]);
+        assert_eq!((c.status, c.reason), ("False", reason::AS_EXPECTED));
+        assert!(c.message.contains("super_read_only, which stops every account"), "{}", c.message);
+        let c = compute(&[seen("iad", &[], true), mysql("pdx")]);
+        assert!(
+            c.message.contains("through read_only on iad; on pdx (MySQL) the fence's super_read_only stops"),
+            "{}",
+            c.message
+        );
     }
 
     #[test]
