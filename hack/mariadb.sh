@@ -26,6 +26,8 @@
 #
 # read_only is a runtime setting: a restarted site comes up writable, unless
 # BLOODRAVEN_SITE_READ_ONLY=1 is set for `start` (then it passes --read-only).
+# BLOODRAVEN_SITE_ARGS: more server options for `start`, split at spaces
+# (the tests pass --version=… to play an older server).
 # Timeouts: BLOODRAVEN_MARIADB_TIMEOUT seconds (default 60) for every wait.
 # max_connections: BLOODRAVEN_MARIADB_MAX_CONNECTIONS (default 100; `make figures`
 # raises it: 1,000 groups probe the one pair, 400 connections a second).
@@ -128,8 +130,9 @@ SQL
 }
 
 launch_site() { # D SOCK PORT SID ADDR RO
-  local d=$1 sock=$2 port=$3 sid=$4 addr=$5 ro_args=()
+  local d=$1 sock=$2 port=$3 sid=$4 addr=$5 ro_args=() extra_args=()
   if [ "$6" = 1 ]; then ro_args=(--read-only); fi
+  read -r -a extra_args <<<"${BLOODRAVEN_SITE_ARGS:-}"
   detach "${in_ns[@]}" mariadbd --no-defaults "${user_args[@]}" "${ro_args[@]}" \
     --datadir="$d/data" --port="$port" --bind-address="$addr" \
     --socket="$sock" --pid-file="$d/mysqld.pid" --log-error="$d/error.log" \
@@ -142,7 +145,7 @@ launch_site() { # D SOCK PORT SID ADDR RO
     --innodb-autoextend-increment=1 \
     --performance-schema=OFF --max-connections="${BLOODRAVEN_MARIADB_MAX_CONNECTIONS:-100}" \
     --key-buffer-size=1M --aria-pagecache-buffer-size=8M --table-open-cache=200 \
-    >>"$d/error.log" 2>&1
+    "${extra_args[@]}" >>"$d/error.log" 2>&1
 }
 
 STATUS_SQL='SELECT CONCAT("port=",@@port," server_id=",@@server_id," read_only=",@@read_only," gtid_binlog_pos=",@@gtid_binlog_pos," gtid_slave_pos=",@@gtid_slave_pos)'

@@ -39,6 +39,7 @@
 # BLOODRAVEN_SITE_READ_ONLY=1 is set for `start` (then it passes
 # --super-read-only, which sets read_only too, as a fenced MySQL site has).
 # `replicate` sets super_read_only=1 on the replica.
+# BLOODRAVEN_SITE_ARGS: more server options for `start`, split at spaces.
 # Timeouts: BLOODRAVEN_MYSQL_TIMEOUT, else BLOODRAVEN_MARIADB_TIMEOUT, seconds
 # (default 60) for every wait. max_connections: BLOODRAVEN_MYSQL_MAX_CONNECTIONS,
 # else BLOODRAVEN_MARIADB_MAX_CONNECTIONS (default 100).
@@ -163,7 +164,8 @@ RESET BINARY LOGS AND GTIDS;
 }
 
 launch_site() { # D SOCK PORT SID ADDR RO
-  local d=$1 sock=$2 port=$3 sid=$4 addr=$5 ro_args=()
+  local d=$1 sock=$2 port=$3 sid=$4 addr=$5 ro_args=() extra_args=()
+  read -r -a extra_args <<<"${BLOODRAVEN_SITE_ARGS:-}"
   # super_read_only also sets read_only, and stops accounts with
   # CONNECTION_ADMIN (root) too: what a fenced MySQL site runs with.
   if [ "$6" = 1 ]; then ro_args=(--super-read-only=ON); fi
@@ -195,7 +197,7 @@ launch_site() { # D SOCK PORT SID ADDR RO
     --innodb-autoextend-increment=1 \
     --max-connections="$MAX_CONNECTIONS" \
     --key-buffer-size=1M --table-open-cache=200 --table-definition-cache=400 \
-    "${PFS_ARGS[@]}" >>"$d/error.log" 2>&1
+    "${PFS_ARGS[@]}" "${extra_args[@]}" >>"$d/error.log" 2>&1
 }
 
 # performance_schema on (the migration runner reads metadata_locks and

@@ -349,6 +349,18 @@ impl SitePair {
             .unwrap();
     }
 
+    /// Starts `site`'s server again (stopped before) with more server
+    /// options, `args` (split at spaces; e.g. MariaDB's `--version=…`).
+    pub fn restart_with(&self, site: &str, read_only: bool, args: &str) {
+        let (port, id) = if site == "iad" { (self.iad_port, "1") } else { (self.pdx_port, "2") };
+        let ro = if read_only { "1" } else { "0" };
+        self.run_env(
+            &["start", self.dir_str(), site, &port.to_string(), id],
+            &[("BLOODRAVEN_SITE_READ_ONLY", ro), ("BLOODRAVEN_SITE_ARGS", args)],
+        )
+        .unwrap();
+    }
+
     /// Stops `site`'s replication (both threads; `STOP REPLICA` on both flavors).
     pub fn stop_replica(&self, site: &str) {
         self.sql(site, "STOP REPLICA");

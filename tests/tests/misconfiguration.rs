@@ -1,6 +1,7 @@
 //! Misconfigured groups get a condition and an Event that say what to fix,
 //! never crash the operator, and never stall other groups. The CRD schema
-//! refuses what it can express.
+//! refuses what it can express. A server older than the operator drives
+//! is reported and left alone.
 //!
 //! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
@@ -100,6 +101,38 @@ async fn bad_secret_host_and_password_are_explained_and_other_groups_keep_reconc
     for g in [&good, &no_secret, &bad_password, &bad_host, &elsewhere] {
         cluster.delete_group(g).await;
     }
+}
+
+/// A site whose server is older than the operator drives (MariaDB before
+/// 10.5, played by MariaDB 10.11 with `--version`: MySQL has no such
+/// option, and its version check is the same code) makes the group
+/// Degraded with `UnsupportedServerVersion`, and nothing is done to it:
+/// the group does not bootstrap on it. The same server reporting its real
+/// version is taken up at the next probe.
+#[tokio::test]
+async fn a_server_older_than_supported_is_reported_and_left_alone() {
+    if bloodraven_e2e::sites::Flavor::of_run() != bloodraven_e2e::sites::Flavor::MariaDb {
+        eprintln!("MariaDB only: MySQL's version cannot be played");
+        return;
+    }
+    let sc = bloodraven_e2e::fixtures::Scenario::start("oldserver", 1, LeaderTimings::default()).await;
+    sc.pair.stop("iad");
+    sc.pair.restart_with("iad", false, "--version=10.4.34-MariaDB-old");
+    assert_eq!(sc.pair.sql("iad", "SELECT @@version").trim(), "10.4.34-MariaDB-old");
+    let name = sc.group("g", "iad").await;
+    let s = wait_status(&sc.cluster, &name, "Degraded: unsupported server", T, |s| {
+        has_condition(s, "Degraded", "True", Some("UnsupportedServerVersion"))
+    })
+    .await;
+    let message = &bloodraven_e2e::fixtures::condition(&s, "Degraded").unwrap().message;
+    assert!(message.contains("MariaDB 10.4.34 is not supported") && message.contains("10.5.0 or later"), "{message}");
+    assert_eq!(s.topology_generation, None, "no bootstrap on an unsupported server: {s:?}");
+    assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "1", "the other site is left as it was");
+    // The real version: taken up.
+    sc.pair.stop("iad");
+    sc.pair.restart("iad", false);
+    wait_status(&sc.cluster, &name, "bootstrap at iad", T, |s| is_ready_at(s, "iad", 1)).await;
+    sc.cluster.delete_group(&name).await;
 }
 
 #[tokio::test]

@@ -108,6 +108,10 @@ pub mod reason {
     pub const INSUFFICIENT_PRIVILEGES: &str = "InsufficientPrivileges";
     /// The probe failed for another reason (see the message).
     pub const PROBE_FAILED: &str = "ProbeFailed";
+    /// The site's server is older than the operator supports (MySQL before
+    /// 8.0.23, MariaDB before 10.5): it is observed as answering, and never
+    /// fenced, promoted or failed over.
+    pub const UNSUPPORTED_SERVER_VERSION: &str = "UnsupportedServerVersion";
     /// The credentials Secret is missing, unreadable, or lacks a key.
     pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
     /// The spec names a site that is not in `spec.sites`, or repeats one.

@@ -48,6 +48,9 @@ pub enum ProbeError {
     /// The server answered something the probe cannot read.
     #[error("unexpected answer: {0}")]
     Unexpected(String),
+    /// The server is a version the operator does not drive (the reason).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 /// Longest text of a server or socket error kept in a message: the site
@@ -90,6 +93,7 @@ fn classify_raw(err: &ProbeError) -> (&'static str, String) {
         }
         ProbeError::Mysql(e) => (reason::PROBE_FAILED, format!("{e}")),
         ProbeError::Unexpected(m) => (reason::PROBE_FAILED, format!("unexpected answer: {m}")),
+        ProbeError::Unsupported(m) => (reason::UNSUPPORTED_SERVER_VERSION, m.clone()),
     }
 }
 
@@ -129,6 +133,11 @@ async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
         .await?
         .ok_or_else(|| ProbeError::Unexpected("no row for @@version".into()))?;
     let flavor = Flavor::from_version(&version);
+    // Before any statement of a newer server: an older one would fail them
+    // (or take them otherwise), and the group must say why, not half work.
+    if let Some(why) = super::statements::unsupported(flavor, &version) {
+        return Err(ProbeError::Unsupported(why));
+    }
     let (writable, (gtid_position, gtid_binlog_state, gtid_slave_pos), status_sql, semi_sync) = match flavor {
         Flavor::MariaDb => {
             let row: Option<(String, String, String, u8, u8)> = conn

@@ -172,6 +172,36 @@ pub fn show_grants_for_role(role: &str) -> String {
     format!("SHOW GRANTS FOR `{}`", role.replace('`', "``"))
 }
 
+/// The oldest server of each flavor whose statements these are: MySQL
+/// 8.0.23 (`CHANGE REPLICATION SOURCE TO`, `SHOW REPLICA STATUS`,
+/// `SOURCE_AUTO_POSITION`; the `rpl_semi_sync_source` plugins came in
+/// 8.0.26, and an older server shows them missing), MariaDB 10.5
+/// (`READ_ONLY ADMIN`, `SLAVE MONITOR`).
+pub const OLDEST_MYSQL: (u32, u32, u32) = (8, 0, 23);
+/// See [`OLDEST_MYSQL`].
+pub const OLDEST_MARIADB: (u32, u32, u32) = (10, 5, 0);
+
+/// Why a server of `flavor` and `version` (`@@version`) is not one the
+/// operator drives, or `None` when it is. A version it cannot read counts
+/// as supported (a vendor build with its own numbering): its statements
+/// then fail with the server's own error.
+pub fn unsupported(flavor: Flavor, version: &str) -> Option<String> {
+    let mut parts = version.split(|c: char| !c.is_ascii_digit()).map(str::parse::<u32>);
+    let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) else { return None };
+    let patch = parts.next().and_then(Result::ok).unwrap_or(0);
+    let (name, oldest, forms) = match flavor {
+        Flavor::MySql => ("MySQL", OLDEST_MYSQL, "CHANGE REPLICATION SOURCE TO, SHOW REPLICA STATUS"),
+        Flavor::MariaDb => ("MariaDB", OLDEST_MARIADB, "the READ_ONLY ADMIN and SLAVE MONITOR privileges"),
+    };
+    ((major, minor, patch) < oldest).then(|| {
+        format!(
+            "{name} {major}.{minor}.{patch} is not supported: the operator needs {name} {}.{}.{} or later ({forms}); \
+             it neither fences, promotes nor fails over this site",
+            oldest.0, oldest.1, oldest.2
+        )
+    })
+}
+
 /// Whether MariaDB `version` is older than 10.11, where `SUPER` still
 /// implied `READ_ONLY ADMIN`. An unreadable version counts as older: that
 /// lists more accounts, never fewer.
@@ -332,6 +362,21 @@ pub fn semi_sync(flavor: Flavor, on: bool, primary: bool) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn servers_older_than_the_statements_are_unsupported() {
+        assert_eq!(unsupported(Flavor::MySql, "9.7.4"), None);
+        assert_eq!(unsupported(Flavor::MySql, "8.4.3-commercial"), None);
+        assert_eq!(unsupported(Flavor::MySql, "8.0.23"), None);
+        assert_eq!(unsupported(Flavor::MariaDb, "10.11.14-MariaDB-0+deb12u2-log"), None);
+        assert_eq!(unsupported(Flavor::MariaDb, "10.5.0-MariaDB"), None);
+        assert_eq!(unsupported(Flavor::MariaDb, "odd build"), None, "unreadable: tried");
+        let old = unsupported(Flavor::MySql, "8.0.22-log").unwrap();
+        assert!(old.starts_with("MySQL 8.0.22 is not supported") && old.contains("8.0.23 or later"), "{old}");
+        assert!(unsupported(Flavor::MySql, "5.7.44").is_some());
+        let old = unsupported(Flavor::MariaDb, "10.4.34-MariaDB").unwrap();
+        assert!(old.contains("MariaDB 10.5.0 or later"), "{old}");
+    }
     use super::*;
 
     #[test]

@@ -561,7 +561,12 @@ mod miss_tests {
     fn only_an_unreachable_server_is_a_missed_probe() {
         assert!(!alive(Some(&failed(reason::SITE_UNREACHABLE))));
         assert!(!alive(None));
-        for up in [reason::AUTHENTICATION_FAILED, reason::INSUFFICIENT_PRIVILEGES, reason::PROBE_FAILED] {
+        for up in [
+            reason::AUTHENTICATION_FAILED,
+            reason::INSUFFICIENT_PRIVILEGES,
+            reason::PROBE_FAILED,
+            reason::UNSUPPORTED_SERVER_VERSION,
+        ] {
             assert!(alive(Some(&failed(up))), "{up}");
         }
         // No Secret: the server is not judged, so not counted as missed either.
