@@ -78,8 +78,14 @@ pub struct Found {
 
 type TrxRow = (u64, String, String, String, u64, Option<u64>, String);
 
-/// Open transactions of other sessions, oldest first.
+/// Open transactions of other sessions, oldest first. Without `PROCESS`
+/// this fails (1227) rather than find none.
 async fn open_transactions(s: &mut Session) -> Result<Vec<Blocker>, mysql_async::Error> {
+    // Reading `INNODB_TRX` needs PROCESS, but the join below does not
+    // always read it: without PROCESS the process list shows the session
+    // alone, which the join filters out, and MySQL 9.7 then answers no
+    // rows and no error. Read it alone first, so that a blind look fails.
+    let _: Option<u64> = s.conn.query_first("SELECT COUNT(*) FROM information_schema.INNODB_TRX").await?;
     let rows: Vec<TrxRow> = s
         .conn
         .query(

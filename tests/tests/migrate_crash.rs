@@ -90,8 +90,11 @@ async fn a_fence_signal_ends_the_statement_in_flight_on_the_server() {
     // leaves the statement running.
     let mut gone = db.app().await;
     let task = tokio::spawn(async move {
-        let _ = mysql_async::prelude::Queryable::query_drop(&mut gone, "SELECT BENCHMARK(2000000000, MD5('premise'))")
-            .await;
+        let _ = mysql_async::prelude::Queryable::query_drop(
+            &mut gone,
+            "SELECT BENCHMARK(2000000000, SHA2('premise', 256))",
+        )
+        .await;
     });
     let orphan = db.wait_running("appuser", "premise", T).await;
     task.abort();
@@ -104,7 +107,7 @@ async fn a_fence_signal_ends_the_statement_in_flight_on_the_server() {
     revs.add(
         1,
         "rows",
-        "INSERT INTO orders (id, v) VALUES (10, 10);\nSELECT BENCHMARK(2000000000, MD5('fence'));\nINSERT INTO orders (id, v) VALUES (11, 11);",
+        "INSERT INTO orders (id, v) VALUES (10, 10);\nSELECT BENCHMARK(2000000000, SHA2('fence', 256));\nINSERT INTO orders (id, v) VALUES (11, 11);",
     );
     let mut run = Run::apply(&revs, &db.url, &[]);
     let id = db.wait_running("migrator", "BENCHMARK", T).await;

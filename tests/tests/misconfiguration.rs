@@ -135,6 +135,38 @@ async fn a_server_older_than_supported_is_reported_and_left_alone() {
     sc.cluster.delete_group(&name).await;
 }
 
+/// An operator account without `PROCESS` sees its own sessions only, so a
+/// fence would end none of the others'. On MariaDB, where `read_only` does
+/// not stop `READ_ONLY ADMIN` accounts, such a fence does not hold: the
+/// switchover fails naming the privilege, and the old primary is writable
+/// again. (On MySQL `super_read_only` stops every account, so the fence
+/// holds without it.)
+#[tokio::test]
+async fn a_fence_that_cannot_see_other_sessions_fails_the_switchover_on_mariadb() {
+    if bloodraven_e2e::sites::Flavor::of_run() != bloodraven_e2e::sites::Flavor::MariaDb {
+        eprintln!("MariaDB only: MySQL's fence holds without PROCESS");
+        return;
+    }
+    let sc = bloodraven_e2e::fixtures::Scenario::start("noprocess", 1, LeaderTimings::default()).await;
+    let name = sc.bootstrapped_group("g").await;
+    sc.pair
+        .sql("iad", "SET sql_log_bin=0; REVOKE PROCESS ON *.* FROM 'bloodraven'@'127.0.0.1', 'bloodraven'@'localhost'");
+    sc.request_failover(&name, "pdx", "np1").await;
+    let s = wait_status(&sc.cluster, &name, "np1 failed: the fence cannot see sessions", T, |s| {
+        match &s.planned_failover {
+            Some(p) if p.request_id == "np1" && p.phase == "Failed" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let message = s.planned_failover.unwrap().message.unwrap_or_default();
+    assert!(message.contains("could not fence iad") && message.contains("PROCESS"), "{message}");
+    assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("iad"), Some(1)), "no decision");
+    sc.pair.wait_read_only("iad", false, T).await;
+    sc.pair.sql("iad", "SET sql_log_bin=0; GRANT PROCESS ON *.* TO 'bloodraven'@'127.0.0.1', 'bloodraven'@'localhost'");
+    sc.cluster.delete_group(&name).await;
+}
+
 #[tokio::test]
 async fn a_database_reports_whether_its_group_exists() {
     let cluster = Cluster::connect().await;

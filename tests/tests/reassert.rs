@@ -133,7 +133,7 @@ async fn on_mysql_no_account_writes_through_the_fence() {
     // And a switchover's fence leaves the account unable to write on the old primary.
     sc.request_failover(&name, "pdx", "r1").await;
     wait_status(&sc.cluster, &name, "switchover to pdx", T, |s| completed(s, "r1", "pdx", 2)).await;
-    let url = format!("mysql://app:app-pw@127.0.0.1:{}/mysql", sc.pair.port("iad"));
+    let url = format!("mysql://app:app-pw@127.0.0.1:{}", sc.pair.port("iad"));
     let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
     let mut app = mysql_async::Conn::new(opts).await.unwrap();
     let err = app.query_drop("CREATE DATABASE written_through_the_fence").await.unwrap_err();

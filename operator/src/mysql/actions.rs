@@ -43,6 +43,14 @@ pub async fn fence(
         for stmt in statements::fence(flavor) {
             conn.query_drop(*stmt).await?;
         }
+        // Without PROCESS the process list shows the operator's own
+        // sessions only, and the fence would end none of the others'. On
+        // MariaDB those may hold READ_ONLY ADMIN and write on: a fence that
+        // cannot see them does not hold (1227, InsufficientPrivileges). On
+        // MySQL super_read_only has stopped them already.
+        if flavor == Flavor::MariaDb {
+            let _: Option<u64> = conn.query_first(statements::SESSIONS_VISIBLE).await?;
+        }
         let sessions: Vec<(u64, String, u64)> = conn.query(statements::CLIENT_SESSIONS).await?;
         let (mut killed, mut left) = (Vec::new(), Vec::new());
         for (id, user, _) in sessions {

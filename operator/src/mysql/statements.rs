@@ -106,6 +106,11 @@ pub fn unfence(flavor: Flavor) -> &'static [&'static str] {
     }
 }
 
+/// Fails (1227) unless the account may see every session (`PROCESS`):
+/// without it `information_schema.PROCESSLIST` answers with the account's
+/// own sessions only, and no error.
+pub const SESSIONS_VISIBLE: &str = "SELECT COUNT(*) FROM information_schema.INNODB_TRX";
+
 /// The client sessions fencing ends (id, user, seconds in the current
 /// state): everything but this connection, replication threads, and the
 /// server's own daemons.
