@@ -11,6 +11,8 @@
 //!   applied, and the failed Job and its Pod's log stay;
 //! - a second `helm upgrade` while a long hook runs does not run the
 //!   migration twice (helm refuses it: another operation is in progress).
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
 

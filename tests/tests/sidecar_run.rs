@@ -6,7 +6,8 @@
 //! fails), `kill -9` of the sidecar (the migration is stopped while the
 //! lease is still live; the lease lapses by TTL), SIGSTOP past the TTL
 //! (no step after the deadline), and an operator restart mid-run (nothing
-//! changes).
+//! changes). The database detection runs on both flavors in
+//! sidecar_detection.rs.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a failed step must fail the test
 #![allow(clippy::many_single_char_names)] // a, b, c name the runs; d the scenario; p its pipeline
@@ -400,44 +401,6 @@ async fn answers_that_never_come_fence_by_the_sidecar_s_own_deadline() {
     println!("figure: answers cut → SIGTERM: {} ms (bound ttl − grace = 8000 ms)", term.saturating_sub(cut));
     assert_eq!(run.wait(T).await, exit::FENCED, "{}", run.log());
     assert_eq!(run.record()["fence"], "deadline_passed");
-}
-
-#[tokio::test]
-async fn the_database_detection_finds_ddl_a_migration_did_not_report() {
-    let d = scenario("sc-dbddl").await;
-    let p = &d.pipeline;
-    d.sc.pair.sql(
-        "iad",
-        "CREATE DATABASE counter; CREATE USER 'app'@'127.0.0.1' IDENTIFIED BY 'app-pw'; \
-         GRANT ALL ON counter.* TO 'app'@'127.0.0.1'; \
-         CREATE TABLE counter.flyway_schema_history (installed_rank INT PRIMARY KEY, version VARCHAR(50)); \
-         INSERT INTO counter.flyway_schema_history VALUES (1, '1'); CREATE TABLE counter.ticks (id INT PRIMARY KEY)",
-    );
-    let url_file = d.sc.pair.dir().join("db-url");
-    std::fs::write(&url_file, format!("mysql://app:app-pw@127.0.0.1:{}/counter", d.sc.pair.port("iad"))).unwrap();
-    let url_file = url_file.to_str().unwrap().to_owned();
-    let script = format!("trap 'exit 0' TERM; {}; while :; do sleep 0.1; done", stamp("started"));
-    // Reported boundary, and the migration reports nothing: only the database can tell.
-    let mut flags: Vec<&str> = QUICK.to_vec();
-    flags.extend(["--ddl-boundary", "reported", "--db-url-file", &url_file]);
-
-    // Nothing changed in the database: a fenced run may be retried.
-    let mut run = SidecarRun::start(p, &d.tls, "db-same", &flags, &script);
-    run.wait_for_marker("started", T).await;
-    revoke(&d).await;
-    assert_eq!(run.wait(T).await, exit::FENCED, "{}", run.log());
-
-    // The migration changed the schema and its history, unreported.
-    let mut run = SidecarRun::start(p, &d.tls, "db-changed", &flags, &script);
-    run.wait_for_marker("started", T).await;
-    d.sc.pair.sql(
-        "iad",
-        "ALTER TABLE counter.ticks ADD COLUMN at BIGINT; INSERT INTO counter.flyway_schema_history VALUES (2, '2')",
-    );
-    revoke(&d).await;
-    assert_eq!(run.wait(T).await, exit::SCHEMA_VERIFICATION_REQUIRED, "{}", run.log());
-    assert_eq!(run.record()["result"], "schema-verification-required");
-    assert!(run.full_log().contains("schema or history changes since the grant"), "{}", run.log());
 }
 
 /// SIGTERM (a cancelled CI job) outside the DDL boundary: the lease is
