@@ -77,8 +77,8 @@ images: ## Build the project's OCI images here (static operator binary; no daemo
 test: check unit e2e ## Everything CI runs: checks, unit tests, then the e2e suite
 
 .PHONY: playground
-playground: tools ## Build and start a local playground: control plane, two MariaDB sites, the operator, group `playground`
-	hack/playground.sh up
+playground: tools ## Build and start a local playground: control plane, two MariaDB sites (FLAVOR=mysql: MySQL 9.7), the operator, group `playground`
+	FLAVOR=$(FLAVOR) hack/playground.sh up
 
 .PHONY: playground-down
 playground-down: ## Stop every process of the playground

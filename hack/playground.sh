@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The local playground: a single-node Kubernetes cluster (etcd, kube-apiserver
 # and the node of hack/node.sh: kubelet, containerd, kube-proxy, CoreDNS, the
-# controller manager and scheduler), two MariaDB sites outside the cluster
+# controller manager and scheduler), two MariaDB sites (FLAVOR=mysql: MySQL
+# 9.7, hack/mysql.sh) outside the cluster
 # (iad primary, pdx replica) listening on the node's bridge address, the
 # CRDs, and charts/bloodraven installed with helm (hack/build-helm.sh) as
 # release `bloodraven` in namespace `bloodraven`: the operator and the
@@ -14,6 +15,11 @@
 #   hack/playground.sh up     build what is missing, start, bootstrap, print the env
 #   hack/playground.sh down   stop every process of the playground (and the node's
 #                             mounts, bridge, firewall chains and sysctls)
+#   hack/playground.sh sql SITE SQL   run SQL as root on site iad or pdx
+#
+# FLAVOR (mariadb, the default, or mysql) is chosen when the playground is
+# made and kept in .playground/sites.env; another flavor needs a new one
+# (make playground-down; rm -rf .playground).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -54,7 +60,10 @@ remove_pre_chart_objects() {
 down() {
   stop_process webhook
   stop_operator # a playground from before the node ran the operator as a process
-  [ -d "$pg/mariadb" ] && "$root/hack/mariadb.sh" down "$pg/mariadb" || true
+  local f
+  for f in mariadb mysql; do
+    [ -d "$pg/$f" ] && "$root/hack/$f.sh" down "$pg/$f" || true
+  done
   [ -d "$pg/control-plane" ] && "$root/hack/control-plane.sh" down "$pg/control-plane" || true
   log "stopped"
 }
@@ -67,7 +76,7 @@ down() {
 passwords() {
   local file="$pg/passwords.env"
   if [ ! -f "$file" ]; then
-    if [ -d "$pg/mariadb/sites" ]; then
+    if [ -d "$pg/mariadb/sites" ] || [ -d "$pg/mysql/sites" ]; then
       log "this playground's sites use the well-known passwords of hack/mariadb.sh; for random ones: make playground-down; rm -rf .playground"
       printf 'BLOODRAVEN_SITE_PASSWORD=%s\nBLOODRAVEN_REPL_PASSWORD=%s\n' \
         "${BLOODRAVEN_SITE_PASSWORD:-bloodraven-operator-pw}" "${BLOODRAVEN_REPL_PASSWORD:-bloodraven-repl-pw}" > "$file.tmp"
@@ -107,28 +116,34 @@ up() {
   . "$pg/control-plane/env"
   local addr=$BLOODRAVEN_NODE_ADDRESS
 
-  # MariaDB ports are chosen once and kept, so the group's spec stays valid.
+  # The sites' ports are chosen once and kept, so the group's spec stays valid.
   # The sites listen on the node's bridge address: the operator Pod (and
   # migration Jobs) reach them there, as external servers.
   if [ ! -f "$pg/sites.env" ]; then
-    printf 'IAD_PORT=%s\nPDX_PORT=%s\nSITE_ADDR=%s\n' "$(free_port)" "$(free_port)" "$addr" > "$pg/sites.env"
+    printf 'IAD_PORT=%s\nPDX_PORT=%s\nSITE_ADDR=%s\nSITE_FLAVOR=%s\n' "$(free_port)" "$(free_port)" "$addr" "${flavor:-mariadb}" > "$pg/sites.env"
   fi
   # shellcheck source=/dev/null
   . "$pg/sites.env"
   [ "$SITE_ADDR" = "$addr" ] || die "the sites listen on $SITE_ADDR but the node's address is now $addr: make playground-down; rm -rf .playground"
+  # A playground made before the flavor choice runs MariaDB.
+  if [ -z "${SITE_FLAVOR:-}" ]; then SITE_FLAVOR=mariadb; echo "SITE_FLAVOR=mariadb" >> "$pg/sites.env"; fi
+  [ -z "$flavor" ] || [ "$SITE_FLAVOR" = "$flavor" ] ||
+    die "this playground's sites run $SITE_FLAVOR, not FLAVOR=$flavor: make playground-down; rm -rf .playground for a new one"
+  flavor=$SITE_FLAVOR
+  local sites="$root/hack/$flavor.sh" sdir="$pg/$flavor"
   export BLOODRAVEN_SITE_ADDR=$addr BLOODRAVEN_PRIMARY_HOST=$addr
-  if [ -f "$pg/mariadb/sites/iad/mysqld.pid" ] && kill -0 "$(cat "$pg/mariadb/sites/iad/mysqld.pid")" 2>/dev/null; then
-    log "MariaDB sites already running"
-  elif [ -d "$pg/mariadb/sites/iad" ]; then
+  if [ -f "$sdir/sites/iad/mysqld.pid" ] && kill -0 "$(cat "$sdir/sites/iad/mysqld.pid")" 2>/dev/null; then
+    log "$flavor sites already running"
+  elif [ -d "$sdir/sites/iad" ]; then
     # Restarted as the decision left them: the decided active site writable,
     # the other read-only (a switchover may have moved the primary to pdx).
     local active; active=$(kubectl get mysqlfailovergroup playground -o jsonpath='{.status.activeSite}' 2>/dev/null || true)
     local iad_ro=0 pdx_ro=1
     if [ "$active" = pdx ]; then iad_ro=1 pdx_ro=0; fi
-    BLOODRAVEN_SITE_READ_ONLY=$iad_ro "$root/hack/mariadb.sh" start "$pg/mariadb" iad "$IAD_PORT" 1 >/dev/null
-    BLOODRAVEN_SITE_READ_ONLY=$pdx_ro "$root/hack/mariadb.sh" start "$pg/mariadb" pdx "$PDX_PORT" 2 >/dev/null
+    BLOODRAVEN_SITE_READ_ONLY=$iad_ro "$sites" start "$sdir" iad "$IAD_PORT" 1 >/dev/null
+    BLOODRAVEN_SITE_READ_ONLY=$pdx_ro "$sites" start "$sdir" pdx "$PDX_PORT" 2 >/dev/null
   else
-    "$root/hack/mariadb.sh" pair "$pg/mariadb" "$IAD_PORT" "$PDX_PORT" >/dev/null
+    "$sites" pair "$sdir" "$IAD_PORT" "$PDX_PORT" >/dev/null
   fi
 
   log "building the images"
@@ -324,8 +339,23 @@ JOB
   echo "# stop everything: make playground-down"
 }
 
+# Runs SQL as root on one of this playground's sites, whatever its flavor.
+sql() { # SITE SQL
+  [ $# -eq 2 ] || die "usage: hack/playground.sh sql iad|pdx SQL"
+  [ -f "$pg/sites.env" ] || die "no playground here: make playground"
+  # shellcheck source=/dev/null
+  . "$pg/sites.env"
+  local f=${SITE_FLAVOR:-mariadb}
+  "$root/hack/$f.sh" sql "$pg/$f" "$1" "$2"
+}
+
+# Empty: the flavor of the playground there is, else mariadb.
+flavor=${FLAVOR:-}
+case $flavor in '' | mariadb | mysql) ;; *) die "FLAVOR=$flavor: use mariadb or mysql" ;; esac
+
 case "${1:-}" in
   up) up ;;
   down) down ;;
-  *) echo "usage: hack/playground.sh up|down" >&2; exit 2 ;;
+  sql) shift; sql "$@" ;;
+  *) echo "usage: hack/playground.sh up|down|sql SITE SQL" >&2; exit 2 ;;
 esac
