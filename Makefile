@@ -50,7 +50,7 @@ figures: deps tools ## Print figures: operator RSS with 1 and 50 groups, probe-t
 	hack/e2e.sh --figures
 
 .PHONY: bench-failover
-bench-failover: deps tools ## Failover benchmark: client write unavailability over 20 switchovers, kill -9 → writable over 10 kills (release build)
+bench-failover: deps tools ## Failover benchmark: client write unavailability over 20 switchovers, kill -9 → writable over 10 kills, MariaDB and MySQL side by side (release build; BENCH_FLAVORS)
 	hack/e2e.sh --bench-failover
 
 .PHONY: bench
@@ -66,7 +66,7 @@ bench-webhook: deps tools ## Webhook benchmark: admission latency through kube-a
 	hack/e2e.sh --bench-webhook
 
 .PHONY: bench-migrate
-bench-migrate: deps ## Migration-runner benchmark: a reader's longest stall behind a blocked ALTER with the defaults beside the server's default lock timeouts, --on-blocker fail and wait, in one run (release build; MariaDB only; BENCH_HOLD_SECONDS)
+bench-migrate: deps ## Migration-runner benchmark: a reader's longest stall behind a blocked ALTER with the defaults beside the server's default lock timeouts, --on-blocker fail and wait, in one run, MariaDB and MySQL side by side (release build; BENCH_HOLD_SECONDS, BENCH_FLAVORS)
 	hack/e2e.sh --bench-migrate
 
 .PHONY: images

@@ -38,9 +38,9 @@ export BLOODRAVEN_WEBHOOK_BIN="$target/debug/bloodraven-webhook"
 export BLOODRAVEN_MIGRATE_BIN="$target/debug/bloodraven-migrate"
 
 if [ "${1:-}" = "--bench-migrate" ]; then
-  # MariaDB sites only: nothing of the cluster is started, so nothing of it
-  # is stopped either (its cleanup is not this mode's).
-  trap 'for d in "$dir"/mariadb/*/; do [ -d "$d" ] && "$root/hack/mariadb.sh" down "$d" >/dev/null 2>&1 || true; done' EXIT
+  # Sites only (both flavors): nothing of the cluster is started, so nothing
+  # of it is stopped either (its cleanup is not this mode's).
+  trap 'for f in mariadb mysql; do for d in "$dir/$f"/*/; do [ -d "$d" ] && "$root/hack/$f.sh" down "$d" >/dev/null 2>&1 || true; done; done' EXIT
   cargo build --locked --release -p bloodraven-migrate
   mkdir -p "$dir/bin"
   cp -f "$target/release/bloodraven-migrate" "$dir/bin/bloodraven-migrate"

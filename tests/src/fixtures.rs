@@ -229,9 +229,19 @@ impl Scenario {
 
     /// Sets up the namespace `<prefix>-<random>`, the pair, the Secret and the operators.
     pub async fn start(prefix: &str, operators: usize, timings: crate::operator::LeaderTimings) -> Scenario {
+        Scenario::start_as(prefix, operators, timings, crate::sites::Flavor::of_run()).await
+    }
+
+    /// [`Scenario::start`] with a pair of `flavor`.
+    pub async fn start_as(
+        prefix: &str,
+        operators: usize,
+        timings: crate::operator::LeaderTimings,
+        flavor: crate::sites::Flavor,
+    ) -> Scenario {
         let cluster = Cluster::connect().await;
         let ns = cluster.namespace(prefix).await;
-        let pair = crate::SitePair::start(prefix);
+        let pair = crate::SitePair::start_as(prefix, flavor);
         ns.credentials_secret(SITE_SECRET, "bloodraven", crate::cluster::OPERATOR_DB_PASSWORD).await;
         let mut started = Vec::new();
         for i in 0..operators {

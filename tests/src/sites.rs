@@ -140,9 +140,14 @@ fn pair_dir(flavor: Flavor, test: &str) -> PathBuf {
 }
 
 impl SitePair {
-    /// Starts a replicating pair in its own folder.
+    /// Starts a replicating pair in its own folder, of the run's flavor.
     pub fn start(test: &str) -> SitePair {
-        let flavor = Flavor::of_run();
+        SitePair::start_as(test, Flavor::of_run())
+    }
+
+    /// Starts a replicating pair of `flavor` in its own folder (the
+    /// benchmarks run both flavors in one process).
+    pub fn start_as(test: &str, flavor: Flavor) -> SitePair {
         let dir = pair_dir(flavor, test);
         let (iad_port, pdx_port) = (free_port(), free_port());
         let pair =

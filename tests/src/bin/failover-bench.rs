@@ -1,12 +1,14 @@
-//! Failover benchmark on real components (`make bench-failover`): one
-//! group on the local MariaDB pair, the release-build operator, a writer
-//! that finds the primary through `<db>-primary` as an application would.
+//! Failover benchmark on real components (`make bench-failover`): per
+//! flavor (`BENCH_FLAVORS`, default `mariadb mysql`: both in one run,
+//! printed side by side at the end), one group on a local pair, the
+//! release-build operator, a writer that finds the primary through
+//! `<db>-primary` as an application would.
 //!
 //! - Switchovers (`BENCH_SWITCHOVERS`, default 20, alternating sites): for
 //!   each, the client's write unavailability = the longest time without an
 //!   acknowledged write from the request to completion; p50/p99/max.
 //! - Kills (`BENCH_KILLS`, default 10): `kill -9` of the active site's
-//!   `mariadbd`, time until the standby is writable, beside the detection
+//!   server (`mariadbd`, `mysqld`), time until the standby is writable, beside the detection
 //!   budget (`probeIntervalSeconds × failureThreshold` = 1 s × 3); the
 //!   killed site is restarted and rejoins before the next kill.
 //!
@@ -18,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use bloodraven_e2e::fixtures::{Scenario, is_ready_at, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::sites::Flavor;
 use bloodraven_e2e::writer::{self, Writer};
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -36,10 +39,22 @@ fn ms(d: Duration) -> String {
     format!("{:.0} ms", d.as_secs_f64() * 1000.0)
 }
 
-#[tokio::main]
-async fn main() {
-    let (switchovers, kills) = (env("BENCH_SWITCHOVERS", 20), env("BENCH_KILLS", 10));
-    let sc = Scenario::start("fobench", 1, LeaderTimings::default()).await;
+/// One flavor's figures.
+struct Figures {
+    flavor: Flavor,
+    /// Client write unavailability per switchover, sorted.
+    gaps: Vec<Duration>,
+    acknowledged: usize,
+    failures: u64,
+    /// `kill -9` → standby writable, sorted.
+    to_writable: Vec<Duration>,
+}
+
+/// Which figures a row of the table shows.
+type Column = fn(&Figures) -> &[Duration];
+
+async fn run(flavor: Flavor, switchovers: usize, kills: usize) -> Figures {
+    let sc = Scenario::start_as(&format!("fobench-{}", flavor.name()), 1, LeaderTimings::default(), flavor).await;
     // A short detection budget: 1 s × 3.
     let name = sc.quick_group("g").await;
     writer::prepare(&sc.pair, "iad");
@@ -70,7 +85,7 @@ async fn main() {
     let mut gaps: Vec<Duration> = windows.iter().map(|(a, b)| written.longest_gap(*a, *b)).collect();
     gaps.sort();
 
-    let mut active = if switchovers % 2 == 0 { "iad" } else { "pdx" };
+    let mut active = if switchovers.is_multiple_of(2) { "iad" } else { "pdx" };
     let mut to_writable = Vec::new();
     for _ in 0..kills {
         let standby = if active == "iad" { "pdx" } else { "iad" };
@@ -84,29 +99,59 @@ async fn main() {
         active = standby;
     }
     to_writable.sort();
-
-    println!("failover benchmark (release operator, MariaDB pair on loopback)");
-    println!(
-        "switchovers: {}  writes acknowledged: {}  failed attempts: {}",
-        gaps.len(),
-        written.acknowledged.len(),
-        written.failures
-    );
-    if !gaps.is_empty() {
-        println!(
-            "  client write unavailability: p50 {}  p99 {}  max {}  (goal p99 < 1000 ms)",
-            ms(pct(&gaps, 0.5)),
-            ms(pct(&gaps, 0.99)),
-            ms(*gaps.last().unwrap())
-        );
-    }
-    if !to_writable.is_empty() {
-        println!(
-            "kill -9 → standby writable over {} kills: p50 {}  max {}  (detection budget 1 s × 3 = 3000 ms)",
-            to_writable.len(),
-            ms(pct(&to_writable, 0.5)),
-            ms(*to_writable.last().unwrap())
-        );
-    }
     sc.cluster.delete_group(&name).await;
+    Figures { flavor, gaps, acknowledged: written.acknowledged.len(), failures: written.failures, to_writable }
+}
+
+#[tokio::main]
+async fn main() {
+    let (switchovers, kills) = (env("BENCH_SWITCHOVERS", 20), env("BENCH_KILLS", 10));
+    let flavors: Vec<Flavor> = std::env::var("BENCH_FLAVORS")
+        .unwrap_or_else(|_| "mariadb mysql".to_owned())
+        .split_whitespace()
+        .map(|f| match f {
+            "mariadb" => Flavor::MariaDb,
+            "mysql" => Flavor::MySql,
+            other => panic!("BENCH_FLAVORS: unknown flavor {other:?} (mariadb, mysql)"),
+        })
+        .collect();
+    let mut all = Vec::new();
+    for flavor in flavors {
+        let f = run(flavor, switchovers, kills).await;
+        println!(
+            "{}: {} switchovers, {} writes acknowledged, {} failed attempts; {} kills",
+            f.flavor.name(),
+            f.gaps.len(),
+            f.acknowledged,
+            f.failures,
+            f.to_writable.len()
+        );
+        all.push(f);
+    }
+    let cell = |v: &[Duration], p: Option<f64>| match (v.is_empty(), p) {
+        (true, _) => "-".to_owned(),
+        (false, Some(p)) => ms(pct(v, p)),
+        (false, None) => ms(*v.last().unwrap()),
+    };
+    println!("failover benchmark (release operator, pairs on loopback; MariaDB 10.11, MySQL 9.7)");
+    print!("{:<58}", "");
+    for f in &all {
+        print!("{:>12}", f.flavor.name());
+    }
+    println!();
+    let rows: [(&str, Column, Option<f64>); 5] = [
+        ("client write unavailability per switchover, p50", |f| &f.gaps, Some(0.5)),
+        ("client write unavailability per switchover, p99", |f| &f.gaps, Some(0.99)),
+        ("client write unavailability per switchover, max", |f| &f.gaps, None),
+        ("kill -9 → standby writable, p50 (budget 1 s × 3)", |f| &f.to_writable, Some(0.5)),
+        ("kill -9 → standby writable, max", |f| &f.to_writable, None),
+    ];
+    for (label, of, p) in rows {
+        print!("{label:<58}");
+        for f in &all {
+            print!("{:>12}", cell(of(f), p));
+        }
+        println!();
+    }
+    println!("(goal: switchover unavailability p99 < 1000 ms)");
 }
