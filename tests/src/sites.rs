@@ -37,6 +37,23 @@ impl Flavor {
         }
     }
 
+    /// The flavors a benchmark runs, in order: `BENCH_FLAVORS` (names
+    /// separated by spaces), by default both.
+    ///
+    /// # Panics
+    /// On an unknown name.
+    pub fn of_bench() -> Vec<Flavor> {
+        std::env::var("BENCH_FLAVORS")
+            .unwrap_or_else(|_| "mariadb mysql".to_owned())
+            .split_whitespace()
+            .map(|f| match f {
+                "mariadb" => Flavor::MariaDb,
+                "mysql" => Flavor::MySql,
+                other => panic!("BENCH_FLAVORS: unknown flavor {other:?} (mariadb, mysql)"),
+            })
+            .collect()
+    }
+
     /// Its name, as `E2E_FLAVOR` spells it.
     pub fn name(self) -> &'static str {
         match self {

@@ -106,15 +106,7 @@ async fn run(flavor: Flavor, switchovers: usize, kills: usize) -> Figures {
 #[tokio::main]
 async fn main() {
     let (switchovers, kills) = (env("BENCH_SWITCHOVERS", 20), env("BENCH_KILLS", 10));
-    let flavors: Vec<Flavor> = std::env::var("BENCH_FLAVORS")
-        .unwrap_or_else(|_| "mariadb mysql".to_owned())
-        .split_whitespace()
-        .map(|f| match f {
-            "mariadb" => Flavor::MariaDb,
-            "mysql" => Flavor::MySql,
-            other => panic!("BENCH_FLAVORS: unknown flavor {other:?} (mariadb, mysql)"),
-        })
-        .collect();
+    let flavors = Flavor::of_bench();
     let mut all = Vec::new();
     for flavor in flavors {
         let f = run(flavor, switchovers, kills).await;

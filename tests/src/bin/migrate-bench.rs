@@ -141,15 +141,7 @@ async fn run(flavor: Flavor, hold: Duration) -> (String, Vec<Figures>) {
 #[tokio::main]
 async fn main() {
     let hold = Duration::from_secs(env_u64("BENCH_HOLD_SECONDS", 20));
-    let flavors: Vec<Flavor> = std::env::var("BENCH_FLAVORS")
-        .unwrap_or_else(|_| "mariadb mysql".to_owned())
-        .split_whitespace()
-        .map(|f| match f {
-            "mariadb" => Flavor::MariaDb,
-            "mysql" => Flavor::MySql,
-            other => panic!("BENCH_FLAVORS: unknown flavor {other:?} (mariadb, mysql)"),
-        })
-        .collect();
+    let flavors = Flavor::of_bench();
     println!(
         "bench-migrate: a blocker idles {} s in a transaction holding a metadata lock on `orders` (10,000 rows); \
          a reader selects from it every 10 ms; bloodraven-migrate applies ALTER TABLE orders ADD COLUMN …",
