@@ -191,12 +191,14 @@ pub fn applied_all(flavor: Flavor, applied: &str, received: Option<&str>) -> Res
 /// (`promotion`), or when it was written by the new primary itself
 /// (`new_server_id`, received by replication; the positions are read at
 /// different moments, so it may be past the new primary's snapshot). MySQL:
-/// `returning − new_executed`.
+/// `returning − new_executed`, less the new primary's own UUID
+/// (`new_uuid`) for the same reason.
 pub fn returning(
     flavor: Flavor,
     returning_position: &str,
     promotion: &str,
     new_server_id: u32,
+    new_uuid: &str,
     new_current: &str,
 ) -> Result<Option<String>, String> {
     match flavor {
@@ -221,7 +223,8 @@ pub fn returning(
         Flavor::MySql => {
             let have = MySqlGtidSet::parse(returning_position).map_err(|e| e.to_string())?;
             let new = MySqlGtidSet::parse(new_current).map_err(|e| e.to_string())?;
-            let extra = have.minus(&new);
+            let mut extra = have.minus(&new);
+            extra.0.retain(|uuid, _| !uuid.eq_ignore_ascii_case(new_uuid));
             Ok((!extra.is_empty()).then(|| extra.to_string()))
         }
     }
@@ -346,18 +349,22 @@ mod tests {
 
     #[test]
     fn returning_primary_errant_transactions() {
+        const NEW: &str = "87f16bcf-efcf-11f1-85e2-02fc00000001";
         // iad (1) wrote up to 100; pdx (2) was promoted at 95 and wrote on.
-        assert_eq!(returning(Flavor::MariaDb, "0-1-100", "0-1-95", 2, "0-2-150"), Ok(Some("0-1-100".into())));
+        assert_eq!(returning(Flavor::MariaDb, "0-1-100", "0-1-95", 2, "", "0-2-150"), Ok(Some("0-1-100".into())));
         // iad had nothing past 95: clean.
-        assert_eq!(returning(Flavor::MariaDb, "0-1-95", "0-1-95", 2, "0-2-150"), Ok(None));
+        assert_eq!(returning(Flavor::MariaDb, "0-1-95", "0-1-95", 2, "", "0-2-150"), Ok(None));
         // iad since replicated pdx's own writes: clean (even read a moment
         // after pdx's snapshot, ahead of it).
-        assert_eq!(returning(Flavor::MariaDb, "0-2-120", "0-1-95", 2, "0-2-150"), Ok(None));
-        assert_eq!(returning(Flavor::MariaDb, "0-2-160", "0-1-95", 2, "0-2-150"), Ok(None));
+        assert_eq!(returning(Flavor::MariaDb, "0-2-120", "0-1-95", 2, "", "0-2-150"), Ok(None));
+        assert_eq!(returning(Flavor::MariaDb, "0-2-160", "0-1-95", 2, "", "0-2-150"), Ok(None));
         // A domain the promotion never had, written by iad itself: errant.
-        assert_eq!(returning(Flavor::MariaDb, "0-1-95,7-1-3", "0-1-95", 2, "0-2-150"), Ok(Some("7-1-3".into())));
+        assert_eq!(returning(Flavor::MariaDb, "0-1-95,7-1-3", "0-1-95", 2, "", "0-2-150"), Ok(Some("7-1-3".into())));
         let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
-        assert_eq!(returning(Flavor::MySql, &format!("{u}:1-5"), "", 2, &format!("{u}:1-9")), Ok(None));
-        assert!(returning(Flavor::MySql, &format!("{u}:1-10"), "", 2, &format!("{u}:1-9")).unwrap().is_some());
+        assert_eq!(returning(Flavor::MySql, &format!("{u}:1-5"), "", 2, NEW, &format!("{u}:1-9")), Ok(None));
+        assert!(returning(Flavor::MySql, &format!("{u}:1-10"), "", 2, NEW, &format!("{u}:1-9")).unwrap().is_some());
+        // The new primary's own transactions, past its snapshot: not errant.
+        let mine = format!("{u}:1-9,{NEW}:1-4");
+        assert_eq!(returning(Flavor::MySql, &mine, "", 2, NEW, &format!("{u}:1-9,{NEW}:1-3")), Ok(None));
     }
 }

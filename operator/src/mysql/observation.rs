@@ -28,6 +28,8 @@ pub struct SiteObservation {
     pub version: String,
     /// `@@server_id`.
     pub server_id: u32,
+    /// `@@server_uuid` on MySQL, whose GTIDs it names; empty on MariaDB.
+    pub server_uuid: String,
     /// Whether the server accepts writes from ordinary accounts.
     pub writable: bool,
     /// GTID position (`gtid_current_pos` / `gtid_executed`).

@@ -138,6 +138,7 @@ async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
     if let Some(why) = super::statements::unsupported(flavor, &version) {
         return Err(ProbeError::Unsupported(why));
     }
+    let mut server_uuid = String::new();
     let (writable, (gtid_position, gtid_binlog_state, gtid_slave_pos), status_sql, semi_sync) = match flavor {
         Flavor::MariaDb => {
             let row: Option<(String, String, String, u8, u8)> = conn
@@ -150,8 +151,10 @@ async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
             (read_only == 0, (gtid, state, slave), "SHOW SLAVE STATUS", Some(semi))
         }
         Flavor::MySql => {
-            let row: Option<(u8, String)> = conn.query_first("SELECT @@super_read_only, @@gtid_executed").await?;
-            let (super_read_only, gtid) = row.unwrap_or((1, String::new()));
+            let row: Option<(u8, String, String)> =
+                conn.query_first("SELECT @@super_read_only, @@gtid_executed, @@server_uuid").await?;
+            let (super_read_only, gtid, uuid) = row.unwrap_or((1, String::new(), String::new()));
+            server_uuid = uuid;
             let semi = mysql_semi_sync(conn).await?;
             (read_only == 0 && super_read_only == 0, (gtid.clone(), gtid, String::new()), "SHOW REPLICA STATUS", semi)
         }
@@ -162,6 +165,7 @@ async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
         flavor,
         version,
         server_id,
+        server_uuid,
         writable,
         gtid_position: gtid_position.replace('\n', ""),
         gtid_binlog_state: gtid_binlog_state.replace('\n', ""),

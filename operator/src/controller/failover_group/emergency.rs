@@ -473,6 +473,7 @@ pub async fn rejoin(
             &positions.binlog,
             promotion,
             active_obs.server_id,
+            &active_obs.server_uuid,
             &active_obs.gtid_position,
         )
         .map_err(|m| Error::Site {

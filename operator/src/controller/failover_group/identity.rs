@@ -107,6 +107,7 @@ mod tests {
             flavor: Flavor::MariaDb,
             version: "10.11".into(),
             server_id,
+            server_uuid: String::new(),
             writable: source.is_none(),
             gtid_position: String::new(),
             gtid_binlog_state: String::new(),

@@ -109,6 +109,7 @@ mod tests {
             flavor: crate::mysql::Flavor::from_version(version),
             version: version.into(),
             server_id: 1,
+            server_uuid: String::new(),
             writable: true,
             gtid_position: String::new(),
             gtid_binlog_state: String::new(),

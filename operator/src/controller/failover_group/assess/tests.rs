@@ -25,6 +25,7 @@ fn obs(server_id: u32, writable: bool, replication: Option<ReplicationObservatio
         flavor: Flavor::MariaDb,
         version: "10.11.14-MariaDB".into(),
         server_id,
+        server_uuid: String::new(),
         writable,
         gtid_position: "0-1-5".into(),
         gtid_binlog_state: String::new(),
