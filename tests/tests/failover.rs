@@ -172,6 +172,18 @@ async fn kill_9_of_the_primary_twice_fails_over_each_time_and_the_returning_prim
     let note = wait_event(&sc.cluster, &name, "SiteRejoined").await;
     assert!(note.contains("iad"), "{note}");
     wait_status(&sc.cluster, &name, "Ready at pdx, generation 2", T, |s| is_ready_at(s, "pdx", 2)).await;
+    // Nothing tells a person to configure iad's replication, which the
+    // operator has just configured (a trial saw a Warning
+    // ReplicationNotConfigured 19 ms after SiteRejoined, from the probe
+    // taken before the repoint).
+    let contradicting: Vec<String> = bloodraven_e2e::fixtures::group_events(&sc.cluster, &name)
+        .await
+        .into_iter()
+        .filter(|e| matches!(e.reason.as_deref(), Some("ReplicationNotConfigured" | "ReplicationStopped")))
+        .filter_map(|e| e.note)
+        .filter(|n| n.contains("site iad"))
+        .collect();
+    assert!(contradicting.is_empty(), "{contradicting:?}");
     assert_eq!(sc.pair.sql("iad", "SELECT @@read_only").trim(), "1");
     sc.pair.sql("pdx", "INSERT INTO bench.t (id) VALUES (4)");
     wait_for("iad to replicate from pdx", T, || async {

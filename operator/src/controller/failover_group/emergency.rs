@@ -422,28 +422,38 @@ pub async fn recover(
     Ok(None)
 }
 
+/// What [`rejoin`] did this round.
+#[derive(Debug, Default)]
+pub struct Rejoined {
+    /// The sites left fenced as diverged, each with its `SiteDiverged` clause.
+    pub diverged: std::collections::BTreeMap<String, String>,
+    /// The sites repointed at the active site just now: this round's probe
+    /// of them predates it.
+    pub repointed: Vec<String>,
+}
+
 /// Returning-primary handling for the non-active sites (only after a
-/// failover: the record holds a promotion position). Returns the sites
-/// left fenced as diverged, each with its `SiteDiverged` clause. A site
-/// this round's replica check found with errant transactions (`checked`)
-/// is never repointed.
+/// failover: the record holds a promotion position). A site this round's
+/// replica check found with errant transactions (`checked`) is never
+/// repointed.
 pub async fn rejoin(
     ctx: &Context,
     group: &MysqlFailoverGroup,
     rec: &Record,
     probes: &[SiteProbe],
     checked: &super::replicas::Checked,
-) -> Result<std::collections::BTreeMap<String, String>, Error> {
-    let mut diverged = std::collections::BTreeMap::new();
-    let Some(promotion) = rec.promotion_position.as_deref() else { return Ok(diverged) };
+) -> Result<Rejoined, Error> {
+    let mut out = Rejoined::default();
+    let diverged = &mut out.diverged;
+    let Some(promotion) = rec.promotion_position.as_deref() else { return Ok(out) };
     if rec.pending.is_some() {
-        return Ok(diverged);
+        return Ok(out);
     }
     let active = rec.active_site.as_str();
     let (Some(active_spec), Some(active_obs)) =
         (group.site(active), probes.iter().find(|p| p.site == active).and_then(|p| p.outcome.as_ref().ok()))
     else {
-        return Ok(diverged);
+        return Ok(out);
     };
     for probe in probes.iter().filter(|p| p.site != active) {
         let Ok(obs) = &probe.outcome else { continue };
@@ -514,6 +524,7 @@ pub async fn rejoin(
             message: crate::mysql::classify(&e).1,
         })?;
         tracing::info!(group = %group.name_any(), site = %spec.name, active, "returning site repointed");
+        out.repointed.push(spec.name.clone());
         publish(
             ctx,
             group,
@@ -528,7 +539,7 @@ pub async fn rejoin(
         )
         .await;
     }
-    Ok(diverged)
+    Ok(out)
 }
 
 /// What the emergency failover from `site` to `active` abandoned, as a

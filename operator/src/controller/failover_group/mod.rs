@@ -405,7 +405,14 @@ async fn safety_paths(
         && !held
         && let Some(rec) = &current
     {
-        returning = emergency::rejoin(ctx, &group, rec, &probes, &checked).await?;
+        let rejoined = emergency::rejoin(ctx, &group, rec, &probes, &checked).await?;
+        returning = rejoined.diverged;
+        if !rejoined.repointed.is_empty() {
+            // Report what the repointed sites are now: the probe before the
+            // repoint shows no replication, and a condition built on it would
+            // tell a person to configure what was just configured.
+            probes = sites::probe_until_replicating(&group, ctx, &rejoined.repointed).await;
+        }
     }
     if let decision::Resolution::At { site, .. } = &resolution {
         diverged = Some(diverged_condition(site, &returning, &checked, &group));

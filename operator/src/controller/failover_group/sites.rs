@@ -23,6 +23,32 @@ pub async fn probe_all(group: &MysqlFailoverGroup, ctx: &Context) -> Vec<SitePro
     super::identity::check(&super::identity::known(group), group.decided().map(|(s, _)| s), probes)
 }
 
+/// How long [`probe_until_replicating`] waits for a repointed site's
+/// replication to run: a replica on the same network connects in
+/// milliseconds.
+const REPOINT_SETTLE: Duration = Duration::from_secs(3);
+
+/// Probes every site of `group` until each of `sites` (just repointed)
+/// shows both replication threads running, for at most [`REPOINT_SETTLE`];
+/// the last probes either way. A repointed replica's IO thread shows
+/// `Connecting` for a moment, and a condition built on that moment would
+/// report a stop that is not one.
+pub async fn probe_until_replicating(group: &MysqlFailoverGroup, ctx: &Context, sites: &[String]) -> Vec<SiteProbe> {
+    let started = Instant::now();
+    loop {
+        let probes = probe_all(group, ctx).await;
+        let settled = sites.iter().all(|site| {
+            probes.iter().find(|p| &p.site == site).and_then(|p| p.outcome.as_ref().ok()).is_some_and(|o| {
+                o.replication.as_ref().is_some_and(|r| r.io_running && r.sql_running)
+            })
+        });
+        if settled || started.elapsed() >= REPOINT_SETTLE {
+            return probes;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn probe_site(site: &Site, ctx: &Context, timeout: Duration) -> SiteProbe {
     let started = Instant::now();
     let outcome = match read_credentials(site, ctx).await {
