@@ -79,7 +79,7 @@ async fn planned_switchover_there_and_back_loses_no_acknowledged_write() {
         &sc.cluster,
         &name,
         "PlannedFailoverCompleted",
-        &[&["r1 to pdx", "pdx is the writable primary and iad"], &["r2 to iad", "iad is the writable primary and pdx"]],
+        &[&["r1 to pdx", "pdx became the writable primary and iad"], &["r2 to iad", "iad became the writable primary and pdx"]],
     )
     .await;
     // Stable again, with no reason left over from the operation (the engine
@@ -207,6 +207,33 @@ async fn kill_9_of_the_primary_twice_fails_over_each_time_and_the_returning_prim
     )
     .await;
     assert_eq!(sc.pair.sql("iad", "SELECT COUNT(*) FROM bench.t").trim(), "4");
+    sc.cluster.delete_group(&name).await;
+}
+
+/// The last planned failover stays the request `kubectl get` shows; after
+/// an emergency failover its message says it is no longer the latest
+/// change (a trial read "pdx is the writable primary" while pdx was dead).
+#[tokio::test]
+async fn an_emergency_failover_after_a_switchover_is_said_on_the_finished_request() {
+    let sc = Scenario::start("supersede", 1, LeaderTimings::default()).await;
+    let name = sc.quick_group("g").await;
+    request(&sc, &name, "pdx", "s1").await;
+    wait_status(&sc.cluster, &name, "s1 completed at pdx, generation 2", T, |s| completed(s, "s1", "pdx", 2)).await;
+    sc.pair.kill9("pdx");
+    let s = wait_status(&sc.cluster, &name, "emergency failover to iad, generation 3", T, |s| {
+        is_active_at(s, "iad", 3)?;
+        let p = s.planned_failover.as_ref().ok_or("no plannedFailover")?;
+        let m = p.message.clone().unwrap_or_default();
+        if m.contains("since then") { Ok(()) } else { Err(m) }
+    })
+    .await;
+    let p = s.planned_failover.unwrap();
+    assert_eq!((p.request_id.as_str(), p.phase.as_str()), ("s1", "Completed"));
+    let m = p.message.unwrap_or_default();
+    assert!(
+        m.starts_with("completed at topologyGeneration 2: pdx became the writable primary and iad a replica of it; since then an emergency failover from pdx made iad the active site at topologyGeneration 3"),
+        "{m}"
+    );
     sc.cluster.delete_group(&name).await;
 }
 

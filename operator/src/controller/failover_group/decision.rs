@@ -204,6 +204,20 @@ async fn write_status(
     if let Some(emergency) = emergency {
         // With the decision, in one write: what the promotion abandoned.
         patch["status"]["emergencyFailover"] = json!(emergency);
+        // A finished planned failover stays the last request shown (`kubectl
+        // get`), so its message says that it is no longer the latest change.
+        if let Some(planned) = group.status.as_ref().and_then(|s| s.planned_failover.as_ref())
+            && matches!(planned.phase.as_str(), "Completed" | "Failed")
+        {
+            let earlier = planned.message.as_deref().unwrap_or_default();
+            let earlier = earlier.split("; since then").next().unwrap_or_default();
+            patch["status"]["plannedFailover"] = json!({
+                "message": format!(
+                    "{earlier}; since then an emergency failover from {} made {} the active site at topologyGeneration {generation}",
+                    emergency.from_site, emergency.to_site
+                )
+            });
+        }
     }
     let params = PatchParams { field_manager: Some(DECIDER_FIELD_MANAGER.into()), ..PatchParams::default() };
     api.patch_status(&group.name_any(), &params, &Patch::Merge(&patch))

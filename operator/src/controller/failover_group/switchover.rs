@@ -583,8 +583,15 @@ async fn act(
                 // the record names is ever drained, promoted or repointed.
                 remember_admission(ctx, records, group, state).await?;
             }
+            // Said as what happened, with its generation: the group's
+            // current state is in its conditions, and a later failover does
+            // not make this untrue.
             let message = (next == Phase::Completed).then(|| {
-                format!("{} is the writable primary and {} replicates from it", state.target_site, step.source)
+                let generation = group.status.as_ref().and_then(|s| s.topology_generation).unwrap_or_default();
+                format!(
+                    "completed at topologyGeneration {generation}: {} became the writable primary and {} a replica of it",
+                    state.target_site, step.source
+                )
             });
             *group = enter(ctx, group, state, next, message, None).await?;
             if next == Phase::Completed {
