@@ -195,9 +195,10 @@ pub fn post_answer(status: u16, body: &[u8], now: DateTime<Utc>, asked: Asked<'_
                 .and_then(|e| e.reason)
                 .map_or_else(|| "unknown".into(), |r| crate::record::bounded(r.as_str(), 64)),
         },
-        (423, _) => {
-            PostAnswer::Unstable { retry_after_seconds: e.as_ref().and_then(|e| e.retry_after_seconds).unwrap_or(1) }
-        }
+        (423, _) => PostAnswer::Unstable {
+            retry_after_seconds: e.as_ref().and_then(|e| e.retry_after_seconds).unwrap_or(1),
+            message: summary(423, body).1,
+        },
         (s, _) if (400..500).contains(&s) && s != 408 && s != 429 => {
             let (code, message) = summary(s, body);
             PostAnswer::Refused { status: s, code, message }
@@ -315,6 +316,12 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+        let unstable = br#"{"error":"unstable","message":"the group is not stable (OperationInProgress)","retryAfterSeconds":5}"#;
+        assert_eq!(
+            post_answer(423, unstable, now(), ASKED).0,
+            PostAnswer::Unstable { retry_after_seconds: 5, message: "the group is not stable (OperationInProgress)".into() },
+            "the reason is kept for the log"
+        );
         let table: Vec<(u16, &[u8], &str)> = vec![
             (409, br#"{"error":"revoked","message":"m","reason":"TopologyChanged","topologyGeneration":3}"#, "Revoked"),
             (423, br#"{"error":"unstable","message":"m","retryAfterSeconds":5}"#, "Unstable"),

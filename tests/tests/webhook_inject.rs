@@ -223,6 +223,32 @@ async fn injection_is_idempotent_refusals_say_what_to_fix_and_plain_jobs_are_lef
     assert_eq!(ended, "Complete", "{reason}");
 }
 
+/// A Job that waits because the group is not stable (here the replica's
+/// replication was stopped) says why on its Job, where `kubectl describe
+/// job` shows it (a trial saw a Helm hook wait on `423 unstable` with
+/// nothing there), and runs once the group is stable again.
+#[tokio::test]
+async fn a_job_waiting_on_an_unstable_group_says_why_on_its_job() {
+    use bloodraven_e2e::fixtures::wait_status;
+    let env = setup("whinj-unst").await;
+    let (cluster, ns) = (&env.pods.cluster, &env.pods.ns.name);
+    env.pods.pair.stop_replica("pdx");
+    wait_status(cluster, &env.pods.group, "the group unstable", T, |s| match s.unstable_reason.as_deref() {
+        Some("ReplicationNotRunning") => Ok(()),
+        other => Err(format!("{other:?}")),
+    })
+    .await;
+    create(&env, &job(&env, "unsteady", "echo MIGRATING"), false).await.unwrap();
+    let on_job = bloodraven_e2e::deploy::wait_object_event(cluster, ns, "unsteady", "WaitingForLease").await;
+    assert!(
+        on_job.contains("is waiting") && on_job.contains("the group is not stable (ReplicationNotRunning)"),
+        "{on_job}"
+    );
+    env.pods.pair.start_replica("pdx");
+    let (_, ended, reason) = wait_job_end(cluster, ns, "unsteady", T).await;
+    assert_eq!(ended, "Complete", "{reason}");
+}
+
 /// A Job that waits for the mutex says who holds it where `kubectl
 /// describe` shows it, on its Pod and on the Job (the first Job's
 /// operation, its UID), and the wait is not a failure: no failing startup

@@ -403,18 +403,28 @@ async fn create_lease(
         }
         let created =
             state.service.create(&group, req.kind, &req.operation_id, &req.instance, req.ttl_seconds, &caller.id()).await;
-        if let (Err(ServiceError::Refused(Refusal::Held { kind, holder })), Some(pod), Some(waiting)) =
-            (&created, &pod, &state.waiting)
-        {
-            let what = match kind {
-                LeaseKind::Migration => "the migration mutex",
-                LeaseKind::FailoverHold => "the failover-hold",
-            };
-            let message = format!(
-                "operation {} asks for {what} of group {group} for instance {}; it is held by operation {} for {} until {}",
-                req.operation_id, req.instance, holder.operation_id, holder.instance, holder.expires_at
-            );
-            waiting.note(&caller.namespace, pod, &holder.operation_id, &message);
+        let what = match req.kind {
+            LeaseKind::Migration => "the migration mutex",
+            LeaseKind::FailoverHold => "the failover-hold",
+        };
+        // A wait a Job's Pod is told (`409 held`, `423 unstable`) is said
+        // where `kubectl describe job` shows it, with its cause.
+        match (&created, &pod, &state.waiting) {
+            (Err(ServiceError::Refused(Refusal::Held { holder, .. })), Some(pod), Some(waiting)) => {
+                let message = format!(
+                    "operation {} asks for {what} of group {group} for instance {}; it is held by operation {} for {} until {}",
+                    req.operation_id, req.instance, holder.operation_id, holder.instance, holder.expires_at
+                );
+                waiting.note(&caller.namespace, pod, &holder.operation_id, &message);
+            }
+            (Err(ServiceError::Refused(Refusal::Unstable { reason })), Some(pod), Some(waiting)) => {
+                let message = format!(
+                    "operation {} asks for {what} of group {group} for instance {}; the group is not stable ({reason}), and leases are granted once it is (kubectl get mfg {group} -o wide shows why)",
+                    req.operation_id, req.instance
+                );
+                waiting.note(&caller.namespace, pod, &format!("unstable {reason}"), &message);
+            }
+            _ => {}
         }
         let (granted, token) = created.map_err(|e| service_error(e, &group))?;
         let g = &granted.grant;

@@ -1,11 +1,11 @@
-//! Who a waiting migration Job waits for, where `kubectl describe job`
-//! shows it. A sidecar refused with `409 held` keeps asking until the lease
-//! is free or its acquire timeout ends; Helm and Argo CD show nothing of
-//! that wait. When the refused caller's token is bound to a Pod (the
-//! kubelet's projected tokens are; TokenReview names the Pod), the operator
-//! records an Event on the Pod and on its Job naming the holder, as the
-//! `409` told the caller (`kubectl describe pod` and `kubectl describe job`
-//! both show it).
+//! Who or what a waiting migration Job waits for, where `kubectl describe
+//! job` shows it. A sidecar refused with `409 held` or `423 unstable` keeps
+//! asking until the lease is free or its acquire timeout ends; Helm and
+//! Argo CD show nothing of that wait. When the refused caller's token is
+//! bound to a Pod (the kubelet's projected tokens are; TokenReview names
+//! the Pod), the operator records an Event on the Pod and on its Job naming
+//! the holder, or why the group is not stable, as the refusal told the
+//! caller (`kubectl describe pod` and `kubectl describe job` both show it).
 //!
 //! - Only the caller's own namespace: the Pod is looked up there, by the
 //!   name the TokenReview gave, and must carry the reviewed UID.
@@ -57,11 +57,12 @@ impl Waiting {
         Self { client, recorder, said: Arc::default() }
     }
 
-    /// Notes that `pod` (in `namespace`) was refused because `holder` (an
-    /// operation id) holds the lease; `message` is the refusal's text.
+    /// Notes that `pod` (in `namespace`) was refused for `cause` (the
+    /// holder's operation id, or the group's unstable reason); `message` is
+    /// the refusal's text.
     /// Returns at once; the Event, when due, is written by a task.
-    pub fn note(&self, namespace: &str, pod: &PodIdentity, holder: &str, message: &str) {
-        if !self.due(namespace, &pod.name, holder, Instant::now()) {
+    pub fn note(&self, namespace: &str, pod: &PodIdentity, cause: &str, message: &str) {
+        if !self.due(namespace, &pod.name, cause, Instant::now()) {
             return;
         }
         let this = self.clone();

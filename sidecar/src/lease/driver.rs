@@ -403,11 +403,11 @@ async fn main_loop(
                                     // Waiting on the group is normal; an answer that
                                     // is an error (unreachable, TLS, 401, 403, 5xx)
                                     // is a warning even while it is retried.
-                                    PostAnswer::Unstable { retry_after_seconds } => tracing::info!(
+                                    PostAnswer::Unstable { retry_after_seconds, message } => tracing::info!(
                                         kind = kind.as_str(),
                                         retry_after_seconds,
                                         retry_in_ms = at.saturating_sub(now),
-                                        "423 unstable: the group is not stable yet; asking again"
+                                        "423 unstable: {message}; asking again"
                                     ),
                                     PostAnswer::Failed { what } => tracing::warn!(
                                         kind = kind.as_str(),

@@ -166,6 +166,8 @@ pub enum PostAnswer {
     Unstable {
         /// Seconds to wait.
         retry_after_seconds: u32,
+        /// The deploy API's words for why (bounded, escaped; empty when none).
+        message: String,
     },
     /// `409 revoked`: this operation was revoked before (tombstone).
     Revoked {
@@ -328,7 +330,7 @@ pub fn after_post(
             });
         }
         PostAnswer::Held { until_expiry, .. } => (*until_expiry).min(policy.poll),
-        PostAnswer::Unstable { retry_after_seconds } => u64::from(*retry_after_seconds).max(1) * 1000,
+        PostAnswer::Unstable { retry_after_seconds, .. } => u64::from(*retry_after_seconds).max(1) * 1000,
         PostAnswer::Failed { .. } => RETRY_BACKOFF_MS,
     };
     let spread = ((wait / 4).min(1000) as f64 * jitter) as Millis;
@@ -349,7 +351,9 @@ fn describe(answer: &PostAnswer) -> String {
     match answer {
         PostAnswer::Granted { .. } => "granted".into(),
         PostAnswer::Held { holder, .. } => format!("409 held by {holder}"),
-        PostAnswer::Unstable { retry_after_seconds } => format!("423 unstable (retry after {retry_after_seconds} s)"),
+        PostAnswer::Unstable { retry_after_seconds, message } => {
+            format!("423 unstable (retry after {retry_after_seconds} s): {message}")
+        }
         PostAnswer::Revoked { reason } => format!("409 revoked ({reason})"),
         PostAnswer::Refused { status, code, .. } => format!("{status} {code}"),
         PostAnswer::Failed { what } => what.clone(),
