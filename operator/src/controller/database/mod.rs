@@ -306,6 +306,13 @@ fn event_for(
         primary::desired::CONDITION if computed.is_true() && before.is_none_or(|c| c.message != computed.message) => {
             (EventType::Normal, "PointPrimaryService")
         }
+        // Every promotion passes through it for a moment (the decided site
+        // answers read-only until promoted): said, but not a Warning, or an
+        // alert on Warning Events would page at every switchover. A site
+        // that stays read-only is the group's alarm (NoPrimary).
+        primary::desired::CONDITION if new_reason && computed.reason == reason::ACTIVE_SITE_NOT_WRITABLE => {
+            (EventType::Normal, "PointPrimaryService")
+        }
         primary::desired::CONDITION
             if !computed.is_true() && new_reason && computed.reason != reason::NO_ACTIVE_SITE =>
         {
@@ -573,4 +580,22 @@ async fn reconcile(db: Arc<MysqlDatabase>, dctx: DbCtx) -> Result<Action, Error>
     let target = target(standing.as_ref(), group.as_ref(), group_name);
     let pointed = primary::keep(ctx, &dctx.primary, &db, target).await?;
     write_conditions(ctx, &db, &name, &namespace, &[computed, pointed], announce).await
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::events::EventType;
+
+    use super::*;
+
+    #[test]
+    fn a_promotion_moment_is_a_normal_event_and_a_conflict_a_warning() {
+        let condition = primary::desired::CONDITION;
+        let moment = Computed::flag(condition, false, reason::ACTIVE_SITE_NOT_WRITABLE, "m");
+        assert_eq!(event_for(&[], &moment, false).map(|e| e.type_), Some(EventType::Normal));
+        let conflict = Computed::flag(condition, false, reason::PRIMARY_SERVICE_CONFLICT, "m");
+        assert_eq!(event_for(&[], &conflict, false).map(|e| e.type_), Some(EventType::Warning));
+        let none = Computed::flag(condition, false, reason::NO_ACTIVE_SITE, "m");
+        assert!(event_for(&[], &none, false).is_none());
+    }
 }
