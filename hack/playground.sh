@@ -16,6 +16,7 @@
 #   hack/playground.sh down   stop every process of the playground (and the node's
 #                             mounts, bridge, firewall chains and sysctls)
 #   hack/playground.sh sql SITE SQL   run SQL as root on site iad or pdx
+#   hack/playground.sh start SITE     start site iad or pdx again (after a kill -9), read-only
 #
 # FLAVOR (mariadb, the default, or mysql) is chosen when the playground is
 # made and kept in .playground/sites.env; another flavor needs a new one
@@ -350,6 +351,19 @@ sql() { # SITE SQL
 }
 
 # Empty: the flavor of the playground there is, else mariadb.
+# Starts a site of this playground again where it listened, read-only (a
+# stopped or killed primary must not come back writable beside the new
+# one; the operator repoints it). Nothing when it runs.
+start_site() { # SITE
+  [ $# -eq 1 ] || die "usage: hack/playground.sh start iad|pdx"
+  [ -f "$pg/sites.env" ] || die "no playground here: make playground"
+  # shellcheck source=/dev/null
+  . "$pg/sites.env"
+  local f=${SITE_FLAVOR:-mariadb} port id
+  case $1 in iad) port=$IAD_PORT id=1 ;; pdx) port=$PDX_PORT id=2 ;; *) die "no site $1 (iad, pdx)" ;; esac
+  BLOODRAVEN_SITE_ADDR=$SITE_ADDR BLOODRAVEN_SITE_READ_ONLY=1 "$root/hack/$f.sh" start "$pg/$f" "$1" "$port" "$id"
+}
+
 flavor=${FLAVOR:-}
 case $flavor in '' | mariadb | mysql) ;; *) die "FLAVOR=$flavor: use mariadb or mysql" ;; esac
 
@@ -357,5 +371,6 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   sql) shift; sql "$@" ;;
-  *) echo "usage: hack/playground.sh up|down|sql SITE SQL" >&2; exit 2 ;;
+  start) shift; start_site "$@" ;;
+  *) echo "usage: hack/playground.sh up|down|sql SITE SQL|start SITE" >&2; exit 2 ;;
 esac
