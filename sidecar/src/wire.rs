@@ -316,10 +316,14 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let unstable = br#"{"error":"unstable","message":"the group is not stable (OperationInProgress)","retryAfterSeconds":5}"#;
+        let unstable =
+            br#"{"error":"unstable","message":"the group is not stable (OperationInProgress)","retryAfterSeconds":5}"#;
         assert_eq!(
             post_answer(423, unstable, now(), ASKED).0,
-            PostAnswer::Unstable { retry_after_seconds: 5, message: "the group is not stable (OperationInProgress)".into() },
+            PostAnswer::Unstable {
+                retry_after_seconds: 5,
+                message: "the group is not stable (OperationInProgress)".into()
+            },
             "the reason is kept for the log"
         );
         let table: Vec<(u16, &[u8], &str)> = vec![

@@ -79,7 +79,10 @@ async fn planned_switchover_there_and_back_loses_no_acknowledged_write() {
         &sc.cluster,
         &name,
         "PlannedFailoverCompleted",
-        &[&["r1 to pdx", "pdx became the writable primary and iad"], &["r2 to iad", "iad became the writable primary and pdx"]],
+        &[
+            &["r1 to pdx", "pdx became the writable primary and iad"],
+            &["r2 to iad", "iad became the writable primary and pdx"],
+        ],
     )
     .await;
     // Stable again, with no reason left over from the operation (the engine

@@ -88,6 +88,16 @@ async fn a_failover_hold_defers_the_switchover_until_release_and_until_lapse() {
     .await;
     let phases: Vec<&str> = s.planned_failover.as_ref().unwrap().history.iter().map(|h| h.phase.as_str()).collect();
     assert_eq!(phases[..4], ["Pending", "Admitting", "Deferred", "Admitting"], "{phases:?}");
+    // Each admission is an Event of its own (a trial saw the second folded
+    // into the first's series).
+    bloodraven_e2e::fixtures::wait_events(
+        cluster,
+        &group,
+        "PlannedFailoverAdmitting",
+        // The more specific first: the first admission's note is a prefix of the second's.
+        &[&["planned failover d1 to pdx: Admitting (again: time 2)"], &["planned failover d1 to pdx: Admitting"]],
+    )
+    .await;
 
     // A migration lease alone defers nothing, and the decision revokes it.
     let m3 = p.post_until(201, "migration", "op3", "counter-app", 60).await;

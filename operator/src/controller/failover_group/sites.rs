@@ -38,9 +38,11 @@ pub async fn probe_until_replicating(group: &MysqlFailoverGroup, ctx: &Context, 
     loop {
         let probes = probe_all(group, ctx).await;
         let settled = sites.iter().all(|site| {
-            probes.iter().find(|p| &p.site == site).and_then(|p| p.outcome.as_ref().ok()).is_some_and(|o| {
-                o.replication.as_ref().is_some_and(|r| r.io_running && r.sql_running)
-            })
+            probes
+                .iter()
+                .find(|p| &p.site == site)
+                .and_then(|p| p.outcome.as_ref().ok())
+                .is_some_and(|o| o.replication.as_ref().is_some_and(|r| r.io_running && r.sql_running))
         });
         if settled || started.elapsed() >= REPOINT_SETTLE {
             return probes;

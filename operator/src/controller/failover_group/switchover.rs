@@ -994,8 +994,12 @@ async fn enter(
     let written = write_state(ctx, group, state).await?;
     crate::failpoint::hit(&format!("planned-entered-{}", phase.as_str()));
     let type_ = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
+    // A phase entered again (Admitting after Deferred) is a transition of
+    // its own: its count keeps the note, and so the Event, its own.
+    let times = state.history.iter().filter(|h| h.phase == state.phase).count();
+    let again = if times > 1 { format!(" (again: time {times})") } else { String::new() };
     let note = format!(
-        "planned failover {} to {}: {}{}",
+        "planned failover {} to {}: {}{again}{}",
         state.request_id,
         state.target_site,
         phase.as_str(),

@@ -49,7 +49,10 @@ fn acquisition_table() {
     assert_eq!(step(&PostAnswer::Held { holder: holder(), until_expiry: 400 }, 10), AcquireStep::RetryAt(410));
     assert_eq!(step(&PostAnswer::Held { holder: holder(), until_expiry: 25_000 }, 10), AcquireStep::RetryAt(1_010));
     assert_eq!(step(&PostAnswer::Held { holder: holder(), until_expiry: 0 }, 10), AcquireStep::RetryAt(110));
-    assert_eq!(step(&PostAnswer::Unstable { retry_after_seconds: 5, message: String::new() }, 10), AcquireStep::RetryAt(5_010));
+    assert_eq!(
+        step(&PostAnswer::Unstable { retry_after_seconds: 5, message: String::new() }, 10),
+        AcquireStep::RetryAt(5_010)
+    );
     assert_eq!(step(&PostAnswer::Failed { what: "timeout".into() }, 10), AcquireStep::RetryAt(1_010));
     assert!(matches!(
         step(&PostAnswer::Revoked { reason: "TopologyChanged".into() }, 10),
