@@ -169,7 +169,7 @@ impl RevokeReason {
         match self {
             RevokeReason::TopologyChanged => "the primary moved: stop, and do not reconnect to the new primary",
             RevokeReason::OperatorRevoked => {
-                "a person revoked every deploy lease of the group (annotation bloodraven.shipstream.io/revoke-deployment-leases) and the primary did not move: stop, and check the schema before a new operation"
+                "a person revoked every deploy lease of the group (annotation bloodraven.shipstream.io/revoke-deployment-leases) and the primary did not move: stop; a migration whose DDL had started needs its schema checked before a new operation, one whose DDL had not may be retried as a new one"
             }
         }
     }
