@@ -27,8 +27,9 @@ use bloodraven_api::v1alpha1::{Condition, MysqlDatabase, NamespacesFrom};
 use bloodraven_e2e::deploy::{database, wait_object_event};
 use bloodraven_e2e::fixtures::{SITE_SECRET, Scenario, create_group, group, is_ready_at, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
+use bloodraven_e2e::pods::image;
 use bloodraven_e2e::wait::wait_for;
-use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service, ServicePort, ServiceSpec};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
@@ -255,9 +256,6 @@ async fn a_foreign_service_is_left_alone_and_a_long_name_gets_no_service() {
 /// reaching a former primary).
 #[tokio::test]
 async fn what_a_namespace_admin_adds_to_the_primary_service_is_removed_and_an_orphan_loses_its_endpoint() {
-    use bloodraven_e2e::deploy::{service_account, token};
-    use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
-
     let cluster = bloodraven_e2e::Cluster::connect().await;
     let ns = cluster.namespace("primarytamper").await;
     // Sites on the node's bridge address: an EndpointSlice may name it.
@@ -275,28 +273,9 @@ async fn what_a_namespace_admin_adds_to_the_primary_service_is_removed_and_an_or
     let ours = slices.get("app-primary").await.unwrap();
     assert_eq!(ours.endpoints[0].addresses, vec![bloodraven_e2e::pods::node_address()]);
 
-    // The namespace's admin, with a token of its own.
-    service_account(&sc.cluster, &ns, "admin").await;
-    let binding = RoleBinding {
-        metadata: ObjectMeta { name: Some("admin".into()), ..ObjectMeta::default() },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: "admin".into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: "admin".into(),
-            namespace: Some(ns.clone()),
-            ..Subject::default()
-        }]),
-    };
-    Api::<RoleBinding>::namespaced(sc.cluster.client.clone(), &ns)
-        .create(&PostParams::default(), &binding)
-        .await
-        .unwrap();
-    let admin = sc.cluster.client_with_token(&token(&sc.cluster, &ns, "admin", &[]).await).await;
+    let admin = namespace_admin(&sc.cluster, &ns).await;
     let admin_services: Api<Service> = Api::namespaced(admin, &ns);
+    let fake_ip = fake_pod(&sc.cluster, &ns).await;
     let as_admin = PatchParams { field_manager: Some("tenant-edit".into()), ..PatchParams::default() };
     let tamper = serde_json::json!({"spec": {
         "selector": {"app": "fake"},
@@ -330,8 +309,50 @@ async fn what_a_namespace_admin_adds_to_the_primary_service_is_removed_and_an_or
         if names == ["app-primary"] { Ok(()) } else { Err(format!("{names:?}")) }
     })
     .await;
+    // The Endpoints controller's object for the selector, which it leaves
+    // behind and the mirroring controller would route, goes too; and
+    // nothing names the fake Pod afterwards.
+    let endpoints: Api<Endpoints> = Api::namespaced(sc.cluster.client.clone(), &ns);
+    wait_for("no Endpoints object app-primary", T, || async {
+        match endpoints.get_opt("app-primary").await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(e) => Err(format!("{:?}", e.subsets)),
+        }
+    })
+    .await;
+    let routed_only_by_us = || async {
+        let list = slices.list(&routed).await.unwrap();
+        let names: Vec<_> = list.items.iter().filter_map(|s| s.metadata.name.clone()).collect();
+        let to_fake = list.items.iter().flat_map(|s| &s.endpoints).any(|e| e.addresses.contains(&fake_ip));
+        assert!(names == ["app-primary"] && !to_fake, "slices {names:?}, one names the fake Pod: {to_fake}");
+    };
+    for _ in 0..10 {
+        routed_only_by_us().await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
     let c = wait_primary(&dbs, "app", "True PointsAtActiveSite", |c| c.reason == "PointsAtActiveSite").await;
     assert_eq!(c.status, "True");
+
+    // An Endpoints object of the Service's name written by hand (a tenant
+    // may, on clusters whose `edit` role predates Kubernetes 1.22) is
+    // mirrored into a slice; both go.
+    let forged = serde_json::json!({
+        "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "app-primary"},
+        "subsets": [{"addresses": [{"ip": fake_ip}], "ports": [{"name": "mysql", "port": 3306}]}],
+    });
+    bloodraven_e2e::pods::apply(&endpoints, forged).await;
+    wait_for("the forged Endpoints object and its mirrored slice deleted", T, || async {
+        let list = slices.list(&routed).await.map_err(|e| e.to_string())?;
+        let names: Vec<_> = list.items.iter().filter_map(|s| s.metadata.name.clone()).collect();
+        let left = endpoints.get_opt("app-primary").await.map_err(|e| e.to_string())?.is_some();
+        if names == ["app-primary"] && !left {
+            Ok(())
+        } else {
+            Err(format!("slices {names:?}, Endpoints left: {left}"))
+        }
+    })
+    .await;
+    routed_only_by_us().await;
 
     // The admin orphans the Service (as `kubectl replace` from a manifest
     // without an ownerReference would).
@@ -345,4 +366,51 @@ async fn what_a_namespace_admin_adds_to_the_primary_service_is_removed_and_an_or
     })
     .await;
     sc.cluster.delete_group(&name).await;
+}
+
+/// A client acting as namespace `ns`'s admin (the `admin` ClusterRole),
+/// with a token of its own.
+async fn namespace_admin(cluster: &bloodraven_e2e::Cluster, ns: &str) -> kube::Client {
+    use bloodraven_e2e::deploy::{service_account, token};
+    use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+
+    service_account(cluster, ns, "admin").await;
+    let binding = RoleBinding {
+        metadata: ObjectMeta { name: Some("admin".into()), ..ObjectMeta::default() },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: "admin".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "admin".into(),
+            namespace: Some(ns.to_owned()),
+            ..Subject::default()
+        }]),
+    };
+    Api::<RoleBinding>::namespaced(cluster.client.clone(), ns).create(&PostParams::default(), &binding).await.unwrap();
+    cluster.client_with_token(&token(cluster, ns, "admin", &[]).await).await
+}
+
+/// A Pod labelled `app=fake` in `ns`, answering nothing; its IP once Ready.
+async fn fake_pod(cluster: &bloodraven_e2e::Cluster, ns: &str) -> String {
+    // What matters is whether any slice names it.
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), ns);
+    let fake = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "fake", "labels": {"app": "fake"}},
+        "spec": {"containers": [{"name": "fake", "image": image("BLOODRAVEN_BUSYBOX_IMAGE"),
+                                 "imagePullPolicy": "IfNotPresent", "command": ["sleep", "3600"]}]},
+    });
+    bloodraven_e2e::pods::apply(&pods, fake).await;
+    wait_for("the fake Pod Ready", T, || async {
+        let pod = pods.get("fake").await.map_err(|e| e.to_string())?;
+        let status = pod.status.unwrap_or_default();
+        let ready = status.conditions.iter().flatten().any(|c| c.type_ == "Ready" && c.status == "True");
+        match status.pod_ip {
+            Some(ip) if ready => Ok(ip),
+            other => Err(format!("ready {ready}, ip {other:?}")),
+        }
+    })
+    .await
 }

@@ -236,12 +236,15 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
         .default_backoff()
         .reflect(slices_writer)
         .touched_objects();
-    // The EndpointSlice controller's slices (metadata only): a selector
-    // someone added to a `-primary` Service makes it create some, and it
-    // leaves them when the selector goes. Such a slice wakes the database
-    // whose Service it names, which deletes it.
-    let made_for_selectors =
-        WatcherConfig::default().labels("endpointslice.kubernetes.io/managed-by=endpointslice-controller.k8s.io");
+    // The slices Kubernetes' own controllers make for a Service (metadata
+    // only): a selector someone added to a `-primary` Service makes the
+    // EndpointSlice controller create some, which it leaves when the
+    // selector goes; and the Endpoints controller's `Endpoints` object for
+    // that selector, left behind too, is then mirrored into slices by the
+    // EndpointSlice mirroring controller. Both route the Service. Such a
+    // slice wakes the database whose Service it names, which deletes it
+    // (and the Endpoints it mirrors).
+    let made_for_selectors = WatcherConfig::default().labels(primary::CONTROLLER_SLICES);
     let (selector_slices, selector_writer) = reflector::store::<PartialObjectMeta<EndpointSlice>>();
     let selector_events = watcher(Api::<PartialObjectMeta<EndpointSlice>>::all(ctx.client.clone()), made_for_selectors)
         .default_backoff()

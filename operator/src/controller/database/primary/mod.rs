@@ -25,17 +25,20 @@
 //!   a `loadBalancer*` field, …) is removed (server-side apply alone never
 //!   removes another manager's field), with a Warning Event naming the
 //!   fields and who set them. Removed before the condition is reported, so
-//!   `PrimaryService=True` never stands beside them. The EndpointSlices
-//!   the EndpointSlice controller made for a removed selector (it leaves
-//!   them when a selector goes) are deleted too: they are the only objects
-//!   the operator deletes that are not its own, and only those whose
-//!   controller ownerReference is its own Service.
+//!   `PrimaryService=True` never stands beside them. What Kubernetes'
+//!   controllers made to route the Service for such a selector is deleted
+//!   too: the EndpointSlice controller's slices (it leaves them when a
+//!   selector goes; controller ownerReference: our Service), and the
+//!   `Endpoints` object of the Service's name that the Endpoints
+//!   controller leaves behind, with the slices the mirroring controller
+//!   makes of it (controller ownerReference: that object). They are the
+//!   only objects the operator deletes that are not its own.
 
 pub mod desired;
 
 use bloodraven_api::names::{PRIMARY_OF_LABEL, PRIMARY_SERVICE_FIELD_MANAGER};
 use bloodraven_api::v1alpha1::reason;
-use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
@@ -262,10 +265,41 @@ async fn remove_stray_routing(
     Ok(())
 }
 
-/// Deletes the EndpointSlices (from the cache of the EndpointSlice
-/// controller's) of our Service `service` in `namespace`: those whose
-/// controller ownerReference is that Service (UID `service_uid`), made for
-/// a selector someone added. `true` when one was deleted.
+/// The label selector of [`Primary::selector_slices`]: the slices of the
+/// two controllers that route a Service on behalf of whoever edits it (the
+/// EndpointSlice controller, for a selector; its mirroring controller, for
+/// an `Endpoints` object of the Service's name).
+pub const CONTROLLER_SLICES: &str = "endpointslice.kubernetes.io/managed-by in (endpointslice-controller.k8s.io,endpointslicemirroring-controller.k8s.io)";
+
+/// Who made a slice that routes our Service, and so what to delete.
+enum Made {
+    /// The EndpointSlice controller, for a selector (controller
+    /// ownerReference: our Service): the slice.
+    ForSelector,
+    /// The mirroring controller, from the `Endpoints` object of the
+    /// Service's name (controller ownerReference: that object, with this
+    /// UID): the object, then the slice.
+    Mirrored { endpoints_uid: Option<String> },
+}
+
+fn made_by(meta: &ObjectMeta, service: &str, service_uid: &str) -> Option<Made> {
+    if owned_by(meta, service_uid) {
+        return Some(Made::ForSelector);
+    }
+    let managed_by = meta.labels.as_ref()?.get("endpointslice.kubernetes.io/managed-by")?;
+    let owner = meta.owner_references.iter().flatten().find(|o| o.controller == Some(true))?;
+    (managed_by == "endpointslicemirroring-controller.k8s.io" && owner.kind == "Endpoints" && owner.name == service)
+        .then(|| Made::Mirrored { endpoints_uid: Some(owner.uid.clone()) })
+}
+
+/// Deletes the slices Kubernetes' controllers made to route our Service
+/// `service` (UID `service_uid`) in `namespace`, found in the cache of
+/// theirs: those made for a selector someone added, and those mirrored
+/// from an `Endpoints` object of the Service's name (the Endpoints
+/// controller leaves one behind when such a selector goes), with that
+/// object. Our Service has no selector, so no `Endpoints` object of its
+/// name is anyone's but a leftover or a forgery. `true` when one was
+/// deleted.
 async fn delete_selector_slices(
     ctx: &Context,
     primary: &Primary,
@@ -285,17 +319,33 @@ async fn delete_selector_slices(
             s.metadata.namespace.as_deref() == Some(namespace)
                 && s.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/service-name")).map(String::as_str)
                     == Some(service)
-                && owned_by(&s.metadata, service_uid)
         })
+        .filter_map(|s| made_by(&s.metadata, service, service_uid).map(|m| (s, m)))
         .collect();
     let mut deleted = false;
-    for slice in made {
+    for (slice, made) in made {
+        if let Made::Mirrored { endpoints_uid } = made {
+            let endpoints: Api<Endpoints> = Api::namespaced(ctx.client.clone(), namespace);
+            let params = DeleteParams {
+                preconditions: Some(Preconditions { uid: endpoints_uid, resource_version: None }),
+                ..DeleteParams::default()
+            };
+            match endpoints.delete(service, &params).await {
+                Ok(_) => {
+                    ctx.metrics.primary_service_writes_total.with_label_values(&["Endpoints", "delete"]).inc();
+                    tracing::warn!(service = %service, namespace = %namespace, "deleted an Endpoints object of the primary Service's name, which the EndpointSlice mirroring controller routed");
+                    deleted = true;
+                }
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+                Err(err) => return Err(kube_err("delete an Endpoints object of the primary Service's name")(err)),
+            }
+        }
         let name = slice.metadata.name.clone().unwrap_or_default();
         let uid = slice.metadata.uid.clone();
-        if !delete_slice(ctx, slices, &name, uid, "delete an EndpointSlice made for a selector").await? {
+        if !delete_slice(ctx, slices, &name, uid, "delete an EndpointSlice made for the primary Service").await? {
             continue;
         }
-        tracing::warn!(service = %service, namespace = %namespace, slice = %name, "deleted an EndpointSlice the EndpointSlice controller made for a selector on the primary Service");
+        tracing::warn!(service = %service, namespace = %namespace, slice = %name, "deleted an EndpointSlice a Kubernetes controller made for the primary Service");
         deleted = true;
     }
     Ok(deleted)
