@@ -92,8 +92,42 @@ impl Recorder {
             regarding: regarding.into(),
             related: event.secondary.as_ref().map(Reference::from),
         };
+        if let Some(name) = regarding.name.as_deref().and_then(event_name_for_long) {
+            return self.create_alone(event, regarding, name).await;
+        }
         let recorder = self.recorder_for(fact, Instant::now());
         recorder.publish(event, regarding).await
+    }
+
+    /// Creates `event` about `regarding` under `name`, outside any series:
+    /// kube-runtime's recorder names an Event `<object name>.<nanoseconds
+    /// in hex>`, which the API server refuses past 253 characters, so an
+    /// object with a long name (a MysqlDatabase may have one) would have no
+    /// Events at all.
+    async fn create_alone(&self, event: &Event, regarding: &ObjectReference, name: String) -> Result<(), kube::Error> {
+        use k8s_openapi::api::events::v1::Event as K8sEvent;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+        let object = K8sEvent {
+            metadata: ObjectMeta { name: Some(name), namespace: regarding.namespace.clone(), ..ObjectMeta::default() },
+            action: Some(event.action.clone()),
+            reason: Some(event.reason.clone()),
+            note: event.note.clone(),
+            event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+            regarding: Some(regarding.clone()),
+            related: event.secondary.clone(),
+            reporting_controller: Some(self.reporter.controller.clone()),
+            reporting_instance: Some(
+                self.reporter.instance.clone().unwrap_or_else(|| self.reporter.controller.clone()),
+            ),
+            type_: Some(match event.type_ {
+                EventType::Normal => "Normal".into(),
+                EventType::Warning => "Warning".into(),
+            }),
+            ..K8sEvent::default()
+        };
+        let namespace = regarding.namespace.as_deref().unwrap_or("default");
+        let events: kube::Api<K8sEvent> = kube::Api::namespaced(self.client.clone(), namespace);
+        events.create(&kube::api::PostParams::default(), &object).await.map(drop)
     }
 
     /// The recorder of `fact`, created when the fact is new or its series
@@ -121,10 +155,40 @@ impl Recorder {
     }
 }
 
+/// The most characters of an object's name with which kube-runtime's
+/// Event name (`<name>.<16 hex digits>`) stays within the API server's 253.
+const LONGEST_NAME: usize = 253 - 17;
+
+/// For an object name too long for kube-runtime's Event name, the name of
+/// its Event: the name's first characters (ending alphanumeric, so that
+/// the result stays a DNS subdomain), a dot and the time in hex, 253
+/// characters at most. `None` for names that fit.
+fn event_name_for_long(name: &str) -> Option<String> {
+    if name.len() <= LONGEST_NAME {
+        return None;
+    }
+    let head = name.get(..LONGEST_NAME).unwrap_or(name).trim_end_matches(|c: char| !c.is_ascii_alphanumeric());
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos();
+    Some(format!("{head}.{:016x}", nanos & u128::from(u64::MAX)))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn an_object_with_a_long_name_gets_an_event_name_within_253_characters() {
+        assert_eq!(event_name_for_long(&"a".repeat(LONGEST_NAME)), None);
+        let long = format!("{}-x", "a".repeat(LONGEST_NAME - 1));
+        let name = event_name_for_long(&long).unwrap();
+        assert!(name.len() <= 253, "{}", name.len());
+        let (head, tail) = name.rsplit_once('.').unwrap();
+        assert_eq!(head, "a".repeat(LONGEST_NAME - 1), "cut before the dash, so each label ends alphanumeric");
+        assert_eq!(tail.len(), 16);
+        let longest = event_name_for_long(&"b".repeat(253)).unwrap();
+        assert_eq!(longest.len(), 253);
+    }
 
     fn fact(note: &str) -> Fact {
         Fact {

@@ -355,6 +355,10 @@ async fn a_tenants_storm_of_databases_starves_neither_another_tenant_nor_a_switc
     // The noisy tenant holds exactly its bound, and the rest is told why.
     let why = wait_database_reason(&sc.cluster, &noisy.name, &names[299], "ClaimLimitReached").await;
     assert!(why.contains("maxInstancesPerNamespace (100)"), "{why}");
+    // Said in an Event too, though the name leaves no room for the usual
+    // Event name (`<name>.<time>`, at most 253 characters).
+    let note = wait_object_event(&sc.cluster, &noisy.name, &names[299], "ClaimLimitReached").await;
+    assert!(note.contains("maxInstancesPerNamespace (100)"), "{note}");
     let status = sc.cluster.groups().get(&shared).await.unwrap().status.unwrap();
     let held = status.instance_claims.iter().filter(|c| c.namespace == noisy.name).count();
     assert_eq!(held, 100, "the per-namespace bound");

@@ -169,6 +169,15 @@ fn primary_owner<K: Resource>(object: &K) -> Option<ObjectRef<MysqlDatabase>> {
     Some(ObjectRef::new(&by_label.or_else(by_owner)?).within(namespace))
 }
 
+/// The most MysqlDatabases reconciled at once. Tenants create them, so
+/// their number is theirs to choose, and a change of a group's claims
+/// wakes every one of its databases: unbounded, 300 of one tenant made
+/// hundreds of API calls at once, and the operator's own leader-Lease
+/// renewal timed out behind them (it lost leadership, and with it every
+/// group's failover, for seconds at a time). Each reconcile makes a few
+/// calls, so this many at once still serves hundreds a second.
+const CONCURRENCY: u16 = 8;
+
 /// Runs the controller until `shutdown` resolves. `selector` is the
 /// operator's `--group-selector` (empty: every group).
 pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
@@ -287,6 +296,7 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
         })
         .reconcile_all_on(acquisitions)
         .graceful_shutdown_on(shutdown)
+        .with_config(kube::runtime::controller::Config::default().concurrency(CONCURRENCY))
         .run(reconcile, error_policy, dctx)
         .for_each(|_| async {})
         .await;
