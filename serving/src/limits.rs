@@ -10,18 +10,19 @@
 //!   busy with requests, cannot take every slot from the others (an
 //!   unauthenticated answer also closes its connection: see the deploy
 //!   router);
-//! - when every slot is taken, a new connection takes the slot of a
-//!   connection that has not yet sent a whole request (still in its TLS
-//!   handshake or its request head, or idle since it connected), which is
-//!   closed: the oldest such connection of the peer address that holds the
-//!   most connections. Many peers holding idle connections (several Pods
-//!   of one tenant, each under the per-peer cap) then evict one another,
-//!   however fast they reopen, and not a pipeline that opens one
-//!   connection for its renewal: its address holds fewer. Only when every
-//!   peer holds as few connections as the newcomer's does age alone
-//!   decide, and a new connection finishes its handshake and request in
-//!   milliseconds. A connection that made a request is never evicted: it
-//!   either got an answer (an error answer closes it) or is being served;
+//! - when every slot is taken, a new connection takes the slot of an idle
+//!   connection, which is closed: one with no request being served (still
+//!   in its TLS handshake or its request head, idle since it connected, or
+//!   kept alive between requests), the longest idle of the peer address
+//!   that holds the most connections. Many peers holding idle connections
+//!   (several Pods of one tenant, each under the per-peer cap, whether they
+//!   never send a request or send one now and then to keep each connection
+//!   alive) then evict one another, however fast they reopen, and not a
+//!   pipeline that opens one connection for its renewal: its address holds
+//!   fewer. Only when every peer holds as few connections as the
+//!   newcomer's does idle time alone decide, and a new connection finishes
+//!   its handshake and request in milliseconds. A connection is never
+//!   evicted while a request on it is being served;
 //! - a TLS handshake must finish within [`Limits::handshake_timeout`];
 //! - only HTTP/1.1 is spoken (see the crate documentation): an HTTP/2
 //!   preface is refused like any other malformed request line;
@@ -39,6 +40,7 @@
 //! from accept until it is dropped, and every state a connection can be in
 //! (handshake, waiting for a request head, writing) has a deadline.
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -190,12 +192,15 @@ impl Peers {
 }
 
 /// One connection's standing for eviction, shared by its stream, the
-/// service that marks it as having made a request, and (weakly) the queue
-/// of connections that have not.
+/// service that counts the requests being served on it, and (weakly) the
+/// queue of idle connections.
 #[derive(Debug, Default)]
 pub(crate) struct ConnState {
-    /// A whole request arrived on it: never evicted.
-    served: std::sync::atomic::AtomicBool,
+    /// Requests being served on it now: never evicted while there is one.
+    serving: std::sync::atomic::AtomicUsize,
+    /// In the idle queue (changed only under its lock): a connection is
+    /// queued at accept and again when its last request ends, at most once.
+    queued: std::sync::atomic::AtomicBool,
     /// Evicted: its reads and writes fail from now on.
     evicted: std::sync::atomic::AtomicBool,
     /// Woken on eviction, so that a connection blocked in a read ends now.
@@ -206,29 +211,51 @@ pub(crate) struct ConnState {
     ip: Option<std::net::IpAddr>,
 }
 
-/// Connections that have not made a request yet, oldest first (weakly: a
-/// closed connection is skipped).
-#[derive(Debug, Default)]
-struct Unserved(std::sync::Mutex<std::collections::VecDeque<std::sync::Weak<ConnState>>>);
+impl ConnState {
+    fn idle(&self) -> bool {
+        self.serving.load(Ordering::Acquire) == 0 && !self.evicted.load(Ordering::Acquire)
+    }
+}
 
-impl Unserved {
+/// Idle connections, longest idle first (weakly: a closed connection is
+/// skipped; one being served is dropped from the queue and queued again
+/// when its last request ends).
+#[derive(Debug, Default)]
+struct Idle(std::sync::Mutex<std::collections::VecDeque<std::sync::Weak<ConnState>>>);
+
+/// Keeps in `queue` the connections still idle, unmarking the others.
+fn keep_idle(queue: &mut std::collections::VecDeque<std::sync::Weak<ConnState>>) {
+    queue.retain(|w| {
+        let Some(s) = w.upgrade() else { return false };
+        let idle = s.idle();
+        if !idle {
+            s.queued.store(false, Ordering::Release);
+        }
+        idle
+    });
+}
+
+impl Idle {
+    /// Queues `state` unless it is queued already; past `bound` entries,
+    /// first drops those no longer idle (at most one entry per connection,
+    /// so the queue holds at most the listener's open connections).
     fn push(&self, state: &Arc<ConnState>, bound: usize) {
         let mut queue = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if state.queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
         if queue.len() >= bound {
-            queue.retain(|w| w.upgrade().is_some_and(|s| !s.served.load(Ordering::Relaxed)));
+            keep_idle(&mut queue);
         }
         queue.push_back(Arc::downgrade(state));
     }
 
-    /// Evicts a connection that has not made a request — the oldest of
-    /// the peer address holding the most open connections (`peers`) — and
-    /// returns its slot.
+    /// Evicts an idle connection — the longest idle of the peer address
+    /// holding the most open connections (`peers`) — and returns its slot.
     fn evict(&self, peers: &Peers) -> Option<OwnedSemaphorePermit> {
         let mut queue = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
-            queue.retain(|w| {
-                w.upgrade().is_some_and(|s| !s.served.load(Ordering::Acquire) && !s.evicted.load(Ordering::Acquire))
-            });
+            keep_idle(&mut queue);
             let held = |s: &ConnState| peers.held(s.ip);
             // `max_by_key` keeps the last of equals; scanning from the back
             // makes that the oldest.
@@ -240,7 +267,13 @@ impl Unserved {
                 .max_by_key(|&(_, n)| n)
                 .map(|(i, _)| i)?;
             let state = queue.remove(victim).and_then(|w| w.upgrade())?;
-            if state.served.load(Ordering::Acquire) || state.evicted.swap(true, Ordering::AcqRel) {
+            state.queued.store(false, Ordering::Release);
+            if state.evicted.swap(true, Ordering::AcqRel) {
+                continue;
+            }
+            if state.serving.load(Ordering::Acquire) > 0 {
+                // A request began since the scan: not this one.
+                state.evicted.store(false, Ordering::Release);
                 continue;
             }
             let slot = state.slot.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
@@ -264,7 +297,7 @@ pub(crate) struct LimitAcceptor {
     max_connections_per_peer: usize,
     write_stall_timeout: Duration,
     refusals: Arc<Refusals>,
-    unserved: Arc<Unserved>,
+    idle: Arc<Idle>,
     evictions: Arc<AtomicU64>,
 }
 
@@ -311,7 +344,7 @@ impl LimitAcceptor {
                 started: Instant::now(),
                 last_log_ms: AtomicU64::new(0),
             }),
-            unserved: Arc::default(),
+            idle: Arc::default(),
             evictions: Arc::default(),
         }
     }
@@ -334,13 +367,13 @@ impl LimitAcceptor {
         };
         let slot = if let Ok(slot) = self.slots.clone().try_acquire_owned() {
             slot
-        } else if let Some(slot) = self.unserved.evict(&self.peers) {
+        } else if let Some(slot) = self.idle.evict(&self.peers) {
             let n = self.evictions.fetch_add(1, Ordering::Relaxed) + 1;
             if n.is_power_of_two() {
                 tracing::warn!(
                     listener = self.listener,
                     evicted = n,
-                    "connection limit reached; evicted the oldest connection that made no request of the peer holding the most"
+                    "connection limit reached; evicted the longest idle connection of the peer holding the most"
                 );
             }
             slot
@@ -349,7 +382,7 @@ impl LimitAcceptor {
             return Err(io::Error::other("connection limit reached"));
         };
         let state = Arc::new(ConnState { slot: std::sync::Mutex::new(Some(slot)), ip, ..ConnState::default() });
-        self.unserved.push(&state, 2 * self.max_connections);
+        self.idle.push(&state, self.max_connections);
         Ok(Limited::new(io, state, peer, self.write_stall_timeout))
     }
 
@@ -358,14 +391,61 @@ impl LimitAcceptor {
     fn evicted(&self) -> u64 {
         self.evictions.load(Ordering::Relaxed)
     }
+
+    /// A request being served on `conn` until the result is dropped.
+    #[cfg(test)]
+    fn serve<I>(&self, conn: &Limited<I>) -> Serving {
+        Serving::begin(&conn.state, &self.idle, self.max_connections)
+    }
 }
 
-/// The per-connection service, marking its connection as having made a
-/// request (never evicted from then on) at each call.
+/// The per-connection service, counting the requests being served on its
+/// connection (not evictable while there is one).
 #[derive(Clone, Debug)]
 pub struct MarkServed<S> {
     inner: S,
     state: Arc<ConnState>,
+    idle: Arc<Idle>,
+    bound: usize,
+}
+
+/// One request being served; its drop queues the connection as idle again
+/// when it was the last.
+#[derive(Debug)]
+pub(crate) struct Serving {
+    state: Arc<ConnState>,
+    idle: Arc<Idle>,
+    bound: usize,
+}
+
+impl Serving {
+    fn begin(state: &Arc<ConnState>, idle: &Arc<Idle>, bound: usize) -> Self {
+        state.serving.fetch_add(1, Ordering::AcqRel);
+        Serving { state: state.clone(), idle: idle.clone(), bound }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if self.state.serving.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.idle.push(&self.state, self.bound);
+        }
+    }
+}
+
+/// A response future that holds its request's [`Serving`] until it ends.
+#[derive(Debug)]
+pub struct ServingFuture<F> {
+    inner: Pin<Box<F>>,
+    _serving: Serving,
+}
+
+impl<F: Future> Future for ServingFuture<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.inner.as_mut().poll(cx)
+    }
 }
 
 impl<S, R> tower::Service<R> for MarkServed<S>
@@ -374,15 +454,15 @@ where
 {
     type Response = S::Response;
     type Error = S::Error;
-    type Future = S::Future;
+    type Future = ServingFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: R) -> Self::Future {
-        self.state.served.store(true, Ordering::Release);
-        self.inner.call(request)
+        let serving = Serving::begin(&self.state, &self.idle, self.bound);
+        ServingFuture { inner: Box::pin(self.inner.call(request)), _serving: serving }
     }
 }
 
@@ -399,11 +479,12 @@ where
         // The slot is taken (or refused) here, synchronously, before any TLS
         // or HTTP work is spent on the connection.
         let limited = self.limit(stream);
+        let (idle, bound) = (self.idle.clone(), self.max_connections);
         Box::pin(async move {
             let limited = limited?;
             let state = limited.state.clone();
             let (stream, service) = DefaultAcceptor.accept(limited, service).await?;
-            Ok((stream, MarkServed { inner: service, state }))
+            Ok((stream, MarkServed { inner: service, state, idle, bound }))
         })
     }
 }
@@ -432,7 +513,7 @@ impl<I> Limited<I> {
         if self.state.evicted.load(Ordering::Acquire) {
             return Err(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
-                "evicted: the listener was full and this connection had made no request",
+                "evicted: the listener was full and this connection was idle",
             ));
         }
         Ok(())
@@ -563,10 +644,10 @@ mod tests {
         let acceptor = LimitAcceptor::new("test", &limits(2, WRITE_STALL_TIMEOUT));
         let a = acceptor.limit(()).unwrap();
         let b = acceptor.limit(()).unwrap();
-        a.state.served.store(true, Ordering::Release);
-        b.state.served.store(true, Ordering::Release);
+        let busy = (acceptor.serve(&a), acceptor.serve(&b));
         assert_eq!(acceptor.open_connections(), 2);
-        assert!(acceptor.limit(()).is_err(), "a third connection is refused when both made a request");
+        assert!(acceptor.limit(()).is_err(), "a third connection is refused while both are being served");
+        drop(busy);
         drop(a);
         let c = acceptor.limit(()).unwrap();
         assert_eq!(acceptor.open_connections(), 2);
@@ -576,8 +657,7 @@ mod tests {
 
     /// Many peers, each under its cap, fill the listener with connections
     /// that never send a request: a newcomer takes the slot of the oldest
-    /// of them, which is closed; a connection that made a request is never
-    /// taken.
+    /// of them, which is closed; a connection being served is never taken.
     #[tokio::test]
     #[allow(clippy::many_single_char_names)] // a to e: the connections in the order they came
     async fn at_the_limit_a_newcomer_evicts_the_oldest_connection_that_made_no_request() {
@@ -589,7 +669,7 @@ mod tests {
         let b = acceptor.limit(near_b).unwrap();
         let (near_c, _far_c) = tokio::io::duplex(64);
         let c = acceptor.limit(near_c).unwrap();
-        b.state.served.store(true, Ordering::Release);
+        let serving_b = acceptor.serve(&b);
         // a blocks in a read (an idle client); the newcomer's arrival ends it.
         let reader = tokio::spawn(async move {
             let mut buf = [0u8; 8];
@@ -602,16 +682,16 @@ mod tests {
         let (read, a) = tokio::time::timeout(Duration::from_secs(2), reader).await.expect("woken").unwrap();
         assert_eq!(read.unwrap_err(), io::ErrorKind::ConnectionAborted);
         assert_eq!((acceptor.evicted(), acceptor.open_connections()), (1, 3));
-        // Next oldest without a request: c (b made one).
+        // Next longest idle: c (b is being served).
         let (near_e, _far_e) = tokio::io::duplex(64);
         let e = acceptor.limit(near_e).unwrap();
         assert!(c.state.evicted.load(Ordering::Acquire) && !b.state.evicted.load(Ordering::Acquire));
-        d.state.served.store(true, Ordering::Release);
-        e.state.served.store(true, Ordering::Release);
-        assert!(acceptor.limit(()).is_err(), "every slot's connection made a request: refused");
+        let serving = (serving_b, acceptor.serve(&d), acceptor.serve(&e));
+        assert!(acceptor.limit(()).is_err(), "every slot's connection is being served: refused");
         assert_eq!(acceptor.open_connections(), 3);
         drop((a, c));
         assert_eq!(acceptor.open_connections(), 3, "the evicted held no slot");
+        drop(serving);
         drop((b, d, e));
         assert_eq!(acceptor.open_connections(), 0);
     }
@@ -634,6 +714,35 @@ mod tests {
         assert!(again[0].state.evicted.load(Ordering::Acquire));
         assert!(!pipeline.state.evicted.load(Ordering::Acquire) && !third.state.evicted.load(Ordering::Acquire));
         assert_eq!((acceptor.evicted(), acceptor.open_connections()), (2, 4));
+    }
+
+    /// Connections kept alive between requests (a request now and then,
+    /// each answered) are idle between them: a flood of them from peers
+    /// holding many evicts its own, never a connection being served, and
+    /// a connection is queued once however many requests it made.
+    #[test]
+    fn a_kept_alive_connection_is_idle_between_its_requests() {
+        let acceptor = LimitAcceptor::new("test", &Limits { max_connections_per_peer: 3, ..Limits::new(4) });
+        let ip = |last: u8| From(Some(std::net::IpAddr::from([127, 0, 0, last])));
+        let renewal = acceptor.limit(ip(1)).unwrap();
+        let flood: Vec<_> = (0..3).map(|_| acceptor.limit(ip(2)).unwrap()).collect();
+        for _ in 0..100 {
+            for conn in &flood {
+                drop(acceptor.serve(conn));
+            }
+        }
+        assert_eq!(acceptor.idle.0.lock().unwrap().len(), 4, "one entry per connection");
+        let serving = acceptor.serve(&renewal);
+        let newcomer = acceptor.limit(ip(3)).expect("a kept-alive idle connection gives its slot");
+        assert!(flood[0].state.evicted.load(Ordering::Acquire), "the flood's longest idle");
+        assert!(!renewal.state.evicted.load(Ordering::Acquire));
+        drop(serving);
+        // Idle again, but its peer holds one connection: the flood's go first.
+        let again = acceptor.limit(ip(4)).unwrap();
+        assert!(flood[1].state.evicted.load(Ordering::Acquire) && !renewal.state.evicted.load(Ordering::Acquire));
+        assert_eq!((acceptor.evicted(), acceptor.open_connections()), (2, 4));
+        drop((renewal, flood, newcomer, again));
+        assert_eq!(acceptor.open_connections(), 0);
     }
 
     #[test]

@@ -380,6 +380,12 @@ async fn create_lease(
         Ok(c) => c,
         Err(r) => return done.finish(&state, r),
     };
+    // Authorized before the body is read: only a deployment client of the
+    // group may keep a connection busy for the body's deadline.
+    let instances = match check_path(&group, None, None).and_then(|_| authorize_group(&state, &caller, &group)) {
+        Ok(i) => i,
+        Err(r) => return done.finish(&state, r),
+    };
     let req: CreateLeaseRequest = match parse(&headers, body).await {
         Ok(r) => r,
         Err(r) => return done.finish(&state, r),
@@ -390,7 +396,6 @@ async fn create_lease(
         if !valid_name(&req.instance) {
             return Err(invalid("instance", "must be the name of a MysqlDatabase"));
         }
-        let instances = authorize_group(&state, &caller, &group)?;
         if !instances.contains(&req.instance) {
             // Only the caller's own instances are named: whether another
             // tenant's MysqlDatabase of that name exists is not the caller's to learn.
@@ -476,8 +481,10 @@ async fn lease_call<T: DeserializeOwned>(
 ) -> Result<(LeaseKind, T, Caller, BTreeSet<String>), Response> {
     let caller = admit(state, headers).await?;
     let kind = check_path(group, Some(kind), Some(operation_id))?.ok_or_else(|| invalid("kind", "missing"))?;
-    let req: T = parse(headers, body).await?;
+    // Authorized before the body is read: only a deployment client of the
+    // group may keep a connection busy for the body's deadline.
     let instances = authorize_group(state, &caller, group)?;
+    let req: T = parse(headers, body).await?;
     Ok((kind, req, caller, instances))
 }
 
