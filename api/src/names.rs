@@ -303,3 +303,106 @@ pub mod deploy_lease {
         }
     }
 }
+
+/// What the operator and the webhook keep of an object's metadata in their
+/// watch caches. Tenants write MysqlDatabases, and may label any Service of
+/// theirs `primary-of`; an object may carry up to 256 KiB of annotations
+/// and any number of labels, none of which either process reads. Kept as
+/// stored, 470 MysqlDatabases with 240 KiB of annotations each took the
+/// operator (256 MiB) and both webhook replicas (128 MiB) out of memory.
+pub mod cached {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    /// The annotations read from a cached MysqlFailoverGroup (written by
+    /// cluster admins and the operator): the operator's own.
+    pub const GROUP_ANNOTATIONS: [&str; 5] = [
+        super::REVOKE_DEPLOYMENT_LEASES_ANNOTATION,
+        super::SCHEMA_VERIFIED_ANNOTATION,
+        super::RELEASE_INSTANCE_ANNOTATION,
+        super::PROMOTE_DESPITE_LOSS_ANNOTATION,
+        super::SITE_IDENTITY_ANNOTATION,
+    ];
+
+    /// The annotations read from a cached `-primary` Service.
+    pub const SERVICE_ANNOTATIONS: [&str; 3] =
+        [super::GROUP_ANNOTATION, super::ACTIVE_SITE_ANNOTATION, super::TOPOLOGY_GENERATION_ANNOTATION];
+
+    /// Page size of the first list of a watch of objects tenants write:
+    /// kube's default (500) holds 500 objects of up to 1.5 MiB in memory at
+    /// once before any of them is trimmed.
+    pub const LIST_PAGE: u32 = 50;
+
+    /// The label prefixes read from a cached Service or EndpointSlice: the
+    /// operator's own, and Kubernetes' that say who routes it
+    /// (`service.kubernetes.io/…`, `endpointslice.kubernetes.io/…`,
+    /// `kubernetes.io/service-name`, `app.kubernetes.io/managed-by`).
+    pub const ROUTING_LABEL_PREFIXES: [&str; 5] = [
+        "bloodraven.shipstream.io/",
+        "service.kubernetes.io/",
+        "endpointslice.kubernetes.io/",
+        "kubernetes.io/service-name",
+        "app.kubernetes.io/managed-by",
+    ];
+
+    /// Whether a label is one [`ROUTING_LABEL_PREFIXES`] names.
+    pub fn routing_label(key: &str) -> bool {
+        ROUTING_LABEL_PREFIXES.iter().any(|p| key.starts_with(p))
+    }
+
+    /// All labels (objects cluster admins write).
+    pub fn all_labels(_: &str) -> bool {
+        true
+    }
+
+    /// No label.
+    pub fn no_labels(_: &str) -> bool {
+        false
+    }
+
+    /// Drops `managedFields`, every annotation but `annotations`, and every
+    /// label `keep_label` refuses.
+    pub fn trim(meta: &mut ObjectMeta, annotations: &[&str], keep_label: fn(&str) -> bool) {
+        meta.managed_fields = None;
+        if let Some(a) = meta.annotations.take() {
+            let kept: BTreeMap<String, String> =
+                a.into_iter().filter(|(k, _)| annotations.contains(&k.as_str())).collect();
+            meta.annotations = (!kept.is_empty()).then_some(kept);
+        }
+        if let Some(l) = meta.labels.take() {
+            let kept: BTreeMap<String, String> = l.into_iter().filter(|(k, _)| keep_label(k)).collect();
+            meta.labels = (!kept.is_empty()).then_some(kept);
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn only_what_is_read_is_kept() {
+            let mut meta = ObjectMeta {
+                annotations: Some(BTreeMap::from([
+                    ("x".repeat(64), "y".repeat(240 * 1024)),
+                    (super::super::RELEASE_INSTANCE_ANNOTATION.to_owned(), "ledger".to_owned()),
+                ])),
+                labels: Some(BTreeMap::from([("team".to_owned(), "a".to_owned())])),
+                managed_fields: Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry::default(),
+                ]),
+                ..ObjectMeta::default()
+            };
+            let mut group = meta.clone();
+            trim(&mut group, &GROUP_ANNOTATIONS, all_labels);
+            assert_eq!(group.annotations.unwrap().len(), 1);
+            assert!(group.labels.is_some() && group.managed_fields.is_none());
+            let mut service = meta.clone();
+            service.labels.get_or_insert_default().insert("service.kubernetes.io/headless".into(), String::new());
+            trim(&mut service, &SERVICE_ANNOTATIONS, routing_label);
+            assert_eq!(service.labels.unwrap().into_keys().collect::<Vec<_>>(), ["service.kubernetes.io/headless"]);
+            trim(&mut meta, &[], no_labels);
+            assert!(meta.annotations.is_none() && meta.labels.is_none());
+        }
+    }
+}

@@ -303,7 +303,13 @@ pub async fn namespace_reflector(client: kube::Client) -> Store<PartialObjectMet
     let (reader, writer) = reflector::store();
     // `Api<PartialObjectMeta<_>>` lists and watches metadata only.
     let api = kube::Api::<PartialObjectMeta<Namespace>>::all(client);
-    let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer).touched_objects();
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .modify(|ns| {
+            bloodraven_api::names::cached::trim(&mut ns.metadata, &[], bloodraven_api::names::cached::all_labels);
+        })
+        .reflect(writer)
+        .touched_objects();
     tokio::spawn(stream.for_each(|_| async {}));
     if reader.wait_until_ready().await.is_err() {
         tracing::warn!("the Namespace reflector stopped before its first list");

@@ -126,3 +126,12 @@ pub fn free_port() -> u16 {
 pub fn install_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
+
+/// The peak resident memory (`VmHWM`, KiB) of process `pid` so far.
+pub fn memory_peak_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+}

@@ -202,6 +202,11 @@ pub fn operator_bin() -> PathBuf {
 }
 
 impl Operator {
+    /// The process's peak resident memory so far (KiB), while it runs.
+    pub fn memory_peak_kib(&self) -> Option<u64> {
+        crate::memory_peak_kib(self.child.as_ref()?.id()?)
+    }
+
     /// Starts an operator in `ns` managing groups labelled `E2E_LABEL=label`.
     pub async fn start(
         cluster: &Cluster,

@@ -58,6 +58,11 @@ pub struct Options {
 }
 
 impl Webhook {
+    /// The process's peak resident memory so far (KiB), while it runs.
+    pub fn memory_peak_kib(&self) -> Option<u64> {
+        crate::memory_peak_kib(self.child.as_ref()?.id()?)
+    }
+
     /// Starts a webhook for operator namespace `op_ns` and waits until it is ready.
     pub async fn start(cluster: &Cluster, op_ns: &TestNamespace, options: Options) -> Webhook {
         grant_rbac(cluster, &op_ns.name, WEBHOOK_SA, "charts/bloodraven/files/webhook-rbac.yaml").await;

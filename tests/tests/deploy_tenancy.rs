@@ -373,3 +373,56 @@ async fn a_tenants_storm_of_databases_starves_neither_another_tenant_nor_a_switc
     assert!(switched_in < Duration::from_secs(60), "the switchover elsewhere took {switched_in:?}");
     sc.cluster.delete_group(&other).await;
 }
+
+/// Attack input: a tenant gives 150 MysqlDatabases 240 KiB of annotations
+/// and 100 labels each (35 MiB in all, on names of no group). Neither the
+/// operator nor the webhook keeps any of it: their peak memory grows by
+/// less than one copy of what the tenant wrote. Before, both cached every
+/// object whole (the operator twice), and 470 such objects took the
+/// operator (256 MiB) and both webhook replicas (128 MiB) out of memory.
+#[tokio::test]
+async fn what_a_tenant_writes_on_its_databases_metadata_is_not_kept_in_memory() {
+    use bloodraven_e2e::webhook::{Options, Webhook};
+    use futures::StreamExt as _;
+    let d = deploy::scenario("memory").await;
+    let sc = &d.sc;
+    let webhook = Webhook::start(&sc.cluster, &sc.ns, Options::default()).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let peaks = || (d.op.memory_peak_kib().unwrap(), webhook.memory_peak_kib().unwrap());
+    let before = peaks();
+
+    let tenant = sc.cluster.namespace("memory-tenant").await;
+    let dbs: Api<MysqlDatabase> = Api::namespaced(sc.cluster.client.clone(), &tenant.name);
+    let blob = "x".repeat(240 * 1024);
+    let labels: serde_json::Map<String, serde_json::Value> =
+        (0..100).map(|i| (format!("tenant.example/label-{i:03}-{}", "l".repeat(40)), json!("v"))).collect();
+    let count = 150;
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let db = json!({
+                "apiVersion": "bloodraven.shipstream.io/v1alpha1", "kind": "MysqlDatabase",
+                "metadata": {"name": format!("heavy-{i:03}"), "annotations": {"tenant.example/blob": blob}, "labels": labels},
+                "spec": {"failoverGroupRef": {"name": "no-such-group"}, "schema": "app", "deploymentClients": []},
+            });
+            let dbs = dbs.clone();
+            async move {
+                let db: MysqlDatabase = serde_json::from_value(db).unwrap();
+                dbs.create(&kube::api::PostParams::default(), &db).await.unwrap();
+            }
+        })
+        .buffer_unordered(8)
+        .collect::<Vec<()>>()
+        .await;
+    // The operator has read every one of them: the last says why it grants nothing.
+    wait_database_reason(&sc.cluster, &tenant.name, &format!("heavy-{:03}", count - 1), "GroupNotFound").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = peaks();
+    let written_kib = u64::try_from(count).unwrap() * (240 + 10);
+    let (op, wh) = (after.0.saturating_sub(before.0), after.1.saturating_sub(before.1));
+    println!(
+        "memory: a tenant wrote {written_kib} KiB of metadata on {count} MysqlDatabases; the operator's peak grew {op} KiB ({} → {} KiB), the webhook's {wh} KiB ({} → {} KiB)",
+        before.0, after.0, before.1, after.1
+    );
+    assert!(op < written_kib, "the operator keeps what tenants write on metadata: +{op} KiB");
+    assert!(wh < written_kib, "the webhook keeps what tenants write on metadata: +{wh} KiB");
+}

@@ -277,7 +277,7 @@ async fn what_a_namespace_admin_adds_to_the_primary_service_is_removed_and_an_or
     let admin_services: Api<Service> = Api::namespaced(admin, &ns);
     let fake_ip = fake_pod(&sc.cluster, &ns).await;
     let as_admin = PatchParams { field_manager: Some("tenant-edit".into()), ..PatchParams::default() };
-    let tamper = serde_json::json!({"spec": {
+    let tamper = serde_json::json!({"metadata": {"labels": {"service.kubernetes.io/service-proxy-name": "theirs"}}, "spec": {
         "selector": {"app": "fake"},
         "externalIPs": ["192.0.2.10"],
         "ports": [{"name": "mysql", "port": 3306, "protocol": "TCP", "targetPort": sc.pair.iad_port},
@@ -291,15 +291,23 @@ async fn what_a_namespace_admin_adds_to_the_primary_service_is_removed_and_an_or
     let svc = wait_service(&services, "app-primary", "the stray routing fields removed", PROMPT, |svc| {
         let s = spec(svc);
         let ports = s.ports.clone().unwrap_or_default();
-        match (&s.selector, &s.external_ips, ports.len()) {
-            (None, None, 1) if ports[0].port == 3306 => Ok(()),
+        let proxy = svc.metadata.labels.as_ref().and_then(|l| l.get("service.kubernetes.io/service-proxy-name"));
+        match (&s.selector, &s.external_ips, ports.len(), proxy) {
+            (None, None, 1, None) if ports[0].port == 3306 => Ok(()),
             other => Err(format!("{other:?}")),
         }
     })
     .await;
     assert_eq!(spec(&svc).type_.as_deref(), Some("ClusterIP"));
     let note = wait_object_event(&sc.cluster, &ns, "app", "PrimaryServiceTampered").await;
-    for part in ["spec.selector", "spec.externalIPs", "spec.ports", "tenant-edit", "app-primary"] {
+    for part in [
+        "spec.selector",
+        "spec.externalIPs",
+        "spec.ports",
+        "metadata.labels[service.kubernetes.io/service-proxy-name]",
+        "tenant-edit",
+        "app-primary",
+    ] {
         assert!(note.contains(part), "{part}: {note}");
     }
     // Only the operator's slice routes the Service once the selector is gone.
@@ -333,25 +341,7 @@ async fn what_a_namespace_admin_adds_to_the_primary_service_is_removed_and_an_or
     let c = wait_primary(&dbs, "app", "True PointsAtActiveSite", |c| c.reason == "PointsAtActiveSite").await;
     assert_eq!(c.status, "True");
 
-    // An Endpoints object of the Service's name written by hand (a tenant
-    // may, on clusters whose `edit` role predates Kubernetes 1.22) is
-    // mirrored into a slice; both go.
-    let forged = serde_json::json!({
-        "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "app-primary"},
-        "subsets": [{"addresses": [{"ip": fake_ip}], "ports": [{"name": "mysql", "port": 3306}]}],
-    });
-    bloodraven_e2e::pods::apply(&endpoints, forged).await;
-    wait_for("the forged Endpoints object and its mirrored slice deleted", T, || async {
-        let list = slices.list(&routed).await.map_err(|e| e.to_string())?;
-        let names: Vec<_> = list.items.iter().filter_map(|s| s.metadata.name.clone()).collect();
-        let left = endpoints.get_opt("app-primary").await.map_err(|e| e.to_string())?.is_some();
-        if names == ["app-primary"] && !left {
-            Ok(())
-        } else {
-            Err(format!("slices {names:?}, Endpoints left: {left}"))
-        }
-    })
-    .await;
+    forged_endpoints_go(&endpoints, &slices, &routed, &fake_ip).await;
     routed_only_by_us().await;
 
     // The admin orphans the Service (as `kubectl replace` from a manifest
@@ -365,6 +355,8 @@ async fn what_a_namespace_admin_adds_to_the_primary_service_is_removed_and_an_or
         if list.items.is_empty() { Ok(()) } else { Err(format!("{} slices", list.items.len())) }
     })
     .await;
+
+    headless_in_its_place(&admin_services, &dbs, &slices, &routed).await;
     sc.cluster.delete_group(&name).await;
 }
 
@@ -413,4 +405,67 @@ async fn fake_pod(cluster: &bloodraven_e2e::Cluster, ns: &str) -> String {
         }
     })
     .await
+}
+
+/// The admin puts a headless Service in place of `app-primary`, with an
+/// ownerReference to the database (it can read its UID): an immutable
+/// clusterIP the operator cannot undo, so it keeps no endpoint for it.
+async fn headless_in_its_place(
+    admin_services: &Api<Service>,
+    dbs: &Api<MysqlDatabase>,
+    slices: &Api<EndpointSlice>,
+    routed: &ListParams,
+) {
+    let uid = dbs.get("app").await.unwrap().metadata.uid.unwrap();
+    let headless: Service = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "app-primary", "ownerReferences": [{
+            "apiVersion": "bloodraven.shipstream.io/v1alpha1", "kind": "MysqlDatabase",
+            "name": "app", "uid": uid, "controller": true}]},
+        "spec": {"clusterIP": "None", "ports": [{"name": "mysql", "port": 3306}]},
+    }))
+    .unwrap();
+    wait_for("the admin's headless Service in place", T, || async {
+        let _ = admin_services.delete("app-primary", &kube::api::DeleteParams::default()).await;
+        match admin_services.create(&PostParams::default(), &headless).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    let c =
+        wait_primary(dbs, "app", "False PrimaryServiceConflict (headless)", |c| c.message.contains("headless")).await;
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "PrimaryServiceConflict"));
+    wait_for("no slice routes the headless Service", PROMPT, || async {
+        let list = slices.list(routed).await.map_err(|e| e.to_string())?;
+        if list.items.is_empty() { Ok(()) } else { Err(format!("{} slices", list.items.len())) }
+    })
+    .await;
+}
+
+/// An Endpoints object of `app-primary`'s name written by hand (a tenant
+/// may, on clusters whose `edit` role predates Kubernetes 1.22) is
+/// mirrored into a slice; both go.
+async fn forged_endpoints_go(
+    endpoints: &Api<Endpoints>,
+    slices: &Api<EndpointSlice>,
+    routed: &ListParams,
+    fake_ip: &str,
+) {
+    let forged = serde_json::json!({
+        "apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "app-primary"},
+        "subsets": [{"addresses": [{"ip": fake_ip}], "ports": [{"name": "mysql", "port": 3306}]}],
+    });
+    bloodraven_e2e::pods::apply(endpoints, forged).await;
+    wait_for("the forged Endpoints object and its mirrored slice deleted", T, || async {
+        let list = slices.list(routed).await.map_err(|e| e.to_string())?;
+        let names: Vec<_> = list.items.iter().filter_map(|s| s.metadata.name.clone()).collect();
+        let left = endpoints.get_opt("app-primary").await.map_err(|e| e.to_string())?.is_some();
+        if names == ["app-primary"] && !left {
+            Ok(())
+        } else {
+            Err(format!("slices {names:?}, Endpoints left: {left}"))
+        }
+    })
+    .await;
 }

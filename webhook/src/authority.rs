@@ -48,7 +48,14 @@ fn cache(client: &Client, ar: &ApiResource) -> Store<DynamicObject> {
     let writer = reflector::store::Writer::new(ar.clone());
     let reader = writer.as_reader();
     let api = Api::<DynamicObject>::all_with(client.clone(), ar);
-    let stream = watcher(api, watcher::Config::default()).default_backoff().reflect(writer).touched_objects();
+    // Only spec and status are read: what tenants may write at will on a
+    // MysqlDatabase (annotations, labels) is not cached (`names::cached`).
+    let config = watcher::Config::default().page_size(names::cached::LIST_PAGE);
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(|o| names::cached::trim(&mut o.metadata, &[], names::cached::no_labels))
+        .reflect(writer)
+        .touched_objects();
     tokio::spawn(stream.for_each(|_| async {}));
     reader
 }

@@ -37,6 +37,7 @@ pub mod stream;
 use std::fmt::Debug;
 
 use crate::events::Recorder;
+use bloodraven_api::names::cached;
 use bloodraven_api::v1alpha1::{MysqlDatabase, MysqlFailoverGroup};
 use futures::{Stream, StreamExt, future};
 use kube::api::ApiResource;
@@ -167,15 +168,21 @@ impl Tolerant {
         let mut tolerance = Tolerance::<K>::new(store);
         let reporter = self.reporter.clone();
         let mut found = Vec::new();
-        watcher::watcher(api, config).default_backoff().filter_map(move |event| {
+        watcher::watcher(api, config.page_size(cached::LIST_PAGE)).default_backoff().filter_map(move |event| {
             let out = match event {
                 Ok(event) => {
-                    // managedFields are never read from a watched object, and
-                    // are often its largest part: the caches drop them
-                    // (a thousand groups are held by two caches).
+                    // What is never read of a watched object is dropped
+                    // before it is cached (`names::cached`): managedFields,
+                    // often its largest part (a thousand groups are held by
+                    // two caches), and what tenants may write at will on a
+                    // MysqlDatabase (annotations, labels).
                     let slim = |o: raw::RawObject| {
                         let mut o = o.parsed();
-                        o.metadata.managed_fields = None;
+                        let (annotations, labels): (&[&str], fn(&str) -> bool) = match K::KIND {
+                            Kind::FailoverGroup => (&cached::GROUP_ANNOTATIONS, cached::all_labels),
+                            Kind::Database => (&[], cached::no_labels),
+                        };
+                        cached::trim(&mut o.metadata, annotations, labels);
                         o
                     };
                     let event = match event {

@@ -18,7 +18,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bloodraven_api::names::{OBSERVER_FIELD_MANAGER, RELEASE_INSTANCE_ANNOTATION};
+use bloodraven_api::names::{OBSERVER_FIELD_MANAGER, RELEASE_INSTANCE_ANNOTATION, cached};
 use bloodraven_api::v1alpha1::{MysqlDatabase, MysqlFailoverGroup, reason};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Service;
@@ -228,21 +228,26 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
     let namespaces = Api::<PartialObjectMeta<k8s_openapi::api::core::v1::Namespace>>::all(ctx.client.clone());
     let namespaces = watcher(namespaces, WatcherConfig::default()).default_backoff().touched_objects();
     let names = Api::<PartialObjectMeta<MysqlDatabase>>::all(ctx.client.clone());
-    let names = watcher(names, WatcherConfig::default()).default_backoff().touched_objects();
+    let names =
+        watcher(names, WatcherConfig::default().page_size(cached::LIST_PAGE)).default_backoff().touched_objects();
     // The operator's own `-primary` objects (label-selected, so the caches
     // hold nothing else): compared before any write, and a deleted or
     // edited one wakes its database to be put back — found by its label
     // or its ownerReference, so that one that lost its ownerReference (and
     // must lose its EndpointSlice) wakes it too.
-    let only_primary = WatcherConfig::default().labels(primary::selector());
+    // Tenants may label any Service of theirs `primary-of`: only what is
+    // read is cached (`names::cached`).
+    let only_primary = WatcherConfig::default().labels(primary::selector()).page_size(cached::LIST_PAGE);
     let (services, services_writer) = reflector::store::<Service>();
     let service_events = watcher(Api::<Service>::all(ctx.client.clone()), only_primary.clone())
         .default_backoff()
+        .modify(|s| cached::trim(&mut s.metadata, &cached::SERVICE_ANNOTATIONS, cached::routing_label))
         .reflect(services_writer)
         .touched_objects();
     let (slices, slices_writer) = reflector::store::<EndpointSlice>();
     let slice_events = watcher(Api::<EndpointSlice>::all(ctx.client.clone()), only_primary)
         .default_backoff()
+        .modify(|s| cached::trim(&mut s.metadata, &cached::SERVICE_ANNOTATIONS, cached::routing_label))
         .reflect(slices_writer)
         .touched_objects();
     // The slices Kubernetes' own controllers make for a Service (metadata
@@ -253,10 +258,11 @@ pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Ou
     // EndpointSlice mirroring controller. Both route the Service. Such a
     // slice wakes the database whose Service it names, which deletes it
     // (and the Endpoints it mirrors).
-    let made_for_selectors = WatcherConfig::default().labels(primary::CONTROLLER_SLICES);
+    let made_for_selectors = WatcherConfig::default().labels(primary::CONTROLLER_SLICES).page_size(cached::LIST_PAGE);
     let (selector_slices, selector_writer) = reflector::store::<PartialObjectMeta<EndpointSlice>>();
     let selector_events = watcher(Api::<PartialObjectMeta<EndpointSlice>>::all(ctx.client.clone()), made_for_selectors)
         .default_backoff()
+        .modify(|s| cached::trim(&mut s.metadata, &[], cached::routing_label))
         .reflect(selector_writer)
         .touched_objects();
     let by_service = services.clone();

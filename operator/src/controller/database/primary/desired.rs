@@ -398,11 +398,44 @@ pub fn stray_routing(have: &Service, want: &Service) -> Option<(serde_json::Valu
     if extra {
         patch.insert("ports".into(), serde_json::to_value(&want_spec.ports).ok()?);
     }
-    if patch.is_empty() {
+    // Labels that tell kube-proxy to leave the Service to another proxy
+    // (`service.kubernetes.io/service-proxy-name`) or not to route it
+    // (`service.kubernetes.io/headless`), and any other of Kubernetes'
+    // `service.kubernetes.io/` labels: none is the operator's.
+    let labels: serde_json::Map<String, serde_json::Value> = have
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with(SERVICE_LABEL_PREFIX))
+        .map(|(k, _)| (k.clone(), serde_json::Value::Null))
+        .collect();
+    if patch.is_empty() && labels.is_empty() {
         return None;
     }
-    let fields = patch.keys().map(|k| format!("spec.{k}")).collect();
-    Some((serde_json::json!({"spec": patch}), fields))
+    let mut fields: Vec<String> = patch.keys().map(|k| format!("spec.{k}")).collect();
+    fields.extend(labels.keys().map(|k| format!("metadata.labels[{k}]")));
+    let mut out = serde_json::json!({});
+    if !patch.is_empty() {
+        out["spec"] = patch.into();
+    }
+    if !labels.is_empty() {
+        out["metadata"] = serde_json::json!({ "labels": labels });
+    }
+    Some((out, fields))
+}
+
+/// Kubernetes' labels that change how kube-proxy routes a Service.
+const SERVICE_LABEL_PREFIX: &str = "service.kubernetes.io/";
+
+/// Whether `have` is headless (`clusterIP: None`) where `want` has a
+/// cluster IP: the field is immutable, so only deleting the Service undoes
+/// it, and a headless Service's name resolves to its endpoints' addresses
+/// without the port the operator maps.
+pub fn headless_instead(have: &Service, want: &Service) -> bool {
+    let cluster_ip = |s: &Service| s.spec.as_ref().and_then(|s| s.cluster_ip.clone());
+    let type_of = |s: &Service| s.spec.as_ref().and_then(|s| s.type_.clone()).unwrap_or_else(|| "ClusterIP".into());
+    cluster_ip(have).as_deref() == Some("None") && type_of(want) == "ClusterIP"
 }
 
 /// The field managers other than the operator's that own any of `fields`
@@ -410,6 +443,11 @@ pub fn stray_routing(have: &Service, want: &Service) -> Option<(serde_json::Valu
 /// who set them.
 pub fn managers_of(have: &Service, fields: &[String]) -> Vec<String> {
     let keys: Vec<String> = fields.iter().filter_map(|f| f.strip_prefix("spec.")).map(|k| format!("f:{k}")).collect();
+    let labels: Vec<String> = fields
+        .iter()
+        .filter_map(|f| f.strip_prefix("metadata.labels[")?.strip_suffix(']'))
+        .map(|k| format!("f:{k}"))
+        .collect();
     let mut managers: Vec<String> = have
         .metadata
         .managed_fields
@@ -417,8 +455,14 @@ pub fn managers_of(have: &Service, fields: &[String]) -> Vec<String> {
         .flatten()
         .filter(|m| m.manager.as_deref() != Some(bloodraven_api::names::PRIMARY_SERVICE_FIELD_MANAGER))
         .filter(|m| {
-            let spec = m.fields_v1.as_ref().and_then(|f| f.0.get("f:spec")).and_then(serde_json::Value::as_object);
+            let fields = m.fields_v1.as_ref().map(|f| &f.0);
+            let spec = fields.and_then(|f| f.get("f:spec")).and_then(serde_json::Value::as_object);
+            let set_labels = fields
+                .and_then(|f| f.get("f:metadata"))
+                .and_then(|m| m.get("f:labels"))
+                .and_then(serde_json::Value::as_object);
             spec.is_some_and(|spec| keys.iter().any(|k| spec.contains_key(k)))
+                || set_labels.is_some_and(|l| labels.iter().any(|k| l.contains_key(k)))
         })
         .filter_map(|m| m.manager.clone())
         .collect();

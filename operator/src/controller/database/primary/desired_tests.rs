@@ -306,6 +306,27 @@ fn fields_someone_else_adds_that_could_route_traffic_are_named_and_removed() {
 }
 
 #[test]
+fn labels_that_take_the_service_from_kube_proxy_are_strays_and_a_headless_one_is_not_kept() {
+    let iad = site("iad", "10.0.0.5", 3306);
+    let (want, _, _, _) = keep(plan(
+        OWNER,
+        Ok(Decided { group: "g", site: &iad, generation: 1, unconfirmed: false, read_only: false, observed: None }),
+    ));
+    for label in ["service.kubernetes.io/service-proxy-name", "service.kubernetes.io/headless"] {
+        let mut have = want.clone();
+        have.metadata.labels.get_or_insert_default().insert(label.into(), "theirs".into());
+        let (patch, fields) = stray_routing(&have, &want).unwrap_or_else(|| panic!("{label} not found"));
+        assert_eq!(fields, vec![format!("metadata.labels[{label}]")]);
+        assert_eq!(patch["metadata"]["labels"][label], serde_json::Value::Null, "{patch}");
+        assert!(patch.get("spec").is_none(), "{patch}");
+    }
+    assert!(!headless_instead(&want, &want));
+    let mut headless = want.clone();
+    headless.spec.as_mut().unwrap().cluster_ip = Some("None".into());
+    assert!(headless_instead(&headless, &want));
+}
+
+#[test]
 fn the_managers_of_stray_fields_are_named_but_never_the_operator() {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
     let entry = |manager: &str, fields: serde_json::Value| ManagedFieldsEntry {
@@ -318,6 +339,11 @@ fn the_managers_of_stray_fields_are_named_but_never_the_operator() {
         entry("kubectl-patch", serde_json::json!({"f:spec": {"f:selector": {"f:app": {}}}})),
         entry(bloodraven_api::names::PRIMARY_SERVICE_FIELD_MANAGER, serde_json::json!({"f:spec": {"f:ports": {}}})),
         entry("helm", serde_json::json!({"f:metadata": {"f:labels": {}}})),
+        entry("tenant", serde_json::json!({"f:metadata": {"f:labels": {"f:service.kubernetes.io/headless": {}}}})),
     ]);
     assert_eq!(managers_of(&have, &["spec.selector".into(), "spec.ports".into()]), vec!["kubectl-patch".to_owned()]);
+    assert_eq!(
+        managers_of(&have, &["metadata.labels[service.kubernetes.io/headless]".into()]),
+        vec!["tenant".to_owned()]
+    );
 }

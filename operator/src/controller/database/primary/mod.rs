@@ -226,16 +226,31 @@ async fn remove_stray_routing(
     ctx: &Context,
     services: &Api<Service>,
     db: &bloodraven_api::v1alpha1::MysqlDatabase,
-    have: &Service,
+    cached: &Service,
     want: &Service,
 ) -> Result<(), Error> {
-    let Some((mut patch, fields)) = desired::stray_routing(have, want) else { return Ok(()) };
     if !ctx.leadership.is_leader() {
         return Ok(());
     }
+    // Read again: the cache keeps no managedFields (it names who set each
+    // field), and the patch is fenced by the stored resourceVersion.
+    let name = cached.metadata.name.clone().unwrap_or_default();
+    let Some(have) = services
+        .get_opt(&name)
+        .await
+        .map_err(kube_err("read the primary Service"))?
+        .filter(|s| s.metadata.uid == cached.metadata.uid)
+    else {
+        return Ok(());
+    };
+    let have = &have;
+    let Some((mut patch, fields)) = desired::stray_routing(have, want) else { return Ok(()) };
+    let meta = patch["metadata"].as_object_mut().map(std::mem::take).unwrap_or_default();
     patch["metadata"] =
         serde_json::json!({"uid": have.metadata.uid, "resourceVersion": have.metadata.resource_version});
-    let name = have.metadata.name.clone().unwrap_or_default();
+    for (key, value) in meta {
+        patch["metadata"][key] = value;
+    }
     services
         .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -351,6 +366,17 @@ async fn delete_selector_slices(
     Ok(deleted)
 }
 
+fn headless(name: &str, namespace: &str) -> Computed {
+    Computed::flag(
+        CONDITION,
+        false,
+        reason::PRIMARY_SERVICE_CONFLICT,
+        format!(
+            "Service {name} in namespace {namespace} is headless (clusterIP: None), which the operator never makes and cannot undo (the field is immutable); it keeps no endpoint for it: delete the Service, and the operator creates it again"
+        ),
+    )
+}
+
 fn conflict(kind: &str, name: &str, namespace: &str) -> Computed {
     Computed::flag(
         CONDITION,
@@ -393,6 +419,12 @@ pub async fn keep(
             // routing to whichever site it last named.
             delete_own_slice(ctx, primary, &slices, namespace, &svc_name, uid).await?;
             return Ok(conflict("Service", &svc_name, namespace));
+        }
+        // Made headless by whoever created it (an ownerReference to the
+        // database is no proof of who did): not kept either.
+        Found::Ours(have) if desired::headless_instead(&have, &service) => {
+            delete_own_slice(ctx, primary, &slices, namespace, &svc_name, uid).await?;
+            return Ok(headless(&svc_name, namespace));
         }
         found => found,
     };
