@@ -216,12 +216,18 @@ pub fn parse_name(name: &str) -> Result<Option<(u64, String)>, RevisionError> {
 }
 
 /// Whether `c` is a control character or an invisible formatting one
-/// (bidirectional overrides and isolates, zero-width characters, line and
-/// paragraph separators, the byte-order mark): printed as it is, it could
-/// end a log line, rewrite a terminal, or make a name read as another.
+/// (Unicode's general categories Cf, Zl and Zp: bidirectional overrides
+/// and isolates, zero-width characters, the soft hyphen, tag characters,
+/// line and paragraph separators, the byte-order mark): printed as it is,
+/// it could end a log line, rewrite a terminal, or make a name read as
+/// another.
 fn hidden(c: char) -> bool {
+    use unicode_general_category::{GeneralCategory, get_general_category};
     c.is_control()
-        || matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+        || matches!(
+            get_general_category(c),
+            GeneralCategory::Format | GeneralCategory::LineSeparator | GeneralCategory::ParagraphSeparator
+        )
 }
 
 /// `name` for printing on one line: a backslash as `\\`, newline, carriage
@@ -832,6 +838,7 @@ mod tests {
             ("back\\slash", "back\\\\slash"),
             ("esc\u{1b}[31m", "esc\\u{1b}[31m"),
             ("rtl\u{202e}x \u{200b}\u{feff}", "rtl\\u{202e}x \\u{200b}\\u{feff}"),
+            ("soft\u{ad}hyphen\u{e0001}tag", "soft\\u{ad}hyphen\\u{e0001}tag"),
             ("nul\0", "nul\\u{0}"),
         ];
         for (name, want) in table {

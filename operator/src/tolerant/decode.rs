@@ -50,7 +50,7 @@ pub fn bounded(s: &str, max_bytes: usize) -> String {
     // Length of `out` after the last whole piece that leaves room for `…`.
     let mut cut_at = 0;
     for c in s.chars() {
-        if c.is_control() || is_bidi_control(c) {
+        if c.is_control() || is_invisible(c) {
             let _ = write!(out, "{}", c.escape_unicode());
         } else {
             out.push(c);
@@ -67,10 +67,17 @@ pub fn bounded(s: &str, max_bytes: usize) -> String {
     out
 }
 
-/// Unicode bidirectional formatting characters (embeddings, overrides,
-/// isolates, marks): they reorder what a person reads in a terminal.
-fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{061C}' | '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+/// Invisible formatting characters (Unicode's general categories Cf, Zl
+/// and Zp: bidirectional embeddings, overrides, isolates and marks,
+/// zero-width characters, the soft hyphen, tag characters, line and
+/// paragraph separators): they reorder what a person reads in a terminal,
+/// or make one name read as another.
+fn is_invisible(c: char) -> bool {
+    use unicode_general_category::{GeneralCategory, get_general_category};
+    matches!(
+        get_general_category(c),
+        GeneralCategory::Format | GeneralCategory::LineSeparator | GeneralCategory::ParagraphSeparator
+    )
 }
 
 #[cfg(test)]
@@ -145,6 +152,7 @@ mod tests {
         assert!(cut.len() <= MAX_ERROR_BYTES, "{}", cut.len());
         assert!(cut.ends_with('…'));
         assert_eq!(bounded("x\u{202E}y\nz", 100), "x\\u{202e}y\\u{a}z");
+        assert_eq!(bounded("a\u{ad}b\u{200b}c\u{e0001}", 100), "a\\u{ad}b\\u{200b}c\\u{e0001}");
         assert_eq!(bounded("short", 100), "short");
         assert_eq!(bounded("héllo", 5), "h…");
     }
