@@ -54,8 +54,9 @@ pub struct Metrics {
     /// (`planned`, `emergency`) and outcome (`completed`, `failed`).
     pub failovers_total: IntCounterVec,
     /// `bloodraven_primary_service_writes_total{kind,action}`: writes of
-    /// `<mysqldatabase>-primary` objects (`kind` Service or EndpointSlice,
-    /// `action` apply or delete); flat at steady state.
+    /// `<mysqldatabase>-primary` objects (`kind` Service, EndpointSlice or
+    /// Endpoints, `action` apply, delete or remove-routing); flat at steady
+    /// state.
     pub primary_service_writes_total: IntCounterVec,
     /// `bloodraven_status_writes_total{outcome}`: observations of a group's
     /// probes, `written` (status applied: something changed, or the
@@ -158,7 +159,7 @@ impl Metrics {
         let primary_service_writes_total = IntCounterVec::new(
             Opts::new(
                 "bloodraven_primary_service_writes_total",
-                "Writes of <mysqldatabase>-primary Services and EndpointSlices, by kind and action",
+                "Writes of <mysqldatabase>-primary Services, EndpointSlices and Endpoints objects, by kind and action",
             ),
             &["kind", "action"],
         )?;
