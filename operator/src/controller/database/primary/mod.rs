@@ -506,3 +506,40 @@ pub async fn keep(
     }
     Ok(condition)
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    use super::*;
+
+    fn slice(managed_by: &str, owner_kind: &str, owner_name: &str, owner_uid: &str) -> ObjectMeta {
+        ObjectMeta {
+            labels: Some([("endpointslice.kubernetes.io/managed-by".to_owned(), managed_by.to_owned())].into()),
+            owner_references: Some(vec![OwnerReference {
+                kind: owner_kind.into(),
+                name: owner_name.into(),
+                uid: owner_uid.into(),
+                controller: Some(true),
+                ..OwnerReference::default()
+            }]),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn the_slices_made_to_route_the_service_are_told_apart_from_others() {
+        let selector = slice("endpointslice-controller.k8s.io", "Service", "app-primary", "svc-uid");
+        assert!(matches!(made_by(&selector, "app-primary", "svc-uid"), Some(Made::ForSelector)));
+        let mirrored = slice("endpointslicemirroring-controller.k8s.io", "Endpoints", "app-primary", "ep-uid");
+        match made_by(&mirrored, "app-primary", "svc-uid") {
+            Some(Made::Mirrored { endpoints_uid }) => assert_eq!(endpoints_uid.as_deref(), Some("ep-uid")),
+            _ => panic!("a mirrored slice of the Service's Endpoints"),
+        }
+        // Another Service's slices, and a mirrored slice of another Endpoints object.
+        let other = slice("endpointslice-controller.k8s.io", "Service", "app-primary", "another-uid");
+        assert!(made_by(&other, "app-primary", "svc-uid").is_none());
+        let elsewhere = slice("endpointslicemirroring-controller.k8s.io", "Endpoints", "other", "ep-uid");
+        assert!(made_by(&elsewhere, "app-primary", "svc-uid").is_none());
+    }
+}
