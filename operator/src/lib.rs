@@ -234,6 +234,7 @@ fn start_deploy_api(
         watches: deploy_api::watches_for(max_connections),
         shutdown: shutdown.clone(),
         waiting: Some(deploy_api::waiting::Waiting::new(client.clone(), recorder.clone())),
+        body_reads: deploy_api::BodyReads::default(),
     };
     tokio::spawn(deploy_api::track_active_leases(service.clone(), metrics.clone(), leadership.clone()));
     let addr = config.deploy_api_addr;

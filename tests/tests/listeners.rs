@@ -721,3 +721,60 @@ async fn many_peers_keeping_connections_alive_with_requests_keep_no_client_out()
     assert_eq!(ok, tries, "every pipeline request was answered; failures: {failures:?}");
     e.cluster.delete_group(&e.group).await;
 }
+
+/// Attack input: a deployment client (authorized for the group) opens 24
+/// connections, each sending a PUT's head with `Content-Length: 100` and
+/// then only part of the body, to hold the connection busy while the body
+/// is read. At most 16 of one namespace are read at once: the others are
+/// answered `429 too_many_requests` at once, so the rest of the listener's
+/// slots stay evictable, and a request of the same client with a whole
+/// body is answered as soon as the trickled ones time out.
+#[tokio::test]
+async fn a_namespace_trickling_request_bodies_holds_at_most_its_share() {
+    let e = env("trickle", &[]).await;
+    e.wait_answering().await;
+    let path = format!("/deploy/v1/groups/{}/leases/migration/op-trickle", e.group);
+    let head = format!(
+        "PUT {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"token\":",
+        e.token
+    );
+    let mut trickling = Vec::new();
+    for _ in 0..24 {
+        let mut io = e.tls().await;
+        io.write_all(head.as_bytes()).await.unwrap();
+        trickling.push(io);
+    }
+    // Each connection's first answer within 3 s, all at once (the server
+    // gives up on a trickled body after 10 s).
+    let answers = futures::future::join_all(trickling.into_iter().map(|mut io| async move {
+        let mut buf = vec![0u8; 4096];
+        let answer = match tokio::time::timeout(Duration::from_secs(3), io.read(&mut buf)).await {
+            Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+            Ok(Err(err)) => format!("error {err}"),
+            Err(_) => "still reading".to_owned(),
+        };
+        (answer, io)
+    }))
+    .await;
+    let refused =
+        answers.iter().filter(|(a, _)| a.starts_with("HTTP/1.1 429") && a.contains("too_many_requests")).count();
+    let reading = answers.iter().filter(|(a, _)| a == "still reading").count();
+    println!(
+        "figure: of 24 trickled bodies of one namespace, {reading} were being read and {refused} answered 429 at once"
+    );
+    assert_eq!((reading, refused), (16, 8), "{:?}", answers.iter().map(|(a, _)| a.lines().next()).collect::<Vec<_>>());
+    drop(answers);
+    // Their places come back as soon as the connections go.
+    let http = e.fresh_client();
+    let put = http.put(format!("{}/leases/migration/op-trickle", e.group_url())).bearer_auth(&e.token);
+    let status = wait_for("a whole body read again", Duration::from_secs(20), || async {
+        let r = put.try_clone().unwrap().json(&json!({"token": "x"})).send().await.map_err(|e| e.to_string())?;
+        match r.status().as_u16() {
+            429 => Err("429".to_owned()),
+            s => Ok(s),
+        }
+    })
+    .await;
+    assert_ne!(status, 429);
+    e.cluster.delete_group(&e.group).await;
+}

@@ -55,6 +55,10 @@ pub enum ErrorCode {
     /// 429: too many watches are open (on this lease, or on the operator);
     /// ask again after `retryAfterSeconds`.
     TooManyWatches,
+    /// 429: the caller's namespace has as many request bodies being read
+    /// as the operator reads for one namespace at once; ask again after
+    /// `retryAfterSeconds`.
+    TooManyRequests,
     /// 500: the operator could not complete the request; retry.
     Internal,
     /// 503: this operator replica is not the leader (or is stopping); ask again.
@@ -67,7 +71,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in status order.
-    pub const ALL: [ErrorCode; 19] = [
+    pub const ALL: [ErrorCode; 20] = [
         ErrorCode::InvalidRequest,
         ErrorCode::Unauthenticated,
         ErrorCode::Forbidden,
@@ -83,6 +87,7 @@ impl ErrorCode {
         ErrorCode::PayloadTooLarge,
         ErrorCode::Unstable,
         ErrorCode::TooManyWatches,
+        ErrorCode::TooManyRequests,
         ErrorCode::Internal,
         ErrorCode::NotLeader,
         ErrorCode::ReviewFailed,
@@ -107,6 +112,7 @@ impl ErrorCode {
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::Unstable => "unstable",
             ErrorCode::TooManyWatches => "too_many_watches",
+            ErrorCode::TooManyRequests => "too_many_requests",
             ErrorCode::Internal => "internal",
             ErrorCode::NotLeader => "not_leader",
             ErrorCode::ReviewFailed => "review_failed",
@@ -126,7 +132,7 @@ impl ErrorCode {
             ErrorCode::Held | ErrorCode::Revoked | ErrorCode::SchemaVerificationRequired => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::Unstable => 423,
-            ErrorCode::TooManyWatches => 429,
+            ErrorCode::TooManyWatches | ErrorCode::TooManyRequests => 429,
             ErrorCode::Internal => 500,
             ErrorCode::NotLeader | ErrorCode::ReviewFailed | ErrorCode::Contention => 503,
         }

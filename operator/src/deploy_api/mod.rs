@@ -48,6 +48,54 @@ pub struct DeployState {
     pub shutdown: bloodraven_serving::Shutdown,
     /// Waits recorded on the waiting Pods' Jobs (`None`: not recorded).
     pub waiting: Option<waiting::Waiting>,
+    /// Request bodies being read, by the caller's namespace (bounded).
+    pub body_reads: BodyReads,
+}
+
+/// The most request bodies read at once for callers of one namespace. A
+/// deployment client sends its small JSON body with its headers, so a
+/// read takes milliseconds and a namespace's pipelines never come near
+/// this; but a connection whose body is being read is being served, and so
+/// holds its listener slot for up to the body's deadline (10 s). Without a
+/// bound, a tenant's deployment client trickling bodies from several Pods
+/// could keep every slot busy, and other tenants' renewals out.
+pub const BODY_READS_PER_NAMESPACE: usize = 16;
+
+/// Request bodies being read, per caller namespace.
+#[derive(Clone, Debug, Default)]
+pub struct BodyReads(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>);
+
+/// One body read; its drop gives the place back.
+#[derive(Debug)]
+pub struct BodyRead {
+    reads: BodyReads,
+    namespace: String,
+}
+
+impl BodyReads {
+    /// A place for a body read of a caller in `namespace`, unless it has
+    /// [`BODY_READS_PER_NAMESPACE`] already.
+    pub fn take(&self, namespace: &str) -> Option<BodyRead> {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = map.entry(namespace.to_owned()).or_insert(0);
+        if *n >= BODY_READS_PER_NAMESPACE {
+            return None;
+        }
+        *n += 1;
+        Some(BodyRead { reads: self.clone(), namespace: namespace.to_owned() })
+    }
+}
+
+impl Drop for BodyRead {
+    fn drop(&mut self) {
+        let mut map = self.reads.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = map.get_mut(&self.namespace) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.namespace);
+            }
+        }
+    }
 }
 
 /// The bound on open watches for a listener of `max_connections`: half of

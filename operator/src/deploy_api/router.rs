@@ -261,10 +261,30 @@ async fn admit_pod(state: &DeployState, headers: &HeaderMap) -> Result<(Caller, 
     }
 }
 
-/// Reads the body — only after the caller is authenticated — within
+/// Reads the body — only after the caller is authenticated and authorized
+/// for the group, and only while its namespace has fewer than
+/// [`super::BODY_READS_PER_NAMESPACE`] being read — within
 /// [`limits::BODY_TIMEOUT`] and [`MAX_BODY_BYTES`], and parses it as JSON,
 /// naming the offending field on error.
-async fn parse<T: DeserializeOwned>(headers: &HeaderMap, body: Body) -> Result<T, Response> {
+async fn parse<T: DeserializeOwned>(
+    state: &DeployState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, Response> {
+    let Some(_reading) = state.body_reads.take(&caller.namespace) else {
+        return Err(refused(&ErrorBody {
+            retry_after_seconds: Some(1),
+            ..ErrorBody::new(
+                ErrorCode::TooManyRequests,
+                format!(
+                    "{} request bodies of namespace {} are being read already; ask again",
+                    super::BODY_READS_PER_NAMESPACE,
+                    caller.namespace
+                ),
+            )
+        }));
+    };
     let too_large =
         || error(ErrorCode::PayloadTooLarge, format!("request bodies are limited to {MAX_BODY_BYTES} bytes"));
     let declared =
@@ -386,7 +406,7 @@ async fn create_lease(
         Ok(i) => i,
         Err(r) => return done.finish(&state, r),
     };
-    let req: CreateLeaseRequest = match parse(&headers, body).await {
+    let req: CreateLeaseRequest = match parse(&state, &caller, &headers, body).await {
         Ok(r) => r,
         Err(r) => return done.finish(&state, r),
     };
@@ -484,7 +504,7 @@ async fn lease_call<T: DeserializeOwned>(
     // Authorized before the body is read: only a deployment client of the
     // group may keep a connection busy for the body's deadline.
     let instances = authorize_group(state, &caller, group)?;
-    let req: T = parse(headers, body).await?;
+    let req: T = parse(state, &caller, headers, body).await?;
     Ok((kind, req, caller, instances))
 }
 

@@ -101,6 +101,7 @@ fn state(user: &'static str, seen: Arc<Mutex<Vec<String>>>) -> DeployState {
         watches: crate::deploy_api::watches_for(8),
         shutdown: bloodraven_serving::Shutdown::manual().1,
         waiting: None,
+        body_reads: crate::deploy_api::BodyReads::default(),
     }
 }
 
@@ -180,4 +181,32 @@ async fn a_watch_asking_for_more_than_a_minute_is_refused_before_any_read() {
         assert_eq!(send(state(deployer, seen.clone()), "POST", WATCH, body).await, want, "{body}");
     }
     assert_eq!(*seen.lock().unwrap(), Vec::<String>::new());
+}
+
+/// A namespace whose callers have as many bodies being read as the bound
+/// allows is answered 429 at once, before its body is read; another
+/// namespace's caller is not.
+#[tokio::test]
+async fn a_namespace_reading_its_share_of_bodies_is_told_to_ask_again() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let deployer = "system:serviceaccount:counter-app:deployer";
+    let full = state(deployer, seen.clone());
+    let held: Vec<_> = (0..crate::deploy_api::BODY_READS_PER_NAMESPACE)
+        .map(|_| full.body_reads.take("counter-app").expect("under the bound"))
+        .collect();
+    for (method, path, body) in [
+        ("PUT", LEASE, r#"{"token":"t"}"#),
+        ("DELETE", LEASE, r#"{"token":"t"}"#),
+        ("POST", WATCH, r#"{"token":"t","waitSeconds":5}"#),
+        (
+            "POST",
+            "/deploy/v1/groups/playground/leases",
+            r#"{"kind":"migration","operationId":"op-1","instance":"counter-app","ttlSeconds":30}"#,
+        ),
+    ] {
+        assert_eq!(send(full.clone(), method, path, body).await, StatusCode::TOO_MANY_REQUESTS, "{method} {path}");
+    }
+    assert!(full.body_reads.take("tenant-b").is_some(), "another namespace reads on");
+    drop(held);
+    assert_ne!(send(full, "PUT", LEASE, r#"{"token":"t"}"#).await, StatusCode::TOO_MANY_REQUESTS);
 }
