@@ -176,7 +176,7 @@ fn primary_owner<K: Resource>(object: &K) -> Option<ObjectRef<MysqlDatabase>> {
 /// renewal timed out behind them (it lost leadership, and with it every
 /// group's failover, for seconds at a time). Each reconcile makes a few
 /// calls, so this many at once still serves hundreds a second.
-const CONCURRENCY: u16 = 8;
+const CONCURRENCY: u16 = 16;
 
 /// Runs the controller until `shutdown` resolves. `selector` is the
 /// operator's `--group-selector` (empty: every group).
