@@ -303,3 +303,75 @@ mod tests {
         assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
     }
 }
+
+/// The listener's eviction through the real server (hyper, axum-server and
+/// the acceptor) on loopback sockets.
+#[cfg(test)]
+mod keep_alive_tests {
+    use super::*;
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn ask(conn: &mut tokio::net::TcpStream) -> String {
+        if let Err(e) = conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await {
+            return format!("write: {e}");
+        }
+        let mut buf = vec![0u8; 1024];
+        match tokio::time::timeout(Duration::from_secs(2), conn.read(&mut buf)).await {
+            Ok(Ok(0)) => "closed".into(),
+            Ok(Ok(n)) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+            Ok(Err(e)) => format!("read: {e}"),
+            Err(_) => "timeout".into(),
+        }
+    }
+
+    fn from(last: u8) -> tokio::net::TcpSocket {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind(std::net::SocketAddr::from(([127, 0, 0, last], 0))).unwrap();
+        socket
+    }
+
+    /// The real server over real sockets: 9 peers keep 16 connections each
+    /// alive (144 over a limit of 128, 16 per peer), each asking every
+    /// 300 ms; a newcomer from a tenth address is answered every time, by
+    /// taking the slot of a kept-alive connection idle between requests.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_kept_alive_connection_gives_its_slot_to_a_newcomer() {
+        let listener = bind("test", "127.0.0.1:0".parse().unwrap()).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/healthz", get(|| async { "ok" }));
+        tokio::spawn(serve_plain("test", listener, Limits::new(128), router, std::future::pending()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        for peer in 2..=10u8 {
+            for _ in 0..16 {
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    let mut conn = None;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        if conn.is_none() {
+                            conn = from(peer).connect(addr).await.ok();
+                        }
+                        if let Some(c) = conn.as_mut()
+                            && !ask(c).await.starts_with("HTTP/1.1 200")
+                        {
+                            conn = None;
+                        }
+                        tokio::time::sleep(Duration::from_millis(300)).await;
+                    }
+                });
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut answers = Vec::new();
+        for _ in 0..10 {
+            let answer = match from(1).connect(addr).await {
+                Ok(mut c) => ask(&mut c).await,
+                Err(e) => format!("connect: {e}"),
+            };
+            answers.push(answer.lines().next().unwrap_or("").to_owned());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert!(answers.iter().all(|a| a.starts_with("HTTP/1.1 200")), "{answers:?}");
+    }
+}
