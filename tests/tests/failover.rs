@@ -44,7 +44,7 @@ async fn planned_switchover_there_and_back_loses_no_acknowledged_write() {
     bloodraven_e2e::deploy::database(&sc.cluster, &sc.ns.name, "app", &name, &[(&sc.ns.name, "deployer")]).await;
     let w = Writer::start(&sc.cluster, &sc.ns.name, "app");
     wait_for("the writer to write through app-primary", T, || async {
-        let n = sc.pair.sql("iad", "SELECT COUNT(*) FROM bench.t");
+        let n = sc.pair.try_sql("iad", "SELECT COUNT(*) FROM bench.t")?;
         if n.trim().parse::<u64>().unwrap_or(0) > 10 { Ok(()) } else { Err(n) }
     })
     .await;
@@ -154,7 +154,7 @@ async fn kill_9_of_the_primary_twice_fails_over_each_time_and_the_returning_prim
     writer::prepare(&sc.pair, "iad");
     sc.pair.sql("iad", "INSERT INTO bench.t (id) VALUES (1), (2), (3)");
     wait_for("pdx to have the rows", T, || async {
-        let n = sc.pair.sql("pdx", "SELECT COUNT(*) FROM bench.t");
+        let n = sc.pair.try_sql("pdx", "SELECT COUNT(*) FROM bench.t")?;
         if n.trim() == "3" { Ok(()) } else { Err(n) }
     })
     .await;
@@ -190,7 +190,7 @@ async fn kill_9_of_the_primary_twice_fails_over_each_time_and_the_returning_prim
     assert_eq!(sc.pair.sql("iad", "SELECT @@read_only").trim(), "1");
     sc.pair.sql("pdx", "INSERT INTO bench.t (id) VALUES (4)");
     wait_for("iad to replicate from pdx", T, || async {
-        let n = sc.pair.sql("iad", "SELECT COUNT(*) FROM bench.t");
+        let n = sc.pair.try_sql("iad", "SELECT COUNT(*) FROM bench.t")?;
         if n.trim() == "4" { Ok(()) } else { Err(n) }
     })
     .await;

@@ -37,7 +37,7 @@ async fn a_partitioned_primary_is_replaced_and_its_local_writes_are_found_errant
     wait_status(&cluster, &name, "bootstrap over the link", T, |s| is_ready_at(s, "iad", 1)).await;
     pair.sql("iad", "CREATE DATABASE part; CREATE TABLE part.t (id INT PRIMARY KEY); INSERT INTO part.t VALUES (1)");
     wait_for("pdx to have row 1", T, || async {
-        let n = pair.sql("pdx", "SELECT COUNT(*) FROM part.t");
+        let n = pair.try_sql("pdx", "SELECT COUNT(*) FROM part.t")?;
         if n.trim() == "1" { Ok(()) } else { Err(n) }
     })
     .await;
