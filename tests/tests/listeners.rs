@@ -125,15 +125,18 @@ impl Env {
         Ok(resp.status().as_u16())
     }
 
-    /// A pipeline's request every second on a new connection for `how_long`:
-    /// how many were answered 200, how many were sent, and the other answers.
-    async fn pipeline_for(&self, how_long: Duration) -> (usize, usize, Vec<String>) {
+    /// A request every second on a new connection for `how_long` (a
+    /// pipeline's GET of its group, or with `scraper` a `/healthz` on the
+    /// plain listener): how many were answered 200, how many were sent, and
+    /// the other answers.
+    async fn answers_for(&self, how_long: Duration, scraper: bool) -> (usize, usize, Vec<String>) {
         let http = self.fresh_client();
         let (mut ok, mut tries, mut failures) = (0, 0, Vec::new());
         let started = Instant::now();
         while started.elapsed() < how_long {
             tries += 1;
-            match self.get_group(&http).await {
+            let answer = if scraper { self.healthz(&http).await } else { self.get_group(&http).await };
+            match answer {
                 Ok(200) => ok += 1,
                 other => failures.push(format!("{other:?}")),
             }
@@ -652,7 +655,7 @@ async fn many_peers_holding_idle_connections_keep_no_client_out() {
         }
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let (ok, tries, failures) = e.pipeline_for(Duration::from_secs(30)).await;
+    let (ok, tries, failures) = e.answers_for(Duration::from_secs(30), false).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for h in holders {
         h.abort();
@@ -709,17 +712,7 @@ async fn many_peers_keeping_connections_alive_with_requests_keep_no_client_out()
         }
     }
     tokio::time::sleep(Duration::from_secs(4)).await;
-    let http = e.fresh_client();
-    let (mut ok, mut tries, mut failures) = (0, 0, Vec::new());
-    let started = Instant::now();
-    while started.elapsed() < Duration::from_secs(30) {
-        tries += 1;
-        match e.healthz(&http).await {
-            Ok(200) => ok += 1,
-            other => failures.push(format!("{other:?}")),
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    let (ok, tries, failures) = e.answers_for(Duration::from_secs(30), true).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for h in holders {
         h.abort();
