@@ -10,7 +10,6 @@ pub mod config;
 pub mod controller;
 pub mod deploy_api;
 pub mod events;
-pub mod failover;
 pub mod failpoint;
 pub mod leader;
 pub mod leader_label;

@@ -32,9 +32,9 @@ use serde::de::DeserializeOwned;
 
 use super::auth::{AuthError, Caller, PodIdentity};
 use super::{DeployState, limits};
-use crate::failover::planned::Phase;
-use crate::lease::machine::{Actor, Progress, Refusal};
 use crate::lease::service::ServiceError;
+use bloodraven_core::failover::planned::Phase;
+use bloodraven_core::lease::machine::{Actor, Progress, Refusal};
 use bloodraven_serving::body::BodyError;
 
 /// The deploy API router.
@@ -218,7 +218,7 @@ pub(crate) fn refusal(r: Refusal) -> Response {
 }
 
 /// A verification record as the API shows it.
-fn verification_view(v: &crate::lease::machine::Verification) -> VerificationView {
+fn verification_view(v: &bloodraven_core::lease::machine::Verification) -> VerificationView {
     VerificationView {
         operation_id: v.operation_id.clone(),
         instance: v.instance.clone(),

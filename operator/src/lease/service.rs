@@ -15,13 +15,13 @@ use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::{ObjectRef, Store as Reflector};
 
-use super::machine::{
-    self, Actor, CreateRequest, Grant, Granted, GroupFacts, Outcome, Refusal, RevokeReason, Slots, Tombstone,
-    Verification,
-};
 use super::store::{GroupKey, Read, Store, StoreError, token_sha256};
 use super::watch::Changes;
 use crate::tolerant::{ReadError, Tolerant};
+use bloodraven_core::lease::machine::{
+    self, Actor, CreateRequest, Grant, Granted, GroupFacts, Outcome, Refusal, RevokeReason, Slots, Tombstone,
+    Verification,
+};
 
 /// How often a decision is retried after a concurrent write.
 const CAS_ATTEMPTS: usize = 8;

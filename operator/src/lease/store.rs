@@ -37,7 +37,7 @@ use kube::ResourceExt as _;
 use kube::api::{DeleteParams, ListParams, PartialObjectMeta, PostParams};
 use sha2::{Digest, Sha256};
 
-use super::machine::{Ending, Grant, RevokeReason, Slots, Tombstone, Verification};
+use bloodraven_core::lease::machine::{Ending, Grant, RevokeReason, Slots, Tombstone, Verification};
 
 use bloodraven_api::names::deploy_lease::{
     self as names, ANNOTATION_PREFIX as PREFIX, ANNOUNCED as ANN_ANNOUNCED, CLIENT as ANN_CLIENT, DDL_STATE as ANN_DDL,

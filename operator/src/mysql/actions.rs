@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use mysql_async::prelude::Queryable;
 
-use super::observation::Flavor;
 use super::probe::{Credentials, ProbeError, ProbeTarget, connect};
 use super::{grants, statements};
+use bloodraven_core::observation::Flavor;
 
 /// What a fence did.
 #[derive(Clone, Debug, PartialEq, Eq)]

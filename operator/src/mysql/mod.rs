@@ -13,10 +13,9 @@
 
 pub mod actions;
 pub mod grants;
-pub mod gtid;
-mod observation;
 mod probe;
 pub mod statements;
 
-pub use observation::{Flavor, ReplicationObservation, SemiSync, SiteObservation};
+pub use bloodraven_core::gtid;
+pub use bloodraven_core::observation::{Flavor, ReplicationObservation, SemiSync, SiteObservation};
 pub use probe::{Credentials, ProbeError, ProbeTarget, classify, probe};

@@ -10,7 +10,7 @@ use bloodraven_api::v1alpha1::reason;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, OptsBuilder, Row, Value};
 
-use super::observation::{Flavor, ReplicationObservation, SemiSync, SiteObservation};
+use bloodraven_core::observation::{Flavor, ReplicationObservation, SemiSync, SiteObservation};
 
 /// Where a site listens.
 #[derive(Clone, Debug, PartialEq, Eq)]

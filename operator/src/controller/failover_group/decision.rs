@@ -62,7 +62,7 @@ pub fn switchover_running(group: &MysqlFailoverGroup) -> bool {
         .status
         .as_ref()
         .and_then(|s| s.planned_failover.as_ref())
-        .is_some_and(|p| crate::failover::planned::Phase::parse(&p.phase).is_some_and(|ph| !ph.is_final()))
+        .is_some_and(|p| bloodraven_core::failover::planned::Phase::parse(&p.phase).is_some_and(|ph| !ph.is_final()))
 }
 
 /// Whether the group's status shows a planned failover that has touched
@@ -70,7 +70,7 @@ pub fn switchover_running(group: &MysqlFailoverGroup) -> bool {
 /// `Promoting`, `Repointing`: decided, not yet done). Deleting such a group
 /// at once would leave no writable site; its deletion waits for the end.
 pub fn switchover_touching_sites(group: &MysqlFailoverGroup) -> bool {
-    use crate::failover::planned::Phase;
+    use bloodraven_core::failover::planned::Phase;
     group
         .status
         .as_ref()

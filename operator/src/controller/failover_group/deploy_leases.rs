@@ -186,7 +186,7 @@ pub async fn verification_condition(ctx: &Context, group: &MysqlFailoverGroup) -
             v.operation_id,
             v.instance,
             revision_clause(v.revision.as_deref()),
-            if v.ending == crate::lease::machine::Ending::Released {
+            if v.ending == bloodraven_core::lease::machine::Ending::Released {
                 "ended without completing"
             } else {
                 "lost its lease"
@@ -251,11 +251,11 @@ mod tests {
 
     fn pending(op: &str, announced: bool) -> Pending {
         Pending {
-            verification: crate::lease::machine::Verification {
+            verification: bloodraven_core::lease::machine::Verification {
                 operation_id: op.into(),
                 instance: "counter-app".into(),
                 revision: None,
-                ending: crate::lease::machine::Ending::Lapsed,
+                ending: bloodraven_core::lease::machine::Ending::Lapsed,
                 generation: 2,
                 client: None,
             },

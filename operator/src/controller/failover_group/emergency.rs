@@ -1,6 +1,6 @@
 //! Emergency failover, the steps after its decision, and returning-primary
 //! handling, against the real sites (the pure rules are
-//! `crate::failover::emergency`). None of these reads a deploy lease.
+//! `bloodraven_core::failover::emergency`). None of these reads a deploy lease.
 //!
 //! - Detection: consecutive failed probes of the active site are counted
 //!   per group in this process (a new leader starts counting afresh, so a
@@ -10,7 +10,7 @@
 //!   check found no errant transaction on it (`status.health[].errantGtids`).
 //! - What the promotion abandons: the transactions the active site had at
 //!   its last answered probe that the standby lacks at the decision
-//!   (`crate::failover::abandoned`). More than
+//!   (`bloodraven_core::failover::abandoned`). More than
 //!   `spec.failover.maxAbandonedTransactions` (default 0) and nothing is
 //!   promoted (`StandbyBehind`), unless a person accepted the loss with the
 //!   `promote-despite-loss` annotation for that standby and generation. The
@@ -44,10 +44,10 @@ use super::assess::SiteProbe;
 use super::record::{self, Record};
 use super::{decision, deploy_leases, publish, sites};
 use crate::controller::{Context, Error};
-use crate::failover::abandoned::{self, Abandoned};
-use crate::failover::emergency::{self, Standby, Verdict};
 use crate::mysql::statements::Source;
 use crate::mysql::{ProbeTarget, actions};
+use bloodraven_core::failover::abandoned::{self, Abandoned};
+use bloodraven_core::failover::emergency::{self, Standby, Verdict};
 
 /// What this process saw of each group's active site (by group UID):
 /// consecutive failed probes, and the GTID position of its last answer.

@@ -94,7 +94,7 @@ fn digest(data: &BTreeMap<String, String>) -> Option<String> {
 /// Whether `data` carries a digest that verifies (constant time).
 fn verifies(data: &BTreeMap<String, String>) -> bool {
     match (data.get("digest"), digest(data)) {
-        (Some(have), Some(want)) => crate::lease::machine::constant_time_eq(have.as_bytes(), want.as_bytes()),
+        (Some(have), Some(want)) => bloodraven_core::lease::machine::constant_time_eq(have.as_bytes(), want.as_bytes()),
         _ => false,
     }
 }

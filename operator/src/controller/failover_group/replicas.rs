@@ -1,5 +1,5 @@
 //! The replica check of every probe round, against the real sites (the
-//! pure rules are `crate::failover::replica`): every site that is not the
+//! pure rules are `bloodraven_core::failover::replica`): every site that is not the
 //! active one is checked for errant transactions and for a stall.
 //!
 //! - Errant transactions: the site's binlogged GTIDs (read by this round's
@@ -29,9 +29,9 @@ use kube::{Resource, ResourceExt};
 use super::assess::SiteProbe;
 use super::sites;
 use crate::controller::Context;
-use crate::failover::abandoned::abandoned;
-use crate::failover::replica::{self, Errant, Progress};
 use crate::mysql::{ProbeTarget, actions};
+use bloodraven_core::failover::abandoned::abandoned;
+use bloodraven_core::failover::replica::{self, Errant, Progress};
 
 /// Each group's replicas' progress, as this process's rounds saw it (by
 /// group UID, then site).

@@ -1,5 +1,5 @@
 //! The planned failover (switchover) engine: runs the decision table of
-//! `crate::failover::planned` against the real sites (docs/failover.md,
+//! `bloodraven_core::failover::planned` against the real sites (docs/failover.md,
 //! "What a hold holds"; docs/concepts.md, "The generation is the fence").
 //!
 //! A request is `spec.plannedFailover` (`targetSite`, `requestId`). Its
@@ -46,11 +46,11 @@ use serde_json::json;
 use super::assess::SiteProbe;
 use super::{decision, deploy_leases, publish, record, sites};
 use crate::controller::{Context, Error, kube_err};
-use crate::failover::planned::{self, Action, Facts, Phase};
-use crate::lease::machine::Grant;
-use crate::mysql::gtid::{MariaDbPosition, MySqlGtidSet};
 use crate::mysql::statements::Source;
 use crate::mysql::{Flavor, ProbeTarget, SiteObservation, actions};
+use bloodraven_core::failover::planned::{self, Action, Facts, Phase};
+use bloodraven_core::gtid::{MariaDbPosition, MySqlGtidSet};
+use bloodraven_core::lease::machine::Grant;
 
 /// Entries kept in `status.plannedFailover.history`.
 const MAX_HISTORY: usize = 32;

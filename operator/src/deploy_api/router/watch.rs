@@ -39,9 +39,9 @@ use bloodraven_api::deploy::{
 use super::{LeaseBody, error, invalid, json_response, lease_handler, refused, service_error};
 use crate::authority::Caller;
 use crate::deploy_api::DeployState;
-use crate::lease::machine::Actor;
 use crate::lease::store::token_sha256;
 use crate::lease::watch::{Full, LeaseKey};
+use bloodraven_core::lease::machine::Actor;
 
 /// Longest a watch sleeps between looks at leadership and shutdown.
 pub const TICK: Duration = Duration::from_secs(1);

@@ -1,5 +1,5 @@
 use bloodraven_api::deploy::LeaseKind;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use jiff::{SignedDuration, Timestamp};
 use proptest::prelude::*;
 
 use super::*;

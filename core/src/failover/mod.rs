@@ -4,8 +4,7 @@
 //! returning former primary diverged, and [`abandoned`], what a promotion
 //! abandons of what the primary was last seen with, and [`replica`], the
 //! replica check of every round (errant transactions, stalls). The
-//! controller runs them against the sites
-//! (`crate::controller::failover_group::{switchover, emergency, replicas}`).
+//! operator's failover-group controller runs them against the sites.
 
 pub mod abandoned;
 pub mod emergency;

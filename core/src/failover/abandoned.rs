@@ -20,8 +20,8 @@
 //! says why, unless a person accepted the loss (see
 //! `failover::emergency::judge`).
 
-use crate::mysql::Flavor;
-use crate::mysql::gtid::{MariaDbPosition, MySqlGtidSet, mariadb_range};
+use crate::gtid::{MariaDbPosition, MySqlGtidSet, mariadb_range};
+use crate::observation::Flavor;
 
 /// Transactions a promotion abandons.
 #[derive(Clone, Debug, PartialEq, Eq)]

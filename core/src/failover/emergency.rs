@@ -16,8 +16,8 @@
 use bloodraven_api::names::PROMOTE_DESPITE_LOSS_ANNOTATION;
 
 use super::abandoned::Abandoned;
-use crate::mysql::Flavor;
-use crate::mysql::gtid::{MariaDbPosition, MySqlGtidSet};
+use crate::gtid::{MariaDbPosition, MySqlGtidSet};
+use crate::observation::Flavor;
 
 /// What an emergency check concludes.
 #[derive(Clone, Debug, PartialEq, Eq)]

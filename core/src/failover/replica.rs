@@ -34,8 +34,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::mysql::Flavor;
-use crate::mysql::gtid::{MariaDbBinlogState, MariaDbPosition, MySqlGtidSet, mariadb_range};
+use crate::gtid::{MariaDbBinlogState, MariaDbPosition, MySqlGtidSet, mariadb_range};
+use crate::observation::Flavor;
 
 /// Transactions a site holds that the active site lacks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,7 +48,7 @@ pub struct Errant {
 }
 
 /// What a non-active site holds that the active site lacks. `replica_state`
-/// and `primary_state` are [`crate::mysql::SiteObservation::gtid_binlog_state`],
+/// and `primary_state` are [`crate::SiteObservation::gtid_binlog_state`],
 /// the replica's read first; `replica_slave_pos` its `gtid_slave_pos`
 /// (MariaDB; ignored on MySQL). `Err` when a position does not parse.
 pub fn errant(

@@ -28,7 +28,7 @@
 //!    must verify the schema (condition `SchemaVerificationRequired`, docs/runbook.md).
 
 use bloodraven_api::deploy::{DdlState, Holder, LeaseKind};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use jiff::{SignedDuration, Timestamp};
 
 /// Why leases were revoked: the contract's type.
 pub use bloodraven_api::deploy::RevokeReason;
