@@ -198,6 +198,13 @@ pub fn next(phase: Phase, old: &str, facts: &Facts) -> Action {
                 (Some(true), Some(true)) => Action::Decide(facts.target.clone()),
             }
         }
+        // Decided, and since superseded: the new primary failed and an
+        // emergency failover moved the decision on. Promoting the old target
+        // now would make two primaries.
+        Phase::Promoting | Phase::Repointing if !decided => Action::Fail(format!(
+            "the decision for {} was superseded: {} is the active site now (an emergency failover after the decision)",
+            facts.target, facts.active
+        )),
         Phase::Promoting => {
             if facts.target_promoted {
                 Action::Enter(Phase::Repointing)

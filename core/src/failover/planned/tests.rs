@@ -153,6 +153,22 @@ fn a_request_before_its_fence_holds_nothing_and_an_emergency_failover_supersedes
     }
 }
 
+/// A decided request whose decision an emergency failover moved on (the
+/// new primary died before the old one was repointed) ends: promoting or
+/// repointing toward its target would make a second primary.
+#[test]
+fn a_decided_request_superseded_by_an_emergency_failover_ends() {
+    for phase in [Phase::Promoting, Phase::Repointing] {
+        // facts(active, target): the emergency failover moved the decision back to iad.
+        let f = facts("iad", "pdx");
+        let Action::Fail(why) = next(phase, "iad", &f) else { panic!("{phase:?} must fail") };
+        assert!(why.contains("the decision for pdx was superseded") && why.contains("iad is the active site"), "{why}");
+        // Still decided for its target: it goes on.
+        let f = facts("pdx", "pdx");
+        assert!(!matches!(next(phase, "iad", &f), Action::Fail(_)), "{phase:?}");
+    }
+}
+
 #[test]
 fn phases_round_trip_their_spelling() {
     for p in [Phase::Pending, Phase::Deferred, Phase::Repointing, Phase::Failed] {

@@ -82,9 +82,20 @@ pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
 /// follows (the promotion, the status write): the new generation already
 /// revokes every lease, since a renewal compares it with the grant's; the
 /// tombstones and Events are written by the next round's pass.
+///
+/// It runs between a decision and the promotion, so it is bounded by the
+/// group's probe timeout: a slow lease store never holds a decided
+/// promotion back.
 pub async fn maintain_after_decision(ctx: &Context, group: &MysqlFailoverGroup) {
-    if let Err(err) = maintain(ctx, group).await {
-        tracing::warn!(group = %group.name_any(), error = %err, "could not record the revocations of a decision yet; the next round does");
+    let bound = std::time::Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
+    match tokio::time::timeout(bound, maintain(ctx, group)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            tracing::warn!(group = %group.name_any(), error = %err, "could not record the revocations of a decision yet; the next round does");
+        }
+        Err(_) => {
+            tracing::warn!(group = %group.name_any(), bound_seconds = bound.as_secs(), "the deploy-lease store did not answer within probeTimeoutSeconds after a decision; the next round records the revocations");
+        }
     }
 }
 

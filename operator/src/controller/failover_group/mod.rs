@@ -143,34 +143,28 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
 
     let started = Instant::now();
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let resolution = decision::resolve(&ctx, &records, &group).await?;
-    if let decision::Resolution::At { site, generation, restored_from: Some(was) } = &resolution {
-        tracing::warn!(group = %name, site = %site, generation, was = %was, "status restored from the decision record");
-        publish(&ctx, &group, EventType::Warning, reason::STATUS_RESTORED, format!(
-            "status showed {was}; restored activeSite={site}, topologyGeneration={generation} from the operator's decision record (status is written by the operator alone; edits to activeSite or topologyGeneration are undone)"
-        ), "Restore", None).await;
-    }
-    let mut group: MysqlFailoverGroup = (*group).clone();
-    if let decision::Resolution::At { restored_from: Some(_), .. } = &resolution {
-        // Status was just restored: what follows acts on the restored
-        // status, never on the edited copy this reconcile started from.
-        group = match api.get_opt(&name).await.map_err(kube_err("read the group after restoring its status"))? {
-            Some(g) => g,
-            None => return Ok(Action::await_change()),
-        };
-    }
-    // The planned failover, if any, runs first: it probes and acts on its
-    // own, and may move the decision.
-    let Some(ops) = Box::pin(operations(&ctx, &records, &api, group, resolution, &mut later)).await? else {
+    let Some((group, resolution)) = resolve(&ctx, &records, &api, &group).await? else {
         return Ok(Action::await_change());
     };
-    let (group, resolution, planned, verification) = (ops.group, ops.resolution, ops.planned, ops.verification);
+    // One probe of every site per round. The planned failover, if any, runs
+    // first on it: it acts on its own, and may move the decision. A request
+    // that has not fenced adds no probe and no wait: the safety paths act on
+    // the same probes.
     let probes = sites::probe_all(&group, &ctx).await;
+    let Some((group, resolution, planned)) =
+        Box::pin(planned_failover(&ctx, &records, &api, group, resolution, &probes, &mut later)).await?
+    else {
+        return Ok(Action::await_change());
+    };
+    let probes = if planned.acted_on_sites { sites::probe_all(&group, &ctx).await } else { probes };
     // Automatic failover waits for a planned failover only while it
     // drains, within its bound; a new primary that dies after the decision
     // is failed over like any other.
     let safety = Box::pin(safety_paths(&ctx, &records, group, resolution, probes, &planned)).await?;
     let (group, resolution, probes) = (safety.group, safety.resolution, safety.probes);
+    // The deploy-lease bookkeeping comes after the safety paths: a lease
+    // store that is slow or failing never delays an emergency failover.
+    let verification = deploy_lease_bookkeeping(&ctx, &group, &resolution, &mut later).await?;
     let decided = match &resolution {
         decision::Resolution::Undecided { .. } => Decided::Undecided,
         decision::Resolution::At { site, generation, .. } => Decided::At(site, *generation),
@@ -225,6 +219,29 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     Ok(Action::requeue(planned.requeue.map_or(interval, |r| r.min(interval))))
 }
 
+/// The group's decision, from its record and status: a status edited away
+/// from the record is restored (with a Warning Event), and the group is read
+/// again so that what follows acts on the restored status, never on the
+/// edited copy the reconcile started from. `None`: the group is gone.
+async fn resolve(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    api: &Api<MysqlFailoverGroup>,
+    group: &MysqlFailoverGroup,
+) -> Result<Option<(MysqlFailoverGroup, decision::Resolution)>, Error> {
+    let resolution = decision::resolve(ctx, records, group).await?;
+    let decision::Resolution::At { site, generation, restored_from: Some(was) } = &resolution else {
+        return Ok(Some((group.clone(), resolution)));
+    };
+    let name = group.name_any();
+    tracing::warn!(group = %name, site = %site, generation, was = %was, "status restored from the decision record");
+    publish(ctx, group, EventType::Warning, reason::STATUS_RESTORED, format!(
+        "status showed {was}; restored activeSite={site}, topologyGeneration={generation} from the operator's decision record (status is written by the operator alone; edits to activeSite or topologyGeneration are undone)"
+    ), "Restore", None).await;
+    let restored = api.get_opt(&name).await.map_err(kube_err("read the group after restoring its status"))?;
+    Ok(restored.map(|g| (g, resolution)))
+}
+
 /// The first error of a reconcile's work that must not stop the safety
 /// paths, returned at the end of the round. Losing leadership is never
 /// deferred: a process that is not the leader stops acting at once.
@@ -264,59 +281,65 @@ async fn prune_claims(
     }
 }
 
-/// What the operations before the safety paths left.
-struct Operations {
-    group: MysqlFailoverGroup,
-    resolution: decision::Resolution,
-    planned: switchover::Drive,
-    verification: Computed,
-}
-
-/// The planned failover's drive, then the group's deploy-lease bookkeeping
-/// and its `SchemaVerificationRequired` condition. Their errors are kept in
-/// `later`, never returned, so the safety paths run whatever the lease
-/// store answers. `None`: the group is gone.
-async fn operations(
+/// The planned failover's drive on the round's `probes`: the group and
+/// resolution as it left them, and the drive. Its error is kept in `later`,
+/// never returned, so the safety paths run whatever the drive met. `None`:
+/// the group is gone.
+async fn planned_failover(
     ctx: &Context,
     records: &Api<ConfigMap>,
     api: &Api<MysqlFailoverGroup>,
-    mut group: MysqlFailoverGroup,
-    mut resolution: decision::Resolution,
+    group: MysqlFailoverGroup,
+    resolution: decision::Resolution,
+    probes: &[SiteProbe],
     later: &mut Later,
-) -> Result<Option<Operations>, Error> {
-    let mut planned = switchover::Drive::idle(group.clone());
-    if matches!(resolution, decision::Resolution::At { .. }) {
-        let name = group.name_any();
-        planned = match Box::pin(switchover::drive(ctx, records, group)).await {
-            Ok(planned) => planned,
-            Err(e) => {
-                later.keep("planned failover", e)?;
-                // The drive may have written before it failed: act on the group as stored.
-                match api.get_opt(&name).await.map_err(kube_err("read the group after a failed drive"))? {
-                    Some(g) => switchover::Drive::as_stored(ctx, g),
-                    None => return Ok(None),
-                }
-            }
-        };
-        group = planned.group.clone();
-        resolution = decided_now(&group, resolution);
-        if let Err(e) = deploy_leases::maintain(ctx, &group).await {
-            later.keep("deploy leases", e)?;
-        }
+) -> Result<Option<(MysqlFailoverGroup, decision::Resolution, switchover::Drive)>, Error> {
+    if !matches!(resolution, decision::Resolution::At { .. }) {
+        return Ok(Some((group.clone(), resolution, switchover::Drive::idle(group))));
     }
-    let verification = match deploy_leases::verification_condition(ctx, &group).await {
-        Ok(condition) => condition,
+    let name = group.name_any();
+    let planned = match Box::pin(switchover::drive(ctx, records, group, probes)).await {
+        Ok(planned) => planned,
+        Err(e) => {
+            later.keep("planned failover", e)?;
+            // The drive may have written before it failed: act on the group as stored.
+            match api.get_opt(&name).await.map_err(kube_err("read the group after a failed drive"))? {
+                Some(g) => switchover::Drive::as_stored(ctx, g),
+                None => return Ok(None),
+            }
+        }
+    };
+    let group = planned.group.clone();
+    let resolution = decided_now(&group, resolution);
+    Ok(Some((group, resolution, planned)))
+}
+
+/// The group's deploy-lease bookkeeping (revocations, sweeps, verification
+/// records) and its `SchemaVerificationRequired` condition. Errors are kept
+/// in `later`; an unreadable store makes the condition `Unknown`.
+async fn deploy_lease_bookkeeping(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    resolution: &decision::Resolution,
+    later: &mut Later,
+) -> Result<Computed, Error> {
+    if matches!(resolution, decision::Resolution::At { .. })
+        && let Err(e) = deploy_leases::maintain(ctx, group).await
+    {
+        later.keep("deploy leases", e)?;
+    }
+    match deploy_leases::verification_condition(ctx, group).await {
+        Ok(condition) => Ok(condition),
         Err(e) => {
             let message = format!("the verification records could not be read: {e}");
             later.keep("verification records", e)?;
-            Computed::unknown(
+            Ok(Computed::unknown(
                 bloodraven_api::v1alpha1::ConditionType::SchemaVerificationRequired.as_str(),
                 reason::DEPLOY_LEASES_UNREADABLE,
                 message,
-            )
+            ))
         }
-    };
-    Ok(Some(Operations { group, resolution, planned, verification }))
+    }
 }
 
 /// Finalizes a deleted group, unless a planned failover has touched its
@@ -489,14 +512,14 @@ fn operation_conditions(
 ) {
     use bloodraven_api::v1alpha1::ConditionType as T;
     let held = if planned.holds_automatic_failover() {
+        Computed::flag(T::AutomaticFailoverHeld.as_str(), true, reason::OPERATION_IN_PROGRESS, planned.hold_message())
+    } else {
         Computed::flag(
             T::AutomaticFailoverHeld.as_str(),
-            true,
-            reason::OPERATION_IN_PROGRESS,
-            "a planned failover is running; automatic failover waits for it until its decision",
+            false,
+            reason::AS_EXPECTED,
+            "no planned failover is draining; automatic failover is not held",
         )
-    } else {
-        Computed::flag(T::AutomaticFailoverHeld.as_str(), false, reason::AS_EXPECTED, "no planned failover is running")
     };
     let recovering = match (recovery, planned.recovering()) {
         (Some((r, m)), _) => Computed::flag(T::RecoveryPending.as_str(), true, r, m.clone()),

@@ -169,17 +169,21 @@ pub struct Drive {
     pub requeue: Option<Duration>,
     /// Whether a `Draining` request ran past its bound (fence + catch-up).
     past_deadline: bool,
+    /// Whether the drive may have acted on a site (it ran a round in
+    /// `Draining`, `Promoting` or `Repointing`, or ended with an error):
+    /// the probes taken before it no longer show the sites.
+    pub acted_on_sites: bool,
 }
 
 impl Drive {
     /// Nothing running.
     pub fn idle(group: MysqlFailoverGroup) -> Drive {
-        Drive { group, phase: None, requeue: None, past_deadline: false }
+        Drive { group, phase: None, requeue: None, past_deadline: false, acted_on_sites: false }
     }
 
     /// A request left in `phase`, looked at again after `requeue`.
     fn at(group: MysqlFailoverGroup, phase: Phase, requeue: Duration) -> Drive {
-        Drive { group, phase: Some(phase), requeue: Some(requeue), past_deadline: false }
+        Drive { group, phase: Some(phase), requeue: Some(requeue), past_deadline: false, acted_on_sites: false }
     }
 
     /// The request as status shows it, for a drive that ended with an
@@ -188,7 +192,8 @@ impl Drive {
     pub fn as_stored(ctx: &Context, group: MysqlFailoverGroup) -> Drive {
         let phase =
             group.status.as_ref().and_then(|s| s.planned_failover.as_ref()).and_then(|p| Phase::parse(&p.phase));
-        let drive = Drive { group, phase, requeue: Some(Duration::from_secs(1)), past_deadline: false };
+        let drive =
+            Drive { group, phase, requeue: Some(Duration::from_secs(1)), past_deadline: false, acted_on_sites: true };
         drive.with_deadline(ctx)
     }
 
@@ -224,6 +229,22 @@ impl Drive {
         self.phase.is_some_and(|p| planned::holds_automatic_failover(p, self.past_deadline))
     }
 
+    /// Why automatic failover waits, for `AutomaticFailoverHeld`: the drain
+    /// and its bound, with the deadline when status records the drain.
+    pub fn hold_message(&self) -> String {
+        let policy = &self.group.spec.failover;
+        let bound = u64::from(policy.fence_timeout_seconds.clamp(1, 300))
+            + u64::from(policy.catch_up_timeout_seconds.clamp(1, 3600));
+        let history =
+            self.group.status.as_ref().and_then(|s| s.planned_failover.as_ref()).map(|p| p.history.as_slice());
+        let until = history
+            .and_then(|h| drain_deadline(h, policy, Timestamp::now()))
+            .map_or_else(String::new, |d| format!(", until {}", d.strftime("%Y-%m-%dT%H:%M:%SZ")));
+        format!(
+            "a planned failover is draining (its old primary is fenced); automatic failover waits for its decision at most fenceTimeoutSeconds + catchUpTimeoutSeconds = {bound}s from the drain{until}; no deploy lease ever holds it"
+        )
+    }
+
     /// The request is decided and its target not yet promoted (`Promoting`):
     /// the fenced old primary has every write.
     pub fn before_promotion(&self) -> bool {
@@ -232,11 +253,29 @@ impl Drive {
 }
 
 /// Drives the group's planned failover, if any, as far as it goes now.
-pub async fn drive(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailoverGroup) -> Result<Drive, Error> {
-    Ok(Box::pin(drive_rounds(ctx, records, group)).await?.with_deadline(ctx))
+/// `probes` are the round's probes, taken just before: the drive's first
+/// step acts on them, so a request that has not fenced costs the round no
+/// probe of its own (against a primary that drops packets every probe costs
+/// `probeTimeoutSeconds`, and the emergency path runs after the drive).
+pub async fn drive(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: MysqlFailoverGroup,
+    probes: &[SiteProbe],
+) -> Result<Drive, Error> {
+    let mut acted_on_sites = false;
+    let mut drive = Box::pin(drive_rounds(ctx, records, group, probes, &mut acted_on_sites)).await?.with_deadline(ctx);
+    drive.acted_on_sites = acted_on_sites;
+    Ok(drive)
 }
 
-async fn drive_rounds(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailoverGroup) -> Result<Drive, Error> {
+async fn drive_rounds(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: MysqlFailoverGroup,
+    first: &[SiteProbe],
+    acted_on_sites: &mut bool,
+) -> Result<Drive, Error> {
     let idle = Drive::idle;
     let (mut group, mut state) = match take_up(ctx, records, group).await? {
         Ok(taken) => taken,
@@ -265,7 +304,7 @@ async fn drive_rounds(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailo
         Some(Phase::Admitting) => local.hold = admit(ctx, &group, &state).await?,
         _ => {}
     }
-    for _ in 0..MAX_ROUNDS {
+    for round in 0..MAX_ROUNDS {
         if !ctx.leadership.is_leader() {
             return Err(Error::NotLeader);
         }
@@ -273,7 +312,10 @@ async fn drive_rounds(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailo
         if phase.is_final() {
             return Ok(idle(group));
         }
-        let probes = sites::probe_all(&group, ctx).await;
+        // Fenced phases act on the sites; the probes of the round no longer
+        // show them, and the caller probes again.
+        *acted_on_sites |= matches!(phase, Phase::Draining | Phase::Promoting | Phase::Repointing);
+        let probes = if round == 0 && !first.is_empty() { first.to_vec() } else { sites::probe_all(&group, ctx).await };
         let observed = |site: &str| probes.iter().find(|p| p.site == site).and_then(|p| p.outcome.as_ref().ok());
         let (Some(source_spec), Some(target_spec)) =
             (group.site(&source).cloned(), group.site(&state.target_site).cloned())
@@ -302,17 +344,7 @@ async fn drive_rounds(ctx: &Context, records: &Api<ConfigMap>, group: MysqlFailo
                 })
             }),
         };
-        let action = if matches!(phase, Phase::Promoting | Phase::Repointing) && active != state.target_site {
-            // Decided, and since superseded: the new primary failed and an
-            // emergency failover moved the decision on. Promoting the old
-            // target now would make two primaries.
-            Action::Fail(format!(
-                "the decision for {} was superseded: {active} is the active site now (an emergency failover after the decision)",
-                state.target_site
-            ))
-        } else {
-            planned::next(phase, &source, &facts)
-        };
+        let action = planned::next(phase, &source, &facts);
         tracing::debug!(group = %group.name_any(), phase = phase.as_str(), action = ?action, "planned failover step");
         let flavor = src.or(tgt).map_or(Flavor::MariaDb, |o| o.flavor);
         let version = src.or(tgt).map(|o| o.version.clone()).unwrap_or_default();
