@@ -336,5 +336,34 @@ mod tests {
             prop_assert_eq!(got, expected);
             prop_assert_eq!(sa.covers(&sb), mb.is_subset(&ma));
         }
+
+        /// MariaDB positions over several domains (and servers): `covers`
+        /// and `beyond` agree with a model of each domain's last sequence
+        /// number, and a position survives its own text.
+        #[test]
+        fn mariadb_positions_agree_with_a_per_domain_model(
+            a in proptest::collection::btree_map(0u32..4, (1u32..4, 0u64..50), 0..4),
+            b in proptest::collection::btree_map(0u32..4, (1u32..4, 0u64..50), 0..4),
+        ) {
+            let (pa, pb) = (MariaDbPosition(a.clone()), MariaDbPosition(b.clone()));
+            prop_assert_eq!(MariaDbPosition::parse(&pa.to_string()).unwrap(), pa.clone());
+            let covers = b.iter().all(|(d, (_, n))| a.get(d).is_some_and(|(_, m)| m >= n));
+            prop_assert_eq!(pa.covers(&pb), covers);
+            let beyond: BTreeMap<u32, (u32, u64)> =
+                a.iter().filter(|(d, (_, n))| b.get(d).is_none_or(|(_, m)| n > m)).map(|(d, v)| (*d, *v)).collect();
+            prop_assert_eq!(pa.beyond(&pb).0, beyond);
+            // Whatever is beyond is exactly what keeps `b` from covering `a`.
+            prop_assert_eq!(pa.beyond(&pb).is_empty(), pb.covers(&pa));
+        }
+
+        /// A binlog state keeps each (domain, server_id) pair's last GTID,
+        /// however the pairs are written.
+        #[test]
+        fn mariadb_binlog_states_read_back_every_pair(
+            pairs in proptest::collection::btree_map((0u32..3, 1u32..4), 1u64..1000, 0..6),
+        ) {
+            let text: Vec<String> = pairs.iter().rev().map(|((d, s), n)| format!("{d}-{s}-{n}")).collect();
+            prop_assert_eq!(MariaDbBinlogState::parse(&text.join(", ")).unwrap().0, pairs);
+        }
     }
 }

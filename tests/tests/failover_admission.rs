@@ -102,11 +102,15 @@ async fn a_failover_hold_defers_the_switchover_until_release_and_until_lapse() {
     // A migration lease alone defers nothing, and the decision revokes it.
     let m3 = p.post_until(201, "migration", "op3", "counter-app", 60).await;
     request(cluster, &group, "iad", "d2").await;
-    wait_status(cluster, &group, "d2 completed at iad", T, |s| {
+    let s = wait_status(cluster, &group, "d2 completed at iad", T, |s| {
         at_phase(s, "d2", "Completed")?;
         is_ready_at(s, "iad", 3)
     })
     .await;
+    // d2 was never deferred: nothing of d1's deferral shows beside it.
+    let d2 = s.planned_failover.as_ref().unwrap();
+    assert!(d2.admission.is_none(), "d1's admission carried over to d2: {:?}", d2.admission);
+    assert!(d2.history.iter().all(|h| h.phase != "Deferred"), "{:?}", d2.history);
     let revoked = p.put("migration", "op3", &token_of(&m3)).await;
     assert_eq!((revoked.status, revoked.body["reason"].as_str()), (409, Some("TopologyChanged")), "{revoked:?}");
     let note = wait_event(cluster, &group, "DeploymentLeaseRevoked").await;

@@ -229,11 +229,17 @@ mod tests {
 
     /// A history of one MariaDB domain: GTIDs `(server, seq)`, seqs 1, 2, …
     fn state_of(history: &[u32]) -> String {
+        state_in(0, history)
+    }
+
+    /// The binlog state of one domain whose GTIDs were written in the order
+    /// of `history` (each entry the writing server's id).
+    fn state_in(domain: u32, history: &[u32]) -> String {
         let mut last: BTreeMap<u32, usize> = BTreeMap::new();
         for (i, s) in history.iter().enumerate() {
             last.insert(*s, i + 1);
         }
-        last.iter().map(|(s, n)| format!("0-{s}-{n}")).collect::<Vec<_>>().join(",")
+        last.iter().map(|(s, n)| format!("{domain}-{s}-{n}")).collect::<Vec<_>>().join(",")
     }
 
     proptest! {
@@ -261,6 +267,38 @@ mod tests {
                 let want = if first == last { format!("0-9-{last}") } else { format!("0-9-{first}..{last}") };
                 prop_assert_eq!(e.gtids, want);
             }
+        }
+
+        /// MariaDB over several domains: each domain's own writes of the
+        /// replica past its applied prefix are named, in that domain, and
+        /// nothing else (a domain it only replicated is clean, however far
+        /// the primary moved on in it).
+        #[test]
+        fn mariadb_errant_ranges_are_named_per_domain(
+            domains in proptest::collection::vec(
+                (proptest::collection::vec(1u32..3, 1..20), 0usize..20, 0u64..4),
+                1..4,
+            ),
+        ) {
+            let (mut primary, mut replica, mut applied_pos, mut want) = (vec![], vec![], vec![], vec![]);
+            for (d, (history, applied, own)) in domains.iter().enumerate() {
+                let d = d as u32;
+                let applied = (*applied).min(history.len());
+                primary.push(state_in(d, history));
+                let mut mine = history[..applied].to_vec();
+                mine.extend(std::iter::repeat_n(9, *own as usize));
+                replica.push(state_in(d, &mine));
+                if applied > 0 {
+                    applied_pos.push(format!("{d}-{}-{applied}", history[applied - 1]));
+                }
+                if *own > 0 {
+                    let (first, last) = (applied as u64 + 1, applied as u64 + own);
+                    want.push(if first == last { format!("{d}-9-{last}") } else { format!("{d}-9-{first}..{last}") });
+                }
+            }
+            let join = |v: &[String]| v.iter().filter(|p| !p.is_empty()).cloned().collect::<Vec<_>>().join(",");
+            let got = errant(Flavor::MariaDb, &join(&replica), &join(&applied_pos), &join(&primary)).unwrap();
+            prop_assert_eq!(got.map(|e| e.gtids).unwrap_or_default(), want.join(","));
         }
 
         /// MySQL: exactly the replica's set minus the primary's, over

@@ -119,6 +119,15 @@ impl Unconfirmed {
     }
 }
 
+/// Why the Service and its slice must stay as they are for `target`, if
+/// they must: the decided site has not answered as itself at its spec
+/// endpoint, or answered read-only (a decided site is promoted right after
+/// its decision; routing to it before it answers writable would hand every
+/// reconnecting client error 1290).
+fn held_back(target: &Result<Decided<'_>, String>) -> Option<Unconfirmed> {
+    target.as_ref().ok().filter(|d| d.unconfirmed || d.read_only).map(unconfirmed_condition)
+}
+
 fn unconfirmed_condition(d: &Decided<'_>) -> Unconfirmed {
     if !d.unconfirmed && d.read_only {
         return Unconfirmed::ReadOnly { site: d.site.name.clone(), generation: d.generation };
@@ -403,7 +412,7 @@ pub async fn keep(
     };
     let owner = Owner { name, namespace, uid };
     let site = target.as_ref().ok().map(|d| (d.site.name.clone(), d.generation));
-    let unconfirmed = target.as_ref().ok().filter(|d| d.unconfirmed || d.read_only).map(unconfirmed_condition);
+    let unconfirmed = held_back(&target);
     let (service, create, slice, condition) = match desired::plan(owner, target) {
         Plan::NameInvalid(condition) => return Ok(condition),
         Plan::Keep { service, create, slice, condition } => (service, create, slice, condition),
@@ -541,5 +550,34 @@ mod tests {
         assert!(made_by(&other, "app-primary", "svc-uid").is_none());
         let elsewhere = slice("endpointslicemirroring-controller.k8s.io", "Endpoints", "other", "ep-uid");
         assert!(made_by(&elsewhere, "app-primary", "svc-uid").is_none());
+    }
+
+    /// The Service follows a decision only once the decided site answers
+    /// writable where spec says it is: a promotion in flight (read-only)
+    /// and an endpoint not yet confirmed both keep the old routing, each
+    /// with its own reason.
+    #[test]
+    fn the_service_follows_a_decided_site_only_once_it_answers_writable() {
+        let pdx = bloodraven_api::v1alpha1::Site {
+            name: "pdx".into(),
+            host: "10.0.0.6".into(),
+            port: 3306,
+            credentials_secret_ref: bloodraven_api::v1alpha1::SecretRef {
+                namespace: "bloodraven".into(),
+                name: "creds".into(),
+            },
+        };
+        let decided = |unconfirmed, read_only| -> Result<Decided<'_>, String> {
+            Ok(Decided { group: "g", site: &pdx, generation: 2, unconfirmed, read_only, observed: None })
+        };
+        assert!(held_back(&decided(false, false)).is_none(), "writable and confirmed: follow");
+        let Some(held) = held_back(&decided(false, true)) else { panic!("read-only: keep the old routing") };
+        let c = held.with_service("app-primary");
+        assert_eq!((c.status, c.reason), ("False", reason::ACTIVE_SITE_NOT_WRITABLE));
+        assert!(c.message.contains("pdx") && c.message.contains("answers writable"), "{}", c.message);
+        let Some(held) = held_back(&decided(true, true)) else { panic!("unconfirmed: keep the old routing") };
+        assert_eq!(held.with_service("app-primary").reason, reason::ACTIVE_SITE_ENDPOINT_UNCONFIRMED);
+        // No decision to follow: the plan says what to do (nothing is held back here).
+        assert!(held_back(&Err("undecided".into())).is_none());
     }
 }
