@@ -71,6 +71,25 @@ async fn a_standby_that_stopped_receiving_waits_and_is_promoted_only_knowingly()
         }
     })
     .await;
+
+    // The old primary comes back, writable as it was configured, with the
+    // 200 transactions pdx never received: it is fenced and kept out, and
+    // SiteDiverged names the whole range the failover abandoned (MariaDB's
+    // position shows only each domain's last GTID).
     drop(block);
+    sc.pair.restart("iad", false);
+    let s = wait_status(&sc.cluster, &name, "SiteDiverged to name what the failover abandoned", T, |s| {
+        let c = condition(s, "SiteDiverged").ok_or("no SiteDiverged")?;
+        let abandoned = format!("the emergency failover that promoted pdx abandoned {range}");
+        if c.status == "True" && c.message.contains("site iad") && c.message.contains(&abandoned) {
+            Ok(())
+        } else {
+            Err(format!("{}: {}", c.status, c.message))
+        }
+    })
+    .await;
+    assert_eq!(s.topology_generation, Some(2), "{s:?}");
+    sc.pair.wait_read_only("iad", true, T).await;
+    assert_eq!(sc.pair.sql("iad", "SELECT COUNT(*) FROM bench.t").trim(), "201", "its data is kept");
     sc.cluster.delete_group(&name).await;
 }
