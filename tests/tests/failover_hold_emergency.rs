@@ -184,6 +184,9 @@ async fn a_sidecar_holding_both_leases_is_fenced_by_an_emergency_failover_it_cou
     assert_eq!(run.wait(T).await, exit::SCHEMA_VERIFICATION_REQUIRED, "{}", run.log());
     let r = run.record();
     assert_eq!(r["fence"].as_str(), Some("revoked"), "{r}");
+    // Revoked because the primary moved, at the new generation.
+    let why = r["lastError"].as_str().unwrap_or_default();
+    assert!(why.contains("(TopologyChanged, generation 2)"), "{r}");
     cluster.delete_group(&group).await;
 }
 
