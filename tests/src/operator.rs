@@ -309,6 +309,11 @@ impl Operator {
         Ok(reqwest::get(&url).await.map_err(|e| e.to_string())?.status().as_u16())
     }
 
+    /// The whole log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// The last lines of the log, for failure messages.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();

@@ -370,3 +370,50 @@ async fn the_operators_state_is_written_only_by_it_and_the_leader_lease_is_never
         .expect("a deletecollection of other objects is not refused");
     assert!(env.webhook.reviews("operator-state", "denied").await >= 7, "{}", env.webhook.metrics().await);
 }
+
+/// The generation guard never locks the operator out of its own repair: a
+/// +1 of `topologyGeneration` forged with the operator's own ServiceAccount
+/// (the one move up the guard lets that account make) is undone by the
+/// real operator from its decision record, through the real webhook, with
+/// a `StatusRestored` Event. A trial saw the restore refused by the webhook
+/// ("reconcile failed, Forbidden") until the webhook was down.
+#[tokio::test]
+async fn the_operator_restores_a_forged_generation_through_the_webhook() {
+    use bloodraven_e2e::fixtures::{Scenario, is_ready_at, wait_event, wait_status};
+    use bloodraven_e2e::operator::LeaderTimings;
+    use bloodraven_e2e::webhook::{Options, Webhook};
+    use std::time::Duration;
+    let sc = Scenario::start("wh-restore", 1, LeaderTimings::default()).await;
+    let name = sc.quick_group("g").await;
+    let webhook = Webhook::start(&sc.cluster, &sc.ns, Options::default()).await;
+    webhook.register(&sc.cluster, &webhook.params(&sc.ns.name, &[], &sc.ns.name)).await;
+    let pp = PatchParams::default();
+    let forged = Patch::Merge(json!({"status": {"activeSite": "pdx", "topologyGeneration": 2}}));
+    // The webhook guards the group: an administrator may not write status.
+    let m = refusal(sc.cluster.groups().patch_status(&name, &pp, &forged).await);
+    assert!(m.contains("written only by the operator"), "{m}");
+
+    let operator_client =
+        sc.cluster.client_with_token(&token(&sc.cluster, &sc.ns.name, "bloodraven-operator", &[]).await).await;
+    let operator = Api::<bloodraven_api::v1alpha1::MysqlFailoverGroup>::all(operator_client);
+    operator
+        .patch_status(&name, &pp, &forged)
+        .await
+        .expect("the guard lets the operator's account move +1 with the site");
+    let note = wait_event(&sc.cluster, &name, "StatusRestored").await;
+    assert!(note.contains("restored activeSite=iad, topologyGeneration=1"), "{note}");
+    let s = wait_status(
+        &sc.cluster,
+        &name,
+        "iad, generation 1, restored through the webhook",
+        Duration::from_secs(60),
+        |s| is_ready_at(s, "iad", 1),
+    )
+    .await;
+    assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("iad"), Some(1)));
+    // Nothing was refused on the way: the operator's log has no Forbidden reconcile.
+    let log = sc.operators[0].log();
+    assert!(!log.contains("Forbidden"), "the operator was refused: {}", sc.operators[0].log_tail());
+    sc.cluster.delete_group(&name).await;
+    webhook.unregister(&sc.cluster).await;
+}
