@@ -11,12 +11,16 @@
 //!   promotion abandons, and the replica check of every round.
 //! - [`gtid`]: GTID positions and sets of both flavours, and their
 //!   arithmetic (covered, errant, missing ranges), property-tested.
+//! - [`assess`]: from the sites, the decided roles and one round of probes,
+//!   the group's conditions, its stability, and whether bootstrap may
+//!   complete, property-tested.
 //! - [`observation`]: what one probe of a site saw, in flavour-neutral terms.
 //! - [`conditions`]: a condition as the rules compute it, before the
 //!   operator gives it times and a generation.
 //!
 //! The module map and how the operator drives these rules: docs/architecture.md.
 
+pub mod assess;
 pub mod conditions;
 pub mod failover;
 pub mod gtid;

@@ -125,6 +125,23 @@ impl ReplicationObservation {
     }
 }
 
+/// How a person makes a site a replica, in words for a message: the
+/// statement's shape, in the flavor's own syntax.
+pub fn replicate_hint(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::MariaDb => "CHANGE MASTER TO ... MASTER_USE_GTID=slave_pos; START SLAVE",
+        Flavor::MySql => "CHANGE REPLICATION SOURCE TO ... SOURCE_AUTO_POSITION=1; START REPLICA",
+    }
+}
+
+/// How a person starts a stopped replica, for a message.
+pub fn start_hint(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::MariaDb => "START SLAVE",
+        Flavor::MySql => "START REPLICA",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

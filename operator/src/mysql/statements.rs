@@ -310,22 +310,7 @@ pub fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
     }
 }
 
-/// How a person makes a site a replica, in words for a message: the
-/// statement's shape, in the flavor's own syntax.
-pub fn replicate_hint(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::MariaDb => "CHANGE MASTER TO ... MASTER_USE_GTID=slave_pos; START SLAVE",
-        Flavor::MySql => "CHANGE REPLICATION SOURCE TO ... SOURCE_AUTO_POSITION=1; START REPLICA",
-    }
-}
-
-/// How a person starts a stopped replica, for a message.
-pub fn start_hint(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::MariaDb => "START SLAVE",
-        Flavor::MySql => "START REPLICA",
-    }
-}
+pub use bloodraven_core::observation::{replicate_hint, start_hint};
 
 /// Statements that turn semi-synchronous replication on or off on a site,
 /// for its role (`primary`: wait for a replica's acknowledgement after the
