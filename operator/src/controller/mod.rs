@@ -77,8 +77,23 @@ pub enum Error {
     #[error("object has no name")]
     NoName,
     /// A deploy-lease call (admission, revocation, verification records) failed.
-    #[error("failed to read or write the deploy leases: {0}")]
-    Deploy(String),
+    #[error("failed to {action}: {source}")]
+    Leases {
+        /// What was being done.
+        action: &'static str,
+        /// Why.
+        #[source]
+        source: LeaseError,
+    },
+    /// A JSON patch could not be built from an object's current value.
+    #[error("failed to build the patch to {action}: {source}")]
+    Patch {
+        /// What the patch was for.
+        action: &'static str,
+        /// The encoding error.
+        #[source]
+        source: serde_json::Error,
+    },
     /// This process lost leadership mid-reconcile: it stops acting.
     #[error("not the leader any more")]
     NotLeader,
@@ -103,16 +118,35 @@ impl Error {
             Error::Kube { source: kube::Error::Api(s), .. } if s.code == 403 => "Forbidden",
             Error::Kube { .. } => "KubeError",
             Error::NoName => "NoName",
-            Error::Deploy(_) => "DeployLeaseError",
+            Error::Leases { .. } => "DeployLeaseError",
+            Error::Patch { .. } => "PatchError",
             Error::NotLeader => "NotLeader",
             Error::Site { .. } => "SiteActionFailed",
         }
     }
 
     /// Wraps a deploy-lease service error.
-    pub fn deploy(err: &crate::lease::service::ServiceError) -> Self {
-        Error::Deploy(err.to_string())
+    /// Wraps a deploy-lease error with what was being done.
+    pub fn leases(action: &'static str) -> impl FnOnce(LeaseError) -> Self {
+        move |source| Error::Leases { action, source }
     }
+}
+
+/// Why a deploy-lease call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// The lease service refused or failed.
+    #[error(transparent)]
+    Service(#[from] crate::lease::service::ServiceError),
+    /// The lease store failed.
+    #[error(transparent)]
+    Store(#[from] crate::lease::store::StoreError),
+    /// The store did not answer within the group's probe timeout.
+    #[error("the deploy-lease store did not answer within {seconds}s (probeTimeoutSeconds)")]
+    Timeout {
+        /// The bound.
+        seconds: u64,
+    },
 }
 
 /// Shorthand for wrapping a kube error with what was being done.

@@ -9,9 +9,6 @@
 //! which also checks that a lease is acted on only by the client it was
 //! granted to.
 
-// Handlers return axum's Response as their error: it is what they answer.
-#![allow(clippy::result_large_err)]
-
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -51,23 +48,36 @@ pub fn router(state: DeployState) -> Router {
 
 async fn not_found(State(state): State<DeployState>) -> Response {
     let done = Done::new("not_found", Instant::now());
-    done.finish(&state, error(ErrorCode::NotFound, "no such deploy API path"))
+    done.finish(&state, error(ErrorCode::NotFound, "no such deploy API path").into_response())
 }
 
 async fn method_not_allowed(State(state): State<DeployState>) -> Response {
     let done = Done::new("method_not_allowed", Instant::now());
-    done.finish(&state, error(ErrorCode::MethodNotAllowed, "method not allowed on this path"))
+    done.finish(&state, error(ErrorCode::MethodNotAllowed, "method not allowed on this path").into_response())
 }
 
-/// A JSON refusal with `code`, answered with the code's status.
-pub fn error(code: ErrorCode, message: impl Into<String>) -> Response {
-    refused(&ErrorBody::new(code, message))
+/// A refusal of the deploy API, the error of every handler: its body (the
+/// code, the message and the fields the code carries), answered as JSON
+/// with the code's status (`docs/deploy-api.openapi.yaml`).
+#[derive(Debug)]
+pub struct ApiError(Box<ErrorBody>);
+
+impl From<ErrorBody> for ApiError {
+    fn from(body: ErrorBody) -> Self {
+        ApiError(Box::new(body))
+    }
 }
 
-/// A refusal as its body says, answered with its code's status.
-fn refused(body: &ErrorBody) -> Response {
-    let status = StatusCode::from_u16(body.error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    json_response(status, body)
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.0.error.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        json_response(status, &*self.0)
+    }
+}
+
+/// A refusal with `code` and `message`.
+pub fn error(code: ErrorCode, message: impl Into<String>) -> ApiError {
+    ErrorBody::new(code, message).into()
 }
 
 fn json_response<T: serde::Serialize>(status: StatusCode, value: &T) -> Response {
@@ -142,7 +152,7 @@ impl<'a> Done<'a> {
 }
 
 /// The answer to a refusal of the lease domain.
-pub(crate) fn refusal(r: Refusal) -> Response {
+pub(crate) fn refusal(r: Refusal) -> ApiError {
     let body = match r {
         Refusal::Held { kind, holder: h } => {
             let what = match kind {
@@ -214,7 +224,7 @@ pub(crate) fn refusal(r: Refusal) -> Response {
             }
         }
     };
-    refused(&body)
+    body.into()
 }
 
 /// A verification record as the API shows it.
@@ -228,7 +238,7 @@ fn verification_view(v: &bloodraven_core::lease::machine::Verification) -> Verif
     }
 }
 
-pub(crate) fn service_error(err: ServiceError, group: &str) -> Response {
+pub(crate) fn service_error(err: ServiceError, group: &str) -> ApiError {
     match err {
         ServiceError::GroupNotFound => error(ErrorCode::GroupNotFound, format!("no MysqlFailoverGroup {group}")),
         ServiceError::Refused(r) => refusal(r),
@@ -241,12 +251,12 @@ pub(crate) fn service_error(err: ServiceError, group: &str) -> Response {
 }
 
 /// Leadership and authentication, shared by every handler.
-async fn admit(state: &DeployState, headers: &HeaderMap) -> Result<Caller, Response> {
+async fn admit(state: &DeployState, headers: &HeaderMap) -> Result<Caller, ApiError> {
     admit_pod(state, headers).await.map(|(caller, _)| caller)
 }
 
 /// [`admit`], with the Pod the caller's token is bound to.
-async fn admit_pod(state: &DeployState, headers: &HeaderMap) -> Result<(Caller, Option<PodIdentity>), Response> {
+async fn admit_pod(state: &DeployState, headers: &HeaderMap) -> Result<(Caller, Option<PodIdentity>), ApiError> {
     if !state.leadership.is_leader() {
         return Err(error(ErrorCode::NotLeader, "this operator replica is not the leader; retry"));
     }
@@ -271,9 +281,9 @@ async fn parse<T: DeserializeOwned>(
     caller: &Caller,
     headers: &HeaderMap,
     body: Body,
-) -> Result<T, Response> {
+) -> Result<T, ApiError> {
     let Some(_reading) = state.body_reads.take(&caller.namespace) else {
-        return Err(refused(&ErrorBody {
+        return Err(ApiError::from(ErrorBody {
             retry_after_seconds: Some(1),
             ..ErrorBody::new(
                 ErrorCode::TooManyRequests,
@@ -310,11 +320,11 @@ async fn parse<T: DeserializeOwned>(
     })
 }
 
-fn invalid(field: &str, why: &str) -> Response {
+fn invalid(field: &str, why: &str) -> ApiError {
     error(ErrorCode::InvalidRequest, format!("invalid {field}: {why}"))
 }
 
-fn check_path(group: &str, kind: Option<&str>, operation_id: Option<&str>) -> Result<Option<LeaseKind>, Response> {
+fn check_path(group: &str, kind: Option<&str>, operation_id: Option<&str>) -> Result<Option<LeaseKind>, ApiError> {
     if !valid_name(group) {
         return Err(invalid("group", "not a MysqlFailoverGroup name"));
     }
@@ -326,7 +336,7 @@ fn check_path(group: &str, kind: Option<&str>, operation_id: Option<&str>) -> Re
     kind.map(|k| LeaseKind::parse(k).ok_or_else(|| invalid("kind", "must be migration or failover-hold"))).transpose()
 }
 
-fn check_token(token: &str) -> Result<(), Response> {
+fn check_token(token: &str) -> Result<(), ApiError> {
     if !valid_token(token) {
         return Err(invalid("token", "must be the lease token"));
     }
@@ -335,7 +345,7 @@ fn check_token(token: &str) -> Result<(), Response> {
 
 async fn get_group(State(state): State<DeployState>, Path(group): Path<String>, headers: HeaderMap) -> Response {
     let done = Done::new("get_group", Instant::now()).group(&group);
-    let response = async {
+    let response: Result<Response, ApiError> = async {
         let caller = admit(&state, &headers).await?;
         check_path(&group, None, None)?;
         authorize_group(&state, &caller, &group)?;
@@ -386,7 +396,7 @@ async fn get_group(State(state): State<DeployState>, Path(group): Path<String>, 
         Ok(json_response(StatusCode::OK, &view))
     }
     .await;
-    done.finish(&state, response.unwrap_or_else(|r| r))
+    done.finish(&state, response.unwrap_or_else(IntoResponse::into_response))
 }
 
 async fn create_lease(
@@ -398,20 +408,20 @@ async fn create_lease(
     let done = Done::new("create_lease", Instant::now()).group(&group);
     let (caller, pod) = match admit_pod(&state, &headers).await {
         Ok(c) => c,
-        Err(r) => return done.finish(&state, r),
+        Err(r) => return done.finish(&state, r.into_response()),
     };
     // Authorized before the body is read: only a deployment client of the
     // group may keep a connection busy for the body's deadline.
     let instances = match check_path(&group, None, None).and_then(|_| authorize_group(&state, &caller, &group)) {
         Ok(i) => i,
-        Err(r) => return done.finish(&state, r),
+        Err(r) => return done.finish(&state, r.into_response()),
     };
     let req: CreateLeaseRequest = match parse(&state, &caller, &headers, body).await {
         Ok(r) => r,
-        Err(r) => return done.finish(&state, r),
+        Err(r) => return done.finish(&state, r.into_response()),
     };
     let done = done.instance(&req.instance).operation_id(&req.operation_id);
-    let response = async {
+    let response: Result<Response, ApiError> = async {
         check_path(&group, None, Some(&req.operation_id))?;
         if !valid_name(&req.instance) {
             return Err(invalid("instance", "must be the name of a MysqlDatabase"));
@@ -468,7 +478,7 @@ async fn create_lease(
         ))
     }
     .await;
-    done.finish(&state, response.unwrap_or_else(|r| r))
+    done.finish(&state, response.unwrap_or_else(IntoResponse::into_response))
 }
 
 /// The instances of `group` the caller may act for, from the watch caches
@@ -476,7 +486,7 @@ async fn create_lease(
 /// operator does not know answers 404 `group_not_found` only to a caller
 /// that a MysqlDatabase naming that group lists (its own MysqlDatabase's
 /// status says as much); anyone else learns nothing from a 403.
-fn authorize_group(state: &DeployState, caller: &Caller, group: &str) -> Result<BTreeSet<String>, Response> {
+fn authorize_group(state: &DeployState, caller: &Caller, group: &str) -> Result<BTreeSet<String>, ApiError> {
     let instances = state.authority.instances(caller, group);
     if !instances.is_empty() {
         return Ok(instances);
@@ -498,7 +508,7 @@ async fn lease_call<T: DeserializeOwned>(
     kind: &str,
     operation_id: &str,
     body: Body,
-) -> Result<(LeaseKind, T, Caller, BTreeSet<String>), Response> {
+) -> Result<(LeaseKind, T, Caller, BTreeSet<String>), ApiError> {
     let caller = admit(state, headers).await?;
     let kind = check_path(group, Some(kind), Some(operation_id))?.ok_or_else(|| invalid("kind", "missing"))?;
     // Authorized before the body is read: only a deployment client of the
@@ -538,7 +548,7 @@ async fn lease_handler<T, F, Fut>(
 where
     T: LeaseBody,
     F: FnOnce(DeployState, String, LeaseKind, String, T, Caller, BTreeSet<String>) -> Fut,
-    Fut: std::future::Future<Output = Result<(Response, String), Response>>,
+    Fut: std::future::Future<Output = Result<(Response, String), ApiError>>,
 {
     let started = Instant::now();
     let result = lease_call::<T>(&state, &headers, &group, &kind, &operation_id, body).await;
@@ -551,7 +561,7 @@ where
     };
     let (response, instance) = match response {
         Ok((r, instance)) => (r, instance),
-        Err(r) => (r, String::new()),
+        Err(r) => (r.into_response(), String::new()),
     };
     let done = Done::new(handler, started).group(&group).instance(&instance).operation_id(&operation_id);
     done.finish(&state, response)

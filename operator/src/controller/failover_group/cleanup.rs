@@ -66,7 +66,8 @@ async fn patch_finalizers(
     if !ctx.leadership.is_leader() {
         return Ok(None);
     }
-    let patch = finalizer_patch(group, add).map_err(|e| Error::Deploy(e.to_string()))?;
+    let patch =
+        finalizer_patch(group, add).map_err(|source| Error::Patch { action: "change the finalizers", source })?;
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     match api.patch(&group.name_any(), &PatchParams::default(), &Patch::<()>::Json(patch)).await {
         Ok(written) => Ok(Some(written)),
@@ -99,7 +100,8 @@ pub async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
     let name = group.name_any();
     // What a person still owed the group goes with it: say so, once, first.
     let key = crate::lease::store::GroupKey::of(group);
-    let pending = ctx.leases.verifications(&key).await.map_err(|e| Error::Deploy(e.to_string()))?;
+    let pending =
+        ctx.leases.verifications(&key).await.map_err(|e| Error::leases("read the verification records")(e.into()))?;
     if !pending.is_empty() {
         let ops: Vec<String> = pending
             .iter()
@@ -120,7 +122,7 @@ pub async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
         )
         .await;
     }
-    ctx.leases.forget_group(&name).await.map_err(|e| Error::Deploy(e.to_string()))?;
+    ctx.leases.forget_group(&name).await.map_err(|e| Error::leases("delete the group's deploy leases")(e.into()))?;
     if let Some(uid) = group.meta().uid.as_deref() {
         ctx.bypass.forget(uid);
         ctx.missed.forget(uid);
@@ -143,7 +145,11 @@ pub async fn sweep(ctx: &Context) -> Result<(usize, usize), Error> {
     let list = api.list_metadata(&ListParams::default()).await.map_err(kube_err("list failover groups"))?;
     let live: HashMap<String, String> =
         list.items.iter().filter_map(|g| Some((g.metadata.name.clone()?, g.metadata.uid.clone()?))).collect();
-    let leases = ctx.leases.sweep(&live, listed_at).await.map_err(|e| Error::Deploy(e.to_string()))?;
+    let leases = ctx
+        .leases
+        .sweep(&live, listed_at)
+        .await
+        .map_err(|e| Error::leases("sweep deploy leases of deleted groups")(e.into()))?;
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     // A group deleted while it does not decode never reaches the reconciler,
     // which runs the finalizer: finish its deletion here.
@@ -172,9 +178,10 @@ async fn finalize_unreadable(
     if !ctx.leadership.is_leader() {
         return Ok(());
     }
-    ctx.leases.forget_group(name).await.map_err(|e| Error::Deploy(e.to_string()))?;
+    ctx.leases.forget_group(name).await.map_err(|e| Error::leases("delete the group's deploy leases")(e.into()))?;
     record::delete(records, name).await;
-    let patch = finalizer_patch(group, false).map_err(|e| Error::Deploy(e.to_string()))?;
+    let patch =
+        finalizer_patch(group, false).map_err(|source| Error::Patch { action: "remove the finalizer", source })?;
     let api: Api<PartialObjectMeta<MysqlFailoverGroup>> = Api::all(ctx.client.clone());
     match api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch)).await {
         Ok(_) | Err(kube::Error::Api(_)) => {}

@@ -54,7 +54,10 @@ pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
     }
     let name = group.name_any();
     let requested = group.annotations().contains_key(REVOKE_DEPLOYMENT_LEASES_ANNOTATION);
-    let done = service.maintain(&name, requested).await.map_err(|e| Error::deploy(&e))?;
+    let done = service
+        .maintain(&name, requested)
+        .await
+        .map_err(|e| Error::leases("revoke and sweep the deploy leases")(e.into()))?;
     for t in &done.revoked {
         ctx.metrics.deploy_leases_revoked_total.with_label_values(&[t.reason.as_str()]).inc();
         tracing::warn!(group = %name, operation_id = %t.operation_id, instance = %t.instance, reason = t.reason.as_str(), generation = t.generation, "deploy lease revoked");
@@ -159,7 +162,8 @@ fn unmatched(value: &str, cleared: &[Pending], kept: &[Pending]) -> Option<Strin
 pub async fn verification_condition(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Computed, Error> {
     let name = group.name_any();
     let key = GroupKey::of(group);
-    let store_err = |e: crate::lease::store::StoreError| Error::Deploy(e.to_string());
+    let store_err =
+        |e: crate::lease::store::StoreError| Error::leases("read or write the verification records")(e.into());
     let mut pending = ctx.leases.verifications(&key).await.map_err(store_err)?;
     if !ctx.leadership.is_leader() {
         return Ok(condition_of(&name, &pending));

@@ -45,7 +45,7 @@ use serde_json::json;
 
 use super::assess::SiteProbe;
 use super::{decision, deploy_leases, publish, record, sites};
-use crate::controller::{Context, Error, kube_err};
+use crate::controller::{Context, Error, LeaseError, kube_err};
 use crate::mysql::statements::Source;
 use crate::mysql::{Flavor, ProbeTarget, SiteObservation, actions};
 use bloodraven_core::failover::planned::{self, Action, Facts, Phase};
@@ -297,7 +297,7 @@ async fn drive_rounds(
     match Phase::parse(&state.phase) {
         Some(Phase::Deferred) => {
             if let Some(service) = ctx.deploy.as_ref() {
-                let hold = bounded(&group, service.live_hold(&group)).await?;
+                let hold = bounded(&group, "read the failover-hold", service.live_hold(&group)).await?;
                 local.hold = hold;
             }
         }
@@ -837,7 +837,7 @@ async fn admit(
 ) -> Result<Option<Grant>, Error> {
     let Some(service) = ctx.deploy.as_ref() else { return Ok(None) };
     let marker = format!("{}@{}", state.request_id, Timestamp::now());
-    bounded(group, service.admit(&group.name_any(), &marker)).await
+    bounded(group, "admit the planned failover", service.admit(&group.name_any(), &marker)).await
 }
 
 /// A deploy-lease call of the drive, bounded by the group's probe timeout:
@@ -846,16 +846,15 @@ async fn admit(
 /// drive, and the reconcile goes on to the safety paths).
 async fn bounded<T>(
     group: &MysqlFailoverGroup,
+    action: &'static str,
     call: impl std::future::Future<Output = Result<T, crate::lease::service::ServiceError>>,
 ) -> Result<T, Error> {
     let bound = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
-    match tokio::time::timeout(bound, call).await {
-        Ok(answer) => answer.map_err(|e| Error::deploy(&e)),
-        Err(_) => Err(Error::Deploy(format!(
-            "the deploy-lease store did not answer within {}s (probeTimeoutSeconds)",
-            bound.as_secs()
-        ))),
-    }
+    let answer = match tokio::time::timeout(bound, call).await {
+        Ok(answer) => answer.map_err(LeaseError::from),
+        Err(_) => Err(LeaseError::Timeout { seconds: bound.as_secs() }),
+    };
+    answer.map_err(Error::leases(action))
 }
 
 /// Reports accounts that can write through `read_only` on `site` (MariaDB

@@ -36,7 +36,7 @@ use bloodraven_api::deploy::{
     DEFAULT_WATCH_SECONDS, ErrorBody, ErrorCode, LeaseKind, MAX_WATCH_SECONDS, WatchRequest, WatchResponse,
 };
 
-use super::{LeaseBody, error, invalid, json_response, lease_handler, refused, service_error};
+use super::{ApiError, LeaseBody, error, invalid, json_response, lease_handler, service_error};
 use crate::authority::Caller;
 use crate::deploy_api::DeployState;
 use crate::lease::store::token_sha256;
@@ -95,7 +95,7 @@ async fn watch(
     operation_id: String,
     req: WatchRequest,
     caller: Caller,
-) -> Result<(Response, String), Response> {
+) -> Result<(Response, String), ApiError> {
     let wait = req.wait_seconds.unwrap_or(DEFAULT_WATCH_SECONDS);
     if wait > MAX_WATCH_SECONDS {
         return Err(invalid("waitSeconds", "must be 0–60 seconds"));
@@ -107,7 +107,7 @@ async fn watch(
             Full::Lease => "4 watches of this lease are open already; ask again when one ends",
             Full::Total => "the operator has as many watches open as it serves; ask again",
         };
-        refused(&ErrorBody {
+        ApiError::from(ErrorBody {
             retry_after_seconds: Some(TOO_MANY_RETRY_AFTER_SECONDS),
             ..ErrorBody::new(ErrorCode::TooManyWatches, message)
         })
