@@ -126,14 +126,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     )?;
 
     // The key of decision-record digests, before any record is read.
-    controller::failover_group::record::init_key(&Api::namespaced(client.clone(), &config.namespace))
+    let record_key = controller::failover_group::record::load_key(&Api::namespaced(client.clone(), &config.namespace))
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let credentials_namespace = config.credentials_namespace.clone().unwrap_or_else(|| config.namespace.clone());
-    let records = controller::failover_group::record::Cache::start(
+    let records = controller::failover_group::record::Records::start(
         &client,
         &config.namespace,
         metrics.decision_record_reads_total.clone(),
+        record_key,
     );
     let ctx = Arc::new(controller::Context {
         client: client.clone(),

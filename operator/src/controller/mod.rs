@@ -52,7 +52,7 @@ pub struct Context {
     /// Site credentials, read through a watch of the credentials namespace.
     pub credentials: failover_group::credentials::Cache,
     /// The decision records, read through a watch of the operator's namespace.
-    pub records: failover_group::record::Cache,
+    pub records: failover_group::record::Records,
 }
 
 impl std::fmt::Debug for Context {

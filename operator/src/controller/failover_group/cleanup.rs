@@ -129,7 +129,7 @@ pub async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
         ctx.replicas.forget(uid);
     }
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    record::delete(&records, &name).await;
+    ctx.records.delete(&records, &name).await;
     tracing::info!(group = %name, "group deleted: its deploy leases, tombstones, verification records and decision record are gone");
     patch_finalizers(ctx, group, false).await.map(drop)
 }
@@ -179,7 +179,7 @@ async fn finalize_unreadable(
         return Ok(());
     }
     ctx.leases.forget_group(name).await.map_err(|e| Error::leases("delete the group's deploy leases")(e.into()))?;
-    record::delete(records, name).await;
+    ctx.records.delete(records, name).await;
     let patch =
         finalizer_patch(group, false).map_err(|source| Error::Patch { action: "remove the finalizer", source })?;
     let api: Api<PartialObjectMeta<MysqlFailoverGroup>> = Api::all(ctx.client.clone());

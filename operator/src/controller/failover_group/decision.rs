@@ -100,12 +100,12 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
             record::record_name(&name),
             r.generation
         ))),
-        Some(r) if r.group_uid == uid && record::high_water(&uid).is_some_and(|hw| r.generation < hw) => {
+        Some(r) if r.group_uid == uid && ctx.records.high_water(&uid).is_some_and(|hw| r.generation < hw) => {
             Ok(Resolution::Conflict(format!(
                 "the decision record {} shows topologyGeneration {}, but this operator has seen generation {} decided: an older record was put back (replayed, or restored from a backup); bloodraven will not move the generation backwards: see docs/runbook.md, DecisionConflict",
                 record::record_name(&name),
                 r.generation,
-                record::high_water(&uid).unwrap_or_default()
+                ctx.records.high_water(&uid).unwrap_or_default()
             )))
         }
         Some(r) if r.group_uid == uid => {
@@ -116,7 +116,7 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
                 )));
             }
             if site == Some(r.active_site.as_str()) && generation == Some(r.generation) {
-                record::note_decided(&uid, r.generation);
+                ctx.records.note_decided(&uid, r.generation);
                 return Ok(Resolution::At { site: r.active_site, generation: r.generation, restored_from: None });
             }
             write_status(ctx, group, &r.active_site, r.generation, None).await?;
@@ -129,7 +129,7 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
         stale => match (site, generation) {
             (None, None) => Ok(Resolution::Undecided { stale }),
             (Some(s), Some(g)) if in_spec(s) && g >= 1 => {
-                record::write(records, &name, &uid, s, g, &record::Extra::default(), stale.as_ref()).await?;
+                ctx.records.write(records, &name, &uid, s, g, &record::Extra::default(), stale.as_ref()).await?;
                 tracing::info!(group = %name, site = s, generation = g, "decision record created from status");
                 Ok(Resolution::At { site: s.to_owned(), generation: g, restored_from: None })
             }
@@ -156,7 +156,7 @@ pub async fn bootstrap(
         return Ok(());
     }
     let uid = group.meta().uid.clone().unwrap_or_default();
-    record::write(records, &group.name_any(), &uid, site, 1, &record::Extra::default(), stale).await?;
+    ctx.records.write(records, &group.name_any(), &uid, site, 1, &record::Extra::default(), stale).await?;
     write_status(ctx, group, site, 1, None).await.map(drop)
 }
 
@@ -179,7 +179,7 @@ pub async fn decide(
     }
     let uid = group.meta().uid.clone().unwrap_or_default();
     let generation = previous.generation + 1;
-    record::write(records, &group.name_any(), &uid, site, generation, extra, Some(previous)).await?;
+    ctx.records.write(records, &group.name_any(), &uid, site, generation, extra, Some(previous)).await?;
     crate::failpoint::hit("decide-after-record");
     write_status(ctx, group, site, generation, emergency).await
 }

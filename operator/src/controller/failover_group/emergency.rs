@@ -41,7 +41,7 @@ use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 
 use super::assess::SiteProbe;
-use super::record::{self, Record};
+use super::record::Record;
 use super::{decision, deploy_leases, publish, sites};
 use crate::controller::{Context, Error};
 use crate::mysql::statements::Source;
@@ -259,7 +259,7 @@ async fn decide(
 ) -> Result<Outcome, Error> {
     let (active, site, loss) = (p.active, p.site, p.loss);
     let uid = group.meta().uid.clone().unwrap_or_default();
-    let Some(rec) = record::read(records, &group.name_any()).await? else {
+    let Some(rec) = ctx.records.read(records, &group.name_any()).await? else {
         return Ok(Outcome::default());
     };
     if rec.tampered.is_some() || rec.active_site != active || rec.pending.is_some() {
@@ -418,7 +418,7 @@ pub async fn recover(
     if !ctx.leadership.is_leader() {
         return Err(Error::NotLeader);
     }
-    record::write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(rec)).await?;
+    ctx.records.write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(rec)).await?;
     Ok(None)
 }
 

@@ -404,7 +404,7 @@ async fn safety_paths(
                 recovery = Some((reason::OPERATION_IN_PROGRESS, pending));
             } else if rec.pending.is_some() {
                 probes = sites::probe_all(&group, ctx).await;
-                current = trusted(record::read(records, &name).await?);
+                current = trusted(ctx.records.read(records, &name).await?);
             }
         }
     }

@@ -21,6 +21,7 @@
 //! operator's, to say who edited it.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
@@ -37,12 +38,11 @@ const KEY_FIELD: &str = "key";
 /// Label of every decision record ConfigMap (value `topology`).
 const RECORD_LABEL: &str = "bloodraven.shipstream.io/record";
 
-static KEY: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-
 /// Loads the digest key from [`KEY_SECRET`], creating it (32 random bytes)
-/// when absent; once, at start-up, before any record is read or written.
+/// when absent; once, at start-up, before any record is read or written
+/// ([`Records::start`] takes it).
 /// Errors: the Secret cannot be read or created (RBAC), or holds no `key`.
-pub async fn init_key(api: &Api<k8s_openapi::api::core::v1::Secret>) -> Result<(), Error> {
+pub async fn load_key(api: &Api<k8s_openapi::api::core::v1::Secret>) -> Result<Vec<u8>, Error> {
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::Secret;
     let existing = api.get_opt(KEY_SECRET).await.map_err(kube_err("read the decision-record key"))?;
@@ -73,14 +73,12 @@ pub async fn init_key(api: &Api<k8s_openapi::api::core::v1::Secret>) -> Result<(
             ),
         });
     };
-    let _ = KEY.set(key);
-    Ok(())
+    Ok(key)
 }
 
-/// HMAC-SHA256 (hex) of the decision fields of `data`, or `None` without a key.
-fn digest(data: &BTreeMap<String, String>) -> Option<String> {
+/// HMAC-SHA256 (hex) of the decision fields of `data` under `key`.
+fn digest(key: &[u8], data: &BTreeMap<String, String>) -> Option<String> {
     use hmac::{Hmac, Mac};
-    let key = KEY.get()?;
     let mut mac = Hmac::<Sha256>::new_from_slice(key).ok()?;
     for field in DECISION_KEYS {
         mac.update(field.as_bytes());
@@ -91,9 +89,9 @@ fn digest(data: &BTreeMap<String, String>) -> Option<String> {
     Some(format!("{:x}", mac.finalize().into_bytes()))
 }
 
-/// Whether `data` carries a digest that verifies (constant time).
-fn verifies(data: &BTreeMap<String, String>) -> bool {
-    match (data.get("digest"), digest(data)) {
+/// Whether `data` carries a digest that verifies under `key` (constant time).
+fn verifies(key: &[u8], data: &BTreeMap<String, String>) -> bool {
+    match (data.get("digest"), digest(key, data)) {
         (Some(have), Some(want)) => bloodraven_core::lease::machine::constant_time_eq(have.as_bytes(), want.as_bytes()),
         _ => false,
     }
@@ -163,18 +161,10 @@ fn foreign_owners(cm: &ConfigMap) -> Option<String> {
 /// (the webhook reads it too).
 pub use bloodraven_api::names::state::record_name;
 
-/// Reads the record of `group`. `Ok(None)` when absent; a record of an
-/// older group of the same name (another UID) is returned with its
-/// resourceVersion so bootstrap can overwrite it, and never trusted.
-pub async fn read(api: &Api<ConfigMap>, group: &str) -> Result<Option<Record>, Error> {
-    let cm = api.get_opt(&record_name(group)).await.map_err(kube_err("read the decision record"))?;
-    Ok(cm.as_ref().map(decode))
-}
-
-/// A stored record ConfigMap as a [`Record`] (digest checked).
-fn decode(cm: &ConfigMap) -> Record {
+/// A stored record ConfigMap as a [`Record`] (digest checked under `key`).
+fn decode(key: &[u8], cm: &ConfigMap) -> Record {
     let data = cm.data.clone().unwrap_or_default();
-    let tampered = if verifies(&data) {
+    let tampered = if verifies(key, &data) {
         None
     } else {
         Some(foreign_owners(cm).map_or_else(
@@ -203,21 +193,11 @@ fn decode(cm: &ConfigMap) -> Record {
     }
 }
 
-/// resourceVersion of each record (by ConfigMap name) as this process last
-/// wrote it: a cached copy at another version is older than a write this
-/// process already made, and is not used.
-static WRITTEN: std::sync::LazyLock<std::sync::Mutex<HashMap<String, String>>> =
-    std::sync::LazyLock::new(Default::default);
-
-fn written() -> std::sync::MutexGuard<'static, HashMap<String, String>> {
-    // Single inserts and removes: a poisoned lock holds no half-written state.
-    WRITTEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// The cached record `cm` when it may stand for a fresh read (see
 /// [`Cache::read_settled`]): `last_written` is the resourceVersion this
 /// process last wrote for it, if any.
 fn settled(
+    key: &[u8],
     cm: &ConfigMap,
     last_written: Option<&str>,
     uid: &str,
@@ -228,7 +208,7 @@ fn settled(
     if last_written.is_some_and(|v| v != version) {
         return None;
     }
-    let r = decode(cm);
+    let r = decode(key, cm);
     // `admitted` names the last admitted request and stays after it ends;
     // it only matters while a request runs (the switchover reads afresh).
     let quiet = r.tampered.is_none()
@@ -236,26 +216,6 @@ fn settled(
         && r.pending.is_none()
         && (r.admitted.is_none() || !switchover_running);
     (quiet && decided == (Some(r.active_site.as_str()), Some(r.generation))).then_some(r)
-}
-
-/// Highest topology generation this process has seen decided, by group UID
-/// (a record it wrote, or a record and status that agreed). A verified
-/// record below it is an older genuine record put back (a replay, or a
-/// restore from a backup): the digest proves who wrote a record, not when.
-/// In memory only: a restarted operator starts again from what it reads.
-static HIGH_WATER: std::sync::LazyLock<std::sync::Mutex<HashMap<String, i64>>> =
-    std::sync::LazyLock::new(Default::default);
-
-/// Notes that `generation` was decided for group `uid`.
-pub fn note_decided(uid: &str, generation: i64) {
-    let mut hw = HIGH_WATER.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let e = hw.entry(uid.to_owned()).or_insert(generation);
-    *e = (*e).max(generation);
-}
-
-/// The highest generation this process has seen decided for group `uid`.
-pub fn high_water(uid: &str) -> Option<i64> {
-    HIGH_WATER.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(uid).copied()
 }
 
 /// A watch cache of the decision records of the operator's namespace
@@ -268,32 +228,89 @@ pub fn high_water(uid: &str) -> Option<i64> {
 /// everything that acts (a decision, a switchover step, recovery) reads the
 /// record from the API server, and every record write is a
 /// compare-and-swap on the resourceVersion read.
+///
+/// It also holds what this process knows of the records beyond any one
+/// read: the digest key, the resourceVersion it last wrote of each record,
+/// and the highest generation it has seen decided of each group. One per
+/// process, shared by clones; in memory only (a restarted operator starts
+/// again from what it reads).
 #[derive(Clone)]
-pub struct Cache {
+pub struct Records {
     namespace: String,
     store: Store<ConfigMap>,
     ready: crate::watch_cache::Listed,
     reads: prometheus::IntCounterVec,
+    /// The key of record digests ([`load_key`]).
+    key: Arc<[u8]>,
+    /// resourceVersion of each record (by ConfigMap name) as this process
+    /// last wrote it: a cached copy at another version is older than a
+    /// write this process already made, and is not used.
+    written: Arc<Mutex<HashMap<String, String>>>,
+    /// Highest topology generation this process has seen decided, by group
+    /// UID (a record it wrote, or a record and status that agreed). A
+    /// verified record below it is an older genuine record put back (a
+    /// replay, or a restore from a backup): the digest proves who wrote a
+    /// record, not when.
+    high_water: Arc<Mutex<HashMap<String, i64>>>,
 }
 
-impl std::fmt::Debug for Cache {
+impl std::fmt::Debug for Records {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Cache").field("namespace", &self.namespace).finish_non_exhaustive()
+        f.debug_struct("Records").field("namespace", &self.namespace).finish_non_exhaustive()
     }
 }
 
-impl Cache {
+/// Locks a map of single inserts and removes: a poisoned lock holds no
+/// half-written state, so it is used as it is.
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Records {
     /// Starts the watch (a spawned task that retries with backoff for the
     /// life of the process) and returns at once; until its first list is in,
-    /// every read goes to the API server.
-    pub fn start(client: &kube::Client, namespace: &str, read_counter: prometheus::IntCounterVec) -> Cache {
+    /// every read goes to the API server. `key`: from [`load_key`].
+    pub fn start(
+        client: &kube::Client,
+        namespace: &str,
+        read_counter: prometheus::IntCounterVec,
+        key: Vec<u8>,
+    ) -> Records {
         let (store, writer) = reflector::store();
         let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
         let config = watcher::Config::default().labels(&format!("{RECORD_LABEL}=topology"));
         let stream =
             watcher(api, config).default_backoff().modify(|cm| cm.metadata.managed_fields = None).reflect(writer);
         let ready = crate::watch_cache::spawn(stream, &store, "decision record");
-        Cache { namespace: namespace.to_owned(), store, ready, reads: read_counter }
+        Records {
+            namespace: namespace.to_owned(),
+            store,
+            ready,
+            reads: read_counter,
+            key: key.into(),
+            written: Arc::default(),
+            high_water: Arc::default(),
+        }
+    }
+
+    /// Notes that `generation` was decided for group `uid`.
+    pub fn note_decided(&self, uid: &str, generation: i64) {
+        let mut hw = locked(&self.high_water);
+        let e = hw.entry(uid.to_owned()).or_insert(generation);
+        *e = (*e).max(generation);
+    }
+
+    /// The highest generation this process has seen decided for group `uid`.
+    pub fn high_water(&self, uid: &str) -> Option<i64> {
+        locked(&self.high_water).get(uid).copied()
+    }
+
+    /// Reads the record of `group`. `Ok(None)` when absent; a record of an
+    /// older group of the same name (another UID) is returned with its
+    /// resourceVersion so bootstrap can overwrite it, and never trusted.
+    pub async fn read(&self, api: &Api<ConfigMap>, group: &str) -> Result<Option<Record>, Error> {
+        let cm = api.get_opt(&record_name(group)).await.map_err(kube_err("read the decision record"))?;
+        Ok(cm.as_ref().map(|cm| decode(&self.key, cm)))
     }
 
     /// The record of `group` (UID `uid`), read from the watch cache when it
@@ -317,15 +334,46 @@ impl Cache {
         if self.ready.get() {
             let name = record_name(group);
             if let Some(cm) = self.store.get(&ObjectRef::new(&name).within(&self.namespace)) {
-                let last_written = written().get(&name).cloned();
-                if let Some(r) = settled(&cm, last_written.as_deref(), uid, decided, switchover_running) {
+                let last_written = locked(&self.written).get(&name).cloned();
+                if let Some(r) = settled(&self.key, &cm, last_written.as_deref(), uid, decided, switchover_running) {
                     self.reads.with_label_values(&["cache"]).inc();
                     return Ok(Some(r));
                 }
             }
         }
         self.reads.with_label_values(&["api"]).inc();
-        read(api, group).await
+        self.read(api, group).await
+    }
+
+    /// Writes a decision: creates the record, or replaces the one read at
+    /// `previous.resource_version` (a 409 if anyone wrote since).
+    #[allow(clippy::too_many_arguments)] // the decision's fields, each of its own meaning
+    pub async fn write(
+        &self,
+        api: &Api<ConfigMap>,
+        group: &str,
+        group_uid: &str,
+        active_site: &str,
+        generation: i64,
+        extra: &Extra,
+        previous: Option<&Record>,
+    ) -> Result<Record, Error> {
+        let written = write(&self.key, api, group, group_uid, active_site, generation, extra, previous).await?;
+        if let Some(v) = &written.resource_version {
+            locked(&self.written).insert(record_name(group), v.clone());
+        }
+        self.note_decided(group_uid, generation);
+        Ok(written)
+    }
+
+    /// Deletes the record of a deleted group (best effort: a leftover record
+    /// of another UID is never trusted).
+    pub async fn delete(&self, api: &Api<ConfigMap>, group: &str) {
+        locked(&self.written).remove(&record_name(group));
+        match api.delete(&record_name(group), &DeleteParams::default()).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(err) => tracing::warn!(group, error = %err, "failed to delete the decision record"),
+        }
     }
 }
 
@@ -354,9 +402,10 @@ impl Record {
     }
 }
 
-/// Writes a decision: creates the record, or replaces the one read at
-/// `previous.resource_version` (a 409 if anyone wrote since).
-pub async fn write(
+/// [`Records::write`]'s API call, with the digest under `key`.
+#[allow(clippy::too_many_arguments)] // the decision's fields, each of its own meaning
+async fn write(
+    key: &[u8],
     api: &Api<ConfigMap>,
     group: &str,
     group_uid: &str,
@@ -379,7 +428,7 @@ pub async fn write(
         ("pending".to_owned(), extra.pending.clone().unwrap_or_default()),
         ("admitted".to_owned(), extra.admitted.clone().unwrap_or_default()),
     ]);
-    if let Some(d) = digest(&data) {
+    if let Some(d) = digest(key, &data) {
         data.insert("digest".to_owned(), d);
     }
     let cm = ConfigMap {
@@ -403,10 +452,6 @@ pub async fn write(
         None => api.create(&pp, &cm).await.map_err(kube_err("create the decision record"))?,
         Some(_) => api.replace(&record_name(group), &pp, &cm).await.map_err(kube_err("update the decision record"))?,
     };
-    if let Some(v) = &written.metadata.resource_version {
-        self::written().insert(record_name(group), v.clone());
-    }
-    note_decided(group_uid, generation);
     Ok(Record {
         active_site: active_site.to_owned(),
         generation,
@@ -418,16 +463,6 @@ pub async fn write(
         admitted: extra.admitted.clone(),
         tampered: None,
     })
-}
-
-/// Deletes the record of a deleted group (best effort: a leftover record of
-/// another UID is never trusted).
-pub async fn delete(api: &Api<ConfigMap>, group: &str) {
-    written().remove(&record_name(group));
-    match api.delete(&record_name(group), &DeleteParams::default()).await {
-        Ok(_) | Err(kube::Error::Api(_)) => {}
-        Err(err) => tracing::warn!(group, error = %err, "failed to delete the decision record"),
-    }
 }
 
 /// Deletes every decision record whose group no longer exists with the UID
@@ -464,6 +499,8 @@ pub async fn sweep<S: std::hash::BuildHasher>(
 mod tests {
     use super::*;
 
+    const KEY: &[u8] = &[7; 32];
+
     #[test]
     fn record_names_are_short_and_distinct() {
         let long = "g".repeat(253);
@@ -475,7 +512,6 @@ mod tests {
     /// A record ConfigMap as `write` stores it, at resourceVersion `rv`,
     /// with `edit` applied to its data after the digest.
     fn stored(rv: &str, pending: &str, edit: impl FnOnce(&mut BTreeMap<String, String>)) -> ConfigMap {
-        let _ = KEY.set(vec![7; 32]);
         let mut data = BTreeMap::from([
             ("group".to_owned(), "g".to_owned()),
             ("groupUID".to_owned(), "uid-1".to_owned()),
@@ -486,7 +522,7 @@ mod tests {
             ("pending".to_owned(), pending.to_owned()),
             ("admitted".to_owned(), String::new()),
         ]);
-        let d = digest(&data).unwrap();
+        let d = digest(KEY, &data).unwrap();
         data.insert("digest".to_owned(), d);
         edit(&mut data);
         ConfigMap {
@@ -499,45 +535,54 @@ mod tests {
     #[test]
     fn an_empty_promotion_position_past_bootstrap_is_a_position() {
         // Generation 3 with an empty position: a failover of a pair that never took a write.
-        assert_eq!(decode(&stored("10", "", |_| {})).promotion_position.as_deref(), Some(""));
+        assert_eq!(decode(KEY, &stored("10", "", |_| {})).promotion_position.as_deref(), Some(""));
         let bootstrapped = stored("10", "", |d| {
             d.insert("topologyGeneration".to_owned(), "1".to_owned());
         });
-        assert_eq!(decode(&bootstrapped).promotion_position, None, "bootstrap: no failover yet");
+        assert_eq!(decode(KEY, &bootstrapped).promotion_position, None, "bootstrap: no failover yet");
     }
 
     #[test]
     fn only_a_settled_cached_record_stands_for_a_read() {
         let at = (Some("iad"), Some(3));
         let plain = stored("10", "", |_| {});
-        assert!(settled(&plain, None, "uid-1", at, false).is_some(), "settled, and this process never wrote it");
-        assert!(settled(&plain, Some("10"), "uid-1", at, false).is_some(), "the copy this process wrote last");
+        assert!(settled(KEY, &plain, None, "uid-1", at, false).is_some(), "settled, and this process never wrote it");
+        assert!(settled(KEY, &plain, Some("10"), "uid-1", at, false).is_some(), "the copy this process wrote last");
         // Each of these must go to the API server instead.
-        assert!(settled(&plain, Some("11"), "uid-1", at, false).is_none(), "older than this process's last write");
-        assert!(settled(&plain, None, "uid-2", at, false).is_none(), "another group of the same name");
-        assert!(settled(&plain, None, "uid-1", (Some("pdx"), Some(3)), false).is_none(), "status shows another site");
+        assert!(settled(KEY, &plain, Some("11"), "uid-1", at, false).is_none(), "older than this process's last write");
+        assert!(settled(KEY, &plain, None, "uid-2", at, false).is_none(), "another group of the same name");
         assert!(
-            settled(&plain, None, "uid-1", (Some("iad"), Some(4)), false).is_none(),
+            settled(KEY, &plain, None, "uid-1", (Some("pdx"), Some(3)), false).is_none(),
+            "status shows another site"
+        );
+        assert!(
+            settled(KEY, &plain, None, "uid-1", (Some("iad"), Some(4)), false).is_none(),
             "status shows another generation"
         );
-        assert!(settled(&plain, None, "uid-1", (None, None), false).is_none(), "status shows no decision");
-        assert!(settled(&stored("10", "promote", |_| {}), None, "uid-1", at, false).is_none(), "a step is pending");
+        assert!(settled(KEY, &plain, None, "uid-1", (None, None), false).is_none(), "status shows no decision");
+        assert!(
+            settled(KEY, &stored("10", "promote", |_| {}), None, "uid-1", at, false).is_none(),
+            "a step is pending"
+        );
         let admitted = stored("10", "", |d| {
             d.insert("admitted".to_owned(), "r1".to_owned());
         });
-        assert!(settled(&admitted, None, "uid-1", at, false).is_none(), "edited after the digest");
+        assert!(settled(KEY, &admitted, None, "uid-1", at, false).is_none(), "edited after the digest");
         let edited = stored("10", "", |d| {
             d.insert("topologyGeneration".to_owned(), "9".to_owned());
         });
-        assert!(settled(&edited, None, "uid-1", (Some("iad"), Some(9)), false).is_none(), "a hand edit never stands");
+        assert!(
+            settled(KEY, &edited, None, "uid-1", (Some("iad"), Some(9)), false).is_none(),
+            "a hand edit never stands"
+        );
         // A request admitted by a switchover: settled once it ended, never while it runs.
         let mut genuine = stored("10", "", |_| {});
         let mut data = genuine.data.take().unwrap();
         data.insert("admitted".to_owned(), "r1 pdx iad".to_owned());
-        let d = digest(&data).unwrap();
+        let d = digest(KEY, &data).unwrap();
         data.insert("digest".to_owned(), d);
         genuine.data = Some(data);
-        assert!(settled(&genuine, None, "uid-1", at, false).is_some(), "the request ended");
-        assert!(settled(&genuine, None, "uid-1", at, true).is_none(), "the request runs");
+        assert!(settled(KEY, &genuine, None, "uid-1", at, false).is_some(), "the request ended");
+        assert!(settled(KEY, &genuine, None, "uid-1", at, true).is_none(), "the request runs");
     }
 }

@@ -281,7 +281,7 @@ async fn drive_rounds(
         Ok(taken) => taken,
         Err(group) => return Ok(idle(group)),
     };
-    let rec = record::read(records, &group.name_any()).await?;
+    let rec = ctx.records.read(records, &group.name_any()).await?;
     if let Some(why) = not_ours(&group, rec.as_ref(), &state) {
         tracing::warn!(group = %group.name_any(), request_id = %state.request_id, phase = %state.phase, why = %why, "planned failover not acted on");
         group = enter(ctx, &group, &mut state, Phase::Failed, Some(why), None).await?;
@@ -408,7 +408,7 @@ async fn take_up(
             let Some((active, generation)) = group.decided().map(|(s, g)| (s.to_owned(), g)) else {
                 return Ok(Err(group));
             };
-            let Some(rec) = record::read(records, &group.name_any()).await? else { return Ok(Err(group)) };
+            let Some(rec) = ctx.records.read(records, &group.name_any()).await? else { return Ok(Err(group)) };
             if rec.requests.contains(&request.request_id) {
                 // Taken up before (status may have been wiped since): never again.
                 let why = "the decision record lists it among the requests already taken up";
@@ -496,7 +496,7 @@ async fn remember_admission(
     group: &MysqlFailoverGroup,
     state: &PlannedFailoverStatus,
 ) -> Result<(), Error> {
-    let Some(rec) = record::read(records, &group.name_any()).await? else {
+    let Some(rec) = ctx.records.read(records, &group.name_any()).await? else {
         return Err(Error::Site {
             action: "record the admission for",
             site: String::new(),
@@ -520,7 +520,7 @@ async fn remember_admission(
         return Err(Error::NotLeader);
     }
     let uid = group.metadata.uid.clone().unwrap_or_default();
-    record::write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec)).await?;
+    ctx.records.write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec)).await?;
     Ok(())
 }
 
@@ -559,7 +559,7 @@ async fn remember_request(
     group: &MysqlFailoverGroup,
     request_id: &str,
 ) -> Result<(), Error> {
-    let Some(rec) = record::read(records, &group.name_any()).await? else {
+    let Some(rec) = ctx.records.read(records, &group.name_any()).await? else {
         return Err(Error::Site {
             action: "record the request for",
             site: String::new(),
@@ -575,7 +575,7 @@ async fn remember_request(
         return Err(Error::NotLeader);
     }
     let uid = group.metadata.uid.clone().unwrap_or_default();
-    record::write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec)).await?;
+    ctx.records.write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec)).await?;
     Ok(())
 }
 
@@ -730,7 +730,7 @@ async fn act(
             return Ok(Some(idle(group.clone())));
         }
         Action::Decide(site) => {
-            let Some(rec) = record::read(records, &group.name_any()).await? else {
+            let Some(rec) = ctx.records.read(records, &group.name_any()).await? else {
                 return Err(Error::Site { action: "decide for", site, message: "the decision record is gone".into() });
             };
             if rec.tampered.is_some() || rec.active_site != step.source {
