@@ -1,5 +1,5 @@
-//! What every Bloodraven binary (the operator, the webhook, the sidecar)
-//! needs to serve and to run: one way to serve an axum router over TLS
+//! What the Bloodraven binaries that serve HTTP (the operator and the
+//! webhook) need to serve and to run: one way to serve an axum router over TLS
 //! ([`serve_tls`]) and one over plain HTTP ([`serve_plain`]), both with the
 //! same bounds ([`Limits`]); the rustls configuration and its reload
 //! ([`tls`]); the admin listener (`/metrics`, `/healthz`, `/readyz`:
