@@ -24,7 +24,7 @@
 
 use std::time::{Duration, Instant};
 
-use bloodraven_sidecar::socket::MarkEvent;
+use bloodraven_api::socket::MarkEvent;
 use mysql_async::prelude::Queryable as _;
 
 use crate::blockers::{self, Found};
