@@ -4,20 +4,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 use crate::lease::ending::BoundaryMode;
 use crate::lease::machine::{Timing, TimingError};
 use crate::socket::OutcomeResult;
 
-/// Log line format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+/// Log output format: shared by every binary (`bloodraven-telemetry`).
+pub use bloodraven_telemetry::LogFormat;
 
 /// `bloodraven-sidecar`: holds the deploy API's migration mutex and
 /// failover-hold around a migration and fences it when authority is lost.

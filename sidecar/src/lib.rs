@@ -41,21 +41,3 @@ pub async fn run(cli: config::Cli) -> i32 {
         Command::Install(a) => modes::install(&a),
     }
 }
-
-/// Installs the tracing subscriber: lines on standard error (standard
-/// output carries the final record), filtered by `RUST_LOG` (default `info`).
-pub fn init_tracing(format: config::LogFormat) {
-    use tracing_subscriber::{EnvFilter, fmt, prelude::*};
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,mysql_async=warn"));
-    let registry = tracing_subscriber::registry().with(filter);
-    let _ = match format {
-        config::LogFormat::Json => registry
-            .with(fmt::layer().json().flatten_event(true).with_current_span(false).with_writer(std::io::stderr))
-            .try_init(),
-        config::LogFormat::Text => {
-            use std::io::IsTerminal as _;
-            let ansi = std::io::stderr().is_terminal();
-            registry.with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr)).try_init()
-        }
-    };
-}
