@@ -8,8 +8,10 @@
 //! Layout: `revision` (files, statements, checksums), `history` (the table,
 //! its states and the plan; pure), `classify` (error codes; pure), `retry`
 //! (backoff; pure), `redact` (secrets out of every printed error), `db` (the one connection and its settings), `blockers`
-//! (pre-flight and `diagnose`), `guard` (the sidecar's socket), `apply`
-//! (the run), `commands` (`status`, `resolve`, `diagnose`, `baseline`),
+//! (pre-flight and `diagnose`), `guard` (the runner's side of the
+//! sidecar's socket, whose contract is `bloodraven_api::socket`), `apply`
+//! (the run; `apply::error`: why it stops, and the one mapping to exit
+//! codes), `commands` (`status`, `resolve`, `diagnose`, `baseline`),
 //! `config` (flags).
 
 pub mod apply;

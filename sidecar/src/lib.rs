@@ -12,7 +12,7 @@
 //! fence), `lease::ending` (DDL boundary, verdict, exit codes),
 //! `lease::driver` (the I/O around them), `wire` (the deploy API's JSON,
 //! the one module that knows it), `client` (HTTPS), `socket` (the local
-//! socket), `exec` and `fence` (the wrapper and its signals), `ddl`
+//! socket's serving end; its protocol is `bloodraven_api::socket`), `exec` and `fence` (the wrapper and its signals), `ddl`
 //! (optional detection from the database), `record` (termination message,
 //! JSON line, state file), `modes` (the subcommands). Documented in
 //! docs/sidecar.md and docs/deploy-api.md.
