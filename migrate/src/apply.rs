@@ -171,16 +171,9 @@ pub fn idle_bound(t: &Tuning) -> Duration {
     (gap * 4).max(Duration::from_secs(600))
 }
 
-/// Runs `apply`; returns the exit code.
-pub async fn apply(s: ApplySettings) -> i32 {
-    match run(&s).await {
-        Ok(()) => exit::OK,
-        Err(e) => e.exit_code(),
-    }
-}
-
-/// The run; an error is already logged and reported to the sidecar.
-async fn run(s: &ApplySettings) -> Result<(), ApplyError> {
+/// Runs `apply`; an error is already logged and reported to the sidecar
+/// ([`ApplyError::exit_code`] gives the run's exit code).
+pub(crate) async fn run(s: &ApplySettings) -> Result<(), ApplyError> {
     let started = Instant::now();
     announce(s);
     // The mutex first: nothing is read before the sidecar vouches for the lease.

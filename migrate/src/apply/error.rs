@@ -1,4 +1,5 @@
-//! Why `apply` stops short of applying every pending revision, as one
+//! Why `apply` stops short of applying every pending revision — from a
+//! bad setting before anything is touched to a fence's signal — as one
 //! type, and the one place that turns it into an exit code
 //! ([`ApplyError::exit_code`]; the codes are [`super::exit`], documented
 //! in docs/migrate.md, "Exit codes").
@@ -11,12 +12,37 @@ use crate::classify::Class;
 use crate::db::DbError;
 use crate::guard::GuardError;
 use crate::history::PlanError;
+use crate::revision::RevisionError;
 
 use super::{Cause, Failure, exit};
 
 /// Why a run of `apply` ended before every pending revision was applied.
 #[derive(Debug, thiserror::Error)]
 pub enum ApplyError {
+    /// The tuning flags do not hold together (nothing touched).
+    #[error("bad settings: {0}")]
+    Tuning(String),
+    /// `--require-lease` and no sidecar socket: no deploy lease, no fence
+    /// (nothing read, nothing touched).
+    #[error("--require-lease is set but there is no sidecar socket")]
+    NoLease,
+    /// The revision directory holds no revision: a wrong `--dir`, or a
+    /// mount that came up empty, must not pass for "nothing pending".
+    #[error("no revision in the directory")]
+    NoRevisions,
+    /// The revision directory cannot be read or holds a bad file.
+    #[error("bad revision directory")]
+    Revisions(#[source] RevisionError),
+    /// The database settings do not name a database (nothing touched).
+    #[error("bad database settings")]
+    Target(#[source] DbError),
+    /// The signal handlers could not be installed.
+    #[error("failed to install the signal handlers")]
+    Signals,
+    /// Stopped by SIGTERM (the sidecar's fence) or SIGINT; the revision in
+    /// flight is not recorded as applied.
+    #[error("stopped by {0}")]
+    Stopped(&'static str),
     /// Before the database was touched, the sidecar did not vouch for a
     /// live lease (refused, or unreachable).
     #[error("the sidecar does not vouch for a live lease")]
@@ -71,12 +97,18 @@ impl ApplyError {
     /// The exit code of a run that ended with this error.
     pub fn exit_code(&self) -> i32 {
         match self {
-            ApplyError::Unvouched(_) => exit::FENCED,
+            ApplyError::Tuning(_)
+            | ApplyError::NoRevisions
+            | ApplyError::Revisions(_)
+            | ApplyError::Target(_)
+            | ApplyError::Signals
+            | ApplyError::Unfit(_) => exit::USAGE,
+            ApplyError::NoLease => exit::NO_LEASE,
+            ApplyError::Stopped(_) | ApplyError::Unvouched(_) => exit::FENCED,
             ApplyError::Connect(_) => exit::FAILED,
             ApplyError::AtStart { source, .. } => failure_code(&Failure::of_db_error(source, false), false),
             ApplyError::RunLockHeld(_) => exit::CONTENTION,
             ApplyError::Plan(_) | ApplyError::NotOurHistory(_) | ApplyError::ForeignHistory(_) => exit::REFUSED,
-            ApplyError::Unfit(_) => exit::USAGE,
             ApplyError::Revision { failure, exhausted, .. } => failure_code(failure, *exhausted),
         }
     }
@@ -104,6 +136,12 @@ mod tests {
     fn every_stop_before_a_revision_keeps_its_documented_code() {
         let not_ours = || DbError::ForeignHistory { schema: "app".into(), missing: "checksum".into() };
         for (e, code) in [
+            (ApplyError::Tuning("retry-min above retry-max".into()), exit::USAGE),
+            (ApplyError::NoLease, exit::NO_LEASE),
+            (ApplyError::NoRevisions, exit::USAGE),
+            (ApplyError::Target(DbError::NoUrl), exit::USAGE),
+            (ApplyError::Signals, exit::USAGE),
+            (ApplyError::Stopped("SIGTERM"), exit::FENCED),
             (ApplyError::Unvouched(GuardError::Refused("fenced".into())), exit::FENCED),
             (ApplyError::Connect(DbError::NoUrl), exit::FAILED),
             (ApplyError::AtStart { what: "failed to read sql_mode".into(), source: DbError::NoUrl }, exit::FAILED),
