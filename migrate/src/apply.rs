@@ -35,11 +35,10 @@ use crate::guard::{Guard, GuardError};
 use crate::history::{self, State};
 use crate::revision::{Kind, Revision};
 
-mod error;
-pub(crate) use error::ApplyError;
+use crate::error::RunnerError;
 
-/// Exit codes of `apply` (and the other subcommands). `apply` maps its
-/// errors to them in one place, [`ApplyError::exit_code`].
+/// Exit codes of `apply` and the other subcommands. The runner maps its
+/// errors to them in one place, [`RunnerError::exit_code`].
 pub mod exit {
     /// Everything applied (or nothing pending).
     pub const OK: i32 = 0;
@@ -117,10 +116,10 @@ pub(crate) enum Cause {
 /// A failed attempt.
 #[derive(Clone, Debug)]
 pub(crate) struct Failure {
-    cause: Cause,
-    message: String,
+    pub(crate) cause: Cause,
+    pub(crate) message: String,
     /// Whether some of the revision may have taken effect (its row stays `started`).
-    dirty: bool,
+    pub(crate) dirty: bool,
     /// The statement (1-based) it failed on, when one.
     statement: Option<usize>,
 }
@@ -153,7 +152,7 @@ impl Failure {
 
     /// A failure of the runner's own database step (no statement of a
     /// revision): a query error classified, anything else `Other`.
-    fn of_db_error(e: &crate::db::DbError, dirty: bool) -> Failure {
+    pub(crate) fn of_db_error(e: &crate::db::DbError, dirty: bool) -> Failure {
         match e {
             crate::db::DbError::Query(q) => Failure::db(q, dirty, None),
             other => {
@@ -172,14 +171,14 @@ pub fn idle_bound(t: &Tuning) -> Duration {
 }
 
 /// Runs `apply`; an error is already logged and reported to the sidecar
-/// ([`ApplyError::exit_code`] gives the run's exit code).
-pub(crate) async fn run(s: &ApplySettings) -> Result<(), ApplyError> {
+/// ([`RunnerError::exit_code`] gives the run's exit code).
+pub(crate) async fn run(s: &ApplySettings) -> Result<(), RunnerError> {
     let started = Instant::now();
     announce(s);
     // The mutex first: nothing is read before the sidecar vouches for the lease.
     if let Err(e) = s.guard.permit().await {
         tracing::error!(error = %e, "refusing to touch the database: the sidecar does not vouch for a live lease");
-        return Err(ApplyError::Unvouched(e));
+        return Err(RunnerError::Unvouched(e));
     }
     let lock = (!s.server_lock_timeouts).then_some(s.tuning.lock_timeout);
     let mut session = match s.target.connect(lock, idle_bound(&s.tuning)).await {
@@ -187,7 +186,7 @@ pub(crate) async fn run(s: &ApplySettings) -> Result<(), ApplyError> {
         Err(e) => {
             tracing::error!(error = %e, "failed to open the session");
             s.guard.outcome(false, None, Some(e.to_string())).await;
-            return Err(ApplyError::Connect(e));
+            return Err(RunnerError::Connect(e));
         }
     };
     s.session_id.store(session.id, std::sync::atomic::Ordering::SeqCst);
@@ -212,7 +211,7 @@ pub(crate) async fn run(s: &ApplySettings) -> Result<(), ApplyError> {
         Err(e) => {
             tracing::error!(error = %e, "refusing to apply");
             s.guard.outcome(false, None, Some(e.to_string())).await;
-            return Err(ApplyError::Plan(e));
+            return Err(RunnerError::Plan(e));
         }
     };
     check_packets(&s.guard, &mut session, &plan.pending).await?;
@@ -251,7 +250,7 @@ pub(crate) async fn run(s: &ApplySettings) -> Result<(), ApplyError> {
                 let exhausted = f.retried() && attempts >= s.tuning.max_attempts;
                 report(&mut session, &s.guard, rev, &f, attempts, exhausted).await;
                 s.guard.outcome(false, last, Some(format!("V{}: {}", rev.version, f.message))).await;
-                return Err(ApplyError::Revision { version: rev.version, failure: f, exhausted });
+                return Err(RunnerError::Revision { version: rev.version, failure: f, exhausted });
             }
         }
     }
@@ -270,7 +269,7 @@ pub const RUN_LOCK_WAIT: Duration = Duration::from_secs(600);
 
 /// Takes the schema's run lock ([`crate::db::run_lock_name`]), waiting up
 /// to [`RUN_LOCK_WAIT`] for another run to end, logging who holds it.
-async fn run_lock(guard: &Guard, session: &mut Session) -> Result<(), ApplyError> {
+async fn run_lock(guard: &Guard, session: &mut Session) -> Result<(), RunnerError> {
     let until = Instant::now() + RUN_LOCK_WAIT;
     // The first try does not wait, so that a waiting run says at once why it waits.
     let mut wait = Duration::ZERO;
@@ -306,7 +305,7 @@ async fn run_lock(guard: &Guard, session: &mut Session) -> Result<(), ApplyError
                 );
                 tracing::error!(holder_connection = holder, "{why}; no revision was started");
                 guard.outcome(false, None, Some(why.clone())).await;
-                return Err(ApplyError::RunLockHeld(why));
+                return Err(RunnerError::RunLockHeld(why));
             }
             Err(e) => return Err(failed_at_start(guard, "failed to take the schema's run lock", e).await),
         }
@@ -364,7 +363,7 @@ fn announce(s: &ApplySettings) {
 /// Creates the history table when missing and reads it (under the run
 /// lock); with an empty history, refuses another tool's schema
 /// ([`foreign_history`]). `Err` is already logged and reported.
-async fn read_history(s: &ApplySettings, session: &mut Session) -> Result<Vec<history::Row>, ApplyError> {
+async fn read_history(s: &ApplySettings, session: &mut Session) -> Result<Vec<history::Row>, RunnerError> {
     let exists = match session.has_history().await {
         Ok(e) => e,
         Err(e) => return Err(failed_at_start(&s.guard, &format!("failed to read {}", history::TABLE), e).await),
@@ -375,7 +374,7 @@ async fn read_history(s: &ApplySettings, session: &mut Session) -> Result<Vec<hi
             Err(e @ crate::db::DbError::ForeignHistory { .. }) => {
                 tracing::error!(error = %e, "refusing to apply");
                 s.guard.outcome(false, None, Some(e.to_string())).await;
-                return Err(ApplyError::NotOurHistory(e));
+                return Err(RunnerError::NotOurHistory(e));
             }
             Err(e) => return Err(failed_at_start(&s.guard, &format!("failed to read {}", history::TABLE), e).await),
         }
@@ -398,7 +397,7 @@ async fn read_history(s: &ApplySettings, session: &mut Session) -> Result<Vec<hi
 /// history the same way): that tool most likely applied the first
 /// revisions already, and running them again would fail at best. The
 /// message says how to adopt the schema (`baseline`) or go on anyway.
-async fn foreign_history(guard: &Guard, session: &mut Session) -> Result<(), ApplyError> {
+async fn foreign_history(guard: &Guard, session: &mut Session) -> Result<(), RunnerError> {
     let found = match session.foreign_histories().await {
         Ok(f) => f,
         Err(e) => return Err(failed_at_start(guard, "failed to look for other tools' history tables", e).await),
@@ -420,17 +419,17 @@ async fn foreign_history(guard: &Guard, session: &mut Session) -> Result<(), App
     );
     tracing::error!("{message}");
     guard.outcome(false, None, Some(message.clone())).await;
-    Err(ApplyError::ForeignHistory(message))
+    Err(RunnerError::ForeignHistory(message))
 }
 
 /// A failure before any revision, logged and reported; its exit code is
 /// classified like a revision's (a read-only site is fenced, a lost
 /// connection is lost).
-async fn failed_at_start(guard: &Guard, what: &str, e: crate::db::DbError) -> ApplyError {
+async fn failed_at_start(guard: &Guard, what: &str, e: crate::db::DbError) -> RunnerError {
     let f = Failure::of_db_error(&e, false);
     tracing::error!(code = %f.code(), error = %e, "{what}; no revision was started");
     guard.outcome(false, None, Some(format!("{what}: {e}"))).await;
-    ApplyError::AtStart { what: what.to_owned(), source: e }
+    RunnerError::AtStart { what: what.to_owned(), source: e }
 }
 
 /// Logs a failed revision the way a person reads it: its own error, what
@@ -732,7 +731,7 @@ async fn preflight(
 
 /// A statement the server cannot take would fail mid-run, after earlier
 /// revisions took effect: refused before the first revision.
-async fn check_packets(guard: &Guard, session: &mut Session, pending: &[&Revision]) -> Result<(), ApplyError> {
+async fn check_packets(guard: &Guard, session: &mut Session, pending: &[&Revision]) -> Result<(), RunnerError> {
     let max = match session.max_packet().await {
         Ok(max) => max,
         Err(e) => return Err(failed_at_start(guard, "failed to read max_allowed_packet", e).await),
@@ -745,14 +744,14 @@ async fn check_packets(guard: &Guard, session: &mut Session, pending: &[&Revisio
     );
     tracing::error!("{why}; no revision was started");
     guard.outcome(false, None, Some(why.clone())).await;
-    Err(ApplyError::Unfit(why))
+    Err(RunnerError::Unfit(why))
 }
 
 /// The splitter reads a backslash in a string as an escape (the servers'
 /// default); under `NO_BACKSLASH_ESCAPES` the server does not, so a
 /// revision with a backslash could be split where the server would not —
 /// statements merged, or DDL read as DML. Refused before the first revision.
-async fn check_sql_mode(guard: &Guard, session: &mut Session, pending: &[&Revision]) -> Result<(), ApplyError> {
+async fn check_sql_mode(guard: &Guard, session: &mut Session, pending: &[&Revision]) -> Result<(), RunnerError> {
     let mode: Option<String> = match session.conn.query_first("SELECT @@SESSION.sql_mode").await {
         Ok(m) => m,
         Err(e) => return Err(failed_at_start(guard, "failed to read sql_mode", crate::db::DbError::Query(e)).await),
@@ -771,7 +770,7 @@ async fn check_sql_mode(guard: &Guard, session: &mut Session, pending: &[&Revisi
     );
     tracing::error!("{why}; no revision was started");
     guard.outcome(false, None, Some(why.clone())).await;
-    Err(ApplyError::Unfit(why))
+    Err(RunnerError::Unfit(why))
 }
 
 /// The first statement (revision, 1-based index, length) of `pending`
@@ -802,7 +801,7 @@ mod tests {
     impl Failure {
         /// The exit code of a run that ends with this failure.
         fn code_of(&self, exhausted: bool) -> i32 {
-            ApplyError::Revision { version: 1, failure: self.clone(), exhausted }.exit_code()
+            RunnerError::Revision { version: 1, failure: self.clone(), exhausted }.exit_code()
         }
     }
 

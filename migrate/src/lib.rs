@@ -10,9 +10,9 @@
 //! (backoff; pure), `redact` (secrets out of every printed error), `db` (the one connection and its settings), `blockers`
 //! (pre-flight and `diagnose`), `guard` (the runner's side of the
 //! sidecar's socket, whose contract is `bloodraven_api::socket`), `apply`
-//! (the run; `apply::error`: why it stops, and the one mapping to exit
-//! codes), `commands` (`status`, `resolve`, `diagnose`, `baseline`),
-//! `config` (flags).
+//! (the run), `commands` (`status`, `resolve`, `diagnose`, `baseline`),
+//! `error` (every way a command ends short, and the one mapping to exit
+//! codes), `config` (flags).
 
 pub mod apply;
 pub mod blockers;
@@ -20,6 +20,7 @@ pub mod classify;
 pub mod commands;
 pub mod config;
 pub mod db;
+mod error;
 pub mod guard;
 pub mod history;
 pub mod redact;
@@ -43,7 +44,7 @@ pub async fn run(cli: config::Cli) -> i32 {
 }
 
 /// `apply`, with its settings checked and its signals watched; returns
-/// the exit code ([`apply::ApplyError::exit_code`]).
+/// the exit code ([`error::RunnerError::exit_code`]).
 async fn apply_command(a: config::ApplyArgs) -> i32 {
     match apply_checked(a).await {
         Ok(()) => apply::exit::OK,
@@ -52,13 +53,13 @@ async fn apply_command(a: config::ApplyArgs) -> i32 {
 }
 
 /// [`apply_command`]'s work; an error is already logged.
-async fn apply_checked(a: config::ApplyArgs) -> Result<(), apply::ApplyError> {
-    use apply::ApplyError;
+async fn apply_checked(a: config::ApplyArgs) -> Result<(), error::RunnerError> {
+    use error::RunnerError;
     let tuning = match a.tuning.check() {
         Ok(t) => t,
         Err(e) => {
             tracing::error!(error = %e, "bad settings");
-            return Err(ApplyError::Tuning(e));
+            return Err(RunnerError::Tuning(e));
         }
     };
     let guard = guard::Guard::detect(a.socket.as_deref(), Path::new(guard::DEFAULT_SOCKET));
@@ -70,19 +71,19 @@ async fn apply_checked(a: config::ApplyArgs) -> Result<(), apply::ApplyError> {
                 dir = %revision::escape(&a.dir.to_string_lossy()),
                 "no revision in the directory (files named V<n>__<description>.sql): a wrong --dir, or a mount that came up empty? nothing was touched"
             );
-            return Err(ApplyError::NoRevisions);
+            return Err(RunnerError::NoRevisions);
         }
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "bad revision directory; nothing was touched");
-            return Err(ApplyError::Revisions(e));
+            return Err(RunnerError::Revisions(e));
         }
     };
     let target = match db::Target::from_args(&a.db) {
         Ok(t) => t,
         Err(e) => {
             tracing::error!(error = %e, "bad database settings; nothing was touched");
-            return Err(ApplyError::Target(e));
+            return Err(RunnerError::Target(e));
         }
     };
     let session_id = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -101,7 +102,7 @@ async fn apply_checked(a: config::ApplyArgs) -> Result<(), apply::ApplyError> {
     };
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         tracing::error!("failed to install the signal handlers");
-        return Err(ApplyError::Signals);
+        return Err(RunnerError::Signals);
     };
     let signal = tokio::select! {
         result = apply::run(&settings) => return result,
@@ -111,14 +112,14 @@ async fn apply_checked(a: config::ApplyArgs) -> Result<(), apply::ApplyError> {
     };
     let unsent = unsent.lock().ok().and_then(|g| *g);
     stopped(signal, &target, session_id.load(std::sync::atomic::Ordering::SeqCst), unsent, alone).await;
-    Err(ApplyError::Stopped(signal))
+    Err(RunnerError::Stopped(signal))
 }
 
 /// `--require-lease`: alone (no sidecar socket found) the run is refused
-/// ([`apply::ApplyError::NoLease`], exit 8) before anything else — the directory
+/// ([`error::RunnerError::NoLease`], exit 8) before anything else — the directory
 /// unread, the database never connected to. Behind a sidecar the usual
 /// rule holds: no granted `permit`, no connection (exit 6).
-fn require_lease(required: bool, guard: &guard::Guard) -> Result<(), apply::ApplyError> {
+fn require_lease(required: bool, guard: &guard::Guard) -> Result<(), error::RunnerError> {
     if !required || *guard != guard::Guard::Alone {
         return Ok(());
     }
@@ -132,7 +133,7 @@ fn require_lease(required: bool, guard: &guard::Guard) -> Result<(), apply::Appl
         guard::DEFAULT_SOCKET,
         bloodraven_api::names::inject::INJECT,
     );
-    Err(apply::ApplyError::NoLease)
+    Err(error::RunnerError::NoLease)
 }
 
 /// How long a fence waits for the server to end the session (the sidecar's
@@ -217,7 +218,7 @@ mod tests {
     fn attack_require_lease_refuses_only_a_run_with_no_sidecar() {
         let alone = guard::Guard::Alone;
         let behind = guard::Guard::Sidecar("/run/bloodraven/sidecar.sock".into());
-        let code = |r: Result<(), apply::ApplyError>| r.map_err(|e| e.exit_code());
+        let code = |r: Result<(), error::RunnerError>| r.map_err(|e| e.exit_code());
         assert_eq!(code(require_lease(true, &alone)), Err(apply::exit::NO_LEASE));
         assert_eq!(code(require_lease(false, &alone)), Ok(()), "a person at a terminal runs alone");
         assert_eq!(code(require_lease(true, &behind)), Ok(()), "behind a sidecar the permit decides");
