@@ -10,8 +10,13 @@
 //! Request types refuse unknown fields (the server answers `400
 //! invalid_request` naming the field); answer types are read tolerantly by
 //! clients, while the contract says exactly which fields the server sends.
+//!
+//! The group view embeds the custom resource's status types (`SiteHealth`),
+//! and the OpenAPI document describes it, so both come with the `crd`
+//! feature; the lease calls the sidecar makes need neither.
 
 mod error;
+#[cfg(feature = "crd")]
 pub mod openapi;
 mod schema;
 mod view;
@@ -20,7 +25,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use error::{ErrorBody, ErrorCode, RevokeReason};
-pub use view::{GroupView, LeaseView, OperationType, OperationView, VerificationView};
+#[cfg(feature = "crd")]
+pub use view::GroupView;
+pub use view::{LeaseView, OperationType, OperationView, VerificationView};
 
 /// Smallest lease TTL in seconds; shorter requests are clamped up.
 pub const MIN_TTL_SECONDS: u32 = 5;

@@ -148,6 +148,20 @@ pub mod state {
     }
 }
 
+/// History tables of known migration tools, and Bloodraven's own runner's
+/// (`bloodraven_schema_history`). The sidecar fingerprints their rows to
+/// detect the DDL boundary of a migration that does not report it; the
+/// migration runner stops before its first revision on a schema that
+/// another tool's table says is managed (`--ignore-foreign-history`).
+pub const HISTORY_TABLES: &[&str] = &[
+    "flyway_schema_history",
+    "schema_migrations",
+    "_prisma_migrations",
+    "alembic_version",
+    "goose_db_version",
+    "bloodraven_schema_history",
+];
+
 /// Annotations and names of sidecar injection into a migration Job (the
 /// webhook's mutating half; docs/webhook.md).
 pub mod inject {
@@ -310,6 +324,7 @@ pub mod deploy_lease {
 /// and any number of labels, none of which either process reads. Kept as
 /// stored, 470 MysqlDatabases with 240 KiB of annotations each took the
 /// operator (256 MiB) and both webhook replicas (128 MiB) out of memory.
+#[cfg(feature = "crd")]
 pub mod cached {
     use std::collections::BTreeMap;
 

@@ -24,7 +24,7 @@
 
 use std::time::{Duration, Instant};
 
-use bloodraven_sidecar::socket::MarkEvent;
+use bloodraven_api::socket::MarkEvent;
 use mysql_async::prelude::Queryable as _;
 
 use crate::blockers::{self, Found};
@@ -35,7 +35,10 @@ use crate::guard::{Guard, GuardError};
 use crate::history::{self, State};
 use crate::revision::{Kind, Revision};
 
-/// Exit codes of `apply` (and the other subcommands).
+use crate::error::RunnerError;
+
+/// Exit codes of `apply` and the other subcommands. The runner maps its
+/// errors to them in one place, [`RunnerError::exit_code`].
 pub mod exit {
     /// Everything applied (or nothing pending).
     pub const OK: i32 = 0;
@@ -97,7 +100,7 @@ fn set_unsent(s: &ApplySettings, v: Option<u64>) {
 
 /// Why an attempt failed.
 #[derive(Clone, Debug)]
-enum Cause {
+pub(crate) enum Cause {
     /// A server or connection error.
     Db(Class, Option<u16>),
     /// Blockers seen by the pre-flight look: `wait` ran out (retried like
@@ -112,11 +115,11 @@ enum Cause {
 
 /// A failed attempt.
 #[derive(Clone, Debug)]
-struct Failure {
-    cause: Cause,
-    message: String,
+pub(crate) struct Failure {
+    pub(crate) cause: Cause,
+    pub(crate) message: String,
     /// Whether some of the revision may have taken effect (its row stays `started`).
-    dirty: bool,
+    pub(crate) dirty: bool,
     /// The statement (1-based) it failed on, when one.
     statement: Option<usize>,
 }
@@ -140,24 +143,22 @@ impl Failure {
         }
     }
 
-    fn exit_code(&self, exhausted: bool) -> i32 {
-        if self.dirty {
-            return exit::DIRTY;
-        }
-        match self.cause {
-            Cause::Db(Class::ConnectionLost, _) => exit::CONNECTION_LOST,
-            Cause::Db(Class::ReadOnly, _) | Cause::Sidecar => exit::FENCED,
-            Cause::Db(Class::LockContention, _) if exhausted => exit::CONTENTION,
-            Cause::Blocked { .. } => exit::CONTENTION,
-            Cause::Db(..) => exit::FAILED,
-        }
-    }
-
     fn db(e: &mysql_async::Error, dirty: bool, statement: Option<usize>) -> Failure {
         let (class, code) = classify::of_error(e);
         // Redacted by `describe`: the server quotes the statement near a syntax error.
         let message = classify::describe(e);
         Failure { cause: Cause::Db(class, code), message, dirty, statement }
+    }
+
+    /// A failure of the runner's own database step (no statement of a
+    /// revision): a query error classified, anything else `Other`.
+    pub(crate) fn of_db_error(e: &crate::db::DbError, dirty: bool) -> Failure {
+        match e {
+            crate::db::DbError::Query(q) => Failure::db(q, dirty, None),
+            other => {
+                Failure { cause: Cause::Db(Class::Other, None), message: other.to_string(), dirty, statement: None }
+            }
+        }
     }
 }
 
@@ -169,14 +170,15 @@ pub fn idle_bound(t: &Tuning) -> Duration {
     (gap * 4).max(Duration::from_secs(600))
 }
 
-/// Runs `apply`; returns the exit code.
-pub async fn apply(s: ApplySettings) -> i32 {
+/// Runs `apply`; an error is already logged and reported to the sidecar
+/// ([`RunnerError::exit_code`] gives the run's exit code).
+pub(crate) async fn run(s: &ApplySettings) -> Result<(), RunnerError> {
     let started = Instant::now();
-    announce(&s);
+    announce(s);
     // The mutex first: nothing is read before the sidecar vouches for the lease.
     if let Err(e) = s.guard.permit().await {
         tracing::error!(error = %e, "refusing to touch the database: the sidecar does not vouch for a live lease");
-        return exit::FENCED;
+        return Err(RunnerError::Unvouched(e));
     }
     let lock = (!s.server_lock_timeouts).then_some(s.tuning.lock_timeout);
     let mut session = match s.target.connect(lock, idle_bound(&s.tuning)).await {
@@ -184,7 +186,7 @@ pub async fn apply(s: ApplySettings) -> i32 {
         Err(e) => {
             tracing::error!(error = %e, "failed to open the session");
             s.guard.outcome(false, None, Some(e.to_string())).await;
-            return exit::FAILED;
+            return Err(RunnerError::Connect(e));
         }
     };
     s.session_id.store(session.id, std::sync::atomic::Ordering::SeqCst);
@@ -197,32 +199,23 @@ pub async fn apply(s: ApplySettings) -> i32 {
             wait_timeout_s = wait,
             "session open"
         ),
-        Err(e) => return failed_at_start(&s.guard, "failed to read the session settings", &e).await,
+        Err(e) => return Err(failed_at_start(&s.guard, "failed to read the session settings", e).await),
     }
     // The schema's run lock before the history is read: a second runner
     // (by hand, a pipeline, an older Job) waits here instead of applying
     // what this one applies.
-    if let Err(code) = run_lock(&s.guard, &mut session).await {
-        return code;
-    }
-    let rows = match read_history(&s, &mut session).await {
-        Ok(r) => r,
-        Err(code) => return code,
-    };
+    run_lock(&s.guard, &mut session).await?;
+    let rows = read_history(s, &mut session).await?;
     let plan = match history::plan(&s.revisions, &rows) {
         Ok(p) => p,
         Err(e) => {
             tracing::error!(error = %e, "refusing to apply");
             s.guard.outcome(false, None, Some(e.to_string())).await;
-            return exit::REFUSED;
+            return Err(RunnerError::Plan(e));
         }
     };
-    if let Err(code) = check_packets(&s.guard, &mut session, &plan.pending).await {
-        return code;
-    }
-    if let Err(code) = check_sql_mode(&s.guard, &mut session, &plan.pending).await {
-        return code;
-    }
+    check_packets(&s.guard, &mut session, &plan.pending).await?;
+    check_sql_mode(&s.guard, &mut session, &plan.pending).await?;
     for v in &plan.unknown {
         tracing::warn!(revision = v, "applied revision V{v} has no file in the directory (an older directory?)");
     }
@@ -238,11 +231,11 @@ pub async fn apply(s: ApplySettings) -> i32 {
     );
     let baseline = match session.session_state().await {
         Ok(b) => b,
-        Err(e) => return failed_at_start(&s.guard, "failed to read the session settings", &e).await,
+        Err(e) => return Err(failed_at_start(&s.guard, "failed to read the session settings", e).await),
     };
     let mut last = None;
     for rev in plan.pending {
-        match revision(&s, &mut session, rev, &baseline).await {
+        match revision(s, &mut session, rev, &baseline).await {
             Ok(attempts) => {
                 tracing::info!(
                     revision = rev.version,
@@ -255,10 +248,9 @@ pub async fn apply(s: ApplySettings) -> i32 {
             }
             Err((f, attempts)) => {
                 let exhausted = f.retried() && attempts >= s.tuning.max_attempts;
-                let code = f.exit_code(exhausted);
                 report(&mut session, &s.guard, rev, &f, attempts, exhausted).await;
                 s.guard.outcome(false, last, Some(format!("V{}: {}", rev.version, f.message))).await;
-                return code;
+                return Err(RunnerError::Revision { version: rev.version, failure: f, exhausted });
             }
         }
     }
@@ -269,7 +261,7 @@ pub async fn apply(s: ApplySettings) -> i32 {
         tracing::info!(elapsed_ms, "done: no revision was pending");
     }
     s.guard.outcome(true, last, None).await;
-    exit::OK
+    Ok(())
 }
 
 /// How long `apply` waits for another run on the same schema to end.
@@ -277,7 +269,7 @@ pub const RUN_LOCK_WAIT: Duration = Duration::from_secs(600);
 
 /// Takes the schema's run lock ([`crate::db::run_lock_name`]), waiting up
 /// to [`RUN_LOCK_WAIT`] for another run to end, logging who holds it.
-async fn run_lock(guard: &Guard, session: &mut Session) -> Result<(), i32> {
+async fn run_lock(guard: &Guard, session: &mut Session) -> Result<(), RunnerError> {
     let until = Instant::now() + RUN_LOCK_WAIT;
     // The first try does not wait, so that a waiting run says at once why it waits.
     let mut wait = Duration::ZERO;
@@ -312,10 +304,10 @@ async fn run_lock(guard: &Guard, session: &mut Session) -> Result<(), i32> {
                     RUN_LOCK_WAIT.as_secs()
                 );
                 tracing::error!(holder_connection = holder, "{why}; no revision was started");
-                guard.outcome(false, None, Some(why)).await;
-                return Err(exit::CONTENTION);
+                guard.outcome(false, None, Some(why.clone())).await;
+                return Err(RunnerError::RunLockHeld(why));
             }
-            Err(e) => return Err(failed_at_start(guard, "failed to take the schema's run lock", &e).await),
+            Err(e) => return Err(failed_at_start(guard, "failed to take the schema's run lock", e).await),
         }
     }
 }
@@ -368,15 +360,13 @@ fn announce(s: &ApplySettings) {
     );
 }
 
-/// A failure before any revision: classified like a revision's (a
-/// read-only site is fenced, a lost connection is lost).
 /// Creates the history table when missing and reads it (under the run
 /// lock); with an empty history, refuses another tool's schema
-/// ([`foreign_history`]). `Err` carries the exit code, already reported.
-async fn read_history(s: &ApplySettings, session: &mut Session) -> Result<Vec<history::Row>, i32> {
+/// ([`foreign_history`]). `Err` is already logged and reported.
+async fn read_history(s: &ApplySettings, session: &mut Session) -> Result<Vec<history::Row>, RunnerError> {
     let exists = match session.has_history().await {
         Ok(e) => e,
-        Err(e) => return Err(failed_at_start(&s.guard, &format!("failed to read {}", history::TABLE), &e).await),
+        Err(e) => return Err(failed_at_start(&s.guard, &format!("failed to read {}", history::TABLE), e).await),
     };
     let rows = if exists {
         match session.history().await {
@@ -384,9 +374,9 @@ async fn read_history(s: &ApplySettings, session: &mut Session) -> Result<Vec<hi
             Err(e @ crate::db::DbError::ForeignHistory { .. }) => {
                 tracing::error!(error = %e, "refusing to apply");
                 s.guard.outcome(false, None, Some(e.to_string())).await;
-                return Err(exit::REFUSED);
+                return Err(RunnerError::NotOurHistory(e));
             }
-            Err(e) => return Err(failed_at_start(&s.guard, &format!("failed to read {}", history::TABLE), &e).await),
+            Err(e) => return Err(failed_at_start(&s.guard, &format!("failed to read {}", history::TABLE), e).await),
         }
     } else {
         Vec::new()
@@ -397,7 +387,7 @@ async fn read_history(s: &ApplySettings, session: &mut Session) -> Result<Vec<hi
     }
     // Created only when missing: a fenced (read-only) site refuses even a no-op CREATE.
     if !exists && let Err(e) = session.ensure_history().await {
-        return Err(failed_at_start(&s.guard, &format!("failed to create {}", history::TABLE), &e).await);
+        return Err(failed_at_start(&s.guard, &format!("failed to create {}", history::TABLE), e).await);
     }
     Ok(rows)
 }
@@ -407,10 +397,10 @@ async fn read_history(s: &ApplySettings, session: &mut Session) -> Result<Vec<hi
 /// history the same way): that tool most likely applied the first
 /// revisions already, and running them again would fail at best. The
 /// message says how to adopt the schema (`baseline`) or go on anyway.
-async fn foreign_history(guard: &Guard, session: &mut Session) -> Result<(), i32> {
+async fn foreign_history(guard: &Guard, session: &mut Session) -> Result<(), RunnerError> {
     let found = match session.foreign_histories().await {
         Ok(f) => f,
-        Err(e) => return Err(failed_at_start(guard, "failed to look for other tools' history tables", &e).await),
+        Err(e) => return Err(failed_at_start(guard, "failed to look for other tools' history tables", e).await),
     };
     if found.is_empty() {
         return Ok(());
@@ -428,20 +418,18 @@ async fn foreign_history(guard: &Guard, session: &mut Session) -> Result<(), i32
          then apply; or pass --ignore-foreign-history to apply from V1 anyway. Nothing was changed"
     );
     tracing::error!("{message}");
-    guard.outcome(false, None, Some(message)).await;
-    Err(exit::REFUSED)
+    guard.outcome(false, None, Some(message.clone())).await;
+    Err(RunnerError::ForeignHistory(message))
 }
 
-async fn failed_at_start(guard: &Guard, what: &str, e: &crate::db::DbError) -> i32 {
-    let f = match e {
-        crate::db::DbError::Query(q) => Failure::db(q, false, None),
-        other => {
-            Failure { cause: Cause::Db(Class::Other, None), message: other.to_string(), dirty: false, statement: None }
-        }
-    };
+/// A failure before any revision, logged and reported; its exit code is
+/// classified like a revision's (a read-only site is fenced, a lost
+/// connection is lost).
+async fn failed_at_start(guard: &Guard, what: &str, e: crate::db::DbError) -> RunnerError {
+    let f = Failure::of_db_error(&e, false);
     tracing::error!(code = %f.code(), error = %e, "{what}; no revision was started");
     guard.outcome(false, None, Some(format!("{what}: {e}"))).await;
-    f.exit_code(false)
+    RunnerError::AtStart { what: what.to_owned(), source: e }
 }
 
 /// Logs a failed revision the way a person reads it: its own error, what
@@ -533,7 +521,7 @@ async fn revision(
                 "set back session settings an earlier revision or attempt changed"
             ),
             Ok(_) => {}
-            Err(e) => return Err((db_failure(e, false), attempt)),
+            Err(e) => return Err((Failure::of_db_error(&e, false), attempt)),
         }
         tracing::info!(revision = rev.version, attempt, ddl = rev.has_ddl(), "revision V{} starting", rev.version);
         let result = if rev.has_ddl() {
@@ -569,7 +557,7 @@ async fn revision(
 
 /// A DML revision: one transaction with its history row.
 async fn dml_attempt(session: &mut Session, rev: &Revision, attempt: u32) -> Result<(), Failure> {
-    session.mark_start().await.map_err(|e| db_failure(e, false))?;
+    session.mark_start().await.map_err(|e| Failure::of_db_error(&e, false))?;
     session.conn.query_drop("START TRANSACTION").await.map_err(|e| Failure::db(&e, false, None))?;
     for (i, st) in rev.statements.iter().enumerate() {
         if let Err(e) = session.conn.query_drop(&st.sql).await {
@@ -595,13 +583,6 @@ async fn dml_attempt(session: &mut Session, rev: &Revision, attempt: u32) -> Res
     session.conn.query_drop("COMMIT").await.map_err(|e| Failure::db(&e, false, None))
 }
 
-fn db_failure(e: crate::db::DbError, dirty: bool) -> Failure {
-    match e {
-        crate::db::DbError::Query(e) => Failure::db(&e, dirty, None),
-        other => Failure { cause: Cause::Db(Class::Other, None), message: other.to_string(), dirty, statement: None },
-    }
-}
-
 /// A DDL revision: `started` first, its statements one by one, `applied` last.
 async fn ddl_attempt(s: &ApplySettings, session: &mut Session, rev: &Revision, attempt: u32) -> Result<(), Failure> {
     s.guard.mark(MarkEvent::DdlStarted, rev.version).await.map_err(|e| Failure {
@@ -611,7 +592,7 @@ async fn ddl_attempt(s: &ApplySettings, session: &mut Session, rev: &Revision, a
         statement: None,
     })?;
     set_unsent(s, Some(rev.version));
-    session.write_row(rev, State::Started, attempt, false).await.map_err(|e| db_failure(e, false))?;
+    session.write_row(rev, State::Started, attempt, false).await.map_err(|e| Failure::of_db_error(&e, false))?;
     tracing::info!(
         revision = rev.version,
         "revision V{} marked started (ddlStarted) before its first statement",
@@ -630,7 +611,7 @@ async fn ddl_attempt(s: &ApplySettings, session: &mut Session, rev: &Revision, a
             return Err(clean_or_dirty(session, rev, f, i).await);
         }
     }
-    session.finish_row(rev.version, attempt).await.map_err(|e| db_failure(e, true))?;
+    session.finish_row(rev.version, attempt).await.map_err(|e| Failure::of_db_error(&e, true))?;
     if let Err(e) = s.guard.mark(MarkEvent::DdlFinished, rev.version).await {
         tracing::warn!(revision = rev.version, error = %e, "applied, but the sidecar did not take ddl-finished");
     }
@@ -750,10 +731,10 @@ async fn preflight(
 
 /// A statement the server cannot take would fail mid-run, after earlier
 /// revisions took effect: refused before the first revision.
-async fn check_packets(guard: &Guard, session: &mut Session, pending: &[&Revision]) -> Result<(), i32> {
+async fn check_packets(guard: &Guard, session: &mut Session, pending: &[&Revision]) -> Result<(), RunnerError> {
     let max = match session.max_packet().await {
         Ok(max) => max,
-        Err(e) => return Err(failed_at_start(guard, "failed to read max_allowed_packet", &e).await),
+        Err(e) => return Err(failed_at_start(guard, "failed to read max_allowed_packet", e).await),
     };
     let Some((rev, index, len)) = oversized(pending, max) else { return Ok(()) };
     let why = format!(
@@ -762,18 +743,18 @@ async fn check_packets(guard: &Guard, session: &mut Session, pending: &[&Revisio
         rev.file
     );
     tracing::error!("{why}; no revision was started");
-    guard.outcome(false, None, Some(why)).await;
-    Err(exit::USAGE)
+    guard.outcome(false, None, Some(why.clone())).await;
+    Err(RunnerError::Unfit(why))
 }
 
 /// The splitter reads a backslash in a string as an escape (the servers'
 /// default); under `NO_BACKSLASH_ESCAPES` the server does not, so a
 /// revision with a backslash could be split where the server would not —
 /// statements merged, or DDL read as DML. Refused before the first revision.
-async fn check_sql_mode(guard: &Guard, session: &mut Session, pending: &[&Revision]) -> Result<(), i32> {
+async fn check_sql_mode(guard: &Guard, session: &mut Session, pending: &[&Revision]) -> Result<(), RunnerError> {
     let mode: Option<String> = match session.conn.query_first("SELECT @@SESSION.sql_mode").await {
         Ok(m) => m,
-        Err(e) => return Err(failed_at_start(guard, "failed to read sql_mode", &crate::db::DbError::Query(e)).await),
+        Err(e) => return Err(failed_at_start(guard, "failed to read sql_mode", crate::db::DbError::Query(e)).await),
     };
     if !mode.unwrap_or_default().to_ascii_uppercase().contains("NO_BACKSLASH_ESCAPES") {
         return Ok(());
@@ -788,8 +769,8 @@ async fn check_sql_mode(guard: &Guard, session: &mut Session, pending: &[&Revisi
         rev.file
     );
     tracing::error!("{why}; no revision was started");
-    guard.outcome(false, None, Some(why)).await;
-    Err(exit::USAGE)
+    guard.outcome(false, None, Some(why.clone())).await;
+    Err(RunnerError::Unfit(why))
 }
 
 /// The first statement (revision, 1-based index, length) of `pending`
@@ -817,6 +798,13 @@ mod tests {
         Failure { cause, message: String::new(), dirty, statement: None }
     }
 
+    impl Failure {
+        /// The exit code of a run that ends with this failure.
+        fn code_of(&self, exhausted: bool) -> i32 {
+            RunnerError::Revision { version: 1, failure: self.clone(), exhausted }.exit_code()
+        }
+    }
+
     #[test]
     fn only_clean_lock_contention_is_retried_and_exit_codes_say_why() {
         let lock = Cause::Db(Class::LockContention, Some(1205));
@@ -824,16 +812,16 @@ mod tests {
         assert!(!f(lock.clone(), true).retried(), "never past a statement that took effect");
         assert!(f(Cause::Blocked { retried: true }, false).retried(), "--on-blocker wait ran out");
         assert!(!f(Cause::Blocked { retried: false }, false).retried(), "--on-blocker fail fails the run at once");
-        assert_eq!(f(Cause::Blocked { retried: false }, false).exit_code(false), exit::CONTENTION);
+        assert_eq!(f(Cause::Blocked { retried: false }, false).code_of(false), exit::CONTENTION);
         for c in [Class::StatementTimeout, Class::Killed, Class::ReadOnly, Class::ConnectionLost, Class::Other] {
             assert!(!f(Cause::Db(c, None), false).retried(), "{c:?}");
         }
-        assert_eq!(f(lock.clone(), false).exit_code(true), exit::CONTENTION);
-        assert_eq!(f(lock, true).exit_code(false), exit::DIRTY);
-        assert_eq!(f(Cause::Db(Class::ReadOnly, Some(1290)), false).exit_code(false), exit::FENCED);
-        assert_eq!(f(Cause::Db(Class::ConnectionLost, None), false).exit_code(false), exit::CONNECTION_LOST);
-        assert_eq!(f(Cause::Db(Class::StatementTimeout, Some(1969)), false).exit_code(false), exit::FAILED);
-        assert_eq!(f(Cause::Sidecar, false).exit_code(false), exit::FENCED);
+        assert_eq!(f(lock.clone(), false).code_of(true), exit::CONTENTION);
+        assert_eq!(f(lock, true).code_of(false), exit::DIRTY);
+        assert_eq!(f(Cause::Db(Class::ReadOnly, Some(1290)), false).code_of(false), exit::FENCED);
+        assert_eq!(f(Cause::Db(Class::ConnectionLost, None), false).code_of(false), exit::CONNECTION_LOST);
+        assert_eq!(f(Cause::Db(Class::StatementTimeout, Some(1969)), false).code_of(false), exit::FAILED);
+        assert_eq!(f(Cause::Sidecar, false).code_of(false), exit::FENCED);
     }
 
     #[test]

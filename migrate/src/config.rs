@@ -27,14 +27,8 @@ pub struct Cli {
     pub command: Command,
 }
 
-/// Log output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+/// Log output format: shared by every binary (`bloodraven-telemetry`).
+pub use bloodraven_telemetry::LogFormat;
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]

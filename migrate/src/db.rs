@@ -530,13 +530,13 @@ pub struct ForeignHistory {
 
 impl Session {
     /// The other migration tools' history tables in the schema (the
-    /// sidecar's list, [`bloodraven_sidecar::ddl::HISTORY_TABLES`], without
+    /// list the sidecar fingerprints too, [`bloodraven_api::names::HISTORY_TABLES`], without
     /// this runner's own).
     pub async fn foreign_histories(&mut self) -> Result<Vec<ForeignHistory>, DbError> {
         let names: Vec<String> =
             self.conn.query("SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()").await?;
         let mut found = Vec::new();
-        for &table in bloodraven_sidecar::ddl::HISTORY_TABLES {
+        for &table in bloodraven_api::names::HISTORY_TABLES {
             if table == history::TABLE || !names.iter().any(|n| n.eq_ignore_ascii_case(table)) {
                 continue;
             }

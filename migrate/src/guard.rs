@@ -1,6 +1,6 @@
 //! The runner's side of the sidecar's local socket (docs/sidecar.md, "The
-//! local socket"; the wire types are the sidecar's own,
-//! `bloodraven_sidecar::socket`).
+//! local socket"; the wire types and the calling side are the contract's,
+//! `bloodraven_api::socket`, which the sidecar serves).
 //!
 //! - Detection: `--socket`/`BLOODRAVEN_SOCKET` (set by `bloodraven-sidecar
 //!   run` for its child), else `/run/bloodraven/sidecar.sock` when it or
@@ -20,10 +20,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bloodraven_sidecar::socket::{self, MarkEvent, OutcomeResult, Reply, Request};
+use bloodraven_api::socket::client::call;
+use bloodraven_api::socket::{MarkEvent, OutcomeResult, Reply, Request};
 
 /// The injected Job's emptyDir and the socket in it.
-pub const DEFAULT_SOCKET: &str = "/run/bloodraven/sidecar.sock";
+pub use bloodraven_api::socket::DEFAULT_SOCKET;
 
 /// How long a `permit` or `outcome` may take.
 const QUICK: Duration = Duration::from_secs(10);
@@ -75,7 +76,7 @@ impl Guard {
     /// `permit`: Ok with the ms left before the fence deadline (alone: `None`).
     pub async fn permit(&self) -> Result<Option<u64>, GuardError> {
         let Guard::Sidecar(path) = self else { return Ok(None) };
-        match socket::call(path, &Request::Permit, QUICK).await {
+        match call(path, &Request::Permit, QUICK).await {
             Ok(Reply::Permit { granted: true, remaining_ms, .. }) => Ok(Some(remaining_ms)),
             Ok(Reply::Permit { message, .. }) => Err(GuardError::Refused(message)),
             Ok(other) => Err(Self::unreachable(path, format!("unexpected reply {other:?}"))),
@@ -87,7 +88,7 @@ impl Guard {
     pub async fn mark(&self, event: MarkEvent, version: u64) -> Result<(), GuardError> {
         let Guard::Sidecar(path) = self else { return Ok(()) };
         let req = Request::Mark { event, revision: Some(version.to_string()) };
-        match socket::call(path, &req, MARK).await {
+        match call(path, &req, MARK).await {
             Ok(Reply::Ok) => Ok(()),
             Ok(Reply::Error { message }) => Err(GuardError::Refused(message)),
             Ok(other) => Err(Self::unreachable(path, format!("unexpected reply {other:?}"))),
@@ -101,7 +102,7 @@ impl Guard {
         let Guard::Sidecar(path) = self else { return };
         let result = if succeeded { OutcomeResult::Succeeded } else { OutcomeResult::Failed };
         let req = Request::Outcome { result, revision: version.map(|v| v.to_string()), error };
-        match socket::call(path, &req, QUICK).await {
+        match call(path, &req, QUICK).await {
             Ok(Reply::Ok) => {}
             Ok(other) => tracing::warn!(reply = ?other, "the sidecar did not take the outcome"),
             Err(e) => tracing::warn!(error = %e, "failed to report the outcome to the sidecar"),

@@ -8,9 +8,11 @@
 //! Layout: `revision` (files, statements, checksums), `history` (the table,
 //! its states and the plan; pure), `classify` (error codes; pure), `retry`
 //! (backoff; pure), `redact` (secrets out of every printed error), `db` (the one connection and its settings), `blockers`
-//! (pre-flight and `diagnose`), `guard` (the sidecar's socket), `apply`
+//! (pre-flight and `diagnose`), `guard` (the runner's side of the
+//! sidecar's socket, whose contract is `bloodraven_api::socket`), `apply`
 //! (the run), `commands` (`status`, `resolve`, `diagnose`, `baseline`),
-//! `config` (flags).
+//! `error` (every way a command ends short, and the one mapping to exit
+//! codes), `config` (flags).
 
 pub mod apply;
 pub mod blockers;
@@ -18,6 +20,7 @@ pub mod classify;
 pub mod commands;
 pub mod config;
 pub mod db;
+mod error;
 pub mod guard;
 pub mod history;
 pub mod redact;
@@ -40,18 +43,27 @@ pub async fn run(cli: config::Cli) -> i32 {
     }
 }
 
+/// `apply`, with its settings checked and its signals watched; returns
+/// the exit code ([`error::RunnerError::exit_code`]).
 async fn apply_command(a: config::ApplyArgs) -> i32 {
+    match apply_checked(a).await {
+        Ok(()) => apply::exit::OK,
+        Err(e) => e.exit_code(),
+    }
+}
+
+/// [`apply_command`]'s work; an error is already logged.
+async fn apply_checked(a: config::ApplyArgs) -> Result<(), error::RunnerError> {
+    use error::RunnerError;
     let tuning = match a.tuning.check() {
         Ok(t) => t,
         Err(e) => {
             tracing::error!(error = %e, "bad settings");
-            return apply::exit::USAGE;
+            return Err(RunnerError::Tuning(e));
         }
     };
     let guard = guard::Guard::detect(a.socket.as_deref(), Path::new(guard::DEFAULT_SOCKET));
-    if let Err(code) = require_lease(a.require_lease, &guard) {
-        return code;
-    }
+    require_lease(a.require_lease, &guard)?;
     let revisions = match revision::load_dir(&a.dir) {
         // A wrong --dir or a mount that came up empty must not pass for "nothing pending".
         Ok(r) if r.is_empty() => {
@@ -59,19 +71,19 @@ async fn apply_command(a: config::ApplyArgs) -> i32 {
                 dir = %revision::escape(&a.dir.to_string_lossy()),
                 "no revision in the directory (files named V<n>__<description>.sql): a wrong --dir, or a mount that came up empty? nothing was touched"
             );
-            return apply::exit::USAGE;
+            return Err(RunnerError::NoRevisions);
         }
         Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "bad revision directory; nothing was touched");
-            return apply::exit::USAGE;
+            return Err(RunnerError::Revisions(e));
         }
     };
     let target = match db::Target::from_args(&a.db) {
         Ok(t) => t,
         Err(e) => {
             tracing::error!(error = %e, "bad database settings; nothing was touched");
-            return apply::exit::USAGE;
+            return Err(RunnerError::Target(e));
         }
     };
     let session_id = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
@@ -90,23 +102,24 @@ async fn apply_command(a: config::ApplyArgs) -> i32 {
     };
     let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         tracing::error!("failed to install the signal handlers");
-        return apply::exit::USAGE;
+        return Err(RunnerError::Signals);
     };
     let signal = tokio::select! {
-        code = apply::apply(settings) => return code,
+        result = apply::run(&settings) => return result,
         // The sidecar's wrapper fences with SIGTERM: stop at once.
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
     };
     let unsent = unsent.lock().ok().and_then(|g| *g);
-    stopped(signal, &target, session_id.load(std::sync::atomic::Ordering::SeqCst), unsent, alone).await
+    stopped(signal, &target, session_id.load(std::sync::atomic::Ordering::SeqCst), unsent, alone).await;
+    Err(RunnerError::Stopped(signal))
 }
 
 /// `--require-lease`: alone (no sidecar socket found) the run is refused
-/// with [`apply::exit::NO_LEASE`] before anything else — the directory
+/// ([`error::RunnerError::NoLease`], exit 8) before anything else — the directory
 /// unread, the database never connected to. Behind a sidecar the usual
 /// rule holds: no granted `permit`, no connection (exit 6).
-fn require_lease(required: bool, guard: &guard::Guard) -> Result<(), i32> {
+fn require_lease(required: bool, guard: &guard::Guard) -> Result<(), error::RunnerError> {
     if !required || *guard != guard::Guard::Alone {
         return Ok(());
     }
@@ -120,7 +133,7 @@ fn require_lease(required: bool, guard: &guard::Guard) -> Result<(), i32> {
         guard::DEFAULT_SOCKET,
         bloodraven_api::names::inject::INJECT,
     );
-    Err(apply::exit::NO_LEASE)
+    Err(error::RunnerError::NoLease)
 }
 
 /// How long a fence waits for the server to end the session (the sidecar's
@@ -130,8 +143,7 @@ const KILL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 /// After a fence's signal: ends the session server-side (`KILL CONNECTION`,
 /// see [`db::Target::kill_session`]), so no statement of the revision runs
 /// on after the fence. The kill rolls back a DML revision in flight; a DDL
-/// revision's `started` row stays (dirty), as it must. Returns the fence
-/// exit code.
+/// revision's `started` row stays (dirty), as it must.
 ///
 /// A DDL revision marked `started` none of whose statements had been sent
 /// (`unsent`: stopped during its pre-flight look or `--on-blocker wait`) is
@@ -139,7 +151,7 @@ const KILL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 /// removed once the session is ended, so the next run needs no `resolve`;
 /// behind the sidecar the stop is a fence, after which the runner writes
 /// nothing, so the log says that `resolve V --rolled-back` is safe.
-async fn stopped(signal: &str, target: &db::Target, session: u32, unsent: Option<u64>, alone: bool) -> i32 {
+async fn stopped(signal: &str, target: &db::Target, session: u32, unsent: Option<u64>, alone: bool) {
     let mut ended = session == 0;
     if session != 0 {
         match target.kill_session(session, KILL_TIMEOUT).await {
@@ -179,7 +191,6 @@ async fn stopped(signal: &str, target: &db::Target, session: u32, unsent: Option
         signal,
         "stopped by a signal (the sidecar's fence?): the revision in flight is not recorded as applied"
     );
-    apply::exit::FENCED
 }
 
 /// Removes the `started` row of revision `v`, none of whose statements
@@ -197,24 +208,6 @@ async fn clear_unsent(target: &db::Target, v: u64) -> Result<(), String> {
     }
 }
 
-/// Installs the tracing subscriber: lines on standard error, filtered by
-/// `RUST_LOG` (default `info`).
-pub fn init_tracing(format: config::LogFormat) {
-    use tracing_subscriber::{EnvFilter, fmt, prelude::*};
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,mysql_async=warn"));
-    let registry = tracing_subscriber::registry().with(filter);
-    let _ = match format {
-        config::LogFormat::Json => registry
-            .with(fmt::layer().json().flatten_event(true).with_current_span(false).with_writer(std::io::stderr))
-            .try_init(),
-        config::LogFormat::Text => {
-            use std::io::IsTerminal as _;
-            let ansi = std::io::stderr().is_terminal();
-            registry.with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr)).try_init()
-        }
-    };
-}
-
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
@@ -225,9 +218,10 @@ mod tests {
     fn attack_require_lease_refuses_only_a_run_with_no_sidecar() {
         let alone = guard::Guard::Alone;
         let behind = guard::Guard::Sidecar("/run/bloodraven/sidecar.sock".into());
-        assert_eq!(require_lease(true, &alone), Err(apply::exit::NO_LEASE));
-        assert_eq!(require_lease(false, &alone), Ok(()), "a person at a terminal runs alone");
-        assert_eq!(require_lease(true, &behind), Ok(()), "behind a sidecar the permit decides");
+        let code = |r: Result<(), error::RunnerError>| r.map_err(|e| e.exit_code());
+        assert_eq!(code(require_lease(true, &alone)), Err(apply::exit::NO_LEASE));
+        assert_eq!(code(require_lease(false, &alone)), Ok(()), "a person at a terminal runs alone");
+        assert_eq!(code(require_lease(true, &behind)), Ok(()), "behind a sidecar the permit decides");
         assert!(![0, 1, 2, 3, 4, 5, 6, 7].contains(&apply::exit::NO_LEASE), "a code of its own");
     }
 

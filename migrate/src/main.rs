@@ -8,7 +8,8 @@ fn main() {
     // One rustls crypto provider for the process (ring, the workspace's).
     let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = bloodraven_migrate::config::Cli::parse();
-    bloodraven_migrate::init_tracing(cli.log_format);
+    // Lines on standard error: standard output carries `status` and `diagnose`.
+    let _ = bloodraven_telemetry::init(cli.log_format, bloodraven_telemetry::Process::Command);
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
-/// Log output format: shared by every binary (`bloodraven-serving`).
-pub use bloodraven_serving::telemetry::LogFormat;
+/// Log output format: shared by every binary (`bloodraven-telemetry`).
+pub use bloodraven_telemetry::LogFormat;
 
 /// The operator's configuration.
 #[derive(Clone, Debug, Parser)]

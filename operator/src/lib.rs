@@ -1,7 +1,7 @@
 //! The Bloodraven operator: leader election, the failover-group and database
-//! reconcilers, the MySQL adapter, the deploy API and metrics. Its listeners,
-//! tracing and shutdown come from `bloodraven-serving`, shared with the
-//! webhook and the sidecar.
+//! reconcilers, the MySQL adapter, the deploy API and metrics. Its listeners
+//! and shutdown come from `bloodraven-serving`, shared with the webhook; its
+//! tracing setup from `bloodraven-telemetry`, shared with every binary.
 //!
 //! [`run`] wires them together; `main.rs` only parses flags and calls it.
 

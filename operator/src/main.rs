@@ -25,6 +25,6 @@ async fn main() -> anyhow::Result<()> {
         std::process::exit(args.run().await);
     }
     let config = bloodraven_operator::Config::parse();
-    bloodraven_serving::telemetry::init(config.log_format)?;
+    bloodraven_telemetry::init(config.log_format, bloodraven_telemetry::Process::Service)?;
     bloodraven_operator::run(config).await
 }

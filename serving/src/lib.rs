@@ -1,9 +1,9 @@
-//! What every Bloodraven binary (the operator, the webhook, the sidecar)
-//! needs to serve and to run: one way to serve an axum router over TLS
+//! What the Bloodraven binaries that serve HTTP (the operator and the
+//! webhook) need to serve and to run: one way to serve an axum router over TLS
 //! ([`serve_tls`]) and one over plain HTTP ([`serve_plain`]), both with the
 //! same bounds ([`Limits`]); the rustls configuration and its reload
 //! ([`tls`]); the admin listener (`/metrics`, `/healthz`, `/readyz`:
-//! [`admin`]); tracing setup ([`telemetry`]); shutdown on SIGTERM
+//! [`admin`]); shutdown on SIGTERM
 //! ([`shutdown`]); and the rule for request values in log lines and error
 //! messages ([`log`]).
 //!
@@ -30,7 +30,6 @@ pub mod body;
 pub mod limits;
 pub mod log;
 pub mod shutdown;
-pub mod telemetry;
 pub mod tls;
 
 use std::future::Future;

@@ -4,20 +4,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
 use crate::lease::ending::BoundaryMode;
 use crate::lease::machine::{Timing, TimingError};
 use crate::socket::OutcomeResult;
 
-/// Log line format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
+/// Log output format: shared by every binary (`bloodraven-telemetry`).
+pub use bloodraven_telemetry::LogFormat;
 
 /// `bloodraven-sidecar`: holds the deploy API's migration mutex and
 /// failover-hold around a migration and fences it when authority is lost.
@@ -156,7 +150,7 @@ pub struct HoldArgs {
     #[command(flatten)]
     pub lease: LeaseArgs,
     /// The local socket (in an emptyDir shared with the migration container).
-    #[arg(long, env = "BLOODRAVEN_SOCKET", default_value = "/run/bloodraven/sidecar.sock")]
+    #[arg(long, env = "BLOODRAVEN_SOCKET", default_value = bloodraven_api::socket::DEFAULT_SOCKET)]
     pub socket: PathBuf,
     /// State file (no token in it) that tells a restarted sidecar this Pod's run began.
     #[arg(long, env = "BLOODRAVEN_STATE_FILE", default_value = "/run/bloodraven/sidecar-state.json")]
@@ -194,7 +188,7 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 pub struct ExecArgs {
     /// The sidecar's socket.
-    #[arg(long, env = "BLOODRAVEN_SOCKET", default_value = "/run/bloodraven/sidecar.sock")]
+    #[arg(long, env = "BLOODRAVEN_SOCKET", default_value = bloodraven_api::socket::DEFAULT_SOCKET)]
     pub socket: PathBuf,
     /// How long to wait for the sidecar's socket, seconds.
     #[arg(long, env = "BLOODRAVEN_CONNECT_TIMEOUT", value_parser = seconds, default_value = "30", allow_negative_numbers = true)]
@@ -214,7 +208,7 @@ pub struct ExecArgs {
 #[derive(Debug, Args)]
 pub struct SocketArgs {
     /// The sidecar's socket.
-    #[arg(long, env = "BLOODRAVEN_SOCKET", default_value = "/run/bloodraven/sidecar.sock")]
+    #[arg(long, env = "BLOODRAVEN_SOCKET", default_value = bloodraven_api::socket::DEFAULT_SOCKET)]
     pub socket: PathBuf,
     /// Longest wait for the sidecar's answer, seconds (no answer: exit 1).
     #[arg(long, value_parser = seconds, default_value = "5", allow_negative_numbers = true)]

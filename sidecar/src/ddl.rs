@@ -11,19 +11,9 @@
 use std::path::Path;
 use std::time::Duration;
 
+use bloodraven_api::names::HISTORY_TABLES;
 use mysql_async::prelude::Queryable as _;
 use sha2::{Digest as _, Sha256};
-
-/// History tables of known migration tools, and Bloodraven's own
-/// runner's.
-pub const HISTORY_TABLES: &[&str] = &[
-    "flyway_schema_history",
-    "schema_migrations",
-    "_prisma_migrations",
-    "alembic_version",
-    "goose_db_version",
-    "bloodraven_schema_history",
-];
 
 /// Longest a fingerprint read may take.
 const READ_TIMEOUT: Duration = Duration::from_secs(15);

@@ -12,7 +12,7 @@
 //! fence), `lease::ending` (DDL boundary, verdict, exit codes),
 //! `lease::driver` (the I/O around them), `wire` (the deploy API's JSON,
 //! the one module that knows it), `client` (HTTPS), `socket` (the local
-//! socket), `exec` and `fence` (the wrapper and its signals), `ddl`
+//! socket's serving end; its protocol is `bloodraven_api::socket`), `exec` and `fence` (the wrapper and its signals), `ddl`
 //! (optional detection from the database), `record` (termination message,
 //! JSON line, state file), `modes` (the subcommands). Documented in
 //! docs/sidecar.md and docs/deploy-api.md.
@@ -40,22 +40,4 @@ pub async fn run(cli: config::Cli) -> i32 {
         Command::Probe(a) => modes::probe(a).await,
         Command::Install(a) => modes::install(&a),
     }
-}
-
-/// Installs the tracing subscriber: lines on standard error (standard
-/// output carries the final record), filtered by `RUST_LOG` (default `info`).
-pub fn init_tracing(format: config::LogFormat) {
-    use tracing_subscriber::{EnvFilter, fmt, prelude::*};
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,mysql_async=warn"));
-    let registry = tracing_subscriber::registry().with(filter);
-    let _ = match format {
-        config::LogFormat::Json => registry
-            .with(fmt::layer().json().flatten_event(true).with_current_span(false).with_writer(std::io::stderr))
-            .try_init(),
-        config::LogFormat::Text => {
-            use std::io::IsTerminal as _;
-            let ansi = std::io::stderr().is_terminal();
-            registry.with(fmt::layer().with_ansi(ansi).with_writer(std::io::stderr)).try_init()
-        }
-    };
 }

@@ -26,7 +26,8 @@ fn main() {
             std::process::exit(e.exit_code());
         }
     };
-    bloodraven_sidecar::init_tracing(cli.log_format);
+    // Lines on standard error: standard output carries the final record.
+    let _ = bloodraven_telemetry::init(cli.log_format, bloodraven_telemetry::Process::Command);
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {

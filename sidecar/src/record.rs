@@ -6,29 +6,13 @@
 use std::io::Write as _;
 use std::path::Path;
 
+/// The rule for text that comes from outside (server messages, the
+/// migration's reports): cut and escaped, shared with the socket's contract.
+pub use bloodraven_api::socket::bounded;
 use serde::{Deserialize, Serialize};
 
 /// Kubernetes reads at most 4096 bytes of a termination message.
 pub const TERMINATION_MESSAGE_MAX: usize = 4096;
-
-/// `text` cut to `max_chars` characters, every character outside printable
-/// ASCII escaped (`\n`, `\u{202e}`), `...` appended when cut: for values
-/// that come from outside (server messages, the migration's reports).
-pub fn bounded(text: &str, max_chars: usize) -> String {
-    let mut out = String::with_capacity(text.len().min(max_chars) + 3);
-    let mut chars = text.chars();
-    for c in chars.by_ref().take(max_chars) {
-        if c == ' ' || c.is_ascii_graphic() {
-            out.push(c);
-        } else {
-            out.extend(c.escape_default());
-        }
-    }
-    if chars.next().is_some() {
-        out.push_str("...");
-    }
-    out
-}
 
 /// The final state of a run, as the termination message and the last log
 /// line carry it. Field names follow the deploy API's (camelCase).

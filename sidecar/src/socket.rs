@@ -1,6 +1,8 @@
-//! The local socket between the sidecar and the migration: a unix stream
-//! socket in a directory only the Pod's containers mount (an emptyDir),
-//! one JSON object per line each way.
+//! The sidecar's end of the local socket between the sidecar and the
+//! migration: a unix stream socket in a directory only the Pod's containers
+//! mount (an emptyDir), one JSON object per line each way. The wire types
+//! and the calling side are the contract's, `bloodraven_api::socket`,
+//! shared with the migration runner; this module serves them.
 //!
 //! It never hands out a token: a caller can ask where the run stands
 //! (`status`, for the startup probe), ask for permission to take a step
@@ -13,21 +15,20 @@
 //! Requests are at most [`MAX_LINE`] bytes; anything else is answered with
 //! `{"reply":"error","message":…}` and the connection is closed.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+pub use bloodraven_api::socket::client::call;
+use bloodraven_api::socket::client::read_line;
+pub use bloodraven_api::socket::{MAX_LINE, MarkEvent, OutcomeResult, Reply, Request, RunState, parse};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Semaphore, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::lease::ending::{ProcessEnd, Report};
-
-/// Longest request line, in bytes.
-pub const MAX_LINE: usize = 4096;
 
 /// Most connections served at once (a probe, marks, the wrapper).
 const MAX_CONNECTIONS: usize = 32;
@@ -38,171 +39,6 @@ const ACK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Longest wait for a request line on a new connection.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A report's event.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum MarkEvent {
-    /// The migration is about to send DDL.
-    DdlStarted,
-    /// Its DDL (of one revision) committed.
-    DdlFinished,
-}
-
-/// The migration's own view of how it ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum OutcomeResult {
-    /// It applied everything.
-    Succeeded,
-    /// It failed.
-    Failed,
-}
-
-impl OutcomeResult {
-    /// The JSON spelling.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            OutcomeResult::Succeeded => "succeeded",
-            OutcomeResult::Failed => "failed",
-        }
-    }
-}
-
-/// A request line.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "op", rename_all = "kebab-case")]
-pub enum Request {
-    /// Where the run stands.
-    Status,
-    /// May the migration take its next step now?
-    Permit,
-    /// A DDL-boundary report.
-    Mark {
-        /// Which boundary.
-        event: MarkEvent,
-        /// The revision it concerns.
-        #[serde(default)]
-        revision: Option<String>,
-    },
-    /// The migration's outcome.
-    Outcome {
-        /// Succeeded or failed.
-        result: OutcomeResult,
-        /// The last revision applied.
-        #[serde(default)]
-        revision: Option<String>,
-        /// Its last error.
-        #[serde(default)]
-        error: Option<String>,
-    },
-    /// The entrypoint wrapper attaches (once per run).
-    Attach,
-    /// The wrapper's child ended.
-    Exited {
-        /// Exit code.
-        #[serde(default)]
-        code: Option<i32>,
-        /// Terminating signal.
-        #[serde(default)]
-        signal: Option<i32>,
-    },
-}
-
-/// Where the run stands, for `status`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum RunState {
-    /// Asking for the leases.
-    Acquiring,
-    /// Both leases held.
-    Held,
-    /// Fenced: the migration must stop.
-    Fenced,
-    /// Over.
-    Ended,
-}
-
-/// A reply line.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "reply", rename_all = "kebab-case")]
-pub enum Reply {
-    /// Answer to `status`.
-    Status {
-        /// Where the run stands.
-        state: RunState,
-        /// ms left before the fence deadline (0 unless held).
-        #[serde(rename = "remainingMs")]
-        remaining_ms: u64,
-        /// While acquiring: who holds the lease asked for.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        holder: Option<String>,
-    },
-    /// A report was taken.
-    Ok,
-    /// The request was refused.
-    Error {
-        /// Why.
-        message: String,
-    },
-    /// Answer to `permit`.
-    Permit {
-        /// Whether the step may start.
-        granted: bool,
-        /// ms left before the fence deadline.
-        #[serde(rename = "remainingMs")]
-        remaining_ms: u64,
-        /// Why not, when not.
-        message: String,
-    },
-    /// To the wrapper, while the leases are asked for: wait; `holder` is
-    /// who holds the lease asked for, when another operation does. Sent
-    /// again each time that changes.
-    Waiting {
-        /// The holder, in words.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        holder: Option<String>,
-    },
-    /// To the wrapper: start the migration.
-    Start {
-        /// ms left before the fence deadline.
-        #[serde(rename = "remainingMs")]
-        remaining_ms: u64,
-        /// ms between SIGTERM and SIGKILL.
-        #[serde(rename = "graceMs")]
-        grace_ms: u64,
-    },
-    /// To the wrapper: do not start; exit with this code.
-    Refused {
-        /// Exit code.
-        #[serde(rename = "exitCode")]
-        exit_code: i32,
-        /// Why.
-        message: String,
-    },
-    /// To the wrapper: a renewal was confirmed.
-    Held {
-        /// ms left before the fence deadline.
-        #[serde(rename = "remainingMs")]
-        remaining_ms: u64,
-    },
-    /// To the wrapper: fence now.
-    Fence {
-        /// Why.
-        reason: String,
-        /// ms between SIGTERM and SIGKILL.
-        #[serde(rename = "graceMs")]
-        grace_ms: u64,
-    },
-    /// To the wrapper, after `exited`: exit with this code.
-    Verdict {
-        /// Exit code.
-        #[serde(rename = "exitCode")]
-        exit_code: i32,
-        /// Why.
-        message: String,
-    },
-}
 
 /// What the driver publishes for the socket.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -385,36 +221,6 @@ async fn write(stream: &mut (impl AsyncWriteExt + Unpin), reply: &Reply) -> std:
     line.push(b'\n');
     stream.write_all(&line).await?;
     stream.flush().await
-}
-
-/// Reads one line of at most [`MAX_LINE`] bytes; `None` at end of stream.
-async fn read_line(reader: &mut (impl AsyncBufReadExt + Unpin)) -> std::io::Result<Option<String>> {
-    let mut buf = Vec::new();
-    let n = reader.take(MAX_LINE as u64 + 1).read_until(b'\n', &mut buf).await?;
-    if n == 0 {
-        return Ok(None);
-    }
-    if buf.last() != Some(&b'\n') {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("request longer than {MAX_LINE} bytes or not ended by a newline"),
-        ));
-    }
-    String::from_utf8(buf)
-        .map(Some)
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "request is not UTF-8"))
-}
-
-/// Parses a request line.
-pub fn parse(line: &str) -> Result<Request, String> {
-    let req: Request = serde_json::from_str(line.trim_end()).map_err(|e| format!("invalid request: {e}"))?;
-    let too_long = |v: &Option<String>, max: usize| v.as_ref().is_some_and(|s| s.len() > max);
-    match &req {
-        Request::Mark { revision, .. } | Request::Outcome { revision, .. } if too_long(revision, 256) => {
-            Err("invalid request: revision longer than 256 bytes".into())
-        }
-        _ => Ok(req),
-    }
 }
 
 async fn connection(stream: UnixStream, shared: &Shared) -> std::io::Result<()> {
@@ -665,115 +471,13 @@ async fn attach(
     }
 }
 
-/// `text` bounded and escaped ([`crate::record::bounded`]) to at most 1024
-/// characters (what the sidecar keeps), fewer when its JSON form would
-/// pass `max` bytes.
-fn fitting(text: &str, max: usize) -> String {
-    let mut chars = 1024;
-    loop {
-        let b = crate::record::bounded(text, chars);
-        if chars == 0 || serde_json::to_string(&b).map_or(0, |j| j.len()) <= max {
-            return b;
-        }
-        chars /= 2;
-    }
-}
-
-impl Request {
-    /// The request as [`call`] sends it: an outcome's error shortened so the
-    /// line fits [`MAX_LINE`]. Found by the attack round: a migration's whole
-    /// error text (`mark outcome failed --error "$ERR"`, or the runner's own
-    /// report) made the line too long, and the outcome was refused.
-    #[must_use]
-    pub fn fitted(&self) -> Request {
-        match self {
-            Request::Outcome { result, revision, error } => Request::Outcome {
-                result: *result,
-                revision: revision.clone(),
-                error: error.as_deref().map(|e| fitting(e, 3000)),
-            },
-            other => other.clone(),
-        }
-    }
-}
-
-/// Sends `request` (as [`Request::fitted`]) to the sidecar at `path` and
-/// reads the first reply, all within `timeout`.
-pub async fn call(path: &Path, request: &Request, timeout: Duration) -> Result<Reply, String> {
-    let request = &request.fitted();
-    let work = async {
-        let stream =
-            UnixStream::connect(path).await.map_err(|e| format!("failed to connect to {}: {e}", path.display()))?;
-        let (read, mut out) = stream.into_split();
-        let mut line = serde_json::to_vec(request).map_err(|e| e.to_string())?;
-        line.push(b'\n');
-        out.write_all(&line).await.map_err(|e| format!("failed to send to the sidecar: {e}"))?;
-        let mut reader = BufReader::new(read);
-        match read_line(&mut reader).await {
-            Ok(Some(l)) => {
-                serde_json::from_str::<Reply>(&l).map_err(|e| format!("unreadable reply from the sidecar: {e}"))
-            }
-            Ok(None) => Err("the sidecar closed the connection without a reply".into()),
-            Err(e) => Err(format!("failed to read the sidecar's reply: {e}")),
-        }
-    };
-    tokio::time::timeout(timeout, work)
-        .await
-        .map_err(|_| format!("no reply from the sidecar at {} within {timeout:?}", path.display()))?
-}
-
-/// The default socket path of `hold` and of the wrapper: in the emptyDir
-/// the webhook mounts at `/run/bloodraven`.
-pub fn default_socket() -> PathBuf {
-    PathBuf::from("/run/bloodraven/sidecar.sock")
-}
-
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
+    use tokio::io::AsyncReadExt as _;
+
     use super::*;
-
-    #[test]
-    fn requests_parse_or_say_why() {
-        assert_eq!(parse(r#"{"op":"status"}"#), Ok(Request::Status));
-        assert_eq!(
-            parse(r#"{"op":"mark","event":"ddl-started","revision":"42"}"#),
-            Ok(Request::Mark { event: MarkEvent::DdlStarted, revision: Some("42".into()) })
-        );
-        assert_eq!(
-            parse(r#"{"op":"outcome","result":"failed","error":"boom"}"#),
-            Ok(Request::Outcome { result: OutcomeResult::Failed, revision: None, error: Some("boom".into()) })
-        );
-        for bad in [
-            r#"{"op":"mark","event":"ddl-maybe"}"#,
-            r#"{"op":"steal-token"}"#,
-            "not json",
-            r#"{"event":"ddl-started"}"#,
-        ] {
-            let e = parse(bad).unwrap_err();
-            assert!(e.starts_with("invalid request"), "{bad}: {e}");
-        }
-        let long = format!(r#"{{"op":"mark","event":"ddl-started","revision":"{}"}}"#, "r".repeat(300));
-        assert!(parse(&long).unwrap_err().contains("revision"));
-    }
-
-    #[test]
-    fn a_long_outcome_error_still_fits_the_line() {
-        let req = Request::Outcome {
-            result: OutcomeResult::Failed,
-            revision: Some("r".repeat(256)),
-            error: Some("\u{202e}e\n".repeat(5000)),
-        }
-        .fitted();
-        let line = serde_json::to_string(&req).unwrap();
-        assert!(line.len() < MAX_LINE, "{}", line.len());
-        assert_eq!(parse(&line), Ok(req));
-        let plain = Request::Outcome { result: OutcomeResult::Failed, revision: None, error: Some("e".repeat(5000)) };
-        match plain.fitted() {
-            Request::Outcome { error: Some(e), .. } => assert_eq!(e.len(), 1024 + 3, "1 KiB and `...`"),
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(Request::Status.fitted(), Request::Status);
-    }
 
     /// A sidecar's socket over a status channel; returns the event receiver.
     fn serve_with(dir: &Path, status: Status) -> (PathBuf, watch::Sender<Status>, mpsc::Receiver<Event>) {

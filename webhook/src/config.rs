@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-pub use bloodraven_serving::telemetry::LogFormat;
+pub use bloodraven_telemetry::LogFormat;
 
 /// `bloodraven-webhook`: the admission webhook.
 #[derive(Debug, Parser)]

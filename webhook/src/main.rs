@@ -19,7 +19,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         None => {
-            bloodraven_serving::telemetry::init(cli.serve.log_format)?;
+            bloodraven_telemetry::init(cli.serve.log_format, bloodraven_telemetry::Process::Service)?;
             bloodraven_webhook::run(cli.serve).await
         }
     }

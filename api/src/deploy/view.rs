@@ -7,11 +7,14 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{DdlState, LeaseKind, schema};
-use crate::v1alpha1::{PlannedFailoverPhase, SiteHealth};
+use crate::v1alpha1::PlannedFailoverPhase;
+#[cfg(feature = "crd")]
+use crate::v1alpha1::SiteHealth;
 
 /// The answer of `GET /deploy/v1/groups/{group}`. Every field is always
 /// present; `activeSite`, `topologyGeneration` and `unstableReason` are
 /// `null` when they have no value (before bootstrap; when stable).
+#[cfg(feature = "crd")]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("additionalProperties" = false))]

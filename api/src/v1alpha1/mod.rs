@@ -3,14 +3,21 @@
 //! docs/failover-groups.md; validation that the OpenAPI schema can express lives
 //! in the schema (patterns, bounds, list-map keys, CEL rules), and the
 //! operator re-checks at run time what it cannot.
+//!
+//! The resources themselves need kube and k8s-openapi (feature `crd`); the
+//! phase and condition vocabulary does not, and is there without it.
 
 mod conditions;
+#[cfg(feature = "crd")]
 mod database;
+#[cfg(feature = "crd")]
 mod failover_group;
 mod phase;
 
 pub use conditions::{ConditionType, reason};
+#[cfg(feature = "crd")]
 pub use database::{DeploymentClient, FailoverGroupRef, MysqlDatabase, MysqlDatabaseSpec, MysqlDatabaseStatus};
+#[cfg(feature = "crd")]
 pub use failover_group::{
     AllowedDatabases, DatabaseNamespaces, EmergencyFailoverStatus, FailoverPolicy, IgnoredRequest, InstanceClaim,
     MysqlFailoverGroup, MysqlFailoverGroupSpec, MysqlFailoverGroupStatus, NamespacesFrom, PhaseTransition,
@@ -19,4 +26,5 @@ pub use failover_group::{
 pub use phase::PlannedFailoverPhase;
 
 /// `metav1.Condition`, as every status here uses it.
+#[cfg(feature = "crd")]
 pub use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
