@@ -266,13 +266,6 @@ impl Authority {
         self.groups.get(&ObjectRef::new(name))
     }
 
-    /// The standing of `db` now.
-    pub fn standing_of(&self, db: &MysqlDatabase) -> Standing {
-        let group = self.group(&db.spec.failover_group_ref.name);
-        let all = self.databases.state();
-        standing(db, group.as_deref(), all.iter().map(AsRef::as_ref), |ns| self.labels(ns))
-    }
-
     /// The instances of `group` that `caller` may act for: names of
     /// authoritative MysqlDatabases of the group listing the caller.
     pub fn instances(&self, caller: &Caller, group: &str) -> BTreeSet<String> {

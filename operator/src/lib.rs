@@ -5,19 +5,19 @@
 //!
 //! [`run`] wires them together; `main.rs` only parses flags and calls it.
 
-pub mod authority;
-pub mod config;
-pub mod controller;
-pub mod deploy_api;
-pub mod events;
-pub mod failpoint;
-pub mod leader;
-pub mod leader_label;
-pub mod lease;
-pub mod metrics;
-pub mod mysql;
-pub mod tolerant;
-pub mod watch_cache;
+mod authority;
+mod config;
+mod controller;
+mod deploy_api;
+mod events;
+mod failpoint;
+mod leader;
+mod leader_label;
+mod lease;
+mod metrics;
+mod mysql;
+mod tolerant;
+mod watch_cache;
 
 use std::sync::Arc;
 

@@ -245,7 +245,8 @@ impl Metrics {
     }
 
     /// The registry in Prometheus text format.
-    pub fn render(&self) -> String {
+    #[cfg(test)]
+    fn render(&self) -> String {
         bloodraven_serving::admin::render(&self.registry)
     }
 

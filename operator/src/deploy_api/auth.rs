@@ -105,12 +105,8 @@ impl Authenticator {
         Authenticator { reviews, cache_ttl, cache: Arc::default(), rejected: Arc::default() }
     }
 
-    /// Authenticates the value of an `Authorization` header.
-    pub async fn authenticate(&self, header: Option<&str>) -> Result<Caller, AuthError> {
-        self.identify(header).await.map(|(caller, _)| caller)
-    }
-
-    /// [`Authenticator::authenticate`], with the Pod the token is bound to.
+    /// Authenticates the value of an `Authorization` header: the caller,
+    /// with the Pod the token is bound to.
     pub async fn identify(&self, header: Option<&str>) -> Result<Identity, AuthError> {
         let token =
             header.and_then(|h| h.strip_prefix("Bearer ")).map(str::trim).filter(|t| !t.is_empty()).ok_or_else(

@@ -64,8 +64,6 @@ pub struct GroupState {
 pub struct Maintained {
     /// Operations revoked (one tombstone each).
     pub revoked: Vec<Tombstone>,
-    /// Operations that lost their lease after starting DDL.
-    pub verifications: Vec<Verification>,
 }
 
 /// The deploy-lease service.
@@ -341,7 +339,7 @@ impl Service {
             let (slots, lapsed) = machine::sweep(&slots, generation, now);
             let mut verifications = machine::verifications_of(&revoked);
             verifications.extend(lapsed);
-            let answer = Ok(Maintained { revoked: revoked.clone(), verifications: verifications.clone() });
+            let answer = Ok(Maintained { revoked: revoked.clone() });
             Outcome { slots, new_tombstones: revoked, verifications, answer }
         })
         .await

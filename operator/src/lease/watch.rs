@@ -124,7 +124,8 @@ impl Watches {
     }
 
     /// Watches open now.
-    pub fn count(&self) -> usize {
+    #[cfg(test)]
+    fn count(&self) -> usize {
         self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner).0
     }
 }

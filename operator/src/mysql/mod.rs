@@ -16,6 +16,5 @@ pub mod grants;
 mod probe;
 pub mod statements;
 
-pub use bloodraven_core::gtid;
 pub use bloodraven_core::observation::{Flavor, ReplicationObservation, SemiSync, SiteObservation};
 pub use probe::{Credentials, ProbeError, ProbeTarget, classify, probe};

@@ -246,29 +246,6 @@ pub fn wait_for_position(flavor: Flavor) -> (&'static str, i64) {
     }
 }
 
-/// Positions a failover reads: (applied, received, own binlog).
-/// MariaDB: `gtid_slave_pos` (applied from a source), `Gtid_IO_Pos` of
-/// [`replica_status`] (received), `gtid_binlog_pos` (written here).
-/// MySQL: `gtid_executed` holds applied and written; received is
-/// `RECEIVED_TRANSACTION_SET` of `performance_schema.replication_connection_status`.
-pub fn positions(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::MariaDb => "SELECT @@gtid_slave_pos, @@gtid_binlog_pos, @@gtid_current_pos",
-        Flavor::MySql => {
-            "SELECT @@gtid_executed, (SELECT COALESCE(GROUP_CONCAT(RECEIVED_TRANSACTION_SET), '') \
-             FROM performance_schema.replication_connection_status), @@gtid_executed"
-        }
-    }
-}
-
-/// The replica status statement.
-pub fn replica_status(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::MariaDb => "SHOW SLAVE STATUS",
-        Flavor::MySql => "SHOW REPLICA STATUS",
-    }
-}
-
 /// Statements that stop replication and forget the source (promotion).
 pub fn stop_replication(flavor: Flavor) -> &'static [&'static str] {
     match flavor {
@@ -310,7 +287,7 @@ pub fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
     }
 }
 
-pub use bloodraven_core::observation::{replicate_hint, start_hint};
+pub use bloodraven_core::observation::start_hint;
 
 /// Statements that turn semi-synchronous replication on or off on a site,
 /// for its role (`primary`: wait for a replica's acknowledgement after the
@@ -367,6 +344,8 @@ mod tests {
         let old = unsupported(Flavor::MariaDb, "10.4.34-MariaDB").unwrap();
         assert!(old.contains("MariaDB 10.5.0 or later"), "{old}");
     }
+    use bloodraven_core::observation::replicate_hint;
+
     use super::*;
 
     #[test]
@@ -418,7 +397,6 @@ mod tests {
         assert_eq!(stop_replication(Flavor::MariaDb), ["STOP SLAVE", "RESET SLAVE ALL"]);
         assert_eq!(wait_for_position(Flavor::MariaDb).0, "SELECT MASTER_GTID_WAIT(?, ?)");
         assert_eq!(wait_for_position(Flavor::MySql).0, "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)");
-        assert_eq!(replica_status(Flavor::MySql), "SHOW REPLICA STATUS");
         assert!(read_only_bypass_accounts(Flavor::MySql, "8.4.3").is_none());
         let old = read_only_bypass_accounts(Flavor::MariaDb, "10.6.21-MariaDB-log").unwrap();
         assert!(old.contains("'SUPER'"), "{old}");

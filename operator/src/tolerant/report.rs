@@ -327,7 +327,6 @@ mod tests {
     fn bad(kind: Kind) -> Bad {
         Bad {
             key: Key { kind, namespace: None, name: "g".into() },
-            uid: Some("u".into()),
             generation: Some(3),
             reference: k8s_openapi::api::core::v1::ObjectReference::default(),
             error: DecodeError {

@@ -43,8 +43,6 @@ pub struct Key {
 pub struct Bad {
     /// Which object.
     pub key: Key,
-    /// `metadata.uid` (Events and the condition are about this incarnation).
-    pub uid: Option<String>,
     /// `metadata.generation`, for `observedGeneration`.
     pub generation: Option<i64>,
     /// Reference for Events.
@@ -106,7 +104,6 @@ fn bad_of(kind: Kind, obj: &DynamicObject, error: DecodeError) -> Bad {
         .unwrap_or_default();
     Bad {
         key: key_of(kind, obj),
-        uid: obj.metadata.uid.clone(),
         generation: obj.metadata.generation,
         reference: obj.object_ref(&kind.api_resource()),
         error,
