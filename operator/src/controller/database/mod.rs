@@ -12,15 +12,14 @@
 //! of same-named databases, and of its own `-primary` objects.
 
 mod primary;
+mod wakes;
 
-use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bloodraven_api::names::{OBSERVER_FIELD_MANAGER, RELEASE_INSTANCE_ANNOTATION, cached};
 use bloodraven_api::v1alpha1::{MysqlDatabase, MysqlFailoverGroup, reason};
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::jiff::Timestamp;
@@ -38,6 +37,7 @@ use super::{Ctx, Error, kube_err};
 use crate::authority::{self, Standing};
 use crate::tolerant::{Findings, ReadError};
 use primary::{Decided, Primary};
+use wakes::{changed_only, decision_fingerprint, metadata_fingerprint};
 
 const CONTROLLER: &str = "database";
 /// Re-check period, in case a group event was missed.
@@ -87,70 +87,6 @@ impl Shard {
 }
 
 type DbCtx = Arc<DbContext>;
-
-/// Passes on, from a watch of objects `K`, each object whose
-/// `fingerprint` differs from the last one seen of that name (and every
-/// deletion); `Init`/`InitDone` and unchanged objects are dropped.
-fn changed_only<K, S>(events: S, fingerprint: fn(&K) -> u64) -> impl Stream<Item = Result<K, watcher::Error>> + Send
-where
-    K: Resource + Send + 'static,
-    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
-{
-    let mut seen: HashMap<String, u64> = HashMap::new();
-    events.filter_map(move |event| {
-        let out = match event {
-            Ok(watcher::Event::Apply(k) | watcher::Event::InitApply(k)) => {
-                let fp = fingerprint(&k);
-                (seen.insert(k.meta().name.clone().unwrap_or_default(), fp) != Some(fp)).then_some(Ok(k))
-            }
-            Ok(watcher::Event::Delete(k)) => {
-                seen.remove(k.meta().name.as_deref().unwrap_or_default());
-                Some(Ok(k))
-            }
-            Ok(watcher::Event::Init | watcher::Event::InitDone) => None,
-            Err(err) => Some(Err(err)),
-        };
-        std::future::ready(out)
-    })
-}
-
-fn hash_of(value: impl Hash) -> u64 {
-    let mut h = DefaultHasher::new();
-    value.hash(&mut h);
-    h.finish()
-}
-
-/// What of a group's metadata a database depends on: the incarnation, the
-/// spec (sites, allowed namespaces; also how a group that no longer
-/// decodes shows itself), the labels (`--group-selector` shards), the
-/// annotations and the deletion.
-fn metadata_fingerprint(group: &PartialObjectMeta<MysqlFailoverGroup>) -> u64 {
-    let m = &group.metadata;
-    hash_of((
-        &m.uid,
-        m.generation,
-        &m.labels,
-        &m.annotations,
-        m.deletion_timestamp.as_ref().map(|t| t.0.as_millisecond()),
-    ))
-}
-
-/// What of a group's status a database depends on: the decision (active
-/// site, topology generation), the instance claims, and what the last probe
-/// found of the active site (writable, at which endpoint, which server: the
-/// `-primary` Service follows a spec endpoint once it is confirmed there;
-/// found by an attack: without it, the confirmation waited for the 60 s
-/// re-check). Other sites' health, conditions and probe times are not in it.
-fn decision_fingerprint(group: &MysqlFailoverGroup) -> u64 {
-    let status = group.status.clone().unwrap_or_default();
-    let claims: Vec<(String, String)> = status.instance_claims.into_iter().map(|c| (c.instance, c.namespace)).collect();
-    let active = status
-        .health
-        .iter()
-        .find(|h| Some(&h.site) == status.active_site.as_ref())
-        .map(|h| (h.writable, h.answered_endpoint.clone(), h.server_id));
-    hash_of((&group.metadata.uid, status.active_site, status.topology_generation, claims, active))
-}
 
 /// The MysqlDatabase a `-primary` object belongs to: the one its
 /// `primary-of` label names in its namespace, else its controller
@@ -602,19 +538,4 @@ async fn reconcile(db: Arc<MysqlDatabase>, dctx: DbCtx) -> Result<Action, Error>
 }
 
 #[cfg(test)]
-mod tests {
-    use kube::runtime::events::EventType;
-
-    use super::*;
-
-    #[test]
-    fn a_promotion_moment_is_a_normal_event_and_a_conflict_a_warning() {
-        let condition = primary::desired::CONDITION;
-        let moment = Computed::flag(condition, false, reason::ACTIVE_SITE_NOT_WRITABLE, "m");
-        assert_eq!(event_for(&[], &moment, false).map(|e| e.type_), Some(EventType::Normal));
-        let conflict = Computed::flag(condition, false, reason::PRIMARY_SERVICE_CONFLICT, "m");
-        assert_eq!(event_for(&[], &conflict, false).map(|e| e.type_), Some(EventType::Warning));
-        let none = Computed::flag(condition, false, reason::NO_ACTIVE_SITE, "m");
-        assert!(event_for(&[], &none, false).is_none());
-    }
-}
+mod tests;
