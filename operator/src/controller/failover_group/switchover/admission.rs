@@ -1,0 +1,195 @@
+//! Admission of a request: the failover-hold that defers it (each lease
+//! call bounded by the probe timeout), the accounts that bypass read-only,
+//! and whether the target is ready (reachable, replicating, caught up, no
+//! errant GTIDs).
+
+use super::Step;
+use crate::controller::Context;
+use crate::controller::Error;
+use crate::controller::LeaseError;
+use crate::controller::failover_group::assess::SiteProbe;
+use crate::controller::failover_group::publish;
+use crate::mysql::Flavor;
+use crate::mysql::ProbeTarget;
+use crate::mysql::SiteObservation;
+use crate::mysql::actions;
+use bloodraven_api::v1alpha1::MysqlFailoverGroup;
+use bloodraven_api::v1alpha1::MysqlFailoverGroupSpec;
+use bloodraven_api::v1alpha1::PlannedFailoverStatus;
+use bloodraven_api::v1alpha1::reason;
+use bloodraven_core::gtid::MariaDbPosition;
+use bloodraven_core::gtid::MySqlGtidSet;
+use bloodraven_core::lease::machine::Grant;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::runtime::events::EventType;
+use std::time::Duration;
+
+/// The admission check: the live failover-hold that defers the request;
+/// `None` admits (and fences the hold slot).
+pub(super) async fn admit(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &PlannedFailoverStatus,
+) -> Result<Option<Grant>, Error> {
+    let Some(service) = ctx.deploy.as_ref() else { return Ok(None) };
+    let marker = format!("{}@{}", state.request_id, Timestamp::now());
+    bounded(group, "admit the planned failover", service.admit(&group.name_any(), &marker)).await
+}
+
+/// A deploy-lease call of the drive, bounded by the group's probe timeout:
+/// the drive runs before the safety paths in a reconcile, and a slow lease
+/// store must not delay an emergency failover (an error here ends the
+/// drive, and the reconcile goes on to the safety paths).
+pub(super) async fn bounded<T>(
+    group: &MysqlFailoverGroup,
+    action: &'static str,
+    call: impl std::future::Future<Output = Result<T, crate::lease::service::ServiceError>>,
+) -> Result<T, Error> {
+    let bound = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
+    let answer = match tokio::time::timeout(bound, call).await {
+        Ok(answer) => answer.map_err(LeaseError::from),
+        Err(_) => Err(LeaseError::Timeout { seconds: bound.as_secs() }),
+    };
+    answer.map_err(Error::leases(action))
+}
+
+/// Reports accounts that can write through `read_only` on `site` (MariaDB
+/// `READ_ONLY ADMIN`, or `SUPER` before 10.11; themselves, through roles or
+/// `PUBLIC`) other than the exact one the operator is connected as, right
+/// before the fence: a Warning Event, and a fresh check for the
+/// `ReadOnlyBypassAccounts` condition. The fence ends their sessions anyway.
+pub(super) async fn report_bypass(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    site: &str,
+    target: &ProbeTarget,
+    creds: &crate::mysql::Credentials,
+    step: &Step,
+) {
+    let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
+    match actions::read_only_bypass(target, creds, step.flavor, &step.version, timeout).await {
+        Ok(found) => {
+            ctx.bypass.store(&group.uid().unwrap_or_default(), site, found.clone());
+            if found.accounts.is_empty() {
+                return;
+            }
+            let shown: Vec<String> =
+                found.accounts.iter().take(10).map(|a| bloodraven_serving::log::escape(a, 80)).collect();
+            publish(
+                ctx,
+                group,
+                EventType::Warning,
+                reason::READ_ONLY_ADMIN_ACCOUNTS,
+                format!(
+                    "on site {site}, {} can write through read_only (READ_ONLY ADMIN, or SUPER before MariaDB 10.11); the fence ends their sessions, but application and migration accounts should not hold these privileges",
+                    shown.join(", ")
+                ),
+                "Fence",
+                None,
+            )
+            .await;
+        }
+        Err(err) => {
+            tracing::debug!(site, error = %crate::mysql::classify(&err).1, "could not list read_only bypass accounts");
+        }
+    }
+}
+
+/// Whether `target` may be promoted by a planned failover: what the replica
+/// check found of it (errant transactions, a stall) refuses it before
+/// anything this probe shows, since both come from rounds a single probe
+/// cannot replace; then [`target_readiness`].
+pub(super) fn admissible(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    source: &str,
+    source_obs: Option<&SiteObservation>,
+    target: &str,
+    probes: &[SiteProbe],
+) -> Result<(), String> {
+    if let Some(problem) = crate::controller::failover_group::replicas::known_problem(ctx, group, target) {
+        return Err(problem);
+    }
+    target_readiness(&group.spec, source, source_obs, target, probes)
+}
+
+/// Whether `target` is ready to be promoted from `source`, by this probe alone:
+/// reachable, replicating from the source (by `server_id`) with both
+/// threads, lag ≤ `maxLagSeconds`, and no transaction the source lacks
+/// (errant GTIDs). `Err` says what to fix.
+pub fn target_readiness(
+    spec: &MysqlFailoverGroupSpec,
+    source: &str,
+    source_obs: Option<&SiteObservation>,
+    target: &str,
+    probes: &[SiteProbe],
+) -> Result<(), String> {
+    let probe = probes.iter().find(|p| p.site == target).ok_or_else(|| format!("{target} was not probed"))?;
+    let obs = probe.outcome.as_ref().map_err(|f| format!("{target} is unreachable: {}", f.message))?;
+    let src = source_obs.ok_or_else(|| format!("the active site {source} is unreachable"))?;
+    let Some(r) = &obs.replication else {
+        return Err(format!("{target} has no replication configured; make it a replica of {source}"));
+    };
+    if !r.running() {
+        return Err(format!(
+            "{target} replication is not running (IO thread: {}, SQL thread: {}); start it ({}) and fix its errors",
+            r.io_running,
+            r.sql_running,
+            crate::mysql::statements::start_hint(obs.flavor)
+        ));
+    }
+    if r.source_server_id != Some(src.server_id) {
+        return Err(format!("{target} does not replicate from {source} (server_id {})", src.server_id));
+    }
+    match r.lag_seconds {
+        Some(lag) if lag > u64::from(spec.failover.max_lag_seconds) => {
+            return Err(format!(
+                "{target} is {lag}s behind, more than maxLagSeconds ({}s); wait for it to catch up",
+                spec.failover.max_lag_seconds
+            ));
+        }
+        None => return Err(format!("{target} reports no replication lag (NULL); wait until it is replicating")),
+        Some(_) => {}
+    }
+    if let Some(errant) = errant(obs.flavor, &obs.gtid_position, &src.gtid_position, src.server_id, &src.server_uuid)? {
+        return Err(format!(
+            "{target} has transactions {source} lacks (errant GTIDs: {errant}); remove them or rebuild {target} from {source}"
+        ));
+    }
+    Ok(())
+}
+
+/// Transactions `have` (a replica) has that `base` (its source, server
+/// `base_server_id`, `base_uuid` on MySQL) lacks (`None`: none), less those
+/// the source wrote itself: the two positions are read at slightly
+/// different moments, so a replica can be ahead of a busy source's snapshot
+/// with the source's own transactions, which are not errant. MariaDB: per
+/// domain, a last GTID past `base`'s whose server is not the source.
+/// MySQL: `have − base`, without the source's UUID (found by the failover
+/// benchmark: a switchover back under write load was refused for the
+/// source's own newest transaction).
+pub fn errant(
+    flavor: Flavor,
+    have: &str,
+    base: &str,
+    base_server_id: u32,
+    base_uuid: &str,
+) -> Result<Option<String>, String> {
+    match flavor {
+        Flavor::MariaDb => {
+            let have = MariaDbPosition::parse(have).map_err(|e| e.to_string())?;
+            let base = MariaDbPosition::parse(base).map_err(|e| e.to_string())?;
+            let mut beyond = have.beyond(&base);
+            beyond.0.retain(|_, (server, _)| *server != base_server_id);
+            Ok((!beyond.is_empty()).then(|| beyond.to_string()))
+        }
+        Flavor::MySql => {
+            let have = MySqlGtidSet::parse(have).map_err(|e| e.to_string())?;
+            let base = MySqlGtidSet::parse(base).map_err(|e| e.to_string())?;
+            let mut extra = have.minus(&base);
+            extra.0.retain(|uuid, _| !uuid.eq_ignore_ascii_case(base_uuid));
+            Ok((!extra.is_empty()).then(|| extra.to_string()))
+        }
+    }
+}

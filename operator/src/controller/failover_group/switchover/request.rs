@@ -1,0 +1,328 @@
+//! A request's bookkeeping: taking it up (its id recorded first, a reused
+//! id reported), the admission written to the decision record before the
+//! drain, each phase written to `status.plannedFailover`.
+
+use super::MAX_HISTORY;
+use crate::controller::Context;
+use crate::controller::Error;
+use crate::controller::failover_group::publish;
+use crate::controller::failover_group::record;
+use crate::controller::kube_err;
+use bloodraven_api::names::ENGINE_FIELD_MANAGER;
+use bloodraven_api::v1alpha1::IgnoredRequest;
+use bloodraven_api::v1alpha1::MysqlFailoverGroup;
+use bloodraven_api::v1alpha1::PhaseTransition;
+use bloodraven_api::v1alpha1::PlannedFailoverAdmission;
+use bloodraven_api::v1alpha1::PlannedFailoverStatus;
+use bloodraven_api::v1alpha1::reason;
+use bloodraven_core::failover::planned::Phase;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::ResourceExt;
+use kube::api::Patch;
+use kube::api::PatchParams;
+use kube::runtime::events::EventType;
+use serde_json::json;
+
+/// Takes up the request to drive: the one in a non-final phase, or a new
+/// `spec.plannedFailover` (its id recorded first, so it is never run twice;
+/// a target that is already active completes at once, one not in
+/// `spec.sites` fails). `Err(group)`: nothing to drive.
+pub(super) async fn take_up(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: MysqlFailoverGroup,
+) -> Result<Result<(MysqlFailoverGroup, PlannedFailoverStatus), MysqlFailoverGroup>, Error> {
+    let current = group.status.as_ref().and_then(|s| s.planned_failover.clone());
+    let mut state = match current {
+        Some(st) if Phase::parse(&st.phase).is_some_and(|p| !p.is_final()) => st,
+        _ => {
+            let Some(request) = group.spec.planned_failover.clone() else { return Ok(Err(group)) };
+            if let Some(st) = current.as_ref().filter(|st| st.request_id == request.request_id) {
+                if st.target_site == request.target_site {
+                    // The request status answers: done.
+                    return Ok(Err(group));
+                }
+                let why = format!(
+                    "it was taken up before, for target {} (phase {})",
+                    st.target_site,
+                    if st.phase.is_empty() { "unknown" } else { st.phase.as_str() }
+                );
+                return ignore_reused(ctx, group, &request, &why).await.map(Err);
+            }
+            let Some((active, generation)) = group.decided().map(|(s, g)| (s.to_owned(), g)) else {
+                return Ok(Err(group));
+            };
+            let Some(rec) = ctx.records.read(records, &group.name_any()).await? else { return Ok(Err(group)) };
+            if rec.requests.contains(&request.request_id) {
+                // Taken up before (status may have been wiped since): never again.
+                let why = "the decision record lists it among the requests already taken up";
+                return ignore_reused(ctx, group, &request, why).await.map(Err);
+            }
+            if rec.tampered.is_some() || rec.active_site != active || rec.generation != generation {
+                // resolve() reports it; nothing starts on a record that does not agree.
+                return Ok(Err(group));
+            }
+            // Status first (Pending); the id goes into the record when the
+            // request leaves Pending, before anything is done to a site.
+            PlannedFailoverStatus {
+                request_id: request.request_id,
+                target_site: request.target_site,
+                phase: String::new(),
+                source_site: Some(active),
+                source_generation: Some(generation),
+                ..PlannedFailoverStatus::default()
+            }
+        }
+    };
+    let mut group = group;
+    if state.phase.is_empty() {
+        let already = state.source_site.as_deref() == Some(state.target_site.as_str());
+        let (phase, message) = if already {
+            (Phase::Completed, Some(format!("{} is already the active site; nothing to do", state.target_site)))
+        } else if group.site(&state.target_site).is_none() {
+            (Phase::Failed, Some(format!("target {} is not one of spec.sites", state.target_site)))
+        } else {
+            (Phase::Pending, None)
+        };
+        group = enter(ctx, &group, &mut state, phase, message, None).await?;
+        if phase.is_final() {
+            return Ok(Err(group));
+        }
+    }
+    Ok(Ok((group, state)))
+}
+
+/// Reports `request`, whose id was taken up before (`why`), as ignored:
+/// `status.ignoredPlannedFailover` and one Warning Event, once per id and
+/// target; a request runs once, so the person who reused the id learns to
+/// write a new one instead of waiting for a failover that never comes.
+pub(super) async fn ignore_reused(
+    ctx: &Context,
+    group: MysqlFailoverGroup,
+    request: &bloodraven_api::v1alpha1::PlannedFailoverRequest,
+    why: &str,
+) -> Result<MysqlFailoverGroup, Error> {
+    let ignored = IgnoredRequest {
+        request_id: request.request_id.clone(),
+        target_site: request.target_site.clone(),
+        reason: reason::REQUEST_ID_REUSED.to_owned(),
+        message: format!(
+            "spec.plannedFailover.requestId {} was not taken up: {why}, and a request runs once; to ask for a planned failover to {}, write a new requestId",
+            request.request_id, request.target_site
+        ),
+    };
+    let stored = group.status.as_ref().and_then(|s| s.ignored_planned_failover.as_ref());
+    if stored == Some(&ignored) || !ctx.leadership.is_leader() {
+        return Ok(group);
+    }
+    tracing::warn!(group = %group.name_any(), request_id = %request.request_id, target = %request.target_site, "planned failover request id reused; not taken up");
+    let patch = json!({ "status": { "ignoredPlannedFailover": &ignored } });
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    let params = PatchParams { field_manager: Some(ENGINE_FIELD_MANAGER.into()), ..PatchParams::default() };
+    let written = api
+        .patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("report an ignored planned failover request for"))?;
+    publish(ctx, &written, EventType::Warning, reason::REQUEST_ID_REUSED, ignored.message, "TakeUpRequest", None).await;
+    Ok(written)
+}
+
+/// The record's word for an admitted request.
+pub(super) fn admission_of(state: &PlannedFailoverStatus) -> String {
+    format!("{} {} {}", state.request_id, state.target_site, state.source_site.as_deref().unwrap_or(""))
+}
+
+/// Records that `state`'s request was admitted (decision record,
+/// compare-and-swap), before its drain.
+pub(super) async fn remember_admission(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: &MysqlFailoverGroup,
+    state: &PlannedFailoverStatus,
+) -> Result<(), Error> {
+    let Some(rec) = ctx.records.read(records, &group.name_any()).await? else {
+        return Err(Error::Site {
+            action: "record the admission for",
+            site: String::new(),
+            message: "no decision record".into(),
+        });
+    };
+    let admitted = admission_of(state);
+    if rec.admitted.as_deref() == Some(admitted.as_str()) {
+        return Ok(());
+    }
+    if rec.tampered.is_some() || state.source_site.as_deref() != Some(rec.active_site.as_str()) {
+        return Err(Error::Site {
+            action: "admit a planned failover for",
+            site: state.target_site.clone(),
+            message: "the decision record does not show the request's source as active".into(),
+        });
+    }
+    let mut extra = rec.extra();
+    extra.admitted = Some(admitted);
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    let uid = group.metadata.uid.clone().unwrap_or_default();
+    ctx.records.write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec)).await?;
+    Ok(())
+}
+
+/// Why the operator will not act on the request `state` shows, if so:
+/// before its drain it must be what `spec.plannedFailover` asks (else it was
+/// cancelled, or never asked); from the drain on, the decision record must
+/// name it as admitted (else status was written by someone else).
+pub(super) fn not_ours(
+    group: &MysqlFailoverGroup,
+    rec: Option<&record::Record>,
+    state: &PlannedFailoverStatus,
+) -> Option<String> {
+    let phase = Phase::parse(&state.phase)?;
+    match phase {
+        Phase::Pending | Phase::Admitting | Phase::Deferred => {
+            let asked = group.spec.planned_failover.as_ref();
+            (asked.map(|r| (r.request_id.as_str(), r.target_site.as_str()))
+                != Some((state.request_id.as_str(), state.target_site.as_str())))
+            .then(|| "cancelled: spec.plannedFailover no longer asks for it".to_owned())
+        }
+        Phase::Draining | Phase::Promoting | Phase::Repointing => {
+            let admitted = rec.and_then(|r| r.admitted.as_deref());
+            (admitted != Some(admission_of(state).as_str())).then(|| {
+                format!(
+                    "status showed request {} in phase {} but the operator never admitted it (status is written by the operator only); nothing was done",
+                    state.request_id,
+                    phase.as_str()
+                )
+            })
+        }
+        Phase::Completed | Phase::Failed => None,
+    }
+}
+
+/// Records that `request_id` was taken up (decision record, compare-and-swap),
+/// so neither a repeat of it nor a wiped status ever runs it again.
+pub(super) async fn remember_request(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: &MysqlFailoverGroup,
+    request_id: &str,
+) -> Result<(), Error> {
+    let Some(rec) = ctx.records.read(records, &group.name_any()).await? else {
+        return Err(Error::Site {
+            action: "record the request for",
+            site: String::new(),
+            message: "no decision record".into(),
+        });
+    };
+    if rec.requests.iter().any(|r| r == request_id) {
+        return Ok(());
+    }
+    let mut extra = rec.extra();
+    extra.requests.push(request_id.to_owned());
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    let uid = group.metadata.uid.clone().unwrap_or_default();
+    ctx.records.write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec)).await?;
+    Ok(())
+}
+
+/// Enters `phase`: history, Event, status (one write).
+pub(super) async fn enter(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &mut PlannedFailoverStatus,
+    phase: Phase,
+    message: Option<String>,
+    admission: Option<PlannedFailoverAdmission>,
+) -> Result<MysqlFailoverGroup, Error> {
+    if phase != Phase::Draining {
+        ctx.drains.forget(group.metadata.uid.as_deref().unwrap_or_default(), &state.request_id);
+    }
+    phase.as_str().clone_into(&mut state.phase);
+    state.message.clone_from(&message);
+    state.admission = admission;
+    state.history.push(PhaseTransition {
+        phase: state.phase.clone(),
+        time: Time(Timestamp::now()),
+        message: message.clone(),
+    });
+    if state.history.len() > MAX_HISTORY {
+        // Keep the first entry (when it started) and the latest ones.
+        let excess = state.history.len() - MAX_HISTORY;
+        state.history.drain(1..=excess);
+    }
+    let written = write_state(ctx, group, state).await?;
+    crate::failpoint::hit(&format!("planned-entered-{}", phase.as_str()));
+    let type_ = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
+    // A phase entered again (Admitting after Deferred) is a transition of
+    // its own: its count keeps the note, and so the Event, its own.
+    let times = state.history.iter().filter(|h| h.phase == state.phase).count();
+    let again = if times > 1 { format!(" (again: time {times})") } else { String::new() };
+    let note = format!(
+        "planned failover {} to {}: {}{again}{}",
+        state.request_id,
+        state.target_site,
+        phase.as_str(),
+        message.map(|m| format!(": {m}")).unwrap_or_default()
+    );
+    publish(ctx, &written, type_, &format!("PlannedFailover{}", phase.as_str()), note, "PlannedFailover", None).await;
+    Ok(written)
+}
+
+/// `state` as a merge patch over `stored`: every field `stored` has and
+/// `state` leaves out (an `Option` that is `None` is not serialized) is
+/// written as null, at any depth, so the stored request is replaced whole.
+/// Found on the playground: a new request showed the previous request's
+/// deferral (`admission`) and message beside its own history.
+pub(super) fn replacing(stored: Option<&PlannedFailoverStatus>, state: &PlannedFailoverStatus) -> serde_json::Value {
+    fn nulls(new: &mut serde_json::Value, old: &serde_json::Value) {
+        let (Some(new), Some(old)) = (new.as_object_mut(), old.as_object()) else { return };
+        for (key, was) in old {
+            match new.get_mut(key) {
+                Some(now) => nulls(now, was),
+                None => {
+                    new.insert(key.clone(), serde_json::Value::Null);
+                }
+            }
+        }
+    }
+    let mut new = serde_json::to_value(state).unwrap_or(serde_json::Value::Null);
+    if let Some(stored) = stored {
+        nulls(&mut new, &serde_json::to_value(stored).unwrap_or(serde_json::Value::Null));
+    }
+    new
+}
+
+/// Writes `status.plannedFailover` (and, while it runs, `stable: false`,
+/// `unstableReason: OperationInProgress`, so the deploy API answers `423`
+/// at once) with the resourceVersion of `group`.
+pub(super) async fn write_state(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &PlannedFailoverStatus,
+) -> Result<MysqlFailoverGroup, Error> {
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    let running = Phase::parse(&state.phase).is_some_and(|p| !p.is_final());
+    let stored = group.status.as_ref().and_then(|s| s.planned_failover.as_ref());
+    let mut status = json!({ "plannedFailover": replacing(stored, state) });
+    if group.status.as_ref().is_some_and(|s| s.ignored_planned_failover.is_some()) {
+        // A request was taken up: the report of an ignored one is over.
+        status["ignoredPlannedFailover"] = serde_json::Value::Null;
+    }
+    if running {
+        status["stable"] = json!(false);
+        status["unstableReason"] = json!(reason::OPERATION_IN_PROGRESS);
+    }
+    let patch = json!({ "metadata": { "resourceVersion": group.resource_version() }, "status": status });
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    let params = PatchParams { field_manager: Some(ENGINE_FIELD_MANAGER.into()), ..PatchParams::default() };
+    api.patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("write the planned failover's progress"))
+}
