@@ -146,13 +146,15 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         authority,
         leases: lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)).watch_verifications(),
         tolerant,
-        missed: controller::failover_group::emergency::Missed::default(),
-        replicas: controller::failover_group::replicas::Replicas::default(),
-        drains: controller::failover_group::switchover::DrainsSeen::default(),
-        bypass: controller::failover_group::bypass::Checks::default(),
-        status_heartbeat: std::time::Duration::from_secs(config.status_heartbeat_seconds),
-        credentials: controller::failover_group::credentials::Cache::start(&client, &credentials_namespace),
-        records,
+        groups: controller::failover_group::State {
+            missed: controller::failover_group::emergency::Missed::default(),
+            replicas: controller::failover_group::replicas::Replicas::default(),
+            drains: controller::failover_group::switchover::DrainsSeen::default(),
+            bypass: controller::failover_group::bypass::Checks::default(),
+            status_heartbeat: std::time::Duration::from_secs(config.status_heartbeat_seconds),
+            credentials: controller::failover_group::credentials::Cache::start(&client, &credentials_namespace),
+            records,
+        },
         credentials_namespace,
     });
     tokio::spawn(controller::failover_group::cleanup::sweep_while_leading(ctx.clone()));

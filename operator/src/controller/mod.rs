@@ -12,7 +12,8 @@ use kube::Client;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 
-/// What every reconcile gets.
+/// What every reconcile gets: the handles both controllers share, and
+/// the failover-group controller's own state ([`failover_group::State`]).
 #[derive(Clone)]
 pub struct Context {
     /// API client, authenticated as the operator's ServiceAccount.
@@ -36,23 +37,8 @@ pub struct Context {
     pub leases: crate::lease::store::Store,
     /// The tolerant reader of Bloodraven's custom resources (watches and gets).
     pub tolerant: crate::tolerant::Tolerant,
-    /// Consecutive failed probes of each group's active site (emergency failover).
-    pub missed: failover_group::emergency::Missed,
-    /// Each group's replicas' progress (stalls), by the replica check.
-    pub replicas: failover_group::replicas::Replicas,
-    /// When this process first saw each planned failover draining (caps a
-    /// `Draining` time in status that lies in the future).
-    pub drains: failover_group::switchover::DrainsSeen,
-    /// The last read-only bypass check of each site (`ReadOnlyBypassAccounts`).
-    pub bypass: failover_group::bypass::Checks,
-    /// Longest time an unchanged group status goes unwritten: its
-    /// `health[].lastProbeTime` is refreshed at least this often
-    /// (`--status-heartbeat-seconds`).
-    pub status_heartbeat: std::time::Duration,
-    /// Site credentials, read through a watch of the credentials namespace.
-    pub credentials: failover_group::credentials::Cache,
-    /// The decision records, read through a watch of the operator's namespace.
-    pub records: failover_group::record::Records,
+    /// What the failover-group controller keeps between rounds.
+    pub groups: failover_group::State,
 }
 
 impl std::fmt::Debug for Context {

@@ -69,7 +69,7 @@ pub async fn condition(ctx: &Context, group: &MysqlFailoverGroup, probes: &[Site
     let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
     let mut seen = Vec::with_capacity(group.spec.sites.len());
     for site in &group.spec.sites {
-        let last = ctx.bypass.get(&uid, &site.name);
+        let last = ctx.groups.bypass.get(&uid, &site.name);
         let observed = probes.iter().find(|p| p.site == site.name).and_then(|p| p.outcome.as_ref().ok());
         let found = match (last, observed) {
             (Some((at, found)), _) if at.elapsed() < RECHECK => Some(found),
@@ -83,7 +83,7 @@ pub async fn condition(ctx: &Context, group: &MysqlFailoverGroup, probes: &[Site
                 };
                 match checked {
                     Ok(found) => {
-                        ctx.bypass.store(&uid, &site.name, found.clone());
+                        ctx.groups.bypass.store(&uid, &site.name, found.clone());
                         Some(found)
                     }
                     Err(message) => {

@@ -124,12 +124,12 @@ pub async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
     }
     ctx.leases.forget_group(&name).await.map_err(|e| Error::leases("delete the group's deploy leases")(e.into()))?;
     if let Some(uid) = group.meta().uid.as_deref() {
-        ctx.bypass.forget(uid);
-        ctx.missed.forget(uid);
-        ctx.replicas.forget(uid);
+        ctx.groups.bypass.forget(uid);
+        ctx.groups.missed.forget(uid);
+        ctx.groups.replicas.forget(uid);
     }
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    ctx.records.delete(&records, &name).await;
+    ctx.groups.records.delete(&records, &name).await;
     tracing::info!(group = %name, "group deleted: its deploy leases, tombstones, verification records and decision record are gone");
     patch_finalizers(ctx, group, false).await.map(drop)
 }
@@ -179,7 +179,7 @@ async fn finalize_unreadable(
         return Ok(());
     }
     ctx.leases.forget_group(name).await.map_err(|e| Error::leases("delete the group's deploy leases")(e.into()))?;
-    ctx.records.delete(records, name).await;
+    ctx.groups.records.delete(records, name).await;
     let patch =
         finalizer_patch(group, false).map_err(|source| Error::Patch { action: "remove the finalizer", source })?;
     let api: Api<PartialObjectMeta<MysqlFailoverGroup>> = Api::all(ctx.client.clone());

@@ -88,7 +88,7 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
     let (site, generation) = (status.active_site.as_deref(), status.topology_generation);
     let in_spec = |s: &str| group.spec.sites.iter().any(|x| x.name == s);
     let running = switchover_running(group);
-    let record = ctx.records.read_settled(records, &name, &uid, (site, generation), running).await?;
+    let record = ctx.groups.records.read_settled(records, &name, &uid, (site, generation), running).await?;
     match record {
         Some(r) if r.group_uid == uid && r.tampered.is_some() => Ok(Resolution::Conflict(format!(
             "the decision record {} was edited by hand ({}); bloodraven will not fail this group over until a person resolves it: see docs/runbook.md, DecisionConflict",
@@ -100,12 +100,12 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
             record::record_name(&name),
             r.generation
         ))),
-        Some(r) if r.group_uid == uid && ctx.records.high_water(&uid).is_some_and(|hw| r.generation < hw) => {
+        Some(r) if r.group_uid == uid && ctx.groups.records.high_water(&uid).is_some_and(|hw| r.generation < hw) => {
             Ok(Resolution::Conflict(format!(
                 "the decision record {} shows topologyGeneration {}, but this operator has seen generation {} decided: an older record was put back (replayed, or restored from a backup); bloodraven will not move the generation backwards: see docs/runbook.md, DecisionConflict",
                 record::record_name(&name),
                 r.generation,
-                ctx.records.high_water(&uid).unwrap_or_default()
+                ctx.groups.records.high_water(&uid).unwrap_or_default()
             )))
         }
         Some(r) if r.group_uid == uid => {
@@ -116,7 +116,7 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
                 )));
             }
             if site == Some(r.active_site.as_str()) && generation == Some(r.generation) {
-                ctx.records.note_decided(&uid, r.generation);
+                ctx.groups.records.note_decided(&uid, r.generation);
                 return Ok(Resolution::At { site: r.active_site, generation: r.generation, restored_from: None });
             }
             write_status(ctx, group, &r.active_site, r.generation, None).await?;
@@ -129,7 +129,7 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
         stale => match (site, generation) {
             (None, None) => Ok(Resolution::Undecided { stale }),
             (Some(s), Some(g)) if in_spec(s) && g >= 1 => {
-                ctx.records.write(records, &name, &uid, s, g, &record::Extra::default(), stale.as_ref()).await?;
+                ctx.groups.records.write(records, &name, &uid, s, g, &record::Extra::default(), stale.as_ref()).await?;
                 tracing::info!(group = %name, site = s, generation = g, "decision record created from status");
                 Ok(Resolution::At { site: s.to_owned(), generation: g, restored_from: None })
             }
@@ -156,7 +156,7 @@ pub async fn bootstrap(
         return Ok(());
     }
     let uid = group.meta().uid.clone().unwrap_or_default();
-    ctx.records.write(records, &group.name_any(), &uid, site, 1, &record::Extra::default(), stale).await?;
+    ctx.groups.records.write(records, &group.name_any(), &uid, site, 1, &record::Extra::default(), stale).await?;
     write_status(ctx, group, site, 1, None).await.map(drop)
 }
 
@@ -179,7 +179,7 @@ pub async fn decide(
     }
     let uid = group.meta().uid.clone().unwrap_or_default();
     let generation = previous.generation + 1;
-    ctx.records.write(records, &group.name_any(), &uid, site, generation, extra, Some(previous)).await?;
+    ctx.groups.records.write(records, &group.name_any(), &uid, site, generation, extra, Some(previous)).await?;
     crate::failpoint::hit("decide-after-record");
     write_status(ctx, group, site, generation, emergency).await
 }

@@ -157,13 +157,13 @@ pub async fn check(
     let uid = group.meta().uid.clone().unwrap_or_default();
     let active_probe = probes.iter().find(|p| p.site == active);
     if let Some(blocked) = endpoint_unconfirmed(group, active, active_probe) {
-        ctx.missed.forget(&uid);
+        ctx.groups.missed.forget(&uid);
         return Ok(Outcome { decided: None, blocked: Some(blocked) });
     }
     if let Some(Ok(obs)) = active_probe.map(|p| &p.outcome) {
-        ctx.missed.saw(&uid, active, &obs.gtid_position);
+        ctx.groups.missed.saw(&uid, active, &obs.gtid_position);
     }
-    let missed = ctx.missed.count(&uid, alive(active_probe));
+    let missed = ctx.groups.missed.count(&uid, alive(active_probe));
     if missed == 0 {
         return Ok(Outcome::default());
     }
@@ -259,7 +259,7 @@ async fn decide(
 ) -> Result<Outcome, Error> {
     let (active, site, loss) = (p.active, p.site, p.loss);
     let uid = group.meta().uid.clone().unwrap_or_default();
-    let Some(rec) = ctx.records.read(records, &group.name_any()).await? else {
+    let Some(rec) = ctx.groups.records.read(records, &group.name_any()).await? else {
         return Ok(Outcome::default());
     };
     if rec.tampered.is_some() || rec.active_site != active || rec.pending.is_some() {
@@ -282,7 +282,7 @@ async fn decide(
     };
     let decided = decision::decide(ctx, records, group, &rec, site, &extra, Some(&facts)).await?;
     crate::failpoint::hit("emergency-after-decide");
-    ctx.missed.forget(&uid);
+    ctx.groups.missed.forget(&uid);
     tracing::warn!(group = %group.name_any(), site = %site, generation, missed = p.missed, abandoned = facts.abandoned_transactions, "emergency failover decided");
     publish(
         ctx,
@@ -328,7 +328,7 @@ impl Loss {
         standby: Option<&SiteProbe>,
         standby_position: &str,
     ) -> Loss {
-        let primary_last_seen = ctx.missed.last_seen(uid, active).or_else(|| {
+        let primary_last_seen = ctx.groups.missed.last_seen(uid, active).or_else(|| {
             let health = group.status.as_ref()?.health.iter().find(|h| h.site == active)?;
             health.gtid_position.clone().filter(|p| !p.is_empty())
         });
@@ -418,7 +418,10 @@ pub async fn recover(
     if !ctx.leadership.is_leader() {
         return Err(Error::NotLeader);
     }
-    ctx.records.write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(rec)).await?;
+    ctx.groups
+        .records
+        .write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(rec))
+        .await?;
     Ok(None)
 }
 

@@ -52,6 +52,29 @@ pub(crate) use self::report::{endpoint_of, publish};
 use super::conditions::Computed;
 use super::{Context, Ctx, Error, kube_err};
 
+/// What the failover-group controller keeps between rounds, for every
+/// group it runs: held by the operator's [`Context`], one per process.
+#[derive(Clone)]
+pub struct State {
+    /// Consecutive failed probes of each group's active site (emergency failover).
+    pub missed: emergency::Missed,
+    /// Each group's replicas' progress (stalls), by the replica check.
+    pub replicas: replicas::Replicas,
+    /// When this process first saw each planned failover draining (caps a
+    /// `Draining` time in status that lies in the future).
+    pub drains: switchover::DrainsSeen,
+    /// The last read-only bypass check of each site (`ReadOnlyBypassAccounts`).
+    pub bypass: bypass::Checks,
+    /// Longest time an unchanged group status goes unwritten: its
+    /// `health[].lastProbeTime` is refreshed at least this often
+    /// (`--status-heartbeat-seconds`).
+    pub status_heartbeat: std::time::Duration,
+    /// Site credentials, read through a watch of the credentials namespace.
+    pub credentials: credentials::Cache,
+    /// The decision records, read through a watch of the operator's namespace.
+    pub records: record::Records,
+}
+
 const CONTROLLER: &str = "failovergroup";
 /// Longest Event note the API server accepts (`events.k8s.io/v1`).
 const MAX_EVENT_NOTE: usize = 1024;
@@ -396,13 +419,13 @@ async fn safety_paths(
         let status = group.status.clone().unwrap_or_default();
         let decided = (status.active_site.as_deref(), status.topology_generation);
         let running = decision::switchover_running(&group);
-        current = trusted(ctx.records.read_settled(records, &name, &uid, decided, running).await?);
+        current = trusted(ctx.groups.records.read_settled(records, &name, &uid, decided, running).await?);
         if let Some(rec) = current.clone() {
             if let Some(pending) = emergency::recover(ctx, records, &group, &rec, &probes).await? {
                 recovery = Some((reason::OPERATION_IN_PROGRESS, pending));
             } else if rec.pending.is_some() {
                 probes = sites::probe_all(&group, ctx).await;
-                current = trusted(ctx.records.read(records, &name).await?);
+                current = trusted(ctx.groups.records.read(records, &name).await?);
             }
         }
     }

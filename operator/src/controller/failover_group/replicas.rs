@@ -106,7 +106,7 @@ pub async fn check(ctx: &Context, group: &MysqlFailoverGroup, active: &str, prob
     for probe in probes.iter_mut().filter(|p| p.site != active) {
         let site = probe.site.clone();
         let Ok(obs) = &mut probe.outcome else {
-            ctx.replicas.forget_site(&uid, &site);
+            ctx.groups.replicas.forget_site(&uid, &site);
             continue;
         };
         if obs.flavor != primary.flavor {
@@ -140,7 +140,7 @@ pub async fn check(ctx: &Context, group: &MysqlFailoverGroup, active: &str, prob
 
         let applied = obs.gtid_position.clone();
         let Some(r) = obs.replication.as_mut().filter(|r| r.io_running && r.sql_running) else {
-            ctx.replicas.forget_site(&uid, &site);
+            ctx.groups.replicas.forget_site(&uid, &site);
             continue;
         };
         let received = r.received_position.clone().unwrap_or_default();
@@ -151,7 +151,7 @@ pub async fn check(ctx: &Context, group: &MysqlFailoverGroup, active: &str, prob
                 continue;
             }
         };
-        let watched = ctx.replicas.update(&uid, &site, |previous| {
+        let watched = ctx.groups.replicas.update(&uid, &site, |previous| {
             let progress = Progress::next(previous.map(|w| &w.progress), &applied, &received, complete, now);
             let stall = progress.stalled(now, bound).map(|stuck| {
                 let lacks = abandoned(flavor, &primary.gtid_position, &applied).ok().flatten().map_or_else(
@@ -221,6 +221,6 @@ pub fn known_problem(ctx: &Context, group: &MysqlFailoverGroup, site: &str) -> O
         Some(gtids) => {
             Some(format!("{site} holds transactions the active site lacks (errant GTIDs {gtids}); see SiteDiverged"))
         }
-        None => ctx.replicas.stall(&uid, site),
+        None => ctx.groups.replicas.stall(&uid, site),
     }
 }

@@ -160,7 +160,7 @@ pub(super) async fn write_observation(
     };
     // Nothing a reader acts on changed and the heartbeat is not due: the
     // stored status already reports this probe (see `observed`).
-    if !observed::must_write(group.status.as_ref(), &next, name, now, ctx.status_heartbeat) {
+    if !observed::must_write(group.status.as_ref(), &next, name, now, ctx.groups.status_heartbeat) {
         ctx.metrics.status_writes_total.with_label_values(&["unchanged"]).inc();
         return Ok(());
     }

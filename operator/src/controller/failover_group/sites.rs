@@ -90,7 +90,7 @@ async fn read_secret(site: &Site, ctx: &Context) -> Result<(Credentials, Option<
             r.namespace, r.name, ctx.credentials_namespace
         )));
     }
-    let data = match ctx.credentials.get(&r.name).await {
+    let data = match ctx.groups.credentials.get(&r.name).await {
         Ok(Some(data)) => data,
         Ok(None) => {
             return Err(fail(format!(

@@ -182,7 +182,7 @@ pub(super) async fn act(
             return Ok(Some(idle(group.clone())));
         }
         Action::Decide(site) => {
-            let Some(rec) = ctx.records.read(records, &group.name_any()).await? else {
+            let Some(rec) = ctx.groups.records.read(records, &group.name_any()).await? else {
                 return Err(Error::Site { action: "decide for", site, message: "the decision record is gone".into() });
             };
             if rec.tampered.is_some() || rec.active_site != step.source {

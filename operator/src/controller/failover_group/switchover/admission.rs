@@ -70,7 +70,7 @@ pub(super) async fn report_bypass(
     let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
     match actions::read_only_bypass(target, creds, step.flavor, &step.version, timeout).await {
         Ok(found) => {
-            ctx.bypass.store(&group.uid().unwrap_or_default(), site, found.clone());
+            ctx.groups.bypass.store(&group.uid().unwrap_or_default(), site, found.clone());
             if found.accounts.is_empty() {
                 return;
             }

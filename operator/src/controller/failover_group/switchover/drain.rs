@@ -80,7 +80,7 @@ pub(super) fn cap_drain(ctx: &Context, group: &MysqlFailoverGroup, state: &mut P
     }
     let uid = group.metadata.uid.clone().unwrap_or_default();
     let Some(entry) = state.history.iter_mut().rev().find(|t| t.phase == Phase::Draining.as_str()) else { return };
-    let start = ctx.drains.start(&uid, &state.request_id, entry.time.0, Timestamp::now());
+    let start = ctx.groups.drains.start(&uid, &state.request_id, entry.time.0, Timestamp::now());
     if start < entry.time.0 {
         tracing::warn!(group = %group.name_any(), request_id = %state.request_id, stored = %entry.time.0, counted_from = %start, "the Draining time in status lies after this operator first saw the drain; counting from the earlier");
         entry.time = Time(start);

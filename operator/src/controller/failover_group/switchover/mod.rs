@@ -182,7 +182,7 @@ async fn drive_rounds(
         Ok(taken) => taken,
         Err(group) => return Ok(idle(group)),
     };
-    let rec = ctx.records.read(records, &group.name_any()).await?;
+    let rec = ctx.groups.records.read(records, &group.name_any()).await?;
     if let Some(why) = not_ours(&group, rec.as_ref(), &state) {
         tracing::warn!(group = %group.name_any(), request_id = %state.request_id, phase = %state.phase, why = %why, "planned failover not acted on");
         group = enter(ctx, &group, &mut state, Phase::Failed, Some(why), None).await?;

@@ -55,7 +55,7 @@ pub(super) async fn take_up(
             let Some((active, generation)) = group.decided().map(|(s, g)| (s.to_owned(), g)) else {
                 return Ok(Err(group));
             };
-            let Some(rec) = ctx.records.read(records, &group.name_any()).await? else { return Ok(Err(group)) };
+            let Some(rec) = ctx.groups.records.read(records, &group.name_any()).await? else { return Ok(Err(group)) };
             if rec.requests.contains(&request.request_id) {
                 // Taken up before (status may have been wiped since): never again.
                 let why = "the decision record lists it among the requests already taken up";
@@ -143,7 +143,7 @@ pub(super) async fn remember_admission(
     group: &MysqlFailoverGroup,
     state: &PlannedFailoverStatus,
 ) -> Result<(), Error> {
-    let Some(rec) = ctx.records.read(records, &group.name_any()).await? else {
+    let Some(rec) = ctx.groups.records.read(records, &group.name_any()).await? else {
         return Err(Error::Site {
             action: "record the admission for",
             site: String::new(),
@@ -167,7 +167,10 @@ pub(super) async fn remember_admission(
         return Err(Error::NotLeader);
     }
     let uid = group.metadata.uid.clone().unwrap_or_default();
-    ctx.records.write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec)).await?;
+    ctx.groups
+        .records
+        .write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec))
+        .await?;
     Ok(())
 }
 
@@ -210,7 +213,7 @@ pub(super) async fn remember_request(
     group: &MysqlFailoverGroup,
     request_id: &str,
 ) -> Result<(), Error> {
-    let Some(rec) = ctx.records.read(records, &group.name_any()).await? else {
+    let Some(rec) = ctx.groups.records.read(records, &group.name_any()).await? else {
         return Err(Error::Site {
             action: "record the request for",
             site: String::new(),
@@ -226,7 +229,10 @@ pub(super) async fn remember_request(
         return Err(Error::NotLeader);
     }
     let uid = group.metadata.uid.clone().unwrap_or_default();
-    ctx.records.write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec)).await?;
+    ctx.groups
+        .records
+        .write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec))
+        .await?;
     Ok(())
 }
 
@@ -240,7 +246,7 @@ pub(super) async fn enter(
     admission: Option<PlannedFailoverAdmission>,
 ) -> Result<MysqlFailoverGroup, Error> {
     if phase != Phase::Draining {
-        ctx.drains.forget(group.metadata.uid.as_deref().unwrap_or_default(), &state.request_id);
+        ctx.groups.drains.forget(group.metadata.uid.as_deref().unwrap_or_default(), &state.request_id);
     }
     phase.as_str().clone_into(&mut state.phase);
     state.message.clone_from(&message);
