@@ -113,12 +113,19 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         namespaces: authority::namespace_reflector(client.clone()).await,
     };
 
-    let deploy = start_deploy_api(
+    // The one lease service of the process: the deploy API's handlers and the
+    // reconcilers share its per-group locks and change counters.
+    let leases = lease::service::Service::new(
+        lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)).watch_verifications(),
+        tolerant.clone(),
+    )
+    .with_group_cache(authority.groups.clone());
+    let deploy_api = start_deploy_api(
         deploy_listener,
+        &leases,
         &config,
         &client,
         &recorder,
-        &tolerant,
         &authority,
         &leadership,
         &metrics,
@@ -142,9 +149,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         metrics,
         leadership,
         namespace: config.namespace.clone(),
-        deploy,
+        deploy_api,
         authority,
-        leases: lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)).watch_verifications(),
+        leases,
         tolerant,
         groups: controller::failover_group::State {
             missed: controller::failover_group::emergency::Missed::default(),
@@ -194,22 +201,22 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
 }
 
 /// Serves the deploy API on `listener` (bound at startup when
-/// `--deploy-api-enabled`, `None` otherwise), and returns the lease service
-/// the reconciler shares with it.
+/// `--deploy-api-enabled`, `None` otherwise) over `service`, the lease
+/// service the reconcilers share; whether it serves.
 #[allow(clippy::too_many_arguments)] // the process's shared handles, each used once here
 fn start_deploy_api(
     listener: Option<std::net::TcpListener>,
+    service: &lease::service::Service,
     config: &Config,
     client: &Client,
     recorder: &Recorder,
-    tolerant: &tolerant::Tolerant,
     authority: &authority::Authority,
     leadership: &leader::Leadership,
     metrics: &metrics::Metrics,
     shutdown: &bloodraven_serving::Shutdown,
-) -> anyhow::Result<Option<lease::service::Service>> {
+) -> anyhow::Result<bool> {
     let Some(listener) = listener else {
-        return Ok(None);
+        return Ok(false);
     };
     let (Some(cert), Some(key)) = (config.tls_cert_file.clone(), config.tls_key_file.clone()) else {
         anyhow::bail!(
@@ -218,11 +225,6 @@ fn start_deploy_api(
     };
     let tls = deploy_api::tls::load_and_watch(cert, key, std::time::Duration::from_secs(config.tls_reload_seconds))
         .context("failed to load the deploy API certificate")?;
-    let service = lease::service::Service::new(
-        lease::store::Store::new(Api::namespaced(client.clone(), &config.namespace)),
-        tolerant.clone(),
-    )
-    .with_group_cache(authority.groups.clone());
     let max_connections = usize::try_from(config.deploy_api_max_connections).unwrap_or(512);
     let state = deploy_api::DeployState {
         service: service.clone(),
@@ -246,7 +248,7 @@ fn start_deploy_api(
             tracing::error!(addr = %addr, error = %err, "the deploy API listener failed");
         }
     });
-    Ok(Some(service))
+    Ok(true)
 }
 
 fn default_identity() -> String {

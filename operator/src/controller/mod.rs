@@ -28,13 +28,15 @@ pub struct Context {
     pub namespace: String,
     /// The only namespace site credentials are read from.
     pub credentials_namespace: String,
-    /// The deploy-lease service, when the deploy API is enabled.
-    pub deploy: Option<crate::lease::service::Service>,
+    /// Whether the deploy API is served: without it no pipeline holds a
+    /// lease, and a round neither admits against a hold nor maintains them.
+    pub deploy_api: bool,
     /// Watch caches for MysqlDatabase standing (namespaces, name conflicts).
     pub authority: crate::authority::Authority,
-    /// The deploy-lease store (cleanup and verification records, whether or
-    /// not the deploy API is enabled).
-    pub leases: crate::lease::store::Store,
+    /// The deploy-lease service, the one way to the deploy leases for the
+    /// deploy API and the reconcilers alike (cleanup and verification
+    /// records run whether or not the deploy API is enabled).
+    pub leases: crate::lease::service::Service,
     /// The tolerant reader of Bloodraven's custom resources (watches and gets).
     pub tolerant: crate::tolerant::Tolerant,
     /// What the failover-group controller keeps between rounds.

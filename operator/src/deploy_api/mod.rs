@@ -143,7 +143,7 @@ pub async fn track_active_leases(service: crate::lease::service::Service, metric
         if !leadership.is_leader() {
             continue;
         }
-        let Ok(groups) = service.store().all_slots().await else { continue };
+        let Ok(groups) = service.all_slots().await else { continue };
         let now = k8s_openapi::jiff::Timestamp::now();
         metrics.deploy_leases_active.reset();
         for (group, slots) in groups {

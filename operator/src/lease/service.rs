@@ -15,7 +15,7 @@ use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::{ObjectRef, Store as Reflector};
 
-use super::store::{GroupKey, Read, Store, StoreError, token_sha256};
+use super::store::{GroupKey, Pending, Read, Store, StoreError, token_sha256};
 use super::watch::Changes;
 use crate::tolerant::{ReadError, Tolerant};
 use bloodraven_core::lease::machine::{
@@ -144,7 +144,7 @@ impl Service {
     pub async fn state(&self, name: &str) -> Result<GroupState, ServiceError> {
         let group = self.group(name).await?;
         let key = GroupKey::of(&group);
-        let (read, pending) = tokio::try_join!(self.store.read(&key), self.store.verifications(&key))?;
+        let (read, pending) = tokio::try_join!(self.store.read(&key), self.store.verifications_listed(&key))?;
         let verifications = pending.into_iter().map(|p| p.verification).collect();
         Ok(GroupState { facts: facts_of(&group), group, slots: read.slots, verifications })
     }
@@ -214,7 +214,7 @@ impl Service {
         // a lease's end, which the transaction's own sweep also sees.
         let awaiting: Vec<Verification> = if kind == LeaseKind::Migration {
             let g = self.group(group).await?;
-            self.store.verifications(&GroupKey::of(&g)).await?.into_iter().map(|p| p.verification).collect()
+            self.store.verifications_listed(&GroupKey::of(&g)).await?.into_iter().map(|p| p.verification).collect()
         } else {
             Vec::new()
         };
@@ -432,8 +432,38 @@ impl Service {
         }
     }
 
-    /// The store (for cleanup, verification records and metrics).
-    pub fn store(&self) -> &Store {
-        &self.store
+    /// The verification records of a group (see [`Store::verifications`]).
+    pub async fn verifications(&self, key: &GroupKey) -> Result<Vec<Pending>, StoreError> {
+        self.store.verifications(key).await
+    }
+
+    /// Marks a verification record as announced by an Event.
+    pub async fn mark_announced(&self, name: &str) -> Result<(), StoreError> {
+        self.store.mark_announced(name).await
+    }
+
+    /// Deletes a verification record a person cleared.
+    pub async fn delete_record(&self, name: &str) -> Result<(), StoreError> {
+        self.store.delete_record(name).await
+    }
+
+    /// Deletes every deploy Lease of a deleted group.
+    pub async fn forget_group(&self, group: &str) -> Result<(), StoreError> {
+        self.store.forget_group(group).await
+    }
+
+    /// Deletes the deploy Leases of groups that no longer exist with the UID
+    /// they record (see [`Store::sweep`]).
+    pub async fn sweep<S: std::hash::BuildHasher>(
+        &self,
+        live: &HashMap<String, String, S>,
+        listed_at: Timestamp,
+    ) -> Result<usize, StoreError> {
+        self.store.sweep(live, listed_at).await
+    }
+
+    /// The slots of every group (the deploy API's expiry metrics).
+    pub async fn all_slots(&self) -> Result<HashMap<String, Slots>, StoreError> {
+        self.store.all_slots().await
     }
 }

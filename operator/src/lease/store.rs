@@ -533,7 +533,10 @@ impl Store {
         self.create_record(&lease, "create a verification record of a").await
     }
 
-    /// The verification records of `key`'s group, oldest first.
+    /// The verification records of `key`'s group, oldest first; a group the
+    /// watched index shows without any costs no request (the index may lag
+    /// a record written a moment ago by a watch delay: for the reconcilers'
+    /// rounds, which look again on the next one).
     pub async fn verifications(&self, key: &GroupKey) -> Result<Vec<Pending>, StoreError> {
         let hash = group_hash(&key.name);
         if let Some(index) = &self.verification_index
@@ -542,6 +545,15 @@ impl Store {
         {
             return Ok(Vec::new());
         }
+        self.verifications_listed(key).await
+    }
+
+    /// The verification records of `key`'s group, oldest first, listed
+    /// from the API server: what a grant is decided on (a migration of an
+    /// instance whose schema awaits verification is refused, so a record
+    /// written a moment ago must count).
+    pub async fn verifications_listed(&self, key: &GroupKey) -> Result<Vec<Pending>, StoreError> {
+        let hash = group_hash(&key.name);
         let lp = ListParams::default().labels(&format!("{LABEL_GROUP}={hash},{LABEL_ROLE}={ROLE_VERIFICATION}"));
         let mut items = self.api.list(&lp).await.map_err(kube_err("list the verification records of a"))?.items;
         items.sort_by_key(|l| l.metadata.creation_timestamp.as_ref().map(|t| t.0));

@@ -48,7 +48,10 @@ async fn remove_annotation(ctx: &Context, group: &str, annotation: &str) -> Resu
 /// Revokes and sweeps the group's deploy leases (when the deploy API is
 /// enabled), publishing one Event per revoked operation.
 pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), Error> {
-    let Some(service) = ctx.deploy.as_ref() else { return Ok(()) };
+    if !ctx.deploy_api {
+        return Ok(());
+    }
+    let service = &ctx.leases;
     if !ctx.leadership.is_leader() {
         return Ok(());
     }

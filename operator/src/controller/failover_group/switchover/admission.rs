@@ -32,7 +32,10 @@ pub(super) async fn admit(
     group: &MysqlFailoverGroup,
     state: &PlannedFailoverStatus,
 ) -> Result<Option<Grant>, Error> {
-    let Some(service) = ctx.deploy.as_ref() else { return Ok(None) };
+    if !ctx.deploy_api {
+        return Ok(None);
+    }
+    let service = &ctx.leases;
     let marker = format!("{}@{}", state.request_id, Timestamp::now());
     bounded(group, "admit the planned failover", service.admit(&group.name_any(), &marker)).await
 }

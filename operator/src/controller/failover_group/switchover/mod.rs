@@ -196,11 +196,8 @@ async fn drive_rounds(
     // Deferred ↔ Admitting churn on every probe), and an admitting one is
     // admitted again before it may drain.
     match Phase::parse(&state.phase) {
-        Some(Phase::Deferred) => {
-            if let Some(service) = ctx.deploy.as_ref() {
-                let hold = bounded(&group, "read the failover-hold", service.live_hold(&group)).await?;
-                local.hold = hold;
-            }
+        Some(Phase::Deferred) if ctx.deploy_api => {
+            local.hold = bounded(&group, "read the failover-hold", ctx.leases.live_hold(&group)).await?;
         }
         Some(Phase::Admitting) => local.hold = admit(ctx, &group, &state).await?,
         _ => {}
