@@ -156,7 +156,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         groups: controller::failover_group::State {
             missed: controller::failover_group::emergency::Missed::default(),
             replicas: controller::failover_group::replicas::Replicas::default(),
-            drains: controller::failover_group::switchover::DrainsSeen::default(),
+            drains: controller::failover_group::planned::DrainsSeen::default(),
             bypass: controller::failover_group::bypass::Checks::default(),
             status_heartbeat: std::time::Duration::from_secs(config.status_heartbeat_seconds),
             credentials: controller::failover_group::credentials::Cache::start(&client, &credentials_namespace),

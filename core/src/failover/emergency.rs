@@ -338,7 +338,7 @@ mod tests {
     }
 
     #[test]
-    fn manual_groups_and_running_switchovers_block() {
+    fn manual_groups_and_running_planned_failovers_block() {
         let s = standby("0-1-5", None);
         let Verdict::Blocked { reason, .. } = judge("iad", 3, 3, false, false, Some(&s)) else { panic!() };
         assert_eq!(reason, "AutomaticFailoverDisabled");

@@ -12,7 +12,7 @@
 //! condition is False and says why.
 //!
 //! Grants rarely change, so each site is checked on first sight, then at
-//! most every [`RECHECK`], and at each fence (`switchover`): one extra
+//! most every [`RECHECK`], and at each fence (`planned`): one extra
 //! connection per site every five minutes, not per probe.
 
 use std::collections::HashMap;

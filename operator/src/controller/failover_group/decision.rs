@@ -57,7 +57,7 @@ fn describe(site: Option<&str>, generation: Option<i64>) -> String {
 }
 
 /// Whether the group's status shows a planned failover that has not ended.
-pub fn switchover_running(group: &MysqlFailoverGroup) -> bool {
+pub fn planned_failover_running(group: &MysqlFailoverGroup) -> bool {
     group
         .status
         .as_ref()
@@ -69,7 +69,7 @@ pub fn switchover_running(group: &MysqlFailoverGroup) -> bool {
 /// the sites and not ended (`Draining`: the old primary is fenced;
 /// `Promoting`, `Repointing`: decided, not yet done). Deleting such a group
 /// at once would leave no writable site; its deletion waits for the end.
-pub fn switchover_touching_sites(group: &MysqlFailoverGroup) -> bool {
+pub fn planned_failover_touching_sites(group: &MysqlFailoverGroup) -> bool {
     use bloodraven_core::failover::planned::Phase;
     group
         .status
@@ -87,7 +87,7 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
     let status = group.status.clone().unwrap_or_default();
     let (site, generation) = (status.active_site.as_deref(), status.topology_generation);
     let in_spec = |s: &str| group.spec.sites.iter().any(|x| x.name == s);
-    let running = switchover_running(group);
+    let running = planned_failover_running(group);
     let record = ctx.groups.records.read_settled(records, &name, &uid, (site, generation), running).await?;
     match record {
         Some(r) if r.group_uid == uid && r.tampered.is_some() => Ok(Resolution::Conflict(format!(

@@ -24,13 +24,13 @@ mod deploy_leases;
 pub mod emergency;
 pub mod identity;
 mod observed;
+pub mod planned;
 mod reassert;
 pub mod record;
 pub mod replicas;
 mod report;
 mod semisync;
 mod sites;
-pub mod switchover;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,7 +62,7 @@ pub struct State {
     pub replicas: replicas::Replicas,
     /// When this process first saw each planned failover draining (caps a
     /// `Draining` time in status that lies in the future).
-    pub drains: switchover::DrainsSeen,
+    pub drains: planned::DrainsSeen,
     /// The last read-only bypass check of each site (`ReadOnlyBypassAccounts`).
     pub bypass: bypass::Checks,
     /// Longest time an unchanged group status goes unwritten: its
@@ -314,18 +314,18 @@ async fn planned_failover(
     resolution: decision::Resolution,
     probes: &[SiteProbe],
     later: &mut Later,
-) -> Result<Option<(MysqlFailoverGroup, decision::Resolution, switchover::Drive)>, Error> {
+) -> Result<Option<(MysqlFailoverGroup, decision::Resolution, planned::Drive)>, Error> {
     if !matches!(resolution, decision::Resolution::At { .. }) {
-        return Ok(Some((group.clone(), resolution, switchover::Drive::idle(group))));
+        return Ok(Some((group.clone(), resolution, planned::Drive::idle(group))));
     }
     let name = group.name_any();
-    let planned = match Box::pin(switchover::drive(ctx, records, group, probes)).await {
+    let planned = match Box::pin(planned::drive(ctx, records, group, probes)).await {
         Ok(planned) => planned,
         Err(e) => {
             later.keep("planned failover", e)?;
             // The drive may have written before it failed: act on the group as stored.
             match api.get_opt(&name).await.map_err(kube_err("read the group after a failed drive"))? {
-                Some(g) => switchover::Drive::as_stored(ctx, g),
+                Some(g) => planned::Drive::as_stored(ctx, g),
                 None => return Ok(None),
             }
         }
@@ -368,7 +368,7 @@ async fn deploy_lease_bookkeeping(
 /// primary fenced would leave both sites read-only, and nothing would ever
 /// undo it; found by an attack). `true` when the group was let go.
 async fn let_go(ctx: &Context, group: &MysqlFailoverGroup) -> Result<bool, Error> {
-    if decision::switchover_touching_sites(group) {
+    if decision::planned_failover_touching_sites(group) {
         tracing::info!(group = %group.name_any(), "deletion waits for the running planned failover to end");
         return Ok(false);
     }
@@ -398,7 +398,7 @@ async fn safety_paths(
     mut group: MysqlFailoverGroup,
     mut resolution: decision::Resolution,
     mut probes: Vec<SiteProbe>,
-    planned: &switchover::Drive,
+    planned: &planned::Drive,
 ) -> Result<Safety, Error> {
     let (held, standby_complete) = (planned.holds_automatic_failover(), planned.before_promotion());
     let name = group.name_any();
@@ -418,7 +418,7 @@ async fn safety_paths(
         recovery = out.blocked;
         let status = group.status.clone().unwrap_or_default();
         let decided = (status.active_site.as_deref(), status.topology_generation);
-        let running = decision::switchover_running(&group);
+        let running = decision::planned_failover_running(&group);
         current = trusted(ctx.groups.records.read_settled(records, &name, &uid, decided, running).await?);
         if let Some(rec) = current.clone() {
             if let Some(pending) = emergency::recover(ctx, records, &group, &rec, &probes).await? {

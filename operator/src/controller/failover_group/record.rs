@@ -202,7 +202,7 @@ fn settled(
     last_written: Option<&str>,
     uid: &str,
     decided: (Option<&str>, Option<i64>),
-    switchover_running: bool,
+    planned_failover_running: bool,
 ) -> Option<Record> {
     let version = cm.metadata.resource_version.as_deref().unwrap_or_default();
     if last_written.is_some_and(|v| v != version) {
@@ -214,7 +214,7 @@ fn settled(
     let quiet = r.tampered.is_none()
         && r.group_uid == uid
         && r.pending.is_none()
-        && (r.admitted.is_none() || !switchover_running);
+        && (r.admitted.is_none() || !planned_failover_running);
     (quiet && decided == (Some(r.active_site.as_str()), Some(r.generation))).then_some(r)
 }
 
@@ -329,13 +329,15 @@ impl Records {
         group: &str,
         uid: &str,
         decided: (Option<&str>, Option<i64>),
-        switchover_running: bool,
+        planned_failover_running: bool,
     ) -> Result<Option<Record>, Error> {
         if self.ready.get() {
             let name = record_name(group);
             if let Some(cm) = self.store.get(&ObjectRef::new(&name).within(&self.namespace)) {
                 let last_written = locked(&self.written).get(&name).cloned();
-                if let Some(r) = settled(&self.key, &cm, last_written.as_deref(), uid, decided, switchover_running) {
+                if let Some(r) =
+                    settled(&self.key, &cm, last_written.as_deref(), uid, decided, planned_failover_running)
+                {
                     self.reads.with_label_values(&["cache"]).inc();
                     return Ok(Some(r));
                 }

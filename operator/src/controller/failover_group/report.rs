@@ -25,7 +25,7 @@ use kube::runtime::events::Event;
 use kube::runtime::events::EventType;
 use serde_json::json;
 
-use super::{Assessment, MAX_EVENT_NOTE, SiteProbe, decision, identity, observed, replicas, switchover};
+use super::{Assessment, MAX_EVENT_NOTE, SiteProbe, decision, identity, observed, planned, replicas};
 
 /// `SiteDiverged`: the returning sites rejoin left fenced (`returning`,
 /// site → clause) and the sites the replica check found with errant
@@ -77,7 +77,7 @@ pub(super) fn diverged_condition(
 /// operation make the group unstable.
 pub(super) fn operation_conditions(
     assessment: &mut Assessment,
-    planned: &switchover::Drive,
+    planned: &planned::Drive,
     recovery: Option<&(&'static str, String)>,
     diverged: Option<&Computed>,
     resolution: &decision::Resolution,
