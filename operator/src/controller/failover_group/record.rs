@@ -360,12 +360,63 @@ impl Records {
         extra: &Extra,
         previous: Option<&Record>,
     ) -> Result<Record, Error> {
-        let written = write(&self.key, api, group, group_uid, active_site, generation, extra, previous).await?;
-        if let Some(v) = &written.resource_version {
+        let mut requests = extra.requests.clone();
+        if requests.len() > MAX_REQUESTS {
+            requests.drain(..requests.len() - MAX_REQUESTS);
+        }
+        let mut data = BTreeMap::from([
+            ("group".to_owned(), group.to_owned()),
+            ("groupUID".to_owned(), group_uid.to_owned()),
+            ("activeSite".to_owned(), active_site.to_owned()),
+            ("topologyGeneration".to_owned(), generation.to_string()),
+            ("promotionPosition".to_owned(), extra.promotion_position.clone().unwrap_or_default()),
+            ("requests".to_owned(), requests.join("\n")),
+            ("pending".to_owned(), extra.pending.clone().unwrap_or_default()),
+            ("admitted".to_owned(), extra.admitted.clone().unwrap_or_default()),
+        ]);
+        if let Some(d) = digest(&self.key, &data) {
+            data.insert("digest".to_owned(), d);
+        }
+        let cm = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(record_name(group)),
+                resource_version: previous.and_then(|p| p.resource_version.clone()),
+                labels: Some(BTreeMap::from([
+                    ("app.kubernetes.io/managed-by".to_owned(), "bloodraven-operator".to_owned()),
+                    (RECORD_LABEL.to_owned(), "topology".to_owned()),
+                ])),
+                // `[{}]` resets field ownership (an absent or empty list keeps
+                // it), so every field of a record the operator writes is its own.
+                managed_fields: Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry::default(),
+                ]),
+                ..ObjectMeta::default()
+            },
+            data: Some(data),
+            ..ConfigMap::default()
+        };
+        let pp = PostParams { field_manager: Some(RECORD_FIELD_MANAGER.to_owned()), ..PostParams::default() };
+        let written = match previous {
+            None => api.create(&pp, &cm).await.map_err(kube_err("create the decision record"))?,
+            Some(_) => {
+                api.replace(&record_name(group), &pp, &cm).await.map_err(kube_err("update the decision record"))?
+            }
+        };
+        if let Some(v) = &written.metadata.resource_version {
             locked(&self.written).insert(record_name(group), v.clone());
         }
         self.note_decided(group_uid, generation);
-        Ok(written)
+        Ok(Record {
+            active_site: active_site.to_owned(),
+            generation,
+            group_uid: group_uid.to_owned(),
+            resource_version: written.metadata.resource_version,
+            promotion_position: extra.promotion_position.clone(),
+            requests,
+            pending: extra.pending.clone(),
+            admitted: extra.admitted.clone(),
+            tampered: None,
+        })
     }
 
     /// Deletes the record of a deleted group (best effort: a leftover record
@@ -402,69 +453,6 @@ impl Record {
             admitted: self.admitted.clone(),
         }
     }
-}
-
-/// [`Records::write`]'s API call, with the digest under `key`.
-#[allow(clippy::too_many_arguments)] // the decision's fields, each of its own meaning
-async fn write(
-    key: &[u8],
-    api: &Api<ConfigMap>,
-    group: &str,
-    group_uid: &str,
-    active_site: &str,
-    generation: i64,
-    extra: &Extra,
-    previous: Option<&Record>,
-) -> Result<Record, Error> {
-    let mut requests = extra.requests.clone();
-    if requests.len() > MAX_REQUESTS {
-        requests.drain(..requests.len() - MAX_REQUESTS);
-    }
-    let mut data = BTreeMap::from([
-        ("group".to_owned(), group.to_owned()),
-        ("groupUID".to_owned(), group_uid.to_owned()),
-        ("activeSite".to_owned(), active_site.to_owned()),
-        ("topologyGeneration".to_owned(), generation.to_string()),
-        ("promotionPosition".to_owned(), extra.promotion_position.clone().unwrap_or_default()),
-        ("requests".to_owned(), requests.join("\n")),
-        ("pending".to_owned(), extra.pending.clone().unwrap_or_default()),
-        ("admitted".to_owned(), extra.admitted.clone().unwrap_or_default()),
-    ]);
-    if let Some(d) = digest(key, &data) {
-        data.insert("digest".to_owned(), d);
-    }
-    let cm = ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(record_name(group)),
-            resource_version: previous.and_then(|p| p.resource_version.clone()),
-            labels: Some(BTreeMap::from([
-                ("app.kubernetes.io/managed-by".to_owned(), "bloodraven-operator".to_owned()),
-                (RECORD_LABEL.to_owned(), "topology".to_owned()),
-            ])),
-            // `[{}]` resets field ownership (an absent or empty list keeps
-            // it), so every field of a record the operator writes is its own.
-            managed_fields: Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry::default()]),
-            ..ObjectMeta::default()
-        },
-        data: Some(data),
-        ..ConfigMap::default()
-    };
-    let pp = PostParams { field_manager: Some(RECORD_FIELD_MANAGER.to_owned()), ..PostParams::default() };
-    let written = match previous {
-        None => api.create(&pp, &cm).await.map_err(kube_err("create the decision record"))?,
-        Some(_) => api.replace(&record_name(group), &pp, &cm).await.map_err(kube_err("update the decision record"))?,
-    };
-    Ok(Record {
-        active_site: active_site.to_owned(),
-        generation,
-        group_uid: group_uid.to_owned(),
-        resource_version: written.metadata.resource_version,
-        promotion_position: extra.promotion_position.clone(),
-        requests,
-        pending: extra.pending.clone(),
-        admitted: extra.admitted.clone(),
-        tampered: None,
-    })
 }
 
 /// Deletes every decision record whose group no longer exists with the UID

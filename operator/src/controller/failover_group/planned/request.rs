@@ -143,13 +143,7 @@ pub(super) async fn remember_admission(
     group: &MysqlFailoverGroup,
     state: &PlannedFailoverStatus,
 ) -> Result<(), Error> {
-    let Some(rec) = ctx.groups.records.read(records, &group.name_any()).await? else {
-        return Err(Error::Site {
-            action: "record the admission for",
-            site: String::new(),
-            message: "no decision record".into(),
-        });
-    };
+    let rec = record_for(ctx, records, group, "record the admission for").await?;
     let admitted = admission_of(state);
     if rec.admitted.as_deref() == Some(admitted.as_str()) {
         return Ok(());
@@ -213,13 +207,7 @@ pub(super) async fn remember_request(
     group: &MysqlFailoverGroup,
     request_id: &str,
 ) -> Result<(), Error> {
-    let Some(rec) = ctx.groups.records.read(records, &group.name_any()).await? else {
-        return Err(Error::Site {
-            action: "record the request for",
-            site: String::new(),
-            message: "no decision record".into(),
-        });
-    };
+    let rec = record_for(ctx, records, group, "record the request for").await?;
     if rec.requests.iter().any(|r| r == request_id) {
         return Ok(());
     }
@@ -331,4 +319,19 @@ pub(super) async fn write_state(
     api.patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
         .await
         .map_err(kube_err("write the planned failover's progress"))
+}
+
+/// The group's decision record, read afresh for a write that needs it: a
+/// request is only ever acted on with a record (bootstrap writes it first).
+async fn record_for(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: &MysqlFailoverGroup,
+    action: &'static str,
+) -> Result<crate::controller::failover_group::record::Record, Error> {
+    ctx.groups.records.read(records, &group.name_any()).await?.ok_or_else(|| Error::Site {
+        action,
+        site: String::new(),
+        message: "no decision record".into(),
+    })
 }
