@@ -1,3 +1,4 @@
+use super::checks::oversized;
 use super::*;
 
 fn f(cause: Cause, dirty: bool) -> Failure {
