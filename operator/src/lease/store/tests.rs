@@ -1,3 +1,5 @@
+use bloodraven_api::deploy::DdlState;
+use bloodraven_core::lease::machine::Grant;
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
