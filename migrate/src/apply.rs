@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use bloodraven_api::socket::MarkEvent;
 use mysql_async::prelude::Queryable as _;
 
-use crate::blockers::{self, Found};
+use crate::blockers;
 use crate::classify::{self, Class};
 use crate::config::{OnBlocker, Tuning};
 use crate::db::{Session, Target};
@@ -36,6 +36,13 @@ use crate::history::{self, State};
 use crate::revision::{Kind, Revision};
 
 use crate::error::RunnerError;
+
+mod checks;
+mod run_lock;
+
+use checks::{check_packets, check_sql_mode, preflight};
+pub use run_lock::RUN_LOCK_WAIT;
+use run_lock::run_lock;
 
 /// Exit codes of `apply` and the other subcommands. The runner maps its
 /// errors to them in one place, [`RunnerError::exit_code`].
@@ -262,75 +269,6 @@ pub(crate) async fn run(s: &ApplySettings) -> Result<(), RunnerError> {
     }
     s.guard.outcome(true, last, None).await;
     Ok(())
-}
-
-/// How long `apply` waits for another run on the same schema to end.
-pub const RUN_LOCK_WAIT: Duration = Duration::from_secs(600);
-
-/// Takes the schema's run lock ([`crate::db::run_lock_name`]), waiting up
-/// to [`RUN_LOCK_WAIT`] for another run to end, logging who holds it.
-async fn run_lock(guard: &Guard, session: &mut Session) -> Result<(), RunnerError> {
-    let until = Instant::now() + RUN_LOCK_WAIT;
-    // The first try does not wait, so that a waiting run says at once why it waits.
-    let mut wait = Duration::ZERO;
-    let mut said: Option<(u64, Instant)> = None;
-    loop {
-        let tried = session.try_run_lock(wait).await;
-        wait = Duration::from_secs(5);
-        match tried {
-            Ok(None) => {
-                tracing::info!(
-                    lock = %crate::db::run_lock_name(&session.schema),
-                    "holding the schema's run lock: no other bloodraven-migrate applies or resolves revisions here until this run ends"
-                );
-                return Ok(());
-            }
-            Ok(Some(holder)) if Instant::now() < until => {
-                // Said when the holder changes and once a minute, not at every try.
-                if said.is_none_or(|(h, at): (u64, Instant)| h != holder || at.elapsed() >= Duration::from_secs(60)) {
-                    said = Some((holder, Instant::now()));
-                    let doing = holder_doing(session, holder).await;
-                    tracing::warn!(
-                        holder_connection = holder,
-                        "another bloodraven-migrate run holds this schema's run lock (connection {holder}{doing}); waiting up to {} s for it to end before reading the history",
-                        until.saturating_duration_since(Instant::now()).as_secs()
-                    );
-                }
-            }
-            Ok(Some(holder)) => {
-                let doing = holder_doing(session, holder).await;
-                let why = format!(
-                    "another bloodraven-migrate run (connection {holder}{doing}) held this schema's run lock for {} s; let it finish, or end it (KILL {holder})",
-                    RUN_LOCK_WAIT.as_secs()
-                );
-                tracing::error!(holder_connection = holder, "{why}; no revision was started");
-                guard.outcome(false, None, Some(why.clone())).await;
-                return Err(RunnerError::RunLockHeld(why));
-            }
-            Err(e) => return Err(failed_at_start(guard, "failed to take the schema's run lock", e).await),
-        }
-    }
-}
-
-/// What the run lock's holder is doing, for the log: a runner killed
-/// mid-revision (`kill -9`, a lost Pod) leaves its statement running on the
-/// server, and that session keeps the lock until the statement ends; with
-/// the same account and a statement running, it is named as a likely
-/// orphan with the `KILL` that ends it. Empty when it cannot be seen.
-async fn holder_doing(session: &mut Session, holder: u64) -> String {
-    let me: Option<String> =
-        session.conn.query_first("SELECT SUBSTRING_INDEX(CURRENT_USER(), '@', 1)").await.ok().flatten();
-    match session.connection(holder).await {
-        Ok(Some((user, secs, Some(statement)))) if me.as_deref() == Some(user.as_str()) => format!(
-            ", your account, running for {secs} s: {}; if no other run of yours is alive, it is the statement of a dead run, which the server runs on after its client died — end it with KILL {holder}",
-            crate::redact::redact(&statement)
-        ),
-        Ok(Some((user, secs, Some(statement)))) => {
-            format!(", account {user}, running for {secs} s: {}", crate::redact::redact(&statement))
-        }
-        Ok(Some((user, secs, None))) => format!(", account {user}, idle for {secs} s"),
-        Ok(None) | Err(_) => String::new(),
-    }
 }
 
 /// The first log lines: alone or behind the sidecar, and the settings.
@@ -632,219 +570,5 @@ async fn clean_or_dirty(session: &mut Session, rev: &Revision, mut f: Failure, i
     f
 }
 
-/// The pre-flight look before a DDL statement, and `--on-blocker`.
-async fn preflight(
-    s: &ApplySettings,
-    session: &mut Session,
-    rev: &Revision,
-    index: usize,
-    tables: &[crate::revision::TableRef],
-) -> Result<(), Failure> {
-    let look = |found: &Found| {
-        for b in &found.blockers {
-            tracing::warn!(
-                revision = rev.version,
-                connection = b.id,
-                transaction_age_s = b.trx_age,
-                idle_s = b.idle_for,
-                query = %blockers::one_line(&b.query, 200),
-                exact = found.exact,
-                "possible blocker before DDL: {b}"
-            );
-        }
-    };
-    let found = match blockers::preflight(session, tables).await {
-        Ok(found) => found,
-        // The account may not read other sessions (no PROCESS): the look is blind, not the revision wrong.
-        Err(mysql_async::Error::Server(e)) if classify::is_privilege(e.code) => {
-            let why = format!(
-                "cannot look for blockers before the DDL: the account may not read other sessions ({}: {}); grant it PROCESS",
-                e.code,
-                crate::redact::redact(&e.message)
-            );
-            if s.on_blocker == OnBlocker::Fail {
-                return Err(Failure {
-                    cause: Cause::Blocked { retried: false },
-                    message: format!("{why} (--on-blocker fail: nothing is sent without the look)"),
-                    dirty: false,
-                    statement: Some(index + 1),
-                });
-            }
-            tracing::warn!(
-                revision = rev.version,
-                code = e.code,
-                "{why}; sending the DDL without it (bounded by the lock timeout)"
-            );
-            return Ok(());
-        }
-        Err(e) => return Err(Failure::db(&e, index > 0, Some(index + 1))),
-    };
-    if found.blockers.is_empty() {
-        return Ok(());
-    }
-    look(&found);
-    match s.on_blocker {
-        OnBlocker::Proceed => Ok(()),
-        OnBlocker::Fail => Err(Failure {
-            cause: Cause::Blocked { retried: false },
-            message: format!("{} session(s) hold or wait for locks on {}", found.blockers.len(), names(tables)),
-            dirty: false,
-            statement: Some(index + 1),
-        }),
-        OnBlocker::Wait => {
-            let until = Instant::now() + s.tuning.lock_timeout;
-            loop {
-                tokio::time::sleep(Duration::from_millis(250)).await;
-                let found = blockers::preflight(session, tables)
-                    .await
-                    .map_err(|e| Failure::db(&e, index > 0, Some(index + 1)))?;
-                if found.blockers.is_empty() {
-                    tracing::info!(revision = rev.version, "blockers gone: sending the DDL");
-                    return Ok(());
-                }
-                if Instant::now() >= until {
-                    if index > 0 {
-                        // Past the first statement the revision cannot be retried: queue, bounded by the lock timeout.
-                        tracing::warn!(
-                            revision = rev.version,
-                            "blockers still there; sending the DDL (bounded by the lock timeout)"
-                        );
-                        return Ok(());
-                    }
-                    look(&found);
-                    return Err(Failure {
-                        cause: Cause::Blocked { retried: true },
-                        message: format!(
-                            "{} session(s) still hold or wait for locks on {} after {} s",
-                            found.blockers.len(),
-                            names(tables),
-                            s.tuning.lock_timeout.as_secs()
-                        ),
-                        dirty: false,
-                        statement: Some(index + 1),
-                    });
-                }
-            }
-        }
-    }
-}
-
-/// A statement the server cannot take would fail mid-run, after earlier
-/// revisions took effect: refused before the first revision.
-async fn check_packets(guard: &Guard, session: &mut Session, pending: &[&Revision]) -> Result<(), RunnerError> {
-    let max = match session.max_packet().await {
-        Ok(max) => max,
-        Err(e) => return Err(failed_at_start(guard, "failed to read max_allowed_packet", e).await),
-    };
-    let Some((rev, index, len)) = oversized(pending, max) else { return Ok(()) };
-    let why = format!(
-        "{}: statement {index} is {len} bytes, more than the server takes (max_allowed_packet = {max}); \
-         split it into smaller statements, or raise max_allowed_packet",
-        rev.file
-    );
-    tracing::error!("{why}; no revision was started");
-    guard.outcome(false, None, Some(why.clone())).await;
-    Err(RunnerError::Unfit(why))
-}
-
-/// The splitter reads a backslash in a string as an escape (the servers'
-/// default); under `NO_BACKSLASH_ESCAPES` the server does not, so a
-/// revision with a backslash could be split where the server would not —
-/// statements merged, or DDL read as DML. Refused before the first revision.
-async fn check_sql_mode(guard: &Guard, session: &mut Session, pending: &[&Revision]) -> Result<(), RunnerError> {
-    let mode: Option<String> = match session.conn.query_first("SELECT @@SESSION.sql_mode").await {
-        Ok(m) => m,
-        Err(e) => return Err(failed_at_start(guard, "failed to read sql_mode", crate::db::DbError::Query(e)).await),
-    };
-    if !mode.unwrap_or_default().to_ascii_uppercase().contains("NO_BACKSLASH_ESCAPES") {
-        return Ok(());
-    }
-    let Some(rev) = pending.iter().find(|r| r.statements.iter().any(|st| st.sql.contains('\\'))) else {
-        return Ok(());
-    };
-    let why = format!(
-        "{}: has a backslash, and the server's sql_mode has NO_BACKSLASH_ESCAPES, under which the runner's statement split \
-         (which reads a backslash as an escape) may differ from the server's; write the revision without backslashes, \
-         or run with a sql_mode without NO_BACKSLASH_ESCAPES",
-        rev.file
-    );
-    tracing::error!("{why}; no revision was started");
-    guard.outcome(false, None, Some(why.clone())).await;
-    Err(RunnerError::Unfit(why))
-}
-
-/// The first statement (revision, 1-based index, length) of `pending`
-/// that the server would refuse as a packet larger than `max` bytes (with
-/// room for the packet's header and command byte).
-fn oversized<'a>(pending: &[&'a Revision], max: u64) -> Option<(&'a Revision, usize, usize)> {
-    pending.iter().find_map(|r| {
-        r.statements.iter().enumerate().find_map(|(i, st)| {
-            (st.sql.len() as u64).saturating_add(1024).gt(&max).then_some((*r, i + 1, st.sql.len()))
-        })
-    })
-}
-
-fn names(tables: &[crate::revision::TableRef]) -> String {
-    let n: Vec<String> =
-        tables.iter().map(|(s, t)| s.as_ref().map_or_else(|| t.clone(), |s| format!("{s}.{t}"))).collect();
-    if n.is_empty() { "its tables".into() } else { n.join(", ") }
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn f(cause: Cause, dirty: bool) -> Failure {
-        Failure { cause, message: String::new(), dirty, statement: None }
-    }
-
-    impl Failure {
-        /// The exit code of a run that ends with this failure.
-        fn code_of(&self, exhausted: bool) -> i32 {
-            RunnerError::Revision { version: 1, failure: self.clone(), exhausted }.exit_code()
-        }
-    }
-
-    #[test]
-    fn only_clean_lock_contention_is_retried_and_exit_codes_say_why() {
-        let lock = Cause::Db(Class::LockContention, Some(1205));
-        assert!(f(lock.clone(), false).retried());
-        assert!(!f(lock.clone(), true).retried(), "never past a statement that took effect");
-        assert!(f(Cause::Blocked { retried: true }, false).retried(), "--on-blocker wait ran out");
-        assert!(!f(Cause::Blocked { retried: false }, false).retried(), "--on-blocker fail fails the run at once");
-        assert_eq!(f(Cause::Blocked { retried: false }, false).code_of(false), exit::CONTENTION);
-        for c in [Class::StatementTimeout, Class::Killed, Class::ReadOnly, Class::ConnectionLost, Class::Other] {
-            assert!(!f(Cause::Db(c, None), false).retried(), "{c:?}");
-        }
-        assert_eq!(f(lock.clone(), false).code_of(true), exit::CONTENTION);
-        assert_eq!(f(lock, true).code_of(false), exit::DIRTY);
-        assert_eq!(f(Cause::Db(Class::ReadOnly, Some(1290)), false).code_of(false), exit::FENCED);
-        assert_eq!(f(Cause::Db(Class::ConnectionLost, None), false).code_of(false), exit::CONNECTION_LOST);
-        assert_eq!(f(Cause::Db(Class::StatementTimeout, Some(1969)), false).code_of(false), exit::FAILED);
-        assert_eq!(f(Cause::Sidecar, false).code_of(false), exit::FENCED);
-    }
-
-    #[test]
-    fn attack_a_statement_too_large_for_the_server_is_found_before_the_run() {
-        let small = crate::revision::parse_revision("V1__a.sql", 1, "a".into(), b"UPDATE t SET a = 1;").unwrap();
-        let text = format!("UPDATE t SET a = 1;\nINSERT INTO t VALUES ('{}');", "x".repeat(4096));
-        let big = crate::revision::parse_revision("V2__b.sql", 2, "b".into(), text.as_bytes()).unwrap();
-        assert_eq!(oversized(&[&small, &big], 1 << 20), None);
-        let (r, i, len) = oversized(&[&small, &big], 4096).unwrap();
-        assert_eq!((r.version, i), (2, 2));
-        assert!(len > 4096);
-    }
-
-    #[test]
-    fn the_idle_bound_covers_the_longest_gap() {
-        let t = Tuning {
-            lock_timeout: Duration::from_secs(5),
-            max_attempts: 20,
-            retry_min: Duration::from_secs(3),
-            retry_max: Duration::from_secs(15),
-        };
-        assert_eq!(idle_bound(&t), Duration::from_secs(600));
-        let slow = Tuning { retry_max: Duration::from_secs(900), ..t };
-        assert_eq!(idle_bound(&slow), Duration::from_secs(3600));
-    }
-}
+mod tests;

@@ -21,8 +21,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use bloodraven_api::deploy::{
     CreateLeaseRequest, ErrorBody, ErrorCode, GroupView, LeaseGrant, LeaseKind, LeaseView, MAX_BODY_BYTES,
-    OperationType, OperationView, ReleaseRequest, RenewRequest, RenewResponse, UNSTABLE_RETRY_AFTER_SECONDS,
-    VerificationView, clamp_ttl, valid_name, valid_operation_id, valid_revision, valid_token,
+    OperationType, OperationView, ReleaseRequest, RenewRequest, RenewResponse, clamp_ttl, valid_name,
+    valid_operation_id, valid_revision, valid_token,
 };
 use bloodraven_serving::log::{checked, escape};
 use serde::de::DeserializeOwned;
@@ -33,6 +33,11 @@ use crate::lease::service::ServiceError;
 use bloodraven_core::failover::planned::Phase;
 use bloodraven_core::lease::machine::{Actor, Progress, Refusal};
 use bloodraven_serving::body::BodyError;
+
+mod refusals;
+
+pub(crate) use refusals::service_error;
+use refusals::verification_view;
 
 /// The deploy API router.
 pub fn router(state: DeployState) -> Router {
@@ -148,105 +153,6 @@ impl<'a> Done<'a> {
             .with_label_values(&labels)
             .observe(self.started.elapsed().as_secs_f64());
         response
-    }
-}
-
-/// The answer to a refusal of the lease domain.
-pub(crate) fn refusal(r: Refusal) -> ApiError {
-    let body = match r {
-        Refusal::Held { kind, holder: h } => {
-            let what = match kind {
-                LeaseKind::Migration => "the migration mutex",
-                LeaseKind::FailoverHold => "the failover-hold",
-            };
-            let message =
-                format!("{what} is held by operation {} for {} until {}", h.operation_id, h.instance, h.expires_at);
-            ErrorBody { holder: Some(h), ..ErrorBody::new(ErrorCode::Held, message) }
-        }
-        Refusal::Revoked(t) => {
-            let why = t.reason.advice();
-            let message = format!(
-                "operation {} was revoked ({}) at topology generation {}; {why}",
-                t.operation_id,
-                t.reason.as_str(),
-                t.generation
-            );
-            ErrorBody {
-                reason: Some(t.reason),
-                topology_generation: Some(t.generation),
-                ..ErrorBody::new(ErrorCode::Revoked, message)
-            }
-        }
-        Refusal::Unstable { reason } => {
-            let message =
-                format!("the group is not stable ({reason}); this is not a renewal and the deadline did not move");
-            ErrorBody {
-                retry_after_seconds: Some(UNSTABLE_RETRY_AFTER_SECONDS),
-                ..ErrorBody::new(ErrorCode::Unstable, message)
-            }
-        }
-        Refusal::Forbidden(m) => ErrorBody::new(ErrorCode::Forbidden, m),
-        Refusal::Expired(a) => {
-            let kind = a.kind.as_str();
-            let message = match (a.lapsed_at, a.mutex_ended) {
-                (_, true) => format!(
-                    "the failover-hold of operation {} ended with its migration lease (released, lapsed or taken)",
-                    a.operation_id
-                ),
-                (Some(at), false) => format!(
-                    "the {kind} lease of operation {} expired at {at}: no renewal came within its TTL",
-                    a.operation_id
-                ),
-                (None, false) => format!(
-                    "operation {} holds no {kind} lease: none was granted to it, or it was released, or it lapsed and another operation took it",
-                    a.operation_id
-                ),
-            };
-            ErrorBody::new(ErrorCode::Expired, message)
-        }
-        Refusal::TokenMismatch => {
-            ErrorBody::new(ErrorCode::TokenMismatch, "the token is not this lease's current token")
-        }
-        Refusal::VerificationRequired(v) => {
-            // The advice first: clients keep a bounded prefix of messages.
-            let message = format!(
-                "no new migration of instance {} runs until a person checks its schema and annotates the group bloodraven.shipstream.io/schema-verified={} (or all): operation {}{} ended ({}) at topology generation {} after its DDL started",
-                v.instance,
-                v.operation_id,
-                v.operation_id,
-                v.revision.as_deref().map(|r| format!(" (revision {r})")).unwrap_or_default(),
-                v.ending.as_str(),
-                v.generation,
-            );
-            ErrorBody {
-                verification: Some(verification_view(&v)),
-                ..ErrorBody::new(ErrorCode::SchemaVerificationRequired, message)
-            }
-        }
-    };
-    body.into()
-}
-
-/// A verification record as the API shows it.
-fn verification_view(v: &bloodraven_core::lease::machine::Verification) -> VerificationView {
-    VerificationView {
-        operation_id: v.operation_id.clone(),
-        instance: v.instance.clone(),
-        revision: v.revision.clone(),
-        ending: v.ending.as_str().to_owned(),
-        topology_generation: v.generation,
-    }
-}
-
-pub(crate) fn service_error(err: ServiceError, group: &str) -> ApiError {
-    match err {
-        ServiceError::GroupNotFound => error(ErrorCode::GroupNotFound, format!("no MysqlFailoverGroup {group}")),
-        ServiceError::Refused(r) => refusal(r),
-        ServiceError::Contention => error(ErrorCode::Contention, "deploy leases kept changing; retry"),
-        other => {
-            tracing::warn!(group, error = %other, "deploy api failed");
-            error(ErrorCode::Internal, "the operator could not complete the request; retry")
-        }
     }
 }
 
@@ -635,28 +541,4 @@ mod watch;
 mod authz_tests;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names() {
-        assert!(valid_name("playground") && valid_name("counter-app") && valid_name("a.b"));
-        for bad in ["", "-a", "a-", "UPPER", "a_b", &"a".repeat(254)] {
-            assert!(!valid_name(bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn access_log_values_are_validated_or_marked_invalid() {
-        let raw = format!("\u{202e}{}", "x".repeat(60 * 1024));
-        let done =
-            Done::new("create_lease", Instant::now()).group("playground").instance("Bad Name").operation_id(&raw);
-        assert_eq!(done.group, "playground");
-        assert!(done.instance.starts_with("invalid(8 bytes):"), "{}", done.instance);
-        let op = &done.operation_id;
-        assert!(op.starts_with("invalid(61443 bytes):\"\\u{202e}xxx") && op.len() < 400, "{op}");
-        assert!(!op.contains('\u{202e}'));
-        let done = Done::new("renew_lease", Instant::now()).operation_id("op-1.2:3_4").instance("");
-        assert_eq!((done.operation_id.as_ref(), done.instance.as_ref()), ("op-1.2:3_4", ""));
-    }
-}
+mod tests;
