@@ -369,7 +369,11 @@ async fn a_tenants_storm_of_databases_starves_neither_another_tenant_nor_a_switc
          a switchover elsewhere completed {switched_in:.1?} after its request; the group's status is {bytes} bytes with {} claims",
         status.instance_claims.len()
     );
-    assert!(claimed_in < Duration::from_secs(30), "another tenant waited {claimed_in:?}");
+    // Not starved is a bound, not a speed: the claim waited 7-17 s on a
+    // loaded CI machine and 36 s once while its disk was nearly full; a
+    // starved tenant got no status at all (the wait above gives up at
+    // 60 s). The times are the figures printed above.
+    assert!(claimed_in < Duration::from_secs(60), "another tenant waited {claimed_in:?}");
     assert!(switched_in < Duration::from_secs(60), "the switchover elsewhere took {switched_in:?}");
     sc.cluster.delete_group(&other).await;
 }
