@@ -157,15 +157,7 @@ pub(super) async fn remember_admission(
     }
     let mut extra = rec.extra();
     extra.admitted = Some(admitted);
-    if !ctx.leadership.is_leader() {
-        return Err(Error::NotLeader);
-    }
-    let uid = group.metadata.uid.clone().unwrap_or_default();
-    ctx.groups
-        .records
-        .write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec))
-        .await?;
-    Ok(())
+    keep_decision(ctx, records, group, &rec, &extra).await
 }
 
 /// Why the operator will not act on the request `state` shows, if so:
@@ -213,15 +205,7 @@ pub(super) async fn remember_request(
     }
     let mut extra = rec.extra();
     extra.requests.push(request_id.to_owned());
-    if !ctx.leadership.is_leader() {
-        return Err(Error::NotLeader);
-    }
-    let uid = group.metadata.uid.clone().unwrap_or_default();
-    ctx.groups
-        .records
-        .write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(&rec))
-        .await?;
-    Ok(())
+    keep_decision(ctx, records, group, &rec, &extra).await
 }
 
 /// Enters `phase`: history, Event, status (one write).
@@ -334,4 +318,24 @@ async fn record_for(
         site: String::new(),
         message: "no decision record".into(),
     })
+}
+
+/// Rewrites the decision record `rec` of `group` with `extra`, the same
+/// decision (site and generation), compare-and-swap; leader only.
+async fn keep_decision(
+    ctx: &Context,
+    records: &Api<ConfigMap>,
+    group: &MysqlFailoverGroup,
+    rec: &crate::controller::failover_group::record::Record,
+    extra: &crate::controller::failover_group::record::Extra,
+) -> Result<(), Error> {
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    let uid = group.metadata.uid.clone().unwrap_or_default();
+    ctx.groups
+        .records
+        .write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, extra, Some(rec))
+        .await?;
+    Ok(())
 }
