@@ -10,6 +10,7 @@ mod config;
 mod controller;
 mod deploy_api;
 mod events;
+mod failover;
 mod failpoint;
 mod leader;
 mod leader_label;
@@ -133,11 +134,11 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     )?;
 
     // The key of decision-record digests, before any record is read.
-    let record_key = controller::failover_group::record::load_key(&Api::namespaced(client.clone(), &config.namespace))
+    let record_key = failover::record::load_key(&Api::namespaced(client.clone(), &config.namespace))
         .await
         .map_err(|e| anyhow::anyhow!("{e}"))?;
     let credentials_namespace = config.credentials_namespace.clone().unwrap_or_else(|| config.namespace.clone());
-    let records = controller::failover_group::record::Records::start(
+    let records = failover::record::Records::start(
         &client,
         &config.namespace,
         metrics.decision_record_reads_total.clone(),
@@ -154,9 +155,9 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         leases,
         tolerant,
         groups: controller::failover_group::State {
-            missed: controller::failover_group::emergency::Missed::default(),
+            missed: failover::emergency::Missed::default(),
             replicas: controller::failover_group::replicas::Replicas::default(),
-            drains: controller::failover_group::planned::DrainsSeen::default(),
+            drains: failover::planned::DrainsSeen::default(),
             bypass: controller::failover_group::bypass::Checks::default(),
             status_heartbeat: std::time::Duration::from_secs(config.status_heartbeat_seconds),
             credentials: controller::failover_group::credentials::Cache::start(&client, &credentials_namespace),

@@ -19,18 +19,13 @@ pub mod bypass;
 mod claims;
 pub mod cleanup;
 pub mod credentials;
-mod decision;
-mod deploy_leases;
-pub mod emergency;
+pub(crate) mod deploy_leases;
 pub mod identity;
 mod observed;
-pub mod planned;
-mod reassert;
-pub mod record;
 pub mod replicas;
 mod report;
 mod semisync;
-mod sites;
+pub(crate) mod sites;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -51,6 +46,7 @@ use self::report::{announce, diverged_condition, health_of, operation_conditions
 pub(crate) use self::report::{endpoint_of, publish};
 use super::conditions::Computed;
 use super::{Context, Ctx, Error, kube_err};
+use crate::failover::{decision, emergency, planned, reassert, record};
 
 /// What the failover-group controller keeps between rounds, for every
 /// group it runs: held by the operator's [`Context`], one per process.

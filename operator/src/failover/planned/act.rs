@@ -7,10 +7,10 @@ use super::{
 };
 use crate::controller::Context;
 use crate::controller::Error;
-use crate::controller::failover_group::decision;
 use crate::controller::failover_group::deploy_leases;
 use crate::controller::failover_group::publish;
 use crate::controller::failover_group::sites;
+use crate::failover::decision;
 use crate::mysql::Flavor;
 use crate::mysql::ProbeTarget;
 use crate::mysql::SiteObservation;

@@ -11,9 +11,9 @@ use std::time::Duration;
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use kube::runtime::events::EventType;
 
-use super::assess::SiteProbe;
-use super::{publish, sites};
 use crate::controller::Context;
+use crate::controller::failover_group::assess::SiteProbe;
+use crate::controller::failover_group::{publish, sites};
 use crate::mysql::{ProbeTarget, actions};
 
 /// Fences every writable site other than `active` (leader only), but only

@@ -6,8 +6,8 @@ use super::MAX_HISTORY;
 use crate::controller::Context;
 use crate::controller::Error;
 use crate::controller::failover_group::publish;
-use crate::controller::failover_group::record;
 use crate::controller::kube_err;
+use crate::failover::record;
 use bloodraven_api::names::ENGINE_FIELD_MANAGER;
 use bloodraven_api::v1alpha1::IgnoredRequest;
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
@@ -312,7 +312,7 @@ async fn record_for(
     records: &Api<ConfigMap>,
     group: &MysqlFailoverGroup,
     action: &'static str,
-) -> Result<crate::controller::failover_group::record::Record, Error> {
+) -> Result<crate::failover::record::Record, Error> {
     ctx.groups.records.read(records, &group.name_any()).await?.ok_or_else(|| Error::Site {
         action,
         site: String::new(),
@@ -326,8 +326,8 @@ async fn keep_decision(
     ctx: &Context,
     records: &Api<ConfigMap>,
     group: &MysqlFailoverGroup,
-    rec: &crate::controller::failover_group::record::Record,
-    extra: &crate::controller::failover_group::record::Extra,
+    rec: &crate::failover::record::Record,
+    extra: &crate::failover::record::Extra,
 ) -> Result<(), Error> {
     if !ctx.leadership.is_leader() {
         return Err(Error::NotLeader);

@@ -40,9 +40,10 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::{Api, Resource, ResourceExt};
 
-use super::assess::SiteProbe;
+use super::decision;
 use super::record::Record;
-use super::{decision, deploy_leases, publish, sites};
+use crate::controller::failover_group::assess::SiteProbe;
+use crate::controller::failover_group::{deploy_leases, publish, sites};
 use crate::controller::{Context, Error};
 use crate::mysql::statements::Source;
 use crate::mysql::{ProbeTarget, actions};
@@ -118,7 +119,7 @@ fn endpoint_unconfirmed(
     if probe.is_some_and(|p| p.outcome.is_ok()) {
         return None;
     }
-    let now = super::endpoint_of(&group.spec, active)?;
+    let now = crate::controller::failover_group::endpoint_of(&group.spec, active)?;
     let health = group.status.as_ref()?.health.iter().find(|h| h.site == active)?;
     let was = health.answered_endpoint.as_deref()?;
     (was != now).then(|| {
@@ -444,7 +445,7 @@ pub async fn rejoin(
     group: &MysqlFailoverGroup,
     rec: &Record,
     probes: &[SiteProbe],
-    checked: &super::replicas::Checked,
+    checked: &crate::controller::failover_group::replicas::Checked,
 ) -> Result<Rejoined, Error> {
     let mut out = Rejoined::default();
     let diverged = &mut out.diverged;

@@ -35,8 +35,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Api, ResourceExt};
 
-use super::assess::SiteProbe;
-use super::sites;
+use crate::controller::failover_group::assess::SiteProbe;
+use crate::controller::failover_group::sites;
 use crate::controller::{Context, Error};
 use crate::mysql::Flavor;
 use bloodraven_core::failover::planned::{self, Facts, Phase};

@@ -1,0 +1,21 @@
+//! The failover engines: every change of a group's sites, one module per
+//! operation, each running the pure rules of the same name in
+//! `bloodraven_core::failover` against the real sites.
+//!
+//! - [`planned`]: planned failover (a `spec.plannedFailover` request).
+//! - [`emergency`]: emergency failover (the active site stops answering),
+//!   the promotion a decision left pending, and returning old primaries.
+//! - [`reassert`]: fencing reassertion (a non-active site found writable).
+//! - [`decision`]: the group's decision (`activeSite`, `topologyGeneration`):
+//!   resolved against the record each round, written record first, then status.
+//! - [`record`]: the decision record, the operator's own copy of each decision.
+//!
+//! The failover-group controller (`crate::controller::failover_group`)
+//! observes the sites, runs these engines on what it observed, and writes
+//! what it saw to status; see docs/architecture.md.
+
+pub(crate) mod decision;
+pub(crate) mod emergency;
+pub(crate) mod planned;
+pub(crate) mod reassert;
+pub(crate) mod record;
