@@ -64,8 +64,9 @@ pub struct Metrics {
     /// API request). Mostly `unchanged` at steady state.
     pub status_writes_total: IntCounterVec,
     /// `bloodraven_decision_record_reads_total{source}`: reads of a group's
-    /// decision record by the probe path, `cache` (the watch cache: the
-    /// group was settled) or `api` (a GET). Mostly `cache` at steady state.
+    /// decision record, `cache` (the watch cache: the group was settled) or
+    /// `api` (a GET). One per round, `cache` at steady state; a second
+    /// (`api`) only when an engine acts on a cached copy.
     pub decision_record_reads_total: IntCounterVec,
     /// `bloodraven_database_group_reads_total{source}`: how the database
     /// reconciler found a MysqlDatabase's group, `api` (a GET) or `skipped`
@@ -175,7 +176,7 @@ impl Metrics {
         let decision_record_reads_total = IntCounterVec::new(
             Opts::new(
                 "bloodraven_decision_record_reads_total",
-                "Reads of decision records by the probe path, by source: cache (watch cache) or api (GET)",
+                "Reads of decision records, by source: cache (watch cache) or api (GET); one per round at steady state",
             ),
             &["source"],
         )?;

@@ -15,22 +15,20 @@
 
 use bloodraven_api::names::DECIDER_FIELD_MANAGER;
 use bloodraven_api::v1alpha1::{EmergencyFailoverStatus, MysqlFailoverGroup};
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::record::{self, Record};
+use super::record;
+use super::round::RoundRecord;
 use crate::controller::{Context, Error, kube_err};
 
 /// The group's decided roles, as resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Resolution {
-    /// Never decided; `stale` is a record of an older group of the same name, to overwrite.
-    Undecided {
-        /// The stale record, if any.
-        stale: Option<Record>,
-    },
+    /// Never decided (a record of an older group of the same name may
+    /// exist: bootstrap overwrites it).
+    Undecided,
     /// Decided at `site` with `generation`.
     At {
         /// Active site.
@@ -81,15 +79,13 @@ pub fn planned_failover_touching_sites(group: &MysqlFailoverGroup) -> bool {
 
 /// Resolves the decided roles, restoring status from the record or adopting
 /// a valid status into a missing record.
-pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailoverGroup) -> Result<Resolution, Error> {
+pub async fn resolve(ctx: &Context, round: &mut RoundRecord, group: &MysqlFailoverGroup) -> Result<Resolution, Error> {
     let name = group.name_any();
     let uid = group.meta().uid.clone().unwrap_or_default();
     let status = group.status.clone().unwrap_or_default();
     let (site, generation) = (status.active_site.as_deref(), status.topology_generation);
     let in_spec = |s: &str| group.spec.sites.iter().any(|x| x.name == s);
-    let running = planned_failover_running(group);
-    let record = ctx.groups.records.read_settled(records, &name, &uid, (site, generation), running).await?;
-    match record {
+    match round.get().cloned() {
         Some(r) if r.group_uid == uid && r.tampered.is_some() => Ok(Resolution::Conflict(format!(
             "the decision record {} was edited by hand ({}); bloodraven will not fail this group over until a person resolves it: see docs/runbook.md, DecisionConflict",
             record::record_name(&name),
@@ -126,10 +122,10 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
                 restored_from: Some(describe(site, generation)),
             })
         }
-        stale => match (site, generation) {
-            (None, None) => Ok(Resolution::Undecided { stale }),
+        _ => match (site, generation) {
+            (None, None) => Ok(Resolution::Undecided),
             (Some(s), Some(g)) if in_spec(s) && g >= 1 => {
-                ctx.groups.records.write(records, &name, &uid, s, g, &record::Extra::default(), stale.as_ref()).await?;
+                round.write(ctx, s, g, &record::Extra::default()).await?;
                 tracing::info!(group = %name, site = s, generation = g, "decision record created from status");
                 Ok(Resolution::At { site: s.to_owned(), generation: g, restored_from: None })
             }
@@ -147,29 +143,26 @@ pub async fn resolve(ctx: &Context, records: &Api<ConfigMap>, group: &MysqlFailo
 /// Bootstrap: records and then publishes `activeSite = site`, generation 1.
 pub async fn bootstrap(
     ctx: &Context,
-    records: &Api<ConfigMap>,
+    round: &mut RoundRecord,
     group: &MysqlFailoverGroup,
     site: &str,
-    stale: Option<&Record>,
 ) -> Result<(), Error> {
     if !ctx.leadership.is_leader() {
         return Ok(());
     }
-    let uid = group.meta().uid.clone().unwrap_or_default();
-    ctx.groups.records.write(records, &group.name_any(), &uid, site, 1, &record::Extra::default(), stale).await?;
+    round.write(ctx, site, 1, &record::Extra::default()).await?;
     write_status(ctx, group, site, 1, None).await.map(drop)
 }
 
-/// A failover's decision (planned or emergency): records `site` at
-/// `generation` (the record read, `previous`, is the compare-and-swap
-/// base), then writes status. Returns the group as written. The record is
-/// first, so a crash in between is completed by the next restore, never
-/// decided twice.
+/// A failover's decision (planned or emergency): records `site` at the
+/// round's record's generation + 1 (the round's copy is the
+/// compare-and-swap base), then writes status. Returns the group as
+/// written. The record is first, so a crash in between is completed by the
+/// next restore, never decided twice.
 pub async fn decide(
     ctx: &Context,
-    records: &Api<ConfigMap>,
+    round: &mut RoundRecord,
     group: &MysqlFailoverGroup,
-    previous: &Record,
     site: &str,
     extra: &record::Extra,
     emergency: Option<&EmergencyFailoverStatus>,
@@ -177,9 +170,15 @@ pub async fn decide(
     if !ctx.leadership.is_leader() {
         return Err(Error::NotLeader);
     }
-    let uid = group.meta().uid.clone().unwrap_or_default();
+    let Some(previous) = round.get() else {
+        return Err(Error::Site {
+            action: "decide for",
+            site: site.to_owned(),
+            message: "the decision record is gone".into(),
+        });
+    };
     let generation = previous.generation + 1;
-    ctx.groups.records.write(records, &group.name_any(), &uid, site, generation, extra, Some(previous)).await?;
+    round.write(ctx, site, generation, extra).await?;
     crate::failpoint::hit("decide-after-record");
     write_status(ctx, group, site, generation, emergency).await
 }

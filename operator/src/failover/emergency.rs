@@ -33,7 +33,6 @@ use std::time::Duration;
 
 use bloodraven_api::names::PROMOTE_DESPITE_LOSS_ANNOTATION;
 use bloodraven_api::v1alpha1::{EmergencyFailoverStatus, MysqlFailoverGroup, reason};
-use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -42,6 +41,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use super::decision;
 use super::record::Record;
+use super::round::RoundRecord;
 use crate::controller::failover_group::assess::SiteProbe;
 use crate::controller::failover_group::{deploy_leases, publish, sites};
 use crate::controller::{Context, Error};
@@ -148,7 +148,7 @@ pub struct Outcome {
 /// promoted, so it has every write although it does not replicate.
 pub async fn check(
     ctx: &Context,
-    records: &Api<ConfigMap>,
+    round: &mut RoundRecord,
     group: &MysqlFailoverGroup,
     active: &str,
     probes: &[SiteProbe],
@@ -234,7 +234,7 @@ pub async fn check(
         Verdict::Promote { site } => {
             let standby_obs = standby_probe.and_then(|p| p.outcome.as_ref().ok());
             let promotion = Promotion { active, site: &site, missed, loss: &loss, standby_position: &current };
-            decide(ctx, records, group, &promotion, standby_obs).await
+            decide(ctx, round, group, &promotion, standby_obs).await
         }
     }
 }
@@ -253,14 +253,14 @@ struct Promotion<'a> {
 /// the revocations. Nothing when the record does not agree.
 async fn decide(
     ctx: &Context,
-    records: &Api<ConfigMap>,
+    round: &mut RoundRecord,
     group: &MysqlFailoverGroup,
     p: &Promotion<'_>,
     standby_obs: Option<&crate::mysql::SiteObservation>,
 ) -> Result<Outcome, Error> {
     let (active, site, loss) = (p.active, p.site, p.loss);
     let uid = group.meta().uid.clone().unwrap_or_default();
-    let Some(rec) = ctx.groups.records.read(records, &group.name_any()).await? else {
+    let Some(rec) = round.fresh(ctx).await?.cloned() else {
         return Ok(Outcome::default());
     };
     if rec.tampered.is_some() || rec.active_site != active || rec.pending.is_some() {
@@ -281,7 +281,7 @@ async fn decide(
         abandoned_transactions: loss.abandoned.as_ref().map_or(0, |a| a.transactions),
         loss_accepted: loss.accepted && loss.abandoned.is_some(),
     };
-    let decided = decision::decide(ctx, records, group, &rec, site, &extra, Some(&facts)).await?;
+    let decided = decision::decide(ctx, round, group, site, &extra, Some(&facts)).await?;
     crate::failpoint::hit("emergency-after-decide");
     ctx.groups.missed.forget(&uid);
     tracing::warn!(group = %group.name_any(), site = %site, generation, missed = p.missed, abandoned = facts.abandoned_transactions, "emergency failover decided");
@@ -384,7 +384,7 @@ impl Loss {
 /// done yet (`RecoveryPending`).
 pub async fn recover(
     ctx: &Context,
-    records: &Api<ConfigMap>,
+    round: &mut RoundRecord,
     group: &MysqlFailoverGroup,
     rec: &Record,
     probes: &[SiteProbe],
@@ -415,14 +415,7 @@ pub async fn recover(
     }
     let mut extra = rec.extra();
     extra.pending = None;
-    let uid = group.meta().uid.clone().unwrap_or_default();
-    if !ctx.leadership.is_leader() {
-        return Err(Error::NotLeader);
-    }
-    ctx.groups
-        .records
-        .write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, &extra, Some(rec))
-        .await?;
+    round.write(ctx, &rec.active_site, rec.generation, &extra).await?;
     Ok(None)
 }
 

@@ -19,3 +19,4 @@ pub(crate) mod emergency;
 pub(crate) mod planned;
 pub(crate) mod reassert;
 pub(crate) mod record;
+pub(crate) mod round;

@@ -194,7 +194,7 @@ fn decode(key: &[u8], cm: &ConfigMap) -> Record {
 }
 
 /// The cached record `cm` when it may stand for a fresh read (see
-/// [`Cache::read_settled`]): `last_written` is the resourceVersion this
+/// [`Records::settled`]): `last_written` is the resourceVersion this
 /// process last wrote for it, if any.
 fn settled(
     key: &[u8],
@@ -210,7 +210,7 @@ fn settled(
     }
     let r = decode(key, cm);
     // `admitted` names the last admitted request and stays after it ends;
-    // it only matters while a request runs (the switchover reads afresh).
+    // it only matters while a request runs (the planned failover reads it afresh).
     let quiet = r.tampered.is_none()
         && r.group_uid == uid
         && r.pending.is_none()
@@ -224,10 +224,10 @@ fn settled(
 /// request (two record GETs per probe were 400 GET/s at a
 /// thousand groups).
 ///
-/// The cache only ever short-cuts the quiet case, see [`Cache::read_settled`];
-/// everything that acts (a decision, a switchover step, recovery) reads the
-/// record from the API server, and every record write is a
-/// compare-and-swap on the resourceVersion read.
+/// The cache only ever short-cuts the quiet case, see [`Records::settled`];
+/// everything that acts (a decision, a planned failover's step, recovery)
+/// acts on a record read from the API server (`super::round`), and every
+/// record write is a compare-and-swap on the resourceVersion read.
 ///
 /// It also holds what this process knows of the records beyond any one
 /// read: the digest key, the resourceVersion it last wrote of each record,
@@ -305,52 +305,45 @@ impl Records {
         locked(&self.high_water).get(uid).copied()
     }
 
-    /// Reads the record of `group`. `Ok(None)` when absent; a record of an
-    /// older group of the same name (another UID) is returned with its
-    /// resourceVersion so bootstrap can overwrite it, and never trusted.
+    /// Reads the record of `group` from the API server. `Ok(None)` when
+    /// absent; a record of an older group of the same name (another UID)
+    /// is returned with its resourceVersion so bootstrap can overwrite it,
+    /// and never trusted.
     pub async fn read(&self, api: &Api<ConfigMap>, group: &str) -> Result<Option<Record>, Error> {
+        self.reads.with_label_values(&["api"]).inc();
         let cm = api.get_opt(&record_name(group)).await.map_err(kube_err("read the decision record"))?;
         Ok(cm.as_ref().map(|cm| decode(&self.key, cm)))
     }
 
-    /// The record of `group` (UID `uid`), read from the watch cache when it
-    /// is settled, else from the API server ([`read`]). Settled: the watch
-    /// has listed, the cached copy is the last one this process wrote (or
-    /// this process wrote none), it verifies, belongs to `uid`, has no
-    /// `pending` step and no `admitted` request, and shows exactly
-    /// `decided` (the group's status: active site and generation). Anything
-    /// else, including a cache that lags a write, is read afresh.
-    ///
-    /// # Errors
-    /// The fallback read failed.
-    pub async fn read_settled(
+    /// The record of `group` (UID `uid`) from the watch cache, when it is
+    /// settled: the watch has listed, the cached copy is the last one this
+    /// process wrote (or this process wrote none), it verifies, belongs to
+    /// `uid`, has no `pending` step and no `admitted` request of a running
+    /// planned failover, and shows exactly `decided` (the group's status:
+    /// active site and generation). `None` for anything else, including a
+    /// cache that lags a write: the caller reads the API server.
+    pub fn settled(
         &self,
-        api: &Api<ConfigMap>,
         group: &str,
         uid: &str,
         decided: (Option<&str>, Option<i64>),
         planned_failover_running: bool,
-    ) -> Result<Option<Record>, Error> {
-        if self.ready.get() {
-            let name = record_name(group);
-            if let Some(cm) = self.store.get(&ObjectRef::new(&name).within(&self.namespace)) {
-                let last_written = locked(&self.written).get(&name).cloned();
-                if let Some(r) =
-                    settled(&self.key, &cm, last_written.as_deref(), uid, decided, planned_failover_running)
-                {
-                    self.reads.with_label_values(&["cache"]).inc();
-                    return Ok(Some(r));
-                }
-            }
+    ) -> Option<Record> {
+        if !self.ready.get() {
+            return None;
         }
-        self.reads.with_label_values(&["api"]).inc();
-        self.read(api, group).await
+        let name = record_name(group);
+        let cm = self.store.get(&ObjectRef::new(&name).within(&self.namespace))?;
+        let last_written = locked(&self.written).get(&name).cloned();
+        let r = settled(&self.key, &cm, last_written.as_deref(), uid, decided, planned_failover_running)?;
+        self.reads.with_label_values(&["cache"]).inc();
+        Some(r)
     }
 
     /// Writes a decision: creates the record, or replaces the one read at
     /// `previous.resource_version` (a 409 if anyone wrote since).
     #[allow(clippy::too_many_arguments)] // the decision's fields, each of its own meaning
-    pub async fn write(
+    pub(super) async fn write(
         &self,
         api: &Api<ConfigMap>,
         group: &str,
@@ -565,7 +558,7 @@ mod tests {
             settled(KEY, &edited, None, "uid-1", (Some("iad"), Some(9)), false).is_none(),
             "a hand edit never stands"
         );
-        // A request admitted by a switchover: settled once it ended, never while it runs.
+        // A request admitted by a planned failover: settled once it ended, never while it runs.
         let mut genuine = stored("10", "", |_| {});
         let mut data = genuine.data.take().unwrap();
         data.insert("admitted".to_owned(), "r1 pdx iad".to_owned());

@@ -33,7 +33,6 @@ use std::time::{Duration, Instant};
 use crate::tolerant::Findings;
 use bloodraven_api::v1alpha1::{MysqlFailoverGroup, reason};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ConfigMap;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher::{self, Config as WatcherConfig};
@@ -46,6 +45,7 @@ use self::report::{announce, diverged_condition, health_of, operation_conditions
 pub(crate) use self::report::{endpoint_of, publish};
 use super::conditions::Computed;
 use super::{Context, Ctx, Error, kube_err};
+use crate::failover::round::RoundRecord;
 use crate::failover::{decision, emergency, planned, reassert, record};
 
 /// What the failover-group controller keeps between rounds, for every
@@ -159,8 +159,10 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     }
 
     let started = Instant::now();
-    let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
-    let Some((group, resolution)) = resolve(&ctx, &records, &api, &group).await? else {
+    // The decision record is read once here; the engines act on this copy
+    // and every write replaces it (`failover::round`).
+    let mut round = RoundRecord::read(&ctx, &group).await?;
+    let Some((group, resolution)) = resolve(&ctx, &mut round, &api, &group).await? else {
         return Ok(Action::await_change());
     };
     // One probe of every site per round. The planned failover, if any, runs
@@ -169,7 +171,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     // the same probes.
     let probes = sites::probe_all(&group, &ctx).await;
     let Some((group, resolution, planned)) =
-        Box::pin(planned_failover(&ctx, &records, &api, group, resolution, &probes, &mut later)).await?
+        Box::pin(planned_failover(&ctx, &mut round, &api, group, resolution, &probes, &mut later)).await?
     else {
         return Ok(Action::await_change());
     };
@@ -177,13 +179,13 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     // Automatic failover waits for a planned failover only while it
     // drains, within its bound; a new primary that dies after the decision
     // is failed over like any other.
-    let safety = Box::pin(safety_paths(&ctx, &records, group, resolution, probes, &planned)).await?;
+    let safety = Box::pin(safety_paths(&ctx, &mut round, group, resolution, probes, &planned)).await?;
     let (group, resolution, probes) = (safety.group, safety.resolution, safety.probes);
     // The deploy-lease bookkeeping comes after the safety paths: a lease
     // store that is slow or failing never delays an emergency failover.
     let verification = deploy_lease_bookkeeping(&ctx, &group, &resolution, &mut later).await?;
     let decided = match &resolution {
-        decision::Resolution::Undecided { .. } => Decided::Undecided,
+        decision::Resolution::Undecided => Decided::Undecided,
         decision::Resolution::At { site, generation, .. } => Decided::At(site, *generation),
         decision::Resolution::Invalid(why) | decision::Resolution::Conflict(why) => Decided::Invalid(why),
     };
@@ -193,9 +195,9 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         _ => None,
     };
 
-    if let (true, decision::Resolution::Undecided { stale }) = (assessment.bootstrap, &resolution) {
+    if let (true, decision::Resolution::Undecided) = (assessment.bootstrap, &resolution) {
         let site = group.spec.initial_active_site.clone();
-        decision::bootstrap(&ctx, &records, &group, &site, stale.as_ref()).await?;
+        decision::bootstrap(&ctx, &mut round, &group, &site).await?;
         tracing::info!(group = %name, site = %site, generation = 1, "bootstrap complete");
         publish(
             &ctx,
@@ -242,11 +244,11 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
 /// edited copy the reconcile started from. `None`: the group is gone.
 async fn resolve(
     ctx: &Context,
-    records: &Api<ConfigMap>,
+    round: &mut RoundRecord,
     api: &Api<MysqlFailoverGroup>,
     group: &MysqlFailoverGroup,
 ) -> Result<Option<(MysqlFailoverGroup, decision::Resolution)>, Error> {
-    let resolution = decision::resolve(ctx, records, group).await?;
+    let resolution = decision::resolve(ctx, round, group).await?;
     let decision::Resolution::At { site, generation, restored_from: Some(was) } = &resolution else {
         return Ok(Some((group.clone(), resolution)));
     };
@@ -304,7 +306,7 @@ async fn prune_claims(
 /// the group is gone.
 async fn planned_failover(
     ctx: &Context,
-    records: &Api<ConfigMap>,
+    round: &mut RoundRecord,
     api: &Api<MysqlFailoverGroup>,
     group: MysqlFailoverGroup,
     resolution: decision::Resolution,
@@ -315,11 +317,14 @@ async fn planned_failover(
         return Ok(Some((group.clone(), resolution, planned::Drive::idle(group))));
     }
     let name = group.name_any();
-    let planned = match Box::pin(planned::drive(ctx, records, group, probes)).await {
+    let planned = match Box::pin(planned::drive(ctx, round, group, probes)).await {
         Ok(planned) => planned,
         Err(e) => {
             later.keep("planned failover", e)?;
-            // The drive may have written before it failed: act on the group as stored.
+            // The drive may have written before it failed, or failed a write
+            // on a record someone else changed: act on the group and the
+            // record as stored.
+            round.fresh(ctx).await?;
             match api.get_opt(&name).await.map_err(kube_err("read the group after a failed drive"))? {
                 Some(g) => planned::Drive::as_stored(ctx, g),
                 None => return Ok(None),
@@ -390,38 +395,30 @@ struct Safety {
 /// complete standby (decided, target not promoted).
 async fn safety_paths(
     ctx: &Context,
-    records: &Api<ConfigMap>,
+    round: &mut RoundRecord,
     mut group: MysqlFailoverGroup,
     mut resolution: decision::Resolution,
     mut probes: Vec<SiteProbe>,
     planned: &planned::Drive,
 ) -> Result<Safety, Error> {
     let (held, standby_complete) = (planned.holds_automatic_failover(), planned.before_promotion());
-    let name = group.name_any();
-    let uid = group.meta().uid.clone().unwrap_or_default();
     let mut recovery: Option<(&'static str, String)> = None;
     let mut diverged: Option<Computed> = None;
-    // The record is read once here (and again only after a write to it):
-    // at a thousand groups every read per probe is hundreds per second.
-    let trusted = |r: Option<record::Record>| r.filter(|r| r.group_uid == uid && r.tampered.is_none());
     let mut current = None;
     if let decision::Resolution::At { site, .. } = resolution.clone() {
-        let out = emergency::check(ctx, records, &group, &site, &probes, held, standby_complete).await?;
+        let out = emergency::check(ctx, round, &group, &site, &probes, held, standby_complete).await?;
         if let Some(decided) = out.decided {
             group = decided;
             resolution = decided_now(&group, resolution);
         }
         recovery = out.blocked;
-        let status = group.status.clone().unwrap_or_default();
-        let decided = (status.active_site.as_deref(), status.topology_generation);
-        let running = decision::planned_failover_running(&group);
-        current = trusted(ctx.groups.records.read_settled(records, &name, &uid, decided, running).await?);
+        current = round.trusted().cloned();
         if let Some(rec) = current.clone() {
-            if let Some(pending) = emergency::recover(ctx, records, &group, &rec, &probes).await? {
+            if let Some(pending) = emergency::recover(ctx, round, &group, &rec, &probes).await? {
                 recovery = Some((reason::OPERATION_IN_PROGRESS, pending));
             } else if rec.pending.is_some() {
                 probes = sites::probe_all(&group, ctx).await;
-                current = trusted(ctx.groups.records.read(records, &name).await?);
+                current = round.trusted().cloned();
             }
         }
     }

@@ -11,6 +11,7 @@ use crate::controller::failover_group::deploy_leases;
 use crate::controller::failover_group::publish;
 use crate::controller::failover_group::sites;
 use crate::failover::decision;
+use crate::failover::round::RoundRecord;
 use crate::mysql::Flavor;
 use crate::mysql::ProbeTarget;
 use crate::mysql::SiteObservation;
@@ -23,10 +24,8 @@ use bloodraven_api::v1alpha1::reason;
 use bloodraven_core::failover::planned::Action;
 use bloodraven_core::failover::planned::Phase;
 use bloodraven_core::lease::machine::Grant;
-use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::Api;
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use std::time::Duration;
@@ -50,7 +49,7 @@ pub(super) struct Step {
 #[allow(clippy::too_many_lines)] // one arm per action of the decision table, each short
 pub(super) async fn act(
     ctx: &Context,
-    records: &Api<ConfigMap>,
+    round: &mut RoundRecord,
     group: &mut MysqlFailoverGroup,
     state: &mut PlannedFailoverStatus,
     local: &mut Local,
@@ -65,7 +64,7 @@ pub(super) async fn act(
             if next == Phase::Draining {
                 // Recorded before anything is done to a site: only a request
                 // the record names is ever drained, promoted or repointed.
-                remember_admission(ctx, records, group, state).await?;
+                remember_admission(ctx, round, state).await?;
             }
             // Said as what happened, with its generation: the group's
             // current state is in its conditions, and a later failover does
@@ -84,7 +83,7 @@ pub(super) async fn act(
             }
             if next == Phase::Admitting {
                 if step.phase == Phase::Pending {
-                    remember_request(ctx, records, group, &state.request_id).await?;
+                    remember_request(ctx, round, &state.request_id).await?;
                 }
                 local.hold = admit(ctx, group, state).await?;
             }
@@ -182,7 +181,7 @@ pub(super) async fn act(
             return Ok(Some(idle(group.clone())));
         }
         Action::Decide(site) => {
-            let Some(rec) = ctx.groups.records.read(records, &group.name_any()).await? else {
+            let Some(rec) = round.fresh(ctx).await?.cloned() else {
                 return Err(Error::Site { action: "decide for", site, message: "the decision record is gone".into() });
             };
             if rec.tampered.is_some() || rec.active_site != step.source {
@@ -195,7 +194,7 @@ pub(super) async fn act(
             let mut extra = rec.extra();
             extra.promotion_position =
                 local.promotion_position.clone().or(step.tgt.as_ref().map(|o| o.gtid_position.clone()));
-            let decided = decision::decide(ctx, records, group, &rec, &site, &extra, None).await?;
+            let decided = decision::decide(ctx, round, group, &site, &extra, None).await?;
             crate::failpoint::hit("planned-after-decide");
             let generation = rec.generation + 1;
             tracing::info!(group = %group.name_any(), site = %site, generation, request_id = %state.request_id, "planned failover decided");

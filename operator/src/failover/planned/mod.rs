@@ -31,13 +31,13 @@
 use std::time::Duration;
 
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
-use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 
 use crate::controller::failover_group::assess::SiteProbe;
 use crate::controller::failover_group::sites;
 use crate::controller::{Context, Error};
+use crate::failover::round::RoundRecord;
 use crate::mysql::Flavor;
 use bloodraven_core::failover::planned::{self, Facts, Phase};
 
@@ -160,29 +160,30 @@ impl Drive {
 /// `probeTimeoutSeconds`, and the emergency path runs after the drive).
 pub async fn drive(
     ctx: &Context,
-    records: &Api<ConfigMap>,
+    round: &mut RoundRecord,
     group: MysqlFailoverGroup,
     probes: &[SiteProbe],
 ) -> Result<Drive, Error> {
     let mut acted_on_sites = false;
-    let mut drive = Box::pin(drive_rounds(ctx, records, group, probes, &mut acted_on_sites)).await?.with_deadline(ctx);
+    let mut drive = Box::pin(drive_rounds(ctx, round, group, probes, &mut acted_on_sites)).await?.with_deadline(ctx);
     drive.acted_on_sites = acted_on_sites;
     Ok(drive)
 }
 
 async fn drive_rounds(
     ctx: &Context,
-    records: &Api<ConfigMap>,
+    round: &mut RoundRecord,
     group: MysqlFailoverGroup,
     first: &[SiteProbe],
     acted_on_sites: &mut bool,
 ) -> Result<Drive, Error> {
     let idle = Drive::idle;
-    let (mut group, mut state) = match take_up(ctx, records, group).await? {
+    let (mut group, mut state) = match take_up(ctx, round, group).await? {
         Ok(taken) => taken,
         Err(group) => return Ok(idle(group)),
     };
-    let rec = ctx.groups.records.read(records, &group.name_any()).await?;
+    // Acted on: a copy from the watch cache may lag another leader's admission.
+    let rec = round.fresh(ctx).await?.cloned();
     if let Some(why) = not_ours(&group, rec.as_ref(), &state) {
         tracing::warn!(group = %group.name_any(), request_id = %state.request_id, phase = %state.phase, why = %why, "planned failover not acted on");
         group = enter(ctx, &group, &mut state, Phase::Failed, Some(why), None).await?;
@@ -202,7 +203,7 @@ async fn drive_rounds(
         Some(Phase::Admitting) => local.hold = admit(ctx, &group, &state).await?,
         _ => {}
     }
-    for round in 0..MAX_ROUNDS {
+    for turn in 0..MAX_ROUNDS {
         if !ctx.leadership.is_leader() {
             return Err(Error::NotLeader);
         }
@@ -213,7 +214,7 @@ async fn drive_rounds(
         // Fenced phases act on the sites; the probes of the round no longer
         // show them, and the caller probes again.
         *acted_on_sites |= matches!(phase, Phase::Draining | Phase::Promoting | Phase::Repointing);
-        let probes = if round == 0 && !first.is_empty() { first.to_vec() } else { sites::probe_all(&group, ctx).await };
+        let probes = if turn == 0 && !first.is_empty() { first.to_vec() } else { sites::probe_all(&group, ctx).await };
         let observed = |site: &str| probes.iter().find(|p| p.site == site).and_then(|p| p.outcome.as_ref().ok());
         let (Some(source_spec), Some(target_spec)) =
             (group.site(&source).cloned(), group.site(&state.target_site).cloned())
@@ -260,7 +261,7 @@ async fn drive_rounds(
             fence_bound,
             action_bound,
         };
-        match act(ctx, records, &mut group, &mut state, &mut local, action, &step).await {
+        match act(ctx, round, &mut group, &mut state, &mut local, action, &step).await {
             Ok(Some(done)) => return Ok(done),
             Ok(None) => {}
             // After the decision a site that cannot be acted on is retried,

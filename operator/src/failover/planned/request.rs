@@ -8,6 +8,7 @@ use crate::controller::Error;
 use crate::controller::failover_group::publish;
 use crate::controller::kube_err;
 use crate::failover::record;
+use crate::failover::round::RoundRecord;
 use bloodraven_api::names::ENGINE_FIELD_MANAGER;
 use bloodraven_api::v1alpha1::IgnoredRequest;
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
@@ -16,7 +17,6 @@ use bloodraven_api::v1alpha1::PlannedFailoverAdmission;
 use bloodraven_api::v1alpha1::PlannedFailoverStatus;
 use bloodraven_api::v1alpha1::reason;
 use bloodraven_core::failover::planned::Phase;
-use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
@@ -32,7 +32,7 @@ use serde_json::json;
 /// `spec.sites` fails). `Err(group)`: nothing to drive.
 pub(super) async fn take_up(
     ctx: &Context,
-    records: &Api<ConfigMap>,
+    round: &mut RoundRecord,
     group: MysqlFailoverGroup,
 ) -> Result<Result<(MysqlFailoverGroup, PlannedFailoverStatus), MysqlFailoverGroup>, Error> {
     let current = group.status.as_ref().and_then(|s| s.planned_failover.clone());
@@ -55,7 +55,7 @@ pub(super) async fn take_up(
             let Some((active, generation)) = group.decided().map(|(s, g)| (s.to_owned(), g)) else {
                 return Ok(Err(group));
             };
-            let Some(rec) = ctx.groups.records.read(records, &group.name_any()).await? else { return Ok(Err(group)) };
+            let Some(rec) = round.fresh(ctx).await?.cloned() else { return Ok(Err(group)) };
             if rec.requests.contains(&request.request_id) {
                 // Taken up before (status may have been wiped since): never again.
                 let why = "the decision record lists it among the requests already taken up";
@@ -139,11 +139,10 @@ pub(super) fn admission_of(state: &PlannedFailoverStatus) -> String {
 /// compare-and-swap), before its drain.
 pub(super) async fn remember_admission(
     ctx: &Context,
-    records: &Api<ConfigMap>,
-    group: &MysqlFailoverGroup,
+    round: &mut RoundRecord,
     state: &PlannedFailoverStatus,
 ) -> Result<(), Error> {
-    let rec = record_for(ctx, records, group, "record the admission for").await?;
+    let rec = record_for(ctx, round, "record the admission for").await?;
     let admitted = admission_of(state);
     if rec.admitted.as_deref() == Some(admitted.as_str()) {
         return Ok(());
@@ -157,7 +156,7 @@ pub(super) async fn remember_admission(
     }
     let mut extra = rec.extra();
     extra.admitted = Some(admitted);
-    keep_decision(ctx, records, group, &rec, &extra).await
+    keep_decision(ctx, round, &rec, &extra).await
 }
 
 /// Why the operator will not act on the request `state` shows, if so:
@@ -193,19 +192,14 @@ pub(super) fn not_ours(
 
 /// Records that `request_id` was taken up (decision record, compare-and-swap),
 /// so neither a repeat of it nor a wiped status ever runs it again.
-pub(super) async fn remember_request(
-    ctx: &Context,
-    records: &Api<ConfigMap>,
-    group: &MysqlFailoverGroup,
-    request_id: &str,
-) -> Result<(), Error> {
-    let rec = record_for(ctx, records, group, "record the request for").await?;
+pub(super) async fn remember_request(ctx: &Context, round: &mut RoundRecord, request_id: &str) -> Result<(), Error> {
+    let rec = record_for(ctx, round, "record the request for").await?;
     if rec.requests.iter().any(|r| r == request_id) {
         return Ok(());
     }
     let mut extra = rec.extra();
     extra.requests.push(request_id.to_owned());
-    keep_decision(ctx, records, group, &rec, &extra).await
+    keep_decision(ctx, round, &rec, &extra).await
 }
 
 /// Enters `phase`: history, Event, status (one write).
@@ -305,37 +299,24 @@ pub(super) async fn write_state(
         .map_err(kube_err("write the planned failover's progress"))
 }
 
-/// The group's decision record, read afresh for a write that needs it: a
-/// request is only ever acted on with a record (bootstrap writes it first).
-async fn record_for(
-    ctx: &Context,
-    records: &Api<ConfigMap>,
-    group: &MysqlFailoverGroup,
-    action: &'static str,
-) -> Result<crate::failover::record::Record, Error> {
-    ctx.groups.records.read(records, &group.name_any()).await?.ok_or_else(|| Error::Site {
+/// The group's decision record for a write that needs it, read afresh when
+/// the round's copy came from the watch cache: a request is only ever acted
+/// on with a record (bootstrap writes it first).
+async fn record_for(ctx: &Context, round: &mut RoundRecord, action: &'static str) -> Result<record::Record, Error> {
+    round.fresh(ctx).await?.cloned().ok_or_else(|| Error::Site {
         action,
         site: String::new(),
         message: "no decision record".into(),
     })
 }
 
-/// Rewrites the decision record `rec` of `group` with `extra`, the same
-/// decision (site and generation), compare-and-swap; leader only.
+/// Rewrites the decision record `rec` with `extra`, the same decision
+/// (site and generation), compare-and-swap; leader only.
 async fn keep_decision(
     ctx: &Context,
-    records: &Api<ConfigMap>,
-    group: &MysqlFailoverGroup,
-    rec: &crate::failover::record::Record,
-    extra: &crate::failover::record::Extra,
+    round: &mut RoundRecord,
+    rec: &record::Record,
+    extra: &record::Extra,
 ) -> Result<(), Error> {
-    if !ctx.leadership.is_leader() {
-        return Err(Error::NotLeader);
-    }
-    let uid = group.metadata.uid.clone().unwrap_or_default();
-    ctx.groups
-        .records
-        .write(records, &group.name_any(), &uid, &rec.active_site, rec.generation, extra, Some(rec))
-        .await?;
-    Ok(())
+    round.write(ctx, &rec.active_site, rec.generation, extra).await.map(drop)
 }
