@@ -85,9 +85,9 @@ async fn planned_switchover_there_and_back_loses_no_acknowledged_write() {
         ],
     )
     .await;
-    // Stable again, with no reason left over from the operation (the engine
-    // set OperationInProgress under its own field manager; found on the
-    // playground: it stood beside stable: true).
+    // Stable again, with no reason left over from the operation (found on
+    // the playground, when a second field manager wrote OperationInProgress:
+    // it stood beside stable: true).
     wait_status(&sc.cluster, &name, "stable with no unstableReason", T, |s| {
         match (s.stable, s.unstable_reason.as_deref()) {
             (Some(true), None) => Ok(()),

@@ -79,18 +79,23 @@ pub struct Service {
     changes: Changes,
 }
 
-/// Generation and stability of a group, from its status.
+/// Generation and stability of a group, from its status. A planned
+/// failover whose phase is written and not final makes the group unstable
+/// (`OperationInProgress`) at once, before the observer's next write of
+/// `stable`: the engine writes its phase before it touches a site, so no
+/// grant slips in between (a phase this operator does not know, written by
+/// hand, is no operation).
 pub fn facts_of(group: &MysqlFailoverGroup) -> GroupFacts {
+    use bloodraven_api::v1alpha1::PlannedFailoverPhase as Phase;
     let status = group.status.clone().unwrap_or_default();
-    let unstable_reason = match status.stable {
-        Some(true) => None,
-        _ => Some(status.unstable_reason.unwrap_or_else(|| "NotObserved".to_owned())),
+    let running =
+        status.planned_failover.as_ref().and_then(|p| Phase::parse(&p.phase)).filter(|phase| !phase.is_final());
+    let unstable_reason = match (running, status.stable) {
+        (Some(_), _) => Some(bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS.to_owned()),
+        (None, Some(true)) => None,
+        (None, _) => Some(status.unstable_reason.unwrap_or_else(|| "NotObserved".to_owned())),
     };
-    let deferring = unstable_reason.as_deref() == Some(bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS)
-        && status
-            .planned_failover
-            .as_ref()
-            .is_some_and(|p| p.phase == bloodraven_api::v1alpha1::PlannedFailoverPhase::Deferred.as_str());
+    let deferring = running == Some(Phase::Deferred);
     GroupFacts { generation: status.topology_generation, unstable_reason, deferring }
 }
 
@@ -465,5 +470,57 @@ impl Service {
     /// The slots of every group (the deploy API's expiry metrics).
     pub async fn all_slots(&self) -> Result<HashMap<String, Slots>, StoreError> {
         self.store.all_slots().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bloodraven_api::v1alpha1::{MysqlFailoverGroup, MysqlFailoverGroupStatus, PlannedFailoverStatus};
+
+    use super::facts_of;
+
+    fn group(stable: Option<bool>, reason: Option<&str>, phase: Option<&str>) -> MysqlFailoverGroup {
+        let mut g = MysqlFailoverGroup::new(
+            "g",
+            serde_json::from_value(serde_json::json!({
+                "sites": [], "initialActiveSite": "a"
+            }))
+            .unwrap(),
+        );
+        g.status = Some(MysqlFailoverGroupStatus {
+            topology_generation: Some(3),
+            stable,
+            unstable_reason: reason.map(str::to_owned),
+            planned_failover: phase
+                .map(|p| PlannedFailoverStatus { phase: p.to_owned(), ..PlannedFailoverStatus::default() }),
+            ..MysqlFailoverGroupStatus::default()
+        });
+        g
+    }
+
+    #[test]
+    fn a_running_planned_failover_is_unstable_before_the_observer_says_so() {
+        for phase in ["Pending", "Admitting", "Draining", "Promoting", "Repointing"] {
+            let f = facts_of(&group(Some(true), None, Some(phase)));
+            assert_eq!(f.unstable_reason.as_deref(), Some("OperationInProgress"), "{phase}");
+            assert!(!f.deferring, "{phase}");
+        }
+        let f = facts_of(&group(Some(true), None, Some("Deferred")));
+        assert_eq!((f.unstable_reason.as_deref(), f.deferring), (Some("OperationInProgress"), true));
+        // A problem the probes found gives way to the operation, as in status.
+        let f = facts_of(&group(Some(false), Some("Degraded"), Some("Draining")));
+        assert_eq!(f.unstable_reason.as_deref(), Some("OperationInProgress"));
+    }
+
+    #[test]
+    fn an_ended_or_unknown_phase_leaves_stability_to_the_observer() {
+        for phase in [Some("Completed"), Some("Failed"), Some("Sleeping"), Some(""), None] {
+            let f = facts_of(&group(Some(true), None, phase));
+            assert_eq!((f.unstable_reason.as_deref(), f.deferring, f.generation), (None, false, Some(3)), "{phase:?}");
+            let f = facts_of(&group(Some(false), Some("Degraded"), phase));
+            assert_eq!(f.unstable_reason.as_deref(), Some("Degraded"), "{phase:?}");
+            let f = facts_of(&group(None, None, phase));
+            assert_eq!(f.unstable_reason.as_deref(), Some("NotObserved"), "{phase:?}");
+        }
     }
 }

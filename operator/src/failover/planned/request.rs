@@ -269,9 +269,10 @@ pub(super) fn replacing(stored: Option<&PlannedFailoverStatus>, state: &PlannedF
     new
 }
 
-/// Writes `status.plannedFailover` (and, while it runs, `stable: false`,
-/// `unstableReason: OperationInProgress`, so the deploy API answers `423`
-/// at once) with the resourceVersion of `group`.
+/// Writes `status.plannedFailover` with the resourceVersion of `group`.
+/// A phase that is not final makes the deploy API answer `423` at once
+/// (`lease::service::facts_of`); `stable` and `unstableReason` are the
+/// observer's, written at the end of the round.
 pub(super) async fn write_state(
     ctx: &Context,
     group: &MysqlFailoverGroup,
@@ -280,16 +281,11 @@ pub(super) async fn write_state(
     if !ctx.leadership.is_leader() {
         return Err(Error::NotLeader);
     }
-    let running = Phase::parse(&state.phase).is_some_and(|p| !p.is_final());
     let stored = group.status.as_ref().and_then(|s| s.planned_failover.as_ref());
     let mut status = json!({ "plannedFailover": replacing(stored, state) });
     if group.status.as_ref().is_some_and(|s| s.ignored_planned_failover.is_some()) {
         // A request was taken up: the report of an ignored one is over.
         status["ignoredPlannedFailover"] = serde_json::Value::Null;
-    }
-    if running {
-        status["stable"] = json!(false);
-        status["unstableReason"] = json!(reason::OPERATION_IN_PROGRESS);
     }
     let patch = json!({ "metadata": { "resourceVersion": group.resource_version() }, "status": status });
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
