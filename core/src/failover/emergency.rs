@@ -2,6 +2,8 @@
 //! failover never reads deployment leases; docs/failover.md, "Emergency
 //! failover").
 //!
+//! - [`alive`], [`endpoint_unconfirmed`]: what counts as a missed probe
+//!   of the active site, and when misses are not counted at all.
 //! - [`judge`]: after `failureThreshold` consecutive failed probes of the
 //!   active site (the detection budget, `probeIntervalSeconds ×
 //!   failureThreshold`), promote the standby only if it is reachable and
@@ -14,10 +16,55 @@
 //!   fenced and say what a person must do.
 
 use bloodraven_api::names::PROMOTE_DESPITE_LOSS_ANNOTATION;
+use bloodraven_api::v1alpha1::reason;
 
 use super::abandoned::Abandoned;
+use crate::assess::SiteProbe;
 use crate::gtid::{MariaDbPosition, MySqlGtidSet};
 use crate::observation::Flavor;
+
+/// Whether this round shows the active site's server alive: it answered
+/// the probe, or it answered with an error of its own (wrong password,
+/// missing privilege, too many connections). Only a failure to reach it
+/// (refused, timed out, reset) is a missed probe: a server that refuses
+/// the operator's credentials is up and may be writable, and failing it
+/// over would make two primaries (found by an attack: a wrong password in
+/// the active site's Secret failed over a live primary within seconds).
+/// A site whose Secret cannot be read is not judged either way: not a miss.
+pub fn alive(probe: Option<&SiteProbe>) -> bool {
+    match probe.map(|p| &p.outcome) {
+        Some(Ok(_)) => true,
+        Some(Err(f)) => f.reason != reason::SITE_UNREACHABLE,
+        None => false,
+    }
+}
+
+/// `RecoveryPending` instead of counting misses while the active site's
+/// endpoint in spec (`now`) differs from the one it last answered at
+/// (`answered`, `status.health[].answeredEndpoint`) and it has not
+/// answered at the new one: a mistyped host or port is refused like a dead
+/// server, and must not fail over the live primary at the old endpoint. A
+/// status written before the field existed (no endpoint recorded) counts
+/// misses as before.
+pub fn endpoint_unconfirmed(
+    active: &str,
+    probe: Option<&SiteProbe>,
+    now: &str,
+    answered: Option<&str>,
+) -> Option<(&'static str, String)> {
+    if probe.is_some_and(|p| p.outcome.is_ok()) {
+        return None;
+    }
+    let was = answered?;
+    (was != now).then(|| {
+        (
+            reason::ACTIVE_SITE_ENDPOINT_CHANGED,
+            format!(
+                "the active site {active} last answered at {was} and its spec now says {now}, where it has not answered; automatic failover waits until it answers there (a mistyped host or port must not fail over a primary that is alive): fix the spec, or put it back to {was}"
+            ),
+        )
+    })
+}
 
 /// What an emergency check concludes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -232,6 +279,52 @@ pub fn returning(
 
 #[cfg(test)]
 mod tests {
+    fn failed(reason: &'static str) -> SiteProbe {
+        SiteProbe { site: "iad".into(), outcome: Err(crate::assess::ProbeFailure { reason, message: "m".into() }) }
+    }
+
+    #[test]
+    fn only_an_unreachable_server_is_a_missed_probe() {
+        assert!(!alive(Some(&failed(reason::SITE_UNREACHABLE))));
+        assert!(!alive(None));
+        for up in [
+            reason::AUTHENTICATION_FAILED,
+            reason::INSUFFICIENT_PRIVILEGES,
+            reason::PROBE_FAILED,
+            reason::UNSUPPORTED_SERVER_VERSION,
+        ] {
+            assert!(alive(Some(&failed(up))), "{up}");
+        }
+        // No Secret: the server is not judged, so not counted as missed either.
+        assert!(alive(Some(&failed(reason::CREDENTIALS_UNAVAILABLE))));
+    }
+
+    #[test]
+    fn a_changed_endpoint_waits_until_it_answers_there() {
+        let down = failed(reason::SITE_UNREACHABLE);
+        let blocked = endpoint_unconfirmed("iad", Some(&down), "10.0.0.1:3316", Some("10.0.0.1:3306")).unwrap();
+        assert_eq!(blocked.0, reason::ACTIVE_SITE_ENDPOINT_CHANGED);
+        assert!(blocked.1.contains("10.0.0.1:3306") && blocked.1.contains("10.0.0.1:3316"), "{}", blocked.1);
+        // Same endpoint, or nothing recorded (a status from before): misses count.
+        assert!(endpoint_unconfirmed("iad", Some(&down), "10.0.0.1:3306", Some("10.0.0.1:3306")).is_none());
+        assert!(endpoint_unconfirmed("iad", Some(&down), "10.0.0.1:3316", None).is_none());
+        // It answered at the new endpoint: nothing to wait for.
+        let observed = crate::observation::SiteObservation {
+            flavor: Flavor::MariaDb,
+            version: "11.8.3-MariaDB".into(),
+            server_id: 1,
+            server_uuid: String::new(),
+            writable: true,
+            gtid_position: String::new(),
+            gtid_binlog_state: String::new(),
+            gtid_slave_pos: String::new(),
+            replication: None,
+            semi_sync: None,
+        };
+        let up = SiteProbe { site: "iad".into(), outcome: Ok(observed) };
+        assert!(endpoint_unconfirmed("iad", Some(&up), "10.0.0.1:3316", Some("10.0.0.1:3306")).is_none());
+    }
+
     use proptest::prelude::*;
 
     use super::*;

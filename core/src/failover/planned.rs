@@ -33,9 +33,10 @@
 //! a failed one; a hold defers admission, never a later phase; a request
 //! superseded before its fence never acts on a site.
 //!
-//! This module is the engine's decision table; the engine that runs the
-//! actions against the sites (`controller::failover_group::switchover`) is
-//! built on it.
+//! This module is the engine's decision table, with the rules it decides
+//! from: the target's readiness ([`target_readiness`]) and the drain's
+//! bounds ([`drain`]). The engine that runs the actions against the sites
+//! (the operator's `failover::planned`) is built on it.
 
 /// A phase of a planned failover, as `status.plannedFailover.phase` spells
 /// it: the contract's type (the deploy API shows it in `operations[]`).
@@ -222,5 +223,9 @@ pub fn next(phase: Phase, old: &str, facts: &Facts) -> Action {
     }
 }
 
+mod admission;
+pub mod drain;
 #[cfg(test)]
 mod tests;
+
+pub use self::admission::{errant, target_readiness};

@@ -89,47 +89,16 @@ impl Missed {
     }
 }
 
-/// Whether this round shows the active site's server alive: it answered
-/// the probe, or it answered with an error of its own (wrong password,
-/// missing privilege, too many connections). Only a failure to reach it
-/// (refused, timed out, reset) is a missed probe: a server that refuses
-/// the operator's credentials is up and may be writable, and failing it
-/// over would make two primaries (found by an attack: a wrong password in
-/// the active site's Secret failed over a live primary within seconds).
-/// A site whose Secret cannot be read is not judged either way: not a miss.
-fn alive(probe: Option<&SiteProbe>) -> bool {
-    match probe.map(|p| &p.outcome) {
-        Some(Ok(_)) => true,
-        Some(Err(f)) => f.reason != reason::SITE_UNREACHABLE,
-        None => false,
-    }
-}
-
-/// `RecoveryPending` instead of counting misses while the active site's
-/// endpoint in spec differs from the one it last answered at
-/// (`status.health[].answeredEndpoint`) and it has not answered at the new
-/// one: a mistyped host or port is refused like a dead server, and must
-/// not fail over the live primary at the old endpoint. A status written
-/// before the field existed (no endpoint recorded) counts misses as before.
+/// [`emergency::endpoint_unconfirmed`] for the group's active site: its
+/// endpoint in spec, and the one status records it last answered at.
 fn endpoint_unconfirmed(
     group: &MysqlFailoverGroup,
     active: &str,
     probe: Option<&SiteProbe>,
 ) -> Option<(&'static str, String)> {
-    if probe.is_some_and(|p| p.outcome.is_ok()) {
-        return None;
-    }
     let now = crate::controller::failover_group::endpoint_of(&group.spec, active)?;
     let health = group.status.as_ref()?.health.iter().find(|h| h.site == active)?;
-    let was = health.answered_endpoint.as_deref()?;
-    (was != now).then(|| {
-        (
-            reason::ACTIVE_SITE_ENDPOINT_CHANGED,
-            format!(
-                "the active site {active} last answered at {was} and its spec now says {now}, where it has not answered; automatic failover waits until it answers there (a mistyped host or port must not fail over a primary that is alive): fix the spec, or put it back to {was}"
-            ),
-        )
-    })
+    emergency::endpoint_unconfirmed(active, probe, &now, health.answered_endpoint.as_deref())
 }
 
 /// What the emergency pass did.
@@ -164,7 +133,7 @@ pub async fn check(
     if let Some(Ok(obs)) = active_probe.map(|p| &p.outcome) {
         ctx.groups.missed.saw(&uid, active, &obs.gtid_position);
     }
-    let missed = ctx.groups.missed.count(&uid, alive(active_probe));
+    let missed = ctx.groups.missed.count(&uid, emergency::alive(active_probe));
     if missed == 0 {
         return Ok(Outcome::default());
     }

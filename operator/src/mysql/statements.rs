@@ -287,8 +287,6 @@ pub fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
     }
 }
 
-pub use bloodraven_core::observation::start_hint;
-
 /// Statements that turn semi-synchronous replication on or off on a site,
 /// for its role (`primary`: wait for a replica's acknowledgement after the
 /// commit is synced to the binlog, AFTER_SYNC; replica: acknowledge).
@@ -344,7 +342,7 @@ mod tests {
         let old = unsupported(Flavor::MariaDb, "10.4.34-MariaDB").unwrap();
         assert!(old.contains("MariaDB 10.5.0 or later"), "{old}");
     }
-    use bloodraven_core::observation::replicate_hint;
+    use bloodraven_core::observation::{replicate_hint, start_hint};
 
     use super::*;
 

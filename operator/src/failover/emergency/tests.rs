@@ -9,22 +9,6 @@ fn failed(reason: &'static str) -> SiteProbe {
     SiteProbe { site: "iad".into(), outcome: Err(ProbeFailure { reason, message: "m".into() }) }
 }
 
-#[test]
-fn only_an_unreachable_server_is_a_missed_probe() {
-    assert!(!alive(Some(&failed(reason::SITE_UNREACHABLE))));
-    assert!(!alive(None));
-    for up in [
-        reason::AUTHENTICATION_FAILED,
-        reason::INSUFFICIENT_PRIVILEGES,
-        reason::PROBE_FAILED,
-        reason::UNSUPPORTED_SERVER_VERSION,
-    ] {
-        assert!(alive(Some(&failed(up))), "{up}");
-    }
-    // No Secret: the server is not judged, so not counted as missed either.
-    assert!(alive(Some(&failed(reason::CREDENTIALS_UNAVAILABLE))));
-}
-
 fn group(port: u16, answered: Option<&str>) -> MysqlFailoverGroup {
     let site = |name: &str, port| Site {
         name: name.into(),

@@ -9,16 +9,13 @@ use crate::controller::Error;
 use crate::controller::LeaseError;
 use crate::controller::failover_group::assess::SiteProbe;
 use crate::controller::failover_group::publish;
-use crate::mysql::Flavor;
 use crate::mysql::ProbeTarget;
 use crate::mysql::SiteObservation;
 use crate::mysql::actions;
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
-use bloodraven_api::v1alpha1::MysqlFailoverGroupSpec;
 use bloodraven_api::v1alpha1::PlannedFailoverStatus;
 use bloodraven_api::v1alpha1::reason;
-use bloodraven_core::gtid::MariaDbPosition;
-use bloodraven_core::gtid::MySqlGtidSet;
+use bloodraven_core::failover::planned::target_readiness;
 use bloodraven_core::lease::machine::Grant;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
@@ -114,85 +111,5 @@ pub(super) fn admissible(
     if let Some(problem) = crate::controller::failover_group::replicas::known_problem(ctx, group, target) {
         return Err(problem);
     }
-    target_readiness(&group.spec, source, source_obs, target, probes)
-}
-
-/// Whether `target` is ready to be promoted from `source`, by this probe alone:
-/// reachable, replicating from the source (by `server_id`) with both
-/// threads, lag ≤ `maxLagSeconds`, and no transaction the source lacks
-/// (errant GTIDs). `Err` says what to fix.
-pub fn target_readiness(
-    spec: &MysqlFailoverGroupSpec,
-    source: &str,
-    source_obs: Option<&SiteObservation>,
-    target: &str,
-    probes: &[SiteProbe],
-) -> Result<(), String> {
-    let probe = probes.iter().find(|p| p.site == target).ok_or_else(|| format!("{target} was not probed"))?;
-    let obs = probe.outcome.as_ref().map_err(|f| format!("{target} is unreachable: {}", f.message))?;
-    let src = source_obs.ok_or_else(|| format!("the active site {source} is unreachable"))?;
-    let Some(r) = &obs.replication else {
-        return Err(format!("{target} has no replication configured; make it a replica of {source}"));
-    };
-    if !r.running() {
-        return Err(format!(
-            "{target} replication is not running (IO thread: {}, SQL thread: {}); start it ({}) and fix its errors",
-            r.io_running,
-            r.sql_running,
-            crate::mysql::statements::start_hint(obs.flavor)
-        ));
-    }
-    if r.source_server_id != Some(src.server_id) {
-        return Err(format!("{target} does not replicate from {source} (server_id {})", src.server_id));
-    }
-    match r.lag_seconds {
-        Some(lag) if lag > u64::from(spec.failover.max_lag_seconds) => {
-            return Err(format!(
-                "{target} is {lag}s behind, more than maxLagSeconds ({}s); wait for it to catch up",
-                spec.failover.max_lag_seconds
-            ));
-        }
-        None => return Err(format!("{target} reports no replication lag (NULL); wait until it is replicating")),
-        Some(_) => {}
-    }
-    if let Some(errant) = errant(obs.flavor, &obs.gtid_position, &src.gtid_position, src.server_id, &src.server_uuid)? {
-        return Err(format!(
-            "{target} has transactions {source} lacks (errant GTIDs: {errant}); remove them or rebuild {target} from {source}"
-        ));
-    }
-    Ok(())
-}
-
-/// Transactions `have` (a replica) has that `base` (its source, server
-/// `base_server_id`, `base_uuid` on MySQL) lacks (`None`: none), less those
-/// the source wrote itself: the two positions are read at slightly
-/// different moments, so a replica can be ahead of a busy source's snapshot
-/// with the source's own transactions, which are not errant. MariaDB: per
-/// domain, a last GTID past `base`'s whose server is not the source.
-/// MySQL: `have − base`, without the source's UUID (found by the failover
-/// benchmark: a switchover back under write load was refused for the
-/// source's own newest transaction).
-pub fn errant(
-    flavor: Flavor,
-    have: &str,
-    base: &str,
-    base_server_id: u32,
-    base_uuid: &str,
-) -> Result<Option<String>, String> {
-    match flavor {
-        Flavor::MariaDb => {
-            let have = MariaDbPosition::parse(have).map_err(|e| e.to_string())?;
-            let base = MariaDbPosition::parse(base).map_err(|e| e.to_string())?;
-            let mut beyond = have.beyond(&base);
-            beyond.0.retain(|_, (server, _)| *server != base_server_id);
-            Ok((!beyond.is_empty()).then(|| beyond.to_string()))
-        }
-        Flavor::MySql => {
-            let have = MySqlGtidSet::parse(have).map_err(|e| e.to_string())?;
-            let base = MySqlGtidSet::parse(base).map_err(|e| e.to_string())?;
-            let mut extra = have.minus(&base);
-            extra.0.retain(|uuid, _| !uuid.eq_ignore_ascii_case(base_uuid));
-            Ok((!extra.is_empty()).then(|| extra.to_string()))
-        }
-    }
+    target_readiness(group.spec.failover.max_lag_seconds, source, source_obs, target, probes)
 }

@@ -1,50 +1,40 @@
-//! How long a drain may last: the catch-up's waits and the drain's
-//! deadline (fence + catch-up bounds from its `Draining` time), and the
-//! cap on a `Draining` time a hand edit moved into the future.
+//! The drain's time rules (`bloodraven_core::failover::planned::drain`)
+//! applied to a request's status: its start is its latest `Draining`
+//! transition, capped at when this process first saw it draining (a hand
+//! edit may move that time into the future).
 
 use crate::controller::Context;
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use bloodraven_api::v1alpha1::PhaseTransition;
 use bloodraven_api::v1alpha1::PlannedFailoverStatus;
 use bloodraven_core::failover::planned::Phase;
+use bloodraven_core::failover::planned::drain::{self, Bounds, Slice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use std::time::Duration;
 
-/// Longest single wait for the target's catch-up: the reconcile of the
-/// group is given back between waits (its probes, status and deletion go
-/// on), and the catch-up goes on where it was at the next one.
-pub(super) const CATCH_UP_SLICE: Duration = Duration::from_secs(2);
-/// When to look again after a catch-up wait that has not reached the position.
-pub(super) const CATCH_UP_RECHECK: Duration = Duration::from_millis(100);
-
-/// One catch-up wait: how long, and whether it is the last one.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) struct Slice {
-    pub(super) wait: Duration,
-    pub(super) last: bool,
+/// The drain's bounds as `policy` sets them.
+pub(super) fn bounds(policy: &bloodraven_api::v1alpha1::FailoverPolicy) -> Bounds {
+    Bounds {
+        fence_timeout_seconds: policy.fence_timeout_seconds,
+        catch_up_timeout_seconds: policy.catch_up_timeout_seconds,
+    }
 }
 
-/// The next catch-up wait of a request with phase `history` at `now`, up
-/// to its [`drain_deadline`]. Without a `Draining` transition (status
-/// wiped) the whole catch-up bound is waited at once, as the last wait:
-/// bounded either way.
+/// The start of the request's drain: its latest `Draining` transition (as
+/// the caller capped it with [`DrainsSeen`]); `None` when status shows none.
+pub(super) fn drained(history: &[PhaseTransition]) -> Option<Timestamp> {
+    history.iter().rev().find(|t| t.phase == Phase::Draining.as_str()).map(|t| t.time.0)
+}
+
+/// The next catch-up wait of a request with phase `history` at `now`
+/// (`drain::catch_up_slice`).
 pub(super) fn catch_up_slice(
     history: &[PhaseTransition],
     policy: &bloodraven_api::v1alpha1::FailoverPolicy,
     now: Timestamp,
 ) -> Slice {
-    let bound = Duration::from_secs(u64::from(policy.catch_up_timeout_seconds.clamp(1, 3600)));
-    let Some(deadline) = drain_deadline(history, policy, now) else { return Slice { wait: bound, last: true } };
-    let left_ms = u64::try_from(deadline.as_millisecond().saturating_sub(now.as_millisecond())).unwrap_or(0);
-    let left = Duration::from_millis(left_ms);
-    if left <= CATCH_UP_SLICE {
-        // At least a second: MASTER_GTID_WAIT's timeout is whole seconds here.
-        Slice { wait: left.max(Duration::from_secs(1)), last: true }
-    } else {
-        Slice { wait: CATCH_UP_SLICE, last: false }
-    }
+    drain::catch_up_slice(drained(history), bounds(policy), now)
 }
 
 /// When this process first saw each request draining, by `(group UID,
@@ -87,28 +77,21 @@ pub(super) fn cap_drain(ctx: &Context, group: &MysqlFailoverGroup, state: &mut P
     }
 }
 
-/// Whether a request with phase `history` drained for longer than its
-/// bounds at `now` (see [`drain_deadline`]). False without a `Draining`
-/// transition (nothing to count from).
+/// Whether a request with phase `history` drained past its deadline at `now`.
 pub(super) fn drain_deadline_passed(
     history: &[PhaseTransition],
     policy: &bloodraven_api::v1alpha1::FailoverPolicy,
     now: Timestamp,
 ) -> bool {
-    drain_deadline(history, policy, now).is_some_and(|deadline| now > deadline)
+    drain::deadline_passed(drained(history), bounds(policy), now)
 }
 
-/// The drain's deadline: the latest `Draining` transition of `history`
-/// (as the caller capped it with [`DrainsSeen`]) plus `fenceTimeoutSeconds`
-/// and `catchUpTimeoutSeconds`, since the fence comes first. Kept in status,
-/// so a new leader goes on with the same deadline.
+/// The deadline of a request with phase `history` (`drain::deadline`).
+/// Kept in status, so a new leader goes on with the same deadline.
 pub(super) fn drain_deadline(
     history: &[PhaseTransition],
     policy: &bloodraven_api::v1alpha1::FailoverPolicy,
     now: Timestamp,
 ) -> Option<Timestamp> {
-    let drained = history.iter().rev().find(|t| t.phase == Phase::Draining.as_str())?.time.0.min(now);
-    let bounds = u64::from(policy.fence_timeout_seconds.clamp(1, 300))
-        + u64::from(policy.catch_up_timeout_seconds.clamp(1, 3600));
-    drained.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(i64::try_from(bounds).unwrap_or(i64::MAX))).ok()
+    drain::deadline(drained(history), bounds(policy), now)
 }

@@ -56,8 +56,9 @@ mod tests;
 use self::act::{Local, Step, act};
 use self::admission::{admissible, admit, bounded, report_bypass};
 pub use self::drain::DrainsSeen;
-use self::drain::{CATCH_UP_RECHECK, cap_drain, catch_up_slice, drain_deadline, drain_deadline_passed};
+use self::drain::{bounds, cap_drain, catch_up_slice, drain_deadline, drain_deadline_passed};
 use self::request::{enter, not_ours, remember_admission, remember_request, take_up, write_state};
+use bloodraven_core::failover::planned::drain::CATCH_UP_RECHECK;
 
 /// What a drive left behind.
 #[derive(Debug)]
@@ -134,8 +135,7 @@ impl Drive {
     /// and its bound, with the deadline when status records the drain.
     pub fn hold_message(&self) -> String {
         let policy = &self.group.spec.failover;
-        let bound = u64::from(policy.fence_timeout_seconds.clamp(1, 300))
-            + u64::from(policy.catch_up_timeout_seconds.clamp(1, 3600));
+        let bound = bounds(policy).total().as_secs();
         let history =
             self.group.status.as_ref().and_then(|s| s.planned_failover.as_ref()).map(|p| p.history.as_slice());
         let until = history

@@ -2,13 +2,13 @@ use bloodraven_api::v1alpha1::{PhaseTransition, PlannedFailoverAdmission, Planne
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::admission::errant;
-use super::drain::{CATCH_UP_SLICE, Slice, catch_up_slice};
+use super::drain::catch_up_slice;
 use super::request::replacing;
 use super::*;
+use bloodraven_core::failover::planned::drain::{CATCH_UP_SLICE, Slice};
 
 #[test]
-fn catch_up_waits_in_slices_until_the_bound_counted_from_the_drain() {
+fn a_drain_counts_from_the_latest_draining_time_in_status() {
     let t0: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
     let at = |secs: i64| t0 + k8s_openapi::jiff::SignedDuration::from_secs(secs);
     let entry = |phase: &str, secs: i64| PhaseTransition { phase: phase.into(), time: Time(at(secs)), message: None };
@@ -83,33 +83,4 @@ fn a_new_request_replaces_every_field_of_the_stored_one() {
     let mut merged = serde_json::to_value(&stored).unwrap();
     json_patch::merge(&mut merged, &replacing(Some(&stored), &later));
     assert_eq!(serde_json::from_value::<PlannedFailoverStatus>(merged).unwrap(), later);
-}
-
-#[test]
-fn errant_transactions_by_flavour() {
-    assert_eq!(errant(Flavor::MariaDb, "0-1-10", "0-1-10", 1, ""), Ok(None));
-    assert_eq!(errant(Flavor::MariaDb, "0-1-9", "0-1-10", 1, ""), Ok(None), "behind is not errant");
-    assert_eq!(errant(Flavor::MariaDb, "0-2-11", "0-1-10", 1, ""), Ok(Some("0-2-11".into())));
-    // Read a moment after a busy source: ahead with the source's own transactions.
-    assert_eq!(errant(Flavor::MariaDb, "0-2-240", "0-2-238", 2, ""), Ok(None));
-    assert_eq!(
-        errant(Flavor::MariaDb, "0-1-10,1-2-3", "0-1-10", 1, ""),
-        Ok(Some("1-2-3".into())),
-        "a domain the base lacks"
-    );
-    assert_eq!(errant(Flavor::MariaDb, "", "0-1-10", 1, ""), Ok(None));
-    assert!(errant(Flavor::MariaDb, "zzz", "0-1-1", 1, "").is_err());
-    let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
-    let source = "87f16bcf-efcf-11f1-85e2-02fc00000001";
-    assert_eq!(errant(Flavor::MySql, &format!("{u}:1-5"), &format!("{u}:1-5"), 1, source), Ok(None));
-    assert!(errant(Flavor::MySql, &format!("{u}:1-6"), &format!("{u}:1-5"), 1, source).unwrap().is_some());
-    // Read a moment after a busy source: ahead with the source's own
-    // transactions (the benchmark's input), in either case of its UUID.
-    let have = format!("{u}:1-176,{source}:1-251");
-    let base = format!("{u}:1-176,{source}:1-250");
-    assert_eq!(errant(Flavor::MySql, &have, &base, 2, source), Ok(None));
-    assert_eq!(errant(Flavor::MySql, &have, &base, 2, &source.to_uppercase()), Ok(None));
-    // Its own writes on the replica are errant all the same.
-    let mine = "d901bb47-efcd-11f1-90bb-02fc00000001";
-    assert_eq!(errant(Flavor::MySql, &format!("{have},{mine}:1"), &base, 2, source), Ok(Some(format!("{mine}:1"))));
 }
