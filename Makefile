@@ -50,7 +50,7 @@ figures: deps tools ## Print figures: operator RSS with 1 and 50 groups, probe-t
 	hack/e2e.sh --figures
 
 .PHONY: bench-failover
-bench-failover: deps tools ## Failover benchmark: client write unavailability over 20 switchovers, kill -9 → writable over 10 kills, MariaDB and MySQL side by side (release build; BENCH_FLAVORS)
+bench-failover: deps tools ## Failover benchmark: client write unavailability over 20 planned failovers, kill -9 → writable over 10 kills, MariaDB and MySQL side by side (release build; BENCH_FLAVORS)
 	hack/e2e.sh --bench-failover
 
 .PHONY: bench

@@ -137,7 +137,7 @@ up() {
     log "$flavor sites already running"
   elif [ -d "$sdir/sites/iad" ]; then
     # Restarted as the decision left them: the decided active site writable,
-    # the other read-only (a switchover may have moved the primary to pdx).
+    # the other read-only (a planned failover may have moved the primary to pdx).
     local active; active=$(kubectl get mysqlfailovergroup playground -o jsonpath='{.status.activeSite}' 2>/dev/null || true)
     local iad_ro=0 pdx_ro=1
     if [ "$active" = pdx ]; then iad_ro=1 pdx_ro=0; fi
@@ -157,7 +157,7 @@ up() {
   kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   helm status bloodraven -n "$ns" >/dev/null 2>&1 || remove_pre_chart_objects
   # The replication account is what a repointed old primary connects with
-  # after a switchover (without it the operator's own account, which has no
+  # after a planned failover (without it the operator's own account, which has no
   # REPLICATION SLAVE here, would be used and the repoint would be refused).
   kubectl -n "$ns" create secret generic playground-site-creds \
     --from-literal=username=bloodraven --from-literal=password="$BLOODRAVEN_SITE_PASSWORD" \

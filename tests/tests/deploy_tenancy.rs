@@ -299,14 +299,14 @@ async fn another_shards_databases_cost_no_group_read_until_the_group_moves_in() 
 /// characters) on a shared group: the group's reconciler claims names in
 /// one patch per round, at most the per-namespace bound (100) for that
 /// tenant, so another tenant's database is claimed within seconds and the
-/// rest of the storm is told `ClaimLimitReached`; and a switchover on
+/// rest of the storm is told `ClaimLimitReached`; and a planned failover on
 /// another group of the same operator is picked up within seconds
 /// meanwhile. Before, every database wrote its own claim on the group's
 /// resourceVersion: about 437 conflicts a minute, another tenant's
-/// database unclaimed for 9 minutes, and a switchover elsewhere picked up
+/// database unclaimed for 9 minutes, and a planned failover elsewhere picked up
 /// after 93 s.
 #[tokio::test]
-async fn a_tenants_storm_of_databases_starves_neither_another_tenant_nor_a_switchover_elsewhere() {
+async fn a_tenants_storm_of_databases_starves_neither_another_tenant_nor_a_planned_failover_elsewhere() {
     use futures::StreamExt as _;
     use std::time::Instant;
     let d = deploy::scenario("storm").await;
@@ -336,7 +336,7 @@ async fn a_tenants_storm_of_databases_starves_neither_another_tenant_nor_a_switc
         .collect::<Vec<()>>()
         .await;
     let created = started.elapsed();
-    // In the storm: a switchover elsewhere, and another tenant's database.
+    // In the storm: a planned failover elsewhere, and another tenant's database.
     let asked = Instant::now();
     let request = json!({"spec": {"plannedFailover": {"targetSite": "pdx", "requestId": "storm-1"}}});
     sc.cluster.groups().patch(&other, &PatchParams::default(), &Patch::Merge(&request)).await.unwrap();
@@ -345,7 +345,7 @@ async fn a_tenants_storm_of_databases_starves_neither_another_tenant_nor_a_switc
     deploy::database(&sc.cluster, &quiet.name, "ledger", &shared, &[]).await;
     wait_database_reason(&sc.cluster, &quiet.name, "ledger", "GroupFound").await;
     let claimed_in = born.elapsed();
-    fixtures::wait_status(&sc.cluster, &other, "the switchover elsewhere", T, |s| {
+    fixtures::wait_status(&sc.cluster, &other, "the planned failover elsewhere", T, |s| {
         let done = s.planned_failover.as_ref().is_some_and(|p| p.request_id == "storm-1" && p.phase == "Completed");
         if done { fixtures::is_ready_at(s, "pdx", 2) } else { Err(format!("{:?}", s.planned_failover)) }
     })
@@ -366,7 +366,7 @@ async fn a_tenants_storm_of_databases_starves_neither_another_tenant_nor_a_switc
     let bytes = serde_json::to_vec(&status).unwrap().len();
     println!(
         "storm: 300 databases created in {created:.1?}; another tenant's claimed {claimed_in:.1?} after its creation; \
-         a switchover elsewhere completed {switched_in:.1?} after its request; the group's status is {bytes} bytes with {} claims",
+         a planned failover elsewhere completed {switched_in:.1?} after its request; the group's status is {bytes} bytes with {} claims",
         status.instance_claims.len()
     );
     // Not starved is a bound, not a speed: the claim waited 7-17 s on a
@@ -374,7 +374,7 @@ async fn a_tenants_storm_of_databases_starves_neither_another_tenant_nor_a_switc
     // starved tenant got no status at all (the wait above gives up at
     // 60 s). The times are the figures printed above.
     assert!(claimed_in < Duration::from_secs(60), "another tenant waited {claimed_in:?}");
-    assert!(switched_in < Duration::from_secs(60), "the switchover elsewhere took {switched_in:?}");
+    assert!(switched_in < Duration::from_secs(60), "the planned failover elsewhere took {switched_in:?}");
     sc.cluster.delete_group(&other).await;
 }
 

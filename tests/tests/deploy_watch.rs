@@ -130,7 +130,7 @@ async fn the_revoke_annotation_reaches_a_watching_client_at_once() {
 async fn a_planned_failover_revokes_a_watched_lease_at_once() {
     let s = deploy::scenario("watch-failover").await;
     let p = &s.pipeline;
-    // The migration mutex alone: a failover-hold would defer the switchover.
+    // The migration mutex alone: a failover-hold would defer the planned failover.
     let m = p.post_until(201, "migration", "op-f", "counter-app", 120).await;
     let tombstone = first_tombstone(&s).await;
     let watching = {

@@ -1,4 +1,4 @@
-//! Failover for real on the pair: planned switchover
+//! Failover for real on the pair: planned failover
 //! there and back under a live writer, a repeated request id, emergency
 //! failover after `kill -9` (twice), the returning primary with and
 //! without errant transactions, and a fence that cannot finish.
@@ -37,7 +37,7 @@ fn completed(s: &MysqlFailoverGroupStatus, id: &str, site: &str, generation: i64
 }
 
 #[tokio::test]
-async fn planned_switchover_there_and_back_loses_no_acknowledged_write() {
+async fn a_planned_failover_there_and_back_loses_no_acknowledged_write() {
     let sc = Scenario::start("switch", 1, LeaderTimings::default()).await;
     let name = sc.bootstrapped_group("g").await;
     writer::prepare(&sc.pair, "iad");
@@ -139,7 +139,7 @@ async fn planned_switchover_there_and_back_loses_no_acknowledged_write() {
     }
     let worst = written.gaps.iter().max().copied().unwrap_or_default();
     eprintln!(
-        "switchover writer: {} acknowledged, {} failed attempts, longest gap {worst:?}",
+        "planned failover writer: {} acknowledged, {} failed attempts, longest gap {worst:?}",
         written.acknowledged.len(),
         written.failures
     );
@@ -217,7 +217,7 @@ async fn kill_9_of_the_primary_twice_fails_over_each_time_and_the_returning_prim
 /// an emergency failover its message says it is no longer the latest
 /// change (a trial read "pdx is the writable primary" while pdx was dead).
 #[tokio::test]
-async fn an_emergency_failover_after_a_switchover_is_said_on_the_finished_request() {
+async fn an_emergency_failover_after_a_planned_failover_is_said_on_the_finished_request() {
     let sc = Scenario::start("supersede", 1, LeaderTimings::default()).await;
     let name = sc.quick_group("g").await;
     request(&sc, &name, "pdx", "s1").await;

@@ -1,5 +1,5 @@
 //! Planned failover admission and decision integrity on the real pair:
-//! a live failover-hold defers a switchover, every renewal moves
+//! a live failover-hold defers a planned failover, every renewal moves
 //! its retry time, and it runs by itself after release and after lapse; a
 //! migration lease alone defers nothing; a hand-edited decision record
 //! stops failover until a person resolves it.
@@ -39,7 +39,7 @@ fn retry_time(s: &MysqlFailoverGroupStatus) -> Option<String> {
 }
 
 #[tokio::test]
-async fn a_failover_hold_defers_the_switchover_until_release_and_until_lapse() {
+async fn a_failover_hold_defers_the_planned_failover_until_release_and_until_lapse() {
     let ds = scenario("defer").await;
     let (p, cluster) = (&ds.pipeline, &ds.sc.cluster);
     let group = p.group.clone();
@@ -116,7 +116,7 @@ async fn a_failover_hold_defers_the_switchover_until_release_and_until_lapse() {
     let note = wait_event(cluster, &group, "DeploymentLeaseRevoked").await;
     assert!(note.contains("TopologyChanged"), "{note}");
 
-    // A hold left to lapse (ttl 5): the switchover runs after it.
+    // A hold left to lapse (ttl 5): the planned failover runs after it.
     let m4 = p.post_until(201, "migration", "op4", "counter-app", 120).await;
     let h4 = p.post("failover-hold", "op4", "counter-app", 5).await;
     assert_eq!(h4.status, 201, "{h4:?}");

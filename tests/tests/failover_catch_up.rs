@@ -1,4 +1,4 @@
-//! A switchover's GTID catch-up does not hold the group's reconcile (found
+//! A planned failover's GTID catch-up does not hold the group's reconcile (found
 //! by an attack: the wait ran as one `MASTER_GTID_WAIT` of up to
 //! `catchUpTimeoutSeconds`, up to an hour, and meanwhile the group's probes,
 //! status and spec changes went unseen). It waits in slices of at most 2 s;

@@ -193,11 +193,11 @@ async fn a_new_primary_that_dies_before_its_promotion_is_failed_over_and_the_req
     sc.cluster.delete_group(&name).await;
 }
 
-/// A group deleted while its switchover has fenced the old primary is let
-/// go only once the switchover has ended: deleting it at once left both
+/// A group deleted while its planned failover has fenced the old primary is let
+/// go only once the planned failover has ended: deleting it at once left both
 /// sites read-only for good (found by an attack).
 #[tokio::test]
-async fn a_group_deleted_mid_switchover_is_let_go_with_a_writable_primary() {
+async fn a_group_deleted_mid_planned_failover_is_let_go_with_a_writable_primary() {
     let sc = Scenario::start("crashdel", 0, QUICK).await;
     let mut op = Operator::start_with(
         &sc.cluster,
@@ -225,7 +225,7 @@ async fn a_group_deleted_mid_switchover_is_let_go_with_a_writable_primary() {
     assert_eq!(
         (iad.trim(), pdx.trim()),
         ("1", "0"),
-        "the switchover was finished: pdx is the primary\n{}",
+        "the planned failover was finished: pdx is the primary\n{}",
         next.log_tail()
     );
 }

@@ -1,4 +1,4 @@
-//! A few seconds' outage of the old primary while a switchover drains
+//! A few seconds' outage of the old primary while a planned failover drains
 //! (found by the fourth attack, kept as its input): the fence failed with
 //! the old primary out of sight, and the request ended `Failed` at once with
 //! it fenced — both sites read-only for good. The old primary is now taken

@@ -1,4 +1,4 @@
-//! Found by the third hostile attack (kept as its input): the switchover engine trusts `status.plannedFailover` as it
+//! Found by the third hostile attack (kept as its input): the planned failover engine trusts `status.plannedFailover` as it
 //! finds it. A hand edit of status (`kubectl edit mfg NAME
 //! --subresource=status`) that sets a request's phase past admission, or
 //! past the decision, is driven as if the operator had got there itself:

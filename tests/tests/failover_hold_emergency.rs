@@ -88,7 +88,7 @@ fn renew_until_refused(p: &Pipeline, op: &str, migration: String, hold: String) 
 }
 
 #[tokio::test]
-async fn a_renewed_hold_and_a_deferred_switchover_never_delay_an_emergency_failover() {
+async fn a_renewed_hold_and_a_deferred_planned_failover_never_delay_an_emergency_failover() {
     let d = scenario("hold-kill").await;
     let (p, cluster) = (&d.pipeline, &d.sc.cluster);
     let group = p.group.clone();
@@ -106,7 +106,7 @@ async fn a_renewed_hold_and_a_deferred_switchover_never_delay_an_emergency_failo
     let after = killed.elapsed();
     d.sc.pair.wait_read_only("pdx", false, T).await;
     println!(
-        "figure: kill -9 → emergency decision with a renewed hold and a deferred switchover: {after:?} (detection: 3 missed probes at a 1 s interval, each up to 2 s)"
+        "figure: kill -9 → emergency decision with a renewed hold and a deferred planned failover: {after:?} (detection: 3 missed probes at a 1 s interval, each up to 2 s)"
     );
     // A hold that delayed it would have delayed it for as long as it is renewed.
     assert!(after < Duration::from_secs(30), "the emergency failover took {after:?}");

@@ -1,5 +1,5 @@
 //! A leader that loses its Lease acts no more: the leader is
-//! SIGSTOPped mid-switchover (waiting in the GTID catch-up) past the lease
+//! SIGSTOPped mid-planned failover (waiting in the GTID catch-up) past the lease
 //! duration; the other operator takes over and finishes the request; the
 //! paused one, SIGCONTed, sends no decision and no write — the request is
 //! decided exactly once.
@@ -21,7 +21,7 @@ use serde_json::json;
 const T: Duration = Duration::from_secs(90);
 
 #[tokio::test]
-async fn a_leader_paused_mid_switchover_acts_no_more_after_its_deadline() {
+async fn a_leader_paused_mid_planned_failover_acts_no_more_after_its_deadline() {
     let sc = Scenario::start("pause", 2, LeaderTimings::default()).await;
     let name = sc.bootstrapped_group("g").await;
     let patch = json!({"spec": {"failover": {"maxLagSeconds": 86400, "catchUpTimeoutSeconds": 120}}});

@@ -18,7 +18,7 @@
 //!    restored from it"; docs say `topologyGeneration` "must never go
 //!    backwards".
 //!
-//! 2. The cache never settles after a switchover. `Cache::read_settled`
+//! 2. The cache never settles after a planned failover. `Cache::read_settled`
 //!    uses the cached record only when `admitted` is empty, but a completed
 //!    planned failover leaves `admitted` set for good ("r1 pdx iad"), so a
 //!    group that was ever switched over reads its record from the API
@@ -89,7 +89,7 @@ async fn replaying_an_older_genuine_record_does_not_move_status_backwards() {
 }
 
 #[tokio::test]
-async fn a_completed_switchover_leaves_a_record_the_cache_can_settle_on() {
+async fn a_completed_planned_failover_leaves_a_record_the_cache_can_settle_on() {
     let sc = Scenario::start("a4settle", 1, LeaderTimings::default()).await;
     let name = sc.bootstrapped_group("g").await;
     sc.request_failover(&name, "pdx", "r1").await;

@@ -138,11 +138,11 @@ async fn a_server_older_than_supported_is_reported_and_left_alone() {
 /// An operator account without `PROCESS` sees its own sessions only, so a
 /// fence would end none of the others'. On MariaDB, where `read_only` does
 /// not stop `READ_ONLY ADMIN` accounts, such a fence does not hold: the
-/// switchover fails naming the privilege, and the old primary is writable
+/// planned failover fails naming the privilege, and the old primary is writable
 /// again. (On MySQL `super_read_only` stops every account, so the fence
 /// holds without it.)
 #[tokio::test]
-async fn a_fence_that_cannot_see_other_sessions_fails_the_switchover_on_mariadb() {
+async fn a_fence_that_cannot_see_other_sessions_fails_the_planned_failover_on_mariadb() {
     if bloodraven_e2e::sites::Flavor::of_run() != bloodraven_e2e::sites::Flavor::MariaDb {
         eprintln!("MariaDB only: MySQL's fence holds without PROCESS");
         return;

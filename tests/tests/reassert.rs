@@ -130,9 +130,9 @@ async fn on_mysql_no_account_writes_through_the_fence() {
         wait_status(&sc.cluster, &name, "bypass false", T, |s| has_condition(s, t, "False", Some("AsExpected"))).await;
     let message = &bloodraven_e2e::fixtures::condition(&s, t).unwrap().message;
     assert!(message.contains("super_read_only, which stops every account"), "{message}");
-    // And a switchover's fence leaves the account unable to write on the old primary.
+    // And a planned failover's fence leaves the account unable to write on the old primary.
     sc.request_failover(&name, "pdx", "r1").await;
-    wait_status(&sc.cluster, &name, "switchover to pdx", T, |s| completed(s, "r1", "pdx", 2)).await;
+    wait_status(&sc.cluster, &name, "planned failover to pdx", T, |s| completed(s, "r1", "pdx", 2)).await;
     let url = format!("mysql://app:app-pw@127.0.0.1:{}", sc.pair.port("iad"));
     let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
     let mut app = mysql_async::Conn::new(opts).await.unwrap();
@@ -193,12 +193,12 @@ async fn accounts_that_write_through_read_only_get_a_condition() {
         assert!(!message.contains("'bloodraven'@'127.0.0.1'"), "{message}");
         assert!(message.contains("'bloodraven'@'localhost'"), "{message}");
     };
-    // The fence of a switchover checks the old primary afresh.
+    // The fence of a planned failover checks the old primary afresh.
     sc.request_failover(&name, "pdx", "r1").await;
     let note = wait_event(&sc.cluster, &name, "ReadOnlyAdminAccounts").await;
     assert!(note.contains("on site iad, 'app'@'%'"), "{note}");
     named(&note, "iad");
-    wait_status(&sc.cluster, &name, "switchover to pdx", T, |s| completed(s, "r1", "pdx", 2)).await;
+    wait_status(&sc.cluster, &name, "planned failover to pdx", T, |s| completed(s, "r1", "pdx", 2)).await;
     let s = wait_status(&sc.cluster, &name, "bypass true", T, |s| {
         has_condition(s, t, "True", Some("ReadOnlyAdminAccounts"))
     })

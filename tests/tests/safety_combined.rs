@@ -7,13 +7,13 @@
 //!   operator runs, a fresh leader, a person's `promote-despite-loss` for
 //!   the standby and a planned failover onto it: the errant standby is never
 //!   promoted (`RecoveryPending`/`ErrantTransactions`), the generation stays.
-//! - A switchover deferred behind a renewed failover-hold while the
+//! - A planned failover deferred behind a renewed failover-hold while the
 //!   standby's SQL thread is stopped by hand: the revalidated request fails
 //!   naming the stopped thread, the primary's death promotes nothing
 //!   (`StandbyNotPromotable`, not replicating) across a leader change, and
 //!   once the thread runs again the standby is promoted with every row.
 //! - A silently stalled standby (its link drops every packet), a renewed
-//!   hold with a deferred switchover, the primary killed after 200 commits
+//!   hold with a deferred planned failover, the primary killed after 200 commits
 //!   the standby never got, and then a leader change: the first leader says
 //!   `StandbyBehind`; the next one must not promote the stale standby
 //!   without saying what it abandons.
@@ -191,7 +191,7 @@ async fn an_errant_standby_is_never_promoted_across_a_leader_crash_an_accepted_l
 }
 
 #[tokio::test]
-async fn a_stopped_sql_thread_fails_a_deferred_switchover_and_blocks_promotion_across_a_leader_change() {
+async fn a_stopped_sql_thread_fails_a_deferred_planned_failover_and_blocks_promotion_across_a_leader_change() {
     let mut d = scenario("sc-sqlstop").await;
     let cluster = d.sc.cluster.clone();
     let p = d.pipeline.clone();
@@ -261,7 +261,7 @@ async fn a_stopped_sql_thread_fails_a_deferred_switchover_and_blocks_promotion_a
 }
 
 #[tokio::test]
-async fn a_stalled_standby_behind_a_held_switchover_is_not_promoted_blindly_after_a_leader_change() {
+async fn a_stalled_standby_behind_a_held_planned_failover_is_not_promoted_blindly_after_a_leader_change() {
     let mut d = scenario("sc-blind").await;
     let cluster = d.sc.cluster.clone();
     let p = d.pipeline.clone();
@@ -270,7 +270,7 @@ async fn a_stalled_standby_behind_a_held_switchover_is_not_promoted_blindly_afte
     let had = d.sc.pair.transactions("pdx");
 
     // A pipeline holds the mutex and a failover-hold, renewed all along; a
-    // switchover waits behind it.
+    // planned failover waits behind it.
     let m = p.post_until(201, "migration", "op1", "counter-app", 120).await;
     let h = p.post("failover-hold", "op1", "counter-app", 120).await;
     assert_eq!(h.status, 201, "{h:?}");

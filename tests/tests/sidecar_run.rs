@@ -1,5 +1,5 @@
 //! `bloodraven-sidecar run` against the real operator: the walk-through of
-//! docs/deploy-api.md (both leases, a switchover deferred by the hold, the final
+//! docs/deploy-api.md (both leases, a planned failover deferred by the hold, the final
 //! state recorded before the release), `409 held` waits and the acquire
 //! timeout, a revocation during the migration (SIGTERM; schema
 //! verification required in DDL; a trapped SIGTERM that exits 0 still
@@ -38,7 +38,7 @@ async fn revoke(d: &DeployScenario) {
 
 /// Waits until the planned failover `id` is Deferred behind the hold of `op`.
 async fn wait_deferred(d: &DeployScenario, id: &str, op: &str) {
-    wait_status(&d.sc.cluster, &d.pipeline.group, "the switchover deferred by the hold", T, |s| {
+    wait_status(&d.sc.cluster, &d.pipeline.group, "the planned failover deferred by the hold", T, |s| {
         let p = s.planned_failover.as_ref().ok_or("no plannedFailover")?;
         let a = p.admission.clone().unwrap_or_default();
         let msg = a.message.unwrap_or_default();
@@ -56,7 +56,7 @@ async fn wait_deferred(d: &DeployScenario, id: &str, op: &str) {
 }
 
 #[tokio::test]
-async fn walkthrough_holds_both_leases_defers_a_switchover_and_releases_after_the_record() {
+async fn walkthrough_holds_both_leases_defers_a_planned_failover_and_releases_after_the_record() {
     let d = scenario("sc-walk").await;
     let p = &d.pipeline;
     let script = format!(
@@ -80,7 +80,7 @@ async fn walkthrough_holds_both_leases_defers_a_switchover_and_releases_after_th
     })
     .await;
 
-    // What a hold holds: a switchover waits for it, naming the operation.
+    // What a hold holds: a planned failover waits for it, naming the operation.
     d.sc.request_failover(&p.group, "pdx", "walk-pf").await;
     wait_deferred(&d, "walk-pf", "walk-1").await;
 
@@ -92,8 +92,8 @@ async fn walkthrough_holds_both_leases_defers_a_switchover_and_releases_after_th
     assert_eq!(r["revision"], "1", "{r}");
     assert_eq!(r["recordedOnLease"], true, "{r}");
     assert!(leases(p).await.is_empty(), "released after the record");
-    // Released: the switchover proceeds by itself.
-    wait_status(&d.sc.cluster, &p.group, "the switchover completed after the release", T, |s| {
+    // Released: the planned failover proceeds by itself.
+    wait_status(&d.sc.cluster, &p.group, "the planned failover completed after the release", T, |s| {
         completed(s, "walk-pf", "pdx", 2)
     })
     .await;
@@ -150,7 +150,7 @@ async fn a_second_run_waits_on_held_starts_soon_after_the_release_and_a_third_ti
 async fn a_revocation_during_the_migration_fences_it_and_a_trapped_sigterm_still_fails() {
     let d = scenario("sc-revoke").await;
     let p = &d.pipeline;
-    // In DDL (the default boundary: from the start), during a deferred switchover.
+    // In DDL (the default boundary: from the start), during a deferred planned failover.
     let script = format!(
         "trap '{term}; exit 1' TERM; {started}; while :; do sleep 0.1; done",
         term = stamp("term"),
@@ -176,8 +176,8 @@ async fn a_revocation_during_the_migration_fences_it_and_a_trapped_sigterm_still
         "{r}"
     );
     assert!(r["message"].as_str().unwrap().starts_with("schema verification required"), "{r}");
-    // The operator's side of the same fact, and the switchover goes on.
-    wait_status(&d.sc.cluster, &p.group, "SchemaVerificationRequired, switchover completed", T, |s| {
+    // The operator's side of the same fact, and the planned failover goes on.
+    wait_status(&d.sc.cluster, &p.group, "SchemaVerificationRequired, planned failover completed", T, |s| {
         has_condition(s, "SchemaVerificationRequired", "True", None)?;
         completed(s, "revoke-pf", "pdx", 2)
     })

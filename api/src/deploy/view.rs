@@ -76,7 +76,7 @@ pub struct VerificationView {
 /// What kind of operation is in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum OperationType {
-    /// A planned failover (switchover) of `spec.plannedFailover`.
+    /// A planned failover of `spec.plannedFailover`.
     PlannedFailover,
 }
 

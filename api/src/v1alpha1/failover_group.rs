@@ -61,7 +61,7 @@ pub struct MysqlFailoverGroupSpec {
     #[serde(default)]
     pub failover: FailoverPolicy,
 
-    /// A planned failover (switchover) request. Setting a new `requestId`
+    /// A planned failover request. Setting a new `requestId`
     /// asks the operator to move the primary to `targetSite`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned_failover: Option<PlannedFailoverRequest>,
@@ -308,7 +308,7 @@ impl Default for FailoverPolicy {
     }
 }
 
-/// A request to move the primary to another site (a switchover).
+/// A request to move the primary to another site (a planned failover).
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlannedFailoverRequest {
@@ -508,7 +508,7 @@ pub struct SiteHealth {
     pub last_probe_time: Option<Time>,
 }
 
-/// Progress of a planned failover (switchover).
+/// Progress of a planned failover.
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlannedFailoverStatus {

@@ -1,8 +1,8 @@
-//! The phases of a planned failover (switchover), as
+//! The phases of a planned failover, as
 //! `status.plannedFailover.phase` spells them and as the deploy API's
 //! `GET /deploy/v1/groups/{group}` shows an operation in flight (`Pending →
 //! Admitting → (Deferred ↔ Admitting) → Draining → Promoting → Repointing →
-//! Completed | Failed`; docs/failover.md, "Planned failover (switchover)").
+//! Completed | Failed`; docs/failover.md, "Planned failover").
 //!
 //! The status field stays a string (a value this enum does not know, written
 //! by hand, is reported and never acted on by the operator); this is the one

@@ -1,5 +1,5 @@
 //! The failover engine's pure parts, property- and unit-tested:
-//! [`planned`], the decision table of a planned failover (switchover), and
+//! [`planned`], the decision table of a planned failover, and
 //! [`emergency`], when an emergency failover may promote and whether a
 //! returning former primary diverged, and [`abandoned`], what a promotion
 //! abandons of what the primary was last seen with, and [`replica`], the

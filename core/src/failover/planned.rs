@@ -1,6 +1,6 @@
-//! The planned failover (switchover) as a pure state machine: given the
+//! The planned failover as a pure state machine: given the
 //! request's persisted phase and what the engine observes, the one next
-//! action (docs/failover.md, "Planned failover (switchover)", "What a hold holds").
+//! action (docs/failover.md, "Planned failover", "What a hold holds").
 //!
 //! Phases: `Pending → Admitting → (Deferred ↔ Admitting) → Draining →
 //! Promoting → Repointing → Completed | Failed`.

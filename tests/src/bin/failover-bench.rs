@@ -4,7 +4,7 @@
 //! release-build operator, a writer that finds the primary through
 //! `<db>-primary` as an application would.
 //!
-//! - Switchovers (`BENCH_SWITCHOVERS`, default 20, alternating sites): for
+//! - Planned failovers (`BENCH_PLANNED_FAILOVERS`, default 20, alternating sites): for
 //!   each, the client's write unavailability = the longest time without an
 //!   acknowledged write from the request to completion; p50/p99/max.
 //! - Kills (`BENCH_KILLS`, default 10): `kill -9` of the active site's
@@ -42,7 +42,7 @@ fn ms(d: Duration) -> String {
 /// One flavor's figures.
 struct Figures {
     flavor: Flavor,
-    /// Client write unavailability per switchover, sorted.
+    /// Client write unavailability per planned failover, sorted.
     gaps: Vec<Duration>,
     acknowledged: usize,
     failures: u64,
@@ -53,7 +53,7 @@ struct Figures {
 /// Which figures a row of the table shows.
 type Column = fn(&Figures) -> &[Duration];
 
-async fn run(flavor: Flavor, switchovers: usize, kills: usize) -> Figures {
+async fn run(flavor: Flavor, planned: usize, kills: usize) -> Figures {
     let sc = Scenario::start_as(&format!("fobench-{}", flavor.name()), 1, LeaderTimings::default(), flavor).await;
     // A short detection budget: 1 s × 3.
     let name = sc.quick_group("g").await;
@@ -64,7 +64,7 @@ async fn run(flavor: Flavor, switchovers: usize, kills: usize) -> Figures {
 
     let mut windows = Vec::new();
     let mut generation = 1;
-    for i in 0..switchovers {
+    for i in 0..planned {
         let target = if i % 2 == 0 { "pdx" } else { "iad" };
         let id = format!("b{i}");
         let start = Instant::now();
@@ -85,7 +85,7 @@ async fn run(flavor: Flavor, switchovers: usize, kills: usize) -> Figures {
     let mut gaps: Vec<Duration> = windows.iter().map(|(a, b)| written.longest_gap(*a, *b)).collect();
     gaps.sort();
 
-    let mut active = if switchovers.is_multiple_of(2) { "iad" } else { "pdx" };
+    let mut active = if planned.is_multiple_of(2) { "iad" } else { "pdx" };
     let mut to_writable = Vec::new();
     for _ in 0..kills {
         let standby = if active == "iad" { "pdx" } else { "iad" };
@@ -105,13 +105,13 @@ async fn run(flavor: Flavor, switchovers: usize, kills: usize) -> Figures {
 
 #[tokio::main]
 async fn main() {
-    let (switchovers, kills) = (env("BENCH_SWITCHOVERS", 20), env("BENCH_KILLS", 10));
+    let (planned, kills) = (env("BENCH_PLANNED_FAILOVERS", 20), env("BENCH_KILLS", 10));
     let flavors = Flavor::of_bench();
     let mut all = Vec::new();
     for flavor in flavors {
-        let f = run(flavor, switchovers, kills).await;
+        let f = run(flavor, planned, kills).await;
         println!(
-            "{}: {} switchovers, {} writes acknowledged, {} failed attempts; {} kills",
+            "{}: {} planned failovers, {} writes acknowledged, {} failed attempts; {} kills",
             f.flavor.name(),
             f.gaps.len(),
             f.acknowledged,
@@ -132,9 +132,9 @@ async fn main() {
     }
     println!();
     let rows: [(&str, Column, Option<f64>); 5] = [
-        ("client write unavailability per switchover, p50", |f| &f.gaps, Some(0.5)),
-        ("client write unavailability per switchover, p99", |f| &f.gaps, Some(0.99)),
-        ("client write unavailability per switchover, max", |f| &f.gaps, None),
+        ("client write unavailability per planned failover, p50", |f| &f.gaps, Some(0.5)),
+        ("client write unavailability per planned failover, p99", |f| &f.gaps, Some(0.99)),
+        ("client write unavailability per planned failover, max", |f| &f.gaps, None),
         ("kill -9 → standby writable, p50 (budget 1 s × 3)", |f| &f.to_writable, Some(0.5)),
         ("kill -9 → standby writable, max", |f| &f.to_writable, None),
     ];
@@ -145,5 +145,5 @@ async fn main() {
         }
         println!();
     }
-    println!("(goal: switchover unavailability p99 < 1000 ms)");
+    println!("(goal: planned failover unavailability p99 < 1000 ms)");
 }

@@ -58,7 +58,7 @@ pub fn target_readiness(
 /// with the source's own transactions, which are not errant. MariaDB: per
 /// domain, a last GTID past `base`'s whose server is not the source.
 /// MySQL: `have − base`, without the source's UUID (found by the failover
-/// benchmark: a switchover back under write load was refused for the
+/// benchmark: a planned failover back under write load was refused for the
 /// source's own newest transaction).
 pub fn errant(
     flavor: Flavor,

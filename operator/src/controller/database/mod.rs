@@ -263,7 +263,7 @@ fn event_for(
         }
         // Every promotion passes through it for a moment (the decided site
         // answers read-only until promoted): said, but not a Warning, or an
-        // alert on Warning Events would page at every switchover. A site
+        // alert on Warning Events would page at every planned failover. A site
         // that stays read-only is the group's alarm (NoPrimary).
         primary::desired::CONDITION if new_reason && computed.reason == reason::ACTIVE_SITE_NOT_WRITABLE => {
             (EventType::Normal, "PointPrimaryService")

@@ -3,7 +3,7 @@
 //! through `read_only` on a site (MariaDB `READ_ONLY ADMIN`, and `SUPER`
 //! before 10.11), themselves, through roles or through `PUBLIC`
 //! (`crate::mysql::grants`). The fence ends their
-//! sessions, so they cannot defeat a switchover, but an application or
+//! sessions, so they cannot defeat a planned failover, but an application or
 //! migration account holding such a privilege writes to a fenced site until
 //! then, so such accounts are reported with a condition and an Event (the Event
 //! comes with the condition's transition, and again at each fence).

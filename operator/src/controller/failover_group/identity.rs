@@ -7,7 +7,7 @@
 //!
 //! Rules (pure; [`check`] runs on every round of probes, so every path that
 //! acts on a site — reassertion, emergency promotion, returning-primary
-//! fencing, switchover, the `-primary` Service — sees the same answer):
+//! fencing, planned failover, the `-primary` Service — sees the same answer):
 //!
 //! - A site with no known identity is taken as it answers (a new group, or
 //!   a status from before this field), and learns it.

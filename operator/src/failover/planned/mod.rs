@@ -1,4 +1,4 @@
-//! The planned failover (switchover) engine: runs the decision table of
+//! The planned failover engine: runs the decision table of
 //! `bloodraven_core::failover::planned` against the real sites (docs/failover.md,
 //! "What a hold holds"; docs/concepts.md, "The generation is the fence").
 //!

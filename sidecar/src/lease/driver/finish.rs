@@ -110,7 +110,7 @@ pub(super) async fn finish(
     }
     let v: Verdict = verdict(&ending);
     // 1. The final state on the Lease first, while the hold still defers a
-    // switchover (released first, the hold would let a waiting switchover
+    // planned failover (released first, the hold would let a waiting planned failover
     // revoke the mutex before its state is recorded): when the run was not
     // fenced, or was stopped (SIGTERM) outside its DDL and so releases the
     // lease. A lease revoked, expired or past its deadline is no longer the

@@ -11,7 +11,7 @@
 //!
 //! Applications always connect to `<name>-primary.<namespace>.svc:3306`
 //! when the host is an IP: the Service port is fixed and the EndpointSlice
-//! carries the site's port, so a switchover between sites that listen on
+//! carries the site's port, so a planned failover between sites that listen on
 //! different ports needs no change in the application. ExternalName is a
 //! DNS CNAME and cannot remap ports: with DNS hosts the application uses
 //! the site's port (keep both sites on one port).
