@@ -282,6 +282,7 @@ fn tap_exits(events: mpsc::Sender<Event>) -> (mpsc::Sender<Event>, watch::Receiv
 }
 
 /// `run`.
+#[allow(clippy::too_many_lines)] // the run mode's steps in order: settings, socket, leases, the wrapper, its end
 pub async fn run(args: RunArgs) -> i32 {
     let stop = stop_signal();
     let s = match settings(&args.lease, true, optional_path(&args.termination_log), None) {

@@ -356,6 +356,7 @@ async fn started(shared: &Shared) -> Option<()> {
 }
 
 /// The wrapper's connection: start (or refusal), deadline updates, fence.
+#[allow(clippy::too_many_lines)] // one connection's protocol, each message handled in turn
 async fn attach(
     shared: &Shared,
     mut reader: BufReader<tokio::net::unix::OwnedReadHalf>,

@@ -155,6 +155,7 @@ fn add(parts: &[&str], value: Value) -> PatchOperation {
 /// ServiceAccount is authorized for `ask`. Empty when everything is there.
 ///
 /// Errors: the refusal, saying what to fix.
+#[allow(clippy::too_many_lines)] // one JSON patch, built container by container in the order of the pod spec
 pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
     let spec = job.get("spec").ok_or("the Job has no spec")?;
     refuse_reruns(spec)?;

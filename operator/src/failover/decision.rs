@@ -140,7 +140,8 @@ pub async fn resolve(ctx: &Context, round: &mut RoundRecord, group: &MysqlFailov
     }
 }
 
-/// Bootstrap: records and then publishes `activeSite = site`, generation 1.
+/// Bootstrap: records and then publishes `activeSite = site`, generation 1,
+/// and says so in a `Bootstrapped` Event.
 pub async fn bootstrap(
     ctx: &Context,
     round: &mut RoundRecord,
@@ -151,7 +152,19 @@ pub async fn bootstrap(
         return Ok(());
     }
     round.write(ctx, site, 1, &record::Extra::default()).await?;
-    write_status(ctx, group, site, 1, None).await.map(drop)
+    write_status(ctx, group, site, 1, None).await?;
+    tracing::info!(group = %group.name_any(), site = %site, generation = 1, "bootstrap complete");
+    crate::controller::failover_group::publish(
+        ctx,
+        group,
+        kube::runtime::events::EventType::Normal,
+        bloodraven_api::v1alpha1::reason::BOOTSTRAPPED,
+        format!("site {site} is the writable primary and the other site replicates from it; topologyGeneration is 1"),
+        "Bootstrap",
+        None,
+    )
+    .await;
+    Ok(())
 }
 
 /// A failover's decision (planned or emergency): records `site` at the

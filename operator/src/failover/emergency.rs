@@ -402,6 +402,7 @@ pub struct Rejoined {
 /// failover: the record holds a promotion position). A site this round's
 /// replica check found with errant transactions (`checked`) is never
 /// repointed.
+#[allow(clippy::too_many_lines)] // each non-active site's verdict carried out in turn, with its Event
 pub async fn rejoin(
     ctx: &Context,
     group: &MysqlFailoverGroup,

@@ -198,19 +198,6 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     if let (true, decision::Resolution::Undecided) = (assessment.bootstrap, &resolution) {
         let site = group.spec.initial_active_site.clone();
         decision::bootstrap(&ctx, &mut round, &group, &site).await?;
-        tracing::info!(group = %name, site = %site, generation = 1, "bootstrap complete");
-        publish(
-            &ctx,
-            &group,
-            EventType::Normal,
-            reason::BOOTSTRAPPED,
-            format!(
-                "site {site} is the writable primary and the other site replicates from it; topologyGeneration is 1"
-            ),
-            "Bootstrap",
-            None,
-        )
-        .await;
         generation = Some(1);
         assessment = assess(&group.spec, Decided::At(&site, 1), &probes);
     }

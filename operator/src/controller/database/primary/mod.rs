@@ -401,6 +401,7 @@ fn conflict(kind: &str, name: &str, namespace: &str) -> Computed {
 /// `target` (the decided site, or why there is none) and returns the
 /// `PrimaryService` condition. Writes only as the leader and only what
 /// differs. Errors: a failed read or write (retried by the controller).
+#[allow(clippy::too_many_lines)] // the Service, then its EndpointSlice, each read, compared and written in order
 pub async fn keep(
     ctx: &Context,
     primary: &Primary,
