@@ -34,7 +34,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 
 /// An authenticated deploy client: a ServiceAccount.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Caller {
+pub(crate) struct Caller {
     /// The ServiceAccount's namespace.
     pub namespace: String,
     /// The ServiceAccount's name.
@@ -44,14 +44,14 @@ pub struct Caller {
 impl Caller {
     /// `namespace/serviceAccount`: how a grant records who it was granted to
     /// (not a secret; stored on the Lease).
-    pub fn id(&self) -> String {
+    pub(crate) fn id(&self) -> String {
         format!("{}/{}", self.namespace, self.service_account)
     }
 }
 
 /// Where a MysqlDatabase stands with its group.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Standing {
+pub(crate) enum Standing {
     /// It is the one authority for its name in its group.
     Authoritative,
     /// The group it names does not exist.
@@ -79,7 +79,7 @@ pub enum Standing {
 
 /// Which of `group`'s claim bounds a new claim for `namespace` would pass,
 /// given `claims`, in words; `None` when it fits.
-pub fn claim_limit(
+pub(crate) fn claim_limit(
     group: &MysqlFailoverGroup,
     claims: &[bloodraven_api::v1alpha1::InstanceClaim],
     namespace: &str,
@@ -100,7 +100,7 @@ pub fn claim_limit(
 
 /// Whether `group` lets MysqlDatabases of a namespace with `labels` attach
 /// (`None`: the namespace is not known, which only `All` accepts).
-pub fn namespace_allowed(group: &MysqlFailoverGroup, labels: Option<&BTreeMap<String, String>>) -> bool {
+pub(crate) fn namespace_allowed(group: &MysqlFailoverGroup, labels: Option<&BTreeMap<String, String>>) -> bool {
     group.spec.allowed_databases.namespaces.admits(labels)
 }
 
@@ -124,13 +124,13 @@ fn attached(
 }
 
 /// The namespace holding the claim of instance `name` on `group`, if any.
-pub fn claim_of<'a>(group: &'a MysqlFailoverGroup, name: &str) -> Option<&'a str> {
+pub(crate) fn claim_of<'a>(group: &'a MysqlFailoverGroup, name: &str) -> Option<&'a str> {
     group.status.as_ref()?.instance_claims.iter().find(|c| c.instance == name).map(|c| c.namespace.as_str())
 }
 
 /// The standing of `db`, given its group (if it exists), every MysqlDatabase
 /// of the cluster, and a lookup of namespace labels.
-pub fn standing<'a>(
+pub(crate) fn standing<'a>(
     db: &MysqlDatabase,
     group: Option<&MysqlFailoverGroup>,
     all: impl IntoIterator<Item = &'a MysqlDatabase>,
@@ -168,7 +168,7 @@ pub fn standing<'a>(
 /// the group's resourceVersion (each MysqlDatabase writing its own claim
 /// made hundreds of conflicts a minute, and starved the group's other
 /// writers). Returns `None` when nothing changes.
-pub fn claims_to_hold<'a>(
+pub(crate) fn claims_to_hold<'a>(
     group: &MysqlFailoverGroup,
     all: impl IntoIterator<Item = &'a MysqlDatabase>,
     labels: impl Fn(&str) -> Option<BTreeMap<String, String>>,
@@ -214,7 +214,7 @@ pub fn claims_to_hold<'a>(
 /// MysqlDatabase wants the name, so nobody takes a name over without a
 /// person deciding; `released` names an instance a cluster admin released.
 /// Returns `None` when nothing changes.
-pub fn pruned_claims<'a>(
+pub(crate) fn pruned_claims<'a>(
     group: &MysqlFailoverGroup,
     all: impl IntoIterator<Item = &'a MysqlDatabase>,
     labels: impl Fn(&str) -> Option<BTreeMap<String, String>>,
@@ -240,7 +240,7 @@ pub fn pruned_claims<'a>(
 
 /// The watch caches authority is decided from.
 #[derive(Clone)]
-pub struct Authority {
+pub(crate) struct Authority {
     /// Every MysqlDatabase.
     pub databases: Store<MysqlDatabase>,
     /// Every MysqlFailoverGroup this operator manages.
@@ -257,18 +257,18 @@ impl std::fmt::Debug for Authority {
 
 impl Authority {
     /// Labels of namespace `name`, from the cache.
-    pub fn labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
+    pub(crate) fn labels(&self, name: &str) -> Option<BTreeMap<String, String>> {
         self.namespaces.get(&ObjectRef::new(name)).map(|ns| ns.labels().clone())
     }
 
     /// The group `name`, from the cache.
-    pub fn group(&self, name: &str) -> Option<Arc<MysqlFailoverGroup>> {
+    pub(crate) fn group(&self, name: &str) -> Option<Arc<MysqlFailoverGroup>> {
         self.groups.get(&ObjectRef::new(name))
     }
 
     /// The instances of `group` that `caller` may act for: names of
     /// authoritative MysqlDatabases of the group listing the caller.
-    pub fn instances(&self, caller: &Caller, group: &str) -> BTreeSet<String> {
+    pub(crate) fn instances(&self, caller: &Caller, group: &str) -> BTreeSet<String> {
         let Some(g) = self.group(group) else { return BTreeSet::new() };
         let all = self.databases.state();
         all.iter()
@@ -283,14 +283,14 @@ impl Authority {
     /// Whether `caller` is listed by some MysqlDatabase naming `group`,
     /// whatever its standing (only to tell such a caller that the group
     /// does not exist, which its own MysqlDatabase's status says anyway).
-    pub fn names_group(&self, caller: &Caller, group: &str) -> bool {
+    pub(crate) fn names_group(&self, caller: &Caller, group: &str) -> bool {
         self.databases.state().iter().any(|db| db.spec.failover_group_ref.name == group && lists(db, caller))
     }
 }
 
 /// Starts a metadata-only watch cache of every Namespace (labels, for
 /// `Selector`) and waits for its first list.
-pub async fn namespace_reflector(client: kube::Client) -> Store<PartialObjectMeta<Namespace>> {
+pub(crate) async fn namespace_reflector(client: kube::Client) -> Store<PartialObjectMeta<Namespace>> {
     use futures::StreamExt as _;
     use kube::runtime::{WatchStreamExt as _, reflector, watcher};
     let (reader, writer) = reflector::store();

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::Parser;
 
 /// Log output format: shared by every binary (`bloodraven-telemetry`).
-pub use bloodraven_telemetry::LogFormat;
+pub(crate) use bloodraven_telemetry::LogFormat;
 
 /// The operator's configuration.
 #[derive(Clone, Debug, Parser)]

@@ -59,7 +59,7 @@ impl From<&ObjectReference> for Reference {
 /// The process's Event recorder: [`Recorder::publish`] as kube-runtime's,
 /// folding only repeats of one fact.
 #[derive(Clone)]
-pub struct Recorder {
+pub(crate) struct Recorder {
     client: Client,
     reporter: Reporter,
     facts: Arc<Mutex<HashMap<Fact, (events::Recorder, Instant)>>>,
@@ -74,7 +74,7 @@ impl std::fmt::Debug for Recorder {
 impl Recorder {
     /// A recorder writing with `client` as `reporter`.
     #[must_use]
-    pub fn new(client: Client, reporter: Reporter) -> Self {
+    pub(crate) fn new(client: Client, reporter: Reporter) -> Self {
         Self { client, reporter, facts: Arc::default() }
     }
 
@@ -83,7 +83,7 @@ impl Recorder {
     ///
     /// # Errors
     /// The API server's refusal of the Event.
-    pub async fn publish(&self, event: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
+    pub(crate) async fn publish(&self, event: &Event, regarding: &ObjectReference) -> Result<(), kube::Error> {
         let fact = Fact {
             type_: event.type_,
             reason: event.reason.clone(),

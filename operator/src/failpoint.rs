@@ -15,12 +15,12 @@ use std::sync::OnceLock;
 static POINT: OnceLock<Option<String>> = OnceLock::new();
 
 /// Arms `point` (once, at start-up).
-pub fn arm(point: Option<String>) {
+pub(crate) fn arm(point: Option<String>) {
     let _ = POINT.set(point);
 }
 
 /// Aborts the process when `point` is the armed one.
-pub fn hit(point: &str) {
+pub(crate) fn hit(point: &str) {
     if POINT.get().and_then(Option::as_deref) == Some(point) {
         tracing::error!(point, "failpoint reached: aborting");
         std::process::abort();

@@ -44,7 +44,7 @@ pub struct Timings {
 
 /// A cheap, cloneable view of whether this process is the leader now.
 #[derive(Clone, Debug)]
-pub struct Leadership {
+pub(crate) struct Leadership {
     rx: watch::Receiver<Option<Instant>>,
 }
 
@@ -60,13 +60,13 @@ impl Leadership {
     /// True while this process holds the leader Lease and its last successful
     /// renewal started less than the renew deadline ago. Check it right before
     /// every side effect only the leader may perform.
-    pub fn is_leader(&self) -> bool {
+    pub(crate) fn is_leader(&self) -> bool {
         matches!(*self.rx.borrow(), Some(until) if Instant::now() < until)
     }
 
     /// Resolves each time this process becomes leader (used to reconcile
     /// every object at once on takeover).
-    pub fn acquisitions(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
+    pub(crate) fn acquisitions(&self) -> impl futures::Stream<Item = ()> + Send + 'static {
         let rx = self.rx.clone();
         futures::stream::unfold((rx, false), |(mut rx, mut was)| async move {
             loop {
@@ -93,7 +93,7 @@ struct Observed {
 
 /// Runs the election loop for one process.
 #[derive(Debug)]
-pub struct Elector {
+pub(crate) struct Elector {
     api: Api<Lease>,
     name: String,
     identity: String,
@@ -106,7 +106,7 @@ pub struct Elector {
 
 /// Errors of one acquire/renew attempt.
 #[derive(Debug, thiserror::Error)]
-pub enum LeaderError {
+pub(crate) enum LeaderError {
     /// The API server refused or failed the request.
     #[error("failed to read or write the leader Lease: {0}")]
     Kube(#[from] kube::Error),
@@ -117,7 +117,7 @@ pub enum LeaderError {
 
 impl Elector {
     /// A new elector for Lease `name` in `api`'s namespace, and the view of its state.
-    pub fn new(api: Api<Lease>, name: &str, identity: &str, timings: Timings) -> (Self, Leadership) {
+    pub(crate) fn new(api: Api<Lease>, name: &str, identity: &str, timings: Timings) -> (Self, Leadership) {
         let (tx, rx) = watch::channel(None);
         let elector = Elector {
             api,
@@ -133,7 +133,7 @@ impl Elector {
 
     /// Tries to acquire or renew every retry period until `shutdown` resolves,
     /// then releases the Lease if held.
-    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
+    pub(crate) async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
         loop {
             let started = Instant::now();

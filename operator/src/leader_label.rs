@@ -30,14 +30,14 @@ use serde_json::json;
 use crate::leader::Leadership;
 
 /// The label (value `"true"` on the leader's Pod only).
-pub const LABEL: &str = "bloodraven.shipstream.io/leader";
+pub(crate) const LABEL: &str = "bloodraven.shipstream.io/leader";
 
 /// How often the label is re-applied while leadership does not change.
-pub const RECHECK: Duration = Duration::from_secs(30);
+pub(crate) const RECHECK: Duration = Duration::from_secs(30);
 
 /// Sets or removes [`LABEL`] on Pod `pod` (and, when `leader`, removes it
 /// from every other Pod of the namespace first). Errors: the API server's.
-pub async fn apply(pods: &Api<Pod>, pod: &str, leader: bool) -> Result<(), kube::Error> {
+pub(crate) async fn apply(pods: &Api<Pod>, pod: &str, leader: bool) -> Result<(), kube::Error> {
     let remove = Patch::Merge(json!({"metadata": {"labels": {LABEL: null}}}));
     if leader {
         let labelled = pods.list_metadata(&ListParams::default().labels(&format!("{LABEL}=true"))).await?;
@@ -57,7 +57,7 @@ pub async fn apply(pods: &Api<Pod>, pod: &str, leader: bool) -> Result<(), kube:
 }
 
 /// Keeps the label in step with `leadership`, polling it every `period`.
-pub async fn keep(pods: Api<Pod>, pod: String, leadership: Leadership, period: Duration) {
+pub(crate) async fn keep(pods: Api<Pod>, pod: String, leadership: Leadership, period: Duration) {
     let mut written: Option<(bool, Instant)> = None;
     loop {
         let leader = leadership.is_leader();

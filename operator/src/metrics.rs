@@ -9,7 +9,7 @@ use prometheus::{GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge,
 
 /// The operator's metrics.
 #[derive(Clone, Debug)]
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     /// The description of every collector registered here, so that the
     /// families can be listed before they have a series (`gather()` leaves
@@ -83,7 +83,7 @@ pub struct MetricsError(#[from] prometheus::Error);
 impl Metrics {
     /// Creates and registers every metric.
     #[allow(clippy::too_many_lines)] // one declaration and one registration per metric
-    pub fn new() -> Result<Self, MetricsError> {
+    pub(crate) fn new() -> Result<Self, MetricsError> {
         let registry = Registry::new();
         let descs = Arc::new(Mutex::new(Vec::new()));
         let register = |collector: Box<dyn Collector>| record(&registry, &descs, collector);
@@ -233,7 +233,7 @@ impl Metrics {
 
     /// Registers a collector owned by another module (metrics are registered
     /// by the module that owns them, in this one registry).
-    pub fn register(&self, collector: Box<dyn Collector>) -> Result<(), MetricsError> {
+    pub(crate) fn register(&self, collector: Box<dyn Collector>) -> Result<(), MetricsError> {
         record(&self.registry, &self.descs, collector)
     }
 
@@ -241,7 +241,7 @@ impl Metrics {
     /// registered so far, with or without series: what `/metrics` can show.
     /// The monitoring check (`xtask/tests/monitoring.rs`) compares the
     /// alert and dashboard queries with these.
-    pub fn families(&self) -> Vec<Desc> {
+    pub(crate) fn families(&self) -> Vec<Desc> {
         self.descs.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
@@ -252,7 +252,7 @@ impl Metrics {
     }
 
     /// The registry every metric here is registered in (served on `/metrics`).
-    pub fn registry(&self) -> &Registry {
+    pub(crate) fn registry(&self) -> &Registry {
         &self.registry
     }
 
@@ -262,7 +262,7 @@ impl Metrics {
     /// only the leader knows (a dashboard would otherwise see two replicas
     /// disagree, one of them frozen at the moment it lost the lease).
     /// Counters and histograms stay: they count what this replica did.
-    pub fn forget_groups(&self) {
+    pub(crate) fn forget_groups(&self) {
         self.topology_generation.reset();
         self.group_stable.reset();
         self.site_up.reset();
@@ -273,7 +273,7 @@ impl Metrics {
 
     /// Drops every series of a deleted group, so dashboards do not show a
     /// group that no longer exists.
-    pub fn forget_group(&self, group: &str, sites: &[&str]) {
+    pub(crate) fn forget_group(&self, group: &str, sites: &[&str]) {
         let _ = self.topology_generation.remove_label_values(&[group]);
         let _ = self.group_stable.remove_label_values(&[group]);
         for site in sites {

@@ -12,11 +12,11 @@ use kube::runtime::watcher;
 
 /// Whether a watch cache has listed ([`spawn`]).
 #[derive(Clone, Debug, Default)]
-pub struct Listed(Arc<AtomicBool>);
+pub(crate) struct Listed(Arc<AtomicBool>);
 
 impl Listed {
     /// True once the store holds its first complete list.
-    pub fn get(&self) -> bool {
+    pub(crate) fn get(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
 }
@@ -24,7 +24,7 @@ impl Listed {
 /// Drives `stream` (a watcher already `.reflect`ing into `store`),
 /// logging each watch error with `what` (the request, never an object's
 /// content), and returns the flag that turns true once `store` has listed.
-pub fn spawn<K, E, S>(stream: S, store: &Store<K>, what: &'static str) -> Listed
+pub(crate) fn spawn<K, E, S>(stream: S, store: &Store<K>, what: &'static str) -> Listed
 where
     K: kube::Resource + Clone + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,

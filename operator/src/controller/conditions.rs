@@ -6,11 +6,11 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-pub use bloodraven_core::conditions::Computed;
+pub(crate) use bloodraven_core::conditions::Computed;
 
 /// Full conditions for `computed`, keeping each previous
 /// `lastTransitionTime` whose status did not change.
-pub fn materialize(
+pub(crate) fn materialize(
     previous: &[Condition],
     computed: &[Computed],
     generation: Option<i64>,
@@ -36,7 +36,7 @@ pub fn materialize(
 }
 
 /// The computed conditions whose status differs from `previous` (absent counts as changed).
-pub fn transitions<'a>(previous: &[Condition], computed: &'a [Computed]) -> Vec<&'a Computed> {
+pub(crate) fn transitions<'a>(previous: &[Condition], computed: &'a [Computed]) -> Vec<&'a Computed> {
     computed.iter().filter(|c| !previous.iter().any(|p| p.type_ == c.type_ && p.status == c.status)).collect()
 }
 

@@ -1,8 +1,8 @@
 //! Reconcilers, one directory per kind, and what they share.
 
-pub mod conditions;
-pub mod database;
-pub mod failover_group;
+pub(crate) mod conditions;
+pub(crate) mod database;
+pub(crate) mod failover_group;
 
 use std::sync::Arc;
 
@@ -15,7 +15,7 @@ use crate::metrics::Metrics;
 /// What every reconcile gets: the handles both controllers share, and
 /// the failover-group controller's own state ([`failover_group::State`]).
 #[derive(Clone)]
-pub struct Context {
+pub(crate) struct Context {
     /// API client, authenticated as the operator's ServiceAccount.
     pub client: Client,
     /// The one Event recorder of the process.
@@ -51,7 +51,7 @@ impl std::fmt::Debug for Context {
 
 /// Errors a reconcile returns (probe failures are observations, not errors).
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
+pub(crate) enum Error {
     /// A Kubernetes API call failed.
     #[error("failed to {action}: {source}")]
     Kube {
@@ -100,7 +100,7 @@ pub enum Error {
 
 impl Error {
     /// Stable reason for metric labels.
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             Error::Kube { source: kube::Error::Api(s), .. } if s.code == 409 => "Conflict",
             Error::Kube { source: kube::Error::Api(s), .. } if s.code == 403 => "Forbidden",
@@ -115,14 +115,14 @@ impl Error {
 
     /// Wraps a deploy-lease service error.
     /// Wraps a deploy-lease error with what was being done.
-    pub fn leases(action: &'static str) -> impl FnOnce(LeaseError) -> Self {
+    pub(crate) fn leases(action: &'static str) -> impl FnOnce(LeaseError) -> Self {
         move |source| Error::Leases { action, source }
     }
 }
 
 /// Why a deploy-lease call failed.
 #[derive(Debug, thiserror::Error)]
-pub enum LeaseError {
+pub(crate) enum LeaseError {
     /// The lease service refused or failed.
     #[error(transparent)]
     Service(#[from] crate::lease::service::ServiceError),

@@ -21,13 +21,13 @@ use kube::api::{Api, PostParams};
 
 use crate::lease::store::token_sha256;
 
-pub use crate::authority::Caller;
+pub(crate) use crate::authority::Caller;
 
 /// The Pod a token is bound to, as the TokenReview names it (the kubelet's
 /// projected tokens are bound to their Pod). Never used to authorize: it
 /// only says where to tell a waiting caller what it waits for.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodIdentity {
+pub(crate) struct PodIdentity {
     /// The Pod's name, in the caller's namespace.
     pub name: String,
     /// The Pod's UID, when the review gave it.
@@ -43,7 +43,7 @@ type Identity = (Caller, Option<PodIdentity>);
 
 /// Why a caller was not authenticated (the message is safe to return).
 #[derive(Debug, thiserror::Error)]
-pub enum AuthError {
+pub(crate) enum AuthError {
     /// No usable credentials.
     #[error("{0}")]
     Unauthenticated(String),
@@ -54,7 +54,7 @@ pub enum AuthError {
 
 /// Token reviews with a bounded cache.
 #[derive(Clone, Debug)]
-pub struct Authenticator {
+pub(crate) struct Authenticator {
     reviews: Api<TokenReview>,
     cache_ttl: Duration,
     cache: Arc<Mutex<HashMap<String, (Identity, Instant)>>>,
@@ -101,13 +101,13 @@ const NOT_ACCEPTED: &str = "the token was not accepted: expired, revoked, for an
 
 impl Authenticator {
     /// An authenticator using `reviews`, caching results for at most `cache_ttl`.
-    pub fn new(reviews: Api<TokenReview>, cache_ttl: Duration) -> Self {
+    pub(crate) fn new(reviews: Api<TokenReview>, cache_ttl: Duration) -> Self {
         Authenticator { reviews, cache_ttl, cache: Arc::default(), rejected: Arc::default() }
     }
 
     /// Authenticates the value of an `Authorization` header: the caller,
     /// with the Pod the token is bound to.
-    pub async fn identify(&self, header: Option<&str>) -> Result<Identity, AuthError> {
+    pub(crate) async fn identify(&self, header: Option<&str>) -> Result<Identity, AuthError> {
         let token =
             header.and_then(|h| h.strip_prefix("Bearer ")).map(str::trim).filter(|t| !t.is_empty()).ok_or_else(
                 || AuthError::Unauthenticated("missing Authorization: Bearer <ServiceAccount token>".into()),

@@ -12,11 +12,11 @@
 //!   watch (push revocation, a long-poll) in `router/watch.rs`.
 //! - `waiting`: a caller refused because a lease is held, told on its Job.
 
-pub mod auth;
-pub mod router;
-pub mod waiting;
+pub(crate) mod auth;
+pub(crate) mod router;
+pub(crate) mod waiting;
 
-pub use bloodraven_serving::{limits, tls};
+pub(crate) use bloodraven_serving::{limits, tls};
 
 use std::time::Duration;
 
@@ -31,7 +31,7 @@ use crate::tolerant::{Findings, Tolerant};
 
 /// What the handlers share.
 #[derive(Clone, Debug)]
-pub struct DeployState {
+pub(crate) struct DeployState {
     /// The lease service.
     pub service: crate::lease::service::Service,
     /// Token reviews.
@@ -59,15 +59,15 @@ pub struct DeployState {
 /// holds its listener slot for up to the body's deadline (10 s). Without a
 /// bound, a tenant's deployment client trickling bodies from several Pods
 /// could keep every slot busy, and other tenants' renewals out.
-pub const BODY_READS_PER_NAMESPACE: usize = 16;
+pub(crate) const BODY_READS_PER_NAMESPACE: usize = 16;
 
 /// Request bodies being read, per caller namespace.
 #[derive(Clone, Debug, Default)]
-pub struct BodyReads(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>);
+pub(crate) struct BodyReads(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>);
 
 /// One body read; its drop gives the place back.
 #[derive(Debug)]
-pub struct BodyRead {
+pub(crate) struct BodyRead {
     reads: BodyReads,
     namespace: String,
 }
@@ -75,7 +75,7 @@ pub struct BodyRead {
 impl BodyReads {
     /// A place for a body read of a caller in `namespace`, unless it has
     /// [`BODY_READS_PER_NAMESPACE`] already.
-    pub fn take(&self, namespace: &str) -> Option<BodyRead> {
+    pub(crate) fn take(&self, namespace: &str) -> Option<BodyRead> {
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let n = map.entry(namespace.to_owned()).or_insert(0);
         if *n >= BODY_READS_PER_NAMESPACE {
@@ -101,14 +101,14 @@ impl Drop for BodyRead {
 /// The bound on open watches for a listener of `max_connections`: half of
 /// it, so that watches (each holding a connection for up to a minute) can
 /// never take every slot from renewals, which must get through.
-pub fn watches_for(max_connections: usize) -> crate::lease::watch::Watches {
+pub(crate) fn watches_for(max_connections: usize) -> crate::lease::watch::Watches {
     crate::lease::watch::Watches::new(max_connections / 2)
 }
 
 /// Starts a reflector of every MysqlDatabase (for authorization) and waits
 /// until its first list is in. A MysqlDatabase that does not decode is left
 /// out, so it grants nobody authority (the database controller reports it).
-pub async fn database_reflector(tolerant: &Tolerant) -> Reflector<MysqlDatabase> {
+pub(crate) async fn database_reflector(tolerant: &Tolerant) -> Reflector<MysqlDatabase> {
     let (reader, writer) = reflector::store();
     let stream = tolerant.watch(watcher::Config::default(), Some((writer, reader.clone())), Findings::Skip);
     tokio::spawn(stream.for_each(|_| async {}));
@@ -121,7 +121,7 @@ pub async fn database_reflector(tolerant: &Tolerant) -> Reflector<MysqlDatabase>
 /// A watch cache of the groups this operator manages (`selector`), for the
 /// renewal fast path; ready once its first list is in. A group that does
 /// not decode is left out (the failover-group controller reports it).
-pub async fn group_reflector(
+pub(crate) async fn group_reflector(
     tolerant: &Tolerant,
     selector: &str,
 ) -> Reflector<bloodraven_api::v1alpha1::MysqlFailoverGroup> {
@@ -137,7 +137,11 @@ pub async fn group_reflector(
 }
 
 /// Keeps `bloodraven_deploy_leases_active{group,kind}` current (leader only).
-pub async fn track_active_leases(service: crate::lease::service::Service, metrics: Metrics, leadership: Leadership) {
+pub(crate) async fn track_active_leases(
+    service: crate::lease::service::Service,
+    metrics: Metrics,
+    leadership: Leadership,
+) {
     loop {
         tokio::time::sleep(Duration::from_secs(5)).await;
         if !leadership.is_leader() {
@@ -160,7 +164,7 @@ pub async fn track_active_leases(service: crate::lease::service::Service, metric
 /// [`bloodraven_serving::bind`]) until `shutdown` resolves, with at most
 /// `max_connections` open connections and the other bounds of
 /// [`limits::Limits::new`].
-pub async fn serve(
+pub(crate) async fn serve(
     listener: std::net::TcpListener,
     tls: tls::RustlsConfig,
     max_connections: usize,

@@ -40,7 +40,7 @@ pub(crate) use refusals::service_error;
 use refusals::verification_view;
 
 /// The deploy API router.
-pub fn router(state: DeployState) -> Router {
+pub(crate) fn router(state: DeployState) -> Router {
     Router::new()
         .route("/deploy/v1/groups/{group}", get(get_group))
         .route("/deploy/v1/groups/{group}/leases", post(create_lease))
@@ -65,7 +65,7 @@ async fn method_not_allowed(State(state): State<DeployState>) -> Response {
 /// code, the message and the fields the code carries), answered as JSON
 /// with the code's status (`docs/deploy-api.openapi.yaml`).
 #[derive(Debug)]
-pub struct ApiError(Box<ErrorBody>);
+pub(crate) struct ApiError(Box<ErrorBody>);
 
 impl From<ErrorBody> for ApiError {
     fn from(body: ErrorBody) -> Self {
@@ -81,7 +81,7 @@ impl IntoResponse for ApiError {
 }
 
 /// A refusal with `code` and `message`.
-pub fn error(code: ErrorCode, message: impl Into<String>) -> ApiError {
+pub(crate) fn error(code: ErrorCode, message: impl Into<String>) -> ApiError {
     ErrorBody::new(code, message).into()
 }
 

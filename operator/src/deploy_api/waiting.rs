@@ -35,11 +35,11 @@ const MAX_PODS: usize = 4096;
 type Said = HashMap<(String, String), (String, Instant)>;
 
 /// The Event's reason.
-pub const REASON: &str = "WaitingForLease";
+pub(crate) const REASON: &str = "WaitingForLease";
 
 /// Records waits as Events on the waiting Pods and their Jobs.
 #[derive(Clone)]
-pub struct Waiting {
+pub(crate) struct Waiting {
     client: kube::Client,
     recorder: crate::events::Recorder,
     said: Arc<Mutex<Said>>,
@@ -53,7 +53,7 @@ impl std::fmt::Debug for Waiting {
 
 impl Waiting {
     /// Waits recorded with `client` through `recorder`.
-    pub fn new(client: kube::Client, recorder: crate::events::Recorder) -> Self {
+    pub(crate) fn new(client: kube::Client, recorder: crate::events::Recorder) -> Self {
         Self { client, recorder, said: Arc::default() }
     }
 
@@ -61,7 +61,7 @@ impl Waiting {
     /// holder's operation id, or the group's unstable reason); `message` is
     /// the refusal's text.
     /// Returns at once; the Event, when due, is written by a task.
-    pub fn note(&self, namespace: &str, pod: &PodIdentity, cause: &str, message: &str) {
+    pub(crate) fn note(&self, namespace: &str, pod: &PodIdentity, cause: &str, message: &str) {
         if !self.due(namespace, &pod.name, cause, Instant::now()) {
             return;
         }

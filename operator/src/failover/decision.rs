@@ -25,7 +25,7 @@ use crate::controller::{Context, Error, kube_err};
 
 /// The group's decided roles, as resolved.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Resolution {
+pub(crate) enum Resolution {
     /// Never decided (a record of an older group of the same name may
     /// exist: bootstrap overwrites it).
     Undecided,
@@ -55,7 +55,7 @@ fn describe(site: Option<&str>, generation: Option<i64>) -> String {
 }
 
 /// Whether the group's status shows a planned failover that has not ended.
-pub fn planned_failover_running(group: &MysqlFailoverGroup) -> bool {
+pub(crate) fn planned_failover_running(group: &MysqlFailoverGroup) -> bool {
     group
         .status
         .as_ref()
@@ -67,7 +67,7 @@ pub fn planned_failover_running(group: &MysqlFailoverGroup) -> bool {
 /// the sites and not ended (`Draining`: the old primary is fenced;
 /// `Promoting`, `Repointing`: decided, not yet done). Deleting such a group
 /// at once would leave no writable site; its deletion waits for the end.
-pub fn planned_failover_touching_sites(group: &MysqlFailoverGroup) -> bool {
+pub(crate) fn planned_failover_touching_sites(group: &MysqlFailoverGroup) -> bool {
     use bloodraven_core::failover::planned::Phase;
     group
         .status
@@ -79,7 +79,11 @@ pub fn planned_failover_touching_sites(group: &MysqlFailoverGroup) -> bool {
 
 /// Resolves the decided roles, restoring status from the record or adopting
 /// a valid status into a missing record.
-pub async fn resolve(ctx: &Context, round: &mut RoundRecord, group: &MysqlFailoverGroup) -> Result<Resolution, Error> {
+pub(crate) async fn resolve(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    group: &MysqlFailoverGroup,
+) -> Result<Resolution, Error> {
     let name = group.name_any();
     let uid = group.meta().uid.clone().unwrap_or_default();
     let status = group.status.clone().unwrap_or_default();
@@ -142,7 +146,7 @@ pub async fn resolve(ctx: &Context, round: &mut RoundRecord, group: &MysqlFailov
 
 /// Bootstrap: records and then publishes `activeSite = site`, generation 1,
 /// and says so in a `Bootstrapped` Event.
-pub async fn bootstrap(
+pub(crate) async fn bootstrap(
     ctx: &Context,
     round: &mut RoundRecord,
     group: &MysqlFailoverGroup,
@@ -172,7 +176,7 @@ pub async fn bootstrap(
 /// compare-and-swap base), then writes status. Returns the group as
 /// written. The record is first, so a crash in between is completed by the
 /// next restore, never decided twice.
-pub async fn decide(
+pub(crate) async fn decide(
     ctx: &Context,
     round: &mut RoundRecord,
     group: &MysqlFailoverGroup,

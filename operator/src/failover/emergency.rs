@@ -53,7 +53,7 @@ use bloodraven_core::failover::emergency::{self, Standby, Verdict};
 /// What this process saw of each group's active site (by group UID):
 /// consecutive failed probes, and the GTID position of its last answer.
 #[derive(Clone, Debug, Default)]
-pub struct Missed(Arc<Mutex<HashMap<String, Watched>>>);
+pub(crate) struct Missed(Arc<Mutex<HashMap<String, Watched>>>);
 
 #[derive(Debug, Default)]
 struct Watched {
@@ -64,7 +64,7 @@ struct Watched {
 
 impl Missed {
     /// Counts one probe round: returns the consecutive failures so far.
-    pub fn count(&self, uid: &str, active_answered: bool) -> u32 {
+    pub(crate) fn count(&self, uid: &str, active_answered: bool) -> u32 {
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let w = map.entry(uid.to_owned()).or_default();
         w.missed = if active_answered { 0 } else { w.missed.saturating_add(1) };
@@ -84,7 +84,7 @@ impl Missed {
     }
 
     /// Forgets a group (after a decision, or deletion).
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(uid);
     }
 }
@@ -103,7 +103,7 @@ fn endpoint_unconfirmed(
 
 /// What the emergency pass did.
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The group as written, when a decision was taken.
     pub decided: Option<MysqlFailoverGroup>,
     /// `RecoveryPending` when something is due but cannot be done.
@@ -115,7 +115,7 @@ pub struct Outcome {
 /// before its decision; `standby_complete`: the standby is the fenced old
 /// primary of a planned failover whose target was decided but never
 /// promoted, so it has every write although it does not replicate.
-pub async fn check(
+pub(crate) async fn check(
     ctx: &Context,
     round: &mut RoundRecord,
     group: &MysqlFailoverGroup,
@@ -351,7 +351,7 @@ impl Loss {
 /// Finishes a decided emergency failover's promotion (`pending: promote`
 /// in the record). Returns the pending step's message when it could not be
 /// done yet (`RecoveryPending`).
-pub async fn recover(
+pub(crate) async fn recover(
     ctx: &Context,
     round: &mut RoundRecord,
     group: &MysqlFailoverGroup,
@@ -390,7 +390,7 @@ pub async fn recover(
 
 /// What [`rejoin`] did this round.
 #[derive(Debug, Default)]
-pub struct Rejoined {
+pub(crate) struct Rejoined {
     /// The sites left fenced as diverged, each with its `SiteDiverged` clause.
     pub diverged: std::collections::BTreeMap<String, String>,
     /// The sites repointed at the active site just now: this round's probe
@@ -403,7 +403,7 @@ pub struct Rejoined {
 /// replica check found with errant transactions (`checked`) is never
 /// repointed.
 #[allow(clippy::too_many_lines)] // each non-active site's verdict carried out in turn, with its Event
-pub async fn rejoin(
+pub(crate) async fn rejoin(
     ctx: &Context,
     group: &MysqlFailoverGroup,
     rec: &Record,

@@ -25,7 +25,7 @@ use crate::mysql::{ProbeTarget, actions};
 /// only primary away on a guess, so nothing is done and the assessment
 /// reports `UnexpectedPrimary`. Returns whether it fenced any, so the
 /// caller probes again before reporting.
-pub async fn reassert(ctx: &Context, group: &MysqlFailoverGroup, active: &str, probes: &[SiteProbe]) -> bool {
+pub(crate) async fn reassert(ctx: &Context, group: &MysqlFailoverGroup, active: &str, probes: &[SiteProbe]) -> bool {
     let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
     let mut fenced_any = false;
     let active_writable = probes.iter().any(|p| p.site == active && p.outcome.as_ref().is_ok_and(|o| o.writable));

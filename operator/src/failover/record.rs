@@ -33,7 +33,7 @@ use sha2::Sha256;
 use crate::controller::{Error, kube_err};
 
 /// Secret (in the operator's namespace) holding the key of record digests.
-pub const KEY_SECRET: &str = bloodraven_api::names::state::SECRET_NAMES[0];
+pub(crate) const KEY_SECRET: &str = bloodraven_api::names::state::SECRET_NAMES[0];
 const KEY_FIELD: &str = "key";
 /// Label of every decision record ConfigMap (value `topology`).
 const RECORD_LABEL: &str = "bloodraven.shipstream.io/record";
@@ -42,7 +42,7 @@ const RECORD_LABEL: &str = "bloodraven.shipstream.io/record";
 /// when absent; once, at start-up, before any record is read or written
 /// ([`Records::start`] takes it).
 /// Errors: the Secret cannot be read or created (RBAC), or holds no `key`.
-pub async fn load_key(api: &Api<k8s_openapi::api::core::v1::Secret>) -> Result<Vec<u8>, Error> {
+pub(crate) async fn load_key(api: &Api<k8s_openapi::api::core::v1::Secret>) -> Result<Vec<u8>, Error> {
     use k8s_openapi::ByteString;
     use k8s_openapi::api::core::v1::Secret;
     let existing = api.get_opt(KEY_SECRET).await.map_err(kube_err("read the decision-record key"))?;
@@ -99,7 +99,7 @@ fn verifies(key: &[u8], data: &BTreeMap<String, String>) -> bool {
 
 /// A decision as recorded.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Record {
+pub(crate) struct Record {
     /// The decided active site.
     pub active_site: String,
     /// The decided topology generation (≥ 1).
@@ -130,9 +130,9 @@ pub struct Record {
 }
 
 /// How many planned-failover request ids a record remembers.
-pub const MAX_REQUESTS: usize = 64;
+pub(crate) const MAX_REQUESTS: usize = 64;
 /// The field manager every record write uses (and integrity checks for).
-pub const RECORD_FIELD_MANAGER: &str = bloodraven_api::names::DECIDER_FIELD_MANAGER;
+pub(crate) const RECORD_FIELD_MANAGER: &str = bloodraven_api::names::DECIDER_FIELD_MANAGER;
 const DECISION_KEYS: [&str; 8] =
     ["group", "groupUID", "activeSite", "topologyGeneration", "promotionPosition", "requests", "pending", "admitted"];
 
@@ -159,7 +159,7 @@ fn foreign_owners(cm: &ConfigMap) -> Option<String> {
 
 /// Name of the record of `group`: fixed length, whatever the group's name
 /// (the webhook reads it too).
-pub use bloodraven_api::names::state::record_name;
+pub(crate) use bloodraven_api::names::state::record_name;
 
 /// A stored record ConfigMap as a [`Record`] (digest checked under `key`).
 fn decode(key: &[u8], cm: &ConfigMap) -> Record {
@@ -235,7 +235,7 @@ fn settled(
 /// process, shared by clones; in memory only (a restarted operator starts
 /// again from what it reads).
 #[derive(Clone)]
-pub struct Records {
+pub(crate) struct Records {
     namespace: String,
     store: Store<ConfigMap>,
     ready: crate::watch_cache::Listed,
@@ -270,7 +270,7 @@ impl Records {
     /// Starts the watch (a spawned task that retries with backoff for the
     /// life of the process) and returns at once; until its first list is in,
     /// every read goes to the API server. `key`: from [`load_key`].
-    pub fn start(
+    pub(crate) fn start(
         client: &kube::Client,
         namespace: &str,
         read_counter: prometheus::IntCounterVec,
@@ -294,14 +294,14 @@ impl Records {
     }
 
     /// Notes that `generation` was decided for group `uid`.
-    pub fn note_decided(&self, uid: &str, generation: i64) {
+    pub(crate) fn note_decided(&self, uid: &str, generation: i64) {
         let mut hw = locked(&self.high_water);
         let e = hw.entry(uid.to_owned()).or_insert(generation);
         *e = (*e).max(generation);
     }
 
     /// The highest generation this process has seen decided for group `uid`.
-    pub fn high_water(&self, uid: &str) -> Option<i64> {
+    pub(crate) fn high_water(&self, uid: &str) -> Option<i64> {
         locked(&self.high_water).get(uid).copied()
     }
 
@@ -309,7 +309,7 @@ impl Records {
     /// absent; a record of an older group of the same name (another UID)
     /// is returned with its resourceVersion so bootstrap can overwrite it,
     /// and never trusted.
-    pub async fn read(&self, api: &Api<ConfigMap>, group: &str) -> Result<Option<Record>, Error> {
+    pub(crate) async fn read(&self, api: &Api<ConfigMap>, group: &str) -> Result<Option<Record>, Error> {
         self.reads.with_label_values(&["api"]).inc();
         let cm = api.get_opt(&record_name(group)).await.map_err(kube_err("read the decision record"))?;
         Ok(cm.as_ref().map(|cm| decode(&self.key, cm)))
@@ -322,7 +322,7 @@ impl Records {
     /// planned failover, and shows exactly `decided` (the group's status:
     /// active site and generation). `None` for anything else, including a
     /// cache that lags a write: the caller reads the API server.
-    pub fn settled(
+    pub(crate) fn settled(
         &self,
         group: &str,
         uid: &str,
@@ -414,7 +414,7 @@ impl Records {
 
     /// Deletes the record of a deleted group (best effort: a leftover record
     /// of another UID is never trusted).
-    pub async fn delete(&self, api: &Api<ConfigMap>, group: &str) {
+    pub(crate) async fn delete(&self, api: &Api<ConfigMap>, group: &str) {
         locked(&self.written).remove(&record_name(group));
         match api.delete(&record_name(group), &DeleteParams::default()).await {
             Ok(_) | Err(kube::Error::Api(_)) => {}
@@ -425,7 +425,7 @@ impl Records {
 
 /// What a decision write records besides the site and generation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Extra {
+pub(crate) struct Extra {
     /// See [`Record::promotion_position`].
     pub promotion_position: Option<String>,
     /// See [`Record::requests`].
@@ -438,7 +438,7 @@ pub struct Extra {
 
 impl Record {
     /// What this record carries over to the next write.
-    pub fn extra(&self) -> Extra {
+    pub(crate) fn extra(&self) -> Extra {
         Extra {
             promotion_position: self.promotion_position.clone(),
             requests: self.requests.clone(),
@@ -451,7 +451,7 @@ impl Record {
 /// Deletes every decision record whose group no longer exists with the UID
 /// it records (`live`: name → UID of every group, listed from `listed_at`
 /// on; younger records are left for the next sweep). Returns how many.
-pub async fn sweep<S: std::hash::BuildHasher>(
+pub(crate) async fn sweep<S: std::hash::BuildHasher>(
     api: &Api<ConfigMap>,
     live: &std::collections::HashMap<String, String, S>,
     listed_at: k8s_openapi::jiff::Timestamp,

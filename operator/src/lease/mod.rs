@@ -14,6 +14,6 @@
 //! - [`watch`]: push revocation's plumbing: a change counter per group that
 //!   every write bumps, and the bounds on open watches.
 
-pub mod service;
-pub mod store;
-pub mod watch;
+pub(crate) mod service;
+pub(crate) mod store;
+pub(crate) mod watch;

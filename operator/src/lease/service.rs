@@ -28,7 +28,7 @@ const CAS_ATTEMPTS: usize = 8;
 
 /// Errors of the service.
 #[derive(Debug, thiserror::Error)]
-pub enum ServiceError {
+pub(crate) enum ServiceError {
     /// No MysqlFailoverGroup of that name.
     #[error("failover group not found")]
     GroupNotFound,
@@ -48,7 +48,7 @@ pub enum ServiceError {
 
 /// A group as the deploy API sees it.
 #[derive(Clone, Debug)]
-pub struct GroupState {
+pub(crate) struct GroupState {
     /// The group object.
     pub group: MysqlFailoverGroup,
     /// Generation and stability.
@@ -61,14 +61,14 @@ pub struct GroupState {
 
 /// What one maintenance pass of the reconciler did.
 #[derive(Clone, Debug, Default)]
-pub struct Maintained {
+pub(crate) struct Maintained {
     /// Operations revoked (one tombstone each).
     pub revoked: Vec<Tombstone>,
 }
 
 /// The deploy-lease service.
 #[derive(Clone, Debug)]
-pub struct Service {
+pub(crate) struct Service {
     store: Store,
     /// Groups are read tolerantly: one that does not decode is not found.
     groups: Tolerant,
@@ -85,7 +85,7 @@ pub struct Service {
 /// `stable`: the engine writes its phase before it touches a site, so no
 /// grant slips in between (a phase this operator does not know, written by
 /// hand, is no operation).
-pub fn facts_of(group: &MysqlFailoverGroup) -> GroupFacts {
+pub(crate) fn facts_of(group: &MysqlFailoverGroup) -> GroupFacts {
     use bloodraven_api::v1alpha1::PlannedFailoverPhase as Phase;
     let status = group.status.clone().unwrap_or_default();
     let running =
@@ -117,7 +117,7 @@ fn new_token() -> String {
 
 impl Service {
     /// A service over `store`, reading groups with `groups`.
-    pub fn new(store: Store, groups: Tolerant) -> Self {
+    pub(crate) fn new(store: Store, groups: Tolerant) -> Self {
         Service { store, groups, cache: None, locks: Arc::default(), changes: Changes::default() }
     }
 
@@ -125,7 +125,7 @@ impl Service {
     /// fast path. A cache lagging a generation change by a watch delay is
     /// covered by the reconciler, which revokes on every change it sees.
     #[must_use]
-    pub fn with_group_cache(mut self, cache: Reflector<MysqlFailoverGroup>) -> Self {
+    pub(crate) fn with_group_cache(mut self, cache: Reflector<MysqlFailoverGroup>) -> Self {
         self.cache = Some(cache);
         self
     }
@@ -146,7 +146,7 @@ impl Service {
     }
 
     /// The group, its facts and its slots (for GET).
-    pub async fn state(&self, name: &str) -> Result<GroupState, ServiceError> {
+    pub(crate) async fn state(&self, name: &str) -> Result<GroupState, ServiceError> {
         let group = self.group(name).await?;
         let key = GroupKey::of(&group);
         let (read, pending) = tokio::try_join!(self.store.read(&key), self.store.verifications_listed(&key))?;
@@ -204,7 +204,7 @@ impl Service {
     }
 
     /// POST: grants (or re-grants) a lease to `client`; returns the grant and its token.
-    pub async fn create(
+    pub(crate) async fn create(
         &self,
         group: &str,
         kind: LeaseKind,
@@ -246,7 +246,7 @@ impl Service {
     /// write against the Leases as this process last saw them; anything
     /// else, a failed CAS included, takes the full path, which reads both
     /// slots, the group and the tombstone.
-    pub async fn renew(
+    pub(crate) async fn renew(
         &self,
         group: &str,
         kind: LeaseKind,
@@ -312,7 +312,7 @@ impl Service {
 
     /// DELETE: releases a lease (the mutex takes the operation's hold with
     /// it); returns the grant released.
-    pub async fn release(
+    pub(crate) async fn release(
         &self,
         group: &str,
         kind: LeaseKind,
@@ -331,7 +331,7 @@ impl Service {
     /// older generation (`TopologyChanged`), every live grant when
     /// `operator_revoke` (`OperatorRevoked`), and sweeps lapsed grants that
     /// had started DDL into verification records.
-    pub async fn maintain(&self, group: &str, operator_revoke: bool) -> Result<Maintained, ServiceError> {
+    pub(crate) async fn maintain(&self, group: &str, operator_revoke: bool) -> Result<Maintained, ServiceError> {
         self.transact(group, None, |read, _tomb, facts, now| {
             let generation = facts.generation.unwrap_or(0);
             let (slots, mut revoked) = machine::revoke(&read.slots, RevokeReason::TopologyChanged, generation, now);
@@ -356,7 +356,7 @@ impl Service {
     /// resourceVersion read, so no hold granted on an earlier read can land
     /// after this answer (`None`: admitted). Call it only after status
     /// shows the group unstable, so a grant that re-reads finds `423`.
-    pub async fn admit(&self, group: &str, marker: &str) -> Result<Option<Grant>, ServiceError> {
+    pub(crate) async fn admit(&self, group: &str, marker: &str) -> Result<Option<Grant>, ServiceError> {
         let lock = self.lock(group);
         let _guard = lock.lock().await;
         for _ in 0..CAS_ATTEMPTS {
@@ -377,13 +377,13 @@ impl Service {
 
     /// The live failover-hold of `group` as last stored (no write), for
     /// a deferred request's retry time and message.
-    pub async fn live_hold(&self, group: &MysqlFailoverGroup) -> Result<Option<Grant>, ServiceError> {
+    pub(crate) async fn live_hold(&self, group: &MysqlFailoverGroup) -> Result<Option<Grant>, ServiceError> {
         let read = self.store.read(&GroupKey::of(group)).await?;
         Ok(read.slots.effective_hold(now_micros()).cloned())
     }
 
     /// Where watches subscribe to this service's writes.
-    pub fn changes(&self) -> &Changes {
+    pub(crate) fn changes(&self) -> &Changes {
         &self.changes
     }
 
@@ -397,7 +397,7 @@ impl Service {
     /// than a write that lands meanwhile, and must not replace that write's
     /// copy. The tombstone is read only once the grant is gone, to tell
     /// `revoked` from `expired`.
-    pub async fn watch_state(
+    pub(crate) async fn watch_state(
         &self,
         group: &str,
         kind: LeaseKind,
@@ -438,28 +438,28 @@ impl Service {
     }
 
     /// The verification records of a group (see [`Store::verifications`]).
-    pub async fn verifications(&self, key: &GroupKey) -> Result<Vec<Pending>, StoreError> {
+    pub(crate) async fn verifications(&self, key: &GroupKey) -> Result<Vec<Pending>, StoreError> {
         self.store.verifications(key).await
     }
 
     /// Marks a verification record as announced by an Event.
-    pub async fn mark_announced(&self, name: &str) -> Result<(), StoreError> {
+    pub(crate) async fn mark_announced(&self, name: &str) -> Result<(), StoreError> {
         self.store.mark_announced(name).await
     }
 
     /// Deletes a verification record a person cleared.
-    pub async fn delete_record(&self, name: &str) -> Result<(), StoreError> {
+    pub(crate) async fn delete_record(&self, name: &str) -> Result<(), StoreError> {
         self.store.delete_record(name).await
     }
 
     /// Deletes every deploy Lease of a deleted group.
-    pub async fn forget_group(&self, group: &str) -> Result<(), StoreError> {
+    pub(crate) async fn forget_group(&self, group: &str) -> Result<(), StoreError> {
         self.store.forget_group(group).await
     }
 
     /// Deletes the deploy Leases of groups that no longer exist with the UID
     /// they record (see [`Store::sweep`]).
-    pub async fn sweep<S: std::hash::BuildHasher>(
+    pub(crate) async fn sweep<S: std::hash::BuildHasher>(
         &self,
         live: &HashMap<String, String, S>,
         listed_at: Timestamp,
@@ -468,7 +468,7 @@ impl Service {
     }
 
     /// The slots of every group (the deploy API's expiry metrics).
-    pub async fn all_slots(&self) -> Result<HashMap<String, Slots>, StoreError> {
+    pub(crate) async fn all_slots(&self) -> Result<HashMap<String, Slots>, StoreError> {
         self.store.all_slots().await
     }
 }

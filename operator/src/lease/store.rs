@@ -46,11 +46,11 @@ use bloodraven_api::names::deploy_lease::{
     ROLE_LABEL as LABEL_ROLE, ROLE_SLOT, ROLE_TOMBSTONE, ROLE_VERIFICATION, TOKEN_SHA256 as ANN_TOKEN,
     TOPOLOGY_GENERATION as ANN_GENERATION, group_hash,
 };
-pub use bloodraven_api::names::deploy_lease::{slot_name, tombstone_name, verification_name};
+pub(crate) use bloodraven_api::names::deploy_lease::{slot_name, tombstone_name, verification_name};
 
 mod codec;
 
-pub use codec::owned_tombstone;
+pub(crate) use codec::owned_tombstone;
 use codec::{annotations, decode_grant, decode_owned, decode_verification, encode_slot};
 
 /// Written on the hold slot by a planned failover's admission (see [`Store::fence_hold_slot`]).
@@ -58,7 +58,7 @@ const ANN_ADMISSION: &str = names::ADMITTED;
 
 /// Errors of the store.
 #[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+pub(crate) enum StoreError {
     /// Someone wrote since the read: decide again on a fresh read.
     #[error("deploy lease changed concurrently")]
     Conflict,
@@ -83,13 +83,13 @@ fn kube_err(action: &'static str) -> impl FnOnce(kube::Error) -> StoreError {
 }
 
 /// Hex SHA-256 of a token: what is stored and compared.
-pub fn token_sha256(token: &str) -> String {
+pub(crate) fn token_sha256(token: &str) -> String {
     format!("{:x}", Sha256::digest(token.as_bytes()))
 }
 
 /// The group a read or write is for: its name, and what ties objects to it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GroupKey {
+pub(crate) struct GroupKey {
     /// The group's name.
     pub name: String,
     /// The group's UID.
@@ -100,7 +100,7 @@ pub struct GroupKey {
 
 impl GroupKey {
     /// The key of `group`.
-    pub fn of(group: &bloodraven_api::v1alpha1::MysqlFailoverGroup) -> Self {
+    pub(crate) fn of(group: &bloodraven_api::v1alpha1::MysqlFailoverGroup) -> Self {
         GroupKey {
             name: group.metadata.name.clone().unwrap_or_default(),
             uid: group.metadata.uid.clone().unwrap_or_default(),
@@ -109,7 +109,7 @@ impl GroupKey {
     }
 
     /// Whether `lease` belongs to this group (and not to an older one of the same name).
-    pub fn owns(&self, lease: &Lease) -> bool {
+    pub(crate) fn owns(&self, lease: &Lease) -> bool {
         match lease.metadata.annotations.as_ref().and_then(|a| a.get(ANN_GROUP_UID)) {
             Some(uid) => *uid == self.uid,
             None => match (lease.metadata.creation_timestamp.as_ref(), self.created) {
@@ -122,7 +122,7 @@ impl GroupKey {
 
 /// The slots as read, with the Lease objects for the compare-and-swap.
 #[derive(Clone, Debug, Default)]
-pub struct Read {
+pub(crate) struct Read {
     /// Decoded slots.
     pub slots: Slots,
     /// The Lease of the migration slot, if it exists.
@@ -134,7 +134,7 @@ pub struct Read {
 impl Read {
     /// The slots `migration` and `hold` as `key`'s group owns them (a Lease
     /// of an older group of the same name decodes as an empty slot).
-    pub fn owned(key: &GroupKey, migration: Option<Lease>, hold: Option<Lease>) -> Read {
+    pub(crate) fn owned(key: &GroupKey, migration: Option<Lease>, hold: Option<Lease>) -> Read {
         let slots = Slots { migration: decode_owned(key, migration.as_ref()), hold: decode_owned(key, hold.as_ref()) };
         Read { slots, migration, hold }
     }
@@ -142,7 +142,7 @@ impl Read {
 
 /// The deploy-lease store of one operator namespace.
 #[derive(Clone, Debug)]
-pub struct Store {
+pub(crate) struct Store {
     api: Api<Lease>,
     /// Metadata of the verification records, when watched
     /// ([`Store::watch_verifications`]): lets [`Store::verifications`] skip
@@ -164,7 +164,7 @@ struct VerificationIndex {
 
 /// Whether an object created at `created` certainly predates a list taken
 /// at `listed_at` (creation timestamps have whole-second granularity).
-pub fn created_before(
+pub(crate) fn created_before(
     created: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>,
     listed_at: Timestamp,
 ) -> bool {
@@ -174,7 +174,7 @@ pub fn created_before(
 
 /// A verification record as listed: what it says, and whether its Event was published.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Pending {
+pub(crate) struct Pending {
     /// The record.
     pub verification: Verification,
     /// The Lease's name.
@@ -203,7 +203,7 @@ fn record_lease(key: &GroupKey, name: String, role: &str, mut a: BTreeMap<String
 
 impl Store {
     /// A store over `api` (the operator's namespace).
-    pub fn new(api: Api<Lease>) -> Self {
+    pub(crate) fn new(api: Api<Lease>) -> Self {
         Store { api, verification_index: None, written: Arc::default() }
     }
 
@@ -214,7 +214,7 @@ impl Store {
     /// LIST/s at a thousand groups). A group the watch shows with records,
     /// and every group before the watch's first list, is LISTed as before.
     #[must_use]
-    pub fn watch_verifications(mut self) -> Self {
+    pub(crate) fn watch_verifications(mut self) -> Self {
         use kube::runtime::{WatchStreamExt as _, reflector, watcher};
         let (store, writer) = reflector::store();
         let client = self.api.clone().into_client();
@@ -237,7 +237,7 @@ impl Store {
     }
 
     /// Reads both slots of `key`'s group.
-    pub async fn read(&self, key: &GroupKey) -> Result<Read, StoreError> {
+    pub(crate) async fn read(&self, key: &GroupKey) -> Result<Read, StoreError> {
         let (migration, hold) = self.read_slots(&key.name).await?;
         Ok(Read::owned(key, migration, hold))
     }
@@ -245,7 +245,7 @@ impl Store {
     /// The two slot Leases of the group named `group`, as stored (which
     /// group they belong to is judged by [`Read::owned`] once the group is
     /// known: the names alone allow reading them alongside it).
-    pub async fn read_slots(&self, group: &str) -> Result<(Option<Lease>, Option<Lease>), StoreError> {
+    pub(crate) async fn read_slots(&self, group: &str) -> Result<(Option<Lease>, Option<Lease>), StoreError> {
         let get = |kind| async move { self.api.get_opt(&slot_name(group, kind)).await.map_err(kube_err("read a")) };
         tokio::try_join!(get(LeaseKind::Migration), get(LeaseKind::FailoverHold))
     }
@@ -253,7 +253,7 @@ impl Store {
     /// The tombstone of `client`'s `operation_id` in `key`'s group, if it
     /// was revoked — or of that operationId of an unknown client (stored
     /// before tombstones recorded their client), which answers everyone.
-    pub async fn tombstone(
+    pub(crate) async fn tombstone(
         &self,
         key: &GroupKey,
         client: &str,
@@ -266,7 +266,7 @@ impl Store {
     /// The tombstone Leases of `client`'s and of an unknown client's
     /// `operation_id` in the group named `group`, as stored (judged by
     /// [`owned_tombstone`] once the group is known).
-    pub async fn read_tombstones(
+    pub(crate) async fn read_tombstones(
         &self,
         group: &str,
         client: &str,
@@ -283,7 +283,7 @@ impl Store {
     /// Writes a decision: tombstones and verification records first, then
     /// every slot that changed, each with the resourceVersion read (the
     /// hold before the mutex, so a hold never outlives a released mutex).
-    pub async fn write(
+    pub(crate) async fn write(
         &self,
         key: &GroupKey,
         read: &Read,
@@ -337,7 +337,7 @@ impl Store {
     /// read fails its own compare-and-swap and, re-reading the group, finds
     /// it unstable (`423`). So a hold is either seen by admission or never
     /// granted while the planned failover runs.
-    pub async fn fence_hold_slot(&self, key: &GroupKey, read: &Read, marker: &str) -> Result<(), StoreError> {
+    pub(crate) async fn fence_hold_slot(&self, key: &GroupKey, read: &Read, marker: &str) -> Result<(), StoreError> {
         let mut lease =
             encode_slot(key, LeaseKind::FailoverHold, read.hold.as_ref(), read.slots.get(LeaseKind::FailoverHold));
         lease.metadata.annotations.get_or_insert_default().insert(ANN_ADMISSION.to_owned(), marker.to_owned());
@@ -347,7 +347,7 @@ impl Store {
     /// The slots of `key`'s group as this process last wrote or read them,
     /// if it remembers both (the renewal fast path: no read at all; a
     /// stale copy fails the compare-and-swap).
-    pub fn remembered(&self, key: &GroupKey) -> Option<Read> {
+    pub(crate) fn remembered(&self, key: &GroupKey) -> Option<Read> {
         let cache = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let migration = cache.get(&slot_name(&key.name, LeaseKind::Migration)).cloned()?;
         let hold = cache.get(&slot_name(&key.name, LeaseKind::FailoverHold)).cloned()?;
@@ -359,7 +359,7 @@ impl Store {
     }
 
     /// Remembers the Leases of a full read, for [`Store::remembered`].
-    pub fn remember(&self, key: &GroupKey, read: &Read) {
+    pub(crate) fn remember(&self, key: &GroupKey, read: &Read) {
         let mut cache = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         for (kind, lease) in [(LeaseKind::Migration, &read.migration), (LeaseKind::FailoverHold, &read.hold)] {
             cache.insert(slot_name(&key.name, kind), lease.clone());
@@ -419,7 +419,7 @@ impl Store {
     /// watched index shows without any costs no request (the index may lag
     /// a record written a moment ago by a watch delay: for the reconcilers'
     /// rounds, which look again on the next one).
-    pub async fn verifications(&self, key: &GroupKey) -> Result<Vec<Pending>, StoreError> {
+    pub(crate) async fn verifications(&self, key: &GroupKey) -> Result<Vec<Pending>, StoreError> {
         let hash = group_hash(&key.name);
         if let Some(index) = &self.verification_index
             && index.ready.get()
@@ -434,7 +434,7 @@ impl Store {
     /// from the API server: what a grant is decided on (a migration of an
     /// instance whose schema awaits verification is refused, so a record
     /// written a moment ago must count).
-    pub async fn verifications_listed(&self, key: &GroupKey) -> Result<Vec<Pending>, StoreError> {
+    pub(crate) async fn verifications_listed(&self, key: &GroupKey) -> Result<Vec<Pending>, StoreError> {
         let hash = group_hash(&key.name);
         let lp = ListParams::default().labels(&format!("{LABEL_GROUP}={hash},{LABEL_ROLE}={ROLE_VERIFICATION}"));
         let mut items = self.api.list(&lp).await.map_err(kube_err("list the verification records of a"))?.items;
@@ -453,7 +453,7 @@ impl Store {
     }
 
     /// Marks a verification record as announced (its Event was published).
-    pub async fn mark_announced(&self, name: &str) -> Result<(), StoreError> {
+    pub(crate) async fn mark_announced(&self, name: &str) -> Result<(), StoreError> {
         let patch = serde_json::json!({"metadata": {"annotations": {ANN_ANNOUNCED: "true"}}});
         self.api
             .patch(name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
@@ -463,7 +463,7 @@ impl Store {
     }
 
     /// Deletes a verification record (a person verified the schema).
-    pub async fn delete_record(&self, name: &str) -> Result<(), StoreError> {
+    pub(crate) async fn delete_record(&self, name: &str) -> Result<(), StoreError> {
         match self.api.delete(name, &DeleteParams::default()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
@@ -472,7 +472,7 @@ impl Store {
     }
 
     /// Deletes every slot, tombstone and verification record of a deleted group.
-    pub async fn forget_group(&self, group: &str) -> Result<(), StoreError> {
+    pub(crate) async fn forget_group(&self, group: &str) -> Result<(), StoreError> {
         let lp = ListParams::default().labels(&format!("{LABEL_GROUP}={}", group_hash(group)));
         self.api.delete_collection(&DeleteParams::default(), &lp).await.map(drop).map_err(kube_err("delete a"))?;
         let mut cache = self.written.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -487,7 +487,7 @@ impl Store {
     /// listed from `listed_at` on). A Lease created after `listed_at` (less
     /// a second of timestamp granularity) may belong to a group created
     /// since, so it is left for the next sweep. Returns how many were deleted.
-    pub async fn sweep<S: std::hash::BuildHasher>(
+    pub(crate) async fn sweep<S: std::hash::BuildHasher>(
         &self,
         live: &HashMap<String, String, S>,
         listed_at: Timestamp,
@@ -511,7 +511,7 @@ impl Store {
     }
 
     /// Every slot of the namespace, by group (for the active-lease metric).
-    pub async fn all_slots(&self) -> Result<HashMap<String, Slots>, StoreError> {
+    pub(crate) async fn all_slots(&self) -> Result<HashMap<String, Slots>, StoreError> {
         let lp = ListParams::default().labels(&format!("{LABEL_ROLE}={ROLE_SLOT}"));
         let list = self.api.list(&lp).await.map_err(kube_err("list a"))?;
         let mut out: HashMap<String, Slots> = HashMap::new();

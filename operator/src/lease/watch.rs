@@ -23,20 +23,20 @@ use tokio::sync::watch;
 /// Most watches of one lease (group, kind, operation, client) open at once.
 /// A sidecar needs one per lease; a few more cover a reconnect while the
 /// server has not yet noticed that the old connection is gone.
-pub const MAX_WATCHES_PER_LEASE: usize = 4;
+pub(crate) const MAX_WATCHES_PER_LEASE: usize = 4;
 
 /// Entries [`Changes`] keeps before it drops those nobody listens to.
 const PRUNE_ABOVE: usize = 1024;
 
 /// A change counter per group.
 #[derive(Clone, Debug, Default)]
-pub struct Changes {
+pub(crate) struct Changes {
     groups: Arc<Mutex<HashMap<String, watch::Sender<u64>>>>,
 }
 
 impl Changes {
     /// A receiver that sees every later change of `group`'s deploy leases.
-    pub fn subscribe(&self, group: &str) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self, group: &str) -> watch::Receiver<u64> {
         let mut groups = self.groups.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if groups.len() > PRUNE_ABOVE {
             groups.retain(|_, tx| tx.receiver_count() > 0);
@@ -45,7 +45,7 @@ impl Changes {
     }
 
     /// Tells the watchers of `group` that its deploy leases changed.
-    pub fn changed(&self, group: &str) {
+    pub(crate) fn changed(&self, group: &str) {
         let groups = self.groups.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(tx) = groups.get(group) {
             tx.send_modify(|n| *n = n.wrapping_add(1));
@@ -55,7 +55,7 @@ impl Changes {
 
 /// Which lease a watch is on.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct LeaseKey {
+pub(crate) struct LeaseKey {
     /// The group.
     pub group: String,
     /// The kind.
@@ -68,14 +68,14 @@ pub struct LeaseKey {
 
 /// The open watches, bounded per lease and in total.
 #[derive(Clone, Debug)]
-pub struct Watches {
+pub(crate) struct Watches {
     open: Arc<Mutex<(usize, HashMap<LeaseKey, usize>)>>,
     max_total: usize,
 }
 
 /// Why a watch was not opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Full {
+pub(crate) enum Full {
     /// [`MAX_WATCHES_PER_LEASE`] watches of this lease are open.
     Lease,
     /// The listener's total is reached.
@@ -84,7 +84,7 @@ pub enum Full {
 
 /// One open watch; its place is given back on drop.
 #[derive(Debug)]
-pub struct Open {
+pub(crate) struct Open {
     watches: Watches,
     key: LeaseKey,
 }
@@ -104,12 +104,12 @@ impl Drop for Open {
 
 impl Watches {
     /// At most `max_total` watches at once (≥ 1).
-    pub fn new(max_total: usize) -> Self {
+    pub(crate) fn new(max_total: usize) -> Self {
         Watches { open: Arc::default(), max_total: max_total.max(1) }
     }
 
     /// Opens a watch of `key`, or says which bound is reached.
-    pub fn open(&self, key: LeaseKey) -> Result<Open, Full> {
+    pub(crate) fn open(&self, key: LeaseKey) -> Result<Open, Full> {
         let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if open.0 >= self.max_total {
             return Err(Full::Total);

@@ -12,7 +12,7 @@ use bloodraven_core::observation::Flavor;
 
 /// What a fence did.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Fenced {
+pub(crate) struct Fenced {
     /// Client sessions ended: `(id, user)`.
     pub killed: Vec<(u64, String)>,
     /// MySQL sessions the operator may not end (their account holds
@@ -28,7 +28,7 @@ pub struct Fenced {
 /// them), so ending sessions is part of the fence. The whole is bounded by
 /// `timeout` (a long transaction holding the global read lock makes
 /// `SET GLOBAL read_only` wait).
-pub async fn fence(
+pub(crate) async fn fence(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
@@ -97,7 +97,7 @@ async fn run_all<S: AsRef<str> + Send + Sync>(
 
 /// Makes a fenced site writable again (a planned failover that could not
 /// finish its drain).
-pub async fn unfence(
+pub(crate) async fn unfence(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
@@ -107,7 +107,7 @@ pub async fn unfence(
 }
 
 /// Promotes a site: stops replication, forgets its source, makes it writable.
-pub async fn promote(
+pub(crate) async fn promote(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
@@ -119,7 +119,7 @@ pub async fn promote(
 }
 
 /// Makes a site a replica of `source` with GTID auto-positioning, read-only.
-pub async fn repoint(
+pub(crate) async fn repoint(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
@@ -134,7 +134,7 @@ pub async fn repoint(
 /// Turns semi-synchronous replication on or off for a site's role;
 /// `restart_io`: restart a replica's IO thread so it takes effect (only
 /// when replication is configured).
-pub async fn semi_sync(
+pub(crate) async fn semi_sync(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
@@ -154,7 +154,7 @@ pub async fn semi_sync(
 /// to its own binlog, and everything it has (MariaDB `gtid_slave_pos`,
 /// `gtid_binlog_pos`, `gtid_current_pos`; MySQL `gtid_executed` for each).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Positions {
+pub(crate) struct Positions {
     /// Applied from a source.
     pub applied: String,
     /// In its own binary log (what a replica of it can receive).
@@ -164,7 +164,7 @@ pub struct Positions {
 }
 
 /// Reads a site's GTID positions.
-pub async fn positions(
+pub(crate) async fn positions(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
@@ -189,7 +189,7 @@ pub async fn positions(
 /// Reads a site's binlogged GTIDs as errant transactions are judged by
 /// ([`crate::mysql::SiteObservation::gtid_binlog_state`]): MariaDB
 /// `gtid_binlog_state`, MySQL `gtid_executed`.
-pub async fn binlog_state(
+pub(crate) async fn binlog_state(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
@@ -211,7 +211,7 @@ pub async fn binlog_state(
 /// Waits, at most `bound`, for a replica to apply everything up to
 /// `position` (`MASTER_GTID_WAIT` / `WAIT_FOR_EXECUTED_GTID_SET`).
 /// `Ok(true)` reached, `Ok(false)` the bound ran out.
-pub async fn catch_up(
+pub(crate) async fn catch_up(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
@@ -233,7 +233,7 @@ pub async fn catch_up(
 
 /// What a site shows of the accounts that can write through `read_only`.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Bypass {
+pub(crate) struct Bypass {
     /// Accounts other than the exact one the operator is connected as
     /// (`CURRENT_USER()`), as `'user'@'host'` (followed by `through role
     /// 'name'` when held through a role), sorted, `PUBLIC (every account)`
@@ -256,7 +256,7 @@ pub struct Bypass {
 /// (`mysql.roles_mapping`, roles of roles) and through `PUBLIC` when the
 /// operator sees every account's grants; `PUBLIC` alone otherwise. Errors:
 /// connecting or querying fails.
-pub async fn read_only_bypass(
+pub(crate) async fn read_only_bypass(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,

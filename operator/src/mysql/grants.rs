@@ -21,14 +21,14 @@
 use std::collections::{BTreeMap, HashSet};
 
 /// The role whose grants every account holds (MariaDB 10.11 and later).
-pub const PUBLIC: &str = "PUBLIC";
+pub(crate) const PUBLIC: &str = "PUBLIC";
 
 /// How [`PUBLIC`] is named in the list, first.
-pub const PUBLIC_SHOWN: &str = "PUBLIC (every account)";
+pub(crate) const PUBLIC_SHOWN: &str = "PUBLIC (every account)";
 
 /// What a site shows of its grants.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Grants {
+pub(crate) struct Grants {
     /// Login accounts that hold the privilege themselves, as
     /// `USER_PRIVILEGES.GRANTEE` (`'user'@'host'`).
     pub accounts: Vec<String>,
@@ -41,14 +41,14 @@ pub struct Grants {
 }
 
 /// An account as `USER_PRIVILEGES.GRANTEE` writes it (nothing escaped).
-pub fn grantee(user: &str, host: &str) -> String {
+pub(crate) fn grantee(user: &str, host: &str) -> String {
     format!("'{user}'@'{host}'")
 }
 
 /// The operator's own account as [`grantee`] writes it, from
 /// `CURRENT_USER()` (`user@host`; the host holds no `@`). `None` when it is
 /// not of that shape: then nothing is excluded.
-pub fn current_user(current: &str) -> Option<String> {
+pub(crate) fn current_user(current: &str) -> Option<String> {
     current.rsplit_once('@').map(|(user, host)| grantee(user, host))
 }
 
@@ -57,7 +57,7 @@ pub fn current_user(current: &str) -> Option<String> {
 /// [`PUBLIC_SHOWN`] first when `public` (10.11 and later) and `PUBLIC`
 /// holds it. An account that holds it only through a role is followed by
 /// ` through role 'name'` (a role granted to it, the first by name).
-pub fn bypass_accounts(grants: &Grants, me: Option<&str>, public: bool) -> Vec<String> {
+pub(crate) fn bypass_accounts(grants: &Grants, me: Option<&str>, public: bool) -> Vec<String> {
     // Roles that hold it: those that do themselves, then those granted one
     // that does, until nothing changes (a cycle, which MariaDB refuses to
     // make anyway, only stops the growth).
@@ -108,7 +108,7 @@ pub fn bypass_accounts(grants: &Grants, me: Option<&str>, public: bool) -> Vec<S
 /// <grantee>...` or, for a role grant, ``GRANT `role` TO ...`` (skipped):
 /// privilege names hold neither a backtick nor ` ON `, so names that come
 /// after them cannot change what is read.
-pub fn show_grants_hold(lines: &[String], privileges: &[&str]) -> bool {
+pub(crate) fn show_grants_hold(lines: &[String], privileges: &[&str]) -> bool {
     lines.iter().any(|line| {
         let Some(rest) = line.strip_prefix("GRANT ") else { return false };
         if rest.starts_with('`') {

@@ -11,10 +11,10 @@
 //!   and "errant?"; [`statements`] holds the SQL of each failover step for
 //!   each flavour (the failover engine itself is a later piece of work).
 
-pub mod actions;
-pub mod grants;
+pub(crate) mod actions;
+pub(crate) mod grants;
 mod probe;
-pub mod statements;
+pub(crate) mod statements;
 
-pub use bloodraven_core::observation::{Flavor, ReplicationObservation, SemiSync, SiteObservation};
-pub use probe::{Credentials, ProbeError, ProbeTarget, classify, probe};
+pub(crate) use bloodraven_core::observation::{Flavor, ReplicationObservation, SemiSync, SiteObservation};
+pub(crate) use probe::{Credentials, ProbeError, ProbeTarget, classify, probe};

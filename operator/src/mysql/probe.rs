@@ -14,7 +14,7 @@ use bloodraven_core::observation::{Flavor, ReplicationObservation, SemiSync, Sit
 
 /// Where a site listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProbeTarget {
+pub(crate) struct ProbeTarget {
     /// Host name or IP address.
     pub host: String,
     /// TCP port.
@@ -23,7 +23,7 @@ pub struct ProbeTarget {
 
 /// The operator's account on a site, read from the site's Secret.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Credentials {
+pub(crate) struct Credentials {
     /// Account name.
     pub username: String,
     /// Password. Never logged: `Debug` prints it redacted.
@@ -38,7 +38,7 @@ impl fmt::Debug for Credentials {
 
 /// Why a probe failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ProbeError {
+pub(crate) enum ProbeError {
     /// No complete answer within the probe timeout.
     #[error("no answer within {0:?}")]
     Timeout(Duration),
@@ -60,7 +60,7 @@ const MAX_ERROR_TEXT: usize = 160;
 
 /// Maps a probe failure to a stable reason and a message that says what to
 /// fix; text that comes from the server or the socket is escaped and bounded.
-pub fn classify(err: &ProbeError) -> (&'static str, String) {
+pub(crate) fn classify(err: &ProbeError) -> (&'static str, String) {
     let (reason, message) = classify_raw(err);
     (reason, bloodraven_serving::log::escape(&message, MAX_ERROR_TEXT))
 }
@@ -98,7 +98,7 @@ fn classify_raw(err: &ProbeError) -> (&'static str, String) {
 }
 
 /// Probes a site within `timeout` (connect and every query).
-pub async fn probe(
+pub(crate) async fn probe(
     target: &ProbeTarget,
     creds: &Credentials,
     timeout: Duration,

@@ -24,7 +24,7 @@ use super::Flavor;
 /// Quotes a string as a SQL literal for either flavour with the default
 /// `sql_mode` (backslash escapes on): `'`, `\`, NUL, newline, carriage
 /// return and Ctrl-Z are escaped.
-pub fn quote(value: &str) -> String {
+pub(crate) fn quote(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 2);
     out.push('\'');
     for c in value.chars() {
@@ -44,11 +44,11 @@ pub fn quote(value: &str) -> String {
 
 /// A statement that holds a secret: sent as is, never printed.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
+pub(crate) struct Secret(String);
 
 impl Secret {
     /// The statement text, to send.
-    pub fn expose(&self) -> &str {
+    pub(crate) fn expose(&self) -> &str {
         &self.0
     }
 }
@@ -67,7 +67,7 @@ impl fmt::Display for Secret {
 
 /// Where a replica replicates from, and the account it uses.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Source {
+pub(crate) struct Source {
     /// Host of the new primary.
     pub host: String,
     /// Port of the new primary.
@@ -90,7 +90,7 @@ impl fmt::Debug for Source {
 }
 
 /// Statements that make a site refuse writes from ordinary accounts.
-pub fn fence(flavor: Flavor) -> &'static [&'static str] {
+pub(crate) fn fence(flavor: Flavor) -> &'static [&'static str] {
     match flavor {
         Flavor::MariaDb => &["SET GLOBAL read_only = 1"],
         // super_read_only also sets read_only, and stops SUPER accounts too.
@@ -99,7 +99,7 @@ pub fn fence(flavor: Flavor) -> &'static [&'static str] {
 }
 
 /// Statements that make a fenced site writable again.
-pub fn unfence(flavor: Flavor) -> &'static [&'static str] {
+pub(crate) fn unfence(flavor: Flavor) -> &'static [&'static str] {
     match flavor {
         Flavor::MariaDb => &["SET GLOBAL read_only = 0"],
         Flavor::MySql => &["SET GLOBAL super_read_only = 0", "SET GLOBAL read_only = 0"],
@@ -109,18 +109,18 @@ pub fn unfence(flavor: Flavor) -> &'static [&'static str] {
 /// Fails (1227) unless the account may see every session (`PROCESS`):
 /// without it `information_schema.PROCESSLIST` answers with the account's
 /// own sessions only, and no error.
-pub const SESSIONS_VISIBLE: &str = "SELECT COUNT(*) FROM information_schema.INNODB_TRX";
+pub(crate) const SESSIONS_VISIBLE: &str = "SELECT COUNT(*) FROM information_schema.INNODB_TRX";
 
 /// The client sessions fencing ends (id, user, seconds in the current
 /// state): everything but this connection, replication threads, and the
 /// server's own daemons.
-pub const CLIENT_SESSIONS: &str = "SELECT ID, USER, TIME FROM information_schema.PROCESSLIST \
+pub(crate) const CLIENT_SESSIONS: &str = "SELECT ID, USER, TIME FROM information_schema.PROCESSLIST \
      WHERE ID <> CONNECTION_ID() \
      AND COMMAND NOT IN ('Binlog Dump', 'Binlog Dump GTID', 'Daemon', 'Slave_IO', 'Slave_SQL', 'Slave_worker', 'Connect') \
      AND USER NOT IN ('system user', 'event_scheduler', 'system user:')";
 
 /// Ends one session (its transaction rolls back).
-pub fn kill(id: u64) -> String {
+pub(crate) fn kill(id: u64) -> String {
     format!("KILL CONNECTION {id}")
 }
 
@@ -134,7 +134,7 @@ pub fn kill(id: u64) -> String {
 /// globally): see [`GRANTS_VISIBLE`]. It lists login accounts only, never a
 /// role nor `PUBLIC` (MariaDB 10.11): those come from [`ROLES_MAPPING`] and
 /// [`show_grants_for_role`], see `super::grants`.
-pub fn read_only_bypass_accounts(flavor: Flavor, version: &str) -> Option<&'static str> {
+pub(crate) fn read_only_bypass_accounts(flavor: Flavor, version: &str) -> Option<&'static str> {
     match flavor {
         Flavor::MariaDb if super_implies_read_only_admin(version) => Some(
             "SELECT DISTINCT GRANTEE FROM information_schema.USER_PRIVILEGES \
@@ -151,7 +151,7 @@ pub fn read_only_bypass_accounts(flavor: Flavor, version: &str) -> Option<&'stat
 /// The privileges that let an account write through `read_only` on MariaDB
 /// `version`, as `SHOW GRANTS` names them ([`read_only_bypass_accounts`]
 /// has the same list; `ALL PRIVILEGES` counts too).
-pub fn read_only_bypass_privileges(version: &str) -> &'static [&'static str] {
+pub(crate) fn read_only_bypass_privileges(version: &str) -> &'static [&'static str] {
     if super_implies_read_only_admin(version) { &["READ_ONLY ADMIN", "SUPER"] } else { &["READ_ONLY ADMIN"] }
 }
 
@@ -159,21 +159,21 @@ pub fn read_only_bypass_privileges(version: &str) -> &'static [&'static str] {
 /// grants every account holds. An unreadable version counts as having it:
 /// `SHOW GRANTS FOR PUBLIC` then fails, and the check with it, rather than
 /// missing it.
-pub fn has_public_role(version: &str) -> bool {
+pub(crate) fn has_public_role(version: &str) -> bool {
     !super_implies_read_only_admin(version) || mariadb_minor(version).is_none()
 }
 
 /// The account the operator is connected as, `user@host`.
-pub const CURRENT_USER: &str = "SELECT CURRENT_USER()";
+pub(crate) const CURRENT_USER: &str = "SELECT CURRENT_USER()";
 
 /// Every role grant, `(User, Host, Role)`: the grantee is a role (or
 /// `PUBLIC`) when `Host` is empty. Needs `SELECT` on `mysql`.
-pub const ROLES_MAPPING: &str = "SELECT User, Host, Role FROM mysql.roles_mapping";
+pub(crate) const ROLES_MAPPING: &str = "SELECT User, Host, Role FROM mysql.roles_mapping";
 
 /// The grants of role `role`, with those of the roles granted to it (one
 /// line each). `PUBLIC` is readable by every account; other roles need
 /// `SELECT` on `mysql`.
-pub fn show_grants_for_role(role: &str) -> String {
+pub(crate) fn show_grants_for_role(role: &str) -> String {
     format!("SHOW GRANTS FOR `{}`", role.replace('`', "``"))
 }
 
@@ -182,15 +182,15 @@ pub fn show_grants_for_role(role: &str) -> String {
 /// `SOURCE_AUTO_POSITION`; the `rpl_semi_sync_source` plugins came in
 /// 8.0.26, and an older server shows them missing), MariaDB 10.5
 /// (`READ_ONLY ADMIN`, `SLAVE MONITOR`).
-pub const OLDEST_MYSQL: (u32, u32, u32) = (8, 0, 23);
+pub(crate) const OLDEST_MYSQL: (u32, u32, u32) = (8, 0, 23);
 /// See [`OLDEST_MYSQL`].
-pub const OLDEST_MARIADB: (u32, u32, u32) = (10, 5, 0);
+pub(crate) const OLDEST_MARIADB: (u32, u32, u32) = (10, 5, 0);
 
 /// Why a server of `flavor` and `version` (`@@version`) is not one the
 /// operator drives, or `None` when it is. A version it cannot read counts
 /// as supported (a vendor build with its own numbering): its statements
 /// then fail with the server's own error.
-pub fn unsupported(flavor: Flavor, version: &str) -> Option<String> {
+pub(crate) fn unsupported(flavor: Flavor, version: &str) -> Option<String> {
     let mut parts = version.split(|c: char| !c.is_ascii_digit()).map(str::parse::<u32>);
     let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) else { return None };
     let patch = parts.next().and_then(Result::ok).unwrap_or(0);
@@ -228,7 +228,7 @@ fn mariadb_minor(version: &str) -> Option<(u32, u32)> {
 /// `information_schema.USER_PRIVILEGES` shows it its own privileges only (a
 /// table grant such as `SELECT ON mysql.global_priv` is not enough: checked
 /// on MariaDB 10.11).
-pub const GRANTS_VISIBLE: &str = "SELECT \
+pub(crate) const GRANTS_VISIBLE: &str = "SELECT \
      (SELECT COUNT(*) FROM information_schema.USER_PRIVILEGES u \
         WHERE u.PRIVILEGE_TYPE = 'SELECT' AND u.GRANTEE = me.g) + \
      (SELECT COUNT(*) FROM information_schema.SCHEMA_PRIVILEGES s \
@@ -239,7 +239,7 @@ pub const GRANTS_VISIBLE: &str = "SELECT \
 /// The catch-up wait: a query with two parameters (the position or set to
 /// reach, and a timeout in seconds) returning one integer, and the value
 /// that means "reached".
-pub fn wait_for_position(flavor: Flavor) -> (&'static str, i64) {
+pub(crate) fn wait_for_position(flavor: Flavor) -> (&'static str, i64) {
     match flavor {
         Flavor::MariaDb => ("SELECT MASTER_GTID_WAIT(?, ?)", 0),
         Flavor::MySql => ("SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)", 0),
@@ -247,7 +247,7 @@ pub fn wait_for_position(flavor: Flavor) -> (&'static str, i64) {
 }
 
 /// Statements that stop replication and forget the source (promotion).
-pub fn stop_replication(flavor: Flavor) -> &'static [&'static str] {
+pub(crate) fn stop_replication(flavor: Flavor) -> &'static [&'static str] {
     match flavor {
         Flavor::MariaDb => &["STOP SLAVE", "RESET SLAVE ALL"],
         Flavor::MySql => &["STOP REPLICA", "RESET REPLICA ALL"],
@@ -255,7 +255,7 @@ pub fn stop_replication(flavor: Flavor) -> &'static [&'static str] {
 }
 
 /// Statements that make a site replicate from `source` with GTID auto-positioning.
-pub fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
+pub(crate) fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
     let (host, user, password) = (quote(&source.host), quote(&source.user), quote(&source.password));
     let port = source.port;
     match flavor {
@@ -290,7 +290,7 @@ pub fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
 /// Statements that turn semi-synchronous replication on or off on a site,
 /// for its role (`primary`: wait for a replica's acknowledgement after the
 /// commit is synced to the binlog, AFTER_SYNC; replica: acknowledge).
-pub fn semi_sync(flavor: Flavor, on: bool, primary: bool) -> Vec<String> {
+pub(crate) fn semi_sync(flavor: Flavor, on: bool, primary: bool) -> Vec<String> {
     let v = if on { "ON" } else { "OFF" };
     match (flavor, primary) {
         (Flavor::MariaDb, true) => vec![

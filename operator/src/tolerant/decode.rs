@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 /// Longest decode error kept, in bytes (after escaping). An Event's note
 /// holds at most 1 KiB (events.k8s.io/v1), and the condition and the Event
 /// add a sentence of advice to it.
-pub const MAX_ERROR_BYTES: usize = 300;
+pub(crate) const MAX_ERROR_BYTES: usize = 300;
 
 /// Why one stored object does not decode into the operator's type: the JSON
 /// path of the field (`spec.sites[0].port`) and serde's complaint, both
@@ -18,7 +18,7 @@ pub const MAX_ERROR_BYTES: usize = 300;
 /// line whole.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{text}")]
-pub struct DecodeError {
+pub(crate) struct DecodeError {
     /// The path of the offending field, `.` when the object itself is wrong.
     pub path: String,
     /// `<path>: <what serde expected>`, at most [`MAX_ERROR_BYTES`] bytes.
@@ -27,7 +27,7 @@ pub struct DecodeError {
 
 /// Decodes `obj` into `K`. The error names the JSON path of the first field
 /// that does not fit (serde_path_to_error).
-pub fn decode<K: DeserializeOwned>(obj: &DynamicObject) -> Result<K, DecodeError> {
+pub(crate) fn decode<K: DeserializeOwned>(obj: &DynamicObject) -> Result<K, DecodeError> {
     let value = serde_json::to_value(obj).map_err(|e| error_at(".", &e.to_string()))?;
     serde_path_to_error::deserialize(&value).map_err(|e| {
         let path = e.path().to_string();
@@ -44,7 +44,7 @@ fn error_at(path: &str, what: &str) -> DecodeError {
 /// `s` made safe for a single log line, condition message or Event: control
 /// and bidirectional-formatting characters escaped as `\u{..}`, cut at a
 /// character boundary to at most `max_bytes` bytes, with `…` marking a cut.
-pub fn bounded(s: &str, max_bytes: usize) -> String {
+pub(crate) fn bounded(s: &str, max_bytes: usize) -> String {
     let mut out = String::with_capacity(s.len().min(max_bytes));
     let limit = max_bytes.saturating_sub('…'.len_utf8());
     // Length of `out` after the last whole piece that leaves room for `…`.

@@ -29,10 +29,10 @@
 //!   watches and by point reads; `bloodraven_undecodable_objects{kind}` is
 //!   the number of objects not decoding now (alert on it).
 
-pub mod decode;
-pub mod raw;
-pub mod report;
-pub mod stream;
+pub(crate) mod decode;
+pub(crate) mod raw;
+pub(crate) mod report;
+pub(crate) mod stream;
 
 use std::fmt::Debug;
 
@@ -47,18 +47,18 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 
-pub use self::decode::DecodeError;
-pub use self::report::Reporter;
+pub(crate) use self::decode::DecodeError;
+pub(crate) use self::report::Reporter;
 use self::stream::Tolerance;
 use crate::leader::Leadership;
 use crate::metrics::{Metrics, MetricsError};
 
 /// Condition and Event reason for an object that does not decode.
-pub const INVALID_OBJECT: &str = bloodraven_api::v1alpha1::reason::INVALID_OBJECT;
+pub(crate) const INVALID_OBJECT: &str = bloodraven_api::v1alpha1::reason::INVALID_OBJECT;
 
 /// The kinds the operator watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// `MysqlFailoverGroup` (cluster-scoped).
     FailoverGroup,
     /// `MysqlDatabase` (namespaced).
@@ -67,7 +67,7 @@ pub enum Kind {
 
 impl Kind {
     /// The kind's name, also the `kind` label of the metrics.
-    pub const fn as_str(self) -> &'static str {
+    pub(crate) const fn as_str(self) -> &'static str {
         match self {
             Kind::FailoverGroup => "MysqlFailoverGroup",
             Kind::Database => "MysqlDatabase",
@@ -75,7 +75,7 @@ impl Kind {
     }
 
     /// Group, version, kind and plural of the kind.
-    pub fn api_resource(self) -> ApiResource {
+    pub(crate) fn api_resource(self) -> ApiResource {
         match self {
             Kind::FailoverGroup => ApiResource::erase::<MysqlFailoverGroup>(&()),
             Kind::Database => ApiResource::erase::<MysqlDatabase>(&()),
@@ -84,7 +84,9 @@ impl Kind {
 }
 
 /// A custom resource the operator reads tolerantly.
-pub trait Watched: Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + Sync + 'static {
+pub(crate) trait Watched:
+    Resource<DynamicType = ()> + DeserializeOwned + Clone + Debug + Send + Sync + 'static
+{
     /// Which kind it is.
     const KIND: Kind;
 }
@@ -99,7 +101,7 @@ impl Watched for MysqlDatabase {
 
 /// Errors of a tolerant point read.
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     /// The API call failed.
     #[error("failed to read the object: {0}")]
     Kube(#[from] kube::Error),
@@ -111,7 +113,7 @@ pub enum ReadError {
 /// Whether a watch reports the bad objects it finds (the kind's owning
 /// controller does) or only skips them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Findings {
+pub(crate) enum Findings {
     /// Report them: condition, Event, metrics, one log line per new error.
     Report,
     /// Skip them silently (a second watch of a kind another watch reports).
@@ -120,7 +122,7 @@ pub enum Findings {
 
 /// The tolerant reader: a client and the reporter. Cheap to clone.
 #[derive(Clone)]
-pub struct Tolerant {
+pub(crate) struct Tolerant {
     client: Client,
     reporter: Reporter,
 }
@@ -133,14 +135,14 @@ impl std::fmt::Debug for Tolerant {
 
 impl Tolerant {
     /// A reader with `client`, reporting to `reporter`.
-    pub fn new(client: Client, reporter: Reporter) -> Self {
+    pub(crate) fn new(client: Client, reporter: Reporter) -> Self {
         Tolerant { client, reporter }
     }
 
     /// A reader whose reporter writes with `recorder` while `leadership`
     /// holds, its metrics registered in `metrics`; spawns the reporter's
     /// loop, which ends when `shutdown` resolves.
-    pub fn start(
+    pub(crate) fn start(
         client: &Client,
         recorder: &Recorder,
         leadership: &Leadership,
@@ -157,7 +159,7 @@ impl Tolerant {
     /// its reader) in step when given; yields the decoded events. Watch
     /// errors (API server unreachable, RBAC) are passed on as kube's watcher
     /// would; objects that do not decode never are.
-    pub fn watch<K: Watched>(
+    pub(crate) fn watch<K: Watched>(
         &self,
         config: watcher::Config,
         store: Option<(Writer<K>, Store<K>)>,
@@ -209,7 +211,7 @@ impl Tolerant {
     /// Reads one `K` (`namespace` `None` for a cluster-scoped kind): `None`
     /// when it does not exist, [`ReadError::Invalid`] when it does not
     /// decode (counted; the owning watch reports it on the object).
-    pub async fn get<K: Watched>(&self, namespace: Option<&str>, name: &str) -> Result<Option<K>, ReadError> {
+    pub(crate) async fn get<K: Watched>(&self, namespace: Option<&str>, name: &str) -> Result<Option<K>, ReadError> {
         let ar = K::KIND.api_resource();
         let api: Api<raw::RawObject> = match namespace {
             Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),

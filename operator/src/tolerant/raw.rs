@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 
 /// An object whose body is parsed only when decoded.
 #[derive(Clone, Debug, Deserialize, Serialize)]
-pub struct RawObject {
+pub(crate) struct RawObject {
     /// `apiVersion`.
     #[serde(rename = "apiVersion", default, skip_serializing_if = "Option::is_none")]
     pub api_version: Option<String>,
@@ -79,7 +79,7 @@ impl RawObject {
     /// The object with `spec` and `status` parsed; a part that does not
     /// parse (more than 128 levels deep) becomes a string naming why, so
     /// the object fails to decode at that field and only there.
-    pub fn parsed(&self) -> DynamicObject {
+    pub(crate) fn parsed(&self) -> DynamicObject {
         let mut data = serde_json::Map::new();
         for (name, part) in [("spec", &self.spec), ("status", &self.status)] {
             if let Some(raw) = part {

@@ -42,9 +42,9 @@ use crate::leader::Leadership;
 use crate::metrics::{Metrics, MetricsError};
 
 /// How long before the same Event about the same object is published again.
-pub const EVENT_REPEAT: Duration = Duration::from_secs(3600);
+pub(crate) const EVENT_REPEAT: Duration = Duration::from_secs(3600);
 /// How often failed condition or Event writes are retried.
-pub const RETRY: Duration = Duration::from_secs(15);
+pub(crate) const RETRY: Duration = Duration::from_secs(15);
 
 /// One object not decoding now, and what this process did about it.
 #[derive(Debug)]
@@ -58,7 +58,7 @@ struct Entry {
 /// `bloodraven_decode_errors_total{kind}` and
 /// `bloodraven_undecodable_objects{kind}`, each with a series per kind at 0
 /// so that alerts see them before the first error.
-pub fn register_metrics(metrics: &Metrics) -> Result<(IntCounterVec, IntGaugeVec), MetricsError> {
+pub(crate) fn register_metrics(metrics: &Metrics) -> Result<(IntCounterVec, IntGaugeVec), MetricsError> {
     let decode_errors_total = IntCounterVec::new(
         Opts::new(
             "bloodraven_decode_errors_total",
@@ -81,7 +81,7 @@ pub fn register_metrics(metrics: &Metrics) -> Result<(IntCounterVec, IntGaugeVec
 
 /// Collects bad objects from the owning watches and reports them.
 #[derive(Clone)]
-pub struct Reporter {
+pub(crate) struct Reporter {
     inner: Arc<Inner>,
 }
 
@@ -104,7 +104,7 @@ impl std::fmt::Debug for Reporter {
 impl Reporter {
     /// A reporter writing with `client` and `recorder` while `leadership`
     /// holds; registers its metrics in `metrics`.
-    pub fn new(
+    pub(crate) fn new(
         client: Client,
         recorder: Recorder,
         leadership: Leadership,
@@ -124,7 +124,7 @@ impl Reporter {
     }
 
     /// Counts one failed decode of `kind`.
-    pub fn count(&self, kind: Kind) {
+    pub(crate) fn count(&self, kind: Kind) {
         self.inner.decode_errors_total.with_label_values(&[kind.as_str()]).inc();
     }
 
@@ -133,7 +133,7 @@ impl Reporter {
     }
 
     /// Takes in what an owning watch found.
-    pub fn learn(&self, findings: impl IntoIterator<Item = Finding>) {
+    pub(crate) fn learn(&self, findings: impl IntoIterator<Item = Finding>) {
         let mut news = false;
         {
             let mut entries = self.entries();
@@ -184,7 +184,7 @@ impl Reporter {
     }
 
     /// Reports bad objects while this process is the leader, until `shutdown`.
-    pub async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send) {
+    pub(crate) async fn run(self, shutdown: impl std::future::Future<Output = ()> + Send) {
         let mut acquisitions = self.inner.leadership.acquisitions().boxed();
         tokio::pin!(shutdown);
         loop {
@@ -294,7 +294,7 @@ impl Reporter {
 
 /// The condition message and Event note: the error (path and complaint),
 /// then what to do. At most about 600 bytes (Event notes allow 1 KiB).
-pub fn message(bad: &Bad) -> String {
+pub(crate) fn message(bad: &Bad) -> String {
     format!(
         "{}; the stored {} does not match the operator's types (left by a CRD downgrade or a looser schema), so the operator skips it: fix that field",
         bad.error.text,
@@ -307,7 +307,7 @@ pub fn message(bad: &Bad) -> String {
 /// `unstableReason: InvalidObject` (the deploy API must not read it as
 /// stable). The same fields the reconcilers apply, so their next apply
 /// after a fix takes every one of them back.
-pub fn status_patch(bad: &Bad, now: Timestamp) -> serde_json::Value {
+pub(crate) fn status_patch(bad: &Bad, now: Timestamp) -> serde_json::Value {
     let ready = Computed::flag("Ready", false, INVALID_OBJECT, message(bad));
     let conditions = materialize(&bad.conditions, &[ready], bad.generation, now);
     let ar = bad.key.kind.api_resource();

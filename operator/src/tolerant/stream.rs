@@ -29,7 +29,7 @@ use super::{Kind, Watched};
 
 /// Which object: kind, namespace (none for cluster-scoped) and name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Key {
+pub(crate) struct Key {
     /// The kind.
     pub kind: Kind,
     /// The namespace, `None` for a cluster-scoped object.
@@ -40,7 +40,7 @@ pub struct Key {
 
 /// A stored object that does not decode, as last seen.
 #[derive(Clone, Debug)]
-pub struct Bad {
+pub(crate) struct Bad {
     /// Which object.
     pub key: Key,
     /// `metadata.generation`, for `observedGeneration`.
@@ -56,7 +56,7 @@ pub struct Bad {
 impl Bad {
     /// Whether the stored status already reports this error: `Ready=False`,
     /// reason `InvalidObject`, with this error's text in its message.
-    pub fn reported(&self) -> bool {
+    pub(crate) fn reported(&self) -> bool {
         self.conditions.iter().any(|c| {
             c.type_ == "Ready"
                 && c.status == "False"
@@ -68,7 +68,7 @@ impl Bad {
 
 /// What a watch learned about the objects of its kind.
 #[derive(Clone, Debug)]
-pub enum Finding {
+pub(crate) enum Finding {
     /// The object does not decode.
     Bad(Box<Bad>),
     /// The object decodes.
@@ -78,7 +78,7 @@ pub enum Finding {
 }
 
 /// The decoding state of one watch of `K`.
-pub struct Tolerance<K: Watched> {
+pub(crate) struct Tolerance<K: Watched> {
     store: Option<(Writer<K>, Store<K>)>,
     /// Objects this watch last saw not decoding.
     bad: HashSet<Key>,
@@ -113,7 +113,7 @@ fn bad_of(kind: Kind, obj: &DynamicObject, error: DecodeError) -> Bad {
 
 impl<K: Watched> Tolerance<K> {
     /// A watch that keeps `store` (writer and its reader) in step, if given.
-    pub fn new(store: Option<(Writer<K>, Store<K>)>) -> Self {
+    pub(crate) fn new(store: Option<(Writer<K>, Store<K>)>) -> Self {
         Tolerance { store, bad: HashSet::new(), relisted: None }
     }
 
@@ -135,7 +135,7 @@ impl<K: Watched> Tolerance<K> {
 
     /// Handles one watch event: returns what to pass on, and appends what
     /// was learned to `findings`.
-    pub fn step(&mut self, event: Event<DynamicObject>, findings: &mut Vec<Finding>) -> Option<Event<K>> {
+    pub(crate) fn step(&mut self, event: Event<DynamicObject>, findings: &mut Vec<Finding>) -> Option<Event<K>> {
         match event {
             Event::Init => {
                 self.relisted = Some(HashSet::new());

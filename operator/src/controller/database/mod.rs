@@ -117,7 +117,11 @@ const CONCURRENCY: u16 = 16;
 /// Runs the controller until `shutdown` resolves. `selector` is the
 /// operator's `--group-selector` (empty: every group).
 #[allow(clippy::too_many_lines)] // the controller's wiring: watches, wakes, predicates and the run loop, one step after another
-pub async fn run(ctx: Ctx, selector: &str, shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static) {
+pub(crate) async fn run(
+    ctx: Ctx,
+    selector: &str,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
     // Tolerant: a MysqlDatabase that does not decode is reported on itself
     // (condition + Event) and skipped; the others keep being served.
     let (reader, writer) = reflector::store();

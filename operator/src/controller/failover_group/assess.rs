@@ -5,11 +5,11 @@
 
 use bloodraven_api::v1alpha1::MysqlFailoverGroupSpec;
 use bloodraven_core::assess::Layout;
-pub use bloodraven_core::assess::{Assessment, Decided, ProbeFailure, SiteProbe};
+pub(crate) use bloodraven_core::assess::{Assessment, Decided, ProbeFailure, SiteProbe};
 
 /// Assesses one round of probes against the decided roles
 /// ([`bloodraven_core::assess::assess`] with the spec's sites).
-pub fn assess(spec: &MysqlFailoverGroupSpec, decided: Decided<'_>, probes: &[SiteProbe]) -> Assessment {
+pub(crate) fn assess(spec: &MysqlFailoverGroupSpec, decided: Decided<'_>, probes: &[SiteProbe]) -> Assessment {
     let sites: Vec<&str> = spec.sites.iter().map(|s| s.name.as_str()).collect();
     let layout = Layout { sites: &sites, initial_active_site: &spec.initial_active_site };
     bloodraven_core::assess::assess(layout, decided, probes)
@@ -17,7 +17,7 @@ pub fn assess(spec: &MysqlFailoverGroupSpec, decided: Decided<'_>, probes: &[Sit
 
 /// Checks what the CRD schema cannot guarantee (old CRD versions, hand-made
 /// objects): two sites with distinct names, and `initialActiveSite` among them.
-pub fn validate_spec(spec: &MysqlFailoverGroupSpec) -> Result<(), String> {
+pub(crate) fn validate_spec(spec: &MysqlFailoverGroupSpec) -> Result<(), String> {
     // What the schema says, checked again: an object stored under a looser
     // schema (a CRD downgrade) may decode yet hold values the operator must
     // not probe, log, or use as a metric label.
@@ -62,7 +62,7 @@ pub fn validate_spec(spec: &MysqlFailoverGroupSpec) -> Result<(), String> {
 
 /// A DNS label (RFC 1123, lowercase, starting with a letter): the schema's
 /// pattern for site names.
-pub fn dns_label(s: &str) -> bool {
+pub(crate) fn dns_label(s: &str) -> bool {
     (1..=63).contains(&s.len())
         && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
         && s.as_bytes().first().is_some_and(u8::is_ascii_lowercase)

@@ -30,17 +30,17 @@ use crate::mysql::ProbeTarget;
 use crate::mysql::actions::{self, Bypass};
 
 /// How long a site's check stands before the next probe repeats it.
-pub const RECHECK: Duration = Duration::from_secs(300);
+pub(crate) const RECHECK: Duration = Duration::from_secs(300);
 
 /// Reason when no account is found but the operator sees its own grants only.
-pub const GRANTS_NOT_VISIBLE: &str = "GrantsNotVisible";
+pub(crate) const GRANTS_NOT_VISIBLE: &str = "GrantsNotVisible";
 
 /// By group UID and site name: when a site was last checked, and what it showed.
 type LastChecks = HashMap<(String, String), (Instant, Bypass)>;
 
 /// The last check of each site, by group UID and site name.
 #[derive(Clone, Debug, Default)]
-pub struct Checks(Arc<Mutex<LastChecks>>);
+pub(crate) struct Checks(Arc<Mutex<LastChecks>>);
 
 impl Checks {
     fn get(&self, uid: &str, site: &str) -> Option<(Instant, Bypass)> {
@@ -48,7 +48,7 @@ impl Checks {
     }
 
     /// Records what a check of `site` found just now.
-    pub fn store(&self, uid: &str, site: &str, found: Bypass) {
+    pub(crate) fn store(&self, uid: &str, site: &str, found: Bypass) {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -56,7 +56,7 @@ impl Checks {
     }
 
     /// Forgets a group (deletion).
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).retain(|(u, _), _| u != uid);
     }
 }
@@ -64,7 +64,7 @@ impl Checks {
 /// The condition for `group` after this round's `probes`: re-checks each
 /// answering site whose last check is older than [`RECHECK`]; a site that
 /// did not answer keeps its last check, if any.
-pub async fn condition(ctx: &Context, group: &MysqlFailoverGroup, probes: &[SiteProbe]) -> Computed {
+pub(crate) async fn condition(ctx: &Context, group: &MysqlFailoverGroup, probes: &[SiteProbe]) -> Computed {
     let uid = group.uid().unwrap_or_default();
     let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
     let mut seen = Vec::with_capacity(group.spec.sites.len());
@@ -100,7 +100,7 @@ pub async fn condition(ctx: &Context, group: &MysqlFailoverGroup, probes: &[Site
 }
 
 /// The condition from what each site showed (`None`: never checked).
-pub fn compute(seen: &[(String, Option<Bypass>)]) -> Computed {
+pub(crate) fn compute(seen: &[(String, Option<Bypass>)]) -> Computed {
     let t = ConditionType::ReadOnlyBypassAccounts.as_str();
     let found: Vec<String> = seen
         .iter()

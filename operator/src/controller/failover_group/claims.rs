@@ -21,7 +21,7 @@ use crate::controller::{Context, Error, kube_err};
 /// Drops stale or released claims (leader only); returns the group as
 /// last written, when it wrote (its resourceVersion moved, and the writes
 /// that follow in the reconcile carry it).
-pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Option<MysqlFailoverGroup>, Error> {
+pub(super) async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Option<MysqlFailoverGroup>, Error> {
     if !ctx.leadership.is_leader() {
         return Ok(None);
     }

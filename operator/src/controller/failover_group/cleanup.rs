@@ -81,7 +81,7 @@ async fn patch_finalizers(
 /// returns the group as it now is: the reconcile goes on with the new
 /// resourceVersion, so its decision write is not refused for a change the
 /// operator made itself.
-pub async fn ensure_finalizer(
+pub(crate) async fn ensure_finalizer(
     ctx: &Context,
     group: std::sync::Arc<MysqlFailoverGroup>,
 ) -> Result<std::sync::Arc<MysqlFailoverGroup>, Error> {
@@ -93,7 +93,7 @@ pub async fn ensure_finalizer(
 
 /// A group being deleted: deletes everything tied to it, then lets it go
 /// (leader only; a failure leaves the finalizer for the next attempt).
-pub async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), Error> {
+pub(crate) async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), Error> {
     if !has_finalizer(group) || !ctx.leadership.is_leader() {
         return Ok(());
     }
@@ -138,7 +138,7 @@ pub async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
 /// exists with the UID it records. Needs every group of the cluster, not
 /// only this operator's shard, so it lists them (metadata only: an object
 /// that no longer decodes cannot stop it).
-pub async fn sweep(ctx: &Context) -> Result<(usize, usize), Error> {
+pub(crate) async fn sweep(ctx: &Context) -> Result<(usize, usize), Error> {
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     // Objects created after this instant may belong to a group the list misses.
     let listed_at = k8s_openapi::jiff::Timestamp::now();
@@ -198,7 +198,7 @@ const SWEEP_PERIOD: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Sweeps each time this process becomes the leader, then every
 /// [`SWEEP_PERIOD`] while it leads.
-pub async fn sweep_while_leading(ctx: Ctx) {
+pub(crate) async fn sweep_while_leading(ctx: Ctx) {
     let mut acquisitions = Box::pin(ctx.leadership.acquisitions());
     while acquisitions.next().await.is_some() {
         while ctx.leadership.is_leader() {

@@ -46,13 +46,13 @@ const KEPT_KEYS: [&str; 4] =
     [SECRET_USERNAME_KEY, SECRET_PASSWORD_KEY, SECRET_REPLICATION_USERNAME_KEY, SECRET_REPLICATION_PASSWORD_KEY];
 
 /// The kept keys of one Secret, shared by every probe that uses them.
-pub type SecretData = Arc<BTreeMap<String, ByteString>>;
+pub(crate) type SecretData = Arc<BTreeMap<String, ByteString>>;
 
 /// Credentials Secrets of the credentials namespace: which exist (watched),
 /// and the values of those a group names (read once per resourceVersion).
 /// Cheap to clone. Never logs or prints a value (`Debug` shows names only).
 #[derive(Clone)]
-pub struct Cache {
+pub(crate) struct Cache {
     namespace: String,
     api: Api<Secret>,
     watched: Store<PartialObjectMeta<Secret>>,
@@ -69,7 +69,7 @@ impl Cache {
     /// Starts the metadata watch of Secrets in `namespace` (a spawned task
     /// that retries with backoff for the life of the process) and returns at
     /// once; lookups read directly until the first list is in.
-    pub fn start(client: &Client, namespace: &str) -> Cache {
+    pub(crate) fn start(client: &Client, namespace: &str) -> Cache {
         let (watched, writer) = reflector::store();
         let meta: Api<PartialObjectMeta<Secret>> = Api::namespaced(client.clone(), namespace);
         let ns = namespace.to_owned();
@@ -104,7 +104,7 @@ impl Cache {
     ///
     /// # Errors
     /// The `get` failed (e.g. 403 when RBAC forbids it).
-    pub async fn get(&self, name: &str) -> Result<Option<SecretData>, kube::Error> {
+    pub(crate) async fn get(&self, name: &str) -> Result<Option<SecretData>, kube::Error> {
         let current = self
             .watched
             .get(&ObjectRef::new(name).within(&self.namespace))

@@ -47,7 +47,7 @@ async fn remove_annotation(ctx: &Context, group: &str, annotation: &str) -> Resu
 
 /// Revokes and sweeps the group's deploy leases (when the deploy API is
 /// enabled), publishing one Event per revoked operation.
-pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), Error> {
+pub(crate) async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), Error> {
     if !ctx.deploy_api {
         return Ok(());
     }
@@ -92,7 +92,7 @@ pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), E
 /// It runs between a decision and the promotion, so it is bounded by the
 /// group's probe timeout: a slow lease store never holds a decided
 /// promotion back.
-pub async fn maintain_after_decision(ctx: &Context, group: &MysqlFailoverGroup) {
+pub(crate) async fn maintain_after_decision(ctx: &Context, group: &MysqlFailoverGroup) {
     let bound = std::time::Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
     match tokio::time::timeout(bound, maintain(ctx, group)).await {
         Ok(Ok(())) => {}
@@ -162,7 +162,7 @@ fn unmatched(value: &str, cleared: &[Pending], kept: &[Pending]) -> Option<Strin
 
 /// The `SchemaVerificationRequired` condition, after announcing new records
 /// and clearing those a person verified.
-pub async fn verification_condition(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Computed, Error> {
+pub(crate) async fn verification_condition(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Computed, Error> {
     let name = group.name_any();
     let key = GroupKey::of(group);
     let store_err =

@@ -37,7 +37,7 @@ use super::assess::{ProbeFailure, SiteProbe};
 
 /// The identities `group` knows: `status.health[].identity`, overridden by
 /// the `site-identity` annotation (a malformed entry is ignored).
-pub fn known(group: &MysqlFailoverGroup) -> BTreeMap<String, u32> {
+pub(crate) fn known(group: &MysqlFailoverGroup) -> BTreeMap<String, u32> {
     let mut ids = of_health(group.status.as_ref().map_or(&[][..], |s| &s.health));
     if let Some(text) = group.metadata.annotations.as_ref().and_then(|a| a.get(SITE_IDENTITY_ANNOTATION)) {
         ids.extend(parse_annotation(text));
@@ -46,7 +46,7 @@ pub fn known(group: &MysqlFailoverGroup) -> BTreeMap<String, u32> {
 }
 
 /// `site=serverId` pairs, comma-separated; malformed entries are skipped.
-pub fn parse_annotation(text: &str) -> BTreeMap<String, u32> {
+pub(crate) fn parse_annotation(text: &str) -> BTreeMap<String, u32> {
     text.split(',')
         .filter_map(|pair| {
             let (site, id) = pair.split_once('=')?;
@@ -58,7 +58,7 @@ pub fn parse_annotation(text: &str) -> BTreeMap<String, u32> {
 /// Turns the observation of every site that answers as another server than
 /// the one it is known by into a failed probe (`UnexpectedServer`); see the
 /// module rules. `active` is the decided active site, if any.
-pub fn check(ids: &BTreeMap<String, u32>, active: Option<&str>, probes: Vec<SiteProbe>) -> Vec<SiteProbe> {
+pub(crate) fn check(ids: &BTreeMap<String, u32>, active: Option<&str>, probes: Vec<SiteProbe>) -> Vec<SiteProbe> {
     let active_id = active.and_then(|a| ids.get(a)).copied();
     probes
         .into_iter()
@@ -85,7 +85,7 @@ pub fn check(ids: &BTreeMap<String, u32>, active: Option<&str>, probes: Vec<Site
 
 /// The identity to record for `site` after this round: the `server_id` it
 /// answered with (after [`check`]), else what was known.
-pub fn learned(ids: &BTreeMap<String, u32>, probe: &SiteProbe) -> Option<u32> {
+pub(crate) fn learned(ids: &BTreeMap<String, u32>, probe: &SiteProbe) -> Option<u32> {
     match &probe.outcome {
         Ok(obs) => Some(obs.server_id),
         Err(_) => ids.get(&probe.site).copied(),

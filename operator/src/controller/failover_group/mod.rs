@@ -14,15 +14,15 @@
 //!   operator's own status writes do not (each reconcile requeues itself on
 //!   the probe interval).
 
-pub mod assess;
-pub mod bypass;
+pub(crate) mod assess;
+pub(crate) mod bypass;
 mod claims;
-pub mod cleanup;
-pub mod credentials;
+pub(crate) mod cleanup;
+pub(crate) mod credentials;
 pub(crate) mod deploy_leases;
-pub mod identity;
+pub(crate) mod identity;
 mod observed;
-pub mod replicas;
+pub(crate) mod replicas;
 mod report;
 mod semisync;
 pub(crate) mod sites;
@@ -51,7 +51,7 @@ use crate::failover::{decision, emergency, planned, reassert, record};
 /// What the failover-group controller keeps between rounds, for every
 /// group it runs: held by the operator's [`Context`], one per process.
 #[derive(Clone)]
-pub struct State {
+pub(crate) struct State {
     /// Consecutive failed probes of each group's active site (emergency failover).
     pub missed: emergency::Missed,
     /// Each group's replicas' progress (stalls), by the replica check.
@@ -77,7 +77,7 @@ const MAX_EVENT_NOTE: usize = 1024;
 
 /// Runs the controller until `shutdown` resolves, reconciling at most
 /// `concurrency` groups at once (`--reconcile-concurrency`).
-pub async fn run(
+pub(crate) async fn run(
     ctx: Ctx,
     selector: &str,
     concurrency: u16,

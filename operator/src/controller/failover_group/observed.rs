@@ -45,7 +45,7 @@ use k8s_openapi::jiff::Timestamp;
 /// Smallest move of `replicationLagSeconds` (seconds) that is a change by
 /// itself: a replica's lag commonly jitters by a second or two between
 /// probes, which nobody acts on.
-pub const LAG_STEP_SECONDS: u64 = 5;
+pub(super) const LAG_STEP_SECONDS: u64 = 5;
 
 /// The heartbeat fires up to this fraction of the heartbeat early, spread by
 /// group, so that groups created together do not all write in the same
@@ -54,7 +54,7 @@ const HEARTBEAT_SPREAD: f64 = 0.1;
 
 /// What the observer would apply.
 #[derive(Debug)]
-pub struct Observation<'a> {
+pub(super) struct Observation<'a> {
     /// `status.stable`.
     pub stable: bool,
     /// `status.unstableReason` (absent when stable).
@@ -72,7 +72,7 @@ pub struct Observation<'a> {
 /// (less a spread of up to a tenth, derived from `group`). A status with no
 /// `lastProbeTime` (a group whose spec is invalid is never probed) has no
 /// heartbeat: nothing in it goes stale.
-pub fn must_write(
+pub(super) fn must_write(
     stored: Option<&MysqlFailoverGroupStatus>,
     next: &Observation<'_>,
     group: &str,

@@ -36,7 +36,7 @@ use bloodraven_core::failover::replica::{self, Errant, Progress};
 /// Each group's replicas' progress, as this process's rounds saw it (by
 /// group UID, then site).
 #[derive(Clone, Debug, Default)]
-pub struct Replicas(Arc<Mutex<HashMap<String, HashMap<String, Watched>>>>);
+pub(crate) struct Replicas(Arc<Mutex<HashMap<String, HashMap<String, Watched>>>>);
 
 #[derive(Clone, Debug)]
 struct Watched {
@@ -62,12 +62,12 @@ impl Replicas {
     }
 
     /// Forgets a group (deletion).
-    pub fn forget(&self, uid: &str) {
+    pub(crate) fn forget(&self, uid: &str) {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(uid);
     }
 
     /// Why `site` of the group was stalled at its last round, if it was.
-    pub fn stall(&self, uid: &str, site: &str) -> Option<String> {
+    pub(crate) fn stall(&self, uid: &str, site: &str) -> Option<String> {
         let map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         map.get(uid)?.get(site)?.stall.clone()
     }
@@ -75,7 +75,7 @@ impl Replicas {
 
 /// What one round's check found.
 #[derive(Clone, Debug, Default)]
-pub struct Checked {
+pub(crate) struct Checked {
     /// The sites compared this round: their errant transactions (`None`:
     /// clean). A site left out was not compared (it or the active site did
     /// not answer, or the second read failed): its last verdict stands.
@@ -84,14 +84,19 @@ pub struct Checked {
 
 impl Checked {
     /// Whether `site` was found with errant transactions this round.
-    pub fn is_errant(&self, site: &str) -> bool {
+    pub(crate) fn is_errant(&self, site: &str) -> bool {
         self.errant.get(site).is_some_and(Option::is_some)
     }
 }
 
 /// Checks every site but `active` against it, given this round's probes;
 /// marks stalled replicas on their probe ([`crate::mysql::ReplicationObservation::stall`]).
-pub async fn check(ctx: &Context, group: &MysqlFailoverGroup, active: &str, probes: &mut [SiteProbe]) -> Checked {
+pub(crate) async fn check(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    active: &str,
+    probes: &mut [SiteProbe],
+) -> Checked {
     let uid = group.meta().uid.clone().unwrap_or_default();
     let mut checked = Checked::default();
     let Some(primary) = probes.iter().find(|p| p.site == active).and_then(|p| p.outcome.as_ref().ok()).cloned() else {
@@ -199,7 +204,7 @@ async fn read_again(
 }
 
 /// The `SiteDiverged` clause of a site found with errant transactions.
-pub fn diverged_message(site: &str, active: &str, e: &Errant) -> String {
+pub(crate) fn diverged_message(site: &str, active: &str, e: &Errant) -> String {
     format!(
         "site {site} holds {} transaction(s) the active site {active} lacks (errant GTIDs {}): it took writes of its own; it is never a failover target (no emergency promotion, no planned failover onto it) and nothing of it is changed: reconcile it (rebuild it from {active}, or where those transactions are wanted or empty, give {active} the same GTIDs; see the runbook, SiteDiverged)",
         e.transactions, e.gtids
@@ -209,7 +214,7 @@ pub fn diverged_message(site: &str, active: &str, e: &Errant) -> String {
 /// What keeps `site` from being a planned failover's target, as this
 /// round's check left it: errant transactions (from status, whichever
 /// process wrote it) or a stall (this process's memory).
-pub fn known_problem(ctx: &Context, group: &MysqlFailoverGroup, site: &str) -> Option<String> {
+pub(crate) fn known_problem(ctx: &Context, group: &MysqlFailoverGroup, site: &str) -> Option<String> {
     let uid = group.meta().uid.clone().unwrap_or_default();
     let errant = group
         .status

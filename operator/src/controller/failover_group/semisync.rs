@@ -33,13 +33,13 @@ use crate::controller::conditions::Computed;
 use crate::mysql::{ProbeTarget, SemiSync, actions};
 
 /// The switches `site` should have.
-pub fn wanted(semi_sync: bool, active: &str, site: &str) -> SemiSync {
+pub(super) fn wanted(semi_sync: bool, active: &str, site: &str) -> SemiSync {
     SemiSync { primary: semi_sync && site == active, replica: semi_sync && site != active }
 }
 
 /// Sets the switches that differ from what the group asks; returns whether
 /// it changed any (the caller probes again before reporting).
-pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup, active: &str, probes: &[SiteProbe]) -> bool {
+pub(super) async fn maintain(ctx: &Context, group: &MysqlFailoverGroup, active: &str, probes: &[SiteProbe]) -> bool {
     let mut changed = false;
     for probe in probes {
         let Ok(obs) = &probe.outcome else { continue };
@@ -71,7 +71,7 @@ pub async fn maintain(ctx: &Context, group: &MysqlFailoverGroup, active: &str, p
 
 /// The `SemiSyncUnavailable` condition: true when the group asks for
 /// semi-sync and a reachable site cannot do it.
-pub fn condition(asked: bool, probes: &[SiteProbe]) -> Computed {
+pub(super) fn condition(asked: bool, probes: &[SiteProbe]) -> Computed {
     let t = ConditionType::SemiSyncUnavailable.as_str();
     if !asked {
         return Computed::flag(t, false, reason::SEMI_SYNC_NOT_REQUESTED, "spec.failover.semiSync is false");

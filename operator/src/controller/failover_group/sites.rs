@@ -17,7 +17,7 @@ use crate::mysql::{self, Credentials, ProbeTarget};
 /// server than the one it is known by comes back failed
 /// (`UnexpectedServer`, [`super::identity::check`]): every caller acts on
 /// these probes, so none acts on another server.
-pub async fn probe_all(group: &MysqlFailoverGroup, ctx: &Context) -> Vec<SiteProbe> {
+pub(crate) async fn probe_all(group: &MysqlFailoverGroup, ctx: &Context) -> Vec<SiteProbe> {
     let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
     let probes = futures::future::join_all(group.spec.sites.iter().map(|site| probe_site(site, ctx, timeout))).await;
     super::identity::check(&super::identity::known(group), group.decided().map(|(s, _)| s), probes)
@@ -33,7 +33,11 @@ const REPOINT_SETTLE: Duration = Duration::from_secs(3);
 /// the last probes either way. A repointed replica's IO thread shows
 /// `Connecting` for a moment, and a condition built on that moment would
 /// report a stop that is not one.
-pub async fn probe_until_replicating(group: &MysqlFailoverGroup, ctx: &Context, sites: &[String]) -> Vec<SiteProbe> {
+pub(crate) async fn probe_until_replicating(
+    group: &MysqlFailoverGroup,
+    ctx: &Context,
+    sites: &[String],
+) -> Vec<SiteProbe> {
     let started = Instant::now();
     loop {
         let probes = probe_all(group, ctx).await;

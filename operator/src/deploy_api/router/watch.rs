@@ -44,12 +44,12 @@ use crate::lease::watch::{Full, LeaseKey};
 use bloodraven_core::lease::machine::Actor;
 
 /// Longest a watch sleeps between looks at leadership and shutdown.
-pub const TICK: Duration = Duration::from_secs(1);
+pub(super) const TICK: Duration = Duration::from_secs(1);
 
 /// How often a watch reads the slots from the API server rather than from
 /// this process's last write (writes by another process: a former leader,
 /// the finalizer of a deleted group).
-pub const FRESH_READ: Duration = Duration::from_secs(10);
+pub(super) const FRESH_READ: Duration = Duration::from_secs(10);
 
 /// Seconds a client is told to wait after `429 too_many_watches`.
 const TOO_MANY_RETRY_AFTER_SECONDS: u32 = 1;

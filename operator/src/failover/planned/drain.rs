@@ -43,7 +43,7 @@ pub(super) fn catch_up_slice(
 /// future (found by an attack: the old primary stayed fenced past every
 /// bound) extends no drain by more than one process's view of it.
 #[derive(Clone, Debug, Default)]
-pub struct DrainsSeen(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(String, String), Timestamp>>>);
+pub(crate) struct DrainsSeen(std::sync::Arc<std::sync::Mutex<std::collections::HashMap<(String, String), Timestamp>>>);
 
 impl DrainsSeen {
     /// The time to count a drain of `request_id` in `group_uid` from: the

@@ -55,14 +55,14 @@ mod tests;
 
 use self::act::{Local, Step, act};
 use self::admission::{admissible, admit, bounded, report_bypass};
-pub use self::drain::DrainsSeen;
+pub(crate) use self::drain::DrainsSeen;
 use self::drain::{bounds, cap_drain, catch_up_slice, drain_deadline, drain_deadline_passed};
 use self::request::{enter, not_ours, remember_admission, remember_request, take_up, write_state};
 use bloodraven_core::failover::planned::drain::CATCH_UP_RECHECK;
 
 /// What a drive left behind.
 #[derive(Debug)]
-pub struct Drive {
+pub(crate) struct Drive {
     /// The group as last written or read (status may have moved).
     pub group: MysqlFailoverGroup,
     /// The phase the request was left in; `None` when nothing runs.
@@ -79,7 +79,7 @@ pub struct Drive {
 
 impl Drive {
     /// Nothing running.
-    pub fn idle(group: MysqlFailoverGroup) -> Drive {
+    pub(crate) fn idle(group: MysqlFailoverGroup) -> Drive {
         Drive { group, phase: None, requeue: None, past_deadline: false, acted_on_sites: false }
     }
 
@@ -91,7 +91,7 @@ impl Drive {
     /// The request as status shows it, for a drive that ended with an
     /// error: the safety paths still run, and hold automatic failover only
     /// as far as that phase does.
-    pub fn as_stored(ctx: &Context, group: MysqlFailoverGroup) -> Drive {
+    pub(crate) fn as_stored(ctx: &Context, group: MysqlFailoverGroup) -> Drive {
         let phase =
             group.status.as_ref().and_then(|s| s.planned_failover.as_ref()).and_then(|p| Phase::parse(&p.phase));
         let drive =
@@ -115,25 +115,25 @@ impl Drive {
 
     /// A request is in a non-final phase: the group is unstable
     /// (`OperationInProgress`).
-    pub fn running(&self) -> bool {
+    pub(crate) fn running(&self) -> bool {
         self.phase.is_some_and(|p| !p.is_final())
     }
 
     /// The request is past its decision (`Promoting`, `Repointing`):
     /// `RecoveryPending`.
-    pub fn recovering(&self) -> bool {
+    pub(crate) fn recovering(&self) -> bool {
         matches!(self.phase, Some(Phase::Promoting | Phase::Repointing))
     }
 
     /// Automatic failover waits for the request: it is draining, within
     /// its own bound (see [`planned::holds_automatic_failover`]).
-    pub fn holds_automatic_failover(&self) -> bool {
+    pub(crate) fn holds_automatic_failover(&self) -> bool {
         self.phase.is_some_and(|p| planned::holds_automatic_failover(p, self.past_deadline))
     }
 
     /// Why automatic failover waits, for `AutomaticFailoverHeld`: the drain
     /// and its bound, with the deadline when status records the drain.
-    pub fn hold_message(&self) -> String {
+    pub(crate) fn hold_message(&self) -> String {
         let policy = &self.group.spec.failover;
         let bound = bounds(policy).total().as_secs();
         let history =
@@ -148,7 +148,7 @@ impl Drive {
 
     /// The request is decided and its target not yet promoted (`Promoting`):
     /// the fenced old primary has every write.
-    pub fn before_promotion(&self) -> bool {
+    pub(crate) fn before_promotion(&self) -> bool {
         self.phase == Some(Phase::Promoting)
     }
 }
@@ -158,7 +158,7 @@ impl Drive {
 /// step acts on them, so a request that has not fenced costs the round no
 /// probe of its own (against a primary that drops packets every probe costs
 /// `probeTimeoutSeconds`, and the emergency path runs after the drive).
-pub async fn drive(
+pub(crate) async fn drive(
     ctx: &Context,
     round: &mut RoundRecord,
     group: MysqlFailoverGroup,

@@ -46,7 +46,7 @@ pub(super) fn decode_owned(key: &GroupKey, lease: Option<&Lease>) -> Option<Gran
 /// The tombstone of `client`'s `operation_id` among `stored` (own, legacy)
 /// that belongs to `key`'s group: `client`'s own first, else one stored
 /// before tombstones recorded their client, which answers everyone.
-pub fn owned_tombstone(
+pub(crate) fn owned_tombstone(
     key: &GroupKey,
     client: &str,
     operation_id: &str,

@@ -38,14 +38,14 @@ use kube::Resource;
 use crate::controller::conditions::Computed;
 
 /// Type of the condition on the MysqlDatabase that reports its Service.
-pub const CONDITION: &str = "PrimaryService";
+pub(crate) const CONDITION: &str = "PrimaryService";
 
 /// Name of the port on the Service and the EndpointSlice.
 const PORT_NAME: &str = "mysql";
 
 /// The MysqlDatabase the objects belong to.
 #[derive(Clone, Copy, Debug)]
-pub struct Owner<'a> {
+pub(crate) struct Owner<'a> {
     /// `metadata.name`.
     pub name: &'a str,
     /// `metadata.namespace` (where the Service lives).
@@ -56,7 +56,7 @@ pub struct Owner<'a> {
 
 /// Where the Service should point: the group's decided active site.
 #[derive(Clone, Copy, Debug)]
-pub struct Decided<'a> {
+pub(crate) struct Decided<'a> {
     /// The group's name.
     pub group: &'a str,
     /// The active site's spec entry.
@@ -79,7 +79,7 @@ pub struct Decided<'a> {
 /// What to keep for one MysqlDatabase.
 #[derive(Clone, Debug, PartialEq)]
 #[allow(clippy::large_enum_variant)] // one plan per reconcile, consumed at once, never stored
-pub enum Plan {
+pub(crate) enum Plan {
     /// `<name>-primary` is not a valid Service name: nothing is written.
     NameInvalid(Computed),
     /// Keep `service`; keep `slice`, or delete the operator's EndpointSlice
@@ -103,7 +103,7 @@ pub enum Plan {
 /// conventions, "Service names"). A MysqlDatabase name is a DNS subdomain
 /// (up to 253 characters, may start with a digit or hold dots), so not
 /// every one has a Service; the error says what the limit is.
-pub fn service_name(name: &str) -> Result<String, String> {
+pub(crate) fn service_name(name: &str) -> Result<String, String> {
     let service = format!("{name}{PRIMARY_SERVICE_SUFFIX}");
     let bytes = service.as_bytes();
     let valid = service.len() <= 63
@@ -121,7 +121,7 @@ pub fn service_name(name: &str) -> Result<String, String> {
 
 /// How an active site's host can be a Service target.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Host {
+pub(crate) enum Host {
     /// An IP address an EndpointSlice may hold (canonical form).
     Ip(IpAddr),
     /// A DNS-1123 subdomain, lowercased, for an ExternalName Service.
@@ -135,7 +135,7 @@ pub enum Host {
 /// its IPv4 address. Refused as targets, as the API server refuses them in
 /// an EndpointSlice (and a Pod could not reach them): loopback,
 /// unspecified, link-local, multicast and broadcast addresses.
-pub fn classify(host: &str) -> Host {
+pub(crate) fn classify(host: &str) -> Host {
     if let Ok(ip) = host.parse::<IpAddr>() {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
@@ -176,7 +176,7 @@ pub fn classify(host: &str) -> Host {
 
 /// The plan for `owner`: pointing at `target`, or, when there is none,
 /// parked with `why` (what the condition says).
-pub fn plan(owner: Owner<'_>, target: Result<Decided<'_>, String>) -> Plan {
+pub(crate) fn plan(owner: Owner<'_>, target: Result<Decided<'_>, String>) -> Plan {
     let name = match service_name(owner.name) {
         Ok(name) => name,
         Err(message) => {
@@ -324,7 +324,7 @@ fn endpoint_slice(owner: Owner<'_>, name: &str, decided: Decided<'_>, ip: IpAddr
 
 /// Whether `meta` carries a controller ownerReference to the MysqlDatabase
 /// with UID `uid`: the only objects the operator ever changes or deletes.
-pub fn owned_by(meta: &ObjectMeta, uid: &str) -> bool {
+pub(crate) fn owned_by(meta: &ObjectMeta, uid: &str) -> bool {
     meta.owner_references.iter().flatten().any(|r| r.uid == uid && r.controller == Some(true))
 }
 
@@ -367,7 +367,7 @@ const KEPT_SPEC_KEYS: &[&str] = &[
 /// fields; `None` when there is nothing of the kind. Server-side apply
 /// takes back the fields the operator sets but leaves other managers'
 /// fields, and another manager's extra entries of `ports`, in place.
-pub fn stray_routing(have: &Service, want: &Service) -> Option<(serde_json::Value, Vec<String>)> {
+pub(crate) fn stray_routing(have: &Service, want: &Service) -> Option<(serde_json::Value, Vec<String>)> {
     // A change of type is the operator's own apply to make first (the API
     // server validates each type's fields together); strays are looked for
     // once the type is the wanted one.
@@ -432,7 +432,7 @@ const SERVICE_LABEL_PREFIX: &str = "service.kubernetes.io/";
 /// cluster IP: the field is immutable, so only deleting the Service undoes
 /// it, and a headless Service's name resolves to its endpoints' addresses
 /// without the port the operator maps.
-pub fn headless_instead(have: &Service, want: &Service) -> bool {
+pub(crate) fn headless_instead(have: &Service, want: &Service) -> bool {
     let cluster_ip = |s: &Service| s.spec.as_ref().and_then(|s| s.cluster_ip.clone());
     let type_of = |s: &Service| s.spec.as_ref().and_then(|s| s.type_.clone()).unwrap_or_else(|| "ClusterIP".into());
     cluster_ip(have).as_deref() == Some("None") && type_of(want) == "ClusterIP"
@@ -441,7 +441,7 @@ pub fn headless_instead(have: &Service, want: &Service) -> bool {
 /// The field managers other than the operator's that own any of `fields`
 /// (`spec.selector`, …) in `have`'s managedFields, for the Event that says
 /// who set them.
-pub fn managers_of(have: &Service, fields: &[String]) -> Vec<String> {
+pub(crate) fn managers_of(have: &Service, fields: &[String]) -> Vec<String> {
     let keys: Vec<String> = fields.iter().filter_map(|f| f.strip_prefix("spec.")).map(|k| format!("f:{k}")).collect();
     let labels: Vec<String> = fields
         .iter()
@@ -474,7 +474,7 @@ pub fn managers_of(have: &Service, fields: &[String]) -> Vec<String> {
 /// Whether the stored Service `have` already is `want` in every field the
 /// operator sets (server defaults such as `clusterIP` are ignored), so no
 /// write is needed.
-pub fn service_matches(have: &Service, want: &Service) -> bool {
+pub(crate) fn service_matches(have: &Service, want: &Service) -> bool {
     let ports = |s: &Service| {
         s.spec
             .as_ref()
@@ -496,7 +496,7 @@ pub fn service_matches(have: &Service, want: &Service) -> bool {
 
 /// Whether the stored EndpointSlice `have` already is `want` in every field
 /// the operator sets.
-pub fn slice_matches(have: &EndpointSlice, want: &EndpointSlice) -> bool {
+pub(crate) fn slice_matches(have: &EndpointSlice, want: &EndpointSlice) -> bool {
     let endpoints = |s: &EndpointSlice| {
         s.endpoints
             .iter()

@@ -34,7 +34,7 @@
 //!   makes of it (controller ownerReference: that object). They are the
 //!   only objects the operator deletes that are not its own.
 
-pub mod desired;
+pub(super) mod desired;
 
 use bloodraven_api::names::{PRIMARY_OF_LABEL, PRIMARY_SERVICE_FIELD_MANAGER};
 use bloodraven_api::v1alpha1::reason;
@@ -52,12 +52,12 @@ use self::desired::{CONDITION, Owner, Plan, owned_by};
 use crate::controller::conditions::Computed;
 use crate::controller::{Context, Error, kube_err};
 
-pub use self::desired::Decided;
+pub(super) use self::desired::Decided;
 
 /// The watch caches of the operator's `-primary` objects (label
 /// `bloodraven.shipstream.io/primary-of`).
 #[derive(Clone)]
-pub struct Primary {
+pub(super) struct Primary {
     /// `-primary` Services.
     pub services: Store<Service>,
     /// `-primary` EndpointSlices.
@@ -74,7 +74,7 @@ impl std::fmt::Debug for Primary {
 }
 
 /// The label selector of the caches: objects carrying the `primary-of` label.
-pub fn selector() -> &'static str {
+pub(super) fn selector() -> &'static str {
     PRIMARY_OF_LABEL
 }
 
@@ -293,7 +293,7 @@ async fn remove_stray_routing(
 /// two controllers that route a Service on behalf of whoever edits it (the
 /// EndpointSlice controller, for a selector; its mirroring controller, for
 /// an `Endpoints` object of the Service's name).
-pub const CONTROLLER_SLICES: &str = "endpointslice.kubernetes.io/managed-by in (endpointslice-controller.k8s.io,endpointslicemirroring-controller.k8s.io)";
+pub(super) const CONTROLLER_SLICES: &str = "endpointslice.kubernetes.io/managed-by in (endpointslice-controller.k8s.io,endpointslicemirroring-controller.k8s.io)";
 
 /// Who made a slice that routes our Service, and so what to delete.
 enum Made {
@@ -402,7 +402,7 @@ fn conflict(kind: &str, name: &str, namespace: &str) -> Computed {
 /// `PrimaryService` condition. Writes only as the leader and only what
 /// differs. Errors: a failed read or write (retried by the controller).
 #[allow(clippy::too_many_lines)] // the Service, then its EndpointSlice, each read, compared and written in order
-pub async fn keep(
+pub(super) async fn keep(
     ctx: &Context,
     primary: &Primary,
     db: &bloodraven_api::v1alpha1::MysqlDatabase,
