@@ -55,7 +55,6 @@ pub fn metric_families() -> Result<Vec<prometheus::core::Desc>, metrics::Metrics
 /// Runs the operator until SIGTERM or SIGINT.
 #[allow(clippy::too_many_lines)] // start-up in its order, one step a line or two
 pub async fn run(config: Config) -> anyhow::Result<()> {
-    failpoint::arm(config.failpoint.clone());
     let timings = config.leader_timings().map_err(anyhow::Error::msg)?;
     let identity = config.identity.clone().unwrap_or_else(default_identity);
     tracing::info!(
@@ -158,6 +157,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         authority,
         leases,
         tolerant,
+        failpoint: failpoint::Failpoint::armed(config.failpoint.as_deref()),
         groups: controller::failover_group::State {
             missed: failover::emergency::Missed::default(),
             replicas: controller::failover_group::replicas::Replicas::default(),

@@ -39,6 +39,8 @@ pub(crate) struct Context {
     pub leases: crate::lease::service::Service,
     /// The tolerant reader of Bloodraven's custom resources (watches and gets).
     pub tolerant: crate::tolerant::Tolerant,
+    /// The crash point armed for tests (`--failpoint`; none by default).
+    pub failpoint: crate::failpoint::Failpoint,
     /// What the failover-group controller keeps between rounds.
     pub groups: failover_group::State,
 }

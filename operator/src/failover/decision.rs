@@ -196,7 +196,7 @@ pub(crate) async fn decide(
     };
     let generation = previous.generation + 1;
     round.write(ctx, site, generation, extra).await?;
-    crate::failpoint::hit("decide-after-record");
+    ctx.failpoint.hit("decide-after-record");
     write_status(ctx, group, site, generation, emergency).await
 }
 

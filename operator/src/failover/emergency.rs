@@ -251,7 +251,7 @@ async fn decide(
         loss_accepted: loss.accepted && loss.abandoned.is_some(),
     };
     let decided = decision::decide(ctx, round, group, site, &extra, Some(&facts)).await?;
-    crate::failpoint::hit("emergency-after-decide");
+    ctx.failpoint.hit("emergency-after-decide");
     ctx.groups.missed.forget(&uid);
     tracing::warn!(group = %group.name_any(), site = %site, generation, missed = p.missed, abandoned = facts.abandoned_transactions, "emergency failover decided");
     publish(

@@ -161,7 +161,7 @@ async fn fence(
     match actions::fence(&target, &creds, step.flavor, step.fence_bound).await {
         Ok(done) => {
             tracing::info!(group = %group.name_any(), site = %site, killed = done.killed.len(), left = done.left.len(), "old primary fenced");
-            crate::failpoint::hit("planned-after-fence");
+            ctx.failpoint.hit("planned-after-fence");
         }
         Err(err) => {
             let (_, message) = crate::mysql::classify(&err);
@@ -207,7 +207,7 @@ async fn catch_up(
         return Ok(Some(Drive::at(group.clone(), Phase::Draining, CATCH_UP_RECHECK)));
     }
     local.caught_up = Some(reached);
-    crate::failpoint::hit("planned-after-catch-up");
+    ctx.failpoint.hit("planned-after-catch-up");
     local.promotion_position = Some(positions.binlog);
     Ok(None)
 }
@@ -260,7 +260,7 @@ async fn decide(
     let mut extra = rec.extra();
     extra.promotion_position = local.promotion_position.clone().or(step.tgt.as_ref().map(|o| o.gtid_position.clone()));
     let decided = decision::decide(ctx, round, group, &site, &extra, None).await?;
-    crate::failpoint::hit("planned-after-decide");
+    ctx.failpoint.hit("planned-after-decide");
     let generation = rec.generation + 1;
     tracing::info!(group = %group.name_any(), site = %site, generation, request_id = %state.request_id, "planned failover decided");
     publish(
@@ -293,7 +293,7 @@ async fn promote(ctx: &Context, group: &MysqlFailoverGroup, step: &Step, site: S
     }
     actions::promote(&at, &creds, step.flavor, step.action_bound).await.map_err(|e| site_err("promote", &site, &e))?;
     tracing::info!(group = %group.name_any(), site = %site, "promoted");
-    crate::failpoint::hit("planned-after-promote");
+    ctx.failpoint.hit("planned-after-promote");
     Ok(None)
 }
 
@@ -326,7 +326,7 @@ async fn repoint(
         .await
         .map_err(|e| site_err("repoint", &site, &e))?;
     tracing::info!(group = %group.name_any(), site = %site, source = %new_primary, "repointed");
-    crate::failpoint::hit("planned-after-repoint");
+    ctx.failpoint.hit("planned-after-repoint");
     Ok(None)
 }
 

@@ -228,7 +228,7 @@ pub(super) async fn enter(
         state.history.drain(1..=excess);
     }
     let written = write_state(ctx, group, state).await?;
-    crate::failpoint::hit(&format!("planned-entered-{}", phase.as_str()));
+    ctx.failpoint.hit(&format!("planned-entered-{}", phase.as_str()));
     let type_ = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
     // A phase entered again (Admitting after Deferred) is a transition of
     // its own: its count keeps the note, and so the Event, its own.
