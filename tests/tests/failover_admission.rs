@@ -50,8 +50,12 @@ async fn a_failover_hold_defers_the_planned_failover_until_release_and_until_lap
     assert_eq!(h.status, 201, "{h:?}");
     request(cluster, &group, "pdx", "d1").await;
     // Deferred, it holds nothing: automatic failover is not held for it.
-    let s = wait_status(cluster, &group, "d1 deferred, automatic failover not held", T, |s| {
+    let s = wait_status(cluster, &group, "d1 deferred, automatic failover not held, the group unstable", T, |s| {
         at_phase(s, "d1", "Deferred")?;
+        // The observer marks the group right after the phase is written.
+        if (s.stable, s.unstable_reason.as_deref()) != (Some(false), Some("OperationInProgress")) {
+            return Err(format!("stable {:?}, unstableReason {:?}", s.stable, s.unstable_reason));
+        }
         match condition(s, "AutomaticFailoverHeld") {
             Some(c) if c.status == "False" => Ok(()),
             other => Err(format!("{other:?}")),

@@ -229,7 +229,7 @@ async fn decide(
 ) -> Result<Outcome, Error> {
     let (active, site, loss) = (p.active, p.site, p.loss);
     let uid = group.meta().uid.clone().unwrap_or_default();
-    let Some(rec) = round.fresh(ctx).await?.cloned() else {
+    let Some(rec) = round.reread(ctx).await?.cloned() else {
         return Ok(Outcome::default());
     };
     if rec.tampered.is_some() || rec.active_site != active || rec.pending.is_some() {

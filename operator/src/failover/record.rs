@@ -399,17 +399,9 @@ impl Records {
             locked(&self.written).insert(record_name(group), v.clone());
         }
         self.note_decided(group_uid, generation);
-        Ok(Record {
-            active_site: active_site.to_owned(),
-            generation,
-            group_uid: group_uid.to_owned(),
-            resource_version: written.metadata.resource_version,
-            promotion_position: extra.promotion_position.clone(),
-            requests,
-            pending: extra.pending.clone(),
-            admitted: extra.admitted.clone(),
-            tampered: None,
-        })
+        // What a read of it gives, exactly (a copy built from `extra` would
+        // differ: an empty promotion position past bootstrap is a position).
+        Ok(decode(&self.key, &written))
     }
 
     /// Deletes the record of a deleted group (best effort: a leftover record

@@ -8,7 +8,10 @@
 //! with status and has nothing in flight). An engine that is about to act on
 //! the record (take up a request, admit it, decide) asks for it with
 //! [`RoundRecord::fresh`]: a cached copy is then read once from the API
-//! server, and what the round writes is fresh by construction. Every write
+//! server, and what the round writes is fresh by construction. An action
+//! that changes the decision or a site on the strength of the record (a
+//! decision, finishing a pending promotion) reads it once more right before
+//! ([`RoundRecord::reread`]): by then the copy may be seconds old. Every write
 //! is a compare-and-swap on the copy the round holds, so a record changed
 //! by anyone else since fails the write (409) instead of being overwritten;
 //! the copy is then read again by the next action that needs it.
@@ -81,6 +84,19 @@ impl RoundRecord {
             self.source = Source::Fresh;
         }
         Ok(self.record.as_ref())
+    }
+
+    /// The record read from the API server now, for an action that changes
+    /// the decision or a site on the strength of it (a decision, finishing
+    /// a pending promotion): the round's copy may be seconds old by then
+    /// (probes, a fence, a catch-up), and a record edited meanwhile must
+    /// stop the action, not fail its write after the site was changed.
+    ///
+    /// # Errors
+    /// The API read failed.
+    pub(crate) async fn reread(&mut self, ctx: &Context) -> Result<Option<&Record>, Error> {
+        self.source = Source::Cache;
+        self.fresh(ctx).await
     }
 
     /// Writes `site` at `generation` with `extra`, compare-and-swap on the

@@ -79,23 +79,27 @@ pub(crate) struct Service {
     changes: Changes,
 }
 
-/// Generation and stability of a group, from its status. A planned
-/// failover whose phase is written and not final makes the group unstable
-/// (`OperationInProgress`) at once, before the observer's next write of
-/// `stable`: the engine writes its phase before it touches a site, so no
-/// grant slips in between (a phase this operator does not know, written by
-/// hand, is no operation).
+/// Generation and stability of a group, from its status: `stable` and
+/// `unstableReason` as the observer wrote them, except that a planned
+/// failover whose phase is written and not final makes a stable group
+/// unstable (`OperationInProgress`) at once. The engine writes its phase
+/// before it touches a site and the observer marks the group right after;
+/// no grant slips in between the two writes (a phase this operator does not
+/// know, written by hand, is no operation). A request shown `Deferred` defers
+/// only while the observer says the operation is what holds the group: one
+/// the engine no longer drives (the group in `DecisionConflict`, say) keeps
+/// no lease alive.
 pub(crate) fn facts_of(group: &MysqlFailoverGroup) -> GroupFacts {
     use bloodraven_api::v1alpha1::PlannedFailoverPhase as Phase;
+    use bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS;
     let status = group.status.clone().unwrap_or_default();
     let running =
         status.planned_failover.as_ref().and_then(|p| Phase::parse(&p.phase)).filter(|phase| !phase.is_final());
-    let unstable_reason = match (running, status.stable) {
-        (Some(_), _) => Some(bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS.to_owned()),
-        (None, Some(true)) => None,
-        (None, _) => Some(status.unstable_reason.unwrap_or_else(|| "NotObserved".to_owned())),
+    let unstable_reason = match status.stable {
+        Some(true) => running.map(|_| OPERATION_IN_PROGRESS.to_owned()),
+        _ => Some(status.unstable_reason.unwrap_or_else(|| "NotObserved".to_owned())),
     };
-    let deferring = running == Some(Phase::Deferred);
+    let deferring = running == Some(Phase::Deferred) && unstable_reason.as_deref() == Some(OPERATION_IN_PROGRESS);
     GroupFacts { generation: status.topology_generation, unstable_reason, deferring }
 }
 
@@ -507,9 +511,20 @@ mod tests {
         }
         let f = facts_of(&group(Some(true), None, Some("Deferred")));
         assert_eq!((f.unstable_reason.as_deref(), f.deferring), (Some("OperationInProgress"), true));
-        // A problem the probes found gives way to the operation, as in status.
-        let f = facts_of(&group(Some(false), Some("Degraded"), Some("Draining")));
-        assert_eq!(f.unstable_reason.as_deref(), Some("OperationInProgress"));
+        // The observer's mark, as it writes it right after the phase.
+        let f = facts_of(&group(Some(false), Some("OperationInProgress"), Some("Deferred")));
+        assert_eq!((f.unstable_reason.as_deref(), f.deferring), (Some("OperationInProgress"), true));
+    }
+
+    #[test]
+    fn a_request_the_engine_no_longer_drives_defers_nothing() {
+        // The group in DecisionConflict (or an invalid spec): the engine is
+        // not run, the observer says why, and a Deferred phase left in
+        // status keeps no lease alive.
+        for why in ["DecisionConflict", "Degraded"] {
+            let f = facts_of(&group(Some(false), Some(why), Some("Deferred")));
+            assert_eq!((f.unstable_reason.as_deref(), f.deferring), (Some(why), false), "{why}");
+        }
     }
 
     #[test]

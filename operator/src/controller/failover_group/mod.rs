@@ -42,7 +42,7 @@ use kube::{Api, Resource, ResourceExt};
 
 use self::assess::{Assessment, Decided, SiteProbe, assess, validate_spec};
 use self::report::{announce, diverged_condition, health_of, operation_conditions, record_metrics, write_observation};
-pub(crate) use self::report::{endpoint_of, publish};
+pub(crate) use self::report::{endpoint_of, mark_operation_in_progress, publish};
 use super::conditions::Computed;
 use super::{Context, Ctx, Error, kube_err};
 use crate::failover::round::RoundRecord;
@@ -310,8 +310,11 @@ async fn planned_failover(
             later.keep("planned failover", e)?;
             // The drive may have written before it failed, or failed a write
             // on a record someone else changed: act on the group and the
-            // record as stored.
-            round.fresh(ctx).await?;
+            // record as stored (a record that cannot be read now is read by
+            // the next action that needs it; the safety paths still run).
+            if let Err(e) = round.fresh(ctx).await {
+                later.keep("decision record", e)?;
+            }
             match api.get_opt(&name).await.map_err(kube_err("read the group after a failed drive"))? {
                 Some(g) => planned::Drive::as_stored(ctx, g),
                 None => return Ok(None),
@@ -399,6 +402,10 @@ async fn safety_paths(
             resolution = decided_now(&group, resolution);
         }
         recovery = out.blocked;
+        if round.get().is_some_and(|r| r.pending.is_some()) {
+            // A pending promotion is finished on the record as it is now.
+            round.reread(ctx).await?;
+        }
         current = round.trusted().cloned();
         if let Some(rec) = current.clone() {
             if let Some(pending) = emergency::recover(ctx, round, &group, &rec, &probes).await? {

@@ -210,6 +210,38 @@ pub(super) async fn write_observation(
     }
 }
 
+/// Marks `group` unstable (`OperationInProgress`) the moment an operation
+/// starts running, rather than at the end of the round: the operation may
+/// fence a site before the round's observation is written, and `kubectl get`
+/// or automation reading `status.stable` must not see `true` meanwhile. The
+/// observer's field manager writes it, so `stable` and `unstableReason` keep
+/// one writer. A merge patch with the resourceVersion of `group` (the phase
+/// just written); returns the group as written. Nothing is written when
+/// status already says so.
+pub(crate) async fn mark_operation_in_progress(
+    ctx: &Context,
+    group: MysqlFailoverGroup,
+) -> Result<MysqlFailoverGroup, Error> {
+    let status = group.status.as_ref();
+    if status
+        .is_some_and(|s| s.stable == Some(false) && s.unstable_reason.as_deref() == Some(reason::OPERATION_IN_PROGRESS))
+    {
+        return Ok(group);
+    }
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    let patch = json!({
+        "metadata": { "resourceVersion": group.resource_version() },
+        "status": { "stable": false, "unstableReason": reason::OPERATION_IN_PROGRESS },
+    });
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    let params = PatchParams { field_manager: Some(OBSERVER_FIELD_MANAGER.into()), ..PatchParams::default() };
+    api.patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("mark the group unstable for an operation"))
+}
+
 /// The `host:port` of `site` in `spec`, as [`SiteHealth::answered_endpoint`] records it.
 pub(crate) fn endpoint_of(spec: &bloodraven_api::v1alpha1::MysqlFailoverGroupSpec, site: &str) -> Option<String> {
     spec.sites.iter().find(|s| s.name == site).map(|s| format!("{}:{}", s.host, s.port))

@@ -248,7 +248,7 @@ async fn decide(
     step: &Step,
     site: String,
 ) -> Result<Option<Drive>, Error> {
-    let Some(rec) = round.fresh(ctx).await?.cloned() else {
+    let Some(rec) = round.reread(ctx).await?.cloned() else {
         return Err(Error::Site { action: "decide for", site, message: "the decision record is gone".into() });
     };
     if rec.tampered.is_some() || rec.active_site != step.source {

@@ -5,7 +5,7 @@
 use super::MAX_HISTORY;
 use crate::controller::Context;
 use crate::controller::Error;
-use crate::controller::failover_group::publish;
+use crate::controller::failover_group::{mark_operation_in_progress, publish};
 use crate::controller::kube_err;
 use crate::failover::record;
 use crate::failover::round::RoundRecord;
@@ -269,10 +269,11 @@ pub(super) fn replacing(stored: Option<&PlannedFailoverStatus>, state: &PlannedF
     new
 }
 
-/// Writes `status.plannedFailover` with the resourceVersion of `group`.
-/// A phase that is not final makes the deploy API answer `423` at once
-/// (`lease::service::facts_of`); `stable` and `unstableReason` are the
-/// observer's, written at the end of the round.
+/// Writes `status.plannedFailover` with the resourceVersion of `group`,
+/// and, when the phase is not final, has the observer mark the group
+/// unstable (`OperationInProgress`) right after, so the deploy API answers
+/// `423` at once (it also reads the phase itself, for the moment between the
+/// two writes: `lease::service::facts_of`).
 pub(super) async fn write_state(
     ctx: &Context,
     group: &MysqlFailoverGroup,
@@ -290,9 +291,14 @@ pub(super) async fn write_state(
     let patch = json!({ "metadata": { "resourceVersion": group.resource_version() }, "status": status });
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     let params = PatchParams { field_manager: Some(ENGINE_FIELD_MANAGER.into()), ..PatchParams::default() };
-    api.patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
+    let written = api
+        .patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
         .await
-        .map_err(kube_err("write the planned failover's progress"))
+        .map_err(kube_err("write the planned failover's progress"))?;
+    if Phase::parse(&state.phase).is_some_and(|p| !p.is_final()) {
+        return mark_operation_in_progress(ctx, written).await;
+    }
+    Ok(written)
 }
 
 /// The group's decision record for a write that needs it, read afresh when
@@ -314,5 +320,13 @@ async fn keep_decision(
     rec: &record::Record,
     extra: &record::Extra,
 ) -> Result<(), Error> {
+    if let Some(how) = &rec.tampered {
+        // Rewriting it would give a hand edit a valid digest.
+        return Err(Error::Site {
+            action: "record a planned failover for",
+            site: rec.active_site.clone(),
+            message: format!("the decision record was edited by hand ({how}); see the DecisionConflict condition"),
+        });
+    }
     round.write(ctx, &rec.active_site, rec.generation, extra).await.map(drop)
 }
