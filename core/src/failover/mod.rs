@@ -4,8 +4,8 @@
 //! returning former primary diverged, and [`abandoned`], what a promotion
 //! abandons of what the primary was last seen with, and [`replica`], the
 //! replica check of every round (errant transactions, stalls), and the
-//! decision table of the planned disruption that runs a user's Job on each
-//! site, [`ordered_update`], built on the planned failover's
+//! decision tables of the two planned disruptions that run a user's Job:
+//! [`ordered_update`] and [`restore`], built on the planned failover's
 //! admission and switchover with what they share in [`disruption`]. The
 //! operator's failover-group controller runs them against the sites.
 
@@ -15,3 +15,4 @@ pub mod emergency;
 pub mod ordered_update;
 pub mod planned;
 pub mod replica;
+pub mod restore;
