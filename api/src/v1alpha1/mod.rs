@@ -23,7 +23,7 @@ pub use failover_group::{
     MysqlFailoverGroup, MysqlFailoverGroupSpec, MysqlFailoverGroupStatus, NamespacesFrom, PhaseTransition,
     PlannedFailoverAdmission, PlannedFailoverRequest, PlannedFailoverStatus, SecretRef, Site, SiteHealth,
 };
-pub use phase::PlannedFailoverPhase;
+pub use phase::{OrderedUpdatePhase, PlannedFailoverPhase, RestorePhase};
 
 /// `metav1.Condition`, as every status here uses it.
 #[cfg(feature = "crd")]

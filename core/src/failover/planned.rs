@@ -123,9 +123,53 @@ pub enum Action {
 /// one at a time, and this one has not decided), so a request that sees it
 /// was superseded.
 fn superseded(old: &str, facts: &Facts) -> bool {
-    let generation_moved =
-        matches!((facts.generation, facts.source_generation), (Some(now), Some(then)) if now != then);
-    facts.active != old || generation_moved
+    moved(old, &facts.active, facts.generation, facts.source_generation)
+}
+
+/// Whether the decision moved away from `expected` at generation `since`:
+/// the active site is another, or the generation is (an unreadable
+/// generation, or a request taken up before it was recorded, leaves the
+/// site to decide). The supersession test of every planned disruption.
+pub(crate) fn moved(expected: &str, active: &str, generation: Option<i64>, since: Option<i64>) -> bool {
+    let generation_moved = matches!((generation, since), (Some(now), Some(then)) if now != then);
+    active != expected || generation_moved
+}
+
+/// What admission decides: the rule every planned disruption shares (the
+/// planned failover, the ordered update, restore-in-place; the seed's "What
+/// a hold holds": they all wait behind a hold in the same way).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Admission {
+    /// A live failover-hold blocks: defer, and retry when it ends.
+    Defer {
+        /// The blocking operationId.
+        operation_id: String,
+        /// Its instance.
+        instance: String,
+    },
+    /// Deferred, and the hold ended: admit again from the start.
+    Revalidate,
+    /// No hold, and the request's own check passed: go on.
+    Admit,
+    /// No hold, and the request's own check failed: why.
+    Refuse(String),
+}
+
+/// Admission of a request that is `deferred` (else admitting): a live
+/// `hold` defers whatever else holds; a deferred request revalidates once
+/// the hold is gone, never goes straight on; then `ready`, the request's own
+/// check, admits or refuses.
+pub fn admission(deferred: bool, hold: Option<&(String, String)>, ready: &Result<(), String>) -> Admission {
+    if let Some((operation_id, instance)) = hold {
+        return Admission::Defer { operation_id: operation_id.clone(), instance: instance.clone() };
+    }
+    if deferred {
+        return Admission::Revalidate;
+    }
+    match ready {
+        Ok(()) => Admission::Admit,
+        Err(why) => Admission::Refuse(why.clone()),
+    }
 }
 
 /// Whether a request in `phase` holds the operator's automatic failover
@@ -153,16 +197,11 @@ pub fn next(phase: Phase, old: &str, facts: &Facts) -> Action {
         )),
         Phase::Pending => Action::Enter(Phase::Admitting),
         Phase::Admitting | Phase::Deferred => {
-            if let Some((operation_id, instance)) = &facts.hold {
-                return Action::Defer { operation_id: operation_id.clone(), instance: instance.clone() };
-            }
-            if phase == Phase::Deferred {
-                // The hold ended: revalidate.
-                return Action::Enter(Phase::Admitting);
-            }
-            match &facts.target_ready {
-                Ok(()) => Action::Enter(Phase::Draining),
-                Err(why) => Action::Fail(format!("target {} is not ready: {why}", facts.target)),
+            match admission(phase == Phase::Deferred, facts.hold.as_ref(), &facts.target_ready) {
+                Admission::Defer { operation_id, instance } => Action::Defer { operation_id, instance },
+                Admission::Revalidate => Action::Enter(Phase::Admitting),
+                Admission::Admit => Action::Enter(Phase::Draining),
+                Admission::Refuse(why) => Action::Fail(format!("target {} is not ready: {why}", facts.target)),
             }
         }
         Phase::Draining => {
