@@ -136,8 +136,9 @@ pub(crate) fn moved(expected: &str, active: &str, generation: Option<i64>, since
 }
 
 /// What admission decides: the rule every planned disruption shares (the
-/// planned failover, the ordered update, restore-in-place; the seed's "What
-/// a hold holds": they all wait behind a hold in the same way).
+/// planned failover, the ordered update, restore-in-place: each waits behind
+/// a live failover-hold in the same way; docs/failover.md, "What a hold
+/// holds").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Admission {
     /// A live failover-hold blocks: defer, and retry when it ends.
