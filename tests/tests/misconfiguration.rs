@@ -28,8 +28,11 @@ async fn bad_secret_host_and_password_are_explained_and_other_groups_keep_reconc
     // starting): it does nothing and says so once.
     let deprecated = ["--status-heartbeat-seconds".to_owned(), "2".to_owned()];
     let operator = Operator::start_with(&cluster, &ns, &ns.name, "op", LeaderTimings::default(), &deprecated).await;
-    let warnings = operator.log().matches("--status-heartbeat-seconds is deprecated").count();
-    assert_eq!(warnings, 1, "one deprecation warning at start; log:\n{}", operator.log_tail());
+    let warnings = || operator.log().matches("--status-heartbeat-seconds is deprecated").count();
+    wait_for("the deprecation warning", T, || async {
+        if warnings() > 0 { Ok(()) } else { Err(format!("log:\n{}", operator.log_tail())) }
+    })
+    .await;
     let label = &ns.name;
 
     let good = format!("{}-good", ns.name);
@@ -92,6 +95,7 @@ async fn bad_secret_host_and_password_are_explained_and_other_groups_keep_reconc
     wait_status(&cluster, &good, "the good group to bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
     let before = operator.last_probe(&good).await.unwrap();
     operator.wait_probed_after(&good, before + 2.0, T).await;
+    assert_eq!(warnings(), 1, "the deprecation warning is logged once, at start");
 
     // Fixing the Secret fixes the group, with no restart.
     ns.credentials_secret("missing-secret", "bloodraven", OPERATOR_DB_PASSWORD).await;
