@@ -115,14 +115,12 @@ pub struct Config {
     #[arg(long, env = "BLOODRAVEN_TOKEN_REVIEW_CACHE_SECONDS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=300))]
     pub token_review_cache_seconds: u64,
 
-    /// Longest time, in seconds, a group's status goes unwritten while
-    /// nothing in it changes: status is written when an observation changes,
-    /// and otherwise at least this often to refresh
-    /// `status.health[].lastProbeTime` (and GTID positions and small lag
-    /// moves). Each group costs the API server about one write per this
-    /// many seconds at steady state.
-    #[arg(long, env = "BLOODRAVEN_STATUS_HEARTBEAT_SECONDS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=600))]
-    pub status_heartbeat_seconds: u64,
+    /// Deprecated, no effect: a group's status is written only when
+    /// something in it changes, never because it is old. Still accepted so
+    /// that existing manifests keep starting; a value logs one warning at
+    /// start.
+    #[arg(long, env = "BLOODRAVEN_STATUS_HEARTBEAT_SECONDS", value_parser = clap::value_parser!(u64))]
+    pub status_heartbeat_seconds: Option<u64>,
 
     /// Most failover groups reconciled (probed, acted on, status written)
     /// at once. A group's reconcile is mostly waiting on MySQL and the API
@@ -152,5 +150,21 @@ impl Config {
             ));
         }
         Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deprecated_status_heartbeat_is_still_accepted() {
+        let unset = Config::try_parse_from(["bloodraven-operator"]).unwrap();
+        assert_eq!(unset.status_heartbeat_seconds, None, "no value: no deprecation warning");
+        // Every value it took before still starts the operator.
+        for seconds in ["1", "60", "600"] {
+            let set = Config::try_parse_from(["bloodraven-operator", "--status-heartbeat-seconds", seconds]).unwrap();
+            assert_eq!(set.status_heartbeat_seconds, seconds.parse().ok());
+        }
     }
 }

@@ -72,9 +72,14 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
         deploy_api_addr = %config.deploy_api_addr,
         deploy_api_max_connections = config.deploy_api_max_connections,
         credentials_namespace = %config.credentials_namespace.as_deref().unwrap_or(&config.namespace),
-        status_heartbeat_seconds = config.status_heartbeat_seconds,
         "starting bloodraven-operator"
     );
+    if let Some(seconds) = config.status_heartbeat_seconds {
+        tracing::warn!(
+            status_heartbeat_seconds = seconds,
+            "--status-heartbeat-seconds is deprecated and has no effect: status is written only when it changes"
+        );
+    }
     // Every listener is bound before anything else (before leader election
     // too): a port that is taken ends the process here, never after it
     // reported ready or became leader.
@@ -163,7 +168,6 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             replicas: controller::failover_group::replicas::Replicas::default(),
             drains: failover::planned::DrainsSeen::default(),
             bypass: controller::failover_group::bypass::Checks::default(),
-            status_heartbeat: std::time::Duration::from_secs(config.status_heartbeat_seconds),
             credentials: controller::failover_group::credentials::Cache::start(&client, &credentials_namespace),
             records,
         },

@@ -23,6 +23,11 @@ pub(crate) struct Metrics {
     pub site_writable: IntGaugeVec,
     /// `bloodraven_replication_lag_seconds{group,site}`: the replica's lag (absent when unknown).
     pub replication_lag_seconds: GaugeVec,
+    /// `bloodraven_site_last_probe_timestamp_seconds{group,site}`: when the
+    /// leader last probed the site (answered or not), in seconds since the
+    /// epoch. It moves every probe interval, where the group's status is
+    /// written only when something in it changes.
+    pub site_last_probe_timestamp_seconds: GaugeVec,
     /// `bloodraven_group_stable{group}`: 1 when the group is stable.
     pub group_stable: IntGaugeVec,
     /// `bloodraven_reconcile_total{controller}`: reconciles started.
@@ -59,8 +64,7 @@ pub(crate) struct Metrics {
     /// state.
     pub primary_service_writes_total: IntCounterVec,
     /// `bloodraven_status_writes_total{outcome}`: observations of a group's
-    /// probes, `written` (status applied: something changed, or the
-    /// heartbeat was due) or `unchanged` (the status already said so; no
+    /// probes, `written` (status applied: something in it changed) or `unchanged` (the status already said so; no
     /// API request). Mostly `unchanged` at steady state.
     pub status_writes_total: IntCounterVec,
     /// `bloodraven_decision_record_reads_total{source}`: reads of a group's
@@ -101,6 +105,13 @@ impl Metrics {
         )?;
         let replication_lag_seconds = GaugeVec::new(
             Opts::new("bloodraven_replication_lag_seconds", "Replication lag of the site in seconds"),
+            &["group", "site"],
+        )?;
+        let site_last_probe_timestamp_seconds = GaugeVec::new(
+            Opts::new(
+                "bloodraven_site_last_probe_timestamp_seconds",
+                "When the leader last probed the site (answered or not), in seconds since the epoch",
+            ),
             &["group", "site"],
         )?;
         let group_stable =
@@ -193,6 +204,7 @@ impl Metrics {
         register(Box::new(site_up.clone()))?;
         register(Box::new(site_writable.clone()))?;
         register(Box::new(replication_lag_seconds.clone()))?;
+        register(Box::new(site_last_probe_timestamp_seconds.clone()))?;
         register(Box::new(group_stable.clone()))?;
         register(Box::new(reconcile_total.clone()))?;
         register(Box::new(reconcile_errors_total.clone()))?;
@@ -211,6 +223,7 @@ impl Metrics {
             site_up,
             site_writable,
             replication_lag_seconds,
+            site_last_probe_timestamp_seconds,
             group_stable,
             reconcile_total,
             reconcile_errors_total,
@@ -268,6 +281,7 @@ impl Metrics {
         self.site_up.reset();
         self.site_writable.reset();
         self.replication_lag_seconds.reset();
+        self.site_last_probe_timestamp_seconds.reset();
         self.deploy_leases_active.reset();
     }
 
@@ -281,6 +295,7 @@ impl Metrics {
             let _ = self.site_up.remove_label_values(&labels);
             let _ = self.site_writable.remove_label_values(&labels);
             let _ = self.replication_lag_seconds.remove_label_values(&labels);
+            let _ = self.site_last_probe_timestamp_seconds.remove_label_values(&labels);
         }
     }
 }
@@ -305,6 +320,7 @@ mod tests {
         assert!(body.contains("bloodraven_topology_generation{group=\"g\"} 3"), "{body}");
         m.site_up.with_label_values(&["g", "iad"]).set(1);
         m.site_up.with_label_values(&["h", "iad"]).set(1);
+        m.site_last_probe_timestamp_seconds.with_label_values(&["g", "pdx"]).set(1.7e9);
         m.forget_group("g", &["iad", "pdx"]);
         let body = m.render();
         assert!(!body.contains("group=\"g\""), "a deleted group leaves no series: {body}");
@@ -319,6 +335,7 @@ mod tests {
         m.site_up.with_label_values(&["g", "iad"]).set(1);
         m.site_writable.with_label_values(&["g", "iad"]).set(1);
         m.replication_lag_seconds.with_label_values(&["g", "pdx"]).set(0.5);
+        m.site_last_probe_timestamp_seconds.with_label_values(&["g", "pdx"]).set(1.7e9);
         m.deploy_leases_active.with_label_values(&["g", "migration"]).set(1);
         m.leader.set(1);
         m.forget_groups();

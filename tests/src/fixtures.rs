@@ -127,15 +127,6 @@ pub fn is_ready_at(s: &MysqlFailoverGroupStatus, site: &str, generation: i64) ->
     Ok(())
 }
 
-/// The newest `lastProbeTime` over all sites, in seconds since the epoch.
-pub fn last_probe(s: &MysqlFailoverGroupStatus) -> Option<f64> {
-    s.health
-        .iter()
-        .filter_map(|h| h.last_probe_time.as_ref())
-        .map(|t| t.0.as_millisecond() as f64 / 1000.0)
-        .reduce(f64::max)
-}
-
 /// Events about the cluster-scoped group `name` (recorded in `default`).
 pub async fn group_events(cluster: &Cluster, name: &str) -> Vec<Event> {
     let api: Api<Event> = Api::namespaced(cluster.client.clone(), "default");

@@ -47,21 +47,6 @@ struct RbacFile {
     namespace_rules: Vec<PolicyRule>,
 }
 
-/// Seconds of [`fast_heartbeat`].
-pub const FAST_HEARTBEAT_SECONDS: u64 = 2;
-
-/// Flags for a test whose claim is that an operator keeps probing a group
-/// (a new leader, a restarted process, a group beside broken ones): status
-/// is written when an observation changes and otherwise once per
-/// `--status-heartbeat-seconds` (60 s by default), so with this heartbeat
-/// `lastProbeTime` moves every [`FAST_HEARTBEAT_SECONDS`] while, and only
-/// while, the operator probes and writes. Other tests keep the default, so
-/// a change that is not written fails them instead of being hidden by the
-/// heartbeat.
-pub fn fast_heartbeat() -> Vec<String> {
-    vec!["--status-heartbeat-seconds".to_owned(), FAST_HEARTBEAT_SECONDS.to_string()]
-}
-
 /// One running operator process.
 #[derive(Debug)]
 pub struct Operator {
@@ -294,6 +279,35 @@ impl Operator {
             let _ = child.kill().await;
             false
         }
+    }
+
+    /// When this process last probed group `name`: the newest
+    /// `bloodraven_site_last_probe_timestamp_seconds` of its sites, in
+    /// seconds since the epoch. The group's status is written only when it
+    /// changes, so its `lastProbeTime` cannot show that probing goes on;
+    /// this gauge moves every probe interval on the leader.
+    pub async fn last_probe(&self, name: &str) -> Result<f64, String> {
+        let metrics = self.metrics().await?;
+        let prefix = format!("bloodraven_site_last_probe_timestamp_seconds{{group=\"{name}\",");
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .reduce(f64::max)
+            .ok_or_else(|| format!("no probe of {name} on {}", self.identity))
+    }
+
+    /// Waits until this process has probed group `name` after `after`
+    /// (seconds since the epoch); returns that probe's time.
+    pub async fn wait_probed_after(&self, name: &str, after: f64, timeout: Duration) -> f64 {
+        crate::wait_for(&format!("a probe of {name} by {}", self.identity), timeout, || async {
+            match self.last_probe(name).await {
+                Ok(t) if t > after => Ok(t),
+                Ok(t) => Err(format!("last probe at {t}, waiting for one after {after}")),
+                Err(e) => Err(e),
+            }
+        })
+        .await
     }
 
     /// The text of `/metrics`.

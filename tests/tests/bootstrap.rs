@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use bloodraven_e2e::Operator;
-use bloodraven_e2e::fixtures::{Scenario, last_probe, wait_event, wait_status};
-use bloodraven_e2e::operator::{LeaderTimings, fast_heartbeat};
+use bloodraven_e2e::fixtures::{Scenario, wait_event, wait_status};
+use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::wait::wait_for;
 
 const T: Duration = Duration::from_secs(60);
@@ -85,16 +85,13 @@ async fn restarting_the_operator_keeps_the_topology_generation() {
     let first = &mut sc.operators[0];
     assert!(first.stop().await, "SIGTERM must end the operator cleanly; log:\n{}", first.log_tail());
     let stopped_at = k8s_openapi::jiff::Timestamp::now().as_millisecond() as f64 / 1000.0;
-    // Its fresh probes are read from lastProbeTime: a short heartbeat.
-    let second =
-        Operator::start_with(cluster, ns, &ns.name, "second", LeaderTimings::default(), &fast_heartbeat()).await;
-    // Several fresh probes by the new process, all at generation 1.
-    for round in 1..=3 {
-        let s = wait_status(cluster, &name, "probes by the restarted operator", T, |s| match last_probe(s) {
-            Some(t) if t > stopped_at + f64::from(round) => Ok(()),
-            other => Err(format!("last probe {other:?}")),
-        })
-        .await;
+    let second = Operator::start(cluster, ns, &ns.name, "second", LeaderTimings::default()).await;
+    // Several fresh probes by the new process (its probe gauge: an unchanged
+    // status is not rewritten), all at generation 1.
+    let mut probed = stopped_at;
+    for _ in 1..=3 {
+        probed = second.wait_probed_after(&name, probed, T).await;
+        let s = wait_status(cluster, &name, "the status after a probe by the restarted operator", T, |_| Ok(())).await;
         assert_eq!(
             s.topology_generation,
             Some(1),

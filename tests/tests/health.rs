@@ -122,9 +122,9 @@ fn status_writes(metrics: &str, outcome: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Status is written when an observation changes, not on
-/// every probe. With the default 60 s heartbeat and a 1 s probe interval, a
-/// steady group goes many probes without a write; a change is written at once.
+/// Status is written when an observation changes, not on every probe and
+/// never because it is old: at a 1 s probe interval a steady group goes
+/// many probes without a write; a change is written at once.
 #[tokio::test]
 async fn an_unchanged_group_is_not_rewritten_and_a_change_is() {
     let sc = Scenario::start("quiet", 1, LeaderTimings::default()).await;

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use bloodraven_api::names::LEADER_LEASE_NAME;
-use bloodraven_e2e::fixtures::{create_group, group, is_ready_at, last_probe, wait_status};
-use bloodraven_e2e::operator::{LeaderTimings, fast_heartbeat};
+use bloodraven_e2e::fixtures::{create_group, group, is_ready_at, wait_status};
+use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::wait::wait_for;
 use bloodraven_e2e::{Cluster, Operator, SitePair, cluster::OPERATOR_DB_PASSWORD};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -34,10 +34,8 @@ async fn killing_the_leader_hands_over_within_the_lease_duration() {
     let pair = SitePair::start("leader");
     ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
     let timings = LeaderTimings::default();
-    // Whether the new leader keeps status current is read from
-    // lastProbeTime: a short heartbeat, on both (either may lead first).
-    let mut a = Operator::start_with(&cluster, &ns, &ns.name, "a", timings, &fast_heartbeat()).await;
-    let mut b = Operator::start_with(&cluster, &ns, &ns.name, "b", timings, &fast_heartbeat()).await;
+    let mut a = Operator::start(&cluster, &ns, &ns.name, "a", timings).await;
+    let mut b = Operator::start(&cluster, &ns, &ns.name, "b", timings).await;
     let name = format!("{}-g", ns.name);
     create_group(&cluster, &group(&name, &ns.name, pair.sites(&ns.name, "site-creds"), "iad")).await;
     wait_status(&cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
@@ -80,12 +78,10 @@ async fn killing_the_leader_hands_over_within_the_lease_duration() {
         "takeover took {takeover:?}"
     );
 
-    // The new leader keeps status current: fresh probes after the kill, same generation.
-    let s = wait_status(&cluster, &name, "probes by the new leader", T, |s| match last_probe(s) {
-        Some(t) if t > killed_at + 1.0 => Ok(()),
-        other => Err(format!("last probe {other:?}")),
-    })
-    .await;
+    // The new leader probes the group: fresh probes after the kill (its
+    // probe gauge; a follower probes nothing), same generation.
+    follower.wait_probed_after(&name, killed_at + 1.0, T).await;
+    let s = wait_status(&cluster, &name, "the status after a probe by the new leader", T, |_| Ok(())).await;
     assert_eq!(s.topology_generation, Some(1));
     wait_for("the new leader's metric", T, || async {
         follower.metrics().await.map(|m| leader_metric(&m)).and_then(|b| if b { Ok(()) } else { Err("0".into()) })

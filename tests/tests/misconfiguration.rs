@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use bloodraven_api::v1alpha1::{DeploymentClient, FailoverGroupRef, MysqlDatabase, MysqlDatabaseSpec, SecretRef};
-use bloodraven_e2e::fixtures::{create_group, group, has_condition, is_ready_at, last_probe, wait_event, wait_status};
-use bloodraven_e2e::operator::{LeaderTimings, fast_heartbeat};
+use bloodraven_e2e::fixtures::{create_group, group, has_condition, is_ready_at, wait_event, wait_status};
+use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::wait::wait_for;
 use bloodraven_e2e::{Cluster, Operator, SitePair, cluster::OPERATOR_DB_PASSWORD};
 use kube::Api;
@@ -24,9 +24,15 @@ async fn bad_secret_host_and_password_are_explained_and_other_groups_keep_reconc
     let pair = SitePair::start("misconf");
     ns.credentials_secret("site-creds", "bloodraven", OPERATOR_DB_PASSWORD).await;
     ns.credentials_secret("wrong-creds", "bloodraven", "not-the-password-4711").await;
-    // "Keeps being probed" is read from lastProbeTime: a short heartbeat.
-    let operator =
-        Operator::start_with(&cluster, &ns, &ns.name, "op", LeaderTimings::default(), &fast_heartbeat()).await;
+    // A deprecated flag is still accepted (manifests that set it keep
+    // starting): it does nothing and says so once.
+    let deprecated = ["--status-heartbeat-seconds".to_owned(), "2".to_owned()];
+    let operator = Operator::start_with(&cluster, &ns, &ns.name, "op", LeaderTimings::default(), &deprecated).await;
+    let warnings = || operator.log().matches("--status-heartbeat-seconds is deprecated").count();
+    wait_for("the deprecation warning", T, || async {
+        if warnings() > 0 { Ok(()) } else { Err(format!("log:\n{}", operator.log_tail())) }
+    })
+    .await;
     let label = &ns.name;
 
     let good = format!("{}-good", ns.name);
@@ -86,13 +92,10 @@ async fn bad_secret_host_and_password_are_explained_and_other_groups_keep_reconc
     assert!(!pdx.reachable && pdx.message.as_deref().is_some_and(|m| m.contains("connect")), "{pdx:?}");
 
     // Meanwhile the good group bootstrapped and keeps being probed.
-    let first = wait_status(&cluster, &good, "the good group to bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
-    let before = last_probe(&first).unwrap();
-    wait_status(&cluster, &good, "fresh probes of the good group", T, |s| match last_probe(s) {
-        Some(t) if t >= before + 2.0 => Ok(()),
-        other => Err(format!("last probe {other:?}")),
-    })
-    .await;
+    wait_status(&cluster, &good, "the good group to bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    let before = operator.last_probe(&good).await.unwrap();
+    operator.wait_probed_after(&good, before + 2.0, T).await;
+    assert_eq!(warnings(), 1, "the deprecation warning is logged once, at start");
 
     // Fixing the Secret fixes the group, with no restart.
     ns.credentials_secret("missing-secret", "bloodraven", OPERATOR_DB_PASSWORD).await;

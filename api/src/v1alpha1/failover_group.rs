@@ -440,17 +440,18 @@ pub struct SiteHealth {
     pub replication_running: Option<bool>,
     /// Seconds the replica is behind its source (`Seconds_Behind_Master`)
     /// at `lastProbeTime`; absent when not replicating or unknown. A move of
-    /// less than 5 s and less than a fifth is written with the next
-    /// heartbeat, not at once (`bloodraven_replication_lag_seconds` has every probe).
+    /// less than 5 s and less than a fifth is not written by itself, only
+    /// with the next change (`bloodraven_replication_lag_seconds` has every
+    /// probe).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replication_lag_seconds: Option<u64>,
     /// The server's GTID position: `gtid_current_pos` on MariaDB,
     /// `gtid_executed` on MySQL, as last seen: at `lastProbeTime` when the
     /// site answered, else the last one it answered with (kept while it is
-    /// unreachable). A moved position alone is written with the next
-    /// heartbeat, not at once, except while another site may lack the
-    /// writable site's transactions: then at once, because a leader that
-    /// takes over reads from here what a promotion would abandon.
+    /// unreachable). A moved position alone is not written, only with the
+    /// next change, except while another site may lack the writable site's
+    /// transactions: then at once, because a leader that takes over reads
+    /// from here what a promotion would abandon.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gtid_position: Option<String>,
     /// The `server_id` of the server this site replicates from, if any
@@ -497,13 +498,18 @@ pub struct SiteHealth {
     /// Human-readable detail of the last probe failure. Never holds a password.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// When the last *written* probe was taken. Status is written when an
-    /// observation changes (reachable, writable, replication, server ids,
-    /// version, errors, conditions, or lag by 5 s or a fifth), and otherwise
-    /// at least every heartbeat (60 s by default; the operator's
-    /// `--status-heartbeat-seconds`), so this is at most a heartbeat old
-    /// while the operator runs. Probes in between that found nothing new
-    /// are not written; `bloodraven_*` metrics report every probe.
+    /// When the probe was taken whose results this status holds: the
+    /// last probe that changed the group's observed status. Status is
+    /// written only when an observation changes (reachable, writable,
+    /// replication, server ids, version, errors, conditions, lag by 5 s or
+    /// a fifth, a new spec generation), never because it is old, and
+    /// `health` is written whole, so every site carries the time of that
+    /// one probe. A group that stays healthy keeps the same
+    /// `lastProbeTime` for as long as nothing changes: this is not the
+    /// time of the last probe and its age says nothing about whether the
+    /// operator runs. The time of each site's last probe is the metric
+    /// `bloodraven_site_last_probe_timestamp_seconds`; that the operator
+    /// is alive shows in the leader Lease's `renewTime`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_probe_time: Option<Time>,
 }

@@ -150,10 +150,17 @@ pub(crate) async fn run(
     //   the group comes into the shard or leaves it.
     // The decision watch is of this shard's groups only: another shard's
     // decisions are its operator's business.
+    // managedFields are never read and were most of the operator's heap at
+    // a thousand groups (every status write adds to them): dropped before
+    // they reach either cache.
+    let drop_managed_fields = |g: &mut GroupMeta| g.metadata.managed_fields = None;
     let group_meta_api = Api::<GroupMeta>::all(ctx.client.clone());
     let (all_groups, all_writer) = reflector::store();
     let group_meta = changed_only(
-        watcher(group_meta_api.clone(), WatcherConfig::default()).default_backoff().reflect(all_writer),
+        watcher(group_meta_api.clone(), WatcherConfig::default())
+            .default_backoff()
+            .modify(drop_managed_fields)
+            .reflect(all_writer),
         metadata_fingerprint,
     );
     let (shard_config, shard, shard_meta) = if selector.is_empty() {
@@ -161,7 +168,8 @@ pub(crate) async fn run(
     } else {
         let config = WatcherConfig::default().labels(selector);
         let (mine, mine_writer) = reflector::store();
-        let events = watcher(group_meta_api, config.clone()).default_backoff().reflect(mine_writer);
+        let events =
+            watcher(group_meta_api, config.clone()).default_backoff().modify(drop_managed_fields).reflect(mine_writer);
         (config, Shard { all: all_groups, mine: Some(mine) }, changed_only(events, metadata_fingerprint).boxed())
     };
     let decisions = ctx.tolerant.watch::<MysqlFailoverGroup>(shard_config, None, Findings::Skip);

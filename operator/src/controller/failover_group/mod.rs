@@ -61,10 +61,6 @@ pub(crate) struct State {
     pub drains: planned::DrainsSeen,
     /// The last read-only bypass check of each site (`ReadOnlyBypassAccounts`).
     pub bypass: bypass::Checks,
-    /// Longest time an unchanged group status goes unwritten: its
-    /// `health[].lastProbeTime` is refreshed at least this often
-    /// (`--status-heartbeat-seconds`).
-    pub status_heartbeat: std::time::Duration,
     /// Site credentials, read through a watch of the credentials namespace.
     pub credentials: credentials::Cache,
     /// The decision records, read through a watch of the operator's namespace.

@@ -1,7 +1,9 @@
 //! Whether an observation is news: the observer writes a group's status only
-//! when what it would apply differs from what the status holds, or when the
-//! heartbeat is due (a group must not cost the API server
-//! a write every probe interval when nothing changed).
+//! when what it would apply differs from what the status holds. Nothing is
+//! rewritten because it is old: at steady state a group costs the API
+//! server no write at all. Freshness is served elsewhere: the leader
+//! Lease's `renewTime` shows the operator is alive, and
+//! `bloodraven_site_last_probe_timestamp_seconds` moves every probe.
 //!
 //! Model: the observer owns `status.{stable, unstableReason, health,
 //! conditions, observedGeneration}` (server-side apply under
@@ -14,8 +16,9 @@
 //! rewritten as on every probe before; only applies that would change
 //! nothing a reader acts on are skipped.
 //!
-//! Not a change by themselves (they are refreshed with the heartbeat):
-//! - `health[].lastProbeTime`: the time of the last *written* probe.
+//! Not a change by themselves (they are written with the next change):
+//! - `health[].lastProbeTime`: the time of the probe whose results were
+//!   last written, that is of the last change to the observed status.
 //! - `health[].gtidPosition`: moves with every transaction on a busy
 //!   primary; people read role, reachability and lag. Except while another
 //!   site may lack some of the writable site's transactions (unreachable,
@@ -24,8 +27,8 @@
 //!   site's moved position is a change. It is what a leader that took over
 //!   knows of the primary's last position when the primary dies before it
 //!   saw it answer, so what a promotion abandons is never computed from a
-//!   position a heartbeat old (a new leader promoted a stalled standby
-//!   "abandoning 0" that way).
+//!   position older than the last moment every other site had it all (a
+//!   new leader promoted a stalled standby "abandoning 0" that way).
 //! - `health[].replicationLagSeconds` moving by less than
 //!   [`LAG_STEP_SECONDS`] and less than a fifth of the stored value (lag
 //!   appearing or disappearing is a change). The threshold is measured from
@@ -36,21 +39,12 @@
 //! server ids, version, errorReason, message), any condition field, and
 //! `stable`, `unstableReason` and `observedGeneration` are changes.
 
-use std::hash::{Hash, Hasher};
-use std::time::Duration;
-
 use bloodraven_api::v1alpha1::{Condition, MysqlFailoverGroupStatus, SiteHealth};
-use k8s_openapi::jiff::Timestamp;
 
 /// Smallest move of `replicationLagSeconds` (seconds) that is a change by
 /// itself: a replica's lag commonly jitters by a second or two between
 /// probes, which nobody acts on.
 pub(super) const LAG_STEP_SECONDS: u64 = 5;
-
-/// The heartbeat fires up to this fraction of the heartbeat early, spread by
-/// group, so that groups created together do not all write in the same
-/// second forever after.
-const HEARTBEAT_SPREAD: f64 = 0.1;
 
 /// What the observer would apply.
 #[derive(Debug)]
@@ -67,38 +61,22 @@ pub(super) struct Observation<'a> {
     pub health: &'a [SiteHealth],
 }
 
-/// Whether `next` must be written over `stored`: it differs in a compared
-/// field, or the oldest stored `lastProbeTime` is older than `heartbeat`
-/// (less a spread of up to a tenth, derived from `group`). A status with no
-/// `lastProbeTime` (a group whose spec is invalid is never probed) has no
-/// heartbeat: nothing in it goes stale.
-pub(super) fn must_write(
-    stored: Option<&MysqlFailoverGroupStatus>,
-    next: &Observation<'_>,
-    group: &str,
-    now: Timestamp,
-    heartbeat: Duration,
-) -> bool {
+/// Whether `next` must be written over `stored`: there is no status yet,
+/// or it differs in a compared field (see the module header). However old
+/// the stored status, an unchanged one is not rewritten.
+pub(super) fn must_write(stored: Option<&MysqlFailoverGroupStatus>, next: &Observation<'_>) -> bool {
     let Some(s) = stored else { return true };
-    if s.stable != Some(next.stable)
+    s.stable != Some(next.stable)
         || s.unstable_reason.as_deref() != next.unstable_reason
         || s.observed_generation != next.observed_generation
         || s.conditions != next.conditions
         || s.health.len() != next.health.len()
         || s.health.iter().zip(next.health).any(|(a, b)| !same_health(a, b))
-    {
-        return true;
-    }
-    if may_lack_transactions(next)
-        && s.health.iter().zip(next.health).any(|(a, b)| b.writable == Some(true) && a.gtid_position != b.gtid_position)
-    {
-        return true;
-    }
-    let Some(oldest) = s.health.iter().filter_map(|h| h.last_probe_time.as_ref()).map(|t| t.0).min() else {
-        return false;
-    };
-    let age_ms = now.as_millisecond().saturating_sub(oldest.as_millisecond());
-    age_ms >= due_after(heartbeat, group, oldest).as_millis().try_into().unwrap_or(i64::MAX)
+        || (may_lack_transactions(next)
+            && s.health
+                .iter()
+                .zip(next.health)
+                .any(|(a, b)| b.writable == Some(true) && a.gtid_position != b.gtid_position))
 }
 
 /// Whether a site other than the writable one may lack some of its
@@ -112,17 +90,6 @@ fn may_lack_transactions(next: &Observation<'_>) -> bool {
                     || h.replication_running != Some(true)
                     || h.replication_lag_seconds.is_none_or(|l| l >= LAG_STEP_SECONDS))
         })
-}
-
-/// The heartbeat of one group in one cycle: `heartbeat` less a spread in
-/// `[0, HEARTBEAT_SPREAD)` of it, fixed by the group's name and the time of
-/// its last written probe.
-fn due_after(heartbeat: Duration, group: &str, last: Timestamp) -> Duration {
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    (group, last.as_millisecond()).hash(&mut h);
-    #[allow(clippy::cast_precision_loss)] // a fraction in [0, 1)
-    let fraction = (h.finish() % 1000) as f64 / 1000.0;
-    heartbeat.mul_f64(1.0 - HEARTBEAT_SPREAD * fraction)
 }
 
 /// Whether two probe results of a site say the same to a reader (see the
@@ -145,10 +112,9 @@ fn same_health(a: &SiteHealth, b: &SiteHealth) -> bool {
 #[cfg(test)]
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
 
     use super::*;
-
-    const HEARTBEAT: Duration = Duration::from_secs(60);
 
     fn at(seconds: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + seconds).unwrap()
@@ -208,7 +174,7 @@ mod tests {
             conditions: &conditions,
             health: &health,
         };
-        must_write(Some(&stored(0)), &next, "g", at(now), HEARTBEAT)
+        must_write(Some(&stored(0)), &next)
     }
 
     #[test]
@@ -289,7 +255,7 @@ mod tests {
                 conditions: &s.conditions,
                 health: &health,
             };
-            must_write(Some(&s), &next, "g", at(5), HEARTBEAT)
+            must_write(Some(&s), &next)
         };
         assert!(!probe(1100), "a tenth more is not news");
         assert!(probe(1200), "a fifth more is");
@@ -297,13 +263,10 @@ mod tests {
     }
 
     #[test]
-    fn the_heartbeat_writes_at_most_a_minute_after_the_last_write() {
-        assert!(!written(50, |_, _| {}), "younger than 0.9 of the heartbeat");
-        assert!(written(60, |_, _| {}), "a full heartbeat old");
-        // Spread: some groups fire early, none after the heartbeat, none before 0.9 of it.
-        let due: Vec<Duration> = (0..200).map(|i| due_after(HEARTBEAT, &format!("g{i}"), at(0))).collect();
-        assert!(due.iter().all(|d| *d <= HEARTBEAT && *d >= HEARTBEAT.mul_f64(0.9)), "{due:?}");
-        assert!(due.iter().any(|d| *d < HEARTBEAT.mul_f64(0.95)), "spread over the window: {due:?}");
+    fn an_unchanged_status_is_never_rewritten_however_old() {
+        let day = 86_400;
+        assert!(!written(day, |_, _| {}), "a day later, nothing changed");
+        assert!(written(day, |h, _| h[1].reachable = false), "a day later, pdx stopped answering");
     }
 
     #[test]
@@ -318,23 +281,23 @@ mod tests {
             health: &health,
         };
         let s = stored(0);
-        assert!(!must_write(Some(&s), &base, "g", at(5), HEARTBEAT));
-        assert!(must_write(None, &base, "g", at(5), HEARTBEAT), "no status yet");
+        assert!(!must_write(Some(&s), &base));
+        assert!(must_write(None, &base), "no status yet");
         let unstable = Observation { stable: false, unstable_reason: Some("Degraded"), ..base };
-        assert!(must_write(Some(&s), &unstable, "g", at(5), HEARTBEAT));
+        assert!(must_write(Some(&s), &unstable));
         let base = Observation { stable: true, unstable_reason: None, ..unstable };
         let newer = Observation { observed_generation: Some(2), ..base };
-        assert!(must_write(Some(&s), &newer, "g", at(5), HEARTBEAT), "a new spec generation");
+        assert!(must_write(Some(&s), &newer), "a new spec generation");
         // The engine set stable=false by merge patch; the observer sees it stable again.
         let mut engine = stored(0);
         engine.stable = Some(false);
         engine.unstable_reason = Some("OperationInProgress".into());
         let base = Observation { observed_generation: Some(1), ..newer };
-        assert!(must_write(Some(&engine), &base, "g", at(5), HEARTBEAT));
+        assert!(must_write(Some(&engine), &base));
     }
 
     #[test]
-    fn an_unprobed_status_has_no_heartbeat() {
+    fn an_unprobed_status_is_not_rewritten() {
         let conditions = vec![ready(0)];
         let s = MysqlFailoverGroupStatus {
             stable: Some(false),
@@ -350,6 +313,6 @@ mod tests {
             conditions: &conditions,
             health: &[],
         };
-        assert!(!must_write(Some(&s), &next, "g", at(3600), HEARTBEAT));
+        assert!(!must_write(Some(&s), &next));
     }
 }

@@ -158,9 +158,9 @@ pub(super) async fn write_observation(
         conditions: &conditions,
         health: &health,
     };
-    // Nothing a reader acts on changed and the heartbeat is not due: the
-    // stored status already reports this probe (see `observed`).
-    if !observed::must_write(group.status.as_ref(), &next, name, now, ctx.groups.status_heartbeat) {
+    // Nothing a reader acts on changed: the stored status already reports
+    // this probe (see `observed`).
+    if !observed::must_write(group.status.as_ref(), &next) {
         ctx.metrics.status_writes_total.with_label_values(&["unchanged"]).inc();
         return Ok(());
     }
@@ -317,9 +317,12 @@ pub(super) fn record_metrics(
         m.topology_generation.with_label_values(&[group]).set(g);
     }
     m.group_stable.with_label_values(&[group]).set(i64::from(a.stable));
+    #[allow(clippy::cast_precision_loss)] // milliseconds since the epoch fit a f64 exactly
+    let probed_at = Timestamp::now().as_millisecond() as f64 / 1000.0;
     for p in probes {
         let labels = [group, p.site.as_str()];
         m.site_up.with_label_values(&labels).set(i64::from(p.outcome.is_ok()));
+        m.site_last_probe_timestamp_seconds.with_label_values(&labels).set(probed_at);
         let obs = p.outcome.as_ref().ok();
         m.site_writable.with_label_values(&labels).set(i64::from(obs.is_some_and(|o| o.writable)));
         match obs.and_then(|o| o.replication.as_ref()).and_then(|r| r.lag_seconds) {
