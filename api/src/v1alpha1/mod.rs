@@ -13,17 +13,22 @@ mod database;
 #[cfg(feature = "crd")]
 mod failover_group;
 mod phase;
+#[cfg(feature = "crd")]
+mod planned_failover;
 
 pub use conditions::{ConditionType, reason};
 #[cfg(feature = "crd")]
 pub use database::{DeploymentClient, FailoverGroupRef, MysqlDatabase, MysqlDatabaseSpec, MysqlDatabaseStatus};
 #[cfg(feature = "crd")]
 pub use failover_group::{
-    AllowedDatabases, DatabaseNamespaces, EmergencyFailoverStatus, FailoverPolicy, IgnoredRequest, InstanceClaim,
-    MysqlFailoverGroup, MysqlFailoverGroupSpec, MysqlFailoverGroupStatus, NamespacesFrom, PhaseTransition,
-    PlannedFailoverAdmission, PlannedFailoverRequest, PlannedFailoverStatus, SecretRef, Site, SiteHealth,
+    AllowedDatabases, DatabaseNamespaces, EmergencyFailoverStatus, FailoverPolicy, InstanceClaim, MysqlFailoverGroup,
+    MysqlFailoverGroupSpec, MysqlFailoverGroupStatus, NamespacesFrom, SecretRef, Site, SiteHealth,
 };
 pub use phase::{OrderedUpdatePhase, PlannedFailoverPhase, RestorePhase};
+#[cfg(feature = "crd")]
+pub use planned_failover::{
+    IgnoredRequest, PhaseTransition, PlannedFailoverAdmission, PlannedFailoverRequest, PlannedFailoverStatus,
+};
 
 /// `metav1.Condition`, as every status here uses it.
 #[cfg(feature = "crd")]
