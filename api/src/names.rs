@@ -32,12 +32,16 @@ pub const WEBHOOK_PORT: u16 = 9443;
 pub const REVOKE_DEPLOYMENT_LEASES_ANNOTATION: &str = "bloodraven.shipstream.io/revoke-deployment-leases";
 
 /// Server-side-apply field manager of the operator's observations
-/// (`status.health`, `status.conditions`, `status.observedGeneration`, `status.stable`).
+/// (`status.health`, `status.conditions`, `status.observedGeneration`,
+/// `status.stable`, `status.unstableReason`): the one writer of the group's
+/// stability.
 pub const OBSERVER_FIELD_MANAGER: &str = "bloodraven-operator-observer";
 
 /// Field manager of the operator's authoritative decisions
-/// (`status.activeSite` with `status.topologyGeneration`), written as one
-/// update with a resourceVersion precondition.
+/// (`status.activeSite` with `status.topologyGeneration`, and
+/// `status.emergencyFailover` with the decision it describes), written as
+/// one update with a resourceVersion precondition; also of the decision
+/// records.
 pub const DECIDER_FIELD_MANAGER: &str = "bloodraven-operator-decider";
 
 /// Key of the username in a site's credentials Secret.
@@ -55,7 +59,8 @@ pub const SECRET_REPLICATION_USERNAME_KEY: &str = "replicationUsername";
 /// [`SECRET_REPLICATION_USERNAME_KEY`]).
 pub const SECRET_REPLICATION_PASSWORD_KEY: &str = "replicationPassword";
 
-/// Field manager of the failover engine's progress (`status.plannedFailover`).
+/// Field manager of the failover engine's progress (`status.plannedFailover`,
+/// `status.ignoredPlannedFailover`).
 pub const ENGINE_FIELD_MANAGER: &str = "bloodraven-operator-engine";
 
 /// Finalizer on every MysqlFailoverGroup the operator manages: the group's

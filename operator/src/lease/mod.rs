@@ -1,12 +1,12 @@
 //! The lease domain: deploy leases (the migration mutex and the
 //! failover-hold), their tombstones and verification records, and
 //! revocation — one module with a small interface that the deploy API's
-//! HTTP handlers and the reconcilers (and the failover engine to come) both
-//! use; neither reaches into the other.
+//! HTTP handlers, the reconcilers and the failover engines all use; neither
+//! reaches into the other.
 //!
-//! - [`machine`]: the pure state machine, property-tested (docs/concepts.md,
-//!   "Leases", "The generation is the fence"; docs/failover.md, "What a hold
-//!   holds").
+//! - `bloodraven_core::lease::machine`: the pure state machine it runs,
+//!   property-tested (docs/concepts.md, "Leases", "The generation is the
+//!   fence"; docs/failover.md, "What a hold holds").
 //! - [`store`]: its storage on `coordination.k8s.io/v1` Lease objects in the
 //!   operator's namespace, compare-and-swap, bound to the group's UID.
 //! - [`service`]: the interface: read → decide → write, retried on conflict

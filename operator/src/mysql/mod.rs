@@ -7,9 +7,12 @@
 //! - [`classify`] maps a connection or server error to a stable reason
 //!   (`SiteUnreachable`, `AuthenticationFailed`, ...). Messages come from the
 //!   server or the socket and never contain the password.
-//! - [`gtid`] reads GTID positions of both flavours and answers "covered?"
-//!   and "errant?"; [`statements`] holds the SQL of each failover step for
-//!   each flavour (the failover engine itself is a later piece of work).
+//! - [`actions`] carries out each step of a failover on a site (fence,
+//!   catch up, promote, repoint, unfence), with the SQL of each step for
+//!   each flavour in [`statements`]; [`grants`] lists the accounts that can
+//!   write through `read_only`. GTID arithmetic is a rule, in
+//!   `bloodraven_core::gtid`; the engines that use all this are in
+//!   `crate::failover`.
 
 pub(crate) mod actions;
 pub(crate) mod grants;

@@ -9,8 +9,8 @@
 //! conditions, observedGeneration}` (server-side apply under
 //! `OBSERVER_FIELD_MANAGER`; `health` and `conditions` are atomic lists, so
 //! an apply replaces them whole). The comparison is against the group's
-//! current status, whoever wrote it last (the failover engine also sets
-//! `stable`/`unstableReason` by merge patch; `plannedFailover`, `activeSite`
+//! current status, whoever wrote it last (`mark_operation_in_progress` also
+//! sets `stable`/`unstableReason` by merge patch; `plannedFailover`, `activeSite`
 //! and `topologyGeneration` belong to other managers and are not compared):
 //! a status that differs in any compared field, for whatever reason, is
 //! rewritten as on every probe before; only applies that would change

@@ -172,9 +172,9 @@ pub(super) async fn write_observation(
     });
     // Left out when stable: server-side apply then removes the field this
     // manager set before, instead of storing a null. It does not remove a
-    // value another manager set (the failover engine sets
-    // `OperationInProgress` by merge patch while a planned failover runs), so
-    // that one is removed by a merge patch first: written after, a reader
+    // value set by a merge patch (`mark_operation_in_progress`, under this
+    // manager's name but another operation; or an older operator's engine
+    // manager), so that one is removed by a merge patch first: written after, a reader
     // would see `stable: true` beside a reason in between; written first, it
     // sees an unstable group without a reason for a moment, which claims
     // nothing false.

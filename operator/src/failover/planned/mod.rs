@@ -7,8 +7,9 @@
 //! written with the resourceVersion read (merge patch, field manager
 //! `bloodraven-operator-engine`), and its id in the decision record, so a
 //! repeated or older `requestId` is never run twice, even after status is
-//! wiped. Each round re-probes both sites and asks `planned::next` for the
-//! one next action, so a new leader resumes any phase from status, the
+//! wiped. Each step of a drive (up to [`MAX_ROUNDS`] per reconcile; the
+//! first acts on the reconcile's own probes) probes both sites and asks
+//! `planned::next` for the one next action, so a new leader resumes any phase from status, the
 //! record and what the sites show: never a second bump, never two writable
 //! sites.
 //!
