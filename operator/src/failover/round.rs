@@ -24,11 +24,13 @@ use super::decision::planned_failover_running;
 use super::record::{Extra, Record};
 use crate::controller::{Context, Error};
 
-/// Where the round's copy came from.
+/// Whether the round's copy is confirmed against the API server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Source {
-    /// The watch cache (quiet: agrees with status, nothing in flight).
-    Cache,
+    /// Not confirmed against the API server: the watch cache's copy (quiet:
+    /// agrees with status, nothing in flight), or the copy a failed write
+    /// left (the record may have changed since). Read before acting on it.
+    Unconfirmed,
     /// The API server, or this round's own write.
     Fresh,
 }
@@ -57,7 +59,7 @@ impl RoundRecord {
         let decided = (status.active_site.as_deref(), status.topology_generation);
         let cached = ctx.groups.records.settled(&name, &uid, decided, planned_failover_running(group));
         let (record, source) = match cached {
-            Some(r) => (Some(r), Source::Cache),
+            Some(r) => (Some(r), Source::Unconfirmed),
             None => (ctx.groups.records.read(&api, &name).await?, Source::Fresh),
         };
         Ok(RoundRecord { api, group: name, uid, record, source })
@@ -79,7 +81,7 @@ impl RoundRecord {
     /// # Errors
     /// The API read failed.
     pub(crate) async fn fresh(&mut self, ctx: &Context) -> Result<Option<&Record>, Error> {
-        if self.source == Source::Cache {
+        if self.source == Source::Unconfirmed {
             self.record = ctx.groups.records.read(&self.api, &self.group).await?;
             self.source = Source::Fresh;
         }
@@ -95,7 +97,7 @@ impl RoundRecord {
     /// # Errors
     /// The API read failed.
     pub(crate) async fn reread(&mut self, ctx: &Context) -> Result<Option<&Record>, Error> {
-        self.source = Source::Cache;
+        self.source = Source::Unconfirmed;
         self.fresh(ctx).await
     }
 
@@ -125,7 +127,7 @@ impl RoundRecord {
             }
             Err(e) => {
                 // What the record is now is not known: the next action reads it.
-                self.source = Source::Cache;
+                self.source = Source::Unconfirmed;
                 Err(e)
             }
         }
