@@ -15,6 +15,8 @@ mod failover_group;
 mod phase;
 #[cfg(feature = "crd")]
 mod planned_failover;
+#[cfg(feature = "crd")]
+mod site_job;
 
 pub use conditions::{ConditionType, reason};
 #[cfg(feature = "crd")]
@@ -29,6 +31,8 @@ pub use phase::{OrderedUpdatePhase, PlannedFailoverPhase, RestorePhase};
 pub use planned_failover::{
     IgnoredRequest, PhaseTransition, PlannedFailoverAdmission, PlannedFailoverRequest, PlannedFailoverStatus,
 };
+#[cfg(feature = "crd")]
+pub use site_job::{JobMetadata, JobTemplate, MIN_JOB_DEADLINE_SECONDS, SiteJobStatus};
 
 /// `metav1.Condition`, as every status here uses it.
 #[cfg(feature = "crd")]
