@@ -130,3 +130,75 @@ pub struct SiteJobStatus {
 /// there so a typo (`activeDeadlineSeconds: 1`) does not fail every Job.
 pub const MIN_JOB_DEADLINE_SECONDS: u32 = 60;
 
+#[cfg(test)]
+mod tests {
+    use super::super::{MysqlFailoverGroup, MysqlFailoverGroupSpec};
+    use kube::CustomResourceExt;
+    use serde_json::json;
+
+    fn group(extra: serde_json::Value) -> serde_json::Value {
+        let mut spec = json!({
+            "initialActiveSite": "iad",
+            "sites": [
+                {"name": "iad", "host": "mysql-iad.example.internal", "port": 3306,
+                 "credentialsSecretRef": {"namespace": "bloodraven", "name": "iad-operator"}},
+                {"name": "pdx", "host": "mysql-pdx.example.internal", "port": 3306,
+                 "credentialsSecretRef": {"namespace": "bloodraven", "name": "pdx-operator"}},
+            ],
+        });
+        let serde_json::Value::Object(extra) = extra else { panic!("extra fields are an object") };
+        spec.as_object_mut().unwrap().extend(extra);
+        spec
+    }
+
+    fn template(spec: serde_json::Value) -> serde_json::Value {
+        let mut template = json!({"metadata": {"labels": {"team": "databases"}}});
+        template["spec"] = spec;
+        template
+    }
+
+    fn pod() -> serde_json::Value {
+        json!({"template": {"spec": {"containers": [{"name": "upgrade", "image": "upgrader:1.4"}]}}})
+    }
+
+    #[test]
+    fn requests_take_their_defaults_and_their_job_spec_decodes() {
+        let spec: MysqlFailoverGroupSpec = serde_json::from_value(group(json!({
+            "orderedUpdate": {"requestId": "u1", "namespace": "db-maintenance", "jobTemplate": template(pod())},
+            "restoreInPlace": {"requestId": "r1", "namespace": "db-maintenance", "jobTemplate": template(pod())},
+        })))
+        .unwrap();
+        let update = spec.ordered_update.unwrap();
+        assert_eq!((update.active_deadline_seconds, update.switch_back), (1800, false));
+        let job = update.job_template.job_spec().unwrap();
+        assert_eq!(job.template.spec.unwrap().containers[0].image.as_deref(), Some("upgrader:1.4"));
+        let restore = spec.restore_in_place.unwrap();
+        assert_eq!((restore.active_deadline_seconds, restore.site), (14_400, None), "default: the standby");
+    }
+
+    #[test]
+    fn a_template_that_is_not_a_job_spec_fails_its_request_never_the_group() {
+        let bad = json!({"template": {"spec": {"containers": "not a list"}}});
+        let spec: MysqlFailoverGroupSpec = serde_json::from_value(group(json!({
+            "orderedUpdate": {"requestId": "u1", "namespace": "db-maintenance", "jobTemplate": template(bad)},
+        })))
+        .expect("the group decodes whatever the template holds");
+        let err = spec.ordered_update.unwrap().job_template.job_spec().unwrap_err();
+        assert!(err.to_string().contains("sequence"), "{err}");
+    }
+
+    #[test]
+    fn the_crd_stays_small_enough_for_kubectl_apply() {
+        // kubectl apply (client-side) keeps the whole object in an annotation
+        // of at most 256 KiB; the full JobSpec schema, twice, was 1.4 MB.
+        let crd = serde_json::to_vec(&MysqlFailoverGroup::crd()).unwrap();
+        assert!(crd.len() < 256 * 1024, "the CRD is {} bytes", crd.len());
+        let schema = serde_json::to_value(MysqlFailoverGroup::crd()).unwrap();
+        let spec = &schema["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+        for request in ["orderedUpdate", "restoreInPlace"] {
+            let job = &spec[request]["properties"]["jobTemplate"]["properties"]["spec"];
+            assert_eq!(job["x-kubernetes-preserve-unknown-fields"], json!(true), "{request}");
+            assert_eq!(job["required"], json!(["template"]), "{request}");
+        }
+    }
+}
