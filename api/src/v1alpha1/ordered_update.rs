@@ -81,8 +81,10 @@ pub struct OrderedUpdateStatus {
     pub message: Option<String>,
     /// For `Failed`: the site that needs a person (a site whose Job failed,
     /// a site left read-only, a site not updated or not back in its role).
-    /// A failure after the switchover's decision leaves the new topology as
-    /// decided and names the former primary here.
+    /// A failure before the switchover leaves the topology as it was; one
+    /// after a switchover's decision leaves the topology as decided (the
+    /// new primary writable, the other site a fenced replica) and is
+    /// resolved on the site named here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_site: Option<String>,
     /// Why admission waits, when it does (`deferReason: DeploymentHold`).

@@ -80,8 +80,11 @@ pub struct RestoreInPlaceStatus {
     /// What happened last, in words: for `Failed`, what to fix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// For `Failed`: the site that needs a person (the restored site holds
-    /// whatever the Job left; the old primary serves on).
+    /// For `Failed`: the site that needs a person: the restored site,
+    /// holding whatever the Job left, or the old primary when its fence
+    /// could not be finished. A failure before the decision leaves the old
+    /// primary serving (writable again if it was fenced) and the generation
+    /// where it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attention_site: Option<String>,
     /// The old primary after the decision: fenced, out of replication and
