@@ -88,6 +88,17 @@ pub const RELEASE_INSTANCE_ANNOTATION: &str = "bloodraven.shipstream.io/release-
 /// decision record, Event) and removes the annotation.
 pub const PROMOTE_DESPITE_LOSS_ANNOTATION: &str = "bloodraven.shipstream.io/promote-despite-loss";
 
+/// Annotation on a MysqlFailoverGroup by which a person says the old
+/// primary of a restore-in-place was re-cloned from the new primary:
+/// `<site>@<topologyGeneration>` (the site named in
+/// `status.restoreInPlace.recloneSite` and the generation the restore
+/// decided, so an annotation left behind never releases the old primary of
+/// a later restore). Until then that site stays fenced, out of replication
+/// and is never promoted. The operator records the mark
+/// (`status.restoreInPlace.recloneDoneTime`, an Event), completes the
+/// request and removes the annotation.
+pub const RECLONE_DONE_ANNOTATION: &str = "bloodraven.shipstream.io/reclone-done";
+
 /// Group annotation setting sites' identities by hand: `"site=serverId,…"`
 /// (a server replaced on purpose with a new `server_id`); see
 /// `status.health[].identity`.
@@ -201,6 +212,50 @@ pub mod inject {
     /// database (exit 8) when it finds no sidecar socket, so a copy of the
     /// Job that lost its sidecar fails instead of migrating unfenced.
     pub const REQUIRE_LEASE_ENV: &str = "BLOODRAVEN_MIGRATION_REQUIRE_LEASE";
+}
+
+/// The Jobs of the planned disruptions that run a user's Job (the ordered
+/// update, restore-in-place): the labels the operator sets on each Job it
+/// creates from a request's `jobTemplate`, and the environment it adds to
+/// every container (init containers included), replacing a variable of the
+/// same name.
+pub mod site_job {
+    /// Label: the site the Job works on.
+    pub const SITE_LABEL: &str = "bloodraven.shipstream.io/site";
+    /// Label: which request made it, [`OPERATION_ORDERED_UPDATE`] or
+    /// [`OPERATION_RESTORE_IN_PLACE`].
+    pub const OPERATION_LABEL: &str = "bloodraven.shipstream.io/operation";
+    /// [`OPERATION_LABEL`] of an ordered update's Job.
+    pub const OPERATION_ORDERED_UPDATE: &str = "ordered-update";
+    /// [`OPERATION_LABEL`] of a restore-in-place's Job.
+    pub const OPERATION_RESTORE_IN_PLACE: &str = "restore-in-place";
+    /// Annotation: the request's `requestId` (up to 128 characters: too
+    /// long for a label value).
+    pub const REQUEST_ID_ANNOTATION: &str = "bloodraven.shipstream.io/request-id";
+
+    /// Environment: the MysqlFailoverGroup's name.
+    pub const GROUP_ENV: &str = "BLOODRAVEN_GROUP";
+    /// Environment: the site's name (`spec.sites[].name`).
+    pub const SITE_ENV: &str = "BLOODRAVEN_SITE";
+    /// Environment: the site's `host`.
+    pub const SITE_HOST_ENV: &str = "BLOODRAVEN_SITE_HOST";
+    /// Environment: the site's `port`, in decimal.
+    pub const SITE_PORT_ENV: &str = "BLOODRAVEN_SITE_PORT";
+    /// Environment: the site's role in the request: [`ROLE_STANDBY`],
+    /// [`ROLE_FORMER_PRIMARY`] or [`ROLE_RESTORE`].
+    pub const SITE_ROLE_ENV: &str = "BLOODRAVEN_SITE_ROLE";
+    /// Environment: the request's `requestId`.
+    pub const REQUEST_ID_ENV: &str = "BLOODRAVEN_REQUEST_ID";
+
+    /// [`SITE_ROLE_ENV`]: the ordered update's first Job, on the standby (a
+    /// replica of the primary, which serves on).
+    pub const ROLE_STANDBY: &str = "standby";
+    /// [`SITE_ROLE_ENV`]: the ordered update's second Job, on the former
+    /// primary after the switchover (a fenced replica of the new primary).
+    pub const ROLE_FORMER_PRIMARY: &str = "former-primary";
+    /// [`SITE_ROLE_ENV`]: restore-in-place's Job, on the site being
+    /// restored (not the primary, which serves on).
+    pub const ROLE_RESTORE: &str = "restore";
 }
 
 /// The deploy Lease objects the operator keeps in its namespace
@@ -337,12 +392,13 @@ pub mod cached {
 
     /// The annotations read from a cached MysqlFailoverGroup (written by
     /// cluster admins and the operator): the operator's own.
-    pub const GROUP_ANNOTATIONS: [&str; 5] = [
+    pub const GROUP_ANNOTATIONS: [&str; 6] = [
         super::REVOKE_DEPLOYMENT_LEASES_ANNOTATION,
         super::SCHEMA_VERIFIED_ANNOTATION,
         super::RELEASE_INSTANCE_ANNOTATION,
         super::PROMOTE_DESPITE_LOSS_ANNOTATION,
         super::SITE_IDENTITY_ANNOTATION,
+        super::RECLONE_DONE_ANNOTATION,
     ];
 
     /// The annotations read from a cached `-primary` Service.

@@ -49,6 +49,8 @@ pub fn group(name: &str, label: &str, sites: Vec<Site>, initial: &str) -> MysqlF
                 ..FailoverPolicy::default()
             },
             planned_failover: None,
+            ordered_update: None,
+            restore_in_place: None,
             allowed_databases: allow_namespaces(&[label]),
         },
         status: None,

@@ -13,7 +13,9 @@
 //! never otherwise; it is not `metadata.generation` (docs/concepts.md, "The
 //! generation is the fence").
 
+use super::ordered_update::{OrderedUpdateRequest, OrderedUpdateStatus};
 use super::planned_failover::{IgnoredRequest, PlannedFailoverRequest, PlannedFailoverStatus};
+use super::restore_in_place::{RestoreInPlaceRequest, RestoreInPlaceStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -44,6 +46,7 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new("size(self.sites) != 2 || self.sites[0].host != self.sites[1].host || self.sites[0].port != self.sites[1].port").message("the two sites must be different servers (host or port must differ)").reason(kube::core::Reason::FieldValueInvalid).field_path(".sites"))]
 #[x_kube(validation = Rule::new("size(self.sites) > 2 || size(oldSelf.sites) > 2 || self.sites.all(s, oldSelf.sites.exists(o, o.name == s.name))").message("site names cannot change: status and history refer to them; create a new group to rename a site").reason(kube::core::Reason::FieldValueForbidden).field_path(".sites"))]
 #[x_kube(validation = Rule::new("!has(self.plannedFailover) || size(self.sites) > 2 || self.sites.exists(s, s.name == self.plannedFailover.targetSite)").message("plannedFailover.targetSite must name one of spec.sites").reason(kube::core::Reason::FieldValueInvalid).field_path(".plannedFailover.targetSite"))]
+#[x_kube(validation = Rule::new("!has(self.restoreInPlace) || !has(self.restoreInPlace.site) || size(self.sites) > 2 || self.sites.exists(s, s.name == self.restoreInPlace.site)").message("restoreInPlace.site must name one of spec.sites").reason(kube::core::Reason::FieldValueInvalid).field_path(".restoreInPlace.site"))]
 #[serde(rename_all = "camelCase")]
 pub struct MysqlFailoverGroupSpec {
     /// The two sites of the group, each a MySQL or MariaDB server. Exactly two;
@@ -66,6 +69,54 @@ pub struct MysqlFailoverGroupSpec {
     /// asks the operator to move the primary to `targetSite`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned_failover: Option<PlannedFailoverRequest>,
+
+    /// An ordered update: a user-supplied Job run once per site, standby
+    /// first; then a switchover to the updated standby, made as a planned
+    /// failover makes it (generation + 1); then the former primary's Job,
+    /// on a fenced replica of the new primary; then, with `switchBack`, a
+    /// second switchover back. A Job never runs on the primary. Setting a
+    /// new `requestId` asks the operator to run it; a request runs once.
+    /// Progress is in `status.orderedUpdate`.
+    ///
+    /// One operation at a time per group: a request taken up while another
+    /// ordered update, restore-in-place or planned failover is in flight,
+    /// or while the group is not stable, is refused at admission: it ends
+    /// `Failed` with a message naming what is in the way, touches nothing,
+    /// and is not retried (request again, with a new `requestId`, once the
+    /// other is final). A live deploy failover-hold defers it instead
+    /// (`Deferred`, retried when the hold ends, as a planned failover).
+    // Boxed, as are the other disruptions' requests and statuses: a group
+    // is held by value across the operator's awaits, and four more inline
+    // structs put those futures past clippy's `large_futures` bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordered_update: Option<Box<OrderedUpdateRequest>>,
+
+    /// A restore-in-place: a user-supplied Job restores one site (default
+    /// the standby) from the user's backup while the primary serves on;
+    /// the operator then checks the restored site (it answers, does not
+    /// replicate, and is the server the site is known as), fences the old
+    /// primary, decides (generation + 1; every deploy lease is revoked),
+    /// promotes the restored site and points the `-primary` Services at it.
+    /// Writes the old primary took after the backup are not in the restored
+    /// data: that is what the request asks for, and why it is never
+    /// automatic. The old primary then stays fenced, out of replication and
+    /// never promoted (`status.restoreInPlace.recloneSite`) until a person
+    /// re-clones it from the new primary and sets the group annotation
+    /// `bloodraven.shipstream.io/reclone-done: <site>@<topologyGeneration>`;
+    /// only then does the request complete. Setting a new `requestId` asks
+    /// the operator to run it; a request runs once. Progress is in
+    /// `status.restoreInPlace`.
+    ///
+    /// One operation at a time per group: a request taken up while another
+    /// restore-in-place, ordered update or planned failover is in flight
+    /// (a restore awaiting its re-clone mark is in flight) is refused at
+    /// admission: it ends `Failed` with a message naming what is in the
+    /// way, touches nothing, and is not retried (request again, with a new
+    /// `requestId`, once the other is final). A live deploy failover-hold
+    /// defers it instead (`Deferred`, retried when the hold ends, as a
+    /// planned failover).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_in_place: Option<Box<RestoreInPlaceRequest>>,
 
     /// Which namespaces may attach MysqlDatabases to this group (the Gateway
     /// API `allowedRoutes` pattern). A MysqlDatabase in any other namespace
@@ -353,6 +404,12 @@ pub struct MysqlFailoverGroupStatus {
     /// new request is taken up.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ignored_planned_failover: Option<IgnoredRequest>,
+    /// The ordered update in progress or last finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordered_update: Option<Box<OrderedUpdateStatus>>,
+    /// The restore-in-place in progress or last finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_in_place: Option<Box<RestoreInPlaceStatus>>,
     /// The last emergency failover, and what its promotion abandoned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emergency_failover: Option<EmergencyFailoverStatus>,

@@ -12,9 +12,15 @@ mod conditions;
 mod database;
 #[cfg(feature = "crd")]
 mod failover_group;
+#[cfg(feature = "crd")]
+mod ordered_update;
 mod phase;
 #[cfg(feature = "crd")]
 mod planned_failover;
+#[cfg(feature = "crd")]
+mod restore_in_place;
+#[cfg(feature = "crd")]
+mod site_job;
 
 pub use conditions::{ConditionType, reason};
 #[cfg(feature = "crd")]
@@ -24,11 +30,17 @@ pub use failover_group::{
     AllowedDatabases, DatabaseNamespaces, EmergencyFailoverStatus, FailoverPolicy, InstanceClaim, MysqlFailoverGroup,
     MysqlFailoverGroupSpec, MysqlFailoverGroupStatus, NamespacesFrom, SecretRef, Site, SiteHealth,
 };
+#[cfg(feature = "crd")]
+pub use ordered_update::{MAX_UPDATE_DEADLINE_SECONDS, OrderedUpdateRequest, OrderedUpdateStatus};
 pub use phase::{OrderedUpdatePhase, PlannedFailoverPhase, RestorePhase};
 #[cfg(feature = "crd")]
 pub use planned_failover::{
     IgnoredRequest, PhaseTransition, PlannedFailoverAdmission, PlannedFailoverRequest, PlannedFailoverStatus,
 };
+#[cfg(feature = "crd")]
+pub use restore_in_place::{MAX_RESTORE_DEADLINE_SECONDS, RestoreInPlaceRequest, RestoreInPlaceStatus};
+#[cfg(feature = "crd")]
+pub use site_job::{JobMetadata, JobTemplate, MIN_JOB_DEADLINE_SECONDS, SiteJobStatus};
 
 /// `metav1.Condition`, as every status here uses it.
 #[cfg(feature = "crd")]

@@ -1,5 +1,7 @@
 //! The planned failover's part of a MysqlFailoverGroup: the request in its
-//! spec and its progress in status.
+//! spec and its progress in status, with the pieces of that progress the
+//! other planned disruptions (the ordered update, restore-in-place) share:
+//! [`PhaseTransition`], [`PlannedFailoverAdmission`].
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
@@ -63,7 +65,8 @@ pub struct IgnoredRequest {
     pub message: String,
 }
 
-/// One phase a planned failover entered.
+/// One phase a request entered (a planned failover, an ordered update, a
+/// restore-in-place).
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PhaseTransition {
@@ -76,11 +79,12 @@ pub struct PhaseTransition {
     pub message: Option<String>,
 }
 
-/// Admission state of a deferred planned failover.
+/// Admission state of a deferred request (a planned failover, an ordered
+/// update, a restore-in-place).
 #[derive(Deserialize, Serialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PlannedFailoverAdmission {
-    /// Why the failover waits, e.g. `DeploymentHold`.
+    /// Why the request waits, e.g. `DeploymentHold`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defer_reason: Option<String>,
     /// When admission is tried again (the earliest hold expiry).

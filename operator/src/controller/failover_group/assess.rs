@@ -87,6 +87,8 @@ mod tests {
             initial_active_site: "iad".into(),
             failover: FailoverPolicy::default(),
             planned_failover: None,
+            ordered_update: None,
+            restore_in_place: None,
             allowed_databases: bloodraven_api::v1alpha1::AllowedDatabases::default(),
         }
     }

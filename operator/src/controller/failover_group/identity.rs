@@ -169,6 +169,8 @@ mod tests {
             initial_active_site: "iad".into(),
             failover: bloodraven_api::v1alpha1::FailoverPolicy::default(),
             planned_failover: None,
+            ordered_update: None,
+            restore_in_place: None,
             allowed_databases: bloodraven_api::v1alpha1::AllowedDatabases::default(),
         };
         let mut group = MysqlFailoverGroup::new("g", spec);

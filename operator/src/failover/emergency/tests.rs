@@ -21,6 +21,8 @@ fn group(port: u16, answered: Option<&str>) -> MysqlFailoverGroup {
         initial_active_site: "iad".into(),
         failover: FailoverPolicy::default(),
         planned_failover: None,
+        ordered_update: None,
+        restore_in_place: None,
         allowed_databases: bloodraven_api::v1alpha1::AllowedDatabases::default(),
     };
     let mut g = MysqlFailoverGroup::new("g", spec);
