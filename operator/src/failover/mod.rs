@@ -8,6 +8,9 @@
 //! - [`reassert`]: fencing reassertion (a non-active site found writable).
 //! - [`decision`]: the group's decision (`activeSite`, `topologyGeneration`):
 //!   resolved against the record each round, written record first, then status.
+//! - [`switchover`]: the steps a switchover takes on the sites (fence,
+//!   catch-up, decision, promotion, repoint), shared by every request
+//!   that runs one.
 //! - [`record`]: the decision record, the operator's own copy of each decision.
 //!
 //! The failover-group controller (`crate::controller::failover_group`)
@@ -20,3 +23,4 @@ pub(crate) mod planned;
 pub(crate) mod reassert;
 pub(crate) mod record;
 pub(crate) mod round;
+pub(crate) mod switchover;

@@ -48,17 +48,16 @@ const MAX_HISTORY: usize = 32;
 const MAX_ROUNDS: usize = 24;
 
 mod act;
-mod admission;
 mod drain;
 mod request;
 #[cfg(test)]
 mod tests;
 
-use self::act::{Local, Step, act};
-use self::admission::{admissible, admit, bounded, report_bypass};
+use self::act::act;
 pub(crate) use self::drain::DrainsSeen;
 use self::drain::{bounds, cap_drain, catch_up_slice, drain_deadline, drain_deadline_passed};
 use self::request::{enter, not_ours, remember_admission, remember_request, take_up, write_state};
+use crate::failover::switchover::{Local, Step, admissible, admit, bounded};
 use bloodraven_core::failover::planned::drain::CATCH_UP_RECHECK;
 
 /// What a drive left behind.
@@ -201,7 +200,7 @@ async fn drive_rounds(
         Some(Phase::Deferred) if ctx.deploy_api => {
             local.hold = bounded(&group, "read the failover-hold", ctx.leases.live_hold(&group)).await?;
         }
-        Some(Phase::Admitting) => local.hold = admit(ctx, &group, &state).await?,
+        Some(Phase::Admitting) => local.hold = admit(ctx, &group, &state.request_id).await?,
         _ => {}
     }
     for turn in 0..MAX_ROUNDS {
@@ -252,6 +251,7 @@ async fn drive_rounds(
         let action_bound = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)) * 5);
         let step = Step {
             phase,
+            failpoints: "planned",
             source: source.clone(),
             source_spec,
             target_spec,
