@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 pub use error::{ErrorBody, ErrorCode, RevokeReason};
 #[cfg(feature = "crd")]
 pub use view::GroupView;
-pub use view::{LeaseView, OperationType, OperationView, VerificationView};
+pub use view::{LeaseView, OperationPhase, OperationType, OperationView, VerificationView};
 
 /// Smallest lease TTL in seconds; shorter requests are clamped up.
 pub const MIN_TTL_SECONDS: u32 = 5;

@@ -229,6 +229,14 @@ pub mod site_job {
     pub const OPERATION_ORDERED_UPDATE: &str = "ordered-update";
     /// [`OPERATION_LABEL`] of a restore-in-place's Job.
     pub const OPERATION_RESTORE_IN_PLACE: &str = "restore-in-place";
+    /// Label a cluster admin puts on a namespace, with value
+    /// [`NAMESPACE_ALLOWED`], to let requests run their Jobs there. The
+    /// operator may create Jobs in any namespace, and a Job runs as any
+    /// ServiceAccount of its namespace: without this opt-in, whoever may
+    /// edit a group could run a Pod as `kube-system`'s accounts.
+    pub const NAMESPACE_LABEL: &str = "bloodraven.shipstream.io/site-jobs";
+    /// The value of [`NAMESPACE_LABEL`] that allows Jobs.
+    pub const NAMESPACE_ALLOWED: &str = "allowed";
     /// Annotation: the request's `requestId` (up to 128 characters: too
     /// long for a label value).
     pub const REQUEST_ID_ANNOTATION: &str = "bloodraven.shipstream.io/request-id";

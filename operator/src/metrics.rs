@@ -58,6 +58,10 @@ pub(crate) struct Metrics {
     /// `bloodraven_failovers_total{group,kind,outcome}`: failovers by kind
     /// (`planned`, `emergency`) and outcome (`completed`, `failed`).
     pub failovers_total: IntCounterVec,
+    /// `bloodraven_operation_phase_transitions_total{group,operation,phase}`:
+    /// phases entered by the requests of `operation` (`planned-failover`,
+    /// `ordered-update`, `restore-in-place`).
+    pub operation_phase_transitions_total: IntCounterVec,
     /// `bloodraven_primary_service_writes_total{kind,action}`: writes of
     /// `<mysqldatabase>-primary` objects (`kind` Service, EndpointSlice or
     /// Endpoints, `action` apply, delete or remove-routing); flat at steady
@@ -168,6 +172,14 @@ impl Metrics {
         )?;
         register(Box::new(planned_failovers_deferred_total.clone()))?;
         register(Box::new(failovers_total.clone()))?;
+        let operation_phase_transitions_total = IntCounterVec::new(
+            Opts::new(
+                "bloodraven_operation_phase_transitions_total",
+                "Phases entered by requests, by operation (planned-failover, ordered-update, restore-in-place) and phase",
+            ),
+            &["group", "operation", "phase"],
+        )?;
+        register(Box::new(operation_phase_transitions_total.clone()))?;
         let primary_service_writes_total = IntCounterVec::new(
             Opts::new(
                 "bloodraven_primary_service_writes_total",
@@ -237,6 +249,7 @@ impl Metrics {
             deploy_leases_revoked_total,
             planned_failovers_deferred_total,
             failovers_total,
+            operation_phase_transitions_total,
             primary_service_writes_total,
             status_writes_total,
             decision_record_reads_total,

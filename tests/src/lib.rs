@@ -21,6 +21,7 @@ pub mod cluster;
 pub mod deploy;
 pub mod fixtures;
 pub mod helm;
+pub mod hostagent;
 pub mod migrate;
 pub mod netns;
 pub mod operator;

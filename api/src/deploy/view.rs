@@ -10,6 +10,7 @@ use super::{DdlState, LeaseKind, schema};
 use crate::v1alpha1::PlannedFailoverPhase;
 #[cfg(feature = "crd")]
 use crate::v1alpha1::SiteHealth;
+use crate::v1alpha1::{OrderedUpdatePhase, RestorePhase};
 
 /// The answer of `GET /deploy/v1/groups/{group}`. Every field is always
 /// present; `activeSite`, `topologyGeneration` and `unstableReason` are
@@ -78,6 +79,10 @@ pub struct VerificationView {
 pub enum OperationType {
     /// A planned failover of `spec.plannedFailover`.
     PlannedFailover,
+    /// An ordered update of `spec.orderedUpdate`.
+    OrderedUpdate,
+    /// A restore-in-place of `spec.restoreInPlace`.
+    RestoreInPlace,
 }
 
 /// One operation in flight.
@@ -88,13 +93,29 @@ pub struct OperationView {
     /// What it is.
     #[serde(rename = "type")]
     pub type_: OperationType,
-    /// The request's id (`spec.plannedFailover.requestId`): 1–128 characters of `[A-Za-z0-9._:-]`.
+    /// The request's id (`spec.plannedFailover.requestId`,
+    /// `spec.orderedUpdate.requestId` or `spec.restoreInPlace.requestId`):
+    /// 1–128 characters of `[A-Za-z0-9._:-]`.
     #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9._:-]+$"))]
     pub request_id: String,
-    /// The site being promoted.
+    /// The site being promoted: a planned failover's target, the standby an
+    /// ordered update switches over to, the site a restore-in-place restores.
     pub target_site: String,
-    /// Where it stands (never `Completed` or `Failed`: those are not in flight).
-    pub phase: PlannedFailoverPhase,
+    /// Where it stands, as the request's status spells it (never
+    /// `Completed` or `Failed`: those are not in flight).
+    pub phase: OperationPhase,
+}
+
+/// The phase of an operation in flight: one of its type's phases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum OperationPhase {
+    /// A planned failover's.
+    PlannedFailover(PlannedFailoverPhase),
+    /// An ordered update's.
+    OrderedUpdate(OrderedUpdatePhase),
+    /// A restore-in-place's.
+    RestoreInPlace(RestorePhase),
 }
 
 /// One live lease (never its token).

@@ -76,6 +76,15 @@ pub struct OrderedUpdateStatus {
     /// update leaves the group at exactly this + 1 (+ 2 with the switch-back).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_generation: Option<i64>,
+    /// The namespace of the request's Jobs, as taken up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Whether the request switches back at the end, as taken up.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub switch_back: bool,
+    /// The Jobs' `activeDeadlineSeconds`, as taken up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<u32>,
     /// What happened last, in words: for `Failed`, what to fix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

@@ -272,17 +272,7 @@ async fn get_group(State(state): State<DeployState>, Path(group): Path<String>, 
             .collect();
         // A phase this operator does not know (written by hand) is not an
         // operation it runs: the engine reports it and leaves it alone.
-        let operations: Vec<OperationView> = status
-            .planned_failover
-            .iter()
-            .filter_map(|p| Phase::parse(&p.phase).filter(|ph| !ph.is_final()).map(|phase| (p, phase)))
-            .map(|(p, phase)| OperationView {
-                type_: OperationType::PlannedFailover,
-                request_id: p.request_id.clone(),
-                target_site: p.target_site.clone(),
-                phase,
-            })
-            .collect();
+        let operations = operations_in_flight(&status);
         let unstable_reason = view
             .facts
             .unstable_reason
@@ -542,3 +532,39 @@ mod authz_tests;
 
 #[cfg(test)]
 mod tests;
+
+/// The operations a group's status shows in flight, each with its phase;
+/// a phase this operator does not know (written by hand) is not an
+/// operation it runs: the engine reports it and leaves it alone.
+fn operations_in_flight(status: &bloodraven_api::v1alpha1::MysqlFailoverGroupStatus) -> Vec<OperationView> {
+    use bloodraven_api::deploy::OperationPhase;
+    use bloodraven_api::v1alpha1::{OrderedUpdatePhase, RestorePhase};
+    let planned = status.planned_failover.iter().filter_map(|p| {
+        let phase = Phase::parse(&p.phase).filter(|ph| !ph.is_final())?;
+        Some(OperationView {
+            type_: OperationType::PlannedFailover,
+            request_id: p.request_id.clone(),
+            target_site: p.target_site.clone(),
+            phase: OperationPhase::PlannedFailover(phase),
+        })
+    });
+    let update = status.ordered_update.iter().filter_map(|p| {
+        let phase = OrderedUpdatePhase::parse(&p.phase).filter(|ph| !ph.is_final())?;
+        Some(OperationView {
+            type_: OperationType::OrderedUpdate,
+            request_id: p.request_id.clone(),
+            target_site: p.standby_site.clone().unwrap_or_default(),
+            phase: OperationPhase::OrderedUpdate(phase),
+        })
+    });
+    let restore = status.restore_in_place.iter().filter_map(|p| {
+        let phase = RestorePhase::parse(&p.phase).filter(|ph| !ph.is_final())?;
+        Some(OperationView {
+            type_: OperationType::RestoreInPlace,
+            request_id: p.request_id.clone(),
+            target_site: p.site.clone().unwrap_or_default(),
+            phase: OperationPhase::RestoreInPlace(phase),
+        })
+    });
+    planned.chain(update).chain(restore).collect()
+}

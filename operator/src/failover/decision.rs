@@ -54,27 +54,61 @@ fn describe(site: Option<&str>, generation: Option<i64>) -> String {
     )
 }
 
-/// Whether the group's status shows a planned failover that has not ended.
-pub(crate) fn planned_failover_running(group: &MysqlFailoverGroup) -> bool {
-    group
-        .status
-        .as_ref()
-        .and_then(|s| s.planned_failover.as_ref())
-        .is_some_and(|p| bloodraven_core::failover::planned::Phase::parse(&p.phase).is_some_and(|ph| !ph.is_final()))
+/// The operation a group's status shows in flight (a non-final phase),
+/// if any: `(operation, requestId, phase)`, the operation named as in
+/// metrics (`planned-failover`, `ordered-update`, `restore-in-place`). One
+/// runs at a time; a phase this operator does not know is not one it runs.
+pub(crate) fn operation_in_flight(group: &MysqlFailoverGroup) -> Option<(&'static str, String, String)> {
+    use bloodraven_api::names::site_job::{OPERATION_ORDERED_UPDATE, OPERATION_RESTORE_IN_PLACE};
+    use bloodraven_api::v1alpha1::{OrderedUpdatePhase, PlannedFailoverPhase, RestorePhase};
+    let status = group.status.as_ref()?;
+    let running = |phase: &str, final_: Option<bool>| final_.is_some_and(|f| !f).then(|| phase.to_owned());
+    let planned = status.planned_failover.as_ref().and_then(|p| {
+        running(&p.phase, PlannedFailoverPhase::parse(&p.phase).map(PlannedFailoverPhase::is_final))
+            .map(|ph| (PLANNED_FAILOVER, p.request_id.clone(), ph))
+    });
+    let update = status.ordered_update.as_deref().and_then(|p| {
+        running(&p.phase, OrderedUpdatePhase::parse(&p.phase).map(OrderedUpdatePhase::is_final))
+            .map(|ph| (OPERATION_ORDERED_UPDATE, p.request_id.clone(), ph))
+    });
+    let restore = status.restore_in_place.as_deref().and_then(|p| {
+        running(&p.phase, RestorePhase::parse(&p.phase).map(RestorePhase::is_final))
+            .map(|ph| (OPERATION_RESTORE_IN_PLACE, p.request_id.clone(), ph))
+    });
+    planned.or(update).or(restore)
 }
 
-/// Whether the group's status shows a planned failover that has touched
-/// the sites and not ended (`Draining`: the old primary is fenced;
-/// `Promoting`, `Repointing`: decided, not yet done). Deleting such a group
-/// at once would leave no writable site; its deletion waits for the end.
-pub(crate) fn planned_failover_touching_sites(group: &MysqlFailoverGroup) -> bool {
-    use bloodraven_core::failover::planned::Phase;
-    group
-        .status
-        .as_ref()
-        .and_then(|s| s.planned_failover.as_ref())
-        .and_then(|p| Phase::parse(&p.phase))
-        .is_some_and(|ph| matches!(ph, Phase::Draining | Phase::Promoting | Phase::Repointing))
+/// The name of a planned failover among the operations.
+pub(crate) const PLANNED_FAILOVER: &str = "planned-failover";
+
+/// Another operation than `mine` in flight, in words ("planned failover r1
+/// (phase Draining)"), for the admission that waits for it.
+pub(crate) fn other_operation(group: &MysqlFailoverGroup, mine: &str) -> Option<String> {
+    let (operation, id, phase) = operation_in_flight(group).filter(|(op, _, _)| *op != mine)?;
+    Some(format!("{} {id} (phase {phase})", operation.replace('-', " ")))
+}
+
+/// Whether the group's status shows an operation that has not ended.
+pub(crate) fn operation_running(group: &MysqlFailoverGroup) -> bool {
+    operation_in_flight(group).is_some()
+}
+
+/// Whether the group's status shows an operation that has touched the
+/// sites' roles and not ended: a switchover draining (the old primary
+/// fenced) or decided and not yet done. Deleting such a group at once
+/// would leave no writable site; its deletion waits for the end.
+pub(crate) fn operation_touching_sites(group: &MysqlFailoverGroup) -> bool {
+    use bloodraven_core::failover::{ordered_update, planned};
+    let Some(status) = group.status.as_ref() else { return false };
+    let planned = status.planned_failover.as_ref().and_then(|p| planned::Phase::parse(&p.phase)).is_some_and(|ph| {
+        matches!(ph, planned::Phase::Draining | planned::Phase::Promoting | planned::Phase::Repointing)
+    });
+    let update = status
+        .ordered_update
+        .as_deref()
+        .and_then(|p| ordered_update::Phase::parse(&p.phase))
+        .is_some_and(|ph| ordered_update::switchover_phase(ph).is_some());
+    planned || update
 }
 
 /// Resolves the decided roles, restoring status from the record or adopting

@@ -3,6 +3,9 @@
 //! `bloodraven_core::failover` against the real sites.
 //!
 //! - [`planned`]: planned failover (a `spec.plannedFailover` request).
+//! - [`ordered_update`]: the ordered update (a `spec.orderedUpdate`
+//!   request): each site's Job, standby first, around a switchover.
+//! - [`site_job`]: the Job a request runs on one site.
 //! - [`emergency`]: emergency failover (the active site stops answering),
 //!   the promotion a decision left pending, and returning old primaries.
 //! - [`reassert`]: fencing reassertion (a non-active site found writable).
@@ -19,8 +22,10 @@
 
 pub(crate) mod decision;
 pub(crate) mod emergency;
+pub(crate) mod ordered_update;
 pub(crate) mod planned;
 pub(crate) mod reassert;
 pub(crate) mod record;
 pub(crate) mod round;
+pub(crate) mod site_job;
 pub(crate) mod switchover;

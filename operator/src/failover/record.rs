@@ -202,7 +202,7 @@ fn settled(
     last_written: Option<&str>,
     uid: &str,
     decided: (Option<&str>, Option<i64>),
-    planned_failover_running: bool,
+    operation_running: bool,
 ) -> Option<Record> {
     let version = cm.metadata.resource_version.as_deref().unwrap_or_default();
     if last_written.is_some_and(|v| v != version) {
@@ -210,11 +210,11 @@ fn settled(
     }
     let r = decode(key, cm);
     // `admitted` names the last admitted request and stays after it ends;
-    // it only matters while a request runs (the planned failover reads it afresh).
+    // it only matters while a request runs (its engine reads it afresh).
     let quiet = r.tampered.is_none()
         && r.group_uid == uid
         && r.pending.is_none()
-        && (r.admitted.is_none() || !planned_failover_running);
+        && (r.admitted.is_none() || !operation_running);
     (quiet && decided == (Some(r.active_site.as_str()), Some(r.generation))).then_some(r)
 }
 
@@ -327,7 +327,7 @@ impl Records {
         group: &str,
         uid: &str,
         decided: (Option<&str>, Option<i64>),
-        planned_failover_running: bool,
+        operation_running: bool,
     ) -> Option<Record> {
         if !self.ready.get() {
             return None;
@@ -335,7 +335,7 @@ impl Records {
         let name = record_name(group);
         let cm = self.store.get(&ObjectRef::new(&name).within(&self.namespace))?;
         let last_written = locked(&self.written).get(&name).cloned();
-        let r = settled(&self.key, &cm, last_written.as_deref(), uid, decided, planned_failover_running)?;
+        let r = settled(&self.key, &cm, last_written.as_deref(), uid, decided, operation_running)?;
         self.reads.with_label_values(&["cache"]).inc();
         Some(r)
     }

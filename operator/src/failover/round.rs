@@ -20,7 +20,7 @@ use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{Api, ResourceExt};
 
-use super::decision::planned_failover_running;
+use super::decision::operation_running;
 use super::record::{Extra, Record};
 use crate::controller::{Context, Error};
 
@@ -57,7 +57,7 @@ impl RoundRecord {
         let uid = group.metadata.uid.clone().unwrap_or_default();
         let status = group.status.clone().unwrap_or_default();
         let decided = (status.active_site.as_deref(), status.topology_generation);
-        let cached = ctx.groups.records.settled(&name, &uid, decided, planned_failover_running(group));
+        let cached = ctx.groups.records.settled(&name, &uid, decided, operation_running(group));
         let (record, source) = match cached {
             Some(r) => (Some(r), Source::Unconfirmed),
             None => (ctx.groups.records.read(&api, &name).await?, Source::Fresh),

@@ -90,16 +90,15 @@ pub(crate) struct Service {
 /// the engine no longer drives (the group in `DecisionConflict`, say) keeps
 /// no lease alive.
 pub(crate) fn facts_of(group: &MysqlFailoverGroup) -> GroupFacts {
-    use bloodraven_api::v1alpha1::PlannedFailoverPhase as Phase;
     use bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS;
+    // Every operation has a `Deferred` phase, spelled alike.
+    let running = crate::failover::decision::operation_in_flight(group).map(|(_, _, phase)| phase);
     let status = group.status.clone().unwrap_or_default();
-    let running =
-        status.planned_failover.as_ref().and_then(|p| Phase::parse(&p.phase)).filter(|phase| !phase.is_final());
     let unstable_reason = match status.stable {
-        Some(true) => running.map(|_| OPERATION_IN_PROGRESS.to_owned()),
+        Some(true) => running.as_ref().map(|_| OPERATION_IN_PROGRESS.to_owned()),
         _ => Some(status.unstable_reason.unwrap_or_else(|| "NotObserved".to_owned())),
     };
-    let deferring = running == Some(Phase::Deferred) && unstable_reason.as_deref() == Some(OPERATION_IN_PROGRESS);
+    let deferring = running.as_deref() == Some("Deferred") && unstable_reason.as_deref() == Some(OPERATION_IN_PROGRESS);
     GroupFacts { generation: status.topology_generation, unstable_reason, deferring }
 }
 

@@ -22,6 +22,7 @@ pub(crate) mod credentials;
 pub(crate) mod deploy_leases;
 pub(crate) mod identity;
 mod observed;
+mod operations;
 pub(crate) mod replicas;
 mod report;
 mod semisync;
@@ -41,6 +42,7 @@ use kube::runtime::{WatchStreamExt, predicates, reflector};
 use kube::{Api, Resource, ResourceExt};
 
 use self::assess::{Assessment, Decided, SiteProbe, assess, validate_spec};
+use self::operations::Operations;
 use self::report::{announce, diverged_condition, health_of, operation_conditions, record_metrics, write_observation};
 pub(crate) use self::report::{endpoint_of, mark_operation_in_progress, publish};
 use super::conditions::Computed;
@@ -166,16 +168,16 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     // that has not fenced adds no probe and no wait: the safety paths act on
     // the same probes.
     let probes = sites::probe_all(&group, &ctx).await;
-    let Some((group, resolution, planned)) =
-        Box::pin(planned_failover(&ctx, &mut round, &api, group, resolution, &probes, &mut later)).await?
+    let Some((group, resolution, operations)) =
+        Box::pin(operations::drive(&ctx, &mut round, &api, group, resolution, &probes, &mut later)).await?
     else {
         return Ok(Action::await_change());
     };
-    let probes = if planned.acted_on_sites { sites::probe_all(&group, &ctx).await } else { probes };
+    let probes = if operations.acted_on_sites() { sites::probe_all(&group, &ctx).await } else { probes };
     // Automatic failover waits for a planned failover only while it
     // drains, within its bound; a new primary that dies after the decision
     // is failed over like any other.
-    let safety = Box::pin(safety_paths(&ctx, &mut round, group, resolution, probes, &planned)).await?;
+    let safety = Box::pin(safety_paths(&ctx, &mut round, group, resolution, probes, &operations)).await?;
     let (group, resolution, probes) = (safety.group, safety.resolution, safety.probes);
     // The deploy-lease bookkeeping comes after the safety paths: a lease
     // store that is slow or failing never delays an emergency failover.
@@ -198,7 +200,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         assessment = assess(&group.spec, Decided::At(&site, 1), &probes);
     }
 
-    operation_conditions(&mut assessment, &planned, safety.recovery.as_ref(), safety.diverged.as_ref(), &resolution);
+    operation_conditions(&mut assessment, &operations, safety.recovery.as_ref(), safety.diverged.as_ref(), &resolution);
     assessment.conditions.push(verification);
     assessment.conditions.push(bypass::condition(&ctx, &group, &probes).await);
     assessment.conditions.push(semisync::condition(group.spec.failover.semi_sync, &probes));
@@ -218,7 +220,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     record_metrics(&ctx, &name, generation, &assessment, &probes);
     announce(&ctx, &group, &previous.conditions, &assessment.conditions).await;
     later.result()?;
-    Ok(Action::requeue(planned.requeue.map_or(interval, |r| r.min(interval))))
+    Ok(Action::requeue(operations.requeue().map_or(interval, |r| r.min(interval))))
 }
 
 /// The group's decision, from its record and status: a status edited away
@@ -283,45 +285,6 @@ async fn prune_claims(
     }
 }
 
-/// The planned failover's drive on the round's `probes`: the group and
-/// resolution as it left them, and the drive. Its error is kept in `later`,
-/// never returned, so the safety paths run whatever the drive met. `None`:
-/// the group is gone.
-async fn planned_failover(
-    ctx: &Context,
-    round: &mut RoundRecord,
-    api: &Api<MysqlFailoverGroup>,
-    group: MysqlFailoverGroup,
-    resolution: decision::Resolution,
-    probes: &[SiteProbe],
-    later: &mut Later,
-) -> Result<Option<(MysqlFailoverGroup, decision::Resolution, planned::Drive)>, Error> {
-    if !matches!(resolution, decision::Resolution::At { .. }) {
-        return Ok(Some((group.clone(), resolution, planned::Drive::idle(group))));
-    }
-    let name = group.name_any();
-    let planned = match Box::pin(planned::drive(ctx, round, group, probes)).await {
-        Ok(planned) => planned,
-        Err(e) => {
-            later.keep("planned failover", e)?;
-            // The drive may have written before it failed, or failed a write
-            // on a record someone else changed: act on the group and the
-            // record as stored (a record that cannot be read now is read by
-            // the next action that needs it; the safety paths still run).
-            if let Err(e) = round.fresh(ctx).await {
-                later.keep("decision record", e)?;
-            }
-            match api.get_opt(&name).await.map_err(kube_err("read the group after a failed drive"))? {
-                Some(g) => planned::Drive::as_stored(ctx, g),
-                None => return Ok(None),
-            }
-        }
-    };
-    let group = planned.group.clone();
-    let resolution = decided_now(&group, resolution);
-    Ok(Some((group, resolution, planned)))
-}
-
 /// The group's deploy-lease bookkeeping (revocations, sweeps, verification
 /// records) and its `SchemaVerificationRequired` condition. Errors are kept
 /// in `later`; an unreadable store makes the condition `Unknown`.
@@ -355,8 +318,8 @@ async fn deploy_lease_bookkeeping(
 /// primary fenced would leave both sites read-only, and nothing would ever
 /// undo it; found by an attack). `true` when the group was let go.
 async fn let_go(ctx: &Context, group: &MysqlFailoverGroup) -> Result<bool, Error> {
-    if decision::planned_failover_touching_sites(group) {
-        tracing::info!(group = %group.name_any(), "deletion waits for the running planned failover to end");
+    if decision::operation_touching_sites(group) {
+        tracing::info!(group = %group.name_any(), "deletion waits for the running operation to end");
         return Ok(false);
     }
     cleanup::finalize(ctx, group).await?;
@@ -385,9 +348,9 @@ async fn safety_paths(
     mut group: MysqlFailoverGroup,
     mut resolution: decision::Resolution,
     mut probes: Vec<SiteProbe>,
-    planned: &planned::Drive,
+    operations: &operations::Operations,
 ) -> Result<Safety, Error> {
-    let (held, standby_complete) = (planned.holds_automatic_failover(), planned.before_promotion());
+    let (held, standby_complete) = (operations.holds_automatic_failover(), operations.before_promotion());
     let mut recovery: Option<(&'static str, String)> = None;
     let mut diverged: Option<Computed> = None;
     let mut current = None;

@@ -25,7 +25,7 @@ use kube::runtime::events::Event;
 use kube::runtime::events::EventType;
 use serde_json::json;
 
-use super::{Assessment, MAX_EVENT_NOTE, SiteProbe, decision, identity, observed, planned, replicas};
+use super::{Assessment, MAX_EVENT_NOTE, Operations, SiteProbe, decision, identity, observed, replicas};
 
 /// `SiteDiverged`: the returning sites rejoin left fenced (`returning`,
 /// site → clause) and the sites the replica check found with errant
@@ -77,7 +77,7 @@ pub(super) fn diverged_condition(
 /// operation make the group unstable.
 pub(super) fn operation_conditions(
     assessment: &mut Assessment,
-    planned: &planned::Drive,
+    planned: &Operations,
     recovery: Option<&(&'static str, String)>,
     diverged: Option<&Computed>,
     resolution: &decision::Resolution,
@@ -90,7 +90,7 @@ pub(super) fn operation_conditions(
             T::AutomaticFailoverHeld.as_str(),
             false,
             reason::AS_EXPECTED,
-            "no planned failover is draining; automatic failover is not held",
+            "no planned failover or switchover is draining and no Job runs on a standby; automatic failover is not held",
         )
     };
     let recovering = match (recovery, planned.recovering()) {
@@ -99,7 +99,7 @@ pub(super) fn operation_conditions(
             T::RecoveryPending.as_str(),
             true,
             reason::OPERATION_IN_PROGRESS,
-            "the planned failover is decided; promotion and repointing are under way",
+            "a switchover is decided; promotion and repointing are under way",
         ),
         (None, false) => Computed::flag(T::RecoveryPending.as_str(), false, reason::AS_EXPECTED, "nothing is pending"),
     };

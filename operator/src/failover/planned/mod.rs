@@ -49,7 +49,7 @@ const MAX_ROUNDS: usize = 24;
 
 mod act;
 mod drain;
-mod request;
+pub(crate) mod request;
 #[cfg(test)]
 mod tests;
 
@@ -231,7 +231,14 @@ async fn drive_rounds(
             source_generation: state.source_generation,
             target: state.target_site.clone(),
             hold: local.hold.as_ref().map(|h| (h.operation_id.clone(), h.instance.clone())),
-            target_ready: admissible(ctx, &group, &source, src, &state.target_site, &probes),
+            // One operation at a time: another in flight refuses this one.
+            target_ready: match crate::failover::decision::other_operation(
+                &group,
+                crate::failover::decision::PLANNED_FAILOVER,
+            ) {
+                Some(other) => Err(format!("{other} is in flight; one operation at a time")),
+                None => admissible(ctx, &group, &source, src, &state.target_site, &probes),
+            },
             old_fenced: src.map(|o| !o.writable),
             past_deadline: drain_deadline_passed(&state.history, &group.spec.failover, Timestamp::now()),
             fence_failed: local.fence_failed.clone(),

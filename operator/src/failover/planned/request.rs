@@ -142,20 +142,34 @@ pub(super) async fn remember_admission(
     round: &mut RoundRecord,
     state: &PlannedFailoverStatus,
 ) -> Result<(), Error> {
+    let source = state.source_site.as_deref().unwrap_or_default();
+    remember_admitted(ctx, round, &admission_of(state), source, &state.target_site).await
+}
+
+/// Records `admitted`, the word of a request admitted to switch over from
+/// `source` to `target` (decision record, compare-and-swap), before its
+/// drain: only a switchover the record names is ever drained, promoted or
+/// repointed.
+pub(crate) async fn remember_admitted(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    admitted: &str,
+    source: &str,
+    target: &str,
+) -> Result<(), Error> {
     let rec = record_for(ctx, round, "record the admission for").await?;
-    let admitted = admission_of(state);
-    if rec.admitted.as_deref() == Some(admitted.as_str()) {
+    if rec.admitted.as_deref() == Some(admitted) {
         return Ok(());
     }
-    if rec.tampered.is_some() || state.source_site.as_deref() != Some(rec.active_site.as_str()) {
+    if rec.tampered.is_some() || source != rec.active_site {
         return Err(Error::Site {
-            action: "admit a planned failover for",
-            site: state.target_site.clone(),
+            action: "admit a switchover for",
+            site: target.to_owned(),
             message: "the decision record does not show the request's source as active".into(),
         });
     }
     let mut extra = rec.extra();
-    extra.admitted = Some(admitted);
+    extra.admitted = Some(admitted.to_owned());
     keep_decision(ctx, round, &rec, &extra).await
 }
 
@@ -192,7 +206,7 @@ pub(super) fn not_ours(
 
 /// Records that `request_id` was taken up (decision record, compare-and-swap),
 /// so neither a repeat of it nor a wiped status ever runs it again.
-pub(super) async fn remember_request(ctx: &Context, round: &mut RoundRecord, request_id: &str) -> Result<(), Error> {
+pub(crate) async fn remember_request(ctx: &Context, round: &mut RoundRecord, request_id: &str) -> Result<(), Error> {
     let rec = record_for(ctx, round, "record the request for").await?;
     if rec.requests.iter().any(|r| r == request_id) {
         return Ok(());
@@ -229,6 +243,11 @@ pub(super) async fn enter(
     }
     let written = write_state(ctx, group, state).await?;
     ctx.failpoint.hit(&format!("planned-entered-{}", phase.as_str()));
+    let operation = crate::failover::decision::PLANNED_FAILOVER;
+    ctx.metrics
+        .operation_phase_transitions_total
+        .with_label_values(&[&group.name_any(), operation, phase.as_str()])
+        .inc();
     let type_ = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
     // A phase entered again (Admitting after Deferred) is a transition of
     // its own: its count keeps the note, and so the Event, its own.
@@ -250,7 +269,7 @@ pub(super) async fn enter(
 /// written as null, at any depth, so the stored request is replaced whole.
 /// Found on the playground: a new request showed the previous request's
 /// deferral (`admission`) and message beside its own history.
-pub(super) fn replacing(stored: Option<&PlannedFailoverStatus>, state: &PlannedFailoverStatus) -> serde_json::Value {
+pub(crate) fn replacing<T: serde::Serialize>(stored: Option<&T>, state: &T) -> serde_json::Value {
     fn nulls(new: &mut serde_json::Value, old: &serde_json::Value) {
         let (Some(new), Some(old)) = (new.as_object_mut(), old.as_object()) else { return };
         for (key, was) in old {

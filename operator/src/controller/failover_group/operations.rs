@@ -1,0 +1,134 @@
+//! The requests a round drives, in order: the planned failover, then the
+//! ordered update (one runs at a time; the second waits in its admission),
+//! and what they hold of the safety paths together.
+
+use bloodraven_api::v1alpha1::MysqlFailoverGroup;
+use kube::Api;
+use kube::ResourceExt;
+
+use super::{Later, SiteProbe, decided_now};
+use crate::controller::{Context, Error, kube_err};
+use crate::failover::round::RoundRecord;
+use crate::failover::{decision, ordered_update, planned};
+
+/// What the round's drives left.
+#[derive(Debug)]
+pub(super) struct Operations {
+    pub(super) planned: planned::Drive,
+    pub(super) update: ordered_update::Drive,
+}
+
+impl Operations {
+    fn idle(group: &MysqlFailoverGroup) -> Operations {
+        Operations { planned: planned::Drive::idle(group.clone()), update: ordered_update::Drive::idle(group.clone()) }
+    }
+
+    /// Whether automatic failover waits: a planned failover's drain, or
+    /// what the ordered update holds (the promotion of the site whose Job
+    /// runs, which in a pair is the only candidate; a switchover's drain).
+    pub(super) fn holds_automatic_failover(&self) -> bool {
+        self.planned.holds_automatic_failover() || self.update.hold().is_some()
+    }
+
+    /// Why automatic failover waits, for `AutomaticFailoverHeld`.
+    pub(super) fn hold_message(&self) -> String {
+        if self.planned.holds_automatic_failover() {
+            return self.planned.hold_message();
+        }
+        self.update.hold_message()
+    }
+
+    /// A decided switchover whose target is not yet promoted.
+    pub(super) fn before_promotion(&self) -> bool {
+        self.planned.before_promotion() || self.update.before_promotion()
+    }
+
+    /// A request runs: the group is unstable (`OperationInProgress`).
+    pub(super) fn running(&self) -> bool {
+        self.planned.running() || self.update.running()
+    }
+
+    /// A decided switchover is under way.
+    pub(super) fn recovering(&self) -> bool {
+        self.planned.recovering() || self.update.recovering()
+    }
+
+    /// Whether a drive may have acted on a site.
+    pub(super) fn acted_on_sites(&self) -> bool {
+        self.planned.acted_on_sites || self.update.acted_on_sites
+    }
+
+    /// When to look again, if sooner than the probe interval.
+    pub(super) fn requeue(&self) -> Option<std::time::Duration> {
+        match (self.planned.requeue, self.update.requeue) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// The drives of the round's requests on its `probes`: the group and
+/// resolution as they left them. Their errors are kept in `later`, never
+/// returned, so the safety paths run whatever a drive met. `None`: the
+/// group is gone.
+pub(super) async fn drive(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    api: &Api<MysqlFailoverGroup>,
+    group: MysqlFailoverGroup,
+    resolution: decision::Resolution,
+    probes: &[SiteProbe],
+    later: &mut Later,
+) -> Result<Option<(MysqlFailoverGroup, decision::Resolution, Operations)>, Error> {
+    if !matches!(resolution, decision::Resolution::At { .. }) {
+        let idle = Operations::idle(&group);
+        return Ok(Some((group, resolution, idle)));
+    }
+    let name = group.name_any();
+    let planned = match Box::pin(planned::drive(ctx, round, group, probes)).await {
+        Ok(planned) => planned,
+        Err(e) => {
+            later.keep("planned failover", e)?;
+            // The drive may have written before it failed, or failed a write
+            // on a record someone else changed: act on the group and the
+            // record as stored (the safety paths still run).
+            if let Err(e) = round.fresh(ctx).await {
+                later.keep("decision record", e)?;
+            }
+            match api.get_opt(&name).await.map_err(kube_err("read the group after a failed drive"))? {
+                Some(g) => planned::Drive::as_stored(ctx, g),
+                None => return Ok(None),
+            }
+        }
+    };
+    let group = planned.group.clone();
+    let resolution = decided_now(&group, resolution);
+    if !matches!(resolution, decision::Resolution::At { .. }) {
+        let update = ordered_update::Drive::idle(group.clone());
+        return Ok(Some((group, resolution, Operations { planned, update })));
+    }
+    // The planned failover's steps moved the sites: the update reads them afresh.
+    let fresh;
+    let probes = if planned.acted_on_sites {
+        fresh = super::sites::probe_all(&group, ctx).await;
+        fresh.as_slice()
+    } else {
+        probes
+    };
+    let update = match Box::pin(ordered_update::drive(ctx, round, group, probes)).await {
+        Ok(update) => update,
+        Err(e) => {
+            later.keep("ordered update", e)?;
+            if let Err(e) = round.fresh(ctx).await {
+                later.keep("decision record", e)?;
+            }
+            match api.get_opt(&name).await.map_err(kube_err("read the group after a failed drive"))? {
+                Some(g) => ordered_update::Drive::as_stored(g),
+                None => return Ok(None),
+            }
+        }
+    };
+    let group = update.group.clone();
+    let resolution = decided_now(&group, resolution);
+    Ok(Some((group, resolution, Operations { planned, update })))
+}

@@ -1,0 +1,234 @@
+//! An ordered update's bookkeeping: taking the request up (its id recorded
+//! in the decision record when it leaves `Pending`, so it never runs
+//! twice, even after status is wiped), each phase written to
+//! `status.orderedUpdate` with its Event and metric, and what the operator
+//! refuses to act on.
+
+use super::{MAX_HISTORY, OPERATION};
+use crate::controller::Context;
+use crate::controller::Error;
+use crate::controller::failover_group::{mark_operation_in_progress, publish};
+use crate::controller::kube_err;
+use crate::failover::planned::request::replacing;
+use crate::failover::record;
+use crate::failover::round::RoundRecord;
+use bloodraven_api::names::ENGINE_FIELD_MANAGER;
+use bloodraven_api::v1alpha1::MysqlFailoverGroup;
+use bloodraven_api::v1alpha1::OrderedUpdateStatus;
+use bloodraven_api::v1alpha1::PhaseTransition;
+use bloodraven_api::v1alpha1::PlannedFailoverAdmission;
+use bloodraven_core::failover::ordered_update::{Leg, Phase, switchover_phase};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::ResourceExt;
+use kube::api::Patch;
+use kube::api::PatchParams;
+use kube::runtime::events::EventType;
+use serde_json::json;
+
+/// The word of a request in the decision record's `requests`: an ordered
+/// update's ids share the list with the planned failover's, and `/` is in
+/// no request id, so the two never collide.
+pub(super) fn recorded_id(request_id: &str) -> String {
+    format!("{OPERATION}/{request_id}")
+}
+
+/// The record's word for a switchover of the request admitted to drain.
+pub(super) fn admission_of(state: &OrderedUpdateStatus, leg: Leg) -> String {
+    let (primary, standby) = (state.source_site.as_deref().unwrap_or(""), state.standby_site.as_deref().unwrap_or(""));
+    let (old, target) = match leg {
+        Leg::Switchover => (primary, standby),
+        Leg::SwitchBack => (standby, primary),
+    };
+    format!("{} {target} {old}", recorded_id(&state.request_id))
+}
+
+/// Takes up the request to drive: the one in a non-final phase, or a new
+/// `spec.orderedUpdate` whose id was never taken up. `Err(group)`: nothing
+/// to drive.
+pub(super) async fn take_up(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    group: MysqlFailoverGroup,
+) -> Result<Result<(MysqlFailoverGroup, OrderedUpdateStatus), MysqlFailoverGroup>, Error> {
+    let current = group.status.as_ref().and_then(|s| s.ordered_update.as_deref().cloned());
+    if let Some(st) = current.as_ref().filter(|st| Phase::parse(&st.phase).is_some_and(|p| !p.is_final())) {
+        return Ok(Ok((group.clone(), st.clone())));
+    }
+    let Some(request) = group.spec.ordered_update.as_deref().cloned() else { return Ok(Err(group)) };
+    if current.as_ref().is_some_and(|st| st.request_id == request.request_id) {
+        // The request status answers: done.
+        return Ok(Err(group));
+    }
+    let Some((active, generation)) = group.decided().map(|(s, g)| (s.to_owned(), g)) else { return Ok(Err(group)) };
+    let Some(rec) = round.fresh(ctx).await?.cloned() else { return Ok(Err(group)) };
+    if rec.requests.contains(&recorded_id(&request.request_id)) {
+        // Taken up before (status was wiped since): never again.
+        return Ok(Err(group));
+    }
+    if rec.tampered.is_some() || rec.active_site != active || rec.generation != generation {
+        return Ok(Err(group));
+    }
+    let standby = group.spec.sites.iter().map(|s| s.name.clone()).find(|s| *s != active);
+    let mut state = OrderedUpdateStatus {
+        request_id: request.request_id.clone(),
+        source_site: Some(active),
+        standby_site: standby.clone(),
+        source_generation: Some(generation),
+        namespace: Some(request.namespace.clone()),
+        switch_back: request.switch_back,
+        active_deadline_seconds: Some(request.active_deadline_seconds),
+        ..OrderedUpdateStatus::default()
+    };
+    let refused = if standby.is_none() {
+        Some("the group has no standby: spec.sites names one site".to_owned())
+    } else if request.namespace == ctx.namespace {
+        Some(format!(
+            "namespace {} is the operator's own: a Job there could run as the operator; run the Jobs in another namespace",
+            request.namespace
+        ))
+    } else if !job_namespace_allowed(ctx, &request.namespace) {
+        Some(job_namespace_refusal(&request.namespace))
+    } else {
+        request
+            .job_template
+            .job_spec()
+            .err()
+            .map(|e| format!("spec.orderedUpdate.jobTemplate.spec is not a Job spec: {e}"))
+    };
+    let (phase, message) = match refused {
+        Some(why) => (Phase::Failed, Some(why)),
+        None => (Phase::Pending, None),
+    };
+    let group = enter(ctx, &group, &mut state, phase, message, None, None).await?;
+    if phase.is_final() {
+        return Ok(Err(group));
+    }
+    Ok(Ok((group, state)))
+}
+
+/// Why the operator will not act on the request `state` shows, if so:
+/// before its first Job it must be what `spec.orderedUpdate` asks (else it
+/// was cancelled); from then on the decision record must list it as taken
+/// up, and in a switchover name it as admitted (else status was written by
+/// someone else).
+pub(super) fn not_ours(
+    group: &MysqlFailoverGroup,
+    rec: Option<&record::Record>,
+    state: &OrderedUpdateStatus,
+) -> Option<String> {
+    let phase = Phase::parse(&state.phase)?;
+    match phase {
+        Phase::Completed | Phase::Failed => None,
+        Phase::Pending | Phase::Admitting | Phase::Deferred => {
+            let asked = group.spec.ordered_update.as_ref().map(|r| r.request_id.as_str());
+            (asked != Some(state.request_id.as_str()))
+                .then(|| "cancelled: spec.orderedUpdate no longer asks for it".to_owned())
+        }
+        _ => {
+            let taken = rec.is_some_and(|r| r.requests.contains(&recorded_id(&state.request_id)));
+            let admitted = match switchover_phase(phase) {
+                Some((leg, _)) => rec.and_then(|r| r.admitted.as_deref()) == Some(admission_of(state, leg).as_str()),
+                None => true,
+            };
+            (!taken || !admitted).then(|| {
+                format!(
+                    "status showed ordered update {} in phase {} but the operator never took it up there (status is written by the operator only); nothing was done",
+                    state.request_id,
+                    phase.as_str()
+                )
+            })
+        }
+    }
+}
+
+/// Enters `phase`: history, Event, metric, status (one write).
+pub(super) async fn enter(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &mut OrderedUpdateStatus,
+    phase: Phase,
+    message: Option<String>,
+    admission: Option<PlannedFailoverAdmission>,
+    attention: Option<String>,
+) -> Result<MysqlFailoverGroup, Error> {
+    phase.as_str().clone_into(&mut state.phase);
+    state.message.clone_from(&message);
+    state.admission = admission;
+    if attention.is_some() {
+        state.attention_site = attention;
+    }
+    state.history.push(PhaseTransition {
+        phase: state.phase.clone(),
+        time: Time(Timestamp::now()),
+        message: message.clone(),
+    });
+    if state.history.len() > MAX_HISTORY {
+        // Keep the first entry (when it started) and the latest ones.
+        let excess = state.history.len() - MAX_HISTORY;
+        state.history.drain(1..=excess);
+    }
+    let written = write_state(ctx, group, state).await?;
+    ctx.failpoint.hit(&format!("{OPERATION}-entered-{}", phase.as_str()));
+    ctx.metrics
+        .operation_phase_transitions_total
+        .with_label_values(&[&group.name_any(), OPERATION, phase.as_str()])
+        .inc();
+    let type_ = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
+    let times = state.history.iter().filter(|h| h.phase == state.phase).count();
+    let again = if times > 1 { format!(" (again: time {times})") } else { String::new() };
+    let note = format!(
+        "ordered update {}: {}{again}{}",
+        state.request_id,
+        phase.as_str(),
+        message.map(|m| format!(": {m}")).unwrap_or_default()
+    );
+    publish(ctx, &written, type_, &format!("OrderedUpdate{}", phase.as_str()), note, "OrderedUpdate", None).await;
+    Ok(written)
+}
+
+/// Writes `status.orderedUpdate` with the resourceVersion of `group`, and,
+/// when the phase is not final, has the observer mark the group unstable
+/// (`OperationInProgress`) right after.
+pub(super) async fn write_state(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &OrderedUpdateStatus,
+) -> Result<MysqlFailoverGroup, Error> {
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    let stored = group.status.as_ref().and_then(|s| s.ordered_update.as_deref());
+    let patch = json!({
+        "metadata": { "resourceVersion": group.resource_version() },
+        "status": { "orderedUpdate": replacing(stored, state) },
+    });
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    let params = PatchParams { field_manager: Some(ENGINE_FIELD_MANAGER.into()), ..PatchParams::default() };
+    let written = api
+        .patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("write the ordered update's progress"))?;
+    if Phase::parse(&state.phase).is_some_and(|p| !p.is_final()) {
+        return mark_operation_in_progress(ctx, written).await;
+    }
+    Ok(written)
+}
+
+/// Whether a request may run its Jobs in `namespace`: a cluster admin
+/// labelled it (`names::site_job::NAMESPACE_LABEL`).
+pub(crate) fn job_namespace_allowed(ctx: &Context, namespace: &str) -> bool {
+    use bloodraven_api::names::site_job::{NAMESPACE_ALLOWED, NAMESPACE_LABEL};
+    ctx.authority
+        .labels(namespace)
+        .is_some_and(|l| l.get(NAMESPACE_LABEL).map(String::as_str) == Some(NAMESPACE_ALLOWED))
+}
+
+/// What a request whose Job namespace is not allowed is told.
+pub(crate) fn job_namespace_refusal(namespace: &str) -> String {
+    use bloodraven_api::names::site_job::{NAMESPACE_ALLOWED, NAMESPACE_LABEL};
+    format!(
+        "namespace {namespace} does not allow site Jobs (or does not exist): a cluster admin labels it {NAMESPACE_LABEL}={NAMESPACE_ALLOWED} first, since its Jobs run as any of its ServiceAccounts"
+    )
+}

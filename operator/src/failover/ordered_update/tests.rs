@@ -1,0 +1,101 @@
+use bloodraven_api::v1alpha1::{MysqlFailoverGroupSpec, OrderedUpdateStatus, PhaseTransition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use super::request::{admission_of, not_ours, recorded_id};
+use super::*;
+
+fn group(request_id: Option<&str>) -> MysqlFailoverGroup {
+    let mut spec: MysqlFailoverGroupSpec = serde_json::from_value(serde_json::json!({
+        "initialActiveSite": "iad",
+        "sites": [
+            {"name": "iad", "host": "h1", "port": 3306, "credentialsSecretRef": {"namespace": "n", "name": "s"}},
+            {"name": "pdx", "host": "h2", "port": 3306, "credentialsSecretRef": {"namespace": "n", "name": "s"}},
+        ],
+        "failover": {"fenceTimeoutSeconds": 10, "catchUpTimeoutSeconds": 30},
+    }))
+    .unwrap();
+    spec.ordered_update = request_id.map(|id| {
+        Box::new(
+            serde_json::from_value(serde_json::json!({
+                "requestId": id, "namespace": "jobs",
+                "jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "u", "image": "u"}]}}}},
+            }))
+            .unwrap(),
+        )
+    });
+    MysqlFailoverGroup::new("g", spec)
+}
+
+fn state(phase: Phase, history: &[(&str, i64)], t0: Timestamp) -> OrderedUpdateStatus {
+    OrderedUpdateStatus {
+        request_id: "u1".into(),
+        phase: phase.as_str().into(),
+        source_site: Some("iad".into()),
+        standby_site: Some("pdx".into()),
+        source_generation: Some(4),
+        active_deadline_seconds: Some(600),
+        history: history
+            .iter()
+            .map(|(p, secs)| PhaseTransition {
+                phase: (*p).into(),
+                time: Time(t0 + SignedDuration::from_secs(*secs)),
+                message: None,
+            })
+            .collect(),
+        ..OrderedUpdateStatus::default()
+    }
+}
+
+#[test]
+fn each_phase_runs_out_at_its_own_bound_counted_from_entering_it() {
+    let t0: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+    let at = |secs: i64| t0 + SignedDuration::from_secs(secs);
+    let g = group(Some("u1"));
+    // A Job phase: its deadline (600 s) and the grace.
+    let s = state(Phase::UpdatingStandby, &[("Pending", -9), ("UpdatingStandby", 0)], t0);
+    assert!(!past_deadline(&g, &s, Phase::UpdatingStandby, at(600 + 29)));
+    assert!(past_deadline(&g, &s, Phase::UpdatingStandby, at(600 + 31)));
+    // A verifying phase: the readiness bound.
+    let s = state(Phase::VerifyingStandby, &[("VerifyingStandby", 0)], t0);
+    let ready = i64::try_from(READY_BOUND.as_secs()).unwrap();
+    assert!(!past_deadline(&g, &s, Phase::VerifyingStandby, at(ready)));
+    assert!(past_deadline(&g, &s, Phase::VerifyingStandby, at(ready + 1)));
+    // A drain: fence + catch-up bounds, from the latest entry.
+    let s = state(Phase::SwitchBackDraining, &[("SwitchoverDraining", -500), ("SwitchBackDraining", 0)], t0);
+    assert!(!past_deadline(&g, &s, Phase::SwitchBackDraining, at(40)));
+    assert!(past_deadline(&g, &s, Phase::SwitchBackDraining, at(41)));
+    // A phase whose start nobody wrote is past its bound; one written in
+    // the future counts from now.
+    let s = state(Phase::UpdatingStandby, &[("Pending", 0)], t0);
+    assert!(past_deadline(&g, &s, Phase::UpdatingStandby, at(1)));
+    let s = state(Phase::UpdatingStandby, &[("UpdatingStandby", 100_000)], t0);
+    assert!(!past_deadline(&g, &s, Phase::UpdatingStandby, at(1)));
+    // No bound in the other phases.
+    let s = state(Phase::Admitting, &[("Admitting", 0)], t0);
+    assert!(!past_deadline(&g, &s, Phase::Admitting, at(1_000_000)));
+}
+
+#[test]
+fn the_operator_acts_only_on_a_request_it_took_up_and_admitted() {
+    let t0 = Timestamp::now();
+    let mut rec = crate::failover::record::Record::default();
+    // Before its first Job: it must still be asked for.
+    let s = state(Phase::Deferred, &[], t0);
+    assert_eq!(not_ours(&group(Some("u1")), Some(&rec), &s), None);
+    assert!(not_ours(&group(Some("u2")), Some(&rec), &s).unwrap().contains("cancelled"));
+    assert!(not_ours(&group(None), Some(&rec), &s).unwrap().contains("cancelled"));
+    // From the first Job on: the record lists it (status written by hand
+    // would not be acted on), and a switchover is admitted.
+    let s = state(Phase::UpdatingStandby, &[], t0);
+    assert!(not_ours(&group(None), Some(&rec), &s).unwrap().contains("never took it up"));
+    rec.requests.push(recorded_id("u1"));
+    assert_eq!(not_ours(&group(None), Some(&rec), &s), None, "a Job phase runs on without the spec");
+    let s = state(Phase::SwitchoverPromoting, &[], t0);
+    assert!(not_ours(&group(None), Some(&rec), &s).is_some());
+    rec.admitted = Some(admission_of(&s, ordered_update::Leg::Switchover));
+    assert_eq!(not_ours(&group(None), Some(&rec), &s), None);
+    let back = state(Phase::SwitchBackDraining, &[], t0);
+    assert!(not_ours(&group(None), Some(&rec), &back).is_some(), "the switch-back is admitted on its own");
+    assert_eq!(recorded_id("u1"), "ordered-update/u1", "never a planned failover's id");
+}

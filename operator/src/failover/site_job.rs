@@ -1,0 +1,333 @@
+//! The Job a planned disruption runs on one site (an ordered update's, a
+//! restore-in-place's): made from the request's `jobTemplate` with what
+//! the operator sets on it (`bloodraven_api::v1alpha1::JobTemplate` lists
+//! it), created once under a name fixed by the request and the site (so a
+//! new leader finds the one that runs, never a second), and read back as
+//! the rules' [`JobState`].
+
+use std::collections::BTreeMap;
+
+use bloodraven_api::names::ENGINE_FIELD_MANAGER;
+use bloodraven_api::names::deploy_lease::group_hash;
+use bloodraven_api::names::site_job::{
+    GROUP_ENV, OPERATION_LABEL, REQUEST_ID_ANNOTATION, REQUEST_ID_ENV, SITE_ENV, SITE_HOST_ENV, SITE_LABEL,
+    SITE_PORT_ENV, SITE_ROLE_ENV,
+};
+use bloodraven_api::v1alpha1::{JobTemplate, MysqlFailoverGroup, Site};
+use bloodraven_core::failover::disruption::JobState;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Container, EnvVar};
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Resource, ResourceExt};
+use sha2::{Digest, Sha256};
+
+use crate::controller::{Error, kube_err};
+
+/// What one Job is made from.
+pub(crate) struct JobSpecFor<'a> {
+    /// The group: the Job's owner.
+    pub(crate) group: &'a MysqlFailoverGroup,
+    /// `ordered-update` or `restore-in-place` (its label).
+    pub(crate) operation: &'static str,
+    /// The request's id.
+    pub(crate) request_id: &'a str,
+    /// Where the Job runs.
+    pub(crate) namespace: &'a str,
+    /// The request's template.
+    pub(crate) template: &'a JobTemplate,
+    /// Its `activeDeadlineSeconds`.
+    pub(crate) deadline_seconds: u32,
+    /// The site it works on.
+    pub(crate) site: &'a Site,
+    /// The site's role in the request (`BLOODRAVEN_SITE_ROLE`).
+    pub(crate) role: &'static str,
+}
+
+/// Why a Job was not created.
+#[derive(Debug)]
+pub(crate) enum EnsureError {
+    /// Not for retrying: the template is not a Job, the API server refused
+    /// it, or a Job of that name is not this request's. Ends the request.
+    Refused(String),
+    /// The API server could not be asked: retried next round.
+    Api(Error),
+}
+
+/// The Job's name: at most 63 characters (a label value: Kubernetes
+/// labels each Pod with its Job's name), fixed by the group, the
+/// operation, the request and the site, and different for any two of
+/// them (a hash of all four ends it).
+pub(crate) fn job_name(group: &str, operation: &str, request_id: &str, site: &str) -> String {
+    let digest = Sha256::digest(format!("{group}\n{operation}\n{request_id}\n{site}").as_bytes());
+    let mut hash = format!("{digest:x}");
+    hash.truncate(10);
+    let short =
+        if operation == bloodraven_api::names::site_job::OPERATION_ORDERED_UPDATE { "update" } else { "restore" };
+    let head = |s: &str, n: usize| -> String {
+        s.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(n).collect::<String>().to_ascii_lowercase()
+    };
+    // 20 + 1 + 7 + 1 + 20 + 1 + 10 = 60 at most.
+    let name = format!("{}-{short}-{}-{hash}", head(group, 20), head(site, 20));
+    name.trim_start_matches('-').replace("--", "-")
+}
+
+/// The Job of `spec`, or why the template does not make one.
+pub(crate) fn build(spec: &JobSpecFor<'_>) -> Result<Job, String> {
+    let mut job_spec =
+        spec.template.job_spec().map_err(|e| format!("jobTemplate.spec is not a batch/v1 JobSpec: {e}"))?;
+    let group_name = spec.group.name_any();
+    // Fail-closed: a site's update or restore that half ran is not run
+    // again without a person.
+    job_spec.backoff_limit = Some(0);
+    job_spec.completions = Some(1);
+    job_spec.parallelism = Some(1);
+    job_spec.active_deadline_seconds = Some(i64::from(spec.deadline_seconds));
+    job_spec.selector = None;
+    job_spec.manual_selector = None;
+    job_spec.suspend = None;
+    let pod = job_spec.template.spec.as_mut().ok_or("jobTemplate.spec.template.spec is missing")?;
+    if pod.containers.is_empty() {
+        return Err("jobTemplate.spec.template.spec.containers is empty".to_owned());
+    }
+    pod.restart_policy = Some("Never".to_owned());
+    let env = [
+        (GROUP_ENV, group_name.clone()),
+        (SITE_ENV, spec.site.name.clone()),
+        (SITE_HOST_ENV, spec.site.host.clone()),
+        (SITE_PORT_ENV, spec.site.port.to_string()),
+        (SITE_ROLE_ENV, spec.role.to_owned()),
+        (REQUEST_ID_ENV, spec.request_id.to_owned()),
+    ];
+    let set_env = |c: &mut Container| {
+        let vars = c.env.get_or_insert_with(Vec::new);
+        vars.retain(|v| !env.iter().any(|(name, _)| v.name == *name));
+        vars.extend(env.iter().map(|(name, value)| EnvVar {
+            name: (*name).to_owned(),
+            value: Some(value.clone()),
+            value_from: None,
+        }));
+    };
+    pod.containers.iter_mut().for_each(set_env);
+    pod.init_containers.iter_mut().flatten().for_each(set_env);
+    let template_meta = spec.template.metadata.clone().unwrap_or_default();
+    let mut labels: BTreeMap<String, String> = template_meta.labels;
+    labels.insert("app.kubernetes.io/managed-by".to_owned(), "bloodraven-operator".to_owned());
+    labels.insert(bloodraven_api::names::deploy_lease::GROUP_HASH_LABEL.to_owned(), group_hash(&group_name));
+    labels.insert(SITE_LABEL.to_owned(), spec.site.name.clone());
+    labels.insert(OPERATION_LABEL.to_owned(), spec.operation.to_owned());
+    let mut annotations = template_meta.annotations;
+    annotations.insert(REQUEST_ID_ANNOTATION.to_owned(), spec.request_id.to_owned());
+    let mut owner = spec.group.controller_owner_ref(&()).ok_or("the group has no uid yet")?;
+    // Blocking the group's deletion on the Job would need the group's
+    // finalizers permission; the Job goes with the group either way.
+    owner.block_owner_deletion = None;
+    Ok(Job {
+        metadata: ObjectMeta {
+            name: Some(job_name(&group_name, spec.operation, spec.request_id, &spec.site.name)),
+            namespace: Some(spec.namespace.to_owned()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec: Some(job_spec),
+        status: None,
+    })
+}
+
+/// The state the rules read, from a Job as stored: its `Complete` or
+/// `Failed` condition (reason and message), else running.
+pub(crate) fn state_of(job: &Job) -> JobState {
+    let conditions = job.status.as_ref().and_then(|s| s.conditions.as_ref()).cloned().unwrap_or_default();
+    let true_ = |t: &str| conditions.iter().find(|c| c.type_ == t && c.status == "True");
+    if true_("Complete").is_some() {
+        return JobState::Complete;
+    }
+    if let Some(c) = true_("Failed") {
+        let reason = c.reason.clone().unwrap_or_else(|| "Failed".to_owned());
+        let message =
+            c.message.clone().map(|m| format!(": {}", bloodraven_serving::log::escape(&m, 200))).unwrap_or_default();
+        return JobState::Failed(format!("{reason}{message}"));
+    }
+    JobState::Running
+}
+
+/// Whether `job` is the one `spec` makes (its labels and owner), so a Job
+/// of the same name made by someone else is never taken for it.
+fn ours(job: &Job, spec: &JobSpecFor<'_>) -> bool {
+    let labels = job.labels();
+    let owned = job.owner_references().iter().any(|o| Some(&o.uid) == spec.group.metadata.uid.as_ref());
+    owned
+        && labels.get(OPERATION_LABEL).map(String::as_str) == Some(spec.operation)
+        && labels.get(SITE_LABEL) == Some(&spec.site.name)
+        && job.annotations().get(REQUEST_ID_ANNOTATION).map(String::as_str) == Some(spec.request_id)
+}
+
+/// Creates the Job of `spec` unless it exists, and returns its state.
+pub(crate) async fn ensure(client: &kube::Client, spec: &JobSpecFor<'_>) -> Result<JobState, EnsureError> {
+    let job = build(spec).map_err(EnsureError::Refused)?;
+    let api: Api<Job> = Api::namespaced(client.clone(), spec.namespace);
+    let params = PostParams { field_manager: Some(ENGINE_FIELD_MANAGER.to_owned()), ..PostParams::default() };
+    let stored = match api.create(&params, &job).await {
+        Ok(created) => created,
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let name = job.name_any();
+            let found = api.get(&name).await.map_err(|e| EnsureError::Api(kube_err("read the site's Job")(e)))?;
+            if !ours(&found, spec) {
+                return Err(EnsureError::Refused(format!(
+                    "a Job named {name} in namespace {} exists and is not this request's; delete or rename it",
+                    spec.namespace
+                )));
+            }
+            found
+        }
+        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 404 | 422) => {
+            return Err(EnsureError::Refused(format!("the API server refused it ({}): {}", e.code, e.message)));
+        }
+        Err(e) => return Err(EnsureError::Api(kube_err("create the site's Job")(e))),
+    };
+    Ok(state_of(&stored))
+}
+
+/// The state of the Job `name` in `namespace`; absent when there is none.
+pub(crate) async fn observe(client: &kube::Client, namespace: &str, name: &str) -> Result<JobState, Error> {
+    if namespace.is_empty() {
+        return Ok(JobState::Absent);
+    }
+    let api: Api<Job> = Api::namespaced(client.clone(), namespace);
+    match api.get_opt(name).await.map_err(kube_err("read the site's Job"))? {
+        Some(job) => Ok(state_of(&job)),
+        None => Ok(JobState::Absent),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bloodraven_api::v1alpha1::MysqlFailoverGroupSpec;
+
+    fn group() -> MysqlFailoverGroup {
+        let spec: MysqlFailoverGroupSpec = serde_json::from_value(serde_json::json!({
+            "initialActiveSite": "iad",
+            "sites": [
+                {"name": "iad", "host": "h1", "port": 3306, "credentialsSecretRef": {"namespace": "n", "name": "s"}},
+                {"name": "pdx", "host": "h2", "port": 3307, "credentialsSecretRef": {"namespace": "n", "name": "s"}},
+            ],
+        }))
+        .unwrap();
+        let mut g = MysqlFailoverGroup::new("orders", spec);
+        g.metadata.uid = Some("uid-1".into());
+        g
+    }
+
+    fn template(spec: &serde_json::Value) -> JobTemplate {
+        serde_json::from_value(
+            serde_json::json!({"metadata": {"labels": {"team": "db", SITE_LABEL: "forged"}}, "spec": spec}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn the_operator_sets_what_makes_the_job_fail_closed_and_tells_it_its_site() {
+        let g = group();
+        let t = template(&serde_json::json!({
+            "backoffLimit": 6, "suspend": true, "selector": {"matchLabels": {"a": "b"}},
+            "template": {"spec": {
+                "restartPolicy": "OnFailure",
+                "initContainers": [{"name": "init", "image": "i"}],
+                "containers": [{"name": "u", "image": "u", "env": [{"name": "BLOODRAVEN_SITE", "value": "iad"}, {"name": "KEEP", "value": "1"}]}],
+            }},
+        }));
+        let spec = JobSpecFor {
+            group: &g,
+            operation: "ordered-update",
+            request_id: "u1",
+            namespace: "jobs",
+            template: &t,
+            deadline_seconds: 900,
+            site: &g.spec.sites[1],
+            role: "standby",
+        };
+        let job = build(&spec).unwrap();
+        let js = job.spec.as_ref().unwrap();
+        assert_eq!((js.backoff_limit, js.active_deadline_seconds, js.suspend), (Some(0), Some(900), None));
+        assert!(js.selector.is_none());
+        let pod = js.template.spec.as_ref().unwrap();
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        let env = |c: &Container| -> Vec<(String, String)> {
+            c.env.clone().unwrap().into_iter().map(|v| (v.name, v.value.unwrap_or_default())).collect()
+        };
+        let main = env(&pod.containers[0]);
+        assert!(main.contains(&("BLOODRAVEN_SITE".into(), "pdx".into())), "{main:?}");
+        assert!(!main.contains(&("BLOODRAVEN_SITE".into(), "iad".into())), "the template's value is replaced");
+        assert!(main.contains(&("KEEP".into(), "1".into())));
+        assert!(main.contains(&("BLOODRAVEN_SITE_PORT".into(), "3307".into())));
+        assert!(main.contains(&("BLOODRAVEN_SITE_ROLE".into(), "standby".into())));
+        let init = env(&pod.init_containers.as_ref().unwrap()[0]);
+        assert!(init.contains(&("BLOODRAVEN_GROUP".into(), "orders".into())), "{init:?}");
+        let labels = job.labels();
+        assert_eq!(labels.get("team").map(String::as_str), Some("db"));
+        assert_eq!(labels.get(SITE_LABEL).map(String::as_str), Some("pdx"), "the operator's labels win");
+        assert_eq!(job.owner_references()[0].uid, "uid-1");
+        assert!(ours(&job, &spec));
+        assert!(!ours(&job, &JobSpecFor { request_id: "u2", ..spec }));
+    }
+
+    #[test]
+    fn a_template_that_is_not_a_job_is_refused_with_the_field() {
+        let g = group();
+        for (spec, want) in [
+            (serde_json::json!({"template": {"spec": {"containers": "x"}}}), "not a batch/v1 JobSpec"),
+            (serde_json::json!({"template": {"spec": {"containers": []}}}), "containers is empty"),
+            (serde_json::json!({"template": {}}), "template.spec is missing"),
+        ] {
+            let t = template(&spec);
+            let s = JobSpecFor {
+                group: &g,
+                operation: "ordered-update",
+                request_id: "u1",
+                namespace: "jobs",
+                template: &t,
+                deadline_seconds: 60,
+                site: &g.spec.sites[0],
+                role: "standby",
+            };
+            let err = build(&s).unwrap_err();
+            assert!(err.contains(want), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_job_name_is_fixed_short_and_its_own() {
+        let long = "x".repeat(253);
+        let n = job_name(&long, "restore-in-place", &"r".repeat(128), &"s".repeat(63));
+        assert!(n.len() <= 63, "{n}");
+        assert_eq!(
+            job_name("orders", "ordered-update", "u1", "pdx"),
+            job_name("orders", "ordered-update", "u1", "pdx")
+        );
+        let names = [
+            job_name("orders", "ordered-update", "u1", "pdx"),
+            job_name("orders", "ordered-update", "u2", "pdx"),
+            job_name("orders", "ordered-update", "u1", "iad"),
+            job_name("orders", "restore-in-place", "u1", "pdx"),
+            job_name("orders.a", "ordered-update", "u1", "pdx"),
+        ];
+        let unique: std::collections::BTreeSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        assert!(names.iter().all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')));
+    }
+
+    #[test]
+    fn a_jobs_end_is_read_from_its_conditions() {
+        let with = |t: &str, reason: &str| -> Job {
+            serde_json::from_value(serde_json::json!({"status": {"conditions": [
+                {"type": t, "status": "True", "reason": reason, "message": "Job was active longer than specified deadline"}]}}))
+            .unwrap()
+        };
+        assert_eq!(state_of(&with("Complete", "")), JobState::Complete);
+        let JobState::Failed(why) = state_of(&with("Failed", "DeadlineExceeded")) else { panic!() };
+        assert!(why.starts_with("DeadlineExceeded: Job was active"), "{why}");
+        assert_eq!(state_of(&Job::default()), JobState::Running);
+    }
+}

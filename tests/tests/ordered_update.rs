@@ -1,0 +1,244 @@
+//! The ordered update on the real node and pair: Jobs built from the
+//! request's template run as Pods (the tools image), each asking a host
+//! agent to restart its site with a new server setting, as a real upgrade
+//! restarts the server; the standby first, then a switchover by the planned
+//! failover's steps, then the former primary, and with `switchBack` a
+//! second switchover. A writer through `<db>-primary` runs throughout.
+//! Also: a live failover-hold defers the update until it is released, and
+//! a Job that fails before the switchover leaves the generation as it was.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
+
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
+use bloodraven_e2e::deploy::{DeployScenario, scenario, token_of};
+use bloodraven_e2e::fixtures::{is_ready_at, wait_events, wait_status};
+use bloodraven_e2e::hostagent::{HostAgent, job_script};
+use bloodraven_e2e::pods::{image, node_address};
+use bloodraven_e2e::wait::wait_for;
+use bloodraven_e2e::writer::{self, Writer};
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(120);
+/// The server setting the "update" changes: a client sees it.
+const UPDATED: &str = "137";
+
+/// A namespace for the Jobs, labelled by the cluster admin to allow them.
+async fn jobs_namespace(cluster: &bloodraven_e2e::Cluster, prefix: &str) -> bloodraven_e2e::TestNamespace {
+    let ns = cluster.namespace(prefix).await;
+    let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(cluster.client.clone());
+    let patch = json!({"metadata": {"labels": {"bloodraven.shipstream.io/site-jobs": "allowed"}}});
+    api.patch(&ns.name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    ns
+}
+
+async fn request(ds: &DeployScenario, jobs_ns: &str, agent: &str, id: &str, switch_back: bool) {
+    let template = json!({
+        "metadata": {"labels": {"team": "databases"}},
+        "spec": {"template": {"spec": {"containers": [{
+            "name": "update", "image": image("BLOODRAVEN_TOOLS_IMAGE"), "imagePullPolicy": "IfNotPresent",
+            "command": ["/bin/sh", "-c", job_script(agent, "update")],
+        }]}}},
+    });
+    let patch = json!({"spec": {"orderedUpdate": {
+        "requestId": id, "namespace": jobs_ns, "jobTemplate": template, "switchBack": switch_back,
+        "activeDeadlineSeconds": 300,
+    }}});
+    ds.sc.cluster.groups().patch(&ds.pipeline.group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+}
+
+fn update_phase(s: &MysqlFailoverGroupStatus) -> (String, String) {
+    s.ordered_update.as_ref().map(|p| (p.request_id.clone(), p.phase.clone())).unwrap_or_default()
+}
+
+fn at_phase(s: &MysqlFailoverGroupStatus, id: &str, phase: &str) -> Result<(), String> {
+    let (rid, ph) = update_phase(s);
+    if rid == id && ph == phase {
+        Ok(())
+    } else {
+        Err(format!("request {rid} in phase {ph:?}: {:?}", s.ordered_update))
+    }
+}
+
+/// Serves the agent's next request: an `update` of the site the test
+/// expects, done by restarting it read-only with [`UPDATED`] connections.
+async fn serve_update(ds: &DeployScenario, agent: &mut HostAgent, site: &str) {
+    let req = agent.next(T).await;
+    assert_eq!((req.action.as_str(), req.site.as_str()), ("update", site), "the Job of the wrong site asked");
+    let pair = &ds.sc.pair;
+    tokio::task::block_in_place(|| {
+        pair.stop(site);
+        pair.restart_with(site, true, &format!("--max-connections={UPDATED}"));
+    });
+    req.reply.send(Ok(())).unwrap();
+}
+
+fn history(s: &MysqlFailoverGroupStatus) -> Vec<String> {
+    s.ordered_update.as_ref().unwrap().history.iter().map(|h| h.phase.clone()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ordered_update_updates_each_site_in_turn_under_a_writer_and_moves_the_generation_once_or_twice() {
+    let ds = scenario("update").await;
+    let (cluster, group) = (&ds.sc.cluster, ds.pipeline.group.clone());
+    let jobs = jobs_namespace(cluster, "update-jobs").await;
+    let mut agent = HostAgent::start(&node_address()).await;
+    writer::prepare(&ds.sc.pair, "iad");
+    let writes = Writer::start(cluster, &ds.sc.ns.name, "counter-app");
+    wait_for("the writer to write through counter-app-primary", T, || async {
+        let n = ds.sc.pair.try_sql("iad", "SELECT COUNT(*) FROM bench.t")?;
+        if n.trim().parse::<u64>().unwrap_or(0) > 10 { Ok(()) } else { Err(n) }
+    })
+    .await;
+
+    request(&ds, &jobs.name, &agent.address, "u1", false).await;
+    // The standby's Job runs first; the group is unstable, and the deploy
+    // API lists the update with its phase.
+    let s = wait_status(cluster, &group, "u1 updating the standby", T, |s| at_phase(s, "u1", "UpdatingStandby")).await;
+    assert_eq!(s.ordered_update.as_ref().unwrap().standby_site.as_deref(), Some("pdx"));
+    let view = ds.pipeline.get().await;
+    assert_eq!(view.status, 200, "{view:?}");
+    let ops = view.body["operations"].as_array().cloned().unwrap_or_default();
+    assert!(
+        ops.iter().any(|o| o["type"] == "OrderedUpdate" && o["requestId"] == "u1"),
+        "operations[] lists the update: {ops:?}"
+    );
+    assert_eq!(view.body["stable"], json!(false), "{:?}", view.body);
+    serve_update(&ds, &mut agent, "pdx").await;
+    // Then the switchover, then the former primary's Job.
+    serve_update(&ds, &mut agent, "iad").await;
+    let s = wait_status(cluster, &group, "u1 completed at pdx, generation 2", T, |s| {
+        at_phase(s, "u1", "Completed")?;
+        is_ready_at(s, "pdx", 2)
+    })
+    .await;
+    assert_eq!(
+        history(&s),
+        [
+            "Pending",
+            "Admitting",
+            "UpdatingStandby",
+            "VerifyingStandby",
+            "SwitchoverDraining",
+            "SwitchoverPromoting",
+            "SwitchoverRepointing",
+            "UpdatingFormerPrimary",
+            "VerifyingFormerPrimary",
+            "Completed"
+        ]
+    );
+    let jobs_seen = &s.ordered_update.as_ref().unwrap().jobs;
+    let summary: Vec<(&str, &str, &str)> =
+        jobs_seen.iter().map(|j| (j.site.as_str(), j.role.as_str(), j.result.as_str())).collect();
+    assert_eq!(summary, [("pdx", "standby", "Complete"), ("iad", "former-primary", "Complete")]);
+    for site in ["iad", "pdx"] {
+        assert_eq!(ds.sc.pair.sql(site, "SELECT @@max_connections").trim(), UPDATED, "{site} was updated");
+    }
+    // The Jobs are fail-closed and owned by the group, and kept.
+    let job_api: kube::Api<k8s_openapi::api::batch::v1::Job> =
+        kube::Api::namespaced(cluster.client.clone(), &jobs.name);
+    for j in jobs_seen {
+        let job = job_api.get(&j.job_name).await.unwrap();
+        let spec = job.spec.clone().unwrap();
+        assert_eq!(spec.backoff_limit, Some(0), "{}", j.job_name);
+        assert_eq!(spec.active_deadline_seconds, Some(300));
+        let owner = job.metadata.owner_references.clone().unwrap_or_default();
+        assert!(owner.iter().any(|o| o.kind == "MysqlFailoverGroup" && o.name == group), "{owner:?}");
+    }
+    wait_events(cluster, &group, "OrderedUpdateCompleted", &[&["ordered update u1"]]).await;
+
+    // With switchBack: both sites once more, the generation twice.
+    request(&ds, &jobs.name, &agent.address, "u2", true).await;
+    serve_update(&ds, &mut agent, "iad").await;
+    serve_update(&ds, &mut agent, "pdx").await;
+    let s = wait_status(cluster, &group, "u2 completed back at pdx, generation 4", T, |s| {
+        at_phase(s, "u2", "Completed")?;
+        is_ready_at(s, "pdx", 4)
+    })
+    .await;
+    let phases = history(&s);
+    assert!(
+        phases.ends_with(
+            &["SwitchBackDraining", "SwitchBackPromoting", "SwitchBackRepointing", "Completed"].map(String::from)
+        ),
+        "{phases:?}"
+    );
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let written = writes.stop().await;
+    assert!(written.acknowledged.len() > 50, "{} writes", written.acknowledged.len());
+    wait_for("the sites to converge", T, || async {
+        let (a, b) = (writer::checksum(&ds.sc.pair, "iad"), writer::checksum(&ds.sc.pair, "pdx"));
+        if a == b { Ok(()) } else { Err(format!("iad {a} pdx {b}")) }
+    })
+    .await;
+    for site in ["iad", "pdx"] {
+        let lost = writer::missing(&ds.sc.pair, site, &written.acknowledged);
+        assert!(lost.is_empty(), "{} acknowledged writes missing on {site}: {lost:?}", lost.len());
+    }
+    let worst = written.gaps.iter().max().copied().unwrap_or_default();
+    eprintln!(
+        "ordered update: {} acknowledged writes, 0 lost, {} failed and retried, longest write gap {worst:?}",
+        written.acknowledged.len(),
+        written.failures
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_defers_the_update_and_a_job_that_fails_before_the_switchover_moves_nothing() {
+    let ds = scenario("update-hold").await;
+    let (cluster, group, p) = (&ds.sc.cluster, ds.pipeline.group.clone(), &ds.pipeline);
+    let jobs = jobs_namespace(cluster, "update-hold-jobs").await;
+    let mut agent = HostAgent::start(&node_address()).await;
+
+    // Jobs run only where a cluster admin allowed them, never beside the operator.
+    let unlabelled = cluster.namespace("update-nolabel").await;
+    for (id, ns, want) in
+        [("n1", unlabelled.name.as_str(), "site-jobs=allowed"), ("n2", ds.sc.ns.name.as_str(), "the operator's own")]
+    {
+        request(&ds, ns, &agent.address, id, false).await;
+        let s = wait_status(cluster, &group, "the request refused", T, |s| at_phase(s, id, "Failed")).await;
+        let message = s.ordered_update.as_ref().unwrap().message.clone().unwrap_or_default();
+        assert!(message.contains(want), "{message}");
+        assert_eq!(s.topology_generation, Some(1));
+    }
+
+    let h = p.post_until(201, "failover-hold", "op1", "counter-app", 60).await;
+    request(&ds, &jobs.name, &agent.address, "h1", false).await;
+    let s = wait_status(cluster, &group, "h1 deferred behind the hold", T, |s| at_phase(s, "h1", "Deferred")).await;
+    let admission = s.ordered_update.as_ref().unwrap().admission.clone().unwrap();
+    assert_eq!(admission.defer_reason.as_deref(), Some("DeploymentHold"));
+    assert!(admission.message.as_deref().unwrap_or("").contains("op1"), "{admission:?}");
+    assert!(admission.retry_time.is_some());
+    // Nothing runs while the hold lives.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(agent.requests.try_recv().is_err(), "a Job ran behind a live hold");
+    let s = cluster.groups().get(&group).await.unwrap().status.unwrap();
+    at_phase(&s, "h1", "Deferred").unwrap();
+    assert_eq!(s.topology_generation, Some(1));
+
+    // Released: it runs; this time the standby's Job fails.
+    let released = p.delete("failover-hold", "op1", &token_of(&h)).await;
+    assert_eq!(released.status, 200, "{released:?}");
+    let req = agent.next(T).await;
+    assert_eq!(req.site, "pdx");
+    req.reply.send(Err("the package would not install".into())).unwrap();
+    let s = wait_status(cluster, &group, "h1 failed before the switchover", T, |s| at_phase(s, "h1", "Failed")).await;
+    let st = s.ordered_update.clone().unwrap();
+    assert_eq!(st.attention_site.as_deref(), Some("pdx"), "{st:?}");
+    let message = st.message.clone().unwrap_or_default();
+    assert!(message.contains("nothing was switched over"), "{message}");
+    assert_eq!(st.jobs.iter().map(|j| j.result.as_str()).collect::<Vec<_>>(), ["Failed"]);
+    assert_eq!(
+        (s.active_site.as_deref(), s.topology_generation),
+        (Some("iad"), Some(1)),
+        "the generation did not move"
+    );
+    assert_eq!(ds.sc.pair.sql("iad", "SELECT @@read_only").trim(), "0", "the primary serves on");
+    wait_status(cluster, &group, "stable again at iad, generation 1", T, |s| is_ready_at(s, "iad", 1)).await;
+    wait_events(cluster, &group, "OrderedUpdateFailed", &[&["ordered update h1", "pdx"]]).await;
+}
