@@ -45,11 +45,16 @@ pub enum ConditionType {
     /// site cannot do it (MySQL without the semi-sync plugins loaded):
     /// acknowledged writes are not kept through a failover there.
     SemiSyncUnavailable,
+    /// A restore-in-place replaced this site's data: its old data predates
+    /// nothing the group trusts, so it stays fenced, out of replication and
+    /// is never promoted until a person re-clones it from the primary and
+    /// marks it done (`bloodraven.shipstream.io/reclone-done`).
+    RecloneRequired,
 }
 
 impl ConditionType {
     /// Every type, in the order the operator writes them.
-    pub const ALL: [ConditionType; 12] = [
+    pub const ALL: [ConditionType; 13] = [
         ConditionType::Ready,
         ConditionType::Degraded,
         ConditionType::SplitBrain,
@@ -62,6 +67,7 @@ impl ConditionType {
         ConditionType::DecisionConflict,
         ConditionType::ReadOnlyBypassAccounts,
         ConditionType::SemiSyncUnavailable,
+        ConditionType::RecloneRequired,
     ];
 
     /// The type's name as it appears in `status.conditions[].type`.
@@ -79,6 +85,7 @@ impl ConditionType {
             ConditionType::DecisionConflict => "DecisionConflict",
             ConditionType::ReadOnlyBypassAccounts => "ReadOnlyBypassAccounts",
             ConditionType::SemiSyncUnavailable => "SemiSyncUnavailable",
+            ConditionType::RecloneRequired => "RecloneRequired",
         }
     }
 }
@@ -93,6 +100,9 @@ impl fmt::Display for ConditionType {
 pub mod reason {
     /// Everything observed is as the group's roles require.
     pub const AS_EXPECTED: &str = "AsExpected";
+    /// A restore-in-place decided away from a site whose data no longer
+    /// counts: it waits for a person's re-clone (`RecloneRequired`).
+    pub const RESTORED_IN_PLACE: &str = "RestoredInPlace";
     /// Bootstrap found the designated site writable and the other replicating from it.
     pub const BOOTSTRAPPED: &str = "Bootstrapped";
     /// Bootstrap is waiting for the topology to look right.

@@ -3,18 +3,19 @@
 
 use super::planned_failover::{PhaseTransition, PlannedFailoverAdmission};
 use super::site_job::{JobTemplate, MIN_JOB_DEADLINE_SECONDS, SiteJobStatus};
-use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A request to update both sites, one at a time, by a Job the user
 /// supplies (`spec.orderedUpdate`, whose description is the contract).
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
-#[x_kube(validation = Rule::new("self.requestId != oldSelf.requestId || (self.switchBack == oldSelf.switchBack && self.namespace == oldSelf.namespace)").message("switchBack and namespace are fixed for a requestId: make a new request (a new requestId) to change them").reason(kube::core::Reason::FieldValueForbidden))]
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OrderedUpdateRequest {
     /// Caller-chosen identifier of this request, 1–128 characters of
-    /// `[A-Za-z0-9._:-]`. A new value is a new request; a request runs once.
+    /// `[A-Za-z0-9._:-]`. A new value is a new request; a request runs once,
+    /// with the fields it was taken up with (kept in status): editing them
+    /// under the same id changes nothing but the Job template of a step not
+    /// yet started.
     #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9._:-]+$"))]
     pub request_id: String,
     /// The namespace the Jobs run in: their ServiceAccount, Secrets and

@@ -4,19 +4,20 @@
 use super::planned_failover::{PhaseTransition, PlannedFailoverAdmission};
 use super::site_job::{JobTemplate, MIN_JOB_DEADLINE_SECONDS, SiteJobStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::KubeSchema;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A request to restore one site from the user's backup, by a Job the user
 /// supplies, and make it the primary (`spec.restoreInPlace`, whose
 /// description is the contract).
-#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, KubeSchema)]
-#[x_kube(validation = Rule::new("self.requestId != oldSelf.requestId || (has(self.site) == has(oldSelf.site) && (!has(self.site) || self.site == oldSelf.site) && self.namespace == oldSelf.namespace)").message("site and namespace are fixed for a requestId: make a new request (a new requestId) to change them").reason(kube::core::Reason::FieldValueForbidden))]
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreInPlaceRequest {
     /// Caller-chosen identifier of this request, 1–128 characters of
-    /// `[A-Za-z0-9._:-]`. A new value is a new request; a request runs once.
+    /// `[A-Za-z0-9._:-]`. A new value is a new request; a request runs once,
+    /// with the fields it was taken up with (kept in status): editing them
+    /// under the same id changes nothing but the Job template of a step not
+    /// yet started.
     #[schemars(length(min = 1, max = 128), regex(pattern = r"^[A-Za-z0-9._:-]+$"))]
     pub request_id: String,
     /// The site to restore; must be one of `spec.sites`. Default: the
@@ -77,6 +78,12 @@ pub struct RestoreInPlaceStatus {
     /// got past its decision leaves the group at exactly this + 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_generation: Option<i64>,
+    /// The namespace of the request's Job, as taken up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The Job's `activeDeadlineSeconds`, as taken up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<u32>,
     /// What happened last, in words: for `Failed`, what to fix.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

@@ -108,7 +108,15 @@ pub(crate) fn operation_touching_sites(group: &MysqlFailoverGroup) -> bool {
         .as_deref()
         .and_then(|p| ordered_update::Phase::parse(&p.phase))
         .is_some_and(|ph| ordered_update::switchover_phase(ph).is_some());
-    planned || update
+    let restore = status
+        .restore_in_place
+        .as_deref()
+        .and_then(|p| bloodraven_core::failover::restore::Phase::parse(&p.phase))
+        .is_some_and(|ph| {
+            use bloodraven_core::failover::restore::Phase;
+            matches!(ph, Phase::Fencing | Phase::Promoting | Phase::Repointing)
+        });
+    planned || update || restore
 }
 
 /// Resolves the decided roles, restoring status from the record or adopting

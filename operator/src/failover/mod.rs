@@ -5,6 +5,9 @@
 //! - [`planned`]: planned failover (a `spec.plannedFailover` request).
 //! - [`ordered_update`]: the ordered update (a `spec.orderedUpdate`
 //!   request): each site's Job, standby first, around a switchover.
+//! - [`restore`]: restore-in-place (a `spec.restoreInPlace` request): the
+//!   site's Job restores it from a backup, then it is promoted, and the old
+//!   primary waits for a person's re-clone.
 //! - [`site_job`]: the Job a request runs on one site.
 //! - [`emergency`]: emergency failover (the active site stops answering),
 //!   the promotion a decision left pending, and returning old primaries.
@@ -14,6 +17,7 @@
 //! - [`switchover`]: the steps a switchover takes on the sites (fence,
 //!   catch-up, decision, promotion, repoint), shared by every request
 //!   that runs one.
+//! - [`request`]: the bookkeeping of the requests that run a user's Job.
 //! - [`record`]: the decision record, the operator's own copy of each decision.
 //!
 //! The failover-group controller (`crate::controller::failover_group`)
@@ -26,6 +30,8 @@ pub(crate) mod ordered_update;
 pub(crate) mod planned;
 pub(crate) mod reassert;
 pub(crate) mod record;
+pub(crate) mod request;
+pub(crate) mod restore;
 pub(crate) mod round;
 pub(crate) mod site_job;
 pub(crate) mod switchover;

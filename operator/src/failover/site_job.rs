@@ -201,6 +201,23 @@ pub(crate) async fn observe(client: &kube::Client, namespace: &str, name: &str) 
     }
 }
 
+/// Whether a request may run its Jobs in `namespace`: a cluster admin
+/// labelled it (`names::site_job::NAMESPACE_LABEL`).
+pub(crate) fn namespace_allowed(ctx: &crate::controller::Context, namespace: &str) -> bool {
+    use bloodraven_api::names::site_job::{NAMESPACE_ALLOWED, NAMESPACE_LABEL};
+    ctx.authority
+        .labels(namespace)
+        .is_some_and(|l| l.get(NAMESPACE_LABEL).map(String::as_str) == Some(NAMESPACE_ALLOWED))
+}
+
+/// What a request whose Job namespace is not allowed is told.
+pub(crate) fn namespace_refusal(namespace: &str) -> String {
+    use bloodraven_api::names::site_job::{NAMESPACE_ALLOWED, NAMESPACE_LABEL};
+    format!(
+        "namespace {namespace} does not allow site Jobs (or does not exist): a cluster admin labels it {NAMESPACE_LABEL}={NAMESPACE_ALLOWED} first, since its Jobs run as any of its ServiceAccounts"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -92,7 +92,10 @@ pub(crate) struct Service {
 pub(crate) fn facts_of(group: &MysqlFailoverGroup) -> GroupFacts {
     use bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS;
     // Every operation has a `Deferred` phase, spelled alike.
-    let running = crate::failover::decision::operation_in_flight(group).map(|(_, _, phase)| phase);
+    // A restore waiting for a person's re-clone is decided: deploys go on.
+    let running = crate::failover::decision::operation_in_flight(group)
+        .map(|(_, _, phase)| phase)
+        .filter(|phase| phase != "AwaitingReclone");
     let status = group.status.clone().unwrap_or_default();
     let unstable_reason = match status.stable {
         Some(true) => running.as_ref().map(|_| OPERATION_IN_PROGRESS.to_owned()),

@@ -1,6 +1,6 @@
-//! The requests a round drives, in order: the planned failover, then the
-//! ordered update (one runs at a time; the second waits in its admission),
-//! and what they hold of the safety paths together.
+//! The requests a round drives, in order: the planned failover, the
+//! ordered update, restore-in-place (one runs at a time: another's
+//! admission refuses it), and what they hold of the safety paths together.
 
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use kube::Api;
@@ -9,25 +9,32 @@ use kube::ResourceExt;
 use super::{Later, SiteProbe, decided_now};
 use crate::controller::{Context, Error, kube_err};
 use crate::failover::round::RoundRecord;
-use crate::failover::{decision, ordered_update, planned};
+use crate::failover::{decision, ordered_update, planned, restore};
 
 /// What the round's drives left.
 #[derive(Debug)]
 pub(super) struct Operations {
     pub(super) planned: planned::Drive,
     pub(super) update: ordered_update::Drive,
+    pub(super) restore: restore::Drive,
 }
 
 impl Operations {
     fn idle(group: &MysqlFailoverGroup) -> Operations {
-        Operations { planned: planned::Drive::idle(group.clone()), update: ordered_update::Drive::idle(group.clone()) }
+        Operations {
+            planned: planned::Drive::idle(group.clone()),
+            update: ordered_update::Drive::idle(group.clone()),
+            restore: restore::Drive::idle(group.clone()),
+        }
     }
 
     /// Whether automatic failover waits: a planned failover's drain, or
     /// what the ordered update holds (the promotion of the site whose Job
     /// runs, which in a pair is the only candidate; a switchover's drain).
     pub(super) fn holds_automatic_failover(&self) -> bool {
-        self.planned.holds_automatic_failover() || self.update.hold().is_some()
+        self.planned.holds_automatic_failover()
+            || self.update.hold().is_some()
+            || self.restore.holds_automatic_failover()
     }
 
     /// Why automatic failover waits, for `AutomaticFailoverHeld`.
@@ -35,36 +42,78 @@ impl Operations {
         if self.planned.holds_automatic_failover() {
             return self.planned.hold_message();
         }
-        self.update.hold_message()
+        if self.update.hold().is_some() {
+            return self.update.hold_message();
+        }
+        self.restore.hold_message()
     }
 
     /// A decided switchover whose target is not yet promoted.
     pub(super) fn before_promotion(&self) -> bool {
-        self.planned.before_promotion() || self.update.before_promotion()
+        self.planned.before_promotion() || self.update.before_promotion() || self.restore.before_promotion()
     }
 
     /// A request runs: the group is unstable (`OperationInProgress`).
     pub(super) fn running(&self) -> bool {
-        self.planned.running() || self.update.running()
+        self.planned.running() || self.update.running() || self.restore.running()
     }
 
     /// A decided switchover is under way.
     pub(super) fn recovering(&self) -> bool {
-        self.planned.recovering() || self.update.recovering()
+        self.planned.recovering() || self.update.recovering() || self.restore.recovering()
     }
 
     /// Whether a drive may have acted on a site.
     pub(super) fn acted_on_sites(&self) -> bool {
-        self.planned.acted_on_sites || self.update.acted_on_sites
+        self.planned.acted_on_sites || self.update.acted_on_sites || self.restore.acted_on_sites
     }
 
     /// When to look again, if sooner than the probe interval.
     pub(super) fn requeue(&self) -> Option<std::time::Duration> {
-        match (self.planned.requeue, self.update.requeue) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.planned.requeue, self.update.requeue, self.restore.requeue].into_iter().flatten().min()
     }
+}
+
+/// The drive of one request engine after another's: skipped (idle) when
+/// the group is no longer decided, on fresh probes when the drive before
+/// acted on the sites, and, when it fails, kept in `later` with the group
+/// as stored, so the safety paths run whatever it met. `None`: the group
+/// is gone.
+macro_rules! drive_next {
+    ($engine:ident, $what:literal, $ctx:expr, $round:expr, $api:expr, $group:expr, $resolution:expr, $probes:expr, $acted:expr, $later:expr) => {{
+        let (group, resolution): (MysqlFailoverGroup, decision::Resolution) = ($group, $resolution);
+        if !matches!(resolution, decision::Resolution::At { .. }) {
+            let idle = $engine::Drive::idle(group.clone());
+            Some((group, resolution, idle))
+        } else {
+            let fresh;
+            let probes: &[SiteProbe] = if $acted {
+                fresh = super::sites::probe_all(&group, $ctx).await;
+                fresh.as_slice()
+            } else {
+                $probes
+            };
+            let name = group.name_any();
+            let drive = match Box::pin($engine::drive($ctx, $round, group, probes)).await {
+                Ok(drive) => Some(drive),
+                Err(e) => {
+                    $later.keep($what, e)?;
+                    if let Err(e) = $round.fresh($ctx).await {
+                        $later.keep("decision record", e)?;
+                    }
+                    $api.get_opt(&name)
+                        .await
+                        .map_err(kube_err("read the group after a failed drive"))?
+                        .map($engine::Drive::as_stored)
+                }
+            };
+            drive.map(|drive| {
+                let group = drive.group.clone();
+                let resolution = decided_now(&group, resolution);
+                (group, resolution, drive)
+            })
+        }
+    }};
 }
 
 /// The drives of the round's requests on its `probes`: the group and
@@ -103,32 +152,17 @@ pub(super) async fn drive(
     };
     let group = planned.group.clone();
     let resolution = decided_now(&group, resolution);
-    if !matches!(resolution, decision::Resolution::At { .. }) {
-        let update = ordered_update::Drive::idle(group.clone());
-        return Ok(Some((group, resolution, Operations { planned, update })));
-    }
-    // The planned failover's steps moved the sites: the update reads them afresh.
-    let fresh;
-    let probes = if planned.acted_on_sites {
-        fresh = super::sites::probe_all(&group, ctx).await;
-        fresh.as_slice()
-    } else {
-        probes
+    let acted = planned.acted_on_sites;
+    let Some((group, resolution, update)) =
+        drive_next!(ordered_update, "ordered update", ctx, round, api, group, resolution, probes, acted, later)
+    else {
+        return Ok(None);
     };
-    let update = match Box::pin(ordered_update::drive(ctx, round, group, probes)).await {
-        Ok(update) => update,
-        Err(e) => {
-            later.keep("ordered update", e)?;
-            if let Err(e) = round.fresh(ctx).await {
-                later.keep("decision record", e)?;
-            }
-            match api.get_opt(&name).await.map_err(kube_err("read the group after a failed drive"))? {
-                Some(g) => ordered_update::Drive::as_stored(g),
-                None => return Ok(None),
-            }
-        }
+    let acted = acted || update.acted_on_sites;
+    let Some((group, resolution, restore)) =
+        drive_next!(restore, "restore-in-place", ctx, round, api, group, resolution, probes, acted, later)
+    else {
+        return Ok(None);
     };
-    let group = update.group.clone();
-    let resolution = decided_now(&group, resolution);
-    Ok(Some((group, resolution, Operations { planned, update })))
+    Ok(Some((group, resolution, Operations { planned, update, restore })))
 }

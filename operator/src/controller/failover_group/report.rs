@@ -134,7 +134,19 @@ pub(super) fn operation_conditions(
             assessment.unstable_reason = Some(why);
         }
     }
-    assessment.conditions.extend([recovering, held, diverged, conflict]);
+    let reclone = match planned.restore.reclone_site() {
+        Some(old) => Computed::flag(
+            T::RecloneRequired.as_str(),
+            true,
+            reason::RESTORED_IN_PLACE,
+            format!(
+                "a restore-in-place replaced the primary; {old}'s data predates it: {old} stays fenced, out of replication and is never promoted until a person re-clones it and annotates the group {}=<site>@<topologyGeneration> (see status.restoreInPlace)",
+                bloodraven_api::names::RECLONE_DONE_ANNOTATION
+            ),
+        ),
+        None => Computed::flag(T::RecloneRequired.as_str(), false, reason::AS_EXPECTED, "no site awaits a re-clone"),
+    };
+    assessment.conditions.extend([recovering, held, diverged, conflict, reclone]);
 }
 
 #[allow(clippy::too_many_arguments)]

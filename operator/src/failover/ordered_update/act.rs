@@ -5,12 +5,13 @@
 
 use std::time::Duration;
 
-use super::request::{admission_of, enter, recorded_id, write_state};
+use super::request::{admission_of, enter, recorded_id};
 use super::{Drive, OPERATION, RECHECK, bounds, entered, planned_phase};
 use crate::controller::Context;
 use crate::controller::Error;
 use crate::controller::failover_group::assess::SiteProbe;
 use crate::failover::planned::request::{remember_admitted, remember_request};
+use crate::failover::request::{deferral, write_if_changed};
 use crate::failover::round::RoundRecord;
 use crate::failover::site_job;
 use crate::failover::switchover::{self, Local, Step, admit};
@@ -18,9 +19,7 @@ use crate::mysql::Flavor;
 use bloodraven_api::names::site_job::{ROLE_FORMER_PRIMARY, ROLE_STANDBY};
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use bloodraven_api::v1alpha1::OrderedUpdateStatus;
-use bloodraven_api::v1alpha1::PlannedFailoverAdmission;
 use bloodraven_api::v1alpha1::SiteJobStatus;
-use bloodraven_api::v1alpha1::reason;
 use bloodraven_core::failover::disruption::JobState;
 use bloodraven_core::failover::ordered_update::{Action, Leg, Phase, job_site, switchover_phase, switchover_sites};
 use bloodraven_core::failover::planned;
@@ -58,18 +57,6 @@ pub(super) async fn act(
             Ok(Some(Drive::idle(group.clone())))
         }
     }
-}
-
-fn state_changed(group: &MysqlFailoverGroup, state: &OrderedUpdateStatus) -> bool {
-    group.status.as_ref().and_then(|s| s.ordered_update.as_deref()) != Some(state)
-}
-
-async fn write_if_changed(
-    ctx: &Context,
-    group: &MysqlFailoverGroup,
-    state: &OrderedUpdateStatus,
-) -> Result<MysqlFailoverGroup, Error> {
-    if state_changed(group, state) { write_state(ctx, group, state).await } else { Ok(group.clone()) }
 }
 
 /// Enters the phase the table names: the request recorded when it leaves
@@ -120,27 +107,17 @@ async fn defer(
     local: &Local,
     phase: Phase,
 ) -> Result<Option<Drive>, Error> {
-    let Some(hold) = local.hold.clone() else { return Ok(None) };
-    let expires = hold.expires_at();
-    let admission = PlannedFailoverAdmission {
-        defer_reason: Some(reason::DEPLOYMENT_HOLD.to_owned()),
-        retry_time: Some(Time(expires)),
-        message: Some(format!(
-            "the failover-hold of operation {} (instance {}) defers this ordered update until it is released or lapses",
-            hold.operation_id, hold.instance
-        )),
-    };
+    let Some(hold) = local.hold.as_ref() else { return Ok(None) };
+    let (admission, requeue) = deferral::<OrderedUpdateStatus>(hold);
     if phase == Phase::Deferred {
         if state.admission.as_ref() != Some(&admission) {
             state.admission = Some(admission);
-            *group = write_state(ctx, group, state).await?;
+            *group = write_if_changed(ctx, group, state).await?;
         }
     } else {
         let note = admission.message.clone();
         *group = enter(ctx, group, state, Phase::Deferred, note, Some(admission), None).await?;
     }
-    let wait = (expires.as_millisecond() - Timestamp::now().as_millisecond()).max(0);
-    let requeue = Duration::from_millis(u64::try_from(wait).unwrap_or(0)) + Duration::from_millis(200);
     Ok(Some(Drive::at(group.clone(), Phase::Deferred, requeue)))
 }
 

@@ -54,8 +54,6 @@ use self::request::{enter, not_ours, take_up};
 
 /// The operation's name in metrics, Events, Job labels and the record.
 const OPERATION: &str = bloodraven_api::names::site_job::OPERATION_ORDERED_UPDATE;
-/// Entries kept in `status.orderedUpdate.history`.
-const MAX_HISTORY: usize = 32;
 /// Rounds of one drive before it yields to the next reconcile.
 const MAX_ROUNDS: usize = 24;
 /// How long an updated site may take to be ready (healthy, replicating,

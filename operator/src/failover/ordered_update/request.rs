@@ -4,34 +4,19 @@
 //! `status.orderedUpdate` with its Event and metric, and what the operator
 //! refuses to act on.
 
-use super::{MAX_HISTORY, OPERATION};
 use crate::controller::Context;
 use crate::controller::Error;
-use crate::controller::failover_group::{mark_operation_in_progress, publish};
-use crate::controller::kube_err;
-use crate::failover::planned::request::replacing;
 use crate::failover::record;
 use crate::failover::round::RoundRecord;
-use bloodraven_api::names::ENGINE_FIELD_MANAGER;
+use crate::failover::site_job;
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use bloodraven_api::v1alpha1::OrderedUpdateStatus;
-use bloodraven_api::v1alpha1::PhaseTransition;
 use bloodraven_api::v1alpha1::PlannedFailoverAdmission;
 use bloodraven_core::failover::ordered_update::{Leg, Phase, switchover_phase};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
-use kube::Api;
-use kube::ResourceExt;
-use kube::api::Patch;
-use kube::api::PatchParams;
-use kube::runtime::events::EventType;
-use serde_json::json;
 
-/// The word of a request in the decision record's `requests`: an ordered
-/// update's ids share the list with the planned failover's, and `/` is in
-/// no request id, so the two never collide.
+/// The word of the request in the decision record's `requests`.
 pub(super) fn recorded_id(request_id: &str) -> String {
-    format!("{OPERATION}/{request_id}")
+    crate::failover::request::recorded_id::<OrderedUpdateStatus>(request_id)
 }
 
 /// The record's word for a switchover of the request admitted to drain.
@@ -88,8 +73,8 @@ pub(super) async fn take_up(
             "namespace {} is the operator's own: a Job there could run as the operator; run the Jobs in another namespace",
             request.namespace
         ))
-    } else if !job_namespace_allowed(ctx, &request.namespace) {
-        Some(job_namespace_refusal(&request.namespace))
+    } else if !site_job::namespace_allowed(ctx, &request.namespace) {
+        Some(site_job::namespace_refusal(&request.namespace))
     } else {
         request
             .job_template
@@ -143,7 +128,7 @@ pub(super) fn not_ours(
     }
 }
 
-/// Enters `phase`: history, Event, metric, status (one write).
+/// Enters `phase` (see `failover::request::enter`).
 pub(super) async fn enter(
     ctx: &Context,
     group: &MysqlFailoverGroup,
@@ -153,82 +138,6 @@ pub(super) async fn enter(
     admission: Option<PlannedFailoverAdmission>,
     attention: Option<String>,
 ) -> Result<MysqlFailoverGroup, Error> {
-    phase.as_str().clone_into(&mut state.phase);
-    state.message.clone_from(&message);
-    state.admission = admission;
-    if attention.is_some() {
-        state.attention_site = attention;
-    }
-    state.history.push(PhaseTransition {
-        phase: state.phase.clone(),
-        time: Time(Timestamp::now()),
-        message: message.clone(),
-    });
-    if state.history.len() > MAX_HISTORY {
-        // Keep the first entry (when it started) and the latest ones.
-        let excess = state.history.len() - MAX_HISTORY;
-        state.history.drain(1..=excess);
-    }
-    let written = write_state(ctx, group, state).await?;
-    ctx.failpoint.hit(&format!("{OPERATION}-entered-{}", phase.as_str()));
-    ctx.metrics
-        .operation_phase_transitions_total
-        .with_label_values(&[&group.name_any(), OPERATION, phase.as_str()])
-        .inc();
-    let type_ = if phase == Phase::Failed { EventType::Warning } else { EventType::Normal };
-    let times = state.history.iter().filter(|h| h.phase == state.phase).count();
-    let again = if times > 1 { format!(" (again: time {times})") } else { String::new() };
-    let note = format!(
-        "ordered update {}: {}{again}{}",
-        state.request_id,
-        phase.as_str(),
-        message.map(|m| format!(": {m}")).unwrap_or_default()
-    );
-    publish(ctx, &written, type_, &format!("OrderedUpdate{}", phase.as_str()), note, "OrderedUpdate", None).await;
-    Ok(written)
-}
-
-/// Writes `status.orderedUpdate` with the resourceVersion of `group`, and,
-/// when the phase is not final, has the observer mark the group unstable
-/// (`OperationInProgress`) right after.
-pub(super) async fn write_state(
-    ctx: &Context,
-    group: &MysqlFailoverGroup,
-    state: &OrderedUpdateStatus,
-) -> Result<MysqlFailoverGroup, Error> {
-    if !ctx.leadership.is_leader() {
-        return Err(Error::NotLeader);
-    }
-    let stored = group.status.as_ref().and_then(|s| s.ordered_update.as_deref());
-    let patch = json!({
-        "metadata": { "resourceVersion": group.resource_version() },
-        "status": { "orderedUpdate": replacing(stored, state) },
-    });
-    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
-    let params = PatchParams { field_manager: Some(ENGINE_FIELD_MANAGER.into()), ..PatchParams::default() };
-    let written = api
-        .patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
-        .await
-        .map_err(kube_err("write the ordered update's progress"))?;
-    if Phase::parse(&state.phase).is_some_and(|p| !p.is_final()) {
-        return mark_operation_in_progress(ctx, written).await;
-    }
-    Ok(written)
-}
-
-/// Whether a request may run its Jobs in `namespace`: a cluster admin
-/// labelled it (`names::site_job::NAMESPACE_LABEL`).
-pub(crate) fn job_namespace_allowed(ctx: &Context, namespace: &str) -> bool {
-    use bloodraven_api::names::site_job::{NAMESPACE_ALLOWED, NAMESPACE_LABEL};
-    ctx.authority
-        .labels(namespace)
-        .is_some_and(|l| l.get(NAMESPACE_LABEL).map(String::as_str) == Some(NAMESPACE_ALLOWED))
-}
-
-/// What a request whose Job namespace is not allowed is told.
-pub(crate) fn job_namespace_refusal(namespace: &str) -> String {
-    use bloodraven_api::names::site_job::{NAMESPACE_ALLOWED, NAMESPACE_LABEL};
-    format!(
-        "namespace {namespace} does not allow site Jobs (or does not exist): a cluster admin labels it {NAMESPACE_LABEL}={NAMESPACE_ALLOWED} first, since its Jobs run as any of its ServiceAccounts"
-    )
+    let phase = (phase.as_str(), !phase.is_final());
+    crate::failover::request::enter(ctx, group, state, phase, message, admission, attention).await
 }

@@ -1,0 +1,201 @@
+//! The bookkeeping every request that runs a user's Job shares (an
+//! ordered update, a restore-in-place): each phase written to its status
+//! field with its history, Event and metric, and the deferral behind a
+//! failover-hold. What differs between them is their [`RequestStatus`].
+
+use std::time::Duration;
+
+use bloodraven_api::names::ENGINE_FIELD_MANAGER;
+use bloodraven_api::v1alpha1::{
+    MysqlFailoverGroup, OrderedUpdateStatus, PhaseTransition, PlannedFailoverAdmission, RestoreInPlaceStatus, reason,
+};
+use bloodraven_core::lease::machine::Grant;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::controller::failover_group::{mark_operation_in_progress, publish};
+use crate::controller::{Context, Error, kube_err};
+use crate::failover::planned::request::replacing;
+
+/// Entries kept in a request's history.
+const MAX_HISTORY: usize = 32;
+
+/// A request's status field, as its engine keeps it.
+pub(crate) trait RequestStatus: serde::Serialize + Clone + PartialEq {
+    /// The operation's name in metrics, Job labels and the record.
+    const OPERATION: &'static str;
+    /// Its Events' reason prefix (`OrderedUpdate` + the phase).
+    const EVENT_PREFIX: &'static str;
+    /// Its name in words.
+    const WORDS: &'static str;
+    /// Its field in status.
+    const FIELD: &'static str;
+    /// The stored copy in `group`'s status.
+    fn stored(group: &MysqlFailoverGroup) -> Option<&Self>;
+    /// The request's id.
+    fn request_id(&self) -> &str;
+    /// The phase, message, admission and history, to change.
+    fn parts(&mut self) -> Parts<'_>;
+}
+
+/// What [`enter`] changes of a request's status.
+pub(crate) struct Parts<'a> {
+    pub(crate) phase: &'a mut String,
+    pub(crate) message: &'a mut Option<String>,
+    pub(crate) admission: &'a mut Option<PlannedFailoverAdmission>,
+    pub(crate) attention_site: &'a mut Option<String>,
+    pub(crate) history: &'a mut Vec<PhaseTransition>,
+}
+
+impl RequestStatus for OrderedUpdateStatus {
+    const OPERATION: &'static str = bloodraven_api::names::site_job::OPERATION_ORDERED_UPDATE;
+    const EVENT_PREFIX: &'static str = "OrderedUpdate";
+    const WORDS: &'static str = "ordered update";
+    const FIELD: &'static str = "orderedUpdate";
+    fn stored(group: &MysqlFailoverGroup) -> Option<&Self> {
+        group.status.as_ref().and_then(|s| s.ordered_update.as_deref())
+    }
+    fn request_id(&self) -> &str {
+        &self.request_id
+    }
+    fn parts(&mut self) -> Parts<'_> {
+        Parts {
+            phase: &mut self.phase,
+            message: &mut self.message,
+            admission: &mut self.admission,
+            attention_site: &mut self.attention_site,
+            history: &mut self.history,
+        }
+    }
+}
+
+impl RequestStatus for RestoreInPlaceStatus {
+    const OPERATION: &'static str = bloodraven_api::names::site_job::OPERATION_RESTORE_IN_PLACE;
+    const EVENT_PREFIX: &'static str = "RestoreInPlace";
+    const WORDS: &'static str = "restore-in-place";
+    const FIELD: &'static str = "restoreInPlace";
+    fn stored(group: &MysqlFailoverGroup) -> Option<&Self> {
+        group.status.as_ref().and_then(|s| s.restore_in_place.as_deref())
+    }
+    fn request_id(&self) -> &str {
+        &self.request_id
+    }
+    fn parts(&mut self) -> Parts<'_> {
+        Parts {
+            phase: &mut self.phase,
+            message: &mut self.message,
+            admission: &mut self.admission,
+            attention_site: &mut self.attention_site,
+            history: &mut self.history,
+        }
+    }
+}
+
+/// The word of a request in the decision record's `requests`: the
+/// operations share the list with the planned failover's ids, and `/` is
+/// in no request id, so they never collide.
+pub(crate) fn recorded_id<S: RequestStatus>(request_id: &str) -> String {
+    format!("{}/{request_id}", S::OPERATION)
+}
+
+/// Enters `phase` (`running`: not final): history, status (one write),
+/// Event and metric. `attention` names the site that needs a person.
+pub(crate) async fn enter<S: RequestStatus>(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &mut S,
+    (phase, running): (&'static str, bool),
+    message: Option<String>,
+    admission: Option<PlannedFailoverAdmission>,
+    attention: Option<String>,
+) -> Result<MysqlFailoverGroup, Error> {
+    let parts = state.parts();
+    phase.clone_into(parts.phase);
+    parts.message.clone_from(&message);
+    *parts.admission = admission;
+    if attention.is_some() {
+        *parts.attention_site = attention;
+    }
+    parts.history.push(PhaseTransition {
+        phase: phase.to_owned(),
+        time: Time(Timestamp::now()),
+        message: message.clone(),
+    });
+    if parts.history.len() > MAX_HISTORY {
+        // Keep the first entry (when it started) and the latest ones.
+        let excess = parts.history.len() - MAX_HISTORY;
+        parts.history.drain(1..=excess);
+    }
+    let times = parts.history.iter().filter(|h| h.phase == phase).count();
+    let written = write_state(ctx, group, state, running).await?;
+    ctx.failpoint.hit(&format!("{}-entered-{phase}", S::OPERATION));
+    ctx.metrics.operation_phase_transitions_total.with_label_values(&[&group.name_any(), S::OPERATION, phase]).inc();
+    let type_ = if phase == "Failed" { EventType::Warning } else { EventType::Normal };
+    let again = if times > 1 { format!(" (again: time {times})") } else { String::new() };
+    let note = format!(
+        "{} {}: {phase}{again}{}",
+        S::WORDS,
+        state.request_id(),
+        message.map(|m| format!(": {m}")).unwrap_or_default()
+    );
+    publish(ctx, &written, type_, &format!("{}{phase}", S::EVENT_PREFIX), note, S::EVENT_PREFIX, None).await;
+    Ok(written)
+}
+
+/// Writes the request's status field with the resourceVersion of `group`,
+/// and, while it runs, has the observer mark the group unstable
+/// (`OperationInProgress`) right after.
+pub(crate) async fn write_state<S: RequestStatus>(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &S,
+    running: bool,
+) -> Result<MysqlFailoverGroup, Error> {
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    let mut status = serde_json::Map::new();
+    status.insert(S::FIELD.to_owned(), replacing(S::stored(group), state));
+    let patch = json!({ "metadata": { "resourceVersion": group.resource_version() }, "status": status });
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    let params = PatchParams { field_manager: Some(ENGINE_FIELD_MANAGER.into()), ..PatchParams::default() };
+    let written = api
+        .patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("write a request's progress"))?;
+    if running {
+        return mark_operation_in_progress(ctx, written).await;
+    }
+    Ok(written)
+}
+
+/// Writes the request's status if it changed since `group` was read.
+pub(crate) async fn write_if_changed<S: RequestStatus>(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &S,
+) -> Result<MysqlFailoverGroup, Error> {
+    if S::stored(group) == Some(state) { Ok(group.clone()) } else { write_state(ctx, group, state, true).await }
+}
+
+/// The admission a live failover-hold gives a deferred request, and when
+/// to look again (just after the hold's expiry, which every renewal moves).
+pub(crate) fn deferral<S: RequestStatus>(hold: &Grant) -> (PlannedFailoverAdmission, Duration) {
+    let expires = hold.expires_at();
+    let admission = PlannedFailoverAdmission {
+        defer_reason: Some(reason::DEPLOYMENT_HOLD.to_owned()),
+        retry_time: Some(Time(expires)),
+        message: Some(format!(
+            "the failover-hold of operation {} (instance {}) defers this {} until it is released or lapses",
+            hold.operation_id,
+            hold.instance,
+            S::WORDS
+        )),
+    };
+    let wait = (expires.as_millisecond() - Timestamp::now().as_millisecond()).max(0);
+    (admission, Duration::from_millis(u64::try_from(wait).unwrap_or(0)) + Duration::from_millis(200))
+}

@@ -1,0 +1,420 @@
+//! A restore-in-place's bookkeeping and actions: taking the request up,
+//! what the operator refuses to act on, the Job, the fence, the decision
+//! and the promotion (`failover::switchover`), the Services, and the
+//! re-clone mark.
+
+use std::time::Duration;
+
+use super::{Drive, RECHECK, recorded};
+use crate::controller::failover_group::assess::SiteProbe;
+use crate::controller::failover_group::publish;
+use crate::controller::{Context, Error, kube_err};
+use crate::failover::planned::request::{remember_admitted, remember_request};
+use crate::failover::record;
+use crate::failover::request::{RequestStatus, deferral, write_if_changed};
+use crate::failover::round::RoundRecord;
+use crate::failover::site_job;
+use crate::failover::switchover::{self, Local, Step, admit};
+use crate::mysql::Flavor;
+use bloodraven_api::names::site_job::ROLE_RESTORE;
+use bloodraven_api::names::{ACTIVE_SITE_ANNOTATION, GROUP_ANNOTATION, PRIMARY_OF_LABEL, RECLONE_DONE_ANNOTATION};
+use bloodraven_api::v1alpha1::{MysqlFailoverGroup, PlannedFailoverAdmission, RestoreInPlaceStatus, SiteJobStatus};
+use bloodraven_core::failover::disruption::JobState;
+use bloodraven_core::failover::planned;
+use bloodraven_core::failover::restore::{Action, Phase};
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+
+/// The record's word for the request's switchover, admitted before the fence.
+fn admission_of(state: &RestoreInPlaceStatus) -> String {
+    let old = state.source_site.as_deref().unwrap_or("");
+    format!("{} {} {old}", recorded(&state.request_id), state.site.as_deref().unwrap_or(""))
+}
+
+/// Enters `phase` (see `failover::request::enter`).
+pub(super) async fn enter(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &mut RestoreInPlaceStatus,
+    phase: Phase,
+    message: Option<String>,
+    admission: Option<PlannedFailoverAdmission>,
+    attention: Option<String>,
+) -> Result<MysqlFailoverGroup, Error> {
+    // Waiting for a person's re-clone leaves the group stable: the topology
+    // is decided and deploys go on against the restored primary.
+    let phase = (phase.as_str(), !phase.is_final() && phase != Phase::AwaitingReclone);
+    crate::failover::request::enter(ctx, group, state, phase, message, admission, attention).await
+}
+
+/// Takes up the request to drive: the one in a non-final phase, or a new
+/// `spec.restoreInPlace` whose id was never taken up. `Err(group)`:
+/// nothing to drive.
+pub(super) async fn take_up(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    group: MysqlFailoverGroup,
+) -> Result<Result<(MysqlFailoverGroup, RestoreInPlaceStatus), MysqlFailoverGroup>, Error> {
+    let current = RestoreInPlaceStatus::stored(&group).cloned();
+    if let Some(st) = current.as_ref().filter(|st| Phase::parse(&st.phase).is_some_and(|p| !p.is_final())) {
+        return Ok(Ok((group.clone(), st.clone())));
+    }
+    let Some(request) = group.spec.restore_in_place.as_deref().cloned() else { return Ok(Err(group)) };
+    if current.as_ref().is_some_and(|st| st.request_id == request.request_id) {
+        return Ok(Err(group));
+    }
+    let Some((active, generation)) = group.decided().map(|(s, g)| (s.to_owned(), g)) else { return Ok(Err(group)) };
+    let Some(rec) = round.fresh(ctx).await?.cloned() else { return Ok(Err(group)) };
+    if rec.requests.contains(&recorded(&request.request_id)) {
+        return Ok(Err(group));
+    }
+    if rec.tampered.is_some() || rec.active_site != active || rec.generation != generation {
+        return Ok(Err(group));
+    }
+    let site = request.site.clone().or_else(|| group.spec.sites.iter().map(|s| s.name.clone()).find(|s| *s != active));
+    let mut state = RestoreInPlaceStatus {
+        request_id: request.request_id.clone(),
+        site: site.clone(),
+        source_site: Some(active),
+        source_generation: Some(generation),
+        namespace: Some(request.namespace.clone()),
+        active_deadline_seconds: Some(request.active_deadline_seconds),
+        ..RestoreInPlaceStatus::default()
+    };
+    let refused = match site {
+        None => Some("the group has no standby to restore: spec.sites names one site".to_owned()),
+        Some(s) if group.site(&s).is_none() => Some(format!("site {s} is not one of spec.sites")),
+        Some(_) if request.namespace == ctx.namespace => Some(format!(
+            "namespace {} is the operator's own: a Job there could run as the operator; run the Job in another namespace",
+            request.namespace
+        )),
+        Some(_) if !site_job::namespace_allowed(ctx, &request.namespace) => {
+            Some(site_job::namespace_refusal(&request.namespace))
+        }
+        Some(_) => request
+            .job_template
+            .job_spec()
+            .err()
+            .map(|e| format!("spec.restoreInPlace.jobTemplate.spec is not a Job spec: {e}")),
+    };
+    let (phase, message) = match refused {
+        Some(why) => (Phase::Failed, Some(why)),
+        None => (Phase::Pending, None),
+    };
+    let group = enter(ctx, &group, &mut state, phase, message, None, None).await?;
+    if phase.is_final() {
+        return Ok(Err(group));
+    }
+    Ok(Ok((group, state)))
+}
+
+/// Why the operator will not act on the request `state` shows, if so
+/// (see the ordered update's: cancelled before the Job; from the Job on,
+/// listed in the record; from the fence on, admitted there).
+pub(super) fn not_ours(
+    group: &MysqlFailoverGroup,
+    rec: Option<&record::Record>,
+    state: &RestoreInPlaceStatus,
+) -> Option<String> {
+    let phase = Phase::parse(&state.phase)?;
+    match phase {
+        Phase::Completed | Phase::Failed => None,
+        Phase::Pending | Phase::Admitting | Phase::Deferred => {
+            let asked = group.spec.restore_in_place.as_ref().map(|r| r.request_id.as_str());
+            (asked != Some(state.request_id.as_str()))
+                .then(|| "cancelled: spec.restoreInPlace no longer asks for it".to_owned())
+        }
+        _ => {
+            let taken = rec.is_some_and(|r| r.requests.contains(&recorded(&state.request_id)));
+            let admitted = matches!(phase, Phase::Restoring | Phase::Verifying)
+                || rec.and_then(|r| r.admitted.as_deref()) == Some(admission_of(state).as_str());
+            (!taken || !admitted).then(|| {
+                format!(
+                    "status showed restore-in-place {} in phase {} but the operator never took it up there (status is written by the operator only); nothing was done",
+                    state.request_id,
+                    phase.as_str()
+                )
+            })
+        }
+    }
+}
+
+/// Admission's own check: no other operation in flight, the group stable
+/// but for this request, and the operator knows which server the site is.
+pub(super) fn admissible_now(group: &MysqlFailoverGroup, known_server_id: u32) -> Result<(), String> {
+    if let Some(other) = crate::failover::decision::other_operation(group, RestoreInPlaceStatus::OPERATION) {
+        return Err(format!("{other} is in flight; one operation at a time"));
+    }
+    if known_server_id == 0 {
+        return Err("the operator does not know the site's server_id yet (status.health[].identity)".to_owned());
+    }
+    let status = group.status.clone().unwrap_or_default();
+    match (status.stable, status.unstable_reason.as_deref()) {
+        (Some(true), _) | (_, Some(bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS)) => Ok(()),
+        (_, Some(why)) => Err(format!("the group is unstable ({why})")),
+        (_, None) => Err("the group has not been observed stable yet".to_owned()),
+    }
+}
+
+/// Keeps the restore Job in `state.job` as last seen.
+pub(super) fn record_job(state: &mut RestoreInPlaceStatus, group: &str, job: &JobState) {
+    let (result, message) = match job {
+        JobState::Absent => return,
+        JobState::Running => ("Running", None),
+        JobState::Complete => ("Complete", None),
+        JobState::Failed(why) => ("Failed", Some(why.clone())),
+    };
+    let site = state.site.clone().unwrap_or_default();
+    let now = Time(Timestamp::now());
+    let entry = state.job.get_or_insert_with(|| SiteJobStatus {
+        site: site.clone(),
+        role: ROLE_RESTORE.to_owned(),
+        job_name: site_job::job_name(group, RestoreInPlaceStatus::OPERATION, &state.request_id, &site),
+        start_time: Some(now.clone()),
+        ..SiteJobStatus::default()
+    });
+    if entry.result != result {
+        result.clone_into(&mut entry.result);
+        entry.message = message;
+        if result != "Running" {
+            entry.completion_time = Some(now);
+        }
+    }
+}
+
+/// The site every `<db>-primary` Service of the group points at, once they
+/// all agree (`None` while they do not); the active site when the group
+/// has none.
+pub(super) async fn services_at(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Option<String>, Error> {
+    let api: Api<Service> = Api::all(ctx.client.clone());
+    let services = api
+        .list_metadata(&ListParams::default().labels(PRIMARY_OF_LABEL))
+        .await
+        .map_err(kube_err("list the -primary Services"))?;
+    let name = group.name_any();
+    let mut at = services
+        .items
+        .iter()
+        .filter(|s| s.annotations().get(GROUP_ANNOTATION) == Some(&name))
+        .map(|s| s.annotations().get(ACTIVE_SITE_ANNOTATION).cloned().unwrap_or_default());
+    let Some(first) = at.next() else { return Ok(group.decided().map(|(s, _)| s.to_owned())) };
+    Ok(at.all(|s| s == first).then_some(first))
+}
+
+/// Runs one action of the table; `Some` ends the drive with that answer.
+#[allow(clippy::too_many_arguments)] // one round: the request, its local memory and the probes it acts on
+pub(super) async fn act(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    group: &mut MysqlFailoverGroup,
+    state: &mut RestoreInPlaceStatus,
+    local: &mut Local,
+    action: Action,
+    phase: Phase,
+    probes: &[SiteProbe],
+) -> Result<Option<Drive>, Error> {
+    match action {
+        Action::Idle => Ok(Some(Drive::idle(group.clone()))),
+        Action::Enter(next) => enter_next(ctx, round, group, state, local, phase, next).await,
+        Action::Defer { .. } => {
+            let Some(hold) = local.hold.as_ref() else { return Ok(None) };
+            let (admission, requeue) = deferral::<RestoreInPlaceStatus>(hold);
+            if phase == Phase::Deferred {
+                state.admission = Some(admission);
+                *group = write_if_changed(ctx, group, state).await?;
+            } else {
+                let note = admission.message.clone();
+                *group = enter(ctx, group, state, Phase::Deferred, note, Some(admission), None).await?;
+            }
+            Ok(Some(Drive::at(group.clone(), Phase::Deferred, requeue)))
+        }
+        Action::RunJob(site) => run_job(ctx, group, state, &site).await,
+        Action::AwaitJob(_) | Action::AwaitRestored(_) | Action::RepointServices(_) => {
+            // The Job's result is kept in status; the Services follow the
+            // decision by the MysqlDatabase reconciler.
+            *group = write_if_changed(ctx, group, state).await?;
+            Ok(Some(Drive::at(group.clone(), phase, RECHECK)))
+        }
+        Action::AwaitReclone(_) => {
+            *group = write_if_changed(ctx, group, state).await?;
+            Ok(Some(Drive::at(group.clone(), phase, Duration::from_secs(10))))
+        }
+        Action::Switchover(step) => switch(ctx, round, group, state, local, phase, step, probes).await,
+        Action::Fail(failure) => {
+            *group = write_if_changed(ctx, group, state).await?;
+            *group = enter(ctx, group, state, Phase::Failed, Some(failure.reason), None, failure.attention).await?;
+            Ok(Some(Drive::idle(group.clone())))
+        }
+    }
+}
+
+async fn enter_next(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    group: &mut MysqlFailoverGroup,
+    state: &mut RestoreInPlaceStatus,
+    local: &mut Local,
+    from: Phase,
+    next: Phase,
+) -> Result<Option<Drive>, Error> {
+    if from == Phase::Pending {
+        remember_request(ctx, round, &recorded(&state.request_id)).await?;
+    }
+    let old = state.source_site.clone().unwrap_or_default();
+    let site = state.site.clone().unwrap_or_default();
+    if next == Phase::Fencing {
+        remember_admitted(ctx, round, &admission_of(state), &old, &site).await?;
+    }
+    let generation = group.decided().map_or(0, |(_, g)| g);
+    let message = match next {
+        Phase::AwaitingReclone => {
+            state.reclone_site = Some(old.clone());
+            Some(format!(
+                "{site} is the restored primary at topologyGeneration {generation}; {old} stays fenced and out of replication until a person re-clones it from {site} and annotates the group {RECLONE_DONE_ANNOTATION}={old}@{generation}"
+            ))
+        }
+        Phase::Completed => {
+            state.reclone_done_time = Some(Time(Timestamp::now()));
+            Some(format!("completed: {site} is the restored primary and {old} was re-cloned"))
+        }
+        _ => None,
+    };
+    *group = write_if_changed(ctx, group, state).await?;
+    *group = enter(ctx, group, state, next, message, None, None).await?;
+    match next {
+        Phase::AwaitingReclone => {
+            let note = state.message.clone().unwrap_or_default();
+            publish(ctx, group, EventType::Warning, "RecloneRequired", note, "RestoreInPlace", None).await;
+        }
+        Phase::Completed => {
+            remove_reclone_mark(ctx, group).await?;
+            return Ok(Some(Drive::idle(group.clone())));
+        }
+        Phase::Admitting => local.hold = admit(ctx, group, &state.request_id).await?,
+        _ => {}
+    }
+    Ok(None)
+}
+
+/// Removes the re-clone annotation once taken (the mark of one restore
+/// never releases the old primary of a later one: it names the generation).
+async fn remove_reclone_mark(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), Error> {
+    if !group.annotations().contains_key(RECLONE_DONE_ANNOTATION) {
+        return Ok(());
+    }
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    let patch = serde_json::json!({"metadata": {"annotations": {RECLONE_DONE_ANNOTATION: null}}});
+    let params = PatchParams {
+        field_manager: Some(bloodraven_api::names::ENGINE_FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    api.patch(&group.name_any(), &params, &Patch::Merge(&patch)).await.map_err(kube_err("remove the re-clone mark"))?;
+    Ok(())
+}
+
+/// Creates the restore Job (found again if it exists), and records it.
+async fn run_job(
+    ctx: &Context,
+    group: &mut MysqlFailoverGroup,
+    state: &mut RestoreInPlaceStatus,
+    site: &str,
+) -> Result<Option<Drive>, Error> {
+    let request = group.spec.restore_in_place.as_deref().filter(|r| r.request_id == state.request_id).cloned();
+    let Some(request) = request else {
+        let why =
+            format!("spec.restoreInPlace no longer asks for request {}: its Job cannot be made", state.request_id);
+        *group = enter(ctx, group, state, Phase::Failed, Some(why), None, Some(site.to_owned())).await?;
+        return Ok(Some(Drive::idle(group.clone())));
+    };
+    let spec = group.site(site).cloned().ok_or(Error::NoName)?;
+    let namespace = state.namespace.clone().unwrap_or(request.namespace.clone());
+    let job = site_job::JobSpecFor {
+        group,
+        operation: RestoreInPlaceStatus::OPERATION,
+        request_id: &state.request_id,
+        namespace: &namespace,
+        template: &request.job_template,
+        deadline_seconds: state.active_deadline_seconds.unwrap_or(request.active_deadline_seconds),
+        site: &spec,
+        role: ROLE_RESTORE,
+    };
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    let observed = match site_job::ensure(&ctx.client, &job).await {
+        Ok(observed) => observed,
+        Err(site_job::EnsureError::Refused(why)) => {
+            let why = format!("the Job restoring {site} could not be created: {why}; nothing was decided");
+            *group = enter(ctx, group, state, Phase::Failed, Some(why), None, Some(site.to_owned())).await?;
+            return Ok(Some(Drive::idle(group.clone())));
+        }
+        Err(site_job::EnsureError::Api(e)) => return Err(e),
+    };
+    tracing::info!(group = %group.name_any(), site, request_id = %state.request_id, "restore Job created");
+    ctx.failpoint.hit("restore-in-place-after-job");
+    record_job(state, &group.name_any(), &observed);
+    *group = write_if_changed(ctx, group, state).await?;
+    Ok(Some(Drive::at(group.clone(), Phase::Restoring, RECHECK)))
+}
+
+/// A step of the fence, decision or promotion, as for a planned failover.
+#[allow(clippy::too_many_arguments)]
+async fn switch(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    group: &mut MysqlFailoverGroup,
+    state: &mut RestoreInPlaceStatus,
+    local: &mut Local,
+    phase: Phase,
+    action: planned::Action,
+    probes: &[SiteProbe],
+) -> Result<Option<Drive>, Error> {
+    let old = state.source_site.clone().unwrap_or_default();
+    let site = state.site.clone().unwrap_or_default();
+    let (Some(source_spec), Some(target_spec)) = (group.site(&old).cloned(), group.site(&site).cloned()) else {
+        let why = format!("site {old} or {site} is no longer in spec.sites");
+        *group = enter(ctx, group, state, Phase::Failed, Some(why), None, None).await?;
+        return Ok(Some(Drive::idle(group.clone())));
+    };
+    let observed = |s: &str| probes.iter().find(|p| p.site == s).and_then(|p| p.outcome.as_ref().ok());
+    let (src, tgt) = (observed(&old), observed(&site));
+    let step = Step {
+        phase: if phase == Phase::Fencing { planned::Phase::Draining } else { planned::Phase::Promoting },
+        failpoints: RestoreInPlaceStatus::OPERATION,
+        source: old.clone(),
+        source_spec,
+        target_spec,
+        tgt: tgt.cloned(),
+        flavor: src.or(tgt).map_or(Flavor::MariaDb, |o| o.flavor),
+        version: src.or(tgt).map(|o| o.version.clone()).unwrap_or_default(),
+        policy: group.spec.failover.clone(),
+        fence_bound: Duration::from_secs(u64::from(group.spec.failover.fence_timeout_seconds.clamp(1, 300))),
+        action_bound: Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)) * 5),
+    };
+    match action {
+        planned::Action::Fence(s) => switchover::fence(ctx, group, local, &step, &s).await?,
+        planned::Action::Unfence(s) => switchover::unfence(ctx, group, &step, &s).await?,
+        planned::Action::Decide(s) => {
+            let what = format!("restore-in-place {} (the restored {s} is promoted)", state.request_id);
+            let Some(decided) = switchover::decide(ctx, round, group, local, &step, &s, &what).await? else {
+                let why =
+                    "the decision record no longer shows the old primary as active; see the DecisionConflict condition";
+                *group = enter(ctx, group, state, Phase::Failed, Some(why.to_owned()), None, Some(site)).await?;
+                return Ok(Some(Drive::idle(group.clone())));
+            };
+            *group = decided;
+        }
+        planned::Action::Promote(s) => switchover::promote(ctx, group, &step, &s).await?,
+        // Nothing to catch up (the restored data is the backup's) and
+        // nothing to repoint (the old primary awaits a re-clone): the rules
+        // never ask for either here.
+        other => {
+            tracing::warn!(group = %group.name_any(), action = ?other, "step not carried out in a restore-in-place");
+        }
+    }
+    Ok(None)
+}

@@ -1,0 +1,295 @@
+//! The restore-in-place engine: runs the decision table of
+//! `bloodraven_core::failover::restore` against the real sites and the Job
+//! it creates (docs/failover.md, "Restore-in-place").
+//!
+//! A request is `spec.restoreInPlace` (`requestId`, `site`, `namespace`,
+//! `jobTemplate`, `activeDeadlineSeconds`). Its progress lives in
+//! `status.restoreInPlace`; its id goes into the decision record when it
+//! leaves `Pending`, and its switchover is recorded as admitted before the
+//! fence, so it never runs twice and a new leader resumes any phase.
+//!
+//! Order: admission as a planned failover's (a live failover-hold defers;
+//! one operation per group; never the active site) → the Job restores the
+//! site, nothing fenced meanwhile → the restored site answers within
+//! [`ANSWER_BOUND`], does not replicate and is the server the operator
+//! knows (`server_id`) → fence the old primary → decide + 1 (every deploy
+//! lease revoked with `TopologyChanged`) → promote the restored site → the
+//! `<db>-primary` Services follow the decision → the old primary stays
+//! fenced, out of replication and never promoted (`RecloneRequired`) until
+//! a person re-clones it and annotates the group
+//! `bloodraven.shipstream.io/reclone-done: <site>@<generation>`.
+
+use std::time::Duration;
+
+use bloodraven_api::names::RECLONE_DONE_ANNOTATION;
+use bloodraven_api::v1alpha1::{MysqlFailoverGroup, RestoreInPlaceStatus};
+use bloodraven_core::failover::disruption::{Hold, JobState, SwitchoverFacts};
+use bloodraven_core::failover::planned::drain::{self, Bounds};
+use bloodraven_core::failover::restore::{self, Facts, Identity, Phase, Restored, holds_automatic_failover};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::ResourceExt;
+
+use crate::controller::failover_group::assess::SiteProbe;
+use crate::controller::failover_group::{identity, sites};
+use crate::controller::{Context, Error};
+use crate::failover::request::{RequestStatus, recorded_id};
+use crate::failover::round::RoundRecord;
+use crate::failover::site_job;
+use crate::failover::switchover::{Local, admit, bounded};
+
+mod act;
+
+use self::act::{act, enter};
+
+/// How long the restored site may take to answer after its Job completed.
+pub(crate) const ANSWER_BOUND: Duration = Duration::from_secs(300);
+/// The grace past the Job's own deadline (see the ordered update's).
+const JOB_GRACE: Duration = Duration::from_secs(30);
+/// How often a running Job or a site being verified is looked at again.
+const RECHECK: Duration = Duration::from_secs(2);
+/// Rounds of one drive before it yields to the next reconcile.
+const MAX_ROUNDS: usize = 24;
+
+/// What a drive left behind.
+#[derive(Debug)]
+pub(crate) struct Drive {
+    /// The group as last written or read.
+    pub group: MysqlFailoverGroup,
+    phase: Option<Phase>,
+    /// When to look again, if sooner than the probe interval.
+    pub requeue: Option<Duration>,
+    hold: Option<Hold>,
+    /// Whether the drive may have acted on a site.
+    pub acted_on_sites: bool,
+}
+
+impl Drive {
+    /// Nothing running.
+    pub(crate) fn idle(group: MysqlFailoverGroup) -> Drive {
+        Drive { group, phase: None, requeue: None, hold: None, acted_on_sites: false }
+    }
+
+    fn at(group: MysqlFailoverGroup, phase: Phase, requeue: Duration) -> Drive {
+        Drive { group, phase: Some(phase), requeue: Some(requeue), hold: None, acted_on_sites: false }
+    }
+
+    /// The request as status shows it, for a drive that ended with an error.
+    pub(crate) fn as_stored(group: MysqlFailoverGroup) -> Drive {
+        let phase = state_of(&group).and_then(|s| Phase::parse(&s.phase));
+        Drive { group, phase, requeue: Some(Duration::from_secs(1)), hold: None, acted_on_sites: true }
+    }
+
+    /// A request is in a non-final phase short of waiting for a re-clone
+    /// (the group is stable then: the topology is decided).
+    pub(crate) fn running(&self) -> bool {
+        self.phase.is_some_and(|p| !p.is_final() && p != Phase::AwaitingReclone)
+    }
+
+    /// Decided, the restored site not yet promoted or the Services not yet moved.
+    pub(crate) fn recovering(&self) -> bool {
+        matches!(self.phase, Some(Phase::Promoting | Phase::Repointing))
+    }
+
+    /// What the request holds of automatic failover: the rules' hold, and
+    /// from the decision until the re-clone the promotion of the old
+    /// primary, whose data no longer counts (in a pair: all of it).
+    pub(crate) fn holds_automatic_failover(&self) -> bool {
+        self.hold.is_some() || self.reclone_site().is_some()
+    }
+
+    /// The old primary awaiting a re-clone, if any.
+    pub(crate) fn reclone_site(&self) -> Option<String> {
+        let state = state_of(&self.group)?;
+        let old = state.source_site.as_deref()?;
+        restore::awaiting_reclone(self.phase?, old).map(str::to_owned)
+    }
+
+    /// Why automatic failover waits, for `AutomaticFailoverHeld`.
+    pub(crate) fn hold_message(&self) -> String {
+        let state = state_of(&self.group);
+        let id = state.map(|s| s.request_id.as_str()).unwrap_or_default();
+        match (&self.hold, self.reclone_site()) {
+            (Some(Hold::Promotion(site)), _) => format!(
+                "restore-in-place {id}: the Job restoring {site} runs; automatic failover does not promote {site} while it runs, at most the Job's activeDeadlineSeconds"
+            ),
+            (Some(Hold::Group), _) => format!(
+                "restore-in-place {id}: the old primary is fenced for the decision; automatic failover waits at most fenceTimeoutSeconds + catchUpTimeoutSeconds from the fence"
+            ),
+            (None, Some(old)) => format!(
+                "restore-in-place {id}: {old}'s data predates the restored primary; it is never promoted until a person re-clones it and marks it done ({RECLONE_DONE_ANNOTATION})"
+            ),
+            (None, None) => String::new(),
+        }
+    }
+
+    /// The decision is taken and the restored site not yet promoted.
+    pub(crate) fn before_promotion(&self) -> bool {
+        self.phase == Some(Phase::Promoting)
+    }
+}
+
+fn state_of(group: &MysqlFailoverGroup) -> Option<&RestoreInPlaceStatus> {
+    RestoreInPlaceStatus::stored(group)
+}
+
+/// Whether the request's `phase` ran past its bound at `now`: the Job's
+/// deadline (and a grace) in `Restoring`, [`ANSWER_BOUND`] in `Verifying`,
+/// the fence's bound in `Fencing`. A phase whose start nobody wrote is past
+/// its bound; a start in the future counts as `now`.
+fn past_deadline(group: &MysqlFailoverGroup, state: &RestoreInPlaceStatus, phase: Phase, now: Timestamp) -> bool {
+    let Some(since) = state.history.iter().rev().find(|t| t.phase == phase.as_str()).map(|t| t.time.0) else {
+        return true;
+    };
+    let since = since.min(now);
+    let bound = match phase {
+        Phase::Restoring => Duration::from_secs(u64::from(state.active_deadline_seconds.unwrap_or(0))) + JOB_GRACE,
+        Phase::Verifying => ANSWER_BOUND,
+        Phase::Fencing => {
+            let bounds = Bounds {
+                fence_timeout_seconds: group.spec.failover.fence_timeout_seconds,
+                catch_up_timeout_seconds: 0,
+            };
+            return drain::deadline_passed(Some(since), bounds, now);
+        }
+        _ => return false,
+    };
+    now > since + SignedDuration::try_from(bound).unwrap_or(SignedDuration::MAX)
+}
+
+/// Drives the group's restore-in-place, if any, as far as it goes now.
+pub(crate) async fn drive(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    group: MysqlFailoverGroup,
+    probes: &[SiteProbe],
+) -> Result<Drive, Error> {
+    let mut acted = false;
+    let mut drive = Box::pin(drive_rounds(ctx, round, group, probes, &mut acted)).await?;
+    drive.acted_on_sites |= acted;
+    Ok(drive)
+}
+
+async fn drive_rounds(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    group: MysqlFailoverGroup,
+    first: &[SiteProbe],
+    acted_on_sites: &mut bool,
+) -> Result<Drive, Error> {
+    let (mut group, mut state) = match act::take_up(ctx, round, group).await? {
+        Ok(taken) => taken,
+        Err(group) => return Ok(Drive::idle(group)),
+    };
+    let rec = round.fresh(ctx).await?.cloned();
+    if let Some(why) = act::not_ours(&group, rec.as_ref(), &state) {
+        tracing::warn!(group = %group.name_any(), request_id = %state.request_id, phase = %state.phase, why = %why, "restore-in-place not acted on");
+        group = enter(ctx, &group, &mut state, Phase::Failed, Some(why), None, None).await?;
+        return Ok(Drive::idle(group));
+    }
+    let old = state.source_site.clone().unwrap_or_default();
+    let mut local = Local::default();
+    match Phase::parse(&state.phase) {
+        Some(Phase::Deferred) if ctx.deploy_api => {
+            local.hold = bounded(&group, "read the failover-hold", ctx.leases.live_hold(&group)).await?;
+        }
+        Some(Phase::Admitting) => local.hold = admit(ctx, &group, &state.request_id).await?,
+        _ => {}
+    }
+    for turn in 0..MAX_ROUNDS {
+        if !ctx.leadership.is_leader() {
+            return Err(Error::NotLeader);
+        }
+        let phase = Phase::parse(&state.phase).unwrap_or(Phase::Failed);
+        if phase.is_final() {
+            return Ok(Drive::idle(group));
+        }
+        *acted_on_sites |=
+            matches!(phase, Phase::Fencing | Phase::Promoting | Phase::Repointing | Phase::AwaitingReclone);
+        let probes = if turn == 0 && !first.is_empty() { first.to_vec() } else { sites::probe_all(&group, ctx).await };
+        let facts = observe(ctx, &group, &mut state, &local, phase, &old, &probes).await?;
+        let hold = holds_automatic_failover(phase, &facts);
+        let action = restore::next(phase, &old, &facts);
+        tracing::debug!(group = %group.name_any(), phase = phase.as_str(), action = ?action, "restore-in-place step");
+        match act(ctx, round, &mut group, &mut state, &mut local, action, phase, &probes).await {
+            Ok(Some(mut done)) => {
+                if done.phase == Some(phase) {
+                    done.hold = hold;
+                }
+                return Ok(done);
+            }
+            Ok(None) => {}
+            Err(Error::Site { action, site, message })
+                if matches!(phase, Phase::Promoting | Phase::Repointing | Phase::AwaitingReclone) =>
+            {
+                tracing::warn!(group = %group.name_any(), site = %site, error = %message, action, "restore-in-place step after the decision failed; retrying");
+                return Ok(Drive::at(group, phase, RECHECK));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let phase = Phase::parse(&state.phase).unwrap_or(Phase::Failed);
+    Ok(Drive::at(group, phase, Duration::from_secs(1)))
+}
+
+/// What the engine sees for one step of the request in `phase`.
+async fn observe(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &mut RestoreInPlaceStatus,
+    local: &Local,
+    phase: Phase,
+    old: &str,
+    probes: &[SiteProbe],
+) -> Result<Facts, Error> {
+    let site = state.site.clone().unwrap_or_default();
+    let observed = |s: &str| probes.iter().find(|p| p.site == s).and_then(|p| p.outcome.as_ref().ok());
+    let job = if phase == Phase::Restoring {
+        let name = site_job::job_name(&group.name_any(), RestoreInPlaceStatus::OPERATION, &state.request_id, &site);
+        site_job::observe(&ctx.client, state.namespace.as_deref().unwrap_or_default(), &name).await?
+    } else {
+        JobState::Absent
+    };
+    act::record_job(state, &group.name_any(), &job);
+    let expected = identity::known(group)
+        .get(&site)
+        .map_or_else(Identity::default, |id| Identity { server_id: *id, server_uuid: String::new() });
+    let restored = observed(&site).map(|o| Restored {
+        replicating: o.replication.is_some(),
+        identity: Identity { server_id: o.server_id, server_uuid: o.server_uuid.clone() },
+    });
+    let (o, t) = (observed(old), observed(&site));
+    let switchover = SwitchoverFacts {
+        old_fenced: o.map(|o| !o.writable),
+        fence_failed: local.fence_failed.clone(),
+        caught_up: Some(true),
+        target_promoted: t.is_some_and(|t| t.writable && t.replication.is_none()),
+        old_repointed: false,
+    };
+    let services_at = if phase == Phase::Repointing { act::services_at(ctx, group).await? } else { None };
+    let generation = group.decided().map(|(_, g)| g);
+    let mark = format!("{old}@{}", state.source_generation.map_or(0, |g| g + 1));
+    let reclone_done = group.annotations().get(RECLONE_DONE_ANNOTATION) == Some(&mark);
+    Ok(Facts {
+        active: group.decided().map(|(s, _)| s.to_owned()).unwrap_or_default(),
+        generation,
+        source_generation: state.source_generation,
+        site,
+        hold: local.hold.as_ref().map(|h| (h.operation_id.clone(), h.instance.clone())),
+        admissible: act::admissible_now(group, expected.server_id),
+        job,
+        past_deadline: past_deadline(group, state, phase, Timestamp::now()),
+        restored,
+        expected,
+        switchover,
+        services_at,
+        reclone_done,
+    })
+}
+
+#[cfg(test)]
+mod tests;
+
+/// The recorded id of a restore request.
+fn recorded(request_id: &str) -> String {
+    recorded_id::<RestoreInPlaceStatus>(request_id)
+}

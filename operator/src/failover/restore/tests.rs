@@ -1,0 +1,103 @@
+use bloodraven_api::v1alpha1::{MysqlFailoverGroupSpec, PhaseTransition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::act::not_ours;
+use super::*;
+
+fn group(request_id: Option<&str>) -> MysqlFailoverGroup {
+    let mut spec: MysqlFailoverGroupSpec = serde_json::from_value(serde_json::json!({
+        "initialActiveSite": "iad",
+        "sites": [
+            {"name": "iad", "host": "h1", "port": 3306, "credentialsSecretRef": {"namespace": "n", "name": "s"}},
+            {"name": "pdx", "host": "h2", "port": 3306, "credentialsSecretRef": {"namespace": "n", "name": "s"}},
+        ],
+        "failover": {"fenceTimeoutSeconds": 10},
+    }))
+    .unwrap();
+    spec.restore_in_place = request_id.map(|id| {
+        Box::new(
+            serde_json::from_value(serde_json::json!({
+                "requestId": id, "namespace": "jobs",
+                "jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "r", "image": "r"}]}}}},
+            }))
+            .unwrap(),
+        )
+    });
+    MysqlFailoverGroup::new("g", spec)
+}
+
+fn state(phase: Phase, entered: Option<Timestamp>) -> RestoreInPlaceStatus {
+    RestoreInPlaceStatus {
+        request_id: "r1".into(),
+        site: Some("pdx".into()),
+        phase: phase.as_str().into(),
+        source_site: Some("iad".into()),
+        source_generation: Some(3),
+        active_deadline_seconds: Some(3600),
+        history: entered
+            .map(|t| PhaseTransition { phase: phase.as_str().into(), time: Time(t), message: None })
+            .into_iter()
+            .collect(),
+        ..RestoreInPlaceStatus::default()
+    }
+}
+
+#[test]
+fn each_phase_runs_out_at_its_own_bound() {
+    let t0: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+    let at = |secs: i64| t0 + SignedDuration::from_secs(secs);
+    let g = group(Some("r1"));
+    let restoring = state(Phase::Restoring, Some(t0));
+    assert!(!past_deadline(&g, &restoring, Phase::Restoring, at(3600 + 29)));
+    assert!(past_deadline(&g, &restoring, Phase::Restoring, at(3600 + 31)));
+    let verifying = state(Phase::Verifying, Some(t0));
+    let answer = i64::try_from(ANSWER_BOUND.as_secs()).unwrap();
+    assert!(!past_deadline(&g, &verifying, Phase::Verifying, at(answer)));
+    assert!(past_deadline(&g, &verifying, Phase::Verifying, at(answer + 1)));
+    // The fence: fenceTimeoutSeconds, and the shortest catch-up bound (1 s)
+    // though nothing is caught up: the drain's bound, as its hold counts it.
+    let fencing = state(Phase::Fencing, Some(t0));
+    assert!(!past_deadline(&g, &fencing, Phase::Fencing, at(11)));
+    assert!(past_deadline(&g, &fencing, Phase::Fencing, at(12)));
+    assert!(past_deadline(&g, &state(Phase::Restoring, None), Phase::Restoring, at(0)), "a start nobody wrote");
+    assert!(!past_deadline(&g, &state(Phase::AwaitingReclone, Some(t0)), Phase::AwaitingReclone, at(10_000_000)));
+}
+
+#[test]
+fn the_operator_acts_only_on_a_restore_it_took_up_and_admitted() {
+    let mut rec = crate::failover::record::Record::default();
+    let deferred = state(Phase::Deferred, None);
+    assert_eq!(not_ours(&group(Some("r1")), Some(&rec), &deferred), None);
+    assert!(not_ours(&group(None), Some(&rec), &deferred).unwrap().contains("cancelled"));
+    let restoring = state(Phase::Restoring, None);
+    assert!(not_ours(&group(None), Some(&rec), &restoring).is_some(), "never taken up: status written by hand");
+    rec.requests.push(recorded("r1"));
+    assert_eq!(not_ours(&group(None), Some(&rec), &restoring), None);
+    let fencing = state(Phase::Fencing, None);
+    assert!(not_ours(&group(None), Some(&rec), &fencing).is_some(), "a fence the record never admitted");
+    rec.admitted = Some(format!("{} pdx iad", recorded("r1")));
+    assert_eq!(not_ours(&group(None), Some(&rec), &fencing), None);
+    assert_eq!(recorded("r1"), "restore-in-place/r1");
+}
+
+#[test]
+fn the_old_primary_awaits_its_reclone_from_the_decision_until_the_mark() {
+    let mut g = group(Some("r1"));
+    for (phase, awaiting) in [
+        (Phase::Verifying, false),
+        (Phase::Fencing, false),
+        (Phase::Promoting, true),
+        (Phase::Repointing, true),
+        (Phase::AwaitingReclone, true),
+        (Phase::Completed, false),
+    ] {
+        g.status = Some(bloodraven_api::v1alpha1::MysqlFailoverGroupStatus {
+            restore_in_place: Some(Box::new(state(phase, None))),
+            ..Default::default()
+        });
+        let drive = Drive { phase: Some(phase), ..Drive::idle(g.clone()) };
+        assert_eq!(drive.reclone_site().is_some(), awaiting, "{phase}");
+        assert_eq!(drive.holds_automatic_failover(), awaiting, "{phase}: never promoted while it awaits");
+        assert_eq!(drive.running(), !phase.is_final() && phase != Phase::AwaitingReclone, "{phase}");
+    }
+}
