@@ -10,6 +10,8 @@
 #   hack/mariadb.sh down      DIR                          # stop every site under DIR/sites
 #   hack/mariadb.sh status    DIR                          # one line per site
 #   hack/mariadb.sh sql       DIR NAME 'SQL' [client options...]
+#   hack/mariadb.sh dump      DIR NAME FILE DATABASE...    # mariadb-dump (no GTID state) over the socket
+#   hack/mariadb.sh load      DIR NAME FILE                # replay a dump as root
 #   hack/mariadb.sh pair      DIR PRIMARY_PORT REPLICA_PORT  # iad (id 1) -> pdx (id 2)
 #
 # Accounts (created in the template, so in every site, with sql_log_bin=0 and
@@ -59,6 +61,10 @@ TEMPLATE_STAMP="accounts-v3 $OPERATOR_PRIVILEGES"
 ensure_client() {
   CLIENT=(mariadb --no-defaults --protocol=socket --user=root)
   ADMIN=(mariadb-admin --no-defaults --protocol=socket --user=root)
+  # A consistent logical backup without GTID state: a restore from it
+  # starts the site's own history, as restore-in-place expects.
+  DUMP=(mariadb-dump --no-defaults --protocol=socket --user=root)
+  DUMP_ARGS=(--single-transaction --routines --triggers)
 }
 
 ensure_server() {

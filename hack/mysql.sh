@@ -13,6 +13,8 @@
 #   hack/mysql.sh down      DIR                          # stop every site under DIR/sites
 #   hack/mysql.sh status    DIR                          # one line per site
 #   hack/mysql.sh sql       DIR NAME 'SQL' [client options...]
+#   hack/mysql.sh dump      DIR NAME FILE DATABASE...    # mysqldump --set-gtid-purged=OFF over the socket
+#   hack/mysql.sh load      DIR NAME FILE                # replay a dump as root
 #   hack/mysql.sh pair      DIR PRIMARY_PORT REPLICA_PORT  # iad (id 1) -> pdx (id 2)
 #
 # Sites: GTIDs on (gtid_mode=ON, enforce_gtid_consistency), ROW binlog,
@@ -98,8 +100,13 @@ ensure_client() {
     # STATUS\G'` must work as with MariaDB's client); `system` stays off.
     CLIENT=("$MYSQL_ROOT/bloodraven/bin/mysql" --no-defaults --commands --protocol=socket --user=root)
     ADMIN=("$MYSQL_ROOT/bloodraven/bin/mysqladmin" --no-defaults --protocol=socket --user=root)
+    # --set-gtid-purged=OFF: the restored site starts its own GTID history
+    # (restore-in-place promotes it as it is), rather than claiming the
+    # source's.
+    DUMP=("$MYSQL_ROOT/bloodraven/bin/mysqldump" --no-defaults --protocol=socket --user=root)
+    DUMP_ARGS=(--single-transaction --routines --triggers --set-gtid-purged=OFF)
   else
-    CLIENT=(false); ADMIN=(false)
+    CLIENT=(false); ADMIN=(false); DUMP=(false); DUMP_ARGS=()
   fi
   # The template's stamp names the server's version: a new root, a new template.
   TEMPLATE_STAMP="accounts-v1 $OPERATOR_PRIVILEGES; ${OPERATOR_READS[*]}; ${INNODB_INIT_ARGS[*]}; mysql-server-core $(cat "$MYSQL_ROOT/bloodraven/.root-ok" 2>/dev/null || true)"

@@ -265,6 +265,22 @@ cmd_sql() { # DIR NAME SQL [client options...]
   client "$dir" "$name" --batch --skip-column-names "$@" -e "$sql"
 }
 
+cmd_dump() { # DIR NAME FILE DATABASE...: a logical backup of DATABASEs, as a user takes one
+  [ $# -ge 4 ] || usage
+  local dir name=$2 file=$3
+  dir=$(need_dir "$1"); check_name "$name"; shift 3
+  [ -S "$(sock_of "$dir" "$name")" ] || die "dump: no socket for site $name (is it running?)"
+  "${DUMP[@]}" --socket="$(sock_of "$dir" "$name")" "${DUMP_ARGS[@]}" --databases "$@" >"$file"
+}
+
+cmd_load() { # DIR NAME FILE: replays a dump on site NAME (as root, through read_only)
+  [ $# -eq 3 ] || usage
+  local dir name=$2 file=$3
+  dir=$(need_dir "$1"); check_name "$name"
+  [ -S "$(sock_of "$dir" "$name")" ] || die "load: no socket for site $name (is it running?)"
+  client "$dir" "$name" --batch <"$file"
+}
+
 cmd_pair() { # DIR PRIMARY_PORT REPLICA_PORT
   [ $# -eq 3 ] || usage
   local dir=$1
@@ -288,6 +304,8 @@ sites_main() {
     down) cmd_down "$@" ;;
     status) cmd_status "$@" ;;
     sql) cmd_sql "$@" ;;
+    dump) cmd_dump "$@" ;;
+    load) cmd_load "$@" ;;
     pair) cmd_pair "$@" ;;
     -h|--help|help) usage ;;
     *) echo "$me: unknown command '$cmd'" >&2; usage ;;

@@ -92,3 +92,14 @@ pub fn job_script(address: &str, action: &str) -> String {
          curl -fsS --max-time 600 \"http://{address}/{action}?site=$BLOODRAVEN_SITE&role=$BLOODRAVEN_SITE_ROLE\""
     )
 }
+
+/// A namespace for the Jobs of a request, labelled by the cluster admin to
+/// allow them (`bloodraven.shipstream.io/site-jobs: allowed`).
+pub async fn jobs_namespace(cluster: &crate::Cluster, prefix: &str) -> crate::TestNamespace {
+    use kube::api::{Patch, PatchParams};
+    let ns = cluster.namespace(prefix).await;
+    let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(cluster.client.clone());
+    let patch = serde_json::json!({"metadata": {"labels": {"bloodraven.shipstream.io/site-jobs": "allowed"}}});
+    api.patch(&ns.name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    ns
+}

@@ -383,6 +383,19 @@ impl SitePair {
         .unwrap();
     }
 
+    /// A logical backup of `databases` on `site` into `file`, as a user
+    /// takes one (`mariadb-dump` / `mysqldump`, without GTID state).
+    pub fn dump(&self, site: &str, file: &Path, databases: &[&str]) {
+        let mut args = vec!["dump", self.dir_str(), site, file.to_str().unwrap()];
+        args.extend_from_slice(databases);
+        self.run(&args).unwrap();
+    }
+
+    /// Replays the dump `file` on `site` as root (through `read_only`).
+    pub fn load(&self, site: &str, file: &Path) {
+        self.run(&["load", self.dir_str(), site, file.to_str().unwrap()]).unwrap();
+    }
+
     /// Stops `site`'s replication (both threads; `STOP REPLICA` on both flavors).
     pub fn stop_replica(&self, site: &str) {
         self.sql(site, "STOP REPLICA");

@@ -16,7 +16,7 @@ use std::time::Duration;
 use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
 use bloodraven_e2e::deploy::{DeployScenario, scenario, token_of};
 use bloodraven_e2e::fixtures::{is_ready_at, wait_events, wait_status};
-use bloodraven_e2e::hostagent::{HostAgent, job_script};
+use bloodraven_e2e::hostagent::{HostAgent, job_script, jobs_namespace};
 use bloodraven_e2e::pods::{image, node_address};
 use bloodraven_e2e::wait::wait_for;
 use bloodraven_e2e::writer::{self, Writer};
@@ -26,15 +26,6 @@ use serde_json::json;
 const T: Duration = Duration::from_secs(120);
 /// The server setting the "update" changes: a client sees it.
 const UPDATED: &str = "137";
-
-/// A namespace for the Jobs, labelled by the cluster admin to allow them.
-async fn jobs_namespace(cluster: &bloodraven_e2e::Cluster, prefix: &str) -> bloodraven_e2e::TestNamespace {
-    let ns = cluster.namespace(prefix).await;
-    let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(cluster.client.clone());
-    let patch = json!({"metadata": {"labels": {"bloodraven.shipstream.io/site-jobs": "allowed"}}});
-    api.patch(&ns.name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    ns
-}
 
 async fn request(ds: &DeployScenario, jobs_ns: &str, agent: &str, id: &str, switch_back: bool) {
     let template = json!({

@@ -1,0 +1,172 @@
+//! Restore-in-place on the real node and pair: a Job built from the
+//! request's template runs as a Pod and asks a host agent to restore the
+//! standby from a dump taken earlier with `mariadb-dump` / `mysqldump`
+//! (replication reset, the dump replayed), as a user's backup tool would.
+//! Then the operator checks the restored site, fences the old primary,
+//! decides + 1 (the deploy lease held is revoked with `TopologyChanged`),
+//! promotes the restored site and moves `<db>-primary`: clients read the
+//! restored data through it. The old primary stays fenced, out of
+//! replication and never promoted (`RecloneRequired`) until a person
+//! re-clones it and marks it done.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
+
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
+use bloodraven_e2e::deploy::{scenario, token_of};
+use bloodraven_e2e::fixtures::{condition, is_active_at, wait_events, wait_status};
+use bloodraven_e2e::hostagent::{HostAgent, job_script, jobs_namespace};
+use bloodraven_e2e::pods::{image, node_address};
+use bloodraven_e2e::sites::Flavor;
+use bloodraven_e2e::wait::wait_for;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(120);
+
+fn at_phase(s: &MysqlFailoverGroupStatus, id: &str, phase: &str) -> Result<(), String> {
+    match &s.restore_in_place {
+        Some(r) if r.request_id == id && r.phase == phase => Ok(()),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+/// The host agent restores pdx from the dump, as a backup tool would:
+/// replication reset, the dump replayed.
+async fn serve_restore(agent: &mut HostAgent, pair: &bloodraven_e2e::SitePair, dump: &std::path::Path) {
+    let req = agent.next(T).await;
+    assert_eq!((req.action.as_str(), req.site.as_str()), ("restore", "pdx"));
+    tokio::task::block_in_place(|| {
+        let reset = match pair.flavor {
+            Flavor::MariaDb => "STOP SLAVE; RESET SLAVE ALL; DROP DATABASE shop",
+            Flavor::MySql => "STOP REPLICA; RESET REPLICA ALL; DROP DATABASE shop",
+        };
+        pair.sql("pdx", reset);
+        pair.load("pdx", dump);
+    });
+    req.reply.send(Ok(())).unwrap();
+}
+
+/// The port `<db>-primary` sends clients to, once it points at `site`.
+async fn primary_port(cluster: &bloodraven_e2e::Cluster, namespace: &str, database: &str, site: &str) -> u16 {
+    let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(cluster.client.clone(), namespace);
+    let name = format!("{database}-primary");
+    let svc = wait_for("the -primary Service to point at the site", T, || async {
+        let svc = services.get(&name).await.map_err(|e| e.to_string())?;
+        let at =
+            svc.metadata.annotations.clone().unwrap_or_default().get("bloodraven.shipstream.io/active-site").cloned();
+        if at.as_deref() == Some(site) { Ok(svc) } else { Err(format!("{at:?}")) }
+    })
+    .await;
+    let port = svc.spec.unwrap().ports.unwrap()[0].target_port.clone();
+    port.and_then(|p| match p {
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(p) => u16::try_from(p).ok(),
+        k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(_) => None,
+    })
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_primary_for_a_reclone() {
+    let ds = scenario("restore").await;
+    let (cluster, group, p, pair) = (&ds.sc.cluster, ds.pipeline.group.clone(), &ds.pipeline, &ds.sc.pair);
+    let jobs = jobs_namespace(cluster, "restore-jobs").await;
+    let mut agent = HostAgent::start(&node_address()).await;
+
+    // The backup: taken earlier, with the user's own tool.
+    pair.sql(
+        "iad",
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT PRIMARY KEY, note VARCHAR(40)); \
+         INSERT INTO shop.orders VALUES (1, 'in the backup'), (2, 'in the backup')",
+    );
+    let dump = pair.dir().join("shop.sql");
+    pair.dump("iad", &dump, &["shop"]);
+    // Written after the backup: the restore goes back to before it.
+    pair.sql("iad", "INSERT INTO shop.orders VALUES (3, 'after the backup')");
+    wait_for("pdx to replicate the rows", T, || async {
+        let n = pair.try_sql("pdx", "SELECT COUNT(*) FROM shop.orders")?;
+        if n.trim() == "3" { Ok(()) } else { Err(n) }
+    })
+    .await;
+    let lease = p.post_until(201, "migration", "op1", "counter-app", 300).await;
+
+    let template = json!({"spec": {"template": {"spec": {"containers": [{
+        "name": "restore", "image": image("BLOODRAVEN_TOOLS_IMAGE"), "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", job_script(&agent.address, "restore")],
+    }]}}}});
+    let patch =
+        json!({"spec": {"restoreInPlace": {"requestId": "r1", "namespace": jobs.name, "jobTemplate": template}}});
+    cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let s = wait_status(cluster, &group, "r1 restoring pdx", T, |s| at_phase(s, "r1", "Restoring")).await;
+    assert_eq!(s.restore_in_place.as_ref().unwrap().site.as_deref(), Some("pdx"), "default: the standby");
+    // Nothing is fenced while the Job restores: the primary serves on.
+    assert_eq!(pair.sql("iad", "SELECT @@read_only").trim(), "0");
+    let view = p.get().await;
+    let ops = view.body["operations"].as_array().cloned().unwrap_or_default();
+    assert!(ops.iter().any(|o| o["type"] == "RestoreInPlace" && o["phase"] == "Restoring"), "{ops:?}");
+
+    serve_restore(&mut agent, pair, &dump).await;
+
+    let s = wait_status(cluster, &group, "r1 awaiting the re-clone, pdx active at generation 2", T, |s| {
+        at_phase(s, "r1", "AwaitingReclone")?;
+        is_active_at(s, "pdx", 2)
+    })
+    .await;
+    let r = s.restore_in_place.clone().unwrap();
+    assert_eq!(r.reclone_site.as_deref(), Some("iad"));
+    let phases: Vec<&str> = r.history.iter().map(|h| h.phase.as_str()).collect();
+    assert_eq!(
+        phases,
+        ["Pending", "Admitting", "Restoring", "Verifying", "Fencing", "Promoting", "Repointing", "AwaitingReclone"]
+    );
+    assert_eq!(r.job.as_ref().map(|j| j.result.as_str()), Some("Complete"));
+    match condition(&s, "RecloneRequired") {
+        Some(c) if c.status == "True" && c.message.contains("iad") => {}
+        other => panic!("RecloneRequired: {other:?}"),
+    }
+    // Waiting for the re-clone, the group is stable: deploys go on.
+    wait_status(cluster, &group, "stable while the re-clone waits", T, |s| {
+        if s.stable == Some(true) { Ok(()) } else { Err(format!("{:?} {:?}", s.stable, s.unstable_reason)) }
+    })
+    .await;
+
+    // The lease held across the decision is revoked with TopologyChanged.
+    let revoked = p.put("migration", "op1", &token_of(&lease)).await;
+    assert_eq!((revoked.status, revoked.body["reason"].as_str()), (409, Some("TopologyChanged")), "{revoked:?}");
+
+    // Clients read the restored data through counter-app-primary.
+    let target = primary_port(cluster, &ds.sc.ns.name, "counter-app", "pdx").await;
+    assert_eq!(target, pair.port("pdx"), "the Service sends clients to the restored site");
+    assert_eq!(pair.sql("pdx", "SELECT GROUP_CONCAT(id ORDER BY id) FROM shop.orders").trim(), "1,2");
+    assert_eq!(pair.sql("pdx", "SELECT @@read_only").trim(), "0");
+
+    // The old primary: fenced, out of replication, and not repointed.
+    assert_eq!(pair.sql("iad", "SELECT @@read_only").trim(), "1");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!pair.replicates("iad"), "the old primary was put back into replication: {}", pair.replica_status("iad"));
+    let s = cluster.groups().get(&group).await.unwrap().status.unwrap();
+    at_phase(&s, "r1", "AwaitingReclone").unwrap();
+
+    // A mark for another generation releases nothing; the right one completes it.
+    let mark = |value: &str| json!({"metadata": {"annotations": {"bloodraven.shipstream.io/reclone-done": value}}});
+    cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(mark("iad@7"))).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    at_phase(&cluster.groups().get(&group).await.unwrap().status.unwrap(), "r1", "AwaitingReclone").unwrap();
+    cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(mark("iad@2"))).await.unwrap();
+    let s = wait_status(cluster, &group, "r1 completed", T, |s| at_phase(s, "r1", "Completed")).await;
+    assert!(s.restore_in_place.as_ref().unwrap().reclone_done_time.is_some());
+    match condition(&s, "RecloneRequired") {
+        Some(c) if c.status == "False" => {}
+        other => panic!("RecloneRequired: {other:?}"),
+    }
+    let g = cluster.groups().get(&group).await.unwrap();
+    assert!(
+        !g.metadata.annotations.unwrap_or_default().contains_key("bloodraven.shipstream.io/reclone-done"),
+        "the mark is removed once taken"
+    );
+    wait_events(cluster, &group, "RestoreInPlaceCompleted", &[&["restore-in-place r1"]]).await;
+}
