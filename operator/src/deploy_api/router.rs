@@ -553,7 +553,18 @@ fn operations_in_flight(status: &bloodraven_api::v1alpha1::MysqlFailoverGroupSta
         Some(OperationView {
             type_: OperationType::OrderedUpdate,
             request_id: p.request_id.clone(),
-            target_site: p.standby_site.clone().unwrap_or_default(),
+            // The site its current (or next) switchover promotes: the
+            // standby, then, in a switch-back, the first primary.
+            target_site: if matches!(
+                phase,
+                OrderedUpdatePhase::SwitchBackDraining
+                    | OrderedUpdatePhase::SwitchBackPromoting
+                    | OrderedUpdatePhase::SwitchBackRepointing
+            ) {
+                p.source_site.clone().unwrap_or_default()
+            } else {
+                p.standby_site.clone().unwrap_or_default()
+            },
             phase: OperationPhase::OrderedUpdate(phase),
         })
     });
