@@ -17,6 +17,8 @@ pub struct AgentRequest {
     pub action: String,
     /// The `site` parameter.
     pub site: String,
+    /// The `request` parameter (the Job's `BLOODRAVEN_REQUEST_ID`).
+    pub request: String,
     /// The answer: `Ok` is `200`, `Err(why)` is `500` with `why`.
     pub reply: oneshot::Sender<Result<(), String>>,
 }
@@ -52,10 +54,15 @@ impl HostAgent {
                     let head = String::from_utf8_lossy(&buf[..n]).into_owned();
                     let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
                     let (action, query) = path.trim_start_matches('/').split_once('?').unwrap_or((&path, ""));
-                    let site = query.split('&').find_map(|kv| kv.strip_prefix("site=")).unwrap_or_default().to_owned();
+                    let param = |name: &str| {
+                        let found = query.split('&').find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='));
+                        found.unwrap_or_default().to_owned()
+                    };
+                    let (site, request) = (param("site"), param("request"));
                     let (reply, answer) = oneshot::channel();
-                    let request = AgentRequest { action: action.trim_start_matches('/').to_owned(), site, reply };
-                    let outcome = match tx.send(request).await {
+                    let asked =
+                        AgentRequest { action: action.trim_start_matches('/').to_owned(), site, request, reply };
+                    let outcome = match tx.send(asked).await {
                         Ok(()) => answer.await.unwrap_or_else(|_| Err("the test dropped the request".into())),
                         Err(_) => Err("the test no longer listens".into()),
                     };
@@ -89,7 +96,7 @@ impl HostAgent {
 pub fn job_script(address: &str, action: &str) -> String {
     format!(
         "env | grep ^BLOODRAVEN_ | sort; \
-         curl -fsS --max-time 600 \"http://{address}/{action}?site=$BLOODRAVEN_SITE&role=$BLOODRAVEN_SITE_ROLE\""
+         curl -fsS --max-time 600 \"http://{address}/{action}?site=$BLOODRAVEN_SITE&role=$BLOODRAVEN_SITE_ROLE&request=$BLOODRAVEN_REQUEST_ID\""
     )
 }
 
