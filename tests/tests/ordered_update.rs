@@ -233,3 +233,52 @@ async fn a_hold_defers_the_update_and_a_job_that_fails_before_the_switchover_mov
     wait_status(cluster, &group, "stable again at iad, generation 1", T, |s| is_ready_at(s, "iad", 1)).await;
     wait_events(cluster, &group, "OrderedUpdateFailed", &[&["ordered update h1", "pdx"]]).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_lost_while_the_standby_updates_is_failed_over_once_the_job_ends() {
+    let ds = scenario("update-loss").await;
+    let (cluster, group) = (&ds.sc.cluster, ds.pipeline.group.clone());
+    // A short detection budget: 1 s × 3.
+    let patch =
+        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
+    cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let jobs = jobs_namespace(cluster, "update-loss-jobs").await;
+    let mut agent = HostAgent::start(&node_address()).await;
+    request(&ds, &jobs.name, &agent.address, "l1", false).await;
+    // The standby's Job runs (it waits on the agent) when the primary dies.
+    let req = agent.next(T).await;
+    assert_eq!(req.site, "pdx");
+    tokio::task::block_in_place(|| ds.sc.pair.kill9("iad"));
+    // The update holds the promotion of the site its Job works on: no
+    // failover to a server being upgraded, and it says why.
+    let s = wait_status(cluster, &group, "automatic failover held by the standby's Job", T, |s| {
+        match bloodraven_e2e::fixtures::condition(s, "AutomaticFailoverHeld") {
+            Some(c) if c.status == "True" && c.message.contains("ordered update l1") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(
+        (s.active_site.as_deref(), s.topology_generation),
+        (Some("iad"), Some(1)),
+        "no failover while the Job runs"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let s = cluster.groups().get(&group).await.unwrap().status.unwrap();
+    assert_eq!(s.topology_generation, Some(1), "still held while the Job runs");
+    // The Job ends: the hold ends with it, and the lost primary is failed over.
+    req.reply.send(Ok(())).unwrap();
+    wait_status(cluster, &group, "an emergency failover to pdx, generation 2", T, |s| {
+        if (s.active_site.as_deref(), s.topology_generation) == (Some("pdx"), Some(2)) {
+            Ok(())
+        } else {
+            Err(format!("{:?} {:?}", s.active_site, s.topology_generation))
+        }
+    })
+    .await;
+    // The update is superseded, never run against the new topology.
+    let s = wait_status(cluster, &group, "l1 superseded", T, |s| at_phase(s, "l1", "Failed")).await;
+    let message = s.ordered_update.as_ref().unwrap().message.clone().unwrap_or_default();
+    assert!(message.contains("superseded by an emergency failover"), "{message}");
+    assert_eq!(s.topology_generation, Some(2), "one decision: the emergency failover's");
+}
