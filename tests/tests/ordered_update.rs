@@ -198,7 +198,10 @@ async fn a_hold_defers_the_update_and_a_job_that_fails_before_the_switchover_mov
         assert_eq!(s.topology_generation, Some(1));
     }
 
-    let h = p.post_until(201, "failover-hold", "op1", "counter-app", 60).await;
+    // A pipeline's hold: the migration lease first, then the hold.
+    let m = p.post_until(201, "migration", "op1", "counter-app", 120).await;
+    let h = p.post("failover-hold", "op1", "counter-app", 60).await;
+    assert_eq!(h.status, 201, "{h:?}");
     request(&ds, &jobs.name, &agent.address, "h1", false).await;
     let s = wait_status(cluster, &group, "h1 deferred behind the hold", T, |s| at_phase(s, "h1", "Deferred")).await;
     let admission = s.ordered_update.as_ref().unwrap().admission.clone().unwrap();
@@ -214,6 +217,8 @@ async fn a_hold_defers_the_update_and_a_job_that_fails_before_the_switchover_mov
 
     // Released: it runs; this time the standby's Job fails.
     let released = p.delete("failover-hold", "op1", &token_of(&h)).await;
+    assert_eq!(released.status, 200, "{released:?}");
+    let released = p.delete("migration", "op1", &token_of(&m)).await;
     assert_eq!(released.status, 200, "{released:?}");
     let req = agent.next(T).await;
     assert_eq!(req.site, "pdx");
