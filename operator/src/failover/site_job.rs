@@ -13,7 +13,7 @@ use bloodraven_api::names::site_job::{
     GROUP_ENV, OPERATION_LABEL, REQUEST_ID_ANNOTATION, REQUEST_ID_ENV, SITE_ENV, SITE_HOST_ENV, SITE_LABEL,
     SITE_PORT_ENV, SITE_ROLE_ENV,
 };
-use bloodraven_api::v1alpha1::{JobTemplate, MysqlFailoverGroup, Site};
+use bloodraven_api::v1alpha1::{JobTemplate, MysqlFailoverGroup, Site, SiteJobStatus};
 use bloodraven_core::failover::disruption::JobState;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Container, EnvVar};
@@ -152,15 +152,58 @@ pub(crate) fn state_of(job: &Job) -> JobState {
     JobState::Running
 }
 
-/// Whether `job` is the one `spec` makes (its labels and owner), so a Job
-/// of the same name made by someone else is never taken for it.
-fn ours(job: &Job, spec: &JobSpecFor<'_>) -> bool {
+/// Which request's Job one is: what makes a Job of the expected name ours.
+pub(crate) struct JobOf<'a> {
+    /// The group's uid (the Job's owner).
+    pub(crate) group_uid: &'a str,
+    /// The operation label.
+    pub(crate) operation: &'a str,
+    /// The site label.
+    pub(crate) site: &'a str,
+    /// The request-id annotation.
+    pub(crate) request_id: &'a str,
+}
+
+/// Whether `job` is the one `of` names (its owner, labels and request),
+/// so a Job of the same name made by someone else is never taken for it.
+fn ours(job: &Job, of: &JobOf<'_>) -> bool {
     let labels = job.labels();
-    let owned = job.owner_references().iter().any(|o| Some(&o.uid) == spec.group.metadata.uid.as_ref());
+    let owned = job.owner_references().iter().any(|o| o.uid == of.group_uid);
     owned
-        && labels.get(OPERATION_LABEL).map(String::as_str) == Some(spec.operation)
-        && labels.get(SITE_LABEL) == Some(&spec.site.name)
-        && job.annotations().get(REQUEST_ID_ANNOTATION).map(String::as_str) == Some(spec.request_id)
+        && labels.get(OPERATION_LABEL).map(String::as_str) == Some(of.operation)
+        && labels.get(SITE_LABEL).map(String::as_str) == Some(of.site)
+        && job.annotations().get(REQUEST_ID_ANNOTATION).map(String::as_str) == Some(of.request_id)
+}
+
+impl JobSpecFor<'_> {
+    fn of(&self) -> JobOf<'_> {
+        JobOf {
+            group_uid: self.group.metadata.uid.as_deref().unwrap_or_default(),
+            operation: self.operation,
+            site: &self.site.name,
+            request_id: self.request_id,
+        }
+    }
+}
+
+/// The state of a Job as the rules read it, given what status recorded of
+/// it: a Job seen running that is gone now (deleted by hand, or its
+/// namespace) failed: it is never run again, since a site's update or
+/// restore that may have half run needs a person; one whose end status
+/// recorded (and that a `ttlSecondsAfterFinished` removed since) keeps
+/// that end.
+pub(crate) fn with_record(observed: JobState, recorded: Option<&SiteJobStatus>) -> JobState {
+    match (observed, recorded.map(|r| (r.result.as_str(), r))) {
+        (JobState::Absent, Some(("Complete", _))) => JobState::Complete,
+        (JobState::Absent, Some(("Failed", r))) => {
+            JobState::Failed(r.message.clone().unwrap_or_else(|| "Failed".into()))
+        }
+        (JobState::Absent, Some(("Running", r))) => JobState::Failed(format!(
+            "Job {} was deleted before it ended; it is not run again (the site may be half done)",
+            r.job_name
+        )),
+        (observed, _) => observed,
+    }
 }
 
 /// Creates the Job of `spec` unless it exists, and returns its state.
@@ -173,7 +216,7 @@ pub(crate) async fn ensure(client: &kube::Client, spec: &JobSpecFor<'_>) -> Resu
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let name = job.name_any();
             let found = api.get(&name).await.map_err(|e| EnsureError::Api(kube_err("read the site's Job")(e)))?;
-            if !ours(&found, spec) {
+            if !ours(&found, &spec.of()) {
                 return Err(EnsureError::Refused(format!(
                     "a Job named {name} in namespace {} exists and is not this request's; delete or rename it",
                     spec.namespace
@@ -190,13 +233,23 @@ pub(crate) async fn ensure(client: &kube::Client, spec: &JobSpecFor<'_>) -> Resu
 }
 
 /// The state of the Job `name` in `namespace`; absent when there is none.
-pub(crate) async fn observe(client: &kube::Client, namespace: &str, name: &str) -> Result<JobState, Error> {
+/// A Job of that name that is not the one `of` names (made by someone
+/// else) is read as failed: it is never taken for the request's.
+pub(crate) async fn observe(
+    client: &kube::Client,
+    namespace: &str,
+    name: &str,
+    of: &JobOf<'_>,
+) -> Result<JobState, Error> {
     if namespace.is_empty() {
         return Ok(JobState::Absent);
     }
     let api: Api<Job> = Api::namespaced(client.clone(), namespace);
     match api.get_opt(name).await.map_err(kube_err("read the site's Job"))? {
-        Some(job) => Ok(state_of(&job)),
+        Some(job) if ours(&job, of) => Ok(state_of(&job)),
+        Some(_) => Ok(JobState::Failed(format!(
+            "a Job named {name} in namespace {namespace} exists and is not this request's; delete or rename it"
+        ))),
         None => Ok(JobState::Absent),
     }
 }
@@ -286,8 +339,8 @@ mod tests {
         assert_eq!(labels.get("team").map(String::as_str), Some("db"));
         assert_eq!(labels.get(SITE_LABEL).map(String::as_str), Some("pdx"), "the operator's labels win");
         assert_eq!(job.owner_references()[0].uid, "uid-1");
-        assert!(ours(&job, &spec));
-        assert!(!ours(&job, &JobSpecFor { request_id: "u2", ..spec }));
+        assert!(ours(&job, &spec.of()));
+        assert!(!ours(&job, &JobSpecFor { request_id: "u2", ..spec }.of()));
     }
 
     #[test]
@@ -333,6 +386,24 @@ mod tests {
         let unique: std::collections::BTreeSet<_> = names.iter().collect();
         assert_eq!(unique.len(), names.len(), "{names:?}");
         assert!(names.iter().all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')));
+    }
+
+    #[test]
+    fn a_job_gone_after_it_ran_failed_and_one_gone_after_its_end_keeps_it() {
+        let rec = |result: &str| SiteJobStatus {
+            site: "pdx".into(),
+            role: "standby".into(),
+            job_name: "g-update-pdx-0123456789".into(),
+            result: result.into(),
+            message: (result == "Failed").then(|| "DeadlineExceeded".into()),
+            ..SiteJobStatus::default()
+        };
+        assert_eq!(with_record(JobState::Absent, None), JobState::Absent, "never created: run it");
+        let JobState::Failed(why) = with_record(JobState::Absent, Some(&rec("Running"))) else { panic!() };
+        assert!(why.contains("deleted before it ended") && why.contains("not run again"), "{why}");
+        assert_eq!(with_record(JobState::Absent, Some(&rec("Complete"))), JobState::Complete);
+        assert_eq!(with_record(JobState::Absent, Some(&rec("Failed"))), JobState::Failed("DeadlineExceeded".into()));
+        assert_eq!(with_record(JobState::Running, Some(&rec("Running"))), JobState::Running);
     }
 
     #[test]

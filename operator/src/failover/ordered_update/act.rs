@@ -122,7 +122,7 @@ async fn defer(
 }
 
 /// The role of the site whose Job `phase` runs.
-fn role(phase: Phase) -> &'static str {
+pub(super) fn role(phase: Phase) -> &'static str {
     if phase == Phase::UpdatingStandby { ROLE_STANDBY } else { ROLE_FORMER_PRIMARY }
 }
 

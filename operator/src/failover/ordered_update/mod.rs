@@ -274,7 +274,11 @@ async fn observe(
         Some(site) => {
             let name = site_job::job_name(&group.name_any(), OPERATION, &state.request_id, site);
             let namespace = state.namespace.clone().unwrap_or_default();
-            site_job::observe(&ctx.client, &namespace, &name).await?
+            let uid = group.metadata.uid.clone().unwrap_or_default();
+            let of = site_job::JobOf { group_uid: &uid, operation: OPERATION, site, request_id: &state.request_id };
+            let observed = site_job::observe(&ctx.client, &namespace, &name, &of).await?;
+            let recorded = state.jobs.iter().find(|j| j.site == site && j.role == act::role(phase));
+            site_job::with_record(observed, recorded)
         }
         None => JobState::Absent,
     };

@@ -244,8 +244,13 @@ async fn observe(
     let site = state.site.clone().unwrap_or_default();
     let observed = |s: &str| probes.iter().find(|p| p.site == s).and_then(|p| p.outcome.as_ref().ok());
     let job = if phase == Phase::Restoring {
-        let name = site_job::job_name(&group.name_any(), RestoreInPlaceStatus::OPERATION, &state.request_id, &site);
-        site_job::observe(&ctx.client, state.namespace.as_deref().unwrap_or_default(), &name).await?
+        let operation = RestoreInPlaceStatus::OPERATION;
+        let name = site_job::job_name(&group.name_any(), operation, &state.request_id, &site);
+        let uid = group.metadata.uid.clone().unwrap_or_default();
+        let of = site_job::JobOf { group_uid: &uid, operation, site: &site, request_id: &state.request_id };
+        let observed =
+            site_job::observe(&ctx.client, state.namespace.as_deref().unwrap_or_default(), &name, &of).await?;
+        site_job::with_record(observed, state.job.as_ref())
     } else {
         JobState::Absent
     };
