@@ -217,9 +217,9 @@ async fn a_hold_defers_the_update_and_a_job_that_fails_before_the_switchover_mov
 
     // Released: it runs; this time the standby's Job fails.
     let released = p.delete("failover-hold", "op1", &token_of(&h)).await;
-    assert_eq!(released.status, 200, "{released:?}");
+    assert_eq!(released.status, 204, "{released:?}");
     let released = p.delete("migration", "op1", &token_of(&m)).await;
-    assert_eq!(released.status, 200, "{released:?}");
+    assert_eq!(released.status, 204, "{released:?}");
     let req = agent.next(T).await;
     assert_eq!(req.site, "pdx");
     req.reply.send(Err("the package would not install".into())).unwrap();

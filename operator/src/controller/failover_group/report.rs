@@ -118,22 +118,6 @@ pub(super) fn operation_conditions(
     {
         *ready = Computed::flag(T::Ready.as_str(), false, diverged.reason, diverged.message.clone());
     }
-    let unstable = if planned.running() {
-        Some(reason::OPERATION_IN_PROGRESS.to_owned())
-    } else if recovering.is_true() {
-        Some(T::RecoveryPending.as_str().to_owned())
-    } else if conflict.is_true() {
-        Some(T::DecisionConflict.as_str().to_owned())
-    } else {
-        None
-    };
-    if let Some(why) = unstable {
-        assessment.stable = false;
-        // A problem condition found by the probes explains more than a running operation.
-        if assessment.unstable_reason.is_none() || planned.running() {
-            assessment.unstable_reason = Some(why);
-        }
-    }
     let reclone = match planned.restore.reclone_site() {
         Some(old) => Computed::flag(
             T::RecloneRequired.as_str(),
@@ -146,6 +130,30 @@ pub(super) fn operation_conditions(
         ),
         None => Computed::flag(T::RecloneRequired.as_str(), false, reason::AS_EXPECTED, "no site awaits a re-clone"),
     };
+    let unstable = if planned.running() {
+        Some(reason::OPERATION_IN_PROGRESS.to_owned())
+    } else if reclone.is_true() {
+        // The old primary is out of replication on purpose: what a person
+        // does about it is the re-clone, not a repoint.
+        Some(T::RecloneRequired.as_str().to_owned())
+    } else if recovering.is_true() {
+        Some(T::RecoveryPending.as_str().to_owned())
+    } else if conflict.is_true() {
+        Some(T::DecisionConflict.as_str().to_owned())
+    } else {
+        None
+    };
+    if let Some(why) = unstable {
+        assessment.stable = false;
+        // A problem condition found by the probes explains more than a
+        // running operation; but a re-clone explains the old primary's
+        // replication being off.
+        let reclone_explains =
+            reclone.is_true() && assessment.unstable_reason.as_deref() == Some(T::ReplicationNotRunning.as_str());
+        if assessment.unstable_reason.is_none() || planned.running() || reclone_explains {
+            assessment.unstable_reason = Some(why);
+        }
+    }
     assessment.conditions.extend([recovering, held, diverged, conflict, reclone]);
 }
 
