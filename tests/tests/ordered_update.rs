@@ -198,6 +198,18 @@ async fn a_hold_defers_the_update_and_a_job_that_fails_before_the_switchover_mov
         assert_eq!(s.topology_generation, Some(1));
     }
 
+    // A template the API server refuses (a container name that is no DNS
+    // label) fails at admission, before any site is touched.
+    let bad = json!({"spec": {"orderedUpdate": {"requestId": "n3", "namespace": jobs.name, "jobTemplate": {
+        "spec": {"template": {"spec": {"containers": [{"name": "Not_A_Label", "image": "x"}]}}}}}}});
+    cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&bad)).await.unwrap();
+    let s = wait_status(cluster, &group, "n3 refused at admission", T, |s| at_phase(s, "n3", "Failed")).await;
+    let n3 = s.ordered_update.clone().unwrap();
+    let message = n3.message.clone().unwrap_or_default();
+    assert!(message.contains("would not be created") && message.contains("nothing was touched"), "{message}");
+    assert!(n3.history.iter().all(|h| h.phase != "UpdatingStandby"), "{:?}", n3.history);
+    assert_eq!(s.topology_generation, Some(1));
+
     // A pipeline's hold: the migration lease first, then the hold.
     let m = p.post_until(201, "migration", "op1", "counter-app", 120).await;
     let h = p.post("failover-hold", "op1", "counter-app", 60).await;

@@ -232,6 +232,25 @@ pub(crate) async fn ensure(client: &kube::Client, spec: &JobSpecFor<'_>) -> Resu
     Ok(state_of(&stored))
 }
 
+/// Asks the API server to validate the Job of `spec` without creating it
+/// (a server-side dry run): a template it refuses fails the request at its
+/// admission, before any site is touched, rather than at a later step.
+pub(crate) async fn dry_run(client: &kube::Client, spec: &JobSpecFor<'_>) -> Result<(), EnsureError> {
+    let job = build(spec).map_err(EnsureError::Refused)?;
+    let api: Api<Job> = Api::namespaced(client.clone(), spec.namespace);
+    let params = PostParams { dry_run: true, field_manager: Some(ENGINE_FIELD_MANAGER.to_owned()) };
+    match api.create(&params, &job).await {
+        // A Job of that name exists: this request's own, after a restart,
+        // or someone else's, which the step refuses when it comes.
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 404 | 422) => {
+            Err(EnsureError::Refused(format!("the API server refused it ({}): {}", e.code, e.message)))
+        }
+        Err(e) => Err(EnsureError::Api(kube_err("dry-run the site's Job")(e))),
+    }
+}
+
 /// The state of the Job `name` in `namespace`; absent when there is none.
 /// A Job of that name that is not the one `of` names (made by someone
 /// else) is read as failed: it is never taken for the request's.

@@ -84,6 +84,12 @@ async fn enter_next(
         // A drain starts with nothing learned of the one before.
         *local = Local { hold: local.hold.take(), ..Local::default() };
     }
+    if next == Phase::UpdatingStandby
+        && let Some(why) = dry_run_jobs(ctx, group, state).await?
+    {
+        *group = enter(ctx, group, state, Phase::Failed, Some(why), None, None).await?;
+        return Ok(Some(Drive::idle(group.clone())));
+    }
     let message = (next == Phase::Completed).then(|| {
         let (generation, active) = group.decided().map(|(s, g)| (g, s.to_owned())).unwrap_or_default();
         format!("completed at topologyGeneration {generation}: both sites updated; {active} is the writable primary")
@@ -95,6 +101,42 @@ async fn enter_next(
     }
     if next == Phase::Admitting {
         local.hold = admit(ctx, group, &state.request_id).await?;
+    }
+    Ok(None)
+}
+
+/// Both Jobs of the request, validated by the API server before the first
+/// runs: why the request cannot run, if so (nothing touched yet).
+async fn dry_run_jobs(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &OrderedUpdateStatus,
+) -> Result<Option<String>, Error> {
+    let Some(request) = group.spec.ordered_update.as_deref().filter(|r| r.request_id == state.request_id) else {
+        return Ok(Some("spec.orderedUpdate no longer asks for it".to_owned()));
+    };
+    let namespace = state.namespace.clone().unwrap_or_default();
+    let (primary, standby) =
+        (state.source_site.clone().unwrap_or_default(), state.standby_site.clone().unwrap_or_default());
+    for (phase, site) in [(Phase::UpdatingStandby, &standby), (Phase::UpdatingFormerPrimary, &primary)] {
+        let spec = group.site(site).cloned().ok_or(Error::NoName)?;
+        let job = site_job::JobSpecFor {
+            group,
+            operation: OPERATION,
+            request_id: &state.request_id,
+            namespace: &namespace,
+            template: &request.job_template,
+            deadline_seconds: state.active_deadline_seconds.unwrap_or(request.active_deadline_seconds),
+            site: &spec,
+            role: role(phase),
+        };
+        match site_job::dry_run(&ctx.client, &job).await {
+            Ok(()) => {}
+            Err(site_job::EnsureError::Refused(why)) => {
+                return Ok(Some(format!("the Job of {site} would not be created: {why}; nothing was touched")));
+            }
+            Err(site_job::EnsureError::Api(e)) => return Err(e),
+        }
     }
     Ok(None)
 }

@@ -269,6 +269,12 @@ async fn enter_next(
     if next == Phase::Fencing {
         remember_admitted(ctx, round, &admission_of(state), &old, &site).await?;
     }
+    if next == Phase::Restoring
+        && let Some(why) = dry_run_job(ctx, group, state).await?
+    {
+        *group = enter(ctx, group, state, Phase::Failed, Some(why), None, None).await?;
+        return Ok(Some(Drive::idle(group.clone())));
+    }
     let generation = group.decided().map_or(0, |(_, g)| g);
     let message = match next {
         Phase::AwaitingReclone => {
@@ -298,6 +304,38 @@ async fn enter_next(
         _ => {}
     }
     Ok(None)
+}
+
+/// The restore Job, validated by the API server before it runs: why the
+/// request cannot run, if so (nothing touched yet).
+async fn dry_run_job(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    state: &RestoreInPlaceStatus,
+) -> Result<Option<String>, Error> {
+    let Some(request) = group.spec.restore_in_place.as_deref().filter(|r| r.request_id == state.request_id) else {
+        return Ok(Some("spec.restoreInPlace no longer asks for it".to_owned()));
+    };
+    let site = state.site.clone().unwrap_or_default();
+    let spec = group.site(&site).cloned().ok_or(Error::NoName)?;
+    let namespace = state.namespace.clone().unwrap_or_default();
+    let job = site_job::JobSpecFor {
+        group,
+        operation: RestoreInPlaceStatus::OPERATION,
+        request_id: &state.request_id,
+        namespace: &namespace,
+        template: &request.job_template,
+        deadline_seconds: state.active_deadline_seconds.unwrap_or(request.active_deadline_seconds),
+        site: &spec,
+        role: ROLE_RESTORE,
+    };
+    match site_job::dry_run(&ctx.client, &job).await {
+        Ok(()) => Ok(None),
+        Err(site_job::EnsureError::Refused(why)) => {
+            Ok(Some(format!("the Job restoring {site} would not be created: {why}; nothing was touched")))
+        }
+        Err(site_job::EnsureError::Api(e)) => Err(e),
+    }
 }
 
 /// Removes the re-clone annotation once taken (the mark of one restore
