@@ -92,11 +92,36 @@ impl Drive {
     }
 
     /// The request as status shows it, for a drive that ended with an
-    /// error: it holds automatic failover only as its phase does, and the
-    /// hold is not renewed past its bound.
+    /// error (the Job could not be read, say): it holds what its phase and
+    /// the Job last seen hold, within the same bounds, so an error never
+    /// lets the emergency path promote a site whose Job may still run.
     pub(crate) fn as_stored(group: MysqlFailoverGroup) -> Drive {
         let phase = stored_phase(&group);
-        Drive { group, phase, requeue: Some(Duration::from_secs(1)), hold: None, acted_on_sites: true }
+        let hold =
+            phase.zip(group.status.as_ref().and_then(|s| s.ordered_update.as_deref())).and_then(|(phase, state)| {
+                let (primary, standby) = (state.source_site.as_deref()?, state.standby_site.as_deref()?);
+                let job = match job_site(phase, primary, standby) {
+                    Some(site) if state.jobs.iter().any(|j| j.site == site && j.result == "Running") => {
+                        JobState::Running
+                    }
+                    _ => JobState::Absent,
+                };
+                let facts = Facts {
+                    active: group.decided().map(|(s, _)| s.to_owned()).unwrap_or_default(),
+                    generation: group.decided().map(|(_, g)| g),
+                    source_generation: state.source_generation,
+                    standby: standby.to_owned(),
+                    switch_back: state.switch_back,
+                    hold: None,
+                    admissible: Ok(()),
+                    job,
+                    past_deadline: past_deadline(&group, state, phase, Timestamp::now()),
+                    updated_ready: Ok(()),
+                    switchover: SwitchoverFacts::default(),
+                };
+                holds_automatic_failover(phase, primary, &facts)
+            });
+        Drive { group, phase, requeue: Some(Duration::from_secs(1)), hold, acted_on_sites: true }
     }
 
     /// A request is in a non-final phase: the group is unstable

@@ -99,3 +99,35 @@ fn the_operator_acts_only_on_a_request_it_took_up_and_admitted() {
     assert!(not_ours(&group(None), Some(&rec), &back).is_some(), "the switch-back is admitted on its own");
     assert_eq!(recorded_id("u1"), "ordered-update/u1", "never a planned failover's id");
 }
+
+#[test]
+fn a_drive_that_failed_still_holds_the_promotion_of_the_site_whose_job_ran_last_seen() {
+    use bloodraven_api::v1alpha1::{MysqlFailoverGroupStatus, SiteJobStatus};
+    let now = Timestamp::now();
+    let mut s = state(Phase::UpdatingStandby, &[("UpdatingStandby", -10)], now);
+    s.jobs.push(SiteJobStatus {
+        site: "pdx".into(),
+        role: "standby".into(),
+        result: "Running".into(),
+        ..Default::default()
+    });
+    let mut g = group(Some("u1"));
+    let with = |g: &mut MysqlFailoverGroup, s: &OrderedUpdateStatus| {
+        g.status = Some(MysqlFailoverGroupStatus {
+            active_site: Some("iad".into()),
+            topology_generation: Some(4),
+            ordered_update: Some(Box::new(s.clone())),
+            ..Default::default()
+        });
+    };
+    with(&mut g, &s);
+    assert_eq!(Drive::as_stored(g.clone()).hold(), Some(&Hold::Promotion("pdx".into())));
+    // Past the Job's deadline, or with the Job seen ended: nothing held.
+    let mut late = state(Phase::UpdatingStandby, &[("UpdatingStandby", -700)], now);
+    late.jobs = s.jobs.clone();
+    with(&mut g, &late);
+    assert_eq!(Drive::as_stored(g.clone()).hold(), None);
+    s.jobs[0].result = "Complete".into();
+    with(&mut g, &s);
+    assert_eq!(Drive::as_stored(g).hold(), None);
+}

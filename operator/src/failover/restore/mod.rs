@@ -74,9 +74,30 @@ impl Drive {
     }
 
     /// The request as status shows it, for a drive that ended with an error.
+    /// It holds what its phase and the Job last seen hold, within the same
+    /// bounds (see the ordered update's).
     pub(crate) fn as_stored(group: MysqlFailoverGroup) -> Drive {
         let phase = state_of(&group).and_then(|s| Phase::parse(&s.phase));
-        Drive { group, phase, requeue: Some(Duration::from_secs(1)), hold: None, acted_on_sites: true }
+        let hold = phase.zip(state_of(&group)).and_then(|(phase, state)| {
+            let running = state.job.as_ref().is_some_and(|j| j.result == "Running");
+            let facts = Facts {
+                active: group.decided().map(|(s, _)| s.to_owned()).unwrap_or_default(),
+                generation: group.decided().map(|(_, g)| g),
+                source_generation: state.source_generation,
+                site: state.site.clone()?,
+                hold: None,
+                admissible: Ok(()),
+                job: if running { JobState::Running } else { JobState::Absent },
+                past_deadline: past_deadline(&group, state, phase, Timestamp::now()),
+                restored: None,
+                expected: Identity::default(),
+                switchover: SwitchoverFacts::default(),
+                services_at: None,
+                reclone_done: false,
+            };
+            holds_automatic_failover(phase, &facts)
+        });
+        Drive { group, phase, requeue: Some(Duration::from_secs(1)), hold, acted_on_sites: true }
     }
 
     /// A request is in a non-final phase short of waiting for a re-clone
