@@ -162,12 +162,16 @@ async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_prim
     tokio::time::sleep(Duration::from_secs(5)).await;
     at_phase(&cluster.groups().get(&group).await.unwrap().status.unwrap(), "r1", "AwaitingReclone").unwrap();
     cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(mark("iad@2"))).await.unwrap();
-    let s = wait_status(cluster, &group, "r1 completed", T, |s| at_phase(s, "r1", "Completed")).await;
+    // The request's end is written first, the conditions by the round's observation after it.
+    let s = wait_status(cluster, &group, "r1 completed, RecloneRequired False", T, |s| {
+        at_phase(s, "r1", "Completed")?;
+        match condition(s, "RecloneRequired") {
+            Some(c) if c.status == "False" => Ok(()),
+            other => Err(format!("RecloneRequired: {other:?}")),
+        }
+    })
+    .await;
     assert!(s.restore_in_place.as_ref().unwrap().reclone_done_time.is_some());
-    match condition(&s, "RecloneRequired") {
-        Some(c) if c.status == "False" => {}
-        other => panic!("RecloneRequired: {other:?}"),
-    }
     let g = cluster.groups().get(&group).await.unwrap();
     assert!(
         !g.metadata.annotations.unwrap_or_default().contains_key("bloodraven.shipstream.io/reclone-done"),
