@@ -4,7 +4,7 @@
 //! (replication reset, the dump replayed), as a user's backup tool would.
 //! Then the operator checks the restored site, fences the old primary,
 //! decides + 1 (the deploy lease held is revoked with `TopologyChanged`),
-//! promotes the restored site and moves `<db>-primary`: clients read the
+//! promotes the restored site and moves `<db>-primary`: a client reads the
 //! restored data through it. The old primary stays fenced, out of
 //! replication and never promoted (`RecloneRequired`) until a person
 //! re-clones it and marks it done.
@@ -79,11 +79,17 @@ async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_prim
     let jobs = jobs_namespace(cluster, "restore-jobs").await;
     let mut agent = HostAgent::start(&node_address()).await;
 
-    // The backup: taken earlier, with the user's own tool.
+    // The backup: taken earlier, with the user's own tool. The application
+    // account reads it (writer::prepare makes the account).
+    bloodraven_e2e::writer::prepare(pair, "iad");
     pair.sql(
         "iad",
-        "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT PRIMARY KEY, note VARCHAR(40)); \
-         INSERT INTO shop.orders VALUES (1, 'in the backup'), (2, 'in the backup')",
+        &format!(
+            "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT PRIMARY KEY, note VARCHAR(40)); \
+             INSERT INTO shop.orders VALUES (1, 'in the backup'), (2, 'in the backup'); \
+             GRANT SELECT ON shop.* TO '{}'@'127.0.0.1'",
+            bloodraven_e2e::writer::APP_USER
+        ),
     );
     let dump = pair.dir().join("shop.sql");
     pair.dump("iad", &dump, &["shop"]);
@@ -146,6 +152,13 @@ async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_prim
     // Clients read the restored data through counter-app-primary.
     let target = primary_port(cluster, &ds.sc.ns.name, "counter-app", "pdx").await;
     assert_eq!(target, pair.port("pdx"), "the Service sends clients to the restored site");
+    let mut client = mysql_async::Conn::new(bloodraven_e2e::writer::app_account(target)).await.unwrap();
+    let rows: Vec<(i32, String)> =
+        mysql_async::prelude::Queryable::query(&mut client, "SELECT id, note FROM shop.orders ORDER BY id")
+            .await
+            .unwrap();
+    assert_eq!(rows, [(1, "in the backup".to_owned()), (2, "in the backup".to_owned())], "a client reads the backup");
+    client.disconnect().await.unwrap();
     assert_eq!(pair.sql("pdx", "SELECT GROUP_CONCAT(id ORDER BY id) FROM shop.orders").trim(), "1,2");
     assert_eq!(pair.sql("pdx", "SELECT @@read_only").trim(), "0");
 
