@@ -227,6 +227,16 @@ async fn a_hold_defers_the_update_and_a_job_that_fails_before_the_switchover_mov
     at_phase(&s, "h1", "Deferred").unwrap();
     assert_eq!(s.topology_generation, Some(1));
 
+    // A planned failover asked meanwhile waits behind the same hold, and
+    // when it ends the update in flight refuses it: one operation at a time.
+    let planned = json!({"spec": {"plannedFailover": {"targetSite": "pdx", "requestId": "p1"}}});
+    cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&planned)).await.unwrap();
+    wait_status(cluster, &group, "p1 deferred too", T, |s| match &s.planned_failover {
+        Some(p) if p.request_id == "p1" && p.phase == "Deferred" => Ok(()),
+        other => Err(format!("{other:?}")),
+    })
+    .await;
+
     // Released: it runs; this time the standby's Job fails.
     let released = p.delete("failover-hold", "op1", &token_of(&h)).await;
     assert_eq!(released.status, 204, "{released:?}");
@@ -234,6 +244,10 @@ async fn a_hold_defers_the_update_and_a_job_that_fails_before_the_switchover_mov
     assert_eq!(released.status, 204, "{released:?}");
     let req = agent.next(T).await;
     assert_eq!(req.site, "pdx");
+    let s = cluster.groups().get(&group).await.unwrap().status.unwrap();
+    let p1 = s.planned_failover.clone().unwrap();
+    assert_eq!(p1.phase, "Failed", "{p1:?}");
+    assert!(p1.message.as_deref().unwrap_or("").contains("ordered update h1"), "{p1:?}");
     req.reply.send(Err("the package would not install".into())).unwrap();
     let s = wait_status(cluster, &group, "h1 failed before the switchover", T, |s| at_phase(s, "h1", "Failed")).await;
     let st = s.ordered_update.clone().unwrap();
