@@ -391,6 +391,12 @@ impl SitePair {
         self.run(&args).unwrap();
     }
 
+    /// Makes `replica` replicate from the site on `primary_port` (GTID
+    /// auto-positioning), and waits until both threads run.
+    pub fn replicate(&self, replica: &str, primary_port: u16) {
+        self.run(&["replicate", self.dir_str(), replica, &primary_port.to_string()]).unwrap();
+    }
+
     /// Replays the dump `file` on `site` as root (through `read_only`).
     pub fn load(&self, site: &str, file: &Path) {
         self.run(&["load", self.dir_str(), site, file.to_str().unwrap()]).unwrap();

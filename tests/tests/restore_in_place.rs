@@ -52,6 +52,31 @@ async fn serve_restore(agent: &mut HostAgent, pair: &bloodraven_e2e::SitePair, d
     req.reply.send(Ok(())).unwrap();
 }
 
+/// Re-clones `old` from `primary`: a dump of the data, `old`'s binary log
+/// and GTID history reset to the primary's position, then replication.
+fn reclone(pair: &bloodraven_e2e::SitePair, old: &str, primary: &str) {
+    let dump = pair.dir().join("reclone.sql");
+    pair.dump(primary, &dump, &["shop", "bench"]);
+    match pair.flavor {
+        Flavor::MariaDb => {
+            let position = pair.sql(primary, "SELECT @@gtid_binlog_pos");
+            pair.sql(old, "STOP SLAVE; RESET SLAVE ALL; DROP DATABASE IF EXISTS shop; DROP DATABASE IF EXISTS bench");
+            pair.load(old, &dump);
+            pair.sql(old, &format!("RESET MASTER; SET GLOBAL gtid_slave_pos = '{}'", position.trim()));
+        }
+        Flavor::MySql => {
+            let position = pair.sql(primary, "SELECT REPLACE(@@gtid_executed, '\\n', '')");
+            pair.sql(
+                old,
+                "SET GLOBAL super_read_only = 0; STOP REPLICA; RESET REPLICA ALL; DROP DATABASE IF EXISTS shop; DROP DATABASE IF EXISTS bench",
+            );
+            pair.load(old, &dump);
+            pair.sql(old, &format!("RESET BINARY LOGS AND GTIDS; SET GLOBAL gtid_purged = '{}'", position.trim()));
+        }
+    }
+    pair.replicate(old, pair.port(primary));
+}
+
 /// The port `<db>-primary` sends clients to, once it points at `site`.
 async fn primary_port(cluster: &bloodraven_e2e::Cluster, namespace: &str, database: &str, site: &str) -> u16 {
     let services: kube::Api<k8s_openapi::api::core::v1::Service> =
@@ -72,10 +97,26 @@ async fn primary_port(cluster: &bloodraven_e2e::Cluster, namespace: &str, databa
     .unwrap()
 }
 
+/// A client reads the restored rows through counter-app-primary, which
+/// points at the restored, writable pdx.
+async fn clients_read_the_backup(cluster: &bloodraven_e2e::Cluster, namespace: &str, pair: &bloodraven_e2e::SitePair) {
+    let target = primary_port(cluster, namespace, "counter-app", "pdx").await;
+    assert_eq!(target, pair.port("pdx"), "the Service sends clients to the restored site");
+    let mut client = mysql_async::Conn::new(bloodraven_e2e::writer::app_account(target)).await.unwrap();
+    let rows: Vec<(i32, String)> =
+        mysql_async::prelude::Queryable::query(&mut client, "SELECT id, note FROM shop.orders ORDER BY id")
+            .await
+            .unwrap();
+    assert_eq!(rows, [(1, "in the backup".to_owned()), (2, "in the backup".to_owned())], "a client reads the backup");
+    client.disconnect().await.unwrap();
+    assert_eq!(pair.sql("pdx", "SELECT GROUP_CONCAT(id ORDER BY id) FROM shop.orders").trim(), "1,2");
+    assert_eq!(pair.sql("pdx", "SELECT @@read_only").trim(), "0");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_primary_for_a_reclone() {
     let ds = scenario("restore").await;
-    let (cluster, group, p, pair) = (&ds.sc.cluster, ds.pipeline.group.clone(), &ds.pipeline, &ds.sc.pair);
+    let (cluster, group, pipeline, pair) = (&ds.sc.cluster, ds.pipeline.group.clone(), &ds.pipeline, &ds.sc.pair);
     let jobs = jobs_namespace(cluster, "restore-jobs").await;
     let mut agent = HostAgent::start(&node_address()).await;
 
@@ -100,12 +141,16 @@ async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_prim
         if n.trim() == "3" { Ok(()) } else { Err(n) }
     })
     .await;
-    let lease = p.post_until(201, "migration", "op1", "counter-app", 300).await;
+    let lease = pipeline.post_until(201, "migration", "op1", "counter-app", 300).await;
 
     let template = json!({"spec": {"template": {"spec": {"containers": [{
         "name": "restore", "image": image("BLOODRAVEN_TOOLS_IMAGE"), "imagePullPolicy": "IfNotPresent",
         "command": ["/bin/sh", "-c", job_script(&agent.address, "restore")],
     }]}}}});
+    // A mark guessed before the request (the generation it will decide)
+    // is dropped when the request gets there: it releases nothing.
+    let early = json!({"metadata": {"annotations": {"bloodraven.shipstream.io/reclone-done": "iad@2"}}});
+    cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&early)).await.unwrap();
     let patch =
         json!({"spec": {"restoreInPlace": {"requestId": "r1", "namespace": jobs.name, "jobTemplate": template}}});
     cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
@@ -113,7 +158,7 @@ async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_prim
     assert_eq!(s.restore_in_place.as_ref().unwrap().site.as_deref(), Some("pdx"), "default: the standby");
     // Nothing is fenced while the Job restores: the primary serves on.
     assert_eq!(pair.sql("iad", "SELECT @@read_only").trim(), "0");
-    let view = p.get().await;
+    let view = pipeline.get().await;
     let ops = view.body["operations"].as_array().cloned().unwrap_or_default();
     assert!(ops.iter().any(|o| o["type"] == "RestoreInPlace" && o["phase"] == "Restoring"), "{ops:?}");
 
@@ -124,14 +169,19 @@ async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_prim
         is_active_at(s, "pdx", 2)
     })
     .await;
-    let r = s.restore_in_place.clone().unwrap();
-    assert_eq!(r.reclone_site.as_deref(), Some("iad"));
-    let phases: Vec<&str> = r.history.iter().map(|h| h.phase.as_str()).collect();
+    let restore = s.restore_in_place.clone().unwrap();
+    assert_eq!(restore.reclone_site.as_deref(), Some("iad"));
+    let g = cluster.groups().get(&group).await.unwrap();
+    assert!(
+        !g.metadata.annotations.unwrap_or_default().contains_key("bloodraven.shipstream.io/reclone-done"),
+        "the early mark was dropped"
+    );
+    let phases: Vec<&str> = restore.history.iter().map(|h| h.phase.as_str()).collect();
     assert_eq!(
         phases,
         ["Pending", "Admitting", "Restoring", "Verifying", "Fencing", "Promoting", "Repointing", "AwaitingReclone"]
     );
-    assert_eq!(r.job.as_ref().map(|j| j.result.as_str()), Some("Complete"));
+    assert_eq!(restore.job.as_ref().map(|j| j.result.as_str()), Some("Complete"));
     match condition(&s, "RecloneRequired") {
         Some(c) if c.status == "True" && c.message.contains("iad") => {}
         other => panic!("RecloneRequired: {other:?}"),
@@ -146,21 +196,10 @@ async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_prim
     .await;
 
     // The lease held across the decision is revoked with TopologyChanged.
-    let revoked = p.put("migration", "op1", &token_of(&lease)).await;
+    let revoked = pipeline.put("migration", "op1", &token_of(&lease)).await;
     assert_eq!((revoked.status, revoked.body["reason"].as_str()), (409, Some("TopologyChanged")), "{revoked:?}");
 
-    // Clients read the restored data through counter-app-primary.
-    let target = primary_port(cluster, &ds.sc.ns.name, "counter-app", "pdx").await;
-    assert_eq!(target, pair.port("pdx"), "the Service sends clients to the restored site");
-    let mut client = mysql_async::Conn::new(bloodraven_e2e::writer::app_account(target)).await.unwrap();
-    let rows: Vec<(i32, String)> =
-        mysql_async::prelude::Queryable::query(&mut client, "SELECT id, note FROM shop.orders ORDER BY id")
-            .await
-            .unwrap();
-    assert_eq!(rows, [(1, "in the backup".to_owned()), (2, "in the backup".to_owned())], "a client reads the backup");
-    client.disconnect().await.unwrap();
-    assert_eq!(pair.sql("pdx", "SELECT GROUP_CONCAT(id ORDER BY id) FROM shop.orders").trim(), "1,2");
-    assert_eq!(pair.sql("pdx", "SELECT @@read_only").trim(), "0");
+    clients_read_the_backup(&ds.sc.cluster, &ds.sc.ns.name, pair).await;
 
     // The old primary: fenced, out of replication, and not repointed.
     assert_eq!(pair.sql("iad", "SELECT @@read_only").trim(), "1");
@@ -169,12 +208,19 @@ async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_prim
     let s = cluster.groups().get(&group).await.unwrap().status.unwrap();
     at_phase(&s, "r1", "AwaitingReclone").unwrap();
 
-    // A mark for another generation releases nothing; the right one completes it.
+    // A mark for another generation releases nothing, nor does the right
+    // one before the old primary shows the re-clone.
     let mark = |value: &str| json!({"metadata": {"annotations": {"bloodraven.shipstream.io/reclone-done": value}}});
     cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(mark("iad@7"))).await.unwrap();
     tokio::time::sleep(Duration::from_secs(5)).await;
     at_phase(&cluster.groups().get(&group).await.unwrap().status.unwrap(), "r1", "AwaitingReclone").unwrap();
     cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(mark("iad@2"))).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    at_phase(&cluster.groups().get(&group).await.unwrap().status.unwrap(), "r1", "AwaitingReclone").unwrap();
+    // The re-clone, as docs/failover.md tells a person: the new primary's
+    // data, the old primary's own GTID history dropped, replication from
+    // the new primary.
+    tokio::task::block_in_place(|| reclone(pair, "iad", "pdx"));
     // The request's end is written first, the conditions by the round's observation after it.
     let s = wait_status(cluster, &group, "r1 completed, RecloneRequired False", T, |s| {
         at_phase(s, "r1", "Completed")?;

@@ -54,14 +54,16 @@ fn describe(site: Option<&str>, generation: Option<i64>) -> String {
     )
 }
 
-/// The operation a group's status shows in flight (a non-final phase),
-/// if any: `(operation, requestId, phase)`, the operation named as in
-/// metrics (`planned-failover`, `ordered-update`, `restore-in-place`). One
-/// runs at a time; a phase this operator does not know is not one it runs.
-pub(crate) fn operation_in_flight(group: &MysqlFailoverGroup) -> Option<(&'static str, String, String)> {
+/// The operations a group's status shows in flight (a non-final phase):
+/// `(operation, requestId, phase)`, each operation named as in metrics
+/// (`planned-failover`, `ordered-update`, `restore-in-place`). One runs at a
+/// time, but a request is written `Pending` before its admission refuses
+/// it, so status may show two; a phase this operator does not know is not
+/// one it runs.
+pub(crate) fn operations_in_flight(group: &MysqlFailoverGroup) -> Vec<(&'static str, String, String)> {
     use bloodraven_api::names::site_job::{OPERATION_ORDERED_UPDATE, OPERATION_RESTORE_IN_PLACE};
     use bloodraven_api::v1alpha1::{OrderedUpdatePhase, PlannedFailoverPhase, RestorePhase};
-    let status = group.status.as_ref()?;
+    let Some(status) = group.status.as_ref() else { return Vec::new() };
     let running = |phase: &str, final_: Option<bool>| final_.is_some_and(|f| !f).then(|| phase.to_owned());
     let planned = status.planned_failover.as_ref().and_then(|p| {
         running(&p.phase, PlannedFailoverPhase::parse(&p.phase).map(PlannedFailoverPhase::is_final))
@@ -75,7 +77,12 @@ pub(crate) fn operation_in_flight(group: &MysqlFailoverGroup) -> Option<(&'stati
         running(&p.phase, RestorePhase::parse(&p.phase).map(RestorePhase::is_final))
             .map(|ph| (OPERATION_RESTORE_IN_PLACE, p.request_id.clone(), ph))
     });
-    planned.or(update).or(restore)
+    [planned, update, restore].into_iter().flatten().collect()
+}
+
+/// The first operation a group's status shows in flight, if any.
+pub(crate) fn operation_in_flight(group: &MysqlFailoverGroup) -> Option<(&'static str, String, String)> {
+    operations_in_flight(group).into_iter().next()
 }
 
 /// The name of a planned failover among the operations.
@@ -84,7 +91,7 @@ pub(crate) const PLANNED_FAILOVER: &str = "planned-failover";
 /// Another operation than `mine` in flight, in words ("planned failover r1
 /// (phase Draining)"), for the admission that waits for it.
 pub(crate) fn other_operation(group: &MysqlFailoverGroup, mine: &str) -> Option<String> {
-    let (operation, id, phase) = operation_in_flight(group).filter(|(op, _, _)| *op != mine)?;
+    let (operation, id, phase) = operations_in_flight(group).into_iter().find(|(op, _, _)| *op != mine)?;
     Some(format!("{} {id} (phase {phase})", operation.replace('-', " ")))
 }
 
@@ -281,4 +288,62 @@ async fn write_status(
     api.patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
         .await
         .map_err(kube_err("write the topology decision"))
+}
+
+#[cfg(test)]
+mod operations_tests {
+    use super::*;
+    use bloodraven_api::names::site_job::{OPERATION_ORDERED_UPDATE, OPERATION_RESTORE_IN_PLACE};
+
+    fn group(status: &serde_json::Value) -> MysqlFailoverGroup {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "bloodraven.shipstream.io/v1alpha1", "kind": "MysqlFailoverGroup",
+            "metadata": {"name": "orders"},
+            "spec": {"initialActiveSite": "iad", "sites": [
+                {"name": "iad", "host": "h1", "port": 3306, "credentialsSecretRef": {"namespace": "n", "name": "s"}},
+                {"name": "pdx", "host": "h2", "port": 3306, "credentialsSecretRef": {"namespace": "n", "name": "s"}},
+            ]},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn each_operation_in_admission_sees_every_other_in_flight_whatever_their_order() {
+        let ops = [
+            (
+                "plannedFailover",
+                PLANNED_FAILOVER,
+                serde_json::json!({"requestId": "p1", "targetSite": "pdx", "phase": "Draining"}),
+            ),
+            (
+                "orderedUpdate",
+                OPERATION_ORDERED_UPDATE,
+                serde_json::json!({"requestId": "u1", "phase": "UpdatingFormerPrimary"}),
+            ),
+            (
+                "restoreInPlace",
+                OPERATION_RESTORE_IN_PLACE,
+                serde_json::json!({"requestId": "r1", "phase": "AwaitingReclone"}),
+            ),
+        ];
+        for (mine_field, mine, _) in &ops {
+            for (other_field, other, running) in &ops {
+                if mine == other {
+                    continue;
+                }
+                let mut status = serde_json::json!({});
+                status[*mine_field] = serde_json::json!({"requestId": "x", "targetSite": "pdx", "phase": "Admitting"});
+                status[*other_field] = running.clone();
+                let seen = other_operation(&group(&status), mine);
+                assert!(
+                    seen.as_deref().is_some_and(|s| s.starts_with(&other.replace('-', " "))),
+                    "{mine} in admission must see {other} in flight: {seen:?}"
+                );
+            }
+            let mut alone = serde_json::json!({});
+            alone[*mine_field] = serde_json::json!({"requestId": "x", "targetSite": "pdx", "phase": "Admitting"});
+            assert_eq!(other_operation(&group(&alone), mine), None, "{mine} alone");
+        }
+    }
 }

@@ -199,3 +199,80 @@ pub(crate) fn deferral<S: RequestStatus>(hold: &Grant) -> (PlannedFailoverAdmiss
     let wait = (expires.as_millisecond() - Timestamp::now().as_millisecond()).max(0);
     (admission, Duration::from_millis(u64::try_from(wait).unwrap_or(0)) + Duration::from_millis(200))
 }
+
+/// The conditions that make a group unstable for a reason of its own: a
+/// request is admitted only while none is true.
+const UNHEALTHY: [bloodraven_api::v1alpha1::ConditionType; 8] = {
+    use bloodraven_api::v1alpha1::ConditionType as T;
+    [
+        T::Degraded,
+        T::SplitBrain,
+        T::NoPrimary,
+        T::ReplicationNotRunning,
+        T::RecoveryPending,
+        T::SiteDiverged,
+        T::DecisionConflict,
+        T::RecloneRequired,
+    ]
+};
+
+/// Admission's own check of a request of `S` on `group` as last observed:
+/// no other operation in flight, and no condition saying the group is
+/// unhealthy. The conditions are what the probes found, so a request's own
+/// `OperationInProgress` (written with its `Pending`) never hides them; a
+/// group never observed is not admitted.
+pub(crate) fn admissible<S: RequestStatus>(group: &MysqlFailoverGroup) -> Result<(), String> {
+    if let Some(other) = crate::failover::decision::other_operation(group, S::OPERATION) {
+        return Err(format!("{other} is in flight; one operation at a time"));
+    }
+    let conditions = group.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
+    if conditions.is_empty() {
+        return Err("the group has not been observed yet".to_owned());
+    }
+    let unhealthy = conditions.iter().find(|c| c.status == "True" && UNHEALTHY.iter().any(|t| t.as_str() == c.type_));
+    match unhealthy {
+        Some(c) => Err(format!("the group is not stable: {} ({}): {}", c.type_, c.reason, c.message)),
+        None => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(conditions: &[(&str, &str)], status: serde_json::Value) -> MysqlFailoverGroup {
+        let mut status = status;
+        status["conditions"] = conditions
+            .iter()
+            .map(|(t, s)| serde_json::json!({"type": t, "status": s, "reason": "R", "message": "m", "lastTransitionTime": "2026-12-01T00:00:00Z"}))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "bloodraven.shipstream.io/v1alpha1", "kind": "MysqlFailoverGroup",
+            "metadata": {"name": "orders"},
+            "spec": {"initialActiveSite": "iad", "sites": [
+                {"name": "iad", "host": "h1", "port": 3306, "credentialsSecretRef": {"namespace": "n", "name": "s"}},
+            ]},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_request_is_admitted_only_on_a_group_the_probes_found_healthy_whatever_its_own_mark_says() {
+        let own = serde_json::json!({"stable": false, "unstableReason": "OperationInProgress",
+            "orderedUpdate": {"requestId": "u1", "phase": "Admitting"}});
+        let healthy = group(&[("Ready", "True"), ("Degraded", "False")], own.clone());
+        assert_eq!(admissible::<OrderedUpdateStatus>(&healthy), Ok(()));
+        for bad in ["Degraded", "NoPrimary", "SplitBrain", "ReplicationNotRunning", "RecloneRequired", "SiteDiverged"] {
+            let g = group(&[("Ready", "False"), (bad, "True")], own.clone());
+            let err = admissible::<OrderedUpdateStatus>(&g).unwrap_err();
+            assert!(err.contains(bad), "{bad}: {err}");
+        }
+        assert!(admissible::<OrderedUpdateStatus>(&group(&[], own)).is_err(), "never observed");
+        let busy = group(
+            &[("Ready", "True")],
+            serde_json::json!({"restoreInPlace": {"requestId": "r1", "phase": "Restoring"}}),
+        );
+        assert!(admissible::<OrderedUpdateStatus>(&busy).unwrap_err().contains("restore in place r1"));
+    }
+}

@@ -53,6 +53,21 @@ pub(crate) enum EnsureError {
     Api(Error),
 }
 
+/// A request's `activeDeadlineSeconds` within its operation's bounds
+/// (60–21600 for an ordered update, 60–86400 for a restore), whatever
+/// status says: it bounds how long the request holds a promotion.
+pub(crate) fn deadline_seconds(operation: &str, stored: Option<u32>) -> u32 {
+    use bloodraven_api::v1alpha1::{
+        MAX_RESTORE_DEADLINE_SECONDS, MAX_UPDATE_DEADLINE_SECONDS, MIN_JOB_DEADLINE_SECONDS,
+    };
+    let max = if operation == bloodraven_api::names::site_job::OPERATION_ORDERED_UPDATE {
+        MAX_UPDATE_DEADLINE_SECONDS
+    } else {
+        MAX_RESTORE_DEADLINE_SECONDS
+    };
+    stored.unwrap_or(MIN_JOB_DEADLINE_SECONDS).clamp(MIN_JOB_DEADLINE_SECONDS, max)
+}
+
 /// The Job's name: at most 63 characters (a label value: Kubernetes
 /// labels each Pod with its Job's name), fixed by the group, the
 /// operation, the request and the site, and different for any two of
@@ -81,10 +96,20 @@ pub(crate) fn build(spec: &JobSpecFor<'_>) -> Result<Job, String> {
     job_spec.backoff_limit = Some(0);
     job_spec.completions = Some(1);
     job_spec.parallelism = Some(1);
-    job_spec.active_deadline_seconds = Some(i64::from(spec.deadline_seconds));
+    job_spec.active_deadline_seconds = Some(i64::from(deadline_seconds(spec.operation, Some(spec.deadline_seconds))));
     job_spec.selector = None;
     job_spec.manual_selector = None;
     job_spec.suspend = None;
+    // Nothing that would run a Pod again, hand the Job to another
+    // controller, or remove it (and its logs) when it ends.
+    job_spec.pod_failure_policy = None;
+    job_spec.backoff_limit_per_index = None;
+    job_spec.max_failed_indexes = None;
+    job_spec.completion_mode = Some("NonIndexed".to_owned());
+    job_spec.success_policy = None;
+    job_spec.pod_replacement_policy = None;
+    job_spec.managed_by = None;
+    job_spec.ttl_seconds_after_finished = None;
     let pod = job_spec.template.spec.as_mut().ok_or("jobTemplate.spec.template.spec is missing")?;
     if pod.containers.is_empty() {
         return Err("jobTemplate.spec.template.spec.containers is empty".to_owned());
@@ -207,7 +232,11 @@ pub(crate) fn with_record(observed: JobState, recorded: Option<&SiteJobStatus>) 
 }
 
 /// Creates the Job of `spec` unless it exists, and returns its state.
-pub(crate) async fn ensure(client: &kube::Client, spec: &JobSpecFor<'_>) -> Result<JobState, EnsureError> {
+pub(crate) async fn ensure(ctx: &crate::controller::Context, spec: &JobSpecFor<'_>) -> Result<JobState, EnsureError> {
+    if let Some(why) = namespace_refused(ctx, spec.namespace) {
+        return Err(EnsureError::Refused(why));
+    }
+    let client = &ctx.client;
     let job = build(spec).map_err(EnsureError::Refused)?;
     let api: Api<Job> = Api::namespaced(client.clone(), spec.namespace);
     let params = PostParams { field_manager: Some(ENGINE_FIELD_MANAGER.to_owned()), ..PostParams::default() };
@@ -273,9 +302,22 @@ pub(crate) async fn observe(
     }
 }
 
+/// Why a request may not run its Jobs in `namespace`, if so: the
+/// operator's own namespace (a Job there could run as the operator), or
+/// one a cluster admin did not allow. Checked when the request is taken up
+/// and again before each Job, whatever status says.
+pub(crate) fn namespace_refused(ctx: &crate::controller::Context, namespace: &str) -> Option<String> {
+    if namespace == ctx.namespace {
+        return Some(format!(
+            "namespace {namespace} is the operator's own: a Job there could run as the operator; run the Jobs in another namespace"
+        ));
+    }
+    (!namespace_allowed(ctx, namespace)).then(|| namespace_refusal(namespace))
+}
+
 /// Whether a request may run its Jobs in `namespace`: a cluster admin
 /// labelled it (`names::site_job::NAMESPACE_LABEL`).
-pub(crate) fn namespace_allowed(ctx: &crate::controller::Context, namespace: &str) -> bool {
+fn namespace_allowed(ctx: &crate::controller::Context, namespace: &str) -> bool {
     use bloodraven_api::names::site_job::{NAMESPACE_ALLOWED, NAMESPACE_LABEL};
     ctx.authority
         .labels(namespace)
@@ -283,7 +325,7 @@ pub(crate) fn namespace_allowed(ctx: &crate::controller::Context, namespace: &st
 }
 
 /// What a request whose Job namespace is not allowed is told.
-pub(crate) fn namespace_refusal(namespace: &str) -> String {
+fn namespace_refusal(namespace: &str) -> String {
     use bloodraven_api::names::site_job::{NAMESPACE_ALLOWED, NAMESPACE_LABEL};
     format!(
         "namespace {namespace} does not allow site Jobs (or does not exist): a cluster admin labels it {NAMESPACE_LABEL}={NAMESPACE_ALLOWED} first, since its Jobs run as any of its ServiceAccounts"

@@ -93,9 +93,10 @@ pub(crate) fn facts_of(group: &MysqlFailoverGroup) -> GroupFacts {
     use bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS;
     // Every operation has a `Deferred` phase, spelled alike.
     // A restore waiting for a person's re-clone is decided: deploys go on.
-    let running = crate::failover::decision::operation_in_flight(group)
+    let running = crate::failover::decision::operations_in_flight(group)
+        .into_iter()
         .map(|(_, _, phase)| phase)
-        .filter(|phase| phase != "AwaitingReclone");
+        .find(|phase| phase != "AwaitingReclone");
     let status = group.status.clone().unwrap_or_default();
     let unstable_reason = match status.stable {
         Some(true) => running.as_ref().map(|_| OPERATION_IN_PROGRESS.to_owned()),

@@ -73,6 +73,16 @@ async fn enter_next(
     if from == Phase::Pending {
         remember_request(ctx, round, &recorded_id(&state.request_id)).await?;
     }
+    if next == Phase::SwitchoverDraining
+        && group.spec.ordered_update.as_ref().map(|r| r.request_id.as_str()) != Some(state.request_id.as_str())
+    {
+        // Cancelled while the standby's Job ran: stop before the switchover.
+        let why =
+            "cancelled: spec.orderedUpdate no longer asks for it; the standby was updated, nothing was switched over";
+        let standby = state.standby_site.clone();
+        *group = enter(ctx, group, state, Phase::Failed, Some(why.to_owned()), None, standby).await?;
+        return Ok(Some(Drive::idle(group.clone())));
+    }
     if let Some((leg, planned::Phase::Draining)) = switchover_phase(next) {
         let (primary, standby) =
             (state.source_site.clone().unwrap_or_default(), state.standby_site.clone().unwrap_or_default());
@@ -201,7 +211,7 @@ async fn run_job(
     if !ctx.leadership.is_leader() {
         return Err(Error::NotLeader);
     }
-    let observed = match site_job::ensure(&ctx.client, &job).await {
+    let observed = match site_job::ensure(ctx, &job).await {
         Ok(observed) => observed,
         Err(site_job::EnsureError::Refused(why)) => {
             let why = format!("the Job of {site} could not be created: {why}; nothing was switched over");

@@ -192,7 +192,8 @@ fn past_deadline(group: &MysqlFailoverGroup, state: &OrderedUpdateStatus, phase:
     let since = since.min(now);
     let bound = match phase {
         Phase::UpdatingStandby | Phase::UpdatingFormerPrimary => {
-            Duration::from_secs(u64::from(state.active_deadline_seconds.unwrap_or(0))) + JOB_GRACE
+            Duration::from_secs(u64::from(site_job::deadline_seconds(OPERATION, state.active_deadline_seconds)))
+                + JOB_GRACE
         }
         Phase::VerifyingStandby | Phase::VerifyingFormerPrimary => READY_BOUND,
         Phase::SwitchoverDraining | Phase::SwitchBackDraining => {
@@ -338,26 +339,15 @@ async fn observe(
         standby: standby.to_owned(),
         switch_back: state.switch_back,
         hold: local.hold.as_ref().map(|h| (h.operation_id.clone(), h.instance.clone())),
-        admissible: admissible_now(group),
+        // Admission: the group stable, and the standby ready to be switched
+        // to once updated (as a planned failover's target).
+        admissible: crate::failover::request::admissible::<OrderedUpdateStatus>(group)
+            .and_then(|()| admissible(ctx, group, primary, observed(primary), standby, probes)),
         job,
         past_deadline: past_deadline(group, state, phase, Timestamp::now()),
         updated_ready,
         switchover,
     })
-}
-
-/// Admission's own check: no other operation in flight, and the group
-/// stable but for this request.
-fn admissible_now(group: &MysqlFailoverGroup) -> Result<(), String> {
-    if let Some(other) = crate::failover::decision::other_operation(group, OPERATION) {
-        return Err(format!("{other} is in flight; one operation at a time"));
-    }
-    let status = group.status.clone().unwrap_or_default();
-    match (status.stable, status.unstable_reason.as_deref()) {
-        (Some(true), _) | (_, Some(bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS)) => Ok(()),
-        (_, Some(why)) => Err(format!("the group is unstable ({why})")),
-        (_, None) => Err("the group has not been observed stable yet".to_owned()),
-    }
 }
 
 #[cfg(test)]

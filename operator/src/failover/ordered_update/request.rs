@@ -68,13 +68,8 @@ pub(super) async fn take_up(
     };
     let refused = if standby.is_none() {
         Some("the group has no standby: spec.sites names one site".to_owned())
-    } else if request.namespace == ctx.namespace {
-        Some(format!(
-            "namespace {} is the operator's own: a Job there could run as the operator; run the Jobs in another namespace",
-            request.namespace
-        ))
-    } else if !site_job::namespace_allowed(ctx, &request.namespace) {
-        Some(site_job::namespace_refusal(&request.namespace))
+    } else if let Some(why) = site_job::namespace_refused(ctx, &request.namespace) {
+        Some(why)
     } else {
         request
             .job_template

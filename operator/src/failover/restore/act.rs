@@ -88,12 +88,8 @@ pub(super) async fn take_up(
     let refused = match site {
         None => Some("the group has no standby to restore: spec.sites names one site".to_owned()),
         Some(s) if group.site(&s).is_none() => Some(format!("site {s} is not one of spec.sites")),
-        Some(_) if request.namespace == ctx.namespace => Some(format!(
-            "namespace {} is the operator's own: a Job there could run as the operator; run the Job in another namespace",
-            request.namespace
-        )),
-        Some(_) if !site_job::namespace_allowed(ctx, &request.namespace) => {
-            Some(site_job::namespace_refusal(&request.namespace))
+        Some(_) if site_job::namespace_refused(ctx, &request.namespace).is_some() => {
+            site_job::namespace_refused(ctx, &request.namespace)
         }
         Some(_) => request
             .job_template
@@ -143,21 +139,15 @@ pub(super) fn not_ours(
     }
 }
 
-/// Admission's own check: no other operation in flight, the group stable
-/// but for this request, and the operator knows which server the site is.
+/// Admission's own check: the group stable with no other operation in
+/// flight (`failover::request::admissible`), and the operator knows which
+/// server the site is.
 pub(super) fn admissible_now(group: &MysqlFailoverGroup, known_server_id: u32) -> Result<(), String> {
-    if let Some(other) = crate::failover::decision::other_operation(group, RestoreInPlaceStatus::OPERATION) {
-        return Err(format!("{other} is in flight; one operation at a time"));
-    }
+    crate::failover::request::admissible::<RestoreInPlaceStatus>(group)?;
     if known_server_id == 0 {
         return Err("the operator does not know the site's server_id yet (status.health[].identity)".to_owned());
     }
-    let status = group.status.clone().unwrap_or_default();
-    match (status.stable, status.unstable_reason.as_deref()) {
-        (Some(true), _) | (_, Some(bloodraven_api::v1alpha1::reason::OPERATION_IN_PROGRESS)) => Ok(()),
-        (_, Some(why)) => Err(format!("the group is unstable ({why})")),
-        (_, None) => Err("the group has not been observed stable yet".to_owned()),
-    }
+    Ok(())
 }
 
 /// Keeps the restore Job in `state.job` as last seen.
@@ -289,6 +279,11 @@ async fn enter_next(
         }
         _ => None,
     };
+    if matches!(next, Phase::Fencing | Phase::AwaitingReclone) {
+        // A mark written before the request asks for it (guessed from the
+        // generation, or left from an earlier restore) releases nothing.
+        *group = remove_reclone_mark(ctx, group).await?;
+    }
     *group = write_if_changed(ctx, group, state).await?;
     *group = enter(ctx, group, state, next, message, None, None).await?;
     match next {
@@ -297,7 +292,7 @@ async fn enter_next(
             publish(ctx, group, EventType::Warning, "RecloneRequired", note, "RestoreInPlace", None).await;
         }
         Phase::Completed => {
-            remove_reclone_mark(ctx, group).await?;
+            *group = remove_reclone_mark(ctx, group).await?;
             return Ok(Some(Drive::idle(group.clone())));
         }
         Phase::Admitting => local.hold = admit(ctx, group, &state.request_id).await?,
@@ -340,9 +335,9 @@ async fn dry_run_job(
 
 /// Removes the re-clone annotation once taken (the mark of one restore
 /// never releases the old primary of a later one: it names the generation).
-async fn remove_reclone_mark(ctx: &Context, group: &MysqlFailoverGroup) -> Result<(), Error> {
+async fn remove_reclone_mark(ctx: &Context, group: &MysqlFailoverGroup) -> Result<MysqlFailoverGroup, Error> {
     if !group.annotations().contains_key(RECLONE_DONE_ANNOTATION) {
-        return Ok(());
+        return Ok(group.clone());
     }
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     let patch = serde_json::json!({"metadata": {"annotations": {RECLONE_DONE_ANNOTATION: null}}});
@@ -350,8 +345,7 @@ async fn remove_reclone_mark(ctx: &Context, group: &MysqlFailoverGroup) -> Resul
         field_manager: Some(bloodraven_api::names::ENGINE_FIELD_MANAGER.into()),
         ..PatchParams::default()
     };
-    api.patch(&group.name_any(), &params, &Patch::Merge(&patch)).await.map_err(kube_err("remove the re-clone mark"))?;
-    Ok(())
+    api.patch(&group.name_any(), &params, &Patch::Merge(&patch)).await.map_err(kube_err("remove the re-clone mark"))
 }
 
 /// Creates the restore Job (found again if it exists), and records it.
@@ -383,7 +377,7 @@ async fn run_job(
     if !ctx.leadership.is_leader() {
         return Err(Error::NotLeader);
     }
-    let observed = match site_job::ensure(&ctx.client, &job).await {
+    let observed = match site_job::ensure(ctx, &job).await {
         Ok(observed) => observed,
         Err(site_job::EnsureError::Refused(why)) => {
             let why = format!("the Job restoring {site} could not be created: {why}; nothing was decided");

@@ -163,7 +163,10 @@ fn past_deadline(group: &MysqlFailoverGroup, state: &RestoreInPlaceStatus, phase
     };
     let since = since.min(now);
     let bound = match phase {
-        Phase::Restoring => Duration::from_secs(u64::from(state.active_deadline_seconds.unwrap_or(0))) + JOB_GRACE,
+        Phase::Restoring => {
+            let deadline = site_job::deadline_seconds(RestoreInPlaceStatus::OPERATION, state.active_deadline_seconds);
+            Duration::from_secs(u64::from(deadline)) + JOB_GRACE
+        }
         Phase::Verifying => ANSWER_BOUND,
         Phase::Fencing => {
             let bounds = Bounds {
@@ -293,8 +296,21 @@ async fn observe(
     };
     let services_at = if phase == Phase::Repointing { act::services_at(ctx, group).await? } else { None };
     let generation = group.decided().map(|(_, g)| g);
+    // The mark counts once the old primary shows the re-clone: it
+    // replicates from the restored primary with both threads, and holds
+    // nothing the restored primary lacks.
     let mark = format!("{old}@{}", state.source_generation.map_or(0, |g| g + 1));
-    let reclone_done = group.annotations().get(RECLONE_DONE_ANNOTATION) == Some(&mark);
+    let marked = phase == Phase::AwaitingReclone && group.annotations().get(RECLONE_DONE_ANNOTATION) == Some(&mark);
+    let site_spec = group.site(&state.site.clone().unwrap_or_default()).cloned();
+    let recloned = o.is_some_and(|o| {
+        o.replication.as_ref().is_some_and(|r| {
+            r.running() && site_spec.as_ref().is_some_and(|s| r.source_host == s.host && r.source_port == s.port)
+        })
+    }) && crate::controller::failover_group::replicas::known_problem(ctx, group, old).is_none();
+    if marked && !recloned {
+        tracing::info!(group = %group.name_any(), site = %old, "re-clone marked done, but the site does not replicate from the restored primary cleanly yet; waiting");
+    }
+    let reclone_done = marked && recloned;
     Ok(Facts {
         active: group.decided().map(|(s, _)| s.to_owned()).unwrap_or_default(),
         generation,
