@@ -93,6 +93,12 @@ values = ["counter-app"]
         .args(["--url", origin, "--tls-verify"])
         .arg(&tls.ca)
         .args(["--checks", "all", "--max-examples", &MAX_EXAMPLES.to_string(), "--seed", &SEED.to_string()])
+        // Every resource the API creates is a lease with a TTL (5 s at the
+        // least): one the stateful phase created may rightly be `404
+        // expired` by the time a later step asks for it on a loaded
+        // machine, which this check takes for a lost resource. That a live
+        // lease is found by every call is deploy_lifecycle.rs's.
+        .args(["--exclude-checks", "ensure_resource_availability"])
         .args(["--workers", "1", "--request-timeout", "70", "--no-color", "--report", "junit", "--report-dir"])
         .arg(dir.join("report"))
         .env("BLOODRAVEN_FUZZ_TOKEN", &token)
