@@ -97,7 +97,8 @@ values = ["counter-app"]
         // least): one the stateful phase created may rightly be `404
         // expired` by the time a later step asks for it on a loaded
         // machine, which this check takes for a lost resource. That a live
-        // lease is found by every call is deploy_lifecycle.rs's.
+        // lease answers every call is deploy_api.rs's (each row of the
+        // reference table) and deploy_watch.rs's.
         .args(["--exclude-checks", "ensure_resource_availability"])
         .args(["--workers", "1", "--request-timeout", "70", "--no-color", "--report", "junit", "--report-dir"])
         .arg(dir.join("report"))
