@@ -25,6 +25,10 @@ pub struct ProbeFailure {
     pub reason: &'static str,
     /// What happened and what to fix. Never holds a password.
     pub message: String,
+    /// The `server_id` that answered at the site's address when that is
+    /// not the server the site is known by (`UnexpectedServer`); `None`
+    /// for every other failure.
+    pub answered_as: Option<u32>,
 }
 
 /// One site's probe result.

@@ -44,7 +44,10 @@ fn ok(site: &str, o: SiteObservation) -> SiteProbe {
 }
 
 fn down(site: &str, reason: &'static str) -> SiteProbe {
-    SiteProbe { site: site.into(), outcome: Err(ProbeFailure { reason, message: "connection refused".into() }) }
+    SiteProbe {
+        site: site.into(),
+        outcome: Err(ProbeFailure { reason, message: "connection refused".into(), answered_as: None }),
+    }
 }
 
 fn status_of(a: &Assessment, t: ConditionType) -> (&str, &str) {

@@ -280,7 +280,10 @@ pub fn returning(
 #[cfg(test)]
 mod tests {
     fn failed(reason: &'static str) -> SiteProbe {
-        SiteProbe { site: "iad".into(), outcome: Err(crate::assess::ProbeFailure { reason, message: "m".into() }) }
+        SiteProbe {
+            site: "iad".into(),
+            outcome: Err(crate::assess::ProbeFailure { reason, message: "m".into(), answered_as: None }),
+        }
     }
 
     #[test]

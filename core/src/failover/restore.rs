@@ -68,6 +68,16 @@ pub struct Identity {
     pub server_uuid: String,
 }
 
+impl std::fmt::Display for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "server_id {}", self.server_id)?;
+        if !self.server_uuid.is_empty() {
+            write!(f, ", server_uuid {}", self.server_uuid)?;
+        }
+        Ok(())
+    }
+}
+
 /// What a probe of the restored site shows.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Restored {
@@ -233,8 +243,8 @@ pub fn next(phase: Phase, old: &str, facts: &Facts) -> Action {
                 "the restored {site} replicates: a restored server must stand alone (reset its replication) before it is promoted"
             )),
             Some(r) if !same_server(&facts.expected, &r.identity) => undecided(format!(
-                "the restored {site} is another server (server_id {}, server_uuid '{}'; expected {}, '{}'): check the Job's target",
-                r.identity.server_id, r.identity.server_uuid, facts.expected.server_id, facts.expected.server_uuid
+                "the restored {site} is another server ({}; expected {}): check the Job's target and spec.sites",
+                r.identity, facts.expected
             )),
             Some(_) => Action::Enter(Phase::Fencing),
         },

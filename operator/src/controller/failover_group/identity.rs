@@ -78,7 +78,7 @@ pub(crate) fn check(ids: &BTreeMap<String, u32>, active: Option<&str>, probes: V
                 "site {} answers at its spec address with server_id {}, but it is known as server_id {known}: another server (a mistyped or swapped address?). It is not fenced, promoted, repointed or routed to. Fix spec.sites; if the server was replaced on purpose, make it replicate from the active site, or set the group annotation {SITE_IDENTITY_ANNOTATION}: \"{}={}\"",
                 p.site, obs.server_id, p.site, obs.server_id
             );
-            SiteProbe { site: p.site, outcome: Err(ProbeFailure { reason: reason::UNEXPECTED_SERVER, message }) }
+            SiteProbe { site: p.site, outcome: Err(ProbeFailure { reason: reason::UNEXPECTED_SERVER, message, answered_as: Some(obs.server_id) }) }
         })
         .collect()
 }

@@ -63,7 +63,7 @@ async fn probe_site(site: &Site, ctx: &Context, timeout: Duration) -> SiteProbe 
             let target = ProbeTarget { host: site.host.clone(), port: site.port };
             mysql::probe(&target, &creds, timeout).await.map_err(|err| {
                 let (reason, message) = mysql::classify(&err);
-                ProbeFailure { reason, message }
+                ProbeFailure { reason, message, answered_as: None }
             })
         }
     };
@@ -87,7 +87,7 @@ pub(crate) async fn read_replication_credentials(site: &Site, ctx: &Context) -> 
 
 async fn read_secret(site: &Site, ctx: &Context) -> Result<(Credentials, Option<Credentials>), ProbeFailure> {
     let r = &site.credentials_secret_ref;
-    let fail = |message: String| ProbeFailure { reason: reason::CREDENTIALS_UNAVAILABLE, message };
+    let fail = |message: String| ProbeFailure { reason: reason::CREDENTIALS_UNAVAILABLE, message, answered_as: None };
     if r.namespace != ctx.credentials_namespace {
         return Err(fail(format!(
             "Secret {}/{} is outside namespace {}, the only namespace the operator reads site credentials from (--credentials-namespace); create the Secret there",

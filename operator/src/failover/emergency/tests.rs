@@ -6,7 +6,7 @@ use super::*;
 use crate::controller::failover_group::assess::ProbeFailure;
 
 fn failed(reason: &'static str) -> SiteProbe {
-    SiteProbe { site: "iad".into(), outcome: Err(ProbeFailure { reason, message: "m".into() }) }
+    SiteProbe { site: "iad".into(), outcome: Err(ProbeFailure { reason, message: "m".into(), answered_as: None }) }
 }
 
 fn group(port: u16, answered: Option<&str>) -> MysqlFailoverGroup {

@@ -279,13 +279,14 @@ async fn observe(
         JobState::Absent
     };
     act::record_job(state, &group.name_any(), &job);
+    // The identity is the `server_id` the group knows, not `server_uuid`:
+    // a restore that re-initialises the data directory gets a new
+    // `auto.cnf` and so a new UUID, while `server_id` is the server's
+    // configuration, which a restore of data keeps.
     let expected = identity::known(group)
         .get(&site)
         .map_or_else(Identity::default, |id| Identity { server_id: *id, server_uuid: String::new() });
-    let restored = observed(&site).map(|o| Restored {
-        replicating: o.replication.is_some(),
-        identity: Identity { server_id: o.server_id, server_uuid: o.server_uuid.clone() },
-    });
+    let restored = restored_of(probes.iter().find(|p| p.site == site));
     let (o, t) = (observed(old), observed(&site));
     let switchover = SwitchoverFacts {
         old_fenced: o.map(|o| !o.writable),
@@ -326,6 +327,23 @@ async fn observe(
         services_at,
         reclone_done,
     })
+}
+
+/// What the probe of the restored site shows. A server that answers at the
+/// site's address as another server (`UnexpectedServer`) is that server, so
+/// it is refused as such at once, never taken as a site that did not answer
+/// until the bound runs out.
+fn restored_of(probe: Option<&SiteProbe>) -> Option<Restored> {
+    match &probe?.outcome {
+        Ok(o) => Some(Restored {
+            replicating: o.replication.is_some(),
+            identity: Identity { server_id: o.server_id, server_uuid: o.server_uuid.clone() },
+        }),
+        Err(f) => f.answered_as.map(|server_id| Restored {
+            replicating: false,
+            identity: Identity { server_id, server_uuid: String::new() },
+        }),
+    }
 }
 
 #[cfg(test)]

@@ -101,3 +101,20 @@ fn the_old_primary_awaits_its_reclone_from_the_decision_until_the_mark() {
         assert_eq!(drive.running(), !phase.is_final() && phase != Phase::AwaitingReclone, "{phase}");
     }
 }
+
+#[test]
+fn a_restored_site_answering_as_another_server_is_that_server_not_a_silent_one() {
+    use crate::controller::failover_group::assess::{ProbeFailure, SiteProbe};
+    use bloodraven_api::v1alpha1::reason;
+    let failed = |reason, answered_as| SiteProbe {
+        site: "pdx".into(),
+        outcome: Err(ProbeFailure { reason, message: "m".into(), answered_as }),
+    };
+    let other = failed(reason::UNEXPECTED_SERVER, Some(7));
+    assert_eq!(
+        restored_of(Some(&other)),
+        Some(Restored { replicating: false, identity: Identity { server_id: 7, server_uuid: String::new() } })
+    );
+    assert_eq!(restored_of(Some(&failed(reason::SITE_UNREACHABLE, None))), None);
+    assert_eq!(restored_of(None), None);
+}
