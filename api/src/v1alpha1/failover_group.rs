@@ -410,6 +410,16 @@ pub struct MysqlFailoverGroupStatus {
     /// The restore-in-place in progress or last finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restore_in_place: Option<Box<RestoreInPlaceStatus>>,
+    /// A `spec.orderedUpdate` the operator did not take up because its
+    /// `requestId` was taken up before: a request runs once. Cleared when a
+    /// new ordered update is taken up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignored_ordered_update: Option<IgnoredRequest>,
+    /// A `spec.restoreInPlace` the operator did not take up because its
+    /// `requestId` was taken up before: a request runs once. Cleared when a
+    /// new restore-in-place is taken up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ignored_restore_in_place: Option<IgnoredRequest>,
     /// The last emergency failover, and what its promotion abandoned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub emergency_failover: Option<EmergencyFailoverStatus>,

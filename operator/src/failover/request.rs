@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use bloodraven_api::names::ENGINE_FIELD_MANAGER;
 use bloodraven_api::v1alpha1::{
-    MysqlFailoverGroup, OrderedUpdateStatus, PhaseTransition, PlannedFailoverAdmission, RestoreInPlaceStatus, reason,
+    IgnoredRequest, MysqlFailoverGroup, OrderedUpdateStatus, PhaseTransition, PlannedFailoverAdmission,
+    RestoreInPlaceStatus, reason,
 };
 use bloodraven_core::lease::machine::Grant;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -34,6 +35,12 @@ pub(crate) trait RequestStatus: serde::Serialize + Clone + PartialEq {
     const WORDS: &'static str;
     /// Its field in status.
     const FIELD: &'static str;
+    /// Its field in spec.
+    const SPEC_FIELD: &'static str;
+    /// Its status field for a request not taken up (`RequestIdReused`).
+    const IGNORED_FIELD: &'static str;
+    /// That report, as stored in `group`'s status.
+    fn ignored(group: &MysqlFailoverGroup) -> Option<&IgnoredRequest>;
     /// The stored copy in `group`'s status.
     fn stored(group: &MysqlFailoverGroup) -> Option<&Self>;
     /// The request's id.
@@ -56,6 +63,11 @@ impl RequestStatus for OrderedUpdateStatus {
     const EVENT_PREFIX: &'static str = "OrderedUpdate";
     const WORDS: &'static str = "ordered update";
     const FIELD: &'static str = "orderedUpdate";
+    const SPEC_FIELD: &'static str = "orderedUpdate";
+    const IGNORED_FIELD: &'static str = "ignoredOrderedUpdate";
+    fn ignored(group: &MysqlFailoverGroup) -> Option<&IgnoredRequest> {
+        group.status.as_ref().and_then(|s| s.ignored_ordered_update.as_ref())
+    }
     fn stored(group: &MysqlFailoverGroup) -> Option<&Self> {
         group.status.as_ref().and_then(|s| s.ordered_update.as_deref())
     }
@@ -78,6 +90,11 @@ impl RequestStatus for RestoreInPlaceStatus {
     const EVENT_PREFIX: &'static str = "RestoreInPlace";
     const WORDS: &'static str = "restore-in-place";
     const FIELD: &'static str = "restoreInPlace";
+    const SPEC_FIELD: &'static str = "restoreInPlace";
+    const IGNORED_FIELD: &'static str = "ignoredRestoreInPlace";
+    fn ignored(group: &MysqlFailoverGroup) -> Option<&IgnoredRequest> {
+        group.status.as_ref().and_then(|s| s.ignored_restore_in_place.as_ref())
+    }
     fn stored(group: &MysqlFailoverGroup) -> Option<&Self> {
         group.status.as_ref().and_then(|s| s.restore_in_place.as_deref())
     }
@@ -100,6 +117,45 @@ impl RequestStatus for RestoreInPlaceStatus {
 /// in no request id, so they never collide.
 pub(crate) fn recorded_id<S: RequestStatus>(request_id: &str) -> String {
     format!("{}/{request_id}", S::OPERATION)
+}
+
+/// Reports a request in spec whose id was taken up before (`why`) as
+/// ignored: the status field [`RequestStatus::IGNORED_FIELD`] and one
+/// Warning Event `RequestIdReused`, once per id and site. A request runs
+/// once, so the person who reused the id (or re-applied an old manifest)
+/// learns to write a new one instead of waiting for an operation that never
+/// comes; the next request taken up clears the report.
+pub(crate) async fn ignore_reused<S: RequestStatus>(
+    ctx: &Context,
+    group: MysqlFailoverGroup,
+    (request_id, site): (&str, &str),
+    why: &str,
+) -> Result<MysqlFailoverGroup, Error> {
+    let ignored = IgnoredRequest {
+        request_id: request_id.to_owned(),
+        target_site: site.to_owned(),
+        reason: reason::REQUEST_ID_REUSED.to_owned(),
+        message: format!(
+            "spec.{}.requestId {request_id} was not taken up: {why}, and a request runs once; to ask for another {}, write a new requestId",
+            S::SPEC_FIELD,
+            S::WORDS
+        ),
+    };
+    if S::ignored(&group) == Some(&ignored) || !ctx.leadership.is_leader() {
+        return Ok(group);
+    }
+    tracing::warn!(group = %group.name_any(), %request_id, operation = S::OPERATION, "request id reused; not taken up");
+    let mut status = serde_json::Map::new();
+    status.insert(S::IGNORED_FIELD.to_owned(), serde_json::to_value(&ignored).unwrap_or_default());
+    let patch = json!({ "status": status });
+    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
+    let params = PatchParams { field_manager: Some(ENGINE_FIELD_MANAGER.into()), ..PatchParams::default() };
+    let written = api
+        .patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
+        .await
+        .map_err(kube_err("report an ignored request for"))?;
+    publish(ctx, &written, EventType::Warning, reason::REQUEST_ID_REUSED, ignored.message, "TakeUpRequest", None).await;
+    Ok(written)
 }
 
 /// Enters `phase` (`running`: not final): history, status (one write),
@@ -160,6 +216,10 @@ pub(crate) async fn write_state<S: RequestStatus>(
     }
     let mut status = serde_json::Map::new();
     status.insert(S::FIELD.to_owned(), replacing(S::stored(group), state));
+    if S::ignored(group).is_some() {
+        // A request was taken up: the report of an ignored one is over.
+        status.insert(S::IGNORED_FIELD.to_owned(), serde_json::Value::Null);
+    }
     let patch = json!({ "metadata": { "resourceVersion": group.resource_version() }, "status": status });
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     let params = PatchParams { field_manager: Some(ENGINE_FIELD_MANAGER.into()), ..PatchParams::default() };

@@ -7,6 +7,7 @@
 use crate::controller::Context;
 use crate::controller::Error;
 use crate::failover::record;
+use crate::failover::request::ignore_reused;
 use crate::failover::round::RoundRecord;
 use crate::failover::site_job;
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
@@ -49,8 +50,11 @@ pub(super) async fn take_up(
     let Some((active, generation)) = group.decided().map(|(s, g)| (s.to_owned(), g)) else { return Ok(Err(group)) };
     let Some(rec) = round.fresh(ctx).await?.cloned() else { return Ok(Err(group)) };
     if rec.requests.contains(&recorded_id(&request.request_id)) {
-        // Taken up before (status was wiped since): never again.
-        return Ok(Err(group));
+        // Taken up before (status moved on, or was lost since): never again.
+        let why = "the decision record lists it among the requests already taken up";
+        // The site it would have updated first: the standby.
+        let standby = group.spec.sites.iter().find(|s| s.name != active).map(|s| s.name.clone()).unwrap_or_default();
+        return ignore_reused::<OrderedUpdateStatus>(ctx, group, (&request.request_id, &standby), why).await.map(Err);
     }
     if rec.tampered.is_some() || rec.active_site != active || rec.generation != generation {
         return Ok(Err(group));

@@ -11,7 +11,7 @@ use crate::controller::failover_group::publish;
 use crate::controller::{Context, Error, kube_err};
 use crate::failover::planned::request::{remember_admitted, remember_request};
 use crate::failover::record;
-use crate::failover::request::{RequestStatus, deferral, write_if_changed};
+use crate::failover::request::{RequestStatus, deferral, ignore_reused, write_if_changed};
 use crate::failover::round::RoundRecord;
 use crate::failover::site_job;
 use crate::failover::switchover::{self, Local, Step, admit};
@@ -64,13 +64,22 @@ pub(super) async fn take_up(
         return Ok(Ok((group.clone(), st.clone())));
     }
     let Some(request) = group.spec.restore_in_place.as_deref().cloned() else { return Ok(Err(group)) };
-    if current.as_ref().is_some_and(|st| st.request_id == request.request_id) {
-        return Ok(Err(group));
+    if let Some(st) = current.as_ref().filter(|st| st.request_id == request.request_id) {
+        if request.site.is_none() || request.site == st.site {
+            // The request status answers: done.
+            return Ok(Err(group));
+        }
+        let why = format!("it was taken up before, for site {}", st.site.as_deref().unwrap_or("?"));
+        let site = request.site.as_deref().unwrap_or_default();
+        return ignore_reused::<RestoreInPlaceStatus>(ctx, group, (&request.request_id, site), &why).await.map(Err);
     }
     let Some((active, generation)) = group.decided().map(|(s, g)| (s.to_owned(), g)) else { return Ok(Err(group)) };
     let Some(rec) = round.fresh(ctx).await?.cloned() else { return Ok(Err(group)) };
     if rec.requests.contains(&recorded(&request.request_id)) {
-        return Ok(Err(group));
+        // Taken up before (status moved on, or was lost since): never again.
+        let why = "the decision record lists it among the requests already taken up";
+        let site = request.site.as_deref().unwrap_or_default();
+        return ignore_reused::<RestoreInPlaceStatus>(ctx, group, (&request.request_id, site), why).await.map(Err);
     }
     if rec.tampered.is_some() || rec.active_site != active || rec.generation != generation {
         return Ok(Err(group));
