@@ -76,6 +76,17 @@ impl Flavor {
         }
     }
 
+    /// The statements a restore tool runs before it replays a backup on a
+    /// replica: replication stopped and forgotten, so the restored server
+    /// stands alone (MySQL's `super_read_only` lifted for root; `read_only`
+    /// stays on, so clients still cannot write).
+    pub fn stand_alone(self) -> &'static str {
+        match self {
+            Flavor::MariaDb => "STOP SLAVE; RESET SLAVE ALL",
+            Flavor::MySql => "SET GLOBAL super_read_only = 0; STOP REPLICA; RESET REPLICA ALL",
+        }
+    }
+
     /// Semi-sync's names: (primary switch, replica switch, primary status,
     /// primary's count of acknowledged transactions).
     pub fn semi_sync_names(self) -> (&'static str, &'static str, &'static str, &'static str) {
@@ -395,6 +406,28 @@ impl SitePair {
     /// auto-positioning), and waits until both threads run.
     pub fn replicate(&self, replica: &str, primary_port: u16) {
         self.run(&["replicate", self.dir_str(), replica, &primary_port.to_string()]).unwrap();
+    }
+
+    /// Re-clones `old` from `primary` as docs/failover.md tells a person:
+    /// a dump of `databases` on `primary`, `old`'s own replication, data
+    /// and GTID history dropped, the dump replayed, `old`'s GTID state set
+    /// to the primary's at the dump, then replication from `primary`.
+    pub fn reclone(&self, old: &str, primary: &str, databases: &[&str]) {
+        let dump = self.dir().join(format!("reclone-{old}.sql"));
+        self.dump(primary, &dump, databases);
+        let drop = databases.iter().map(|d| format!("; DROP DATABASE IF EXISTS {d}")).collect::<Vec<_>>().concat();
+        let (position, reset) = match self.flavor {
+            Flavor::MariaDb => ("SELECT @@gtid_binlog_pos", "RESET MASTER; SET GLOBAL gtid_slave_pos = '{}'"),
+            Flavor::MySql => (
+                "SELECT REPLACE(@@gtid_executed, '\\n', '')",
+                "RESET BINARY LOGS AND GTIDS; SET GLOBAL gtid_purged = '{}'",
+            ),
+        };
+        let position = self.sql(primary, position);
+        self.sql(old, &format!("{}{drop}", self.flavor.stand_alone()));
+        self.load(old, &dump);
+        self.sql(old, &reset.replace("{}", position.trim()));
+        self.replicate(old, self.port(primary));
     }
 
     /// Replays the dump `file` on `site` as root (through `read_only`).

@@ -20,7 +20,6 @@ use bloodraven_e2e::deploy::{scenario, token_of};
 use bloodraven_e2e::fixtures::{condition, is_active_at, wait_events, wait_status};
 use bloodraven_e2e::hostagent::{HostAgent, job_script, jobs_namespace};
 use bloodraven_e2e::pods::{image, node_address};
-use bloodraven_e2e::sites::Flavor;
 use bloodraven_e2e::wait::wait_for;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -40,41 +39,10 @@ async fn serve_restore(agent: &mut HostAgent, pair: &bloodraven_e2e::SitePair, d
     let req = agent.next(T).await;
     assert_eq!((req.action.as_str(), req.site.as_str()), ("restore", "pdx"));
     tokio::task::block_in_place(|| {
-        // A restore tool lifts MySQL's super_read_only to write (read_only
-        // stays on: the site is never writable to clients meanwhile).
-        let reset = match pair.flavor {
-            Flavor::MariaDb => "STOP SLAVE; RESET SLAVE ALL; DROP DATABASE shop",
-            Flavor::MySql => "SET GLOBAL super_read_only = 0; STOP REPLICA; RESET REPLICA ALL; DROP DATABASE shop",
-        };
-        pair.sql("pdx", reset);
+        pair.sql("pdx", &format!("{}; DROP DATABASE shop", pair.flavor.stand_alone()));
         pair.load("pdx", dump);
     });
     req.reply.send(Ok(())).unwrap();
-}
-
-/// Re-clones `old` from `primary`: a dump of the data, `old`'s binary log
-/// and GTID history reset to the primary's position, then replication.
-fn reclone(pair: &bloodraven_e2e::SitePair, old: &str, primary: &str) {
-    let dump = pair.dir().join("reclone.sql");
-    pair.dump(primary, &dump, &["shop", "bench"]);
-    match pair.flavor {
-        Flavor::MariaDb => {
-            let position = pair.sql(primary, "SELECT @@gtid_binlog_pos");
-            pair.sql(old, "STOP SLAVE; RESET SLAVE ALL; DROP DATABASE IF EXISTS shop; DROP DATABASE IF EXISTS bench");
-            pair.load(old, &dump);
-            pair.sql(old, &format!("RESET MASTER; SET GLOBAL gtid_slave_pos = '{}'", position.trim()));
-        }
-        Flavor::MySql => {
-            let position = pair.sql(primary, "SELECT REPLACE(@@gtid_executed, '\\n', '')");
-            pair.sql(
-                old,
-                "SET GLOBAL super_read_only = 0; STOP REPLICA; RESET REPLICA ALL; DROP DATABASE IF EXISTS shop; DROP DATABASE IF EXISTS bench",
-            );
-            pair.load(old, &dump);
-            pair.sql(old, &format!("RESET BINARY LOGS AND GTIDS; SET GLOBAL gtid_purged = '{}'", position.trim()));
-        }
-    }
-    pair.replicate(old, pair.port(primary));
 }
 
 /// The port `<db>-primary` sends clients to, once it points at `site`.
@@ -220,7 +188,7 @@ async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_prim
     // The re-clone, as docs/failover.md tells a person: the new primary's
     // data, the old primary's own GTID history dropped, replication from
     // the new primary.
-    tokio::task::block_in_place(|| reclone(pair, "iad", "pdx"));
+    tokio::task::block_in_place(|| pair.reclone("iad", "pdx", &["shop", "bench"]));
     // The request's end is written first, the conditions by the round's observation after it.
     let s = wait_status(cluster, &group, "r1 completed, RecloneRequired False", T, |s| {
         at_phase(s, "r1", "Completed")?;

@@ -1,0 +1,133 @@
+//! How an ordered update and a restore-in-place fail, as the runbook tells
+//! on-call (docs/runbook.md):
+//!
+//! 1. An update whose Job fails on the former primary, after the
+//!    switchover, ends `Failed` with the new topology decided and stable,
+//!    and names the site that needs a person. With its status lost, the
+//!    request is not run again, and status says so
+//!    (`status.ignoredOrderedUpdate`, `RequestIdReused`).
+//! 2. A restore whose Job leaves another server at the site's address is
+//!    refused as that server at once (never "did not answer" after the
+//!    bound): nothing is fenced and the generation does not move.
+//!
+//! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
+
+use std::time::Duration;
+
+use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
+use bloodraven_e2e::deploy::scenario;
+use bloodraven_e2e::fixtures::{is_ready_at, wait_events, wait_status};
+use bloodraven_e2e::hostagent::{HostAgent, job_script, jobs_namespace};
+use bloodraven_e2e::pods::{image, node_address};
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(120);
+
+fn template(agent: &HostAgent, action: &str) -> serde_json::Value {
+    json!({"spec": {"template": {"spec": {"containers": [{
+        "name": action, "image": image("BLOODRAVEN_TOOLS_IMAGE"), "imagePullPolicy": "IfNotPresent",
+        "command": ["/bin/sh", "-c", job_script(&agent.address, action)],
+    }]}}}})
+}
+
+fn update_at(s: &MysqlFailoverGroupStatus, id: &str, phase: &str) -> Result<(), String> {
+    match &s.ordered_update {
+        Some(u) if u.request_id == id && u.phase == phase => Ok(()),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_failing_after_the_switchover_leaves_the_new_topology_stable_and_names_the_site() {
+    let ds = scenario("opfail-after").await;
+    let (cluster, group) = (&ds.sc.cluster, ds.pipeline.group.clone());
+    let jobs = jobs_namespace(cluster, "opfail-after-jobs").await;
+    let mut agent = HostAgent::start(&node_address()).await;
+    let patch = json!({"spec": {"orderedUpdate": {
+        "requestId": "f1", "namespace": jobs.name, "jobTemplate": template(&agent, "update"), "activeDeadlineSeconds": 300,
+    }}});
+    cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let standby = agent.next(T).await;
+    assert_eq!(standby.site, "pdx");
+    standby.reply.send(Ok(())).unwrap();
+    // The switchover happens; then the former primary's update breaks.
+    let former = agent.next(T).await;
+    assert_eq!(former.site, "iad");
+    former.reply.send(Err("the package did not install".into())).unwrap();
+
+    let s = wait_status(cluster, &group, "f1 failed", T, |s| update_at(s, "f1", "Failed")).await;
+    let u = s.ordered_update.clone().unwrap();
+    assert_eq!(u.attention_site.as_deref(), Some("iad"), "the status names the site that needs a person: {u:?}");
+    let message = u.message.clone().unwrap_or_default();
+    assert!(message.contains("iad"), "{message}");
+    let failed_job = u.jobs.iter().find(|j| j.site == "iad").map(|j| j.result.as_str());
+    assert_eq!(failed_job, Some("Failed"), "{:?}", u.jobs);
+    // The new topology stands: pdx decided at generation 2, the group
+    // stable with iad a fenced replica of it.
+    wait_status(cluster, &group, "pdx ready at generation 2", T, |s| is_ready_at(s, "pdx", 2)).await;
+    let pair = &ds.sc.pair;
+    assert_eq!(pair.sql("iad", "SELECT @@read_only").trim(), "1");
+    assert!(pair.replicates("iad"), "iad replicates from pdx: {}", pair.replica_status("iad"));
+    wait_events(cluster, &group, "OrderedUpdateFailed", &[&["ordered update f1", "iad"]]).await;
+
+    // Status lost (edited by hand, or a restore of the object without
+    // it): the request the spec still asks for does not run again, and
+    // status says why instead of staying silent.
+    let wipe = json!({"status": {"orderedUpdate": null}});
+    cluster.groups().patch_status(&group, &PatchParams::default(), &Patch::Merge(&wipe)).await.unwrap();
+    let s = wait_status(cluster, &group, "f1 reported as ignored", T, |s| match &s.ignored_ordered_update {
+        Some(i) if i.request_id == "f1" && i.reason == "RequestIdReused" => Ok(()),
+        other => Err(format!("{other:?}")),
+    })
+    .await;
+    assert!(s.ignored_ordered_update.as_ref().unwrap().message.contains("write a new requestId"), "{s:?}");
+    assert!(s.ordered_update.is_none(), "nothing was taken up: {:?}", s.ordered_update);
+    wait_events(cluster, &group, "RequestIdReused", &[&["spec.orderedUpdate.requestId f1"]]).await;
+    assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("pdx"), Some(2)));
+    let again = tokio::time::timeout(Duration::from_secs(5), agent.requests.recv()).await;
+    assert!(again.is_err(), "a Job asked the agent again: {:?}", again.ok().flatten().map(|r| r.site));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_that_leaves_another_server_at_the_site_is_refused_at_once_and_moves_nothing() {
+    let ds = scenario("opfail-other").await;
+    let (cluster, group, pair) = (&ds.sc.cluster, ds.pipeline.group.clone(), &ds.sc.pair);
+    let jobs = jobs_namespace(cluster, "opfail-other-jobs").await;
+    let mut agent = HostAgent::start(&node_address()).await;
+    let patch = json!({"spec": {"restoreInPlace": {
+        "requestId": "w1", "namespace": jobs.name, "jobTemplate": template(&agent, "restore"),
+    }}});
+    cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let req = agent.next(T).await;
+    assert_eq!(req.site, "pdx");
+    // The Job's tool stands the server alone, as a restore does, but
+    // brings it back as another server (server_id 9: another host's
+    // configuration).
+    tokio::task::block_in_place(|| {
+        pair.sql("pdx", pair.flavor.stand_alone());
+        pair.stop("pdx");
+        pair.restart_with("pdx", true, "--server-id=9");
+    });
+    let asked = std::time::Instant::now();
+    req.reply.send(Ok(())).unwrap();
+
+    let s = wait_status(cluster, &group, "w1 failed", T, |s| match &s.restore_in_place {
+        Some(r) if r.request_id == "w1" && r.phase == "Failed" => Ok(()),
+        other => Err(format!("{other:?}")),
+    })
+    .await;
+    // Well within the 300 s a restored site has to answer.
+    eprintln!("refused {:?} after the Job's work", asked.elapsed());
+    assert!(asked.elapsed() < T, "refused only after {:?}", asked.elapsed());
+    let r = s.restore_in_place.clone().unwrap();
+    let message = r.message.clone().unwrap_or_default();
+    assert!(message.contains("another server") && message.contains("server_id 9"), "{message}");
+    assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("iad"), Some(1)), "nothing decided");
+    assert_eq!(pair.sql("iad", "SELECT @@read_only").trim(), "0", "the primary was never fenced");
+    let phases: Vec<&str> = r.history.iter().map(|h| h.phase.as_str()).collect();
+    assert!(!phases.contains(&"Fencing"), "{phases:?}");
+    wait_events(cluster, &group, "RestoreInPlaceFailed", &[&["restore-in-place w1", "another server"]]).await;
+}
