@@ -40,6 +40,8 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.plannedFailover.phase","description":"Its phase"}"#,
     printcolumn = r#"{"name":"Verify-Schema","type":"string","jsonPath":".status.conditions[?(@.type==\"SchemaVerificationRequired\")].status","description":"True: a migration was revoked after its DDL started; a person must verify the schema"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.unstableReason","priority":1}"#,
+    printcolumn = r#"{"name":"Update","type":"string","jsonPath":".status.orderedUpdate.phase","description":"The ordered update in progress or last finished: its phase","priority":1}"#,
+    printcolumn = r#"{"name":"Restore","type":"string","jsonPath":".status.restoreInPlace.phase","description":"The restore-in-place in progress or last finished: its phase","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new("size(self.sites) > 2 || self.sites.exists(s, s.name == self.initialActiveSite)").message("initialActiveSite must name one of spec.sites").reason(kube::core::Reason::FieldValueInvalid).field_path(".initialActiveSite"))]
