@@ -6,7 +6,11 @@
 //!    and names the site that needs a person. With its status lost, the
 //!    request is not run again, and status says so
 //!    (`status.ignoredOrderedUpdate`, `RequestIdReused`).
-//! 2. A restore whose Job leaves another server at the site's address is
+//! 2. The new primary lost while the former primary's Job runs, after the
+//!    switchover: no failover to a server being updated while its Job
+//!    runs, then an emergency failover back to it once the Job ends, which
+//!    supersedes the update (one decision: the emergency's).
+//! 3. A restore whose Job leaves another server at the site's address is
 //!    refused as that server at once (never "did not answer" after the
 //!    bound): nothing is fenced and the generation does not move.
 //!
@@ -130,4 +134,54 @@ async fn a_restore_that_leaves_another_server_at_the_site_is_refused_at_once_and
     let phases: Vec<&str> = r.history.iter().map(|h| h.phase.as_str()).collect();
     assert!(!phases.contains(&"Fencing"), "{phases:?}");
     wait_events(cluster, &group, "RestoreInPlaceFailed", &[&["restore-in-place w1", "another server"]]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_new_primary_lost_while_the_former_primary_updates_is_failed_over_once_its_job_ends() {
+    let ds = scenario("opfail-lost").await;
+    let (cluster, group) = (&ds.sc.cluster, ds.pipeline.group.clone());
+    // A short detection budget: 1 s × 3.
+    let patch =
+        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
+    cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let jobs = jobs_namespace(cluster, "opfail-lost-jobs").await;
+    let mut agent = HostAgent::start(&node_address()).await;
+    let patch = json!({"spec": {"orderedUpdate": {
+        "requestId": "n1", "namespace": jobs.name, "jobTemplate": template(&agent, "update"), "activeDeadlineSeconds": 300,
+    }}});
+    cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let standby = agent.next(T).await;
+    assert_eq!(standby.site, "pdx");
+    standby.reply.send(Ok(())).unwrap();
+    // After the switchover, the former primary's Job runs (it waits on the
+    // agent) when the new primary dies.
+    let former = agent.next(T).await;
+    assert_eq!(former.site, "iad");
+    let s = cluster.groups().get(&group).await.unwrap().status.unwrap();
+    assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("pdx"), Some(2)), "switched over");
+    tokio::task::block_in_place(|| ds.sc.pair.kill9("pdx"));
+    wait_status(cluster, &group, "automatic failover held by iad's Job", T, |s| {
+        match bloodraven_e2e::fixtures::condition(s, "AutomaticFailoverHeld") {
+            Some(c) if c.status == "True" && c.message.contains("ordered update n1") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let s = cluster.groups().get(&group).await.unwrap().status.unwrap();
+    assert_eq!(s.topology_generation, Some(2), "no promotion of iad while its Job runs");
+    // The Job ends: the hold ends with it, and the lost primary is failed over.
+    former.reply.send(Ok(())).unwrap();
+    wait_status(cluster, &group, "an emergency failover to iad, generation 3", T, |s| {
+        match (s.active_site.as_deref(), s.topology_generation) {
+            (Some("iad"), Some(3)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let s = wait_status(cluster, &group, "n1 superseded", T, |s| update_at(s, "n1", "Failed")).await;
+    let message = s.ordered_update.as_ref().unwrap().message.clone().unwrap_or_default();
+    assert!(message.contains("superseded by an emergency failover"), "{message}");
+    assert_eq!(s.topology_generation, Some(3), "one more decision: the emergency failover's");
+    assert_eq!(ds.sc.pair.sql("iad", "SELECT @@read_only").trim(), "0", "iad is the writable primary");
 }
