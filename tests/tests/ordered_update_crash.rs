@@ -2,7 +2,8 @@
 //! of an update (a failpoint aborts the real binary there, as SIGKILL
 //! would), and the next leader finishes it from the decision record,
 //! status, the Jobs and the sites: each site's Job runs once, and the
-//! generation moves by exactly one per update. The Jobs ask a host agent,
+//! generation moves by exactly one per update (two with a switch-back,
+//! killed in each of its phases too). The Jobs ask a host agent,
 //! which answers at once (the update itself is `ordered_update.rs`'s).
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
@@ -25,20 +26,24 @@ const T: Duration = Duration::from_secs(120);
 const QUICK: LeaderTimings = LeaderTimings { lease_duration: 3, renew_deadline: 2, retry_period: 1 };
 
 /// A point in every phase of an update (and between a Job's creation and
-/// its record, and a switchover's steps).
-const POINTS: [&str; 12] = [
-    "ordered-update-entered-Admitting",
-    "ordered-update-entered-UpdatingStandby",
-    "ordered-update-after-job",
-    "ordered-update-entered-VerifyingStandby",
-    "ordered-update-entered-SwitchoverDraining",
-    "ordered-update-after-fence",
-    "decide-after-record",
-    "ordered-update-after-decide",
-    "ordered-update-entered-SwitchoverPromoting",
-    "ordered-update-entered-SwitchoverRepointing",
-    "ordered-update-entered-UpdatingFormerPrimary",
-    "ordered-update-entered-VerifyingFormerPrimary",
+/// its record, and a switchover's steps), and whether that update switches
+/// back at its end.
+const POINTS: [(&str, bool); 15] = [
+    ("ordered-update-entered-Admitting", false),
+    ("ordered-update-entered-UpdatingStandby", false),
+    ("ordered-update-after-job", false),
+    ("ordered-update-entered-VerifyingStandby", false),
+    ("ordered-update-entered-SwitchoverDraining", false),
+    ("ordered-update-after-fence", false),
+    ("decide-after-record", false),
+    ("ordered-update-after-decide", false),
+    ("ordered-update-entered-SwitchoverPromoting", false),
+    ("ordered-update-entered-SwitchoverRepointing", false),
+    ("ordered-update-entered-UpdatingFormerPrimary", false),
+    ("ordered-update-entered-VerifyingFormerPrimary", false),
+    ("ordered-update-entered-SwitchBackDraining", true),
+    ("ordered-update-entered-SwitchBackPromoting", true),
+    ("ordered-update-entered-SwitchBackRepointing", true),
 ];
 
 fn completed(s: &MysqlFailoverGroupStatus, id: &str, site: &str, generation: i64) -> Result<(), String> {
@@ -73,7 +78,7 @@ async fn a_leader_killed_in_every_phase_of_an_update_is_finished_by_the_next_one
 
     let mut generation = 1;
     let mut primary = "iad";
-    for (i, point) in POINTS.iter().enumerate() {
+    for (i, (point, switch_back)) in POINTS.iter().enumerate() {
         let id = format!("k{i}");
         op.stop().await;
         op = Operator::start_with(
@@ -85,7 +90,7 @@ async fn a_leader_killed_in_every_phase_of_an_update_is_finished_by_the_next_one
             &["--failpoint".into(), (*point).into()],
         )
         .await;
-        let patch = json!({"spec": {"orderedUpdate": {"requestId": id, "activeDeadlineSeconds": 120, "namespace": jobs.name, "jobTemplate": template}}});
+        let patch = json!({"spec": {"orderedUpdate": {"requestId": id, "switchBack": switch_back, "activeDeadlineSeconds": 120, "namespace": jobs.name, "jobTemplate": template}}});
         sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
         let status = op
             .wait_exit(T)
@@ -93,8 +98,12 @@ async fn a_leader_killed_in_every_phase_of_an_update_is_finished_by_the_next_one
             .unwrap_or_else(|| panic!("{point}: the leader did not reach its failpoint:\n{}", op.log_tail()));
         assert!(!status.success(), "{point}: {status:?}");
         op = Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, &format!("next{i}"), QUICK).await;
-        generation += 1;
-        primary = if primary == "iad" { "pdx" } else { "iad" };
+        if *switch_back {
+            generation += 2;
+        } else {
+            generation += 1;
+            primary = if primary == "iad" { "pdx" } else { "iad" };
+        }
         wait_status(
             &sc.cluster,
             &name,
