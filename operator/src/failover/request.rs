@@ -145,8 +145,19 @@ pub(crate) async fn ignore_reused<S: RequestStatus>(
         return Ok(group);
     }
     tracing::warn!(group = %group.name_any(), %request_id, operation = S::OPERATION, "request id reused; not taken up");
+    report_ignored(ctx, &group, S::IGNORED_FIELD, ignored).await
+}
+
+/// Writes `ignored` to the status field `field` and publishes its Warning
+/// Event (`RequestIdReused`): the report every kind of request shares.
+pub(crate) async fn report_ignored(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    field: &str,
+    ignored: IgnoredRequest,
+) -> Result<MysqlFailoverGroup, Error> {
     let mut status = serde_json::Map::new();
-    status.insert(S::IGNORED_FIELD.to_owned(), serde_json::to_value(&ignored).unwrap_or_default());
+    status.insert(field.to_owned(), serde_json::to_value(&ignored).unwrap_or_default());
     let patch = json!({ "status": status });
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
     let params = PatchParams { field_manager: Some(ENGINE_FIELD_MANAGER.into()), ..PatchParams::default() };

@@ -119,15 +119,7 @@ pub(super) async fn ignore_reused(
         return Ok(group);
     }
     tracing::warn!(group = %group.name_any(), request_id = %request.request_id, target = %request.target_site, "planned failover request id reused; not taken up");
-    let patch = json!({ "status": { "ignoredPlannedFailover": &ignored } });
-    let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
-    let params = PatchParams { field_manager: Some(ENGINE_FIELD_MANAGER.into()), ..PatchParams::default() };
-    let written = api
-        .patch_status(&group.name_any(), &params, &Patch::Merge(&patch))
-        .await
-        .map_err(kube_err("report an ignored planned failover request for"))?;
-    publish(ctx, &written, EventType::Warning, reason::REQUEST_ID_REUSED, ignored.message, "TakeUpRequest", None).await;
-    Ok(written)
+    crate::failover::request::report_ignored(ctx, &group, "ignoredPlannedFailover", ignored).await
 }
 
 /// The record's word for an admitted request.
