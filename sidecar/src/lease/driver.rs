@@ -83,6 +83,8 @@ enum Io {
 struct Run<'a> {
     s: &'a Settings,
     origin: Instant,
+    /// The wall clock at `origin`, for the call log's times.
+    wall_origin: std::time::SystemTime,
     hb: Heartbeat,
     migration: Option<LeaseToken>,
     hold: Option<LeaseToken>,
@@ -140,6 +142,43 @@ impl Run<'_> {
 
     fn at(&self, m: Millis) -> Instant {
         self.origin + Duration::from_millis(m)
+    }
+
+    /// `m` (ms since the run began) as microseconds since the Unix epoch.
+    fn unix_us(&self, m: Millis) -> u64 {
+        let at = self.wall_origin + Duration::from_millis(m);
+        at.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+    }
+
+    /// The confirmed deadline of the lease that lapses first (µs since the
+    /// epoch): past it the migration must be gone. `None` before a grant.
+    fn confirmed_until_us(&self) -> Option<u64> {
+        [LeaseKind::Migration, LeaseKind::FailoverHold]
+            .into_iter()
+            .filter_map(|k| self.hb.clock(k))
+            .map(|c| c.confirmed_until)
+            .min()
+            .map(|m| self.unix_us(m))
+    }
+
+    /// One line of the call log (`debug`, target `bloodraven_sidecar::calls`):
+    /// a lease call sent at `sent`, answered now, and the deadline it left
+    /// confirmed. What a fault-injection run records of every client; off
+    /// unless asked for (`RUST_LOG=bloodraven_sidecar::calls=debug`).
+    fn log_call(&self, call: &str, kind: LeaseKind, sent: Millis, answer: &str, generation: Option<i64>) {
+        let confirmed_until_us = self.hb.clock(kind).map(|c| self.unix_us(c.confirmed_until));
+        tracing::debug!(
+            target: "bloodraven_sidecar::calls",
+            call,
+            kind = kind.as_str(),
+            operation_id = %self.s.operation_id,
+            call_us = self.unix_us(sent),
+            ret_us = self.unix_us(self.ms()),
+            answer,
+            generation,
+            confirmed_until_us,
+            "lease call"
+        );
     }
 
     fn token(&self, kind: LeaseKind) -> Option<&LeaseToken> {
@@ -236,6 +275,48 @@ impl Run<'_> {
     }
 }
 
+/// The call log's word for a POST's answer: the error code the deploy API
+/// uses (`held`, `unstable`, `revoked`), `granted`, `refused:<status>`, or
+/// `failed` when there was no usable answer.
+fn post_label(answer: &PostAnswer) -> std::borrow::Cow<'static, str> {
+    match answer {
+        PostAnswer::Granted { .. } => "granted".into(),
+        PostAnswer::Held { .. } => "held".into(),
+        PostAnswer::Unstable { .. } => "unstable".into(),
+        PostAnswer::Revoked { .. } => "revoked".into(),
+        PostAnswer::Refused { status, .. } => format!("refused:{status}").into(),
+        PostAnswer::Failed { .. } => "failed".into(),
+    }
+}
+
+fn post_generation(answer: &PostAnswer) -> Option<i64> {
+    match answer {
+        PostAnswer::Granted { generation, .. } => Some(*generation),
+        _ => None,
+    }
+}
+
+/// As [`post_label`], for a renewal (`expired`, `token_mismatch`, `forbidden`).
+fn renew_label(answer: &RenewAnswer) -> &'static str {
+    match answer {
+        RenewAnswer::Renewed { .. } => "renewed",
+        RenewAnswer::Revoked { .. } => "revoked",
+        RenewAnswer::Expired => "expired",
+        RenewAnswer::TokenMismatch => "token_mismatch",
+        RenewAnswer::Forbidden { .. } => "forbidden",
+        RenewAnswer::Unstable { .. } => "unstable",
+        RenewAnswer::Failed { .. } => "failed",
+    }
+}
+
+fn renew_generation(answer: &RenewAnswer) -> Option<i64> {
+    match answer {
+        RenewAnswer::Renewed { generation } => Some(*generation),
+        RenewAnswer::Revoked { generation, .. } => *generation,
+        _ => None,
+    }
+}
+
 /// What the loop ended with, and the wrapper waiting for its verdict.
 struct Loop {
     ending: Ending,
@@ -252,6 +333,7 @@ pub async fn drive(
     let mut run = Run {
         s,
         origin: Instant::now(),
+        wall_origin: std::time::SystemTime::now(),
         hb: Heartbeat::new(s.timing),
         migration: None,
         hold: None,
@@ -269,7 +351,14 @@ pub async fn drive(
     let Loop { ending, mut reply } = main_loop(&mut run, &mut events, &mut shutdown).await;
     let mut ending = ending;
     if let Ending::Fenced { reason, .. } = &ending {
-        tracing::warn!(fence = reason.code(), reason = %reason, in_ddl = run.boundary.in_ddl(), "fenced: the heartbeat stopped; never reconnecting, never acquiring again in this run");
+        tracing::warn!(
+            fence = reason.code(),
+            reason = %reason,
+            in_ddl = run.boundary.in_ddl(),
+            at_us = run.unix_us(run.ms()),
+            confirmed_until_us = run.confirmed_until_us(),
+            "fenced: the heartbeat stopped; never reconnecting, never acquiring again in this run"
+        );
         let _ = run
             .status
             .send(Status::Fenced { reason: reason.to_string(), grace: Duration::from_millis(s.timing.grace) });
@@ -278,6 +367,7 @@ pub async fn drive(
             // The mutex stays ours until the migration has exited.
             let wait = Duration::from_millis(s.timing.grace) + s.wait_for_exit;
             if let Some((end, tx)) = wait_exit(&mut events, wait).await {
+                tracing::info!(stopped_us = run.unix_us(run.ms()), "the fenced migration has exited");
                 if let Ending::Fenced { process, .. } = &mut ending {
                     *process = Some(end);
                 }
@@ -364,11 +454,16 @@ async fn main_loop(
                     Io::Post { kind, sent, answer, token } => {
                         post_in_flight = false;
                         let step = after_post(kind, &answer, now, &policy, rand::random::<f64>(), last_holder.as_ref());
+                        if let AcquireStep::Granted { generation, ttl_seconds } = step
+                            && token.is_some()
+                        {
+                            run.hb.granted(kind, sent, generation, ttl_seconds);
+                        }
+                        run.log_call("acquire", kind, sent, &post_label(&answer), post_generation(&answer));
                         match step {
                             AcquireStep::Granted { generation, ttl_seconds } => {
                                 let Some(token) = token else { continue };
                                 tracing::info!(kind = kind.as_str(), generation, ttl_seconds, "lease granted");
-                                run.hb.granted(kind, sent, generation, ttl_seconds);
                                 match kind {
                                     LeaseKind::Migration => {
                                         run.migration = Some(token);
@@ -447,6 +542,7 @@ async fn main_loop(
                             run.on_lease = Some(ddl);
                         }
                         let fenced = run.hb.renewed(kind, sent, &answer, now).is_some();
+                        run.log_call("renew", kind, sent, renew_label(&answer), renew_generation(&answer));
                         if !fenced && acquiring.is_none() {
                             run.publish_held();
                         }

@@ -73,7 +73,11 @@ async fn release(run: &mut Run<'_>, kind: LeaseKind) {
     // A few attempts within a request timeout each: an unreleased lease
     // still lapses by its TTL.
     for attempt in 0..3 {
-        match run.s.api.release(kind, &run.s.operation_id, &token).await {
+        let sent = run.ms();
+        let answer = run.s.api.release(kind, &run.s.operation_id, &token).await;
+        let label = answer.as_ref().map_or_else(|_| "failed".to_owned(), |status| format!("status:{status}"));
+        run.log_call("release", kind, sent, &label, None);
+        match answer {
             Ok(status) if released(status) => {
                 tracing::info!(kind = kind.as_str(), status, "lease released");
                 return;
