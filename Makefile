@@ -34,8 +34,10 @@ openapi: ## Regenerate docs/deploy-api.openapi.yaml from the Rust types
 	$(CARGO) xtask openapi
 
 .PHONY: unit
-unit: ## Unit and property tests
+unit: ## Unit and property tests (the e2e crate's too: its own logic, no cluster)
 	$(CARGO) test --locked --workspace --exclude bloodraven-e2e
+	$(CARGO) test --locked -p bloodraven-e2e --lib --bins
+	cd nemesis/checker && go test ./...
 
 .PHONY: deps
 deps: ## Install the Debian packages the tests, benchmarks and playground need (MariaDB, containerd, …) when missing (root)
@@ -44,6 +46,10 @@ deps: ## Install the Debian packages the tests, benchmarks and playground need (
 .PHONY: e2e
 e2e: deps tools ## End-to-end tests: real kube-apiserver + etcd and a real node (kubelet, containerd), real MariaDB sites, the real operator
 	hack/e2e.sh
+
+.PHONY: nemesis
+nemesis: deps tools ## Randomized combined faults on the real stack, judged by the checker (NEMESIS_SEEDS, NEMESIS_SECONDS, E2E_FLAVORS; docs/nemesis.md)
+	hack/nemesis.sh
 
 .PHONY: figures
 figures: deps tools ## Print figures: operator RSS with 1 and 50 groups, probe-to-status latency (release build)

@@ -23,6 +23,7 @@ pub mod fixtures;
 pub mod helm;
 pub mod hostagent;
 pub mod migrate;
+pub mod nemesis;
 pub mod netns;
 pub mod operator;
 pub mod pods;

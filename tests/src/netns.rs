@@ -56,6 +56,16 @@ impl NetNs {
     pub fn heal(&self) {
         ip(&["link", "set", &self.host_if, "up"]);
     }
+
+    /// This side's end of the veth pair.
+    pub fn host_if(&self) -> &str {
+        &self.host_if
+    }
+
+    /// The namespace's end of the veth pair.
+    pub fn peer_if(&self) -> String {
+        format!("bn-{}", self.name.trim_start_matches("bl-"))
+    }
 }
 
 impl Drop for NetNs {

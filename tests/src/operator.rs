@@ -212,6 +212,20 @@ impl Operator {
         timings: LeaderTimings,
         extra: &[String],
     ) -> Operator {
+        Self::start_wrapped(cluster, ns, label, name, timings, extra, &[]).await
+    }
+
+    /// As [`Operator::start_with`], run through the command prefix
+    /// `wrapper` (e.g. one that moves the process into a cgroup first).
+    pub async fn start_wrapped(
+        cluster: &Cluster,
+        ns: &TestNamespace,
+        label: &str,
+        name: &str,
+        timings: LeaderTimings,
+        extra: &[String],
+        wrapper: &[String],
+    ) -> Operator {
         let kubeconfig = operator_kubeconfig(cluster, ns).await;
         let plain_port = free_port();
         let probe_port = free_port();
@@ -225,7 +239,15 @@ impl Operator {
             "{} is missing: build it with `cargo build -p bloodraven-operator` (make test does)",
             bin.display()
         );
-        let child = Command::new(bin)
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let child = command
             .args(["--namespace", &ns.name, "--identity", &identity])
             .args(["--plain-addr", &format!("127.0.0.1:{plain_port}")])
             .args(["--probe-addr", &format!("127.0.0.1:{probe_port}")])

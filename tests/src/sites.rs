@@ -122,6 +122,9 @@ pub struct SitePair {
     pub iad_port: u16,
     /// Port of pdx.
     pub pdx_port: u16,
+    /// Where each site runs, for the scripts (`BLOODRAVEN_SITE_NETNS`,
+    /// `BLOODRAVEN_SITE_ADDR`): a restart must start it where it was.
+    placement: Vec<(&'static str, Vec<(&'static str, String)>)>,
 }
 
 fn script(flavor: Flavor, args: &[&str]) -> Result<String, String> {
@@ -167,6 +170,11 @@ fn pair_dir(flavor: Flavor, test: &str) -> PathBuf {
     dir
 }
 
+/// The scripts' environment of a site in network namespace `ns`.
+fn in_netns(ns: &crate::netns::NetNs) -> Vec<(&'static str, String)> {
+    vec![("BLOODRAVEN_SITE_NETNS", ns.name.clone()), ("BLOODRAVEN_SITE_ADDR", ns.ns_ip.clone())]
+}
+
 impl SitePair {
     /// Starts a replicating pair in its own folder, of the run's flavor.
     pub fn start(test: &str) -> SitePair {
@@ -178,8 +186,15 @@ impl SitePair {
     pub fn start_as(test: &str, flavor: Flavor) -> SitePair {
         let dir = pair_dir(flavor, test);
         let (iad_port, pdx_port) = (free_port(), free_port());
-        let pair =
-            SitePair { dir, flavor, iad_host: "127.0.0.1".into(), pdx_host: "127.0.0.1".into(), iad_port, pdx_port };
+        let pair = SitePair {
+            dir,
+            flavor,
+            iad_host: "127.0.0.1".into(),
+            pdx_host: "127.0.0.1".into(),
+            iad_port,
+            pdx_port,
+            placement: Vec::new(),
+        };
         pair.run(&["pair", pair.dir_str(), &iad_port.to_string(), &pdx_port.to_string()]).unwrap();
         pair
     }
@@ -192,8 +207,15 @@ impl SitePair {
         let flavor = Flavor::of_run();
         let dir = pair_dir(flavor, test);
         let (iad_port, pdx_port) = (free_port(), free_port());
-        let pair =
-            SitePair { dir, flavor, iad_host: ns.ns_ip.clone(), pdx_host: "127.0.0.1".into(), iad_port, pdx_port };
+        let pair = SitePair {
+            dir,
+            flavor,
+            iad_host: ns.ns_ip.clone(),
+            pdx_host: "127.0.0.1".into(),
+            iad_port,
+            pdx_port,
+            placement: vec![("iad", in_netns(ns))],
+        };
         let d = pair.dir_str();
         pair.run_env(
             &["start", d, "iad", &iad_port.to_string(), "1"],
@@ -210,6 +232,33 @@ impl SitePair {
         pair
     }
 
+    /// A pair of `flavor` whose sites each run in a network namespace of
+    /// their own (`iad` in `iad_ns`, `pdx` in `pdx_ns`), so that either
+    /// link can be cut or slowed; pdx replicates from iad through this
+    /// namespace (which must forward between the two links).
+    pub fn start_in_two_netns(
+        test: &str,
+        flavor: Flavor,
+        iad_ns: &crate::netns::NetNs,
+        pdx_ns: &crate::netns::NetNs,
+    ) -> SitePair {
+        let dir = pair_dir(flavor, test);
+        let (iad_port, pdx_port) = (free_port(), free_port());
+        let pair = SitePair {
+            dir,
+            flavor,
+            iad_host: iad_ns.ns_ip.clone(),
+            pdx_host: pdx_ns.ns_ip.clone(),
+            iad_port,
+            pdx_port,
+            placement: vec![("iad", in_netns(iad_ns)), ("pdx", in_netns(pdx_ns))],
+        };
+        pair.restart("iad", false);
+        pair.restart("pdx", true);
+        pair.replicate("pdx", iad_port);
+        pair
+    }
+
     /// A pair whose two sites listen on `addr` (the node's bridge address,
     /// `BLOODRAVEN_NODE_ADDRESS`), so that Pods reach them, as they reach
     /// external MySQL servers in production.
@@ -217,7 +266,16 @@ impl SitePair {
         let flavor = Flavor::of_run();
         let dir = pair_dir(flavor, test);
         let (iad_port, pdx_port) = (free_port(), free_port());
-        let pair = SitePair { dir, flavor, iad_host: addr.into(), pdx_host: addr.into(), iad_port, pdx_port };
+        let on = vec![("BLOODRAVEN_SITE_ADDR", addr.to_owned())];
+        let pair = SitePair {
+            dir,
+            flavor,
+            iad_host: addr.into(),
+            pdx_host: addr.into(),
+            iad_port,
+            pdx_port,
+            placement: vec![("iad", on.clone()), ("pdx", on)],
+        };
         let d = pair.dir_str();
         let on = [("BLOODRAVEN_SITE_ADDR", addr)];
         pair.run_env(&["start", d, "iad", &iad_port.to_string(), "1"], &on).unwrap();
@@ -238,8 +296,15 @@ impl SitePair {
         let flavor = Flavor::of_run();
         let dir = pair_dir(flavor, test);
         let (iad_port, pdx_port) = (free_port(), free_port());
-        let pair =
-            SitePair { dir, flavor, iad_host: "127.0.0.1".into(), pdx_host: "127.0.0.1".into(), iad_port, pdx_port };
+        let pair = SitePair {
+            dir,
+            flavor,
+            iad_host: "127.0.0.1".into(),
+            pdx_host: "127.0.0.1".into(),
+            iad_port,
+            pdx_port,
+            placement: Vec::new(),
+        };
         let d = pair.dir_str();
         pair.run(&["start", d, "iad", &iad_port.to_string(), &ids.0.to_string()]).unwrap();
         pair.run(&["sql", d, "iad", "SET GLOBAL read_only=0"]).unwrap();
@@ -376,10 +441,19 @@ impl SitePair {
     /// says whether it comes back read-only (a server forgets a runtime
     /// `SET GLOBAL read_only` across a restart).
     pub fn restart(&self, site: &str, read_only: bool) {
-        let (port, id) = if site == "iad" { (self.iad_port, "1") } else { (self.pdx_port, "2") };
-        let ro = if read_only { "1" } else { "0" };
-        self.run_env(&["start", self.dir_str(), site, &port.to_string(), id], &[("BLOODRAVEN_SITE_READ_ONLY", ro)])
-            .unwrap();
+        self.restart_with(site, read_only, "");
+    }
+
+    /// The scripts' environment that puts `site` where it runs, with `more`.
+    fn placed<'a>(&'a self, site: &str, more: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+        let mut env: Vec<(&str, &str)> = self
+            .placement
+            .iter()
+            .filter(|(s, _)| *s == site)
+            .flat_map(|(_, vars)| vars.iter().map(|(k, v)| (*k, v.as_str())))
+            .collect();
+        env.extend_from_slice(more);
+        env
     }
 
     /// Starts `site`'s server again (stopped before) with more server
@@ -387,11 +461,8 @@ impl SitePair {
     pub fn restart_with(&self, site: &str, read_only: bool, args: &str) {
         let (port, id) = if site == "iad" { (self.iad_port, "1") } else { (self.pdx_port, "2") };
         let ro = if read_only { "1" } else { "0" };
-        self.run_env(
-            &["start", self.dir_str(), site, &port.to_string(), id],
-            &[("BLOODRAVEN_SITE_READ_ONLY", ro), ("BLOODRAVEN_SITE_ARGS", args)],
-        )
-        .unwrap();
+        let env = self.placed(site, &[("BLOODRAVEN_SITE_READ_ONLY", ro), ("BLOODRAVEN_SITE_ARGS", args)]);
+        self.run_env(&["start", self.dir_str(), site, &port.to_string(), id], &env).unwrap();
     }
 
     /// A logical backup of `databases` on `site` into `file`, as a user
@@ -405,7 +476,14 @@ impl SitePair {
     /// Makes `replica` replicate from the site on `primary_port` (GTID
     /// auto-positioning), and waits until both threads run.
     pub fn replicate(&self, replica: &str, primary_port: u16) {
-        self.run(&["replicate", self.dir_str(), replica, &primary_port.to_string()]).unwrap();
+        // The primary's address: the other site's, when that is its port.
+        let host = match (replica, primary_port) {
+            ("pdx", p) if p == self.iad_port => self.iad_host.as_str(),
+            ("iad", p) if p == self.pdx_port => self.pdx_host.as_str(),
+            _ => "127.0.0.1",
+        };
+        let env = self.placed(replica, &[("BLOODRAVEN_PRIMARY_HOST", host)]);
+        self.run_env(&["replicate", self.dir_str(), replica, &primary_port.to_string()], &env).unwrap();
     }
 
     /// Re-clones `old` from `primary` as docs/failover.md tells a person:
