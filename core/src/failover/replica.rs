@@ -85,6 +85,27 @@ pub fn errant(
     }
 }
 
+/// The part of a MySQL replica's extra GTIDs that the active site itself
+/// wrote (`primary_uuid`, its `server_uuid`) and may still be committing.
+/// MySQL sends a transaction to its replicas once its binlog is synced and
+/// adds it to `gtid_executed` only in the commit stage after that, so a
+/// replica can show a busy primary's newest GTIDs before the primary does.
+/// Those are waited for on the active site (`WAIT_FOR_EXECUTED_GTID_SET`,
+/// bounded) before they are judged; GTIDs of any other server are not on
+/// their way and are not waited for. `None` on MariaDB, whose
+/// `gtid_binlog_state` holds a transaction before any replica can, and when
+/// nothing of the active site's own is extra.
+pub fn in_flight(flavor: Flavor, replica_state: &str, primary_state: &str, primary_uuid: &str) -> Option<String> {
+    if flavor != Flavor::MySql || primary_uuid.is_empty() {
+        return None;
+    }
+    let replica = MySqlGtidSet::parse(replica_state).ok()?;
+    let primary = MySqlGtidSet::parse(primary_state).ok()?;
+    let mut extra = replica.minus(&primary);
+    extra.0.retain(|uuid, _| uuid.eq_ignore_ascii_case(primary_uuid));
+    (!extra.is_empty()).then(|| extra.to_string())
+}
+
 /// Whether a replica has everything of `primary` (the active site's
 /// position), counting what it applied (`applied`: `gtid_current_pos` /
 /// `gtid_executed`) and what it received but has not applied yet
@@ -160,6 +181,25 @@ mod tests {
 
     const U: &str = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
     const V: &str = "4e11fa47-71ca-11e1-9e33-c80aa9429562";
+
+    #[test]
+    fn only_the_active_sites_own_extra_gtids_are_waited_for() {
+        // The replica applied U:41-44 before the primary's commit stage
+        // added them to its gtid_executed; V:1-3 are the replica's own.
+        let replica = format!("{U}:1-44,\n{V}:1-3");
+        assert_eq!(
+            in_flight(Flavor::MySql, &replica, &format!("{U}:1-40"), U).as_deref(),
+            Some(format!("{U}:41-44").as_str())
+        );
+        // Nothing of the primary's own is extra: nothing to wait for.
+        assert_eq!(in_flight(Flavor::MySql, &replica, &format!("{U}:1-44"), U), None);
+        // A uuid in another case is the same server.
+        assert!(in_flight(Flavor::MySql, &replica, &format!("{U}:1-40"), &U.to_uppercase()).is_some());
+        // MariaDB never waits; neither does an unknown uuid or a garbled set.
+        assert_eq!(in_flight(Flavor::MariaDb, "0-1-5", "0-1-4", U), None);
+        assert_eq!(in_flight(Flavor::MySql, &replica, &format!("{U}:1-40"), ""), None);
+        assert_eq!(in_flight(Flavor::MySql, "garbage", &format!("{U}:1-40"), U), None);
+    }
 
     #[test]
     fn a_write_on_a_mariadb_replica_is_named_as_a_range() {

@@ -188,15 +188,25 @@ pub(crate) async fn positions(
 
 /// Reads a site's binlogged GTIDs as errant transactions are judged by
 /// ([`crate::mysql::SiteObservation::gtid_binlog_state`]): MariaDB
-/// `gtid_binlog_state`, MySQL `gtid_executed`.
+/// `gtid_binlog_state`, MySQL `gtid_executed`. `awaited` (MySQL: GTIDs of
+/// the site's own that a replica already shows, see
+/// [`bloodraven_core::failover::replica::in_flight`]) is waited for first,
+/// for at most [`IN_FLIGHT_WAIT_SECONDS`]; what is still missing then is
+/// read as missing.
 pub(crate) async fn binlog_state(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
+    awaited: Option<&str>,
     timeout: Duration,
 ) -> Result<String, ProbeError> {
     let run = async {
         let mut conn = connect(target, creds).await?;
+        if let Some(set) = awaited.filter(|_| flavor == Flavor::MySql) {
+            // 0 reached, 1 timed out: either way the set is read next.
+            let _: Option<Option<i64>> =
+                conn.exec_first(statements::wait_for_position(flavor).0, (set, IN_FLIGHT_WAIT_SECONDS)).await?;
+        }
         let sql = match flavor {
             Flavor::MariaDb => "SELECT @@gtid_binlog_state",
             Flavor::MySql => "SELECT @@gtid_executed",
@@ -207,6 +217,11 @@ pub(crate) async fn binlog_state(
     };
     tokio::time::timeout(timeout, run).await.unwrap_or(Err(ProbeError::Timeout(timeout)))
 }
+
+/// How long a primary's commit stage is waited for before a replica's
+/// newer GTIDs of the primary's own are judged errant: a group commit's
+/// fsync, with room for a loaded disk.
+pub(crate) const IN_FLIGHT_WAIT_SECONDS: u64 = 1;
 
 /// Waits, at most `bound`, for a replica to apply everything up to
 /// `position` (`MASTER_GTID_WAIT` / `WAIT_FOR_EXECUTED_GTID_SET`).

@@ -7,7 +7,10 @@
 //!   site shows some of the site's GTIDs missing, the active site's are read
 //!   again, after the site's: its set only grows, so what it lacks then is
 //!   errant and not on its way (a busy primary probed a moment before its
-//!   replica is not a false alarm). The verdict goes to
+//!   replica is not a false alarm). On MySQL the primary's own GTIDs a
+//!   replica shows are first waited for there, at most a second: MySQL
+//!   sends a transaction to replicas before its commit stage adds it to
+//!   `gtid_executed`. The verdict goes to
 //!   `status.health[].errantGtids` and `SiteDiverged`, and is kept while the
 //!   comparison cannot be made: it is what emergency failover and admission
 //!   read, whichever process leads. Nothing is done to such a site.
@@ -125,8 +128,17 @@ pub(crate) async fn check(
                 checked.errant.insert(site.clone(), None);
             }
             Ok(Some(_)) => {
-                if later_read.is_none() {
-                    later_read = Some(read_again(ctx, group, active, flavor).await);
+                // MySQL: the primary's own newest GTIDs can reach a replica
+                // before the primary's gtid_executed shows them; those are
+                // waited for (bounded) before the read.
+                let awaited = replica::in_flight(
+                    flavor,
+                    &obs.gtid_binlog_state,
+                    &primary.gtid_binlog_state,
+                    &primary.server_uuid,
+                );
+                if later_read.is_none() || awaited.is_some() {
+                    later_read = Some(read_again(ctx, group, active, flavor, awaited.as_deref()).await);
                 }
                 match later_read.as_ref().and_then(Option::as_deref).map(judge) {
                     Some(Ok(verdict)) => {
@@ -189,12 +201,14 @@ async fn read_again(
     group: &MysqlFailoverGroup,
     active: &str,
     flavor: crate::mysql::Flavor,
+    awaited: Option<&str>,
 ) -> Option<String> {
     let site = group.site(active)?;
-    let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
+    let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)))
+        + awaited.map_or(Duration::ZERO, |_| Duration::from_secs(actions::IN_FLIGHT_WAIT_SECONDS));
     let creds = sites::read_credentials(site, ctx).await.ok()?;
     let at = ProbeTarget { host: site.host.clone(), port: site.port };
-    match actions::binlog_state(&at, &creds, flavor, timeout).await {
+    match actions::binlog_state(&at, &creds, flavor, awaited, timeout).await {
         Ok(state) => Some(state),
         Err(e) => {
             tracing::warn!(group = %group.name_any(), site = active, error = %crate::mysql::classify(&e).1, "cannot read the active site's GTIDs again");
