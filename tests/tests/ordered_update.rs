@@ -313,3 +313,46 @@ async fn a_primary_lost_while_the_standby_updates_is_failed_over_once_the_job_en
     assert!(message.contains("superseded by an emergency failover"), "{message}");
     assert_eq!(s.topology_generation, Some(2), "one decision: the emergency failover's");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_status_written_by_hand_while_the_standby_updates_does_not_lift_its_hold() {
+    let ds = scenario("update-forged").await;
+    let (cluster, group) = (&ds.sc.cluster, ds.pipeline.group.clone());
+    let patch =
+        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
+    cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let jobs = jobs_namespace(cluster, "update-forged-jobs").await;
+    let mut agent = HostAgent::start(&node_address()).await;
+    request(&ds, &jobs.name, &agent.address, "f1", false).await;
+    let req = agent.next(T).await;
+    assert_eq!(req.site, "pdx");
+    // Status says the update is over while pdx's Job still runs (no webhook
+    // guards status here, as on a cluster installed without one). Then the
+    // primary dies: pdx, possibly half-updated, must not be promoted.
+    let forged = json!({"status": {"orderedUpdate": {"phase": "Completed"}}});
+    cluster.groups().patch_status(&group, &PatchParams::default(), &Patch::Merge(&forged)).await.unwrap();
+    tokio::task::block_in_place(|| ds.sc.pair.kill9("iad"));
+    let s = wait_status(cluster, &group, "automatic failover held by the recorded Job", T, |s| {
+        match bloodraven_e2e::fixtures::condition(s, "AutomaticFailoverHeld") {
+            Some(c) if c.status == "True" && c.message.contains("decision record") && c.message.contains("pdx") => {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("iad"), Some(1)));
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let s = cluster.groups().get(&group).await.unwrap().status.unwrap();
+    assert_eq!(s.topology_generation, Some(1), "pdx promoted while its Job runs: {:?}", s.conditions);
+    // The Job ends: the hold ends with it, whatever status says.
+    req.reply.send(Ok(())).unwrap();
+    wait_status(cluster, &group, "an emergency failover to pdx, generation 2", T, |s| {
+        if (s.active_site.as_deref(), s.topology_generation) == (Some("pdx"), Some(2)) {
+            Ok(())
+        } else {
+            Err(format!("{:?} {:?}", s.active_site, s.topology_generation))
+        }
+    })
+    .await;
+}

@@ -169,12 +169,9 @@ async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_prim
 
     clients_read_the_backup(&ds.sc.cluster, &ds.sc.ns.name, pair).await;
 
-    // The old primary: fenced, out of replication, and not repointed.
-    assert_eq!(pair.sql("iad", "SELECT @@read_only").trim(), "1");
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(!pair.replicates("iad"), "the old primary was put back into replication: {}", pair.replica_status("iad"));
-    let s = cluster.groups().get(&group).await.unwrap().status.unwrap();
-    at_phase(&s, "r1", "AwaitingReclone").unwrap();
+    // The old primary: fenced, out of replication, and not repointed,
+    // whatever is written into status.
+    status_written_by_hand_is_put_back(cluster, &group, pair).await;
 
     // A mark for another generation releases nothing, nor does the right
     // one before the old primary shows the re-clone.
@@ -205,4 +202,64 @@ async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_prim
         "the mark is removed once taken"
     );
     wait_events(cluster, &group, "RestoreInPlaceCompleted", &[&["restore-in-place r1"]]).await;
+    // The record holds nothing more once the re-clone is taken.
+    assert_record_holds_nothing(cluster, &ds.sc.ns.name, &group).await;
+}
+
+/// The old primary awaiting its re-clone stays fenced and out of
+/// replication; status written by hand (no webhook guards it here, as on a cluster
+/// installed without one, or restored from a backup): a final phase, then
+/// no request at all. The decision record still awaits the re-clone:
+/// status is put back, and the old primary stays out of replication.
+async fn status_written_by_hand_is_put_back(
+    cluster: &bloodraven_e2e::Cluster,
+    group: &str,
+    pair: &bloodraven_e2e::SitePair,
+) {
+    assert_eq!(pair.sql("iad", "SELECT @@read_only").trim(), "1");
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(!pair.replicates("iad"), "the old primary was put back into replication: {}", pair.replica_status("iad"));
+    let s = cluster.groups().get(group).await.unwrap().status.unwrap();
+    at_phase(&s, "r1", "AwaitingReclone").unwrap();
+    for (forged, shown) in [
+        (json!({"status": {"restoreInPlace": {"phase": "Completed"}}}), "phase Completed"),
+        (json!({"status": {"restoreInPlace": null}}), "no restore-in-place"),
+    ] {
+        cluster.groups().patch_status(group, &PatchParams::default(), &Patch::Merge(&forged)).await.unwrap();
+        let s = wait_status(cluster, group, "r1 awaiting the re-clone again", T, |s| {
+            at_phase(s, "r1", "AwaitingReclone")?;
+            match condition(s, "RecloneRequired") {
+                Some(c) if c.status == "True" => Ok(()),
+                other => Err(format!("RecloneRequired: {other:?}")),
+            }
+        })
+        .await;
+        let restored = s.restore_in_place.unwrap();
+        assert_eq!(
+            (restored.site.as_deref(), restored.source_site.as_deref(), restored.reclone_site.as_deref()),
+            (Some("pdx"), Some("iad"), Some("iad"))
+        );
+        wait_events(cluster, group, "StatusRestored", &[&[shown, "re-clone of iad"]]).await;
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!pair.replicates("iad"), "repointed after {shown}: {}", pair.replica_status("iad"));
+        assert_eq!(pair.sql("iad", "SELECT @@read_only").trim(), "1");
+    }
+}
+
+/// The decision record of `group` (in the operator's namespace) is at
+/// generation 2 and holds no site.
+async fn assert_record_holds_nothing(cluster: &bloodraven_e2e::Cluster, namespace: &str, group: &str) {
+    let records: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(cluster.client.clone(), namespace);
+    let lp = kube::api::ListParams::default().labels("bloodraven.shipstream.io/record=topology");
+    let record = records
+        .list(&lp)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|c| c.data.as_ref().and_then(|d| d.get("group")).map(String::as_str) == Some(group));
+    let data = record.and_then(|r| r.data).unwrap_or_default();
+    assert_eq!(data.get("topologyGeneration").map(String::as_str), Some("2"), "{data:?}");
+    assert!(!data.contains_key("siteHold"), "{data:?}");
 }

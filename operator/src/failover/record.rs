@@ -86,6 +86,17 @@ fn digest(key: &[u8], data: &BTreeMap<String, String>) -> Option<String> {
         mac.update(data.get(field).map_or("", String::as_str).as_bytes());
         mac.update(b"\n");
     }
+    // Keys added after the first release count only when present, so a
+    // record written before they existed still verifies; once written, a
+    // removed one fails the digest like any other edit.
+    for field in OPTIONAL_KEYS {
+        if let Some(value) = data.get(field).filter(|v| !v.is_empty()) {
+            mac.update(field.as_bytes());
+            mac.update(b"=");
+            mac.update(value.as_bytes());
+            mac.update(b"\n");
+        }
+    }
     Some(format!("{:x}", mac.finalize().into_bytes()))
 }
 
@@ -124,9 +135,85 @@ pub(crate) struct Record {
     /// A step after the decision still to do: `promote` (an emergency
     /// failover decided, the new active site not yet made writable).
     pub pending: Option<String>,
+    /// What a site operation holds of the sites beyond its status (see
+    /// [`SiteHold`]).
+    pub site_hold: Option<SiteHold>,
     /// Set when the record was edited by hand: which managers own which of
     /// its decision fields. Such a record is never trusted.
     pub tampered: Option<String>,
+}
+
+/// What an ordered update or a restore-in-place holds of a site, kept in
+/// the record because status is the users' to read and can be edited,
+/// wiped or restored from a backup: a hold derived from status alone was
+/// lifted by a hand-written `phase: Completed`, and a stale old primary was
+/// repointed and later promoted. The engine writes it before the step it
+/// guards and clears it when the step is over; the safety paths read it
+/// whatever status shows (key `siteHold`: `job SITE UNTIL NAMESPACE
+/// REQUEST` or `reclone SITE GENERATION REQUEST`, REQUEST as in
+/// `requests`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SiteHold {
+    /// A site's Job (in `namespace`) may run: the site is not promoted
+    /// before `until` (Unix seconds: the Job's deadline and a grace) unless
+    /// the Job has ended or the hold is cleared first.
+    Job { site: String, until: i64, namespace: String, request: String },
+    /// A restore-in-place decided `generation`: `site`, the old primary,
+    /// holds data that predates the restored primary; it is never promoted
+    /// nor repointed until a person re-clones it and marks it done.
+    Reclone { site: String, generation: i64, request: String },
+}
+
+impl SiteHold {
+    fn parse(text: &str) -> Option<SiteHold> {
+        let mut words = text.splitn(3, ' ');
+        let (kind, site, rest) = (words.next()?, words.next()?.to_owned(), words.next()?);
+        let (number, rest) = rest.split_once(' ')?;
+        let number: i64 = number.parse().ok()?;
+        match kind {
+            "job" => {
+                let (namespace, request) = rest.split_once(' ')?;
+                let (namespace, request) = (namespace.to_owned(), request.to_owned());
+                Some(SiteHold::Job { site, until: number, namespace, request })
+            }
+            "reclone" => Some(SiteHold::Reclone { site, generation: number, request: rest.to_owned() }),
+            _ => None,
+        }
+    }
+
+    /// The request (as recorded in `requests`) the hold belongs to.
+    pub(crate) fn request(&self) -> &str {
+        match self {
+            SiteHold::Job { request, .. } | SiteHold::Reclone { request, .. } => request,
+        }
+    }
+
+    /// Why automatic failover waits for it at `now` (Unix seconds), on a
+    /// group decided at `active` with `sites`; `None` once it holds nothing.
+    pub(crate) fn holds(&self, active: &str, sites: &[&str], now: i64) -> Option<String> {
+        match self {
+            SiteHold::Job { site, until, request, .. } if site != active && now < *until => Some(format!(
+                "{request}: its Job on {site} may run (decision record); {site} is not promoted until the Job ends, at the latest {}",
+                k8s_openapi::jiff::Timestamp::from_second(*until).map_or_else(|_| until.to_string(), |t| t.to_string())
+            )),
+            SiteHold::Reclone { site, generation, request } if site != active && sites.contains(&site.as_str()) => {
+                Some(format!(
+                    "{request}: {site}'s data predates the primary restored at topologyGeneration {generation} (decision record); it is never promoted until a person re-clones it and marks it done ({})",
+                    bloodraven_api::names::RECLONE_DONE_ANNOTATION
+                ))
+            }
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for SiteHold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SiteHold::Job { site, until, namespace, request } => write!(f, "job {site} {until} {namespace} {request}"),
+            SiteHold::Reclone { site, generation, request } => write!(f, "reclone {site} {generation} {request}"),
+        }
+    }
 }
 
 /// How many planned-failover request ids a record remembers.
@@ -135,6 +222,8 @@ pub(crate) const MAX_REQUESTS: usize = 64;
 pub(crate) const RECORD_FIELD_MANAGER: &str = bloodraven_api::names::DECIDER_FIELD_MANAGER;
 const DECISION_KEYS: [&str; 8] =
     ["group", "groupUID", "activeSite", "topologyGeneration", "promotionPosition", "requests", "pending", "admitted"];
+/// Decision fields added since: in the digest only when present.
+const OPTIONAL_KEYS: [&str; 1] = ["siteHold"];
 
 /// The decision fields of a record that a manager other than the operator's
 /// owns, as `manager: field, ...` (`None`: all are the operator's).
@@ -148,7 +237,7 @@ fn foreign_owners(cm: &ConfigMap) -> Option<String> {
         let Some(data) = entry.fields_v1.as_ref().and_then(|f| f.0.get("f:data")).and_then(|d| d.as_object()) else {
             continue;
         };
-        for key in DECISION_KEYS {
+        for key in DECISION_KEYS.iter().chain(&OPTIONAL_KEYS) {
             if data.contains_key(&format!("f:{key}")) {
                 found.push(format!("{}: data.{key}", bloodraven_serving::log::escape(manager, 64)));
             }
@@ -189,6 +278,7 @@ fn decode(key: &[u8], cm: &ConfigMap) -> Record {
             .unwrap_or_default(),
         pending: data.get("pending").filter(|p| !p.is_empty()).cloned(),
         admitted: data.get("admitted").filter(|p| !p.is_empty()).cloned(),
+        site_hold: data.get("siteHold").and_then(|h| SiteHold::parse(h)),
         tampered,
     }
 }
@@ -367,6 +457,9 @@ impl Records {
             ("pending".to_owned(), extra.pending.clone().unwrap_or_default()),
             ("admitted".to_owned(), extra.admitted.clone().unwrap_or_default()),
         ]);
+        if let Some(hold) = &extra.site_hold {
+            data.insert("siteHold".to_owned(), hold.to_string());
+        }
         if let Some(d) = digest(&self.key, &data) {
             data.insert("digest".to_owned(), d);
         }
@@ -426,6 +519,8 @@ pub(crate) struct Extra {
     pub pending: Option<String>,
     /// See [`Record::admitted`].
     pub admitted: Option<String>,
+    /// See [`Record::site_hold`].
+    pub site_hold: Option<SiteHold>,
 }
 
 impl Record {
@@ -436,6 +531,7 @@ impl Record {
             requests: self.requests.clone(),
             pending: self.pending.clone(),
             admitted: self.admitted.clone(),
+            site_hold: self.site_hold.clone(),
         }
     }
 }
@@ -505,6 +601,67 @@ mod tests {
             data: Some(data),
             ..ConfigMap::default()
         }
+    }
+
+    #[test]
+    fn a_site_hold_is_in_the_digest_once_written_and_older_records_still_verify() {
+        // Stored before the key existed: verifies, holds nothing.
+        let older = decode(KEY, &stored("10", "", |_| {}));
+        assert_eq!((older.tampered.as_deref(), older.site_hold.as_ref()), (None, None));
+        let hold = SiteHold::Reclone { site: "iad".into(), generation: 3, request: "restore-in-place/r1".into() };
+        let with_hold = |edit: fn(&mut BTreeMap<String, String>)| {
+            stored("10", "", |d| {
+                d.insert("siteHold".to_owned(), "reclone iad 3 restore-in-place/r1".to_owned());
+                let digest = digest(KEY, d).unwrap();
+                d.insert("digest".to_owned(), digest);
+                edit(d);
+            })
+        };
+        let written = decode(KEY, &with_hold(|_| {}));
+        assert_eq!((written.tampered.as_deref(), written.site_hold.as_ref()), (None, Some(&hold)));
+        // Removed or changed by hand: the digest no longer verifies.
+        for edit in [
+            |d: &mut BTreeMap<String, String>| {
+                d.remove("siteHold");
+            },
+            |d: &mut BTreeMap<String, String>| {
+                d.insert("siteHold".to_owned(), String::new());
+            },
+            |d: &mut BTreeMap<String, String>| {
+                d.insert("siteHold".to_owned(), "reclone iad 2 restore-in-place/r1".to_owned());
+            },
+        ] {
+            assert!(decode(KEY, &with_hold(edit)).tampered.is_some());
+        }
+        // The text round-trips; anything else is no hold.
+        let job = SiteHold::Job {
+            site: "pdx".into(),
+            until: 1_700_000_000,
+            namespace: "jobs".into(),
+            request: "ordered-update/u 1".into(),
+        };
+        assert_eq!(SiteHold::parse(&job.to_string()), Some(job));
+        for bad in ["", "job pdx", "job pdx 1 jobs", "job pdx soon jobs r", "hold pdx 1 r", "reclone iad x r"] {
+            assert_eq!(SiteHold::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_site_hold_holds_its_site_until_it_ends() {
+        let job = SiteHold::Job {
+            site: "pdx".into(),
+            until: 100,
+            namespace: "jobs".into(),
+            request: "ordered-update/u".into(),
+        };
+        let sites = ["iad", "pdx"];
+        assert!(job.holds("iad", &sites, 99).is_some());
+        assert!(job.holds("iad", &sites, 100).is_none(), "past the Job's deadline and grace");
+        assert!(job.holds("pdx", &sites, 50).is_none(), "the decided primary is never held");
+        let reclone = SiteHold::Reclone { site: "iad".into(), generation: 3, request: "restore-in-place/r".into() };
+        assert!(reclone.holds("pdx", &sites, i64::MAX).is_some(), "no deadline: a person ends it");
+        assert!(reclone.holds("iad", &sites, 0).is_none());
+        assert!(reclone.holds("pdx", &["pdx", "sfo"], 0).is_none(), "the site left spec.sites");
     }
 
     #[test]

@@ -302,6 +302,18 @@ pub(crate) async fn observe(
     }
 }
 
+/// Whether the Job `of` names has ended (complete or failed) by its own
+/// record: a Job not made yet, deleted (its Pod may run on, orphaned) or
+/// replaced by another of the same name has not.
+pub(crate) async fn ended(client: &kube::Client, namespace: &str, name: &str, of: &JobOf<'_>) -> Result<bool, Error> {
+    if namespace.is_empty() {
+        return Ok(false);
+    }
+    let api: Api<Job> = Api::namespaced(client.clone(), namespace);
+    let job = api.get_opt(name).await.map_err(kube_err("read the site's Job"))?;
+    Ok(job.is_some_and(|job| ours(&job, of) && matches!(state_of(&job), JobState::Complete | JobState::Failed(_))))
+}
+
 /// Why a request may not run its Jobs in `namespace`, if so: the
 /// operator's own namespace (a Job there could run as the operator), or
 /// one a cluster admin did not allow. Checked when the request is taken up

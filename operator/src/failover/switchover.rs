@@ -15,6 +15,7 @@ use crate::controller::failover_group::deploy_leases;
 use crate::controller::failover_group::publish;
 use crate::controller::failover_group::sites;
 use crate::failover::decision;
+use crate::failover::record;
 use crate::failover::round::RoundRecord;
 use crate::mysql::Flavor;
 use crate::mysql::ProbeTarget;
@@ -48,6 +49,9 @@ pub(crate) struct Step {
     pub(crate) policy: bloodraven_api::v1alpha1::FailoverPolicy,
     pub(crate) fence_bound: Duration,
     pub(crate) action_bound: Duration,
+    /// A restore-in-place's recorded request: its decision also records
+    /// that the source awaits a re-clone ([`record::SiteHold::Reclone`]).
+    pub(crate) reclone: Option<String>,
 }
 
 /// What one drive learned that the sites do not show.
@@ -307,6 +311,10 @@ pub(crate) async fn decide(
     }
     let mut extra = rec.extra();
     extra.promotion_position = local.promotion_position.clone().or(step.tgt.as_ref().map(|o| o.gtid_position.clone()));
+    if let Some(request) = &step.reclone {
+        let (site, generation) = (step.source.clone(), rec.generation + 1);
+        extra.site_hold = Some(record::SiteHold::Reclone { site, generation, request: request.clone() });
+    }
     let decided = decision::decide(ctx, round, group, site, &extra, None).await?;
     ctx.failpoint.hit(&format!("{}-after-decide", step.failpoints));
     let generation = rec.generation + 1;

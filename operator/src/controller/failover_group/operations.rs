@@ -8,7 +8,9 @@ use kube::ResourceExt;
 
 use super::{Later, SiteProbe, decided_now};
 use crate::controller::{Context, Error, kube_err};
+use crate::failover::record::SiteHold;
 use crate::failover::round::RoundRecord;
+use crate::failover::site_job;
 use crate::failover::{decision, ordered_update, planned, restore};
 
 /// What the round's drives left.
@@ -17,6 +19,9 @@ pub(super) struct Operations {
     pub(super) planned: planned::Drive,
     pub(super) update: ordered_update::Drive,
     pub(super) restore: restore::Drive,
+    /// What the decision record holds of a site whatever status shows
+    /// ([`crate::failover::record::SiteHold`]): why automatic failover waits.
+    pub(super) recorded_hold: Option<String>,
 }
 
 impl Operations {
@@ -25,6 +30,7 @@ impl Operations {
             planned: planned::Drive::idle(group.clone()),
             update: ordered_update::Drive::idle(group.clone()),
             restore: restore::Drive::idle(group.clone()),
+            recorded_hold: None,
         }
     }
 
@@ -35,6 +41,7 @@ impl Operations {
         self.planned.holds_automatic_failover()
             || self.update.hold().is_some()
             || self.restore.holds_automatic_failover()
+            || self.recorded_hold.is_some()
     }
 
     /// Why automatic failover waits, for `AutomaticFailoverHeld`.
@@ -45,7 +52,10 @@ impl Operations {
         if self.update.hold().is_some() {
             return self.update.hold_message();
         }
-        self.restore.hold_message()
+        if self.restore.holds_automatic_failover() {
+            return self.restore.hold_message();
+        }
+        self.recorded_hold.clone().unwrap_or_default()
     }
 
     /// A decided switchover whose target is not yet promoted.
@@ -134,6 +144,8 @@ pub(super) async fn drive(
         return Ok(Some((group, resolution, idle)));
     }
     let name = group.name_any();
+    // Before any admission reads it: status shows what the record awaits.
+    let group = restore::restore_from_record(ctx, round, group).await?;
     let planned = match Box::pin(planned::drive(ctx, round, group, probes)).await {
         Ok(planned) => planned,
         Err(e) => {
@@ -164,5 +176,43 @@ pub(super) async fn drive(
     else {
         return Ok(None);
     };
-    Ok(Some((group, resolution, Operations { planned, update, restore })))
+    let recorded_hold = match recorded_hold(ctx, round, &group).await {
+        Ok(hold) => hold,
+        Err(e) => {
+            // Unknown whether the Job ended: it holds, within its deadline.
+            later.keep("the site hold's Job", e)?;
+            held_by_record(round, &group)
+        }
+    };
+    Ok(Some((group, resolution, Operations { planned, update, restore, recorded_hold })))
+}
+
+/// Why the decision record's site hold keeps automatic failover waiting
+/// now, if it does: a reclone until a person ends it, a Job within its
+/// deadline until the Job has ended.
+async fn recorded_hold(
+    ctx: &Context,
+    round: &RoundRecord,
+    group: &MysqlFailoverGroup,
+) -> Result<Option<String>, Error> {
+    let Some(why) = held_by_record(round, group) else { return Ok(None) };
+    if let Some(SiteHold::Job { site, namespace, request, .. }) = round.trusted().and_then(|r| r.site_hold.as_ref())
+        && let Some((operation, request_id)) = request.split_once('/')
+    {
+        let name = site_job::job_name(&group.name_any(), operation, request_id, site);
+        let uid = group.metadata.uid.clone().unwrap_or_default();
+        let of = site_job::JobOf { group_uid: &uid, operation, site, request_id };
+        if site_job::ended(&ctx.client, namespace, &name, &of).await? {
+            return Ok(None);
+        }
+    }
+    Ok(Some(why))
+}
+
+/// What the record's site hold says of now, before its Job is looked at.
+fn held_by_record(round: &RoundRecord, group: &MysqlFailoverGroup) -> Option<String> {
+    let rec = round.trusted()?;
+    let sites: Vec<&str> = group.spec.sites.iter().map(|s| s.name.as_str()).collect();
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    rec.site_hold.as_ref()?.holds(&rec.active_site, &sites, now)
 }

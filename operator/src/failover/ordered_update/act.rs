@@ -10,7 +10,8 @@ use super::{Drive, OPERATION, RECHECK, bounds, entered, planned_phase};
 use crate::controller::Context;
 use crate::controller::Error;
 use crate::controller::failover_group::assess::SiteProbe;
-use crate::failover::planned::request::{remember_admitted, remember_request};
+use crate::failover::planned::request::{forget_site_hold, remember_admitted, remember_request, remember_site_hold};
+use crate::failover::record::SiteHold;
 use crate::failover::request::{deferral, write_if_changed};
 use crate::failover::round::RoundRecord;
 use crate::failover::site_job;
@@ -52,6 +53,8 @@ pub(super) async fn act(
         }
         Action::Switchover(step) => switch(ctx, round, group, state, local, phase, step, probes).await,
         Action::Fail(failure) => {
+            let request = recorded_id(&state.request_id);
+            forget_site_hold(ctx, round, &request, |h| matches!(h, SiteHold::Job { .. })).await?;
             *group = write_if_changed(ctx, group, state).await?;
             *group = enter(ctx, group, state, Phase::Failed, Some(failure.reason), None, failure.attention).await?;
             Ok(Some(Drive::idle(group.clone())))
@@ -99,6 +102,22 @@ async fn enter_next(
     {
         *group = enter(ctx, group, state, Phase::Failed, Some(why), None, None).await?;
         return Ok(Some(Drive::idle(group.clone())));
+    }
+    // A site's Job is held in the record before it exists, and released
+    // once it is over: whatever becomes of status, that site is not
+    // promoted while it may be half-updated (at most the Job's deadline).
+    let request = recorded_id(&state.request_id);
+    if let Some(site) = job_site(
+        next,
+        state.source_site.as_deref().unwrap_or_default(),
+        &state.standby_site.clone().unwrap_or_default(),
+    ) {
+        let deadline = site_job::deadline_seconds(OPERATION, state.active_deadline_seconds);
+        let until = Timestamp::now().as_second() + i64::from(deadline) + super::JOB_GRACE.as_secs() as i64;
+        let (site, namespace) = (site.to_owned(), state.namespace.clone().unwrap_or_default());
+        remember_site_hold(ctx, round, SiteHold::Job { site, until, namespace, request }).await?;
+    } else if matches!(from, Phase::UpdatingStandby | Phase::UpdatingFormerPrimary) {
+        forget_site_hold(ctx, round, &request, |h| matches!(h, SiteHold::Job { .. })).await?;
     }
     let message = (next == Phase::Completed).then(|| {
         let (generation, active) = group.decided().map(|(s, g)| (g, s.to_owned())).unwrap_or_default();
@@ -301,6 +320,7 @@ async fn switch(
         policy: group.spec.failover.clone(),
         fence_bound: Duration::from_secs(u64::from(group.spec.failover.fence_timeout_seconds.clamp(1, 300))),
         action_bound: Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)) * 5),
+        reclone: None,
     };
     match action {
         planned::Action::Fence(site) => switchover::fence(ctx, group, local, &step, &site).await?,

@@ -62,7 +62,7 @@ pub(crate) const READY_BOUND: Duration = Duration::from_secs(300);
 /// The grace past a Job's own `activeDeadlineSeconds` before the engine
 /// counts its phase as run out: Kubernetes fails the Job at its deadline,
 /// and the engine reads that answer rather than racing it.
-const JOB_GRACE: Duration = Duration::from_secs(30);
+pub(super) const JOB_GRACE: Duration = Duration::from_secs(30);
 /// How often a running Job or a site being verified is looked at again.
 const RECHECK: Duration = Duration::from_secs(2);
 

@@ -268,6 +268,7 @@ async fn drive_rounds(
             policy: group.spec.failover.clone(),
             fence_bound,
             action_bound,
+            reclone: None,
         };
         match act(ctx, round, &mut group, &mut state, &mut local, action, &step).await {
             Ok(Some(done)) => return Ok(done),

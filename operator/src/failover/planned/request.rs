@@ -165,6 +165,39 @@ pub(crate) async fn remember_admitted(
     keep_decision(ctx, round, &rec, &extra).await
 }
 
+/// Sets the record's [`record::SiteHold`] to `hold` (compare-and-swap,
+/// the same decision), before the step it guards.
+pub(crate) async fn remember_site_hold(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    hold: record::SiteHold,
+) -> Result<(), Error> {
+    let rec = record_for(ctx, round, "record the site hold for").await?;
+    if rec.site_hold.as_ref() == Some(&hold) {
+        return Ok(());
+    }
+    let mut extra = rec.extra();
+    extra.site_hold = Some(hold);
+    keep_decision(ctx, round, &rec, &extra).await
+}
+
+/// Clears the record's [`record::SiteHold`] when it is one of `request`'s
+/// that `which` accepts (another request's, or another kind, stays).
+pub(crate) async fn forget_site_hold(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    request: &str,
+    which: fn(&record::SiteHold) -> bool,
+) -> Result<(), Error> {
+    let rec = record_for(ctx, round, "clear the site hold for").await?;
+    if !rec.site_hold.as_ref().is_some_and(|h| h.request() == request && which(h)) {
+        return Ok(());
+    }
+    let mut extra = rec.extra();
+    extra.site_hold = None;
+    keep_decision(ctx, round, &rec, &extra).await
+}
+
 /// Why the operator will not act on the request `state` shows, if so:
 /// before its drain it must be what `spec.plannedFailover` asks (else it was
 /// cancelled, or never asked); from the drain on, the decision record must

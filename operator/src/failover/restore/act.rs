@@ -9,8 +9,8 @@ use super::{Drive, RECHECK, recorded};
 use crate::controller::failover_group::assess::SiteProbe;
 use crate::controller::failover_group::publish;
 use crate::controller::{Context, Error, kube_err};
-use crate::failover::planned::request::{remember_admitted, remember_request};
-use crate::failover::record;
+use crate::failover::planned::request::{forget_site_hold, remember_admitted, remember_request, remember_site_hold};
+use crate::failover::record::{self, SiteHold};
 use crate::failover::request::{RequestStatus, deferral, ignore_reused, write_if_changed};
 use crate::failover::round::RoundRecord;
 use crate::failover::site_job;
@@ -244,6 +244,10 @@ pub(super) async fn act(
         }
         Action::Switchover(step) => switch(ctx, round, group, state, local, phase, step, probes).await,
         Action::Fail(failure) => {
+            // A failed Job's site holds nothing more; an old primary
+            // awaiting its re-clone still does.
+            let request = recorded(&state.request_id);
+            forget_site_hold(ctx, round, &request, |h| matches!(h, SiteHold::Job { .. })).await?;
             *group = write_if_changed(ctx, group, state).await?;
             *group = enter(ctx, group, state, Phase::Failed, Some(failure.reason), None, failure.attention).await?;
             Ok(Some(Drive::idle(group.clone())))
@@ -274,6 +278,19 @@ async fn enter_next(
         *group = enter(ctx, group, state, Phase::Failed, Some(why), None, None).await?;
         return Ok(Some(Drive::idle(group.clone())));
     }
+    let request = recorded(&state.request_id);
+    match next {
+        // Before the Job exists: whatever becomes of status, the site is
+        // not promoted while it may be restored (at most the Job's deadline).
+        Phase::Restoring => {
+            let deadline = site_job::deadline_seconds(RestoreInPlaceStatus::OPERATION, state.active_deadline_seconds);
+            let until = Timestamp::now().as_second() + i64::from(deadline) + super::JOB_GRACE.as_secs() as i64;
+            let namespace = state.namespace.clone().unwrap_or_default();
+            remember_site_hold(ctx, round, SiteHold::Job { site: site.clone(), until, namespace, request }).await?;
+        }
+        Phase::Verifying => forget_site_hold(ctx, round, &request, |h| matches!(h, SiteHold::Job { .. })).await?,
+        _ => {}
+    }
     let generation = group.decided().map_or(0, |(_, g)| g);
     let message = match next {
         Phase::AwaitingReclone => {
@@ -301,6 +318,7 @@ async fn enter_next(
             publish(ctx, group, EventType::Warning, "RecloneRequired", note, "RestoreInPlace", None).await;
         }
         Phase::Completed => {
+            forget_site_hold(ctx, round, &recorded(&state.request_id), |_| true).await?;
             *group = remove_reclone_mark(ctx, group).await?;
             return Ok(Some(Drive::idle(group.clone())));
         }
@@ -435,6 +453,9 @@ async fn switch(
         policy: group.spec.failover.clone(),
         fence_bound: Duration::from_secs(u64::from(group.spec.failover.fence_timeout_seconds.clamp(1, 300))),
         action_bound: Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)) * 5),
+        // The decision itself records that the old primary awaits its
+        // re-clone: no moment in which it counts as a candidate.
+        reclone: Some(recorded(&state.request_id)),
     };
     match action {
         planned::Action::Fence(s) => switchover::fence(ctx, group, local, &step, &s).await?,

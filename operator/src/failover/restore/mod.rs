@@ -32,6 +32,7 @@ use kube::ResourceExt;
 use crate::controller::failover_group::assess::SiteProbe;
 use crate::controller::failover_group::{identity, sites};
 use crate::controller::{Context, Error};
+use crate::failover::record::SiteHold;
 use crate::failover::request::{RequestStatus, recorded_id};
 use crate::failover::round::RoundRecord;
 use crate::failover::site_job;
@@ -44,7 +45,7 @@ use self::act::{act, enter};
 /// How long the restored site may take to answer after its Job completed.
 pub(crate) const ANSWER_BOUND: Duration = Duration::from_secs(300);
 /// The grace past the Job's own deadline (see the ordered update's).
-const JOB_GRACE: Duration = Duration::from_secs(30);
+pub(super) const JOB_GRACE: Duration = Duration::from_secs(30);
 /// How often a running Job or a site being verified is looked at again.
 const RECHECK: Duration = Duration::from_secs(2);
 /// Rounds of one drive before it yields to the next reconcile.
@@ -178,6 +179,59 @@ fn past_deadline(group: &MysqlFailoverGroup, state: &RestoreInPlaceStatus, phase
         _ => return false,
     };
     now > since + SignedDuration::try_from(bound).unwrap_or(SignedDuration::MAX)
+}
+
+/// Puts `status.restoreInPlace` back in `AwaitingReclone` when the
+/// decision record awaits a re-clone ([`SiteHold::Reclone`]) that status no
+/// longer shows: status edited to a final phase, removed, or restored from
+/// a backup. Warning `StatusRestored`. The record is the operator's own and
+/// verified; status is what people read, and an old primary whose data
+/// predates the restored one must stay out of replication and promotion
+/// whatever it says.
+pub(crate) async fn restore_from_record(
+    ctx: &Context,
+    round: &RoundRecord,
+    group: MysqlFailoverGroup,
+) -> Result<MysqlFailoverGroup, Error> {
+    let Some(rec) = round.trusted() else { return Ok(group) };
+    let Some(SiteHold::Reclone { site: old, generation, request }) = rec.site_hold.clone() else {
+        return Ok(group);
+    };
+    let prefix = format!("{}/", RestoreInPlaceStatus::OPERATION);
+    let Some(request_id) = request.strip_prefix(&prefix) else { return Ok(group) };
+    if rec.active_site == old || group.site(&old).is_none() {
+        return Ok(group);
+    }
+    let stored = state_of(&group);
+    if stored.is_some_and(|s| s.request_id == request_id && s.phase == Phase::AwaitingReclone.as_str()) {
+        return Ok(group);
+    }
+    let shown = stored.map_or_else(
+        || "no restore-in-place".to_owned(),
+        |s| format!("restore-in-place {} in phase {}", s.request_id, s.phase),
+    );
+    let mut state = stored.filter(|s| s.request_id == request_id).cloned().unwrap_or_default();
+    request_id.clone_into(&mut state.request_id);
+    state.site = Some(rec.active_site.clone());
+    state.source_site = Some(old.clone());
+    state.source_generation = Some(generation - 1);
+    state.reclone_site = Some(old.clone());
+    let message = format!(
+        "status showed {shown}, but the decision record awaits the re-clone of {old} (restore-in-place {request_id}, topologyGeneration {generation}); status is written by the operator only and was restored: {old} stays fenced and out of replication until a person re-clones it and annotates the group {RECLONE_DONE_ANNOTATION}={old}@{generation}"
+    );
+    tracing::warn!(group = %group.name_any(), site = %old, request_id, shown = %shown, "status restored from the decision record: the old primary still awaits its re-clone");
+    let group = enter(ctx, &group, &mut state, Phase::AwaitingReclone, Some(message.clone()), None, None).await?;
+    crate::controller::failover_group::publish(
+        ctx,
+        &group,
+        kube::runtime::events::EventType::Warning,
+        "StatusRestored",
+        message,
+        "RestoreInPlace",
+        None,
+    )
+    .await;
+    Ok(group)
 }
 
 /// Drives the group's restore-in-place, if any, as far as it goes now.
