@@ -1,5 +1,5 @@
 //! `nemesis`: randomized combined faults on the real stack, recorded as a
-//! history for the checker (docs/nemesis.md). `hack/e2e.sh --nemesis`
+//! history for the checker (docs/nemesis.md). `hack/nemesis.sh`
 //! (`make nemesis`) starts the control plane, builds what is needed, runs
 //! this and then the checker.
 //!
