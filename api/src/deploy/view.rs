@@ -140,4 +140,10 @@ pub struct LeaseView {
     /// Last reported DDL state, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ddl_state: Option<DdlState>,
+    /// Set when the migration lease was revoked: it keeps the mutex until
+    /// `expiresAt`, the deadline its client was last given (that client may
+    /// run until then without hearing of the revocation), and is never
+    /// renewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked: Option<super::RevokeReason>,
 }

@@ -26,6 +26,10 @@
 //! 9. A grant that ends (revoked, or lapsed and swept or replaced) after
 //!    reporting `ddlState: started` yields a [`Verification`]: a person
 //!    must verify the schema (condition `SchemaVerificationRequired`, docs/runbook.md).
+//! 10. No two confirmed migration grants of a group overlap in time: a
+//!     revoked migration grant keeps the mutex (`409 held` to any other
+//!     operation) until the deadline its client was last given, since that
+//!     client may run until then without hearing of the revocation.
 
 use bloodraven_api::deploy::{DdlState, LeaseKind};
 use jiff::Timestamp;
@@ -79,7 +83,8 @@ pub fn sweep(slots: &Slots, generation: i64, now: Timestamp) -> (Slots, Vec<Veri
     for grant in ops {
         let op = grant.operation_id.as_str();
         let mutex_live = slots.migration.as_ref().is_some_and(|m| m.operation_id == op && m.live(now));
-        if mutex_live || ddl_of(slots, op) != Some(DdlState::Started) {
+        // A revoked grant's verification was recorded when it was revoked.
+        if mutex_live || grant.revoked.is_some() || ddl_of(slots, op) != Some(DdlState::Started) {
             continue;
         }
         if !found.iter().any(|v| v.operation_id == op) {
@@ -97,13 +102,15 @@ pub fn sweep(slots: &Slots, generation: i64, now: Timestamp) -> (Slots, Vec<Veri
 
 /// Revokes every live grant in `slots` whose generation differs from
 /// `generation` (TopologyChanged), or every live grant (OperatorRevoked).
-/// Returns the cleared slots and the tombstones to write.
+/// Returns the slots after it and the tombstones to write. A revoked hold
+/// is cleared (it must never defer a switchover); a revoked migration
+/// grant keeps its slot, marked, until it lapses (invariant 10).
 pub fn revoke(slots: &Slots, reason: RevokeReason, generation: i64, now: Timestamp) -> (Slots, Vec<Tombstone>) {
     let mut out = slots.clone();
     let mut tombstones = Vec::new();
     for kind in [LeaseKind::Migration, LeaseKind::FailoverHold] {
         let slot = out.get_mut(kind);
-        let Some(grant) = slot.as_ref() else { continue };
+        let Some(grant) = slot.as_ref().filter(|g| g.revoked.is_none()) else { continue };
         let affected = match reason {
             RevokeReason::TopologyChanged => grant.generation != generation,
             RevokeReason::OperatorRevoked => true,
@@ -123,7 +130,14 @@ pub fn revoke(slots: &Slots, reason: RevokeReason, generation: i64, now: Timesta
                 client: grant.client.clone(),
             });
         }
-        *slot = None;
+        match kind {
+            LeaseKind::Migration => {
+                if let Some(g) = slot.as_mut() {
+                    g.revoked = Some(reason);
+                }
+            }
+            LeaseKind::FailoverHold => *slot = None,
+        }
     }
     (out, tombstones)
 }
@@ -196,9 +210,9 @@ pub fn create(
         return answer(slots_now, tombstones, verifications, Err(Refusal::Revoked(Box::new(t))));
     }
     if kind == LeaseKind::FailoverHold {
-        let holds_mutex = slots_now
-            .live(LeaseKind::Migration, now)
-            .is_some_and(|m| m.operation_id == operation_id && m.instance == instance && m.granted_to(client));
+        let holds_mutex = slots_now.live(LeaseKind::Migration, now).is_some_and(|m| {
+            m.revoked.is_none() && m.operation_id == operation_id && m.instance == instance && m.granted_to(client)
+        });
         if !holds_mutex {
             let why = format!(
                 "a failover-hold is granted only to the current migration holder with the same operationId and instance; take the migration lease for operation {operation_id} first"
@@ -208,7 +222,12 @@ pub fn create(
     }
     let current = slots_now.live(kind, now).cloned();
     let created = match &current {
-        Some(g) if g.operation_id != operation_id || g.instance != instance || !g.granted_to(client) => {
+        Some(g)
+            if g.revoked.is_some()
+                || g.operation_id != operation_id
+                || g.instance != instance
+                || !g.granted_to(client) =>
+        {
             return answer(slots_now, tombstones, verifications, Err(Refusal::Held { kind, holder: g.holder() }));
         }
         Some(_) => false,
@@ -235,6 +254,7 @@ pub fn create(
         ddl_state: previous_ddl,
         revision: previous_revision,
         client: Some(client.to_owned()),
+        revoked: None,
     };
     *slots_now.get_mut(kind) = Some(grant.clone());
     // A new mutex (not a repeat): any hold left, this operation's own from
@@ -273,7 +293,7 @@ fn held<'a>(
     }
     let grant = slots
         .get(kind)
-        .filter(|g| g.live(now) && g.operation_id == operation_id)
+        .filter(|g| g.live(now) && g.revoked.is_none() && g.operation_id == operation_id)
         .ok_or_else(|| Absence::of(slots, kind, operation_id))?;
     if grant.client.as_deref().is_some_and(|c| c != actor.client) {
         return Err(Refusal::Forbidden(format!(

@@ -268,6 +268,7 @@ async fn get_group(State(state): State<DeployState>, Path(group): Path<String>, 
                 expires_at: g.expires_at().to_string(),
                 topology_generation: g.generation,
                 ddl_state: g.ddl_state,
+                revoked: g.revoked,
             })
             .collect();
         // A phase this operator does not know (written by hand) is not an

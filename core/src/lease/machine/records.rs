@@ -30,6 +30,13 @@ pub struct Grant {
     /// stored before grants recorded their client (renewable with its
     /// token by any authorized caller, never repeatable by POST).
     pub client: Option<String>,
+    /// Set when the grant was revoked (a migration grant only: a revoked
+    /// hold is cleared at once). It keeps its slot until it lapses, so no
+    /// other operation is granted the mutex while its client, which may not
+    /// have heard of the revocation yet (partitioned, or between
+    /// renewals), still runs within the deadline it was last confirmed. It
+    /// never renews, never counts for a hold, and is never repeated.
+    pub revoked: Option<RevokeReason>,
 }
 
 impl Grant {
@@ -127,7 +134,9 @@ impl Slots {
     /// live migration lease (invariant 8).
     pub fn effective_hold(&self, now: Timestamp) -> Option<&Grant> {
         let hold = self.hold.as_ref().filter(|h| h.live(now))?;
-        self.migration.as_ref().filter(|m| m.live(now) && m.operation_id == hold.operation_id)?;
+        self.migration
+            .as_ref()
+            .filter(|m| m.live(now) && m.revoked.is_none() && m.operation_id == hold.operation_id)?;
         Some(hold)
     }
 

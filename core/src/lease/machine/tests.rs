@@ -237,11 +237,27 @@ fn a_generation_change_revokes_and_the_tombstone_answers_forever() {
     let Err(Refusal::Revoked(tomb)) = &r.answer else { panic!("{:?}", r.answer) };
     assert_eq!((tomb.reason, tomb.generation), (RevokeReason::TopologyChanged, 4));
     assert_eq!(tomb.token_sha256, "h1");
-    assert_eq!(r.slots.migration, None);
+    assert_eq!(r.slots.migration.as_ref().and_then(|g| g.revoked), Some(RevokeReason::TopologyChanged));
     assert_eq!(r.new_tombstones.len(), 1);
-    // Another operation takes the mutex; the revoked one retries its POST.
-    let s2 = post(&r.slots, None, &stable(4), LeaseKind::Migration, "op2", "app", 30, "h2", t(6)).slots;
-    let retry = post(&s2, Some(tomb), &stable(4), LeaseKind::Migration, "op1", "app", 30, "h3", t(7));
+    // Its client was last told "until t(30)" and may not have heard of the
+    // revocation: no one else gets the mutex before then (invariant 10).
+    let early = post(&r.slots, None, &stable(4), LeaseKind::Migration, "op2", "app", 30, "h2", t(29));
+    assert!(
+        matches!(&early.answer, Err(Refusal::Held { holder, .. }) if holder.operation_id == "op1"),
+        "{:?}",
+        early.answer
+    );
+    assert!(early.new_tombstones.is_empty(), "revoked once, not again on every call");
+    // Nor does it count for a hold, renew, or repeat.
+    let hold = post(&r.slots, None, &stable(4), LeaseKind::FailoverHold, "op1", "app", 30, "h9", t(6));
+    assert!(matches!(hold.answer, Err(Refusal::Forbidden(_))), "{:?}", hold.answer);
+    let renewal = put(&r.slots, None, &stable(4), LeaseKind::Migration, "op1", "h1", None, t(6));
+    assert!(matches!(renewal.answer, Err(Refusal::Expired(_))), "{:?}", renewal.answer);
+    let (swept, found) = sweep(&r.slots, 4, t(31));
+    assert!(found.is_empty(), "its verification was recorded when it was revoked");
+    // Past its deadline, another operation takes the mutex; the revoked one retries its POST.
+    let s2 = post(&swept, None, &stable(4), LeaseKind::Migration, "op2", "app", 30, "h2", t(30)).slots;
+    let retry = post(&s2, Some(tomb), &stable(4), LeaseKind::Migration, "op1", "app", 30, "h3", t(31));
     assert!(matches!(retry.answer, Err(Refusal::Revoked(_))));
 }
 
@@ -262,7 +278,9 @@ fn operator_revocation_revokes_every_live_grant() {
     let s = post(&Slots::default(), None, &stable(2), LeaseKind::Migration, "op1", "app", 30, "h1", t(0)).slots;
     let s = post(&s, None, &stable(2), LeaseKind::FailoverHold, "op1", "app", 30, "h2", t(0)).slots;
     let (cleared, tombs) = revoke(&s, RevokeReason::OperatorRevoked, 2, t(1));
-    assert_eq!(cleared, Slots::default());
+    assert_eq!(cleared.hold, None, "a revoked hold never defers a switchover");
+    assert_eq!(cleared.migration.as_ref().and_then(|g| g.revoked), Some(RevokeReason::OperatorRevoked));
+    assert_eq!(revoke(&cleared, RevokeReason::OperatorRevoked, 2, t(2)), (cleared.clone(), Vec::new()));
     assert_eq!(tombs.len(), 1, "one tombstone per operation");
     assert_eq!(tombs[0].reason, RevokeReason::OperatorRevoked);
 }
@@ -367,7 +385,9 @@ fn one_tenants_revoked_operation_id_does_not_block_anothers() {
     .slots;
     let (s, tombs) = revoke(&s, RevokeReason::OperatorRevoked, 1, t(1));
     assert_eq!(tombs[0].client.as_deref(), Some("tenant-b/pipe"));
-    let victim = post(&s, Some(&tombs[0]), &stable(1), LeaseKind::Migration, "release-1", "counter-app", 30, "v", t(2));
+    // (once the revoked grant's deadline has passed: until then it holds the mutex)
+    let victim =
+        post(&s, Some(&tombs[0]), &stable(1), LeaseKind::Migration, "release-1", "counter-app", 30, "v", t(31));
     assert!(grant_of(&victim).created, "{:?}", victim.answer);
     // The revoked client itself stays revoked.
     let again = post_as(
@@ -467,6 +487,9 @@ proptest! {
         let mut facts = stable(1);
         let mut now = t(0);
         let mut tokens: std::collections::HashMap<(LeaseKind, String), String> = std::collections::HashMap::new();
+        // 10: the deadline each operation's client was last told for its
+        // migration lease (a release ends it at once: the client stopped).
+        let mut confirmed: std::collections::HashMap<String, Timestamp> = std::collections::HashMap::new();
         let mut counter = 0u32;
         for s in steps {
             match s {
@@ -503,6 +526,15 @@ proptest! {
                         {
                             prop_assert_eq!(&prev.operation_id, &op);
                         }
+                        // 10: a new mutex only once every other client's confirmed deadline has passed.
+                        if kind == LeaseKind::Migration {
+                            if g.created {
+                                for (other, until) in &confirmed {
+                                    prop_assert!(other == &op || *until <= now, "{op} granted at {now} while {other} is confirmed until {until}");
+                                }
+                            }
+                            confirmed.insert(op.clone(), g.grant.expires_at());
+                        }
                         // 6: the new token replaces the old one.
                         tokens.insert((kind, op.clone()), token);
                         // 8: a new mutex holder leaves no other operation's hold behind.
@@ -529,6 +561,9 @@ proptest! {
                             prop_assert_eq!(watched.map(|g| g.operation_id), Ok(op.clone()));
                         }
                         Err(r) => prop_assert_eq!(watched.as_ref().err(), Some(r)),
+                    }
+                    if let (Ok(g), LeaseKind::Migration) = (&o.answer, kind) {
+                        confirmed.insert(op.clone(), g.expires_at());
                     }
                     match &o.answer {
                         Ok(g) => {
@@ -558,6 +593,9 @@ proptest! {
                     let tomb = tombs.iter().find(|t| t.operation_id == op && t.about(&client)).cloned();
                     let o = release(&slots, tomb.as_ref(), kind, &op, &actor(&client), &token, facts.generation.unwrap_or(0), now);
                     if let Ok(g) = &o.answer {
+                        if kind == LeaseKind::Migration {
+                            confirmed.remove(&op);
+                        }
                         prop_assert!(good);
                         prop_assert!(o.slots.get(kind).is_none());
                         prop_assert_eq!(g.client.as_deref(), Some(client.as_str()));

@@ -35,6 +35,8 @@ pub(super) fn decode_grant(lease: &Lease) -> Option<Grant> {
         ddl_state: a.get(ANN_DDL).and_then(|d| serde_json::from_value(serde_json::Value::String(d.clone())).ok()),
         revision: a.get(ANN_REVISION).cloned(),
         client: a.get(ANN_CLIENT).cloned(),
+        // A slot stored before revoked grants kept theirs holds none.
+        revoked: a.get(ANN_REASON).and_then(|r| RevokeReason::parse(r)),
     })
 }
 
@@ -95,6 +97,9 @@ pub(super) fn encode_slot(key: &GroupKey, kind: LeaseKind, base: Option<&Lease>,
         }
         if let Some(r) = &g.revision {
             a.insert(ANN_REVISION.to_owned(), r.clone());
+        }
+        if let Some(r) = g.revoked {
+            a.insert(ANN_REASON.to_owned(), r.as_str().to_owned());
         }
         let same_holder = base_owned
             && lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(g.operation_id.as_str());

@@ -16,10 +16,16 @@ fn a_grant_round_trips_through_a_lease_and_the_token_is_never_stored() {
         ddl_state: Some(DdlState::Started),
         revision: Some("7".into()),
         client: Some("ci/deployer".into()),
+        revoked: None,
     };
     let key = GroupKey { name: "playground".into(), uid: "u1".into(), created: None };
     let lease = encode_slot(&key, LeaseKind::Migration, None, Some(&g));
     assert_eq!(decode_grant(&lease), Some(g.clone()));
+    // A revoked grant keeps its slot, and says so; re-encoded unrevoked, it no longer does.
+    let revoked = Grant { revoked: Some(bloodraven_core::lease::machine::RevokeReason::OperatorRevoked), ..g.clone() };
+    let kept = encode_slot(&key, LeaseKind::Migration, Some(&lease), Some(&revoked));
+    assert_eq!(decode_grant(&kept), Some(revoked));
+    assert_eq!(decode_grant(&encode_slot(&key, LeaseKind::Migration, Some(&kept), Some(&g))), Some(g.clone()));
     let text = serde_json::to_string(&lease).unwrap();
     assert!(!text.contains("secret-token"), "{text}");
     assert!(key.owns(&lease));
