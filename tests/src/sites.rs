@@ -356,6 +356,16 @@ impl SitePair {
     }
 
     /// Kills `site`'s server with SIGKILL (no shutdown at all: a crash).
+    /// Sends `signal` (`STOP`, `CONT`) to `site`'s server: a paused server
+    /// keeps its connections and its role, and answers again, unchanged,
+    /// when continued.
+    pub fn signal(&self, site: &str, signal: &str) {
+        let pid_file = self.dir.join("sites").join(site).join("mysqld.pid");
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        let status = Command::new("kill").args([&format!("-{signal}"), pid.trim()]).status().unwrap();
+        assert!(status.success(), "kill -{signal} {} failed", pid.trim());
+    }
+
     pub fn kill9(&self, site: &str) {
         let pid_file = self.dir.join("sites").join(site).join("mysqld.pid");
         let pid = std::fs::read_to_string(&pid_file).unwrap();

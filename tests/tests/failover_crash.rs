@@ -159,6 +159,56 @@ async fn a_leader_killed_between_an_emergency_decision_and_the_promotion_is_fini
 }
 
 #[tokio::test]
+async fn an_old_primary_that_answers_again_before_the_promotion_is_fenced_first() {
+    // The seed-1 nemesis schedule's fault: the paused primary came back
+    // writable while the emergency decision's promotion was pending, the
+    // standby was promoted beside it, and the API server then went away
+    // with two writable sites for 52 s.
+    let sc = Scenario::start("crashpaused", 0, QUICK).await;
+    let mut op = Operator::start_with(
+        &sc.cluster,
+        &sc.ns,
+        &sc.ns.name,
+        "first",
+        QUICK,
+        &["--failpoint".into(), "emergency-after-decide".into()],
+    )
+    .await;
+    let name = sc.quick_group("g").await;
+    sc.pair.signal("iad", "STOP");
+    op.wait_exit(T).await.unwrap_or_else(|| panic!("the leader did not reach its failpoint:\n{}", op.log_tail()));
+    // Decided for pdx, not promoted; the old primary answers again, writable.
+    sc.pair.signal("iad", "CONT");
+    assert_eq!(sc.pair.sql("iad", "SELECT @@read_only").trim(), "0");
+    let next = Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, "next", QUICK).await;
+    sc.pair.wait_read_only("pdx", false, T).await;
+    assert_eq!(sc.pair.sql("iad", "SELECT @@read_only").trim(), "1");
+    // In that order: iad fenced, then pdx promoted (a fence after the
+    // promotion, by the round's reassertion, would leave a window of two
+    // writable sites that a leader losing the API server right then keeps).
+    let log = next.log();
+    let (fenced, promoted) = (log.find("primary reasserted"), log.find("promoted after an emergency decision"));
+    assert!(
+        matches!((fenced, promoted), (Some(f), Some(p)) if f < p),
+        "fenced at {fenced:?}, promoted at {promoted:?}:\n{}",
+        next.log_tail()
+    );
+    wait_status(&sc.cluster, &name, "RecoveryPending cleared at pdx, generation 2", T, |s| {
+        match (s.active_site.as_deref(), s.topology_generation) {
+            (Some("pdx"), Some(2)) => {}
+            other => return Err(format!("{other:?}")),
+        }
+        match bloodraven_e2e::fixtures::condition(s, "RecoveryPending") {
+            Some(c) if c.status == "False" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    bloodraven_e2e::fixtures::wait_events(&sc.cluster, &name, "PrimaryReasserted", &[&["iad"]]).await;
+    sc.cluster.delete_group(&name).await;
+}
+
+#[tokio::test]
 async fn a_new_primary_that_dies_before_its_promotion_is_failed_over_and_the_request_ends_superseded() {
     let sc = Scenario::start("crashtarget", 0, QUICK).await;
     let mut op = Operator::start_with(

@@ -16,8 +16,9 @@
 //!   `promote-despite-loss` annotation for that standby and generation. The
 //!   decision writes them to `status.emergencyFailover` and the Event.
 //! - The decision is recorded first with `pending: promote` (record, then
-//!   status: generation + 1, every deploy lease revoked), then the standby
-//!   is promoted and the pending step cleared; a leader that dies in
+//!   status: generation + 1, every deploy lease revoked), then any other
+//!   site that answers writable is fenced, then the standby is promoted and
+//!   the pending step cleared; a leader that dies in
 //!   between leaves `pending`, which the next one finishes
 //!   (`RecoveryPending` until then).
 //! - A site that is not the active one, read-only (primary reassertion
@@ -367,6 +368,17 @@ pub(crate) async fn recover(
         return Ok(Some(format!("promotion of {active} is pending: it is unreachable")));
     };
     if !(obs.writable && obs.replication.is_none()) {
+        // The old primary may have come back writable since the decision
+        // (a paused or cut-off server answers again): fenced first, or the
+        // promotion would make two writable sites, and a leader that then
+        // loses the API server would leave them so.
+        let fenced = crate::failover::reassert::fence_others(ctx, group, active, probes).await;
+        if !fenced.failed.is_empty() {
+            return Ok(Some(format!(
+                "promotion of {active} is pending: a writable site could not be fenced first ({})",
+                fenced.failed.join("; ")
+            )));
+        }
         let creds = sites::read_credentials(site, ctx).await.map_err(|f| Error::Site {
             action: "read credentials for",
             site: active.to_owned(),

@@ -26,12 +26,34 @@ use crate::mysql::{ProbeTarget, actions};
 /// reports `UnexpectedPrimary`. Returns whether it fenced any, so the
 /// caller probes again before reporting.
 pub(crate) async fn reassert(ctx: &Context, group: &MysqlFailoverGroup, active: &str, probes: &[SiteProbe]) -> bool {
-    let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
-    let mut fenced_any = false;
     let active_writable = probes.iter().any(|p| p.site == active && p.outcome.as_ref().is_ok_and(|o| o.writable));
     if !active_writable {
         return false;
     }
+    fence_others(ctx, group, active, probes).await.fenced_any
+}
+
+/// What [`fence_others`] did.
+pub(crate) struct Fenced {
+    /// Whether it fenced any site.
+    pub(crate) fenced_any: bool,
+    /// The writable sites it could not fence, each with why.
+    pub(crate) failed: Vec<String>,
+}
+
+/// Fences every site other than `active` that `probes` show writable
+/// (leader only), one Warning Event `PrimaryReasserted` each: reassertion,
+/// and the step before an emergency decision's promotion, which must never
+/// make the decided site writable beside a returning old primary.
+pub(crate) async fn fence_others(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    active: &str,
+    probes: &[SiteProbe],
+) -> Fenced {
+    let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
+    let mut fenced_any = false;
+    let mut failed = Vec::new();
     for probe in probes.iter().filter(|p| p.site != active) {
         let Ok(obs) = &probe.outcome else { continue };
         if !obs.writable || !ctx.leadership.is_leader() {
@@ -42,12 +64,14 @@ pub(crate) async fn reassert(ctx: &Context, group: &MysqlFailoverGroup, active: 
             Ok(c) => c,
             Err(f) => {
                 tracing::warn!(site = %site.name, reason = f.reason, "cannot fence a writable non-active site: no credentials");
+                failed.push(format!("{}: no credentials ({})", site.name, f.message));
                 continue;
             }
         };
         let target = ProbeTarget { host: site.host.clone(), port: site.port };
         if !ctx.leadership.is_leader() {
-            return fenced_any;
+            failed.push(format!("{}: this process is no longer the leader", site.name));
+            return Fenced { fenced_any, failed };
         }
         match actions::fence(&target, &creds, obs.flavor, timeout).await {
             Ok(done) => {
@@ -73,8 +97,9 @@ pub(crate) async fn reassert(ctx: &Context, group: &MysqlFailoverGroup, active: 
             Err(err) => {
                 let (reason, message) = crate::mysql::classify(&err);
                 tracing::warn!(site = %site.name, reason, error = %message, "failed to fence a writable non-active site");
+                failed.push(format!("{}: {message}", site.name));
             }
         }
     }
-    fenced_any
+    Fenced { fenced_any, failed }
 }
