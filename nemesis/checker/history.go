@@ -89,7 +89,7 @@ var requiredFields = map[string][]string{
 	"lease":      {"client", "operationId", "kind", "call", "callUs", "retUs"},
 	"fence":      {"client", "operationId", "reason", "at", "stoppedUs", "deadlineUs"},
 	"revocation": {"operationId", "kind", "reason", "generation", "at"},
-	"poll":       {"site", "at", "ok", "readOnly", "writable"},
+	"poll":       {"site", "at", "ok", "writable"}, // and readOnly when ok
 	"probe":      {"from", "site", "callUs", "retUs", "ok"},
 	"status":     {"at", "generation", "activeSite", "conditions", "resourceVersion"},
 	"decision":   {"at", "generation", "activeSite", "kind"},
@@ -160,6 +160,10 @@ func ReadHistory(r io.Reader) (*History, error) {
 			return nil, &InputError{line, fmt.Sprintf("unknown record type %q", rec.Type)}
 		case h.Run.Type == "":
 			return nil, &InputError{line, "the first record must be the run header (type \"run\")"}
+		}
+		if rec.Type == "poll" && string(fields["ok"]) == "true" {
+			// A poll that got no answer has no variables to report.
+			need = append(append([]string(nil), need...), "readOnly")
 		}
 		for _, f := range need {
 			v, ok := fields[f]

@@ -238,9 +238,17 @@ func TestMalformedInput(t *testing.T) {
 	if err := os.WriteFile(noHeader, []byte(`{"type":"leader","at":1}`+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A poll that answered must say what it read; one that did not, need not.
+	answered := filepath.Join(t.TempDir(), "answered.jsonl")
+	polls := header + "\n" + `{"type":"poll","site":"east","at":1000001,"ok":false,"writable":false}` + "\n" +
+		`{"type":"poll","site":"east","at":1000002,"ok":true,"writable":true}` + "\n"
+	if err := os.WriteFile(answered, []byte(polls), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		path, want string
 	}{
+		{answered, `line 3: poll record misses field "readOnly"`},
 		{filepath.Join("testdata", "malformed_bad_json.jsonl"), "line 3: not a JSON object"},
 		{filepath.Join("testdata", "malformed_unknown_type.jsonl"), `line 2: unknown record type "gossip"`},
 		{filepath.Join("testdata", "malformed_missing_field.jsonl"), `line 3: write record misses field "value"`},

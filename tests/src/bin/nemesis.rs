@@ -198,14 +198,8 @@ impl Stack {
         self.operators[usize::from(n - 1)] = Some(op);
     }
 
-    fn server_pid(&self, site: Site) -> String {
-        let file = self.pair.dir().join("sites").join(site.name()).join("mysqld.pid");
-        std::fs::read_to_string(&file).map(|p| p.trim().to_owned()).unwrap_or_default()
-    }
-
     fn signal_server(&self, site: Site, signal: &str) {
-        let pid = self.server_pid(site);
-        let _ = std::process::Command::new("kill").args([&format!("-{signal}"), &pid]).status();
+        self.pair.signal(site.name(), signal);
     }
 
     async fn status(&self) -> Option<MysqlFailoverGroupStatus> {

@@ -140,13 +140,16 @@ impl Net {
         }
         let table = format!("bl_nemesis_{tag}");
         must("nft", &["add", "table", "inet", &table]);
-        must("nft", &["add", "chain", "inet", &table, "out", "{ type filter hook output priority 0; policy accept; }"]);
-        must(
-            "nft",
-            &["add", "chain", "inet", &table, "fwd", "{ type filter hook forward priority 0; policy accept; }"],
-        );
+        // Owned from here on: a step below that fails drops it, table included.
         let net =
             Net { sites, cgroups: Cgroups::create(tag), table, apiserver_port, cuts: Vec::new(), slow: Vec::new() };
+        let table = net.table.as_str();
+        must("nft", &["add", "chain", "inet", table, "out", "{ type filter hook output priority 0; policy accept; }"]);
+        // (`fwd` is a keyword of nft's grammar: not a chain name.)
+        must(
+            "nft",
+            &["add", "chain", "inet", table, "forwarded", "{ type filter hook forward priority 0; policy accept; }"],
+        );
         // A host whose FORWARD policy drops (a node's CNI rules) must still
         // let the two links reach each other.
         let (iad, pdx) = (net.site_ip(Site::Iad), net.site_ip(Site::Pdx));
@@ -173,7 +176,7 @@ impl Net {
         for (from, to) in [(a, b), (b, a)] {
             match (from, to) {
                 (Endpoint::Site(x), Endpoint::Site(y)) => {
-                    out.push(("fwd", format!("ip saddr {} ip daddr {} drop", self.site_ip(x), self.site_ip(y))));
+                    out.push(("forwarded", format!("ip saddr {} ip daddr {} drop", self.site_ip(x), self.site_ip(y))));
                 }
                 (e, Endpoint::Site(s)) => {
                     if let Some(path) = cg(e) {
@@ -215,7 +218,7 @@ impl Net {
 
     /// Ends every partition: flushes both chains.
     pub fn heal_partitions(&mut self) {
-        for chain in ["out", "fwd"] {
+        for chain in ["out", "forwarded"] {
             must("nft", &["flush", "chain", "inet", &self.table, chain]);
         }
         self.cuts.clear();

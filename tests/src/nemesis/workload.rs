@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use futures::StreamExt as _;
@@ -71,6 +71,11 @@ async fn primary_site(services: &Api<Service>, name: &str, sites: &[SiteAddr]) -
     sites.iter().find(|s| i32::from(s.port) == port).cloned()
 }
 
+/// Time between two writes of one writer (about 50 a second each).
+const WRITER_PACE: Duration = Duration::from_millis(20);
+/// How often a writer looks up where `<db>-primary` points.
+const WRITER_LOOKUP: Duration = Duration::from_millis(250);
+
 /// Writes through `<database>-primary` in `namespace` until `stop`; values
 /// `base + 1`, `base + 2`, …
 #[allow(clippy::too_many_arguments)] // one writer's whole setting, named at its one call
@@ -86,8 +91,16 @@ pub async fn writer(
     let service = format!("{database}-primary");
     let mut conn: Option<(String, mysql_async::Conn)> = None;
     let mut value = base;
+    // Where `<db>-primary` points, looked up again every WRITER_LOOKUP (as
+    // a client's resolver would), not once per write: that was a Service
+    // GET per write, and the writes were as fast as the loop could go.
+    let mut resolved: Option<(Instant, SiteAddr)> = None;
     while !stop.load(Ordering::SeqCst) {
-        let Some(target) = primary_site(&services, &service, &sites).await else {
+        tokio::time::sleep(WRITER_PACE).await;
+        if resolved.as_ref().is_none_or(|(at, _)| at.elapsed() >= WRITER_LOOKUP) {
+            resolved = primary_site(&services, &service, &sites).await.map(|t| (Instant::now(), t));
+        }
+        let Some(target) = resolved.as_ref().map(|(_, t)| t.clone()) else {
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         };
@@ -107,6 +120,7 @@ pub async fn writer(
                 Ok(Ok(c)) => conn = Some((target.name.clone(), c)),
                 Ok(Err(e)) => {
                     record_write(&history, &name, value, Some(&target.name), call, "fail", &format!("connect: {e}"));
+                    resolved = None;
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -426,8 +440,6 @@ pub async fn deploy_client(client: DeployClient, seed: u64, stop: Arc<AtomicBool
             .arg("--token-file")
             .arg(&client.token_file)
             .args(["--ttl", "10", "--grace", "2", "--request-timeout", "2", "--acquire-timeout", "60"])
-            .arg("--state-file")
-            .arg(work.join("state.json"))
             .arg("--termination-log")
             .arg(work.join("termination-log"))
             .args(["--", "/bin/sh", "-c", &format!("sleep {sleep}")])
