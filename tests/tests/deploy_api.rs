@@ -190,7 +190,8 @@ async fn the_seed_flow_and_every_refusal() {
 async fn revocation_by_annotation_and_by_generation_leaves_tombstones() {
     let e = env("revoke").await;
     e.get().await;
-    let m = e.post("migration", "op-r", 60).await;
+    // A short TTL: once revoked, op-r keeps the mutex until its last deadline.
+    let m = e.post("migration", "op-r", 20).await;
     assert_eq!(m.status, 201, "{m:?}");
     let r = call(
         &e.http,
@@ -240,7 +241,7 @@ async fn revocation_by_annotation_and_by_generation_leaves_tombstones() {
     groups.patch(&e.group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     // The revoked one retries: still revoked (tombstone).
     let m2 = wait_for("op-s granted once the schema was verified", T, || async {
-        let r = e.post("migration", "op-s", 60).await;
+        let r = e.post("migration", "op-s", 20).await;
         if r.status == 201 { Ok(r) } else { Err(format!("{r:?}")) }
     })
     .await;
@@ -274,8 +275,19 @@ async fn revocation_by_annotation_and_by_generation_leaves_tombstones() {
     .await;
     assert_eq!(moved.body["reason"], "TopologyChanged", "{moved:?}");
     assert_eq!(moved.body["topologyGeneration"], 2);
-    let fresh = e.post("migration", "op-t", 60).await;
-    assert_eq!((fresh.status, &fresh.body["topologyGeneration"]), (201, &json!(2)), "{fresh:?}");
+    // op-s's client was last told "until expiresAt" and may not have heard
+    // of the revocation: the mutex stays op-s's until then, and the group
+    // view says it was revoked.
+    let early = e.post("migration", "op-t", 60).await;
+    assert_eq!((early.status, early.body["holder"]["operationId"].as_str()), (409, Some("op-s")), "{early:?}");
+    let view = e.get().await;
+    assert_eq!(view.body["leases"][0]["revoked"], "TopologyChanged", "{view:?}");
+    let fresh = wait_for("op-t granted once op-s's last deadline passed", T, || async {
+        let r = e.post("migration", "op-t", 60).await;
+        if r.status == 201 { Ok(r) } else { Err(format!("{r:?}")) }
+    })
+    .await;
+    assert_eq!(fresh.body["topologyGeneration"], json!(2), "{fresh:?}");
 }
 
 #[tokio::test]
