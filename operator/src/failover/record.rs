@@ -181,6 +181,13 @@ impl SiteHold {
         }
     }
 
+    /// The site held.
+    pub(crate) fn site(&self) -> &str {
+        match self {
+            SiteHold::Job { site, .. } | SiteHold::Reclone { site, .. } => site,
+        }
+    }
+
     /// The request (as recorded in `requests`) the hold belongs to.
     pub(crate) fn request(&self) -> &str {
         match self {
@@ -205,6 +212,22 @@ impl SiteHold {
             _ => None,
         }
     }
+}
+
+/// Why a new operation (`request`, as recorded) is not admitted now: the
+/// record holds a site for another request and that hold still holds
+/// (status may say that request is over: status can be edited).
+pub(crate) fn foreign_hold(
+    rec: Option<&Record>,
+    group: &bloodraven_api::v1alpha1::MysqlFailoverGroup,
+    request: &str,
+) -> Option<String> {
+    let rec = rec?;
+    let sites: Vec<&str> = group.spec.sites.iter().map(|s| s.name.as_str()).collect();
+    let sites = sites.as_slice();
+    let hold = rec.site_hold.as_ref().filter(|h| h.request() != request)?;
+    let why = hold.holds(&rec.active_site, sites, k8s_openapi::jiff::Timestamp::now().as_second())?;
+    Some(format!("the decision record still holds a site for another request: {why}"))
 }
 
 impl std::fmt::Display for SiteHold {

@@ -61,6 +61,9 @@ pub(crate) struct Local {
     pub(crate) fence_failed: Option<String>,
     pub(crate) caught_up: Option<bool>,
     pub(crate) promotion_position: Option<String>,
+    /// Why admission waits for another request's site hold in the decision
+    /// record ([`record::foreign_hold`]), read when the drive began.
+    pub(crate) foreign_hold: Option<String>,
 }
 
 pub(crate) fn site_err(action: &'static str, site: &str, err: &crate::mysql::ProbeError) -> Error {

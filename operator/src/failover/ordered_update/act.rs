@@ -10,7 +10,9 @@ use super::{Drive, OPERATION, RECHECK, bounds, entered, planned_phase};
 use crate::controller::Context;
 use crate::controller::Error;
 use crate::controller::failover_group::assess::SiteProbe;
-use crate::failover::planned::request::{forget_site_hold, remember_admitted, remember_request, remember_site_hold};
+use crate::failover::planned::request::{
+    forget_job_hold_if_ended, forget_site_hold, remember_admitted, remember_request, remember_site_hold,
+};
 use crate::failover::record::SiteHold;
 use crate::failover::request::{deferral, write_if_changed};
 use crate::failover::round::RoundRecord;
@@ -45,7 +47,7 @@ pub(super) async fn act(
         Action::Idle => Ok(Some(Drive::idle(group.clone()))),
         Action::Enter(next) => enter_next(ctx, round, group, state, local, phase, next).await,
         Action::Defer { .. } => defer(ctx, group, state, local, phase).await,
-        Action::RunJob(site) => run_job(ctx, group, state, phase, &site).await,
+        Action::RunJob(site) => run_job(ctx, round, group, state, phase, &site).await,
         Action::AwaitJob(_) | Action::AwaitReady(_) => {
             // The Job's result, as observed this round, is kept in status.
             *group = write_if_changed(ctx, group, state).await?;
@@ -53,8 +55,9 @@ pub(super) async fn act(
         }
         Action::Switchover(step) => switch(ctx, round, group, state, local, phase, step, probes).await,
         Action::Fail(failure) => {
-            let request = recorded_id(&state.request_id);
-            forget_site_hold(ctx, round, &request, |h| matches!(h, SiteHold::Job { .. })).await?;
+            // A Job that ended holds nothing more; one deleted before it
+            // ended keeps its site held until its deadline.
+            forget_job_hold_if_ended(ctx, round, group, &recorded_id(&state.request_id)).await?;
             *group = write_if_changed(ctx, group, state).await?;
             *group = enter(ctx, group, state, Phase::Failed, Some(failure.reason), None, failure.attention).await?;
             Ok(Some(Drive::idle(group.clone())))
@@ -201,13 +204,17 @@ pub(super) fn role(phase: Phase) -> &'static str {
 /// (found again if it exists), and records it in status.
 async fn run_job(
     ctx: &Context,
+    round: &mut RoundRecord,
     group: &mut MysqlFailoverGroup,
     state: &mut OrderedUpdateStatus,
     phase: Phase,
     site: &str,
 ) -> Result<Option<Drive>, Error> {
     let request = group.spec.ordered_update.as_deref().filter(|r| r.request_id == state.request_id).cloned();
+    // Where no Job of the request's was made, its hold holds nothing.
+    let no_job = |h: &SiteHold| matches!(h, SiteHold::Job { .. });
     let Some(request) = request else {
+        forget_site_hold(ctx, round, &recorded_id(&state.request_id), no_job).await?;
         let why = format!(
             "spec.orderedUpdate no longer asks for request {}: its Job for {site} cannot be made; request again",
             state.request_id
@@ -233,6 +240,7 @@ async fn run_job(
     let observed = match site_job::ensure(ctx, &job).await {
         Ok(observed) => observed,
         Err(site_job::EnsureError::Refused(why)) => {
+            forget_site_hold(ctx, round, &recorded_id(&state.request_id), no_job).await?;
             let why = format!("the Job of {site} could not be created: {why}; nothing was switched over");
             *group = enter(ctx, group, state, Phase::Failed, Some(why), None, Some(site.to_owned())).await?;
             return Ok(Some(Drive::idle(group.clone())));

@@ -42,6 +42,7 @@ use kube::ResourceExt;
 use crate::controller::failover_group::assess::SiteProbe;
 use crate::controller::failover_group::sites;
 use crate::controller::{Context, Error};
+use crate::failover::record;
 use crate::failover::round::RoundRecord;
 use crate::failover::site_job;
 use crate::failover::switchover::{Local, admissible, admit, bounded};
@@ -237,7 +238,8 @@ async fn drive_rounds(
     }
     let primary = state.source_site.clone().unwrap_or_default();
     let standby = state.standby_site.clone().unwrap_or_default();
-    let mut local = Local::default();
+    let foreign_hold = record::foreign_hold(rec.as_ref(), &group, &request::recorded_id(&state.request_id));
+    let mut local = Local { foreign_hold, ..Local::default() };
     match Phase::parse(&state.phase) {
         Some(Phase::Deferred) if ctx.deploy_api => {
             local.hold = bounded(&group, "read the failover-hold", ctx.leases.live_hold(&group)).await?;
@@ -342,6 +344,7 @@ async fn observe(
         // Admission: the group stable, and the standby ready to be switched
         // to once updated (as a planned failover's target).
         admissible: crate::failover::request::admissible::<OrderedUpdateStatus>(group)
+            .and_then(|()| local.foreign_hold.clone().map_or(Ok(()), Err))
             .and_then(|()| admissible(ctx, group, primary, observed(primary), standby, probes)),
         job,
         past_deadline: past_deadline(group, state, phase, Timestamp::now()),

@@ -191,7 +191,8 @@ async fn drive_rounds(
     }
     cap_drain(ctx, &group, &mut state);
     let source = state.source_site.clone().unwrap_or_default();
-    let mut local = Local::default();
+    let foreign_hold = crate::failover::record::foreign_hold(rec.as_ref(), &group, &state.request_id);
+    let mut local = Local { foreign_hold, ..Local::default() };
     // What a previous drive (or leader) learned of the hold is re-learned:
     // a deferred request stays deferred while the hold lives (no
     // Deferred ↔ Admitting churn on every probe), and an admitting one is
@@ -232,13 +233,13 @@ async fn drive_rounds(
             target: state.target_site.clone(),
             hold: local.hold.as_ref().map(|h| (h.operation_id.clone(), h.instance.clone())),
             // One operation at a time: another in flight refuses this one.
-            target_ready: match crate::failover::decision::other_operation(
+            target_ready: crate::failover::decision::other_operation(
                 &group,
                 crate::failover::decision::PLANNED_FAILOVER,
-            ) {
-                Some(other) => Err(format!("{other} is in flight; one operation at a time")),
-                None => admissible(ctx, &group, &source, src, &state.target_site, &probes),
-            },
+            )
+            .map(|other| format!("{other} is in flight; one operation at a time"))
+            .or_else(|| local.foreign_hold.clone())
+            .map_or_else(|| admissible(ctx, &group, &source, src, &state.target_site, &probes), Err),
             old_fenced: src.map(|o| !o.writable),
             past_deadline: drain_deadline_passed(&state.history, &group.spec.failover, Timestamp::now()),
             fence_failed: local.fence_failed.clone(),

@@ -176,6 +176,16 @@ pub(crate) async fn remember_site_hold(
     if rec.site_hold.as_ref() == Some(&hold) {
         return Ok(());
     }
+    // Another request's hold that still holds is never replaced (admission
+    // refuses while it holds; this is the last word before the write).
+    if let Some(why) = rec
+        .site_hold
+        .as_ref()
+        .filter(|h| h.request() != hold.request())
+        .and_then(|h| h.holds(&rec.active_site, &[h.site()], Timestamp::now().as_second()))
+    {
+        return Err(Error::Site { action: "record the site hold for", site: rec.active_site.clone(), message: why });
+    }
     let mut extra = rec.extra();
     extra.site_hold = Some(hold);
     keep_decision(ctx, round, &rec, &extra).await
@@ -196,6 +206,30 @@ pub(crate) async fn forget_site_hold(
     let mut extra = rec.extra();
     extra.site_hold = None;
     keep_decision(ctx, round, &rec, &extra).await
+}
+
+/// Clears the record's Job hold of `request` once its Job has ended by its
+/// own status (see [`crate::failover::site_job::ended`]); a Job deleted
+/// before it ended (its Pod may run on, orphaned) keeps the hold until its
+/// deadline.
+pub(crate) async fn forget_job_hold_if_ended(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    group: &MysqlFailoverGroup,
+    request: &str,
+) -> Result<(), Error> {
+    let rec = record_for(ctx, round, "clear the site hold for").await?;
+    let Some(record::SiteHold::Job { site, namespace, request: of, .. }) = rec.site_hold.as_ref() else {
+        return Ok(());
+    };
+    let Some((operation, request_id)) = of.split_once('/').filter(|_| of == request) else { return Ok(()) };
+    let name = crate::failover::site_job::job_name(&group.name_any(), operation, request_id, site);
+    let uid = group.metadata.uid.clone().unwrap_or_default();
+    let job = crate::failover::site_job::JobOf { group_uid: &uid, operation, site, request_id };
+    if crate::failover::site_job::ended(&ctx.client, namespace, &name, &job).await? {
+        forget_site_hold(ctx, round, request, |h| matches!(h, record::SiteHold::Job { .. })).await?;
+    }
+    Ok(())
 }
 
 /// Why the operator will not act on the request `state` shows, if so:

@@ -9,7 +9,9 @@ use super::{Drive, RECHECK, recorded};
 use crate::controller::failover_group::assess::SiteProbe;
 use crate::controller::failover_group::publish;
 use crate::controller::{Context, Error, kube_err};
-use crate::failover::planned::request::{forget_site_hold, remember_admitted, remember_request, remember_site_hold};
+use crate::failover::planned::request::{
+    forget_job_hold_if_ended, forget_site_hold, remember_admitted, remember_request, remember_site_hold,
+};
 use crate::failover::record::{self, SiteHold};
 use crate::failover::request::{RequestStatus, deferral, ignore_reused, write_if_changed};
 use crate::failover::round::RoundRecord;
@@ -231,7 +233,7 @@ pub(super) async fn act(
             }
             Ok(Some(Drive::at(group.clone(), Phase::Deferred, requeue)))
         }
-        Action::RunJob(site) => run_job(ctx, group, state, &site).await,
+        Action::RunJob(site) => run_job(ctx, round, group, state, &site).await,
         Action::AwaitJob(_) | Action::AwaitRestored(_) | Action::RepointServices(_) => {
             // The Job's result is kept in status; the Services follow the
             // decision by the MysqlDatabase reconciler.
@@ -244,10 +246,10 @@ pub(super) async fn act(
         }
         Action::Switchover(step) => switch(ctx, round, group, state, local, phase, step, probes).await,
         Action::Fail(failure) => {
-            // A failed Job's site holds nothing more; an old primary
-            // awaiting its re-clone still does.
-            let request = recorded(&state.request_id);
-            forget_site_hold(ctx, round, &request, |h| matches!(h, SiteHold::Job { .. })).await?;
+            // A Job that ended holds nothing more; one deleted before it
+            // ended keeps its site held until its deadline; an old primary
+            // awaiting its re-clone stays held.
+            forget_job_hold_if_ended(ctx, round, group, &recorded(&state.request_id)).await?;
             *group = write_if_changed(ctx, group, state).await?;
             *group = enter(ctx, group, state, Phase::Failed, Some(failure.reason), None, failure.attention).await?;
             Ok(Some(Drive::idle(group.clone())))
@@ -378,12 +380,16 @@ async fn remove_reclone_mark(ctx: &Context, group: &MysqlFailoverGroup) -> Resul
 /// Creates the restore Job (found again if it exists), and records it.
 async fn run_job(
     ctx: &Context,
+    round: &mut RoundRecord,
     group: &mut MysqlFailoverGroup,
     state: &mut RestoreInPlaceStatus,
     site: &str,
 ) -> Result<Option<Drive>, Error> {
     let request = group.spec.restore_in_place.as_deref().filter(|r| r.request_id == state.request_id).cloned();
+    // Where no Job of the request's was made, its hold holds nothing.
+    let no_job = |h: &SiteHold| matches!(h, SiteHold::Job { .. });
     let Some(request) = request else {
+        forget_site_hold(ctx, round, &recorded(&state.request_id), no_job).await?;
         let why =
             format!("spec.restoreInPlace no longer asks for request {}: its Job cannot be made", state.request_id);
         *group = enter(ctx, group, state, Phase::Failed, Some(why), None, Some(site.to_owned())).await?;
@@ -407,6 +413,7 @@ async fn run_job(
     let observed = match site_job::ensure(ctx, &job).await {
         Ok(observed) => observed,
         Err(site_job::EnsureError::Refused(why)) => {
+            forget_site_hold(ctx, round, &recorded(&state.request_id), no_job).await?;
             let why = format!("the Job restoring {site} could not be created: {why}; nothing was decided");
             *group = enter(ctx, group, state, Phase::Failed, Some(why), None, Some(site.to_owned())).await?;
             return Ok(Some(Drive::idle(group.clone())));

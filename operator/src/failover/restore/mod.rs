@@ -181,10 +181,11 @@ fn past_deadline(group: &MysqlFailoverGroup, state: &RestoreInPlaceStatus, phase
     now > since + SignedDuration::try_from(bound).unwrap_or(SignedDuration::MAX)
 }
 
-/// Puts `status.restoreInPlace` back in `AwaitingReclone` when the
-/// decision record awaits a re-clone ([`SiteHold::Reclone`]) that status no
-/// longer shows: status edited to a final phase, removed, or restored from
-/// a backup. Warning `StatusRestored`. The record is the operator's own and
+/// Puts `status.restoreInPlace` back on its way to `AwaitingReclone` (in
+/// `Promoting`, the first step after the decision) when the decision record
+/// awaits a re-clone ([`SiteHold::Reclone`]) that status no longer shows:
+/// status edited to a final phase, removed, or restored from a backup.
+/// Warning `StatusRestored`. The record is the operator's own and
 /// verified; status is what people read, and an old primary whose data
 /// predates the restored one must stay out of replication and promotion
 /// whatever it says.
@@ -203,7 +204,9 @@ pub(crate) async fn restore_from_record(
         return Ok(group);
     }
     let stored = state_of(&group);
-    if stored.is_some_and(|s| s.request_id == request_id && s.phase == Phase::AwaitingReclone.as_str()) {
+    // The request itself, on its way from the decision to the re-clone
+    // (promoting, moving the Services) or waiting for it: its engine goes on.
+    if stored.is_some_and(|s| s.request_id == request_id && Phase::parse(&s.phase).is_some_and(|p| !p.is_final())) {
         return Ok(group);
     }
     let shown = stored.map_or_else(
@@ -220,7 +223,11 @@ pub(crate) async fn restore_from_record(
         "status showed {shown}, but the decision record awaits the re-clone of {old} (restore-in-place {request_id}, topologyGeneration {generation}); status is written by the operator only and was restored: {old} stays fenced and out of replication until a person re-clones it and annotates the group {RECLONE_DONE_ANNOTATION}={old}@{generation}"
     );
     tracing::warn!(group = %group.name_any(), site = %old, request_id, shown = %shown, "status restored from the decision record: the old primary still awaits its re-clone");
-    let group = enter(ctx, &group, &mut state, Phase::AwaitingReclone, Some(message.clone()), None, None).await?;
+    // Back to the first step after the decision: promoting a site that is
+    // already the writable primary and moving Services already moved are
+    // no-ops, and one that was not finished is finished; the old primary
+    // is held from there on (`awaiting_reclone`).
+    let group = enter(ctx, &group, &mut state, Phase::Promoting, Some(message.clone()), None, None).await?;
     crate::controller::failover_group::publish(
         ctx,
         &group,
@@ -265,7 +272,8 @@ async fn drive_rounds(
         return Ok(Drive::idle(group));
     }
     let old = state.source_site.clone().unwrap_or_default();
-    let mut local = Local::default();
+    let foreign_hold = crate::failover::record::foreign_hold(rec.as_ref(), &group, &recorded(&state.request_id));
+    let mut local = Local { foreign_hold, ..Local::default() };
     match Phase::parse(&state.phase) {
         Some(Phase::Deferred) if ctx.deploy_api => {
             local.hold = bounded(&group, "read the failover-hold", ctx.leases.live_hold(&group)).await?;
@@ -372,7 +380,8 @@ async fn observe(
         source_generation: state.source_generation,
         site,
         hold: local.hold.as_ref().map(|h| (h.operation_id.clone(), h.instance.clone())),
-        admissible: act::admissible_now(group, expected.server_id),
+        admissible: act::admissible_now(group, expected.server_id)
+            .and_then(|()| local.foreign_hold.clone().map_or(Ok(()), Err)),
         job,
         past_deadline: past_deadline(group, state, phase, Timestamp::now()),
         restored,
