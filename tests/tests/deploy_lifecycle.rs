@@ -43,7 +43,8 @@ impl Env {
 
     /// A live lease and a tombstone: `op-old` revoked by hand, `op-live` holding the mutex.
     async fn live_lease_and_tombstone(&self) {
-        let old = self.p.post_until(201, "migration", "op-old", "counter-app", 120).await;
+        // A short TTL: once revoked, op-old keeps the mutex until its last deadline.
+        let old = self.p.post_until(201, "migration", "op-old", "counter-app", 10).await;
         self.annotate("bloodraven.shipstream.io/revoke-deployment-leases", "now").await;
         wait_for("op-old to be revoked", T, || async {
             let r = self.p.put("migration", "op-old", &token_of(&old)).await;

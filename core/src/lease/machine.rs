@@ -228,6 +228,12 @@ pub fn create(
                 || g.instance != instance
                 || !g.granted_to(client) =>
         {
+            // A schema a revoked holder left awaiting a person is the answer
+            // a pipeline can act on; the revoked grant lapses by itself.
+            let awaited = awaiting.iter().chain(verifications.iter()).find(|v| v.instance == instance).cloned();
+            if let Some(v) = awaited.filter(|_| kind == LeaseKind::Migration && g.revoked.is_some()) {
+                return answer(slots_now, tombstones, verifications, Err(Refusal::VerificationRequired(Box::new(v))));
+            }
             return answer(slots_now, tombstones, verifications, Err(Refusal::Held { kind, holder: g.holder() }));
         }
         Some(_) => false,
