@@ -51,6 +51,10 @@ e2e: deps tools ## End-to-end tests: real kube-apiserver + etcd and a real node 
 nemesis: deps tools ## Randomized combined faults on the real stack, judged by the checker (NEMESIS_SEEDS, NEMESIS_SECONDS, E2E_FLAVORS; docs/nemesis.md)
 	hack/nemesis.sh
 
+.PHONY: nemesis-short
+nemesis-short: deps tools ## The nemesis' regression schedules, short: seed 1 (two writable sites once), 60 s, both flavors
+	NEMESIS_SEEDS="$${NEMESIS_SEEDS:-1}" NEMESIS_SECONDS="$${NEMESIS_SECONDS:-60}" hack/nemesis.sh
+
 .PHONY: figures
 figures: deps tools ## Print figures: operator RSS with 1 and 50 groups, probe-to-status latency (release build)
 	hack/e2e.sh --figures
@@ -80,7 +84,7 @@ images: ## Build the project's OCI images here (static operator binary; no daemo
 	hack/images.sh build
 
 .PHONY: test
-test: check unit e2e ## Everything CI runs: checks, unit tests, then the e2e suite
+test: check unit e2e nemesis-short ## Everything CI runs: checks, unit tests, the e2e suite, then the nemesis' short fixed-seed run
 
 .PHONY: playground
 playground: tools ## Build and start a local playground: control plane, two MariaDB sites (FLAVOR=mysql: MySQL 9.7), the operator, group `playground`
