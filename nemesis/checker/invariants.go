@@ -267,7 +267,7 @@ func checkLeaseOverlap(h *History) []Anomaly {
 	// the client stops using the lease before it gives it back.
 	released := map[string]*Record{}
 	for _, r := range h.ofType("lease") {
-		if r.Kind == "migration" && r.Call == "release" && r.Status != nil && *r.Status == 200 {
+		if r.Kind == "migration" && r.Call == "release" && r.Status != nil && *r.Status == 204 {
 			if _, ok := released[r.OperationID]; !ok {
 				released[r.OperationID] = r
 			}

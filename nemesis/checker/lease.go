@@ -107,7 +107,7 @@ func stepLease(st interface{}, in interface{}, out interface{}) []interface{} {
 		return states
 	}
 	switch {
-	case o.status == 200 || o.status == 201:
+	case o.status == 200 || o.status == 201 || (o.status == 204 && i.call == "release"):
 		switch i.call {
 		case "acquire", "renew":
 			if s.isRevoked(i.operationID) {

@@ -246,7 +246,7 @@ impl Stack {
     async fn stop(&mut self, fault: Fault) {
         match fault {
             Fault::Partition(a, b) => self.net.heal(a, b),
-            Fault::Kill(Process::Server(site)) => self.pair.restart(site.name(), false),
+            Fault::Kill(Process::Server(site)) => self.pair.restart(site.name(), true),
             Fault::Kill(Process::Operator(n)) => self.start_operator(n).await,
             Fault::Pause(Process::Server(site)) => self.signal_server(site, "CONT"),
             Fault::Pause(Process::Operator(n)) => {

@@ -509,6 +509,27 @@ pub fn call_log_records(client: &str, log: &Path) -> Vec<Value> {
             && let Some(f) = fence.as_mut()
         {
             f["stoppedUs"] = v.get("stopped_us").cloned().unwrap_or(Value::Null);
+        } else if msg == "run ended" && fence.is_none() {
+            // The migration ended by itself, before any fence: it uses the
+            // lease no more from then on (a revocation that came after it
+            // has nothing left to stop).
+            let at = v
+                .get("timestamp")
+                .and_then(Value::as_str)
+                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+                .map(k8s_openapi::jiff::Timestamp::as_microsecond);
+            let deadline = out.iter().filter_map(|r| r.get("confirmedUntilUs").and_then(Value::as_i64)).max();
+            if let Some(at) = at {
+                fence = Some(json!({
+                    "type": "fence",
+                    "client": client,
+                    "operationId": log.file_stem().and_then(|s| s.to_str()),
+                    "reason": "ended",
+                    "at": at,
+                    "stoppedUs": at,
+                    "deadlineUs": deadline.unwrap_or(at),
+                }));
+            }
         }
     }
     out.extend(fence);
