@@ -61,6 +61,7 @@ type Record struct {
 	ConfirmedUntilUs *int64 `json:"confirmedUntilUs,omitempty"`
 	Reason           string `json:"reason,omitempty"`
 	At               int64  `json:"at,omitempty"`
+	WindowUs         int64  `json:"windowUs,omitempty"` // revocation: it happened within [at, at+windowUs]
 	StoppedUs        int64  `json:"stoppedUs,omitempty"`
 	DeadlineUs       int64  `json:"deadlineUs,omitempty"`
 

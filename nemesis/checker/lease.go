@@ -46,7 +46,8 @@ func (s mutexState) withRevoked(op string) mutexState {
 }
 
 // leaseInput is one lease call, or a revocation (call "revoke", entered as
-// an instantaneous operation at its `at`).
+// an operation that took effect somewhere in [at, at+windowUs]: the time it
+// is known by, a tombstone's creationTimestamp, has whole seconds).
 type leaseInput struct {
 	call        string
 	operationID string
@@ -223,7 +224,7 @@ func leaseOperations(h *History) []porcupine.Operation {
 		ops = append(ops, porcupine.Operation{
 			ClientId: clientID("revocations"),
 			Input:    leaseInput{call: "revoke", operationID: r.OperationID, retUs: r.At, line: r.Line},
-			Call:     r.At, Output: leaseOutput{}, Return: r.At,
+			Call:     r.At, Output: leaseOutput{}, Return: r.At + r.WindowUs,
 		})
 	}
 	return ops

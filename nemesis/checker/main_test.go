@@ -189,6 +189,14 @@ func TestLeasePendingCall(t *testing.T) {
 		{"held with nobody who could hold it", []string{header, held}, false},
 		{"grant after a pending acquire", []string{header, pending, grant}, true},
 		{"held then grant", []string{header, pending, held, grant}, true},
+		// A revocation known to the second: a renewal answered inside that
+		// second may have come before it; one answered after it may not.
+		{"renewal inside the revocation's second", []string{header, grant,
+			`{"type":"revocation","operationId":"op-c","kind":"migration","reason":"OperatorRevoked","generation":1,"at":1400000,"windowUs":1000000}`,
+			`{"type":"lease","client":"c","operationId":"op-c","kind":"migration","call":"renew","callUs":1500000,"retUs":1510000,"status":200,"confirmedUntilUs":2500000}`}, true},
+		{"renewal after the revocation's second", []string{header, grant,
+			`{"type":"revocation","operationId":"op-c","kind":"migration","reason":"OperatorRevoked","generation":1,"at":1400000,"windowUs":50000}`,
+			`{"type":"lease","client":"c","operationId":"op-c","kind":"migration","call":"renew","callUs":1500000,"retUs":1510000,"status":200,"confirmedUntilUs":2500000}`}, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
