@@ -65,10 +65,11 @@ type leaseOutput struct {
 }
 
 // grantable says whether the mutex may be granted to op by the time the
-// answer came back (retUs): it is free, already op's, held by a revoked
-// operation, or the holder's confirmed interval may have ended by then.
+// answer came back (retUs): it is free, already op's, or the holder's
+// confirmed interval may have ended by then. A revoked holder keeps it until
+// then too: its client may not have heard of the revocation.
 func grantable(s mutexState, op string, retUs int64) bool {
-	return s.holder == "" || s.holder == op || s.isRevoked(s.holder) || s.until <= retUs
+	return s.holder == "" || s.holder == op || s.until <= retUs
 }
 
 // stepLease returns every state the mutex may be in after the call; none
@@ -78,11 +79,9 @@ func stepLease(st interface{}, in interface{}, out interface{}) []interface{} {
 	i := in.(leaseInput)
 	o := out.(leaseOutput)
 	if i.call == "revoke" {
-		n := s.withRevoked(i.operationID)
-		if n.holder == i.operationID {
-			n.holder, n.until = "", 0
-		}
-		return []interface{}{n}
+		// The holder is marked, and keeps the mutex until its confirmed
+		// deadline (it is never renewed again).
+		return []interface{}{s.withRevoked(i.operationID)}
 	}
 	if o.pending {
 		// No answer: the call may have done nothing, or taken effect. A
@@ -139,10 +138,11 @@ func stepLease(st interface{}, in interface{}, out interface{}) []interface{} {
 			return []interface{}{s}
 		}
 		return nil
-	case o.status == 409:
-		// held: someone else holds it (the server's TTL may run past the
-		// holder's own confirmed deadline, so time is no bound here).
-		if s.holder != "" && s.holder != i.operationID && !s.isRevoked(s.holder) {
+	case o.status == 409 && o.errCode == "held":
+		// held: someone else holds it, revoked or not (the server's TTL may
+		// run past the holder's own confirmed deadline, so time is no bound
+		// here).
+		if s.holder != "" && s.holder != i.operationID {
 			return []interface{}{s}
 		}
 		return nil

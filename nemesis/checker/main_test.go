@@ -152,6 +152,9 @@ func TestLeaseModel(t *testing.T) {
 		{"inv3_grant_after_own_revocation.jsonl", false},
 		{"inv3_renew_without_grant.jsonl", false},
 		{"lease_grant_after_revocation.jsonl", true},
+		// Revoked and fenced, but its client was told "until 5 s": the
+		// server must not grant another operation before then.
+		{"lease_grant_inside_revoked_deadline.jsonl", false},
 		{"lease_grant_after_expiry.jsonl", true},
 		{"valid.jsonl", true},
 	}
