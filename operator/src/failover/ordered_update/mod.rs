@@ -205,6 +205,36 @@ fn past_deadline(group: &MysqlFailoverGroup, state: &OrderedUpdateStatus, phase:
     now > since + SignedDuration::try_from(bound).unwrap_or(SignedDuration::MAX)
 }
 
+/// Writes the Job hold of a request whose site Job an operator that did
+/// not record holds yet started (in an `Updating…` phase, no hold in the
+/// record): from then on status can no longer lift it, within the Job's
+/// deadline counted from entering the phase.
+async fn backfill_hold(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    rec: Option<&record::Record>,
+    state: &OrderedUpdateStatus,
+) -> Result<(), Error> {
+    let Some(phase) = Phase::parse(&state.phase) else { return Ok(()) };
+    let (primary, standby) =
+        (state.source_site.as_deref().unwrap_or_default(), state.standby_site.as_deref().unwrap_or_default());
+    let (Some(site), Some(since)) = (job_site(phase, primary, standby), entered(&state.history, phase)) else {
+        return Ok(());
+    };
+    if rec.is_none_or(|r| r.site_hold.is_some()) {
+        return Ok(());
+    }
+    let deadline = site_job::deadline_seconds(OPERATION, state.active_deadline_seconds);
+    let until = since.as_second() + i64::from(deadline) + JOB_GRACE.as_secs() as i64;
+    let hold = record::SiteHold::Job {
+        site: site.to_owned(),
+        until,
+        namespace: state.namespace.clone().unwrap_or_default(),
+        request: request::recorded_id(&state.request_id),
+    };
+    crate::failover::planned::request::remember_site_hold(ctx, round, hold).await
+}
+
 /// Drives the group's ordered update, if any, as far as it goes now.
 /// `probes` are the round's probes, taken just before.
 pub(crate) async fn drive(
@@ -238,6 +268,7 @@ async fn drive_rounds(
     }
     let primary = state.source_site.clone().unwrap_or_default();
     let standby = state.standby_site.clone().unwrap_or_default();
+    backfill_hold(ctx, round, rec.as_ref(), &state).await?;
     let foreign_hold = record::foreign_hold(rec.as_ref(), &group, &request::recorded_id(&state.request_id));
     let mut local = Local { foreign_hold, ..Local::default() };
     match Phase::parse(&state.phase) {

@@ -241,6 +241,26 @@ pub(crate) async fn restore_from_record(
     Ok(group)
 }
 
+/// Writes the re-clone hold of a request decided by an operator that did
+/// not record holds yet (the record at the generation the request decided,
+/// no hold in it): from then on status can no longer lift it.
+async fn backfill_hold(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    rec: Option<&crate::failover::record::Record>,
+    state: &RestoreInPlaceStatus,
+) -> Result<(), Error> {
+    let after_decision =
+        matches!(Phase::parse(&state.phase), Some(Phase::Promoting | Phase::Repointing | Phase::AwaitingReclone));
+    let Some(decided) = state.source_generation.map(|g| g + 1) else { return Ok(()) };
+    if !after_decision || !rec.is_some_and(|r| r.site_hold.is_none() && r.generation == decided) {
+        return Ok(());
+    }
+    let Some(old) = state.source_site.clone() else { return Ok(()) };
+    let hold = SiteHold::Reclone { site: old, generation: decided, request: recorded(&state.request_id) };
+    crate::failover::planned::request::remember_site_hold(ctx, round, hold).await
+}
+
 /// Drives the group's restore-in-place, if any, as far as it goes now.
 pub(crate) async fn drive(
     ctx: &Context,
@@ -272,6 +292,7 @@ async fn drive_rounds(
         return Ok(Drive::idle(group));
     }
     let old = state.source_site.clone().unwrap_or_default();
+    backfill_hold(ctx, round, rec.as_ref(), &state).await?;
     let foreign_hold = crate::failover::record::foreign_hold(rec.as_ref(), &group, &recorded(&state.request_id));
     let mut local = Local { foreign_hold, ..Local::default() };
     match Phase::parse(&state.phase) {
