@@ -160,6 +160,19 @@ pub async fn wait_events(cluster: &Cluster, name: &str, reason: &str, facts: &[&
     .await
 }
 
+/// The decision record of `group` (a ConfigMap in the operator's
+/// `namespace`), if there is one.
+pub async fn decision_record(
+    cluster: &Cluster,
+    namespace: &str,
+    group: &str,
+) -> Option<k8s_openapi::api::core::v1::ConfigMap> {
+    let records: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(cluster.client.clone(), namespace);
+    let lp = ListParams::default().labels("bloodraven.shipstream.io/record=topology");
+    let list = records.list(&lp).await.expect("list the decision records");
+    list.items.into_iter().find(|c| c.data.as_ref().and_then(|d| d.get("group")).map(String::as_str) == Some(group))
+}
+
 /// Waits for an Event about group `name` with `reason`; returns its note.
 pub async fn wait_event(cluster: &Cluster, name: &str, reason: &str) -> String {
     // Events about a cluster-scoped object are recorded in `default`.

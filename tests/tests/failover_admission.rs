@@ -15,7 +15,7 @@ use bloodraven_e2e::deploy::{scenario, token_of};
 use bloodraven_e2e::fixtures::{Scenario, condition, is_ready_at, wait_event, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -140,15 +140,7 @@ async fn a_hand_edited_decision_record_stops_failover_until_a_person_resolves_it
     let sc = Scenario::start("recedit", 1, LeaderTimings::default()).await;
     let name = sc.bootstrapped_group("g").await;
     let records: Api<ConfigMap> = Api::namespaced(sc.cluster.client.clone(), &sc.ns.name);
-    let lp = ListParams::default().labels("bloodraven.shipstream.io/record=topology");
-    let record = records
-        .list(&lp)
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .find(|c| c.data.as_ref().and_then(|d| d.get("group")) == Some(&name))
-        .unwrap();
+    let record = bloodraven_e2e::fixtures::decision_record(&sc.cluster, &sc.ns.name, &name).await.unwrap();
     let record_name = record.name_any();
 
     // The edit a person would make with kubectl edit.

@@ -120,18 +120,33 @@ async fn a_leader_killed_at_every_phase_is_finished_by_the_next_one() {
     sc.cluster.delete_group(&name).await;
 }
 
+/// The leader, to be killed by its failpoint right after an emergency
+/// decision is recorded, before the promotion.
+async fn stopping_after_the_emergency_decision(sc: &Scenario) -> Operator {
+    let failpoint = ["--failpoint".into(), "emergency-after-decide".into()];
+    Operator::start_with(&sc.cluster, &sc.ns, &sc.ns.name, "first", QUICK, &failpoint).await
+}
+
+/// Waits until the pending promotion is finished: pdx active at generation
+/// 2, `RecoveryPending` cleared.
+async fn recovered_at_pdx(sc: &Scenario, name: &str) {
+    wait_status(&sc.cluster, name, "RecoveryPending cleared at pdx, generation 2", T, |s| {
+        match (s.active_site.as_deref(), s.topology_generation) {
+            (Some("pdx"), Some(2)) => {}
+            other => return Err(format!("{other:?}")),
+        }
+        match bloodraven_e2e::fixtures::condition(s, "RecoveryPending") {
+            Some(c) if c.status == "False" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_leader_killed_between_an_emergency_decision_and_the_promotion_is_finished_by_the_next_one() {
     let sc = Scenario::start("crashemerg", 0, QUICK).await;
-    let mut op = Operator::start_with(
-        &sc.cluster,
-        &sc.ns,
-        &sc.ns.name,
-        "first",
-        QUICK,
-        &["--failpoint".into(), "emergency-after-decide".into()],
-    )
-    .await;
+    let mut op = stopping_after_the_emergency_decision(&sc).await;
     // A short detection budget: 1 s × 3.
     let name = sc.quick_group("g").await;
     sc.pair.kill9("iad");
@@ -144,17 +159,7 @@ async fn a_leader_killed_between_an_emergency_decision_and_the_promotion_is_fini
     assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "1", "not promoted before the crash");
     let _next = Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, "next", QUICK).await;
     sc.pair.wait_read_only("pdx", false, T).await;
-    wait_status(&sc.cluster, &name, "RecoveryPending cleared at pdx, generation 2", T, |s| {
-        match (s.active_site.as_deref(), s.topology_generation) {
-            (Some("pdx"), Some(2)) => {}
-            other => return Err(format!("{other:?}")),
-        }
-        match bloodraven_e2e::fixtures::condition(s, "RecoveryPending") {
-            Some(c) if c.status == "False" => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    recovered_at_pdx(&sc, &name).await;
     sc.cluster.delete_group(&name).await;
 }
 
@@ -165,15 +170,7 @@ async fn an_old_primary_that_answers_again_before_the_promotion_is_fenced_first(
     // standby was promoted beside it, and the API server then went away
     // with two writable sites for 52 s.
     let sc = Scenario::start("crashpaused", 0, QUICK).await;
-    let mut op = Operator::start_with(
-        &sc.cluster,
-        &sc.ns,
-        &sc.ns.name,
-        "first",
-        QUICK,
-        &["--failpoint".into(), "emergency-after-decide".into()],
-    )
-    .await;
+    let mut op = stopping_after_the_emergency_decision(&sc).await;
     let name = sc.quick_group("g").await;
     sc.pair.signal("iad", "STOP");
     op.wait_exit(T).await.unwrap_or_else(|| panic!("the leader did not reach its failpoint:\n{}", op.log_tail()));
@@ -193,17 +190,7 @@ async fn an_old_primary_that_answers_again_before_the_promotion_is_fenced_first(
         "fenced at {fenced:?}, promoted at {promoted:?}:\n{}",
         next.log_tail()
     );
-    wait_status(&sc.cluster, &name, "RecoveryPending cleared at pdx, generation 2", T, |s| {
-        match (s.active_site.as_deref(), s.topology_generation) {
-            (Some("pdx"), Some(2)) => {}
-            other => return Err(format!("{other:?}")),
-        }
-        match bloodraven_e2e::fixtures::condition(s, "RecoveryPending") {
-            Some(c) if c.status == "False" => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    recovered_at_pdx(&sc, &name).await;
     bloodraven_e2e::fixtures::wait_events(&sc.cluster, &name, "PrimaryReasserted", &[&["iad"]]).await;
     sc.cluster.delete_group(&name).await;
 }

@@ -265,20 +265,27 @@ async fn a_hold_defers_the_update_and_a_job_that_fails_before_the_switchover_mov
     wait_events(cluster, &group, "OrderedUpdateFailed", &[&["ordered update h1", "pdx"]]).await;
 }
 
+/// A short detection budget (1 s × 3), then update `id` requested: returns
+/// once the standby's Job asks the agent for its update (it waits on the
+/// answer, so the Job runs until the test replies).
+async fn standby_job_running(ds: &DeployScenario, id: &str) -> (HostAgent, bloodraven_e2e::hostagent::AgentRequest) {
+    let patch =
+        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
+    ds.sc.cluster.groups().patch(&ds.pipeline.group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    let jobs = jobs_namespace(&ds.sc.cluster, &format!("update-{id}-jobs")).await;
+    let mut agent = HostAgent::start(&node_address()).await;
+    request(ds, &jobs.name, &agent.address, id, false).await;
+    let req = agent.next(T).await;
+    assert_eq!(req.site, "pdx");
+    (agent, req)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_lost_while_the_standby_updates_is_failed_over_once_the_job_ends() {
     let ds = scenario("update-loss").await;
     let (cluster, group) = (&ds.sc.cluster, ds.pipeline.group.clone());
-    // A short detection budget: 1 s × 3.
-    let patch =
-        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
-    cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    let jobs = jobs_namespace(cluster, "update-loss-jobs").await;
-    let mut agent = HostAgent::start(&node_address()).await;
-    request(&ds, &jobs.name, &agent.address, "l1", false).await;
     // The standby's Job runs (it waits on the agent) when the primary dies.
-    let req = agent.next(T).await;
-    assert_eq!(req.site, "pdx");
+    let (_agent, req) = standby_job_running(&ds, "l1").await;
     tokio::task::block_in_place(|| ds.sc.pair.kill9("iad"));
     // The update holds the promotion of the site its Job works on: no
     // failover to a server being upgraded, and it says why.
@@ -318,14 +325,7 @@ async fn a_primary_lost_while_the_standby_updates_is_failed_over_once_the_job_en
 async fn a_status_written_by_hand_while_the_standby_updates_does_not_lift_its_hold() {
     let ds = scenario("update-forged").await;
     let (cluster, group) = (&ds.sc.cluster, ds.pipeline.group.clone());
-    let patch =
-        json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1}}});
-    cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    let jobs = jobs_namespace(cluster, "update-forged-jobs").await;
-    let mut agent = HostAgent::start(&node_address()).await;
-    request(&ds, &jobs.name, &agent.address, "f1", false).await;
-    let req = agent.next(T).await;
-    assert_eq!(req.site, "pdx");
+    let (_agent, req) = standby_job_running(&ds, "f1").await;
     // Status says the update is over while pdx's Job still runs (no webhook
     // guards status here, as on a cluster installed without one). Then the
     // primary dies: pdx, possibly half-updated, must not be promoted.

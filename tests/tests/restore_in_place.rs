@@ -249,16 +249,7 @@ async fn status_written_by_hand_is_put_back(
 /// The decision record of `group` (in the operator's namespace) is at
 /// generation 2 and holds no site.
 async fn assert_record_holds_nothing(cluster: &bloodraven_e2e::Cluster, namespace: &str, group: &str) {
-    let records: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
-        kube::Api::namespaced(cluster.client.clone(), namespace);
-    let lp = kube::api::ListParams::default().labels("bloodraven.shipstream.io/record=topology");
-    let record = records
-        .list(&lp)
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .find(|c| c.data.as_ref().and_then(|d| d.get("group")).map(String::as_str) == Some(group));
+    let record = bloodraven_e2e::fixtures::decision_record(cluster, namespace, group).await;
     let data = record.and_then(|r| r.data).unwrap_or_default();
     assert_eq!(data.get("topologyGeneration").map(String::as_str), Some("2"), "{data:?}");
     assert!(!data.contains_key("siteHold"), "{data:?}");
