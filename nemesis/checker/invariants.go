@@ -310,7 +310,10 @@ func checkLeaseOverlap(h *History) []Anomaly {
 }
 
 // Invariant 4: durability of the acknowledged writes.
-func checkDurability(h *History) ([]Anomaly, int) {
+//
+// Returns the anomalies, the ok writes missing from final, and how many of
+// those a deposed primary acknowledged before its fence.
+func checkDurability(h *History) ([]Anomaly, int, int) {
 	present := map[int64]bool{}
 	finals := h.ofType("final")
 	for _, f := range finals {
@@ -325,7 +328,7 @@ func checkDurability(h *History) ([]Anomaly, int) {
 		}
 	}
 	var out []Anomaly
-	lost := 0
+	lost, deposed := 0, 0
 	used := map[*Record]int{}
 	usedLines := map[*Record][]int{}
 	semiSync := *h.Run.SemiSync
@@ -349,6 +352,10 @@ func checkDurability(h *History) ([]Anomaly, int) {
 			}
 		}
 		if d == nil {
+			if deposedBeforeFence(h, emergencies, w) {
+				deposed++
+				continue
+			}
 			out = append(out, Anomaly{Invariant: 4, Cause: fmt.Sprintf("ok write %d (site %s) is missing from final and no emergency decision from that site abandoned it", w.Value, w.Site), Lines: finalLines(finals, w.Line)})
 			continue
 		}
@@ -361,7 +368,28 @@ func checkDurability(h *History) ([]Anomaly, int) {
 			out = append(out, Anomaly{Invariant: 4, Cause: fmt.Sprintf("%d ok writes to %s lost at the emergency decision of generation %d, which reports abandoned=%d", used[d], d.From, *d.Generation, d.Abandoned), Lines: finalLines(finals, lines...)})
 		}
 	}
-	return out, lost
+	return out, lost, deposed
+}
+
+// deposedBeforeFence: asynchronous replication's second loss window. An
+// emergency decision from the write's site came before the write returned
+// (the old primary was paused or cut off, and answered again), and the
+// write returned before any poll after that decision saw the site fenced
+// (read-only). The fence itself is bounded by invariant 1 (fenceBoundMs
+// from the site being reachable again); a site never seen fenced after
+// the decision gives no window.
+func deposedBeforeFence(h *History, emergencies []*Record, w *Record) bool {
+	for _, e := range emergencies {
+		if e.From != w.Site || e.At > w.RetUs {
+			continue
+		}
+		for _, p := range h.ofType("poll") {
+			if p.Site == w.Site && p.At >= e.At && *p.OK && !*p.Writable {
+				return w.RetUs <= p.At
+			}
+		}
+	}
+	return false
 }
 
 func finalLines(finals []*Record, lines ...int) []int {

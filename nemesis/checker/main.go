@@ -26,6 +26,9 @@ type Report struct {
 		Fail    int `json:"fail"`
 		Unknown int `json:"unknown"`
 		Lost    int `json:"lost"` // ok writes missing from final
+		// Of those, the ones a deposed primary acknowledged between an
+		// emergency decision from it and its fence (asynchronous replication).
+		LostDeposed int `json:"lostDeposed"`
 	} `json:"writes"`
 	LeaseCalls  int       `json:"leaseCalls"`
 	Revocations int       `json:"revocations"`
@@ -73,8 +76,8 @@ func Check(h *History, visualize string) (*Report, error) {
 	if lin != nil {
 		all = append(all, *lin)
 	}
-	durability, lost := checkDurability(h)
-	rep.Writes.Lost = lost
+	durability, lost, deposed := checkDurability(h)
+	rep.Writes.Lost, rep.Writes.LostDeposed = lost, deposed
 	all = append(all, durability...)
 	all = append(all, checkFences(h)...)
 	all = append(all, checkFalseFailover(h)...)
@@ -141,7 +144,7 @@ func printTable(w io.Writer, rep *Report) {
 		faults = []string{"none"}
 	}
 	fmt.Fprintf(w, "faults       %s\n", strings.Join(faults, " "))
-	fmt.Fprintf(w, "writes       ok=%d fail=%d unknown=%d lost=%d\n", rep.Writes.OK, rep.Writes.Fail, rep.Writes.Unknown, rep.Writes.Lost)
+	fmt.Fprintf(w, "writes       ok=%d fail=%d unknown=%d lost=%d (deposed primary before its fence: %d)\n", rep.Writes.OK, rep.Writes.Fail, rep.Writes.Unknown, rep.Writes.Lost, rep.Writes.LostDeposed)
 	fmt.Fprintf(w, "lease calls  %d (revocations %d)\n", rep.LeaseCalls, rep.Revocations)
 	fmt.Fprintf(w, "decisions    %d\n", rep.Decisions)
 	fmt.Fprintf(w, "anomalies    %d\n", len(rep.Anomalies))

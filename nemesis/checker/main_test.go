@@ -49,6 +49,7 @@ func TestPlantedViolations(t *testing.T) {
 		{"inv3_renew_without_grant.jsonl", 3},
 		{"inv4_semisync_lost.jsonl", 4},
 		{"inv4_async_over_abandoned.jsonl", 4},
+		{"inv4_async_deposed_after_fence.jsonl", 4},
 		{"inv5_late_fence.jsonl", 5},
 		{"inv5_never_fenced.jsonl", 5},
 		{"inv6_false_failover.jsonl", 6},
@@ -79,13 +80,15 @@ func TestPlantedViolations(t *testing.T) {
 
 // Histories that come close to a violation and must pass: the correct run,
 // a both-writable window explained by a partition, an async loss within
-// what the emergency decision reports abandoned, and grants after a
-// revocation or after expiry.
+// what the emergency decision reports abandoned, a write a deposed primary
+// acknowledged before its fence, and grants after a revocation or after
+// expiry.
 func TestCorrectHistoriesPass(t *testing.T) {
 	for _, file := range []string{
 		"valid.jsonl",
 		"inv1_explained_window.jsonl",
 		"inv4_async_within_abandoned.jsonl",
+		"inv4_async_deposed_before_fence.jsonl",
 		"lease_grant_after_revocation.jsonl",
 		"lease_grant_after_expiry.jsonl",
 	} {
@@ -93,6 +96,9 @@ func TestCorrectHistoriesPass(t *testing.T) {
 			code, rep, stderr := checkFile(t, filepath.Join("testdata", file))
 			if code != 0 || len(rep.Anomalies) != 0 {
 				t.Fatalf("exit %d, anomalies %+v, stderr %q; want a clean pass", code, rep, stderr)
+			}
+			if file == "inv4_async_deposed_before_fence.jsonl" && (rep.Writes.Lost != 1 || rep.Writes.LostDeposed != 1) {
+				t.Errorf("writes %+v, want the deposed primary's write counted: lost=1 lostDeposed=1", rep.Writes)
 			}
 		})
 	}
