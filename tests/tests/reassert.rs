@@ -112,6 +112,45 @@ async fn a_replica_restarted_writable_is_made_read_only_again() {
 /// On MySQL the fence is `super_read_only`, which stops every account:
 /// the condition is False and says so, even with an account holding
 /// `SUPER`-era privileges (CONNECTION_ADMIN) that `read_only` alone lets write.
+/// Found by the nemesis (seed 1 on MySQL): the paused primary was failed
+/// away from, the new primary was killed and restarted read-only, and the
+/// old one answered again, writable. Reassertion fenced only while the
+/// decided site was writable, so the old primary took writes for the rest
+/// of the run; they were not on the new primary. After a failover a
+/// returning primary is fenced on first sight, whatever the decided site
+/// shows.
+#[tokio::test]
+async fn a_returning_primary_is_fenced_while_the_new_primary_is_read_only() {
+    let sc = Scenario::start("returning", 1, LeaderTimings::default()).await;
+    let name = sc.quick_group("g").await;
+    sc.pair.signal("iad", "STOP");
+    wait_status(&sc.cluster, &name, "failed over to pdx", T, |s| {
+        match (s.active_site.as_deref(), s.topology_generation) {
+            (Some("pdx"), Some(2)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    sc.pair.wait_read_only("pdx", false, T).await;
+    // The new primary dies and comes back read-only (the configuration
+    // the runbook asks for); then the old one answers again, writable.
+    sc.pair.kill9("pdx");
+    sc.pair.restart("pdx", true);
+    sc.pair.signal("iad", "CONT");
+    let note = wait_event(&sc.cluster, &name, "PrimaryReasserted").await;
+    assert!(note.contains("site iad") && note.contains("pdx is the decided active site"), "{note}");
+    sc.pair.wait_read_only("iad", true, T).await;
+    // Nothing is writable now: the group says so, and a person makes pdx
+    // writable (runbook, NoPrimary); the decision stays.
+    let s = wait_status(&sc.cluster, &name, "NoPrimary", T, |s| {
+        bloodraven_e2e::fixtures::has_condition(s, "NoPrimary", "True", Some("NoWritableSite"))
+    })
+    .await;
+    assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("pdx"), Some(2)));
+    assert_eq!(sc.pair.sql("iad", "SELECT @@read_only").trim(), "1");
+    sc.cluster.delete_group(&name).await;
+}
+
 #[tokio::test]
 async fn on_mysql_no_account_writes_through_the_fence() {
     use bloodraven_e2e::fixtures::{completed, has_condition};

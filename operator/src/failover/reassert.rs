@@ -1,7 +1,8 @@
 //! Primary reassertion (a safety path that never reads a lease;
 //! docs/failover.md, "Returning primary, reassertion"): once a group has a decision, on every
-//! probe where the decided active site is writable, a site other than it
-//! that is writable too is made read-only again and its client sessions ended — a replica restarted
+//! probe where the decided active site is writable (or after any
+//! failover), a site other than it that is writable is made read-only
+//! again and its client sessions ended — a returning old primary, a replica restarted
 //! without `read_only` in its configuration, or a hand-made promotion, must
 //! not leave two writable sites. One Warning Event `PrimaryReasserted` per
 //! fence says what was done.
@@ -16,18 +17,33 @@ use crate::controller::failover_group::assess::SiteProbe;
 use crate::controller::failover_group::{publish, sites};
 use crate::mysql::{ProbeTarget, actions};
 
-/// Fences every writable site other than `active` (leader only), but only
-/// while `active` itself is observed writable: then the decision and the
-/// sites agree on which one is the primary and a second writable site is
-/// the fault. When the decided site is read-only or unreachable and another
-/// is writable, the sites and the decision disagree (a hand-made promotion,
-/// swapped site addresses, an edited decision): fencing would take the
-/// only primary away on a guess, so nothing is done and the assessment
-/// reports `UnexpectedPrimary`. Returns whether it fenced any, so the
-/// caller probes again before reporting.
-pub(crate) async fn reassert(ctx: &Context, group: &MysqlFailoverGroup, active: &str, probes: &[SiteProbe]) -> bool {
+/// Fences every writable site other than `active` (leader only) when the
+/// decision and the sites agree that it is not the primary:
+///
+/// - `active` is observed writable: a second writable site is the fault;
+/// - or a failover has moved the primary (`generation` above 1): the
+///   writable site lost its role to a decision, a paused or cut-off old
+///   primary answering again (returning-primary fencing, on first sight,
+///   whatever the decided site shows: a killed new primary restarts
+///   read-only, and its predecessor must not take writes meanwhile).
+///
+/// Before any failover, with the decided site read-only or unreachable and
+/// another writable, the sites and the bootstrap decision disagree (a
+/// mistaken `initialActiveSite`, a hand-made promotion before the operator
+/// took over): fencing would take the only primary away on a guess, so
+/// nothing is done and the assessment reports `UnexpectedPrimary`. A site
+/// that answers as another server (swapped addresses) is not observed at
+/// all (`UnexpectedServer`) and never fenced. Returns whether it fenced
+/// any, so the caller probes again before reporting.
+pub(crate) async fn reassert(
+    ctx: &Context,
+    group: &MysqlFailoverGroup,
+    active: &str,
+    generation: i64,
+    probes: &[SiteProbe],
+) -> bool {
     let active_writable = probes.iter().any(|p| p.site == active && p.outcome.as_ref().is_ok_and(|o| o.writable));
-    if !active_writable {
+    if !active_writable && generation <= 1 {
         return false;
     }
     fence_others(ctx, group, active, probes).await.fenced_any

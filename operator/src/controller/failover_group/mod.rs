@@ -375,8 +375,8 @@ async fn safety_paths(
             }
         }
     }
-    if let decision::Resolution::At { site, .. } = &resolution
-        && reassert::reassert(ctx, &group, site, &probes).await
+    if let decision::Resolution::At { site, generation, .. } = &resolution
+        && reassert::reassert(ctx, &group, site, *generation, &probes).await
     {
         // Report what the sites are now, not what they were before the fence.
         probes = sites::probe_all(&group, ctx).await;

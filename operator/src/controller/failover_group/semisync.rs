@@ -48,6 +48,13 @@ pub(super) async fn maintain(ctx: &Context, group: &MysqlFailoverGroup, active: 
         if have == want || !ctx.leadership.is_leader() {
             continue;
         }
+        // A writable site that is not the active one is reassertion's to
+        // fence first: switching its primary side off would release the
+        // commits waiting there for an acknowledgement, as acknowledged,
+        // on a site that is no longer the primary.
+        if probe.site != active && obs.writable {
+            continue;
+        }
         let Some(site) = group.site(&probe.site) else { continue };
         let Ok(creds) = sites::read_credentials(site, ctx).await else { continue };
         let at = ProbeTarget { host: site.host.clone(), port: site.port };
