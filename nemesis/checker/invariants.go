@@ -337,6 +337,14 @@ func checkDurability(h *History) ([]Anomaly, int, int) {
 			continue
 		}
 		lost++
+		// A deposed primary answering again is past any semi-sync wait:
+		// paused or cut off for longer than the semi-sync timeout, it has
+		// fallen back to asynchronous replication. Its writes until the
+		// fence are that window's, in both modes.
+		if deposedBeforeFence(h, emergencies, w) {
+			deposed++
+			continue
+		}
 		if semiSync {
 			out = append(out, Anomaly{Invariant: 4, Cause: fmt.Sprintf("ok write %d (site %s) is missing from final with semi-sync on", w.Value, w.Site), Lines: finalLines(finals, w.Line)})
 			continue
@@ -352,10 +360,6 @@ func checkDurability(h *History) ([]Anomaly, int, int) {
 			}
 		}
 		if d == nil {
-			if deposedBeforeFence(h, emergencies, w) {
-				deposed++
-				continue
-			}
 			out = append(out, Anomaly{Invariant: 4, Cause: fmt.Sprintf("ok write %d (site %s) is missing from final and no emergency decision from that site abandoned it", w.Value, w.Site), Lines: finalLines(finals, w.Line)})
 			continue
 		}
