@@ -44,9 +44,24 @@ func checkTwoWritable(h *History) []Anomaly {
 	sites := h.Run.Sites
 	writable := map[string][]step{}
 	var times []int64
+	// A site is certainly writable between two consecutive polls that both
+	// saw it writable; between a writable poll and a read-only one it
+	// changed at some unknown instant, so that stretch counts as not
+	// writable (a fence and a promotion a few milliseconds apart, polled
+	// in the other order, are no window).
+	polls := map[string][]*Record{}
 	for _, p := range h.ofType("poll") {
-		writable[p.Site] = append(writable[p.Site], step{p.At, *p.Writable && *p.OK, p.Line})
+		polls[p.Site] = append(polls[p.Site], p)
 		times = append(times, p.At)
+	}
+	for site, ps := range polls {
+		for k, p := range ps {
+			w := *p.Writable && *p.OK
+			if k+1 < len(ps) {
+				w = w && *ps[k+1].Writable && *ps[k+1].OK
+			}
+			writable[site] = append(writable[site], step{p.At, w, p.Line})
+		}
 	}
 	// Reachability of each site from each operator, by the probes' answers.
 	reach := map[string]map[string][]step{}

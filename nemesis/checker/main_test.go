@@ -79,7 +79,8 @@ func TestPlantedViolations(t *testing.T) {
 }
 
 // Histories that come close to a violation and must pass: the correct run,
-// a both-writable window explained by a partition, an async loss within
+// a both-writable window explained by a partition, a fence and a promotion
+// that the polls saw in the other order, an async loss within
 // what the emergency decision reports abandoned, a write a deposed primary
 // acknowledged before its fence, and grants after a revocation or after
 // expiry.
@@ -87,6 +88,7 @@ func TestCorrectHistoriesPass(t *testing.T) {
 	for _, file := range []string{
 		"valid.jsonl",
 		"inv1_explained_window.jsonl",
+		"inv1_fence_and_promotion_between_polls.jsonl",
 		"inv4_async_within_abandoned.jsonl",
 		"inv4_async_deposed_before_fence.jsonl",
 		"inv4_semisync_deposed_before_fence.jsonl",
