@@ -52,7 +52,7 @@ nemesis: deps tools ## Randomized combined faults on the real stack, judged by t
 	hack/nemesis.sh
 
 .PHONY: nemesis-short
-nemesis-short: deps tools ## The nemesis' regression schedule, short: seed 1, 60 s, both flavors (not yet in make test: it still finds anomalies, docs/nemesis.md)
+nemesis-short: deps tools ## The nemesis' regression schedule, short: seed 1, 60 s, both flavors (part of make test)
 	NEMESIS_SEEDS="$${NEMESIS_SEEDS:-1}" NEMESIS_SECONDS="$${NEMESIS_SECONDS:-60}" hack/nemesis.sh
 
 .PHONY: figures
@@ -84,7 +84,7 @@ images: ## Build the project's OCI images here (static operator binary; no daemo
 	hack/images.sh build
 
 .PHONY: test
-test: check unit e2e ## Everything CI runs: checks, unit tests, then the e2e suite
+test: check unit e2e nemesis-short ## Everything CI runs: checks, unit tests, the e2e suite, then the nemesis' short schedule
 
 .PHONY: playground
 playground: tools ## Build and start a local playground: control plane, two MariaDB sites (FLAVOR=mysql: MySQL 9.7), the operator, group `playground`
