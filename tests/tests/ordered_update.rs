@@ -356,3 +356,85 @@ async fn a_status_written_by_hand_while_the_standby_updates_does_not_lift_its_ho
     })
     .await;
 }
+
+/// A Job that took our Job's name does not lift the hold: the standby's
+/// Job is deleted with its Pod left running (`--cascade=orphan`), and a
+/// look-alike of the same name, labels, annotation and owner is made that
+/// ends at once. Read by name, it passed for ours and its end ended the
+/// hold while the orphaned Pod still updated pdx. The record pins the
+/// Job's uid once it is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_look_alike_job_that_took_the_name_of_ours_does_not_lift_its_hold() {
+    use bloodraven_api::names::site_job::{OPERATION_LABEL, REQUEST_ID_ANNOTATION, SITE_LABEL};
+    use k8s_openapi::api::batch::v1::Job;
+    use kube::api::{DeleteParams, ListParams, PostParams};
+
+    let ds = scenario("update-lookalike").await;
+    let (cluster, group) = (&ds.sc.cluster, ds.pipeline.group.clone());
+    let (_agent, _req) = standby_job_running(&ds, "a1").await;
+    let all: kube::Api<Job> = kube::Api::all(cluster.client.clone());
+    let selector = format!("{SITE_LABEL}=pdx,{OPERATION_LABEL}=ordered-update");
+    let ours = all
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|j| {
+            j.metadata.annotations.as_ref().and_then(|a| a.get(REQUEST_ID_ANNOTATION)).map(String::as_str) == Some("a1")
+        })
+        .expect("the standby's Job");
+    let (name, namespace) = (ours.metadata.name.clone().unwrap(), ours.metadata.namespace.clone().unwrap());
+    let jobs: kube::Api<Job> = kube::Api::namespaced(cluster.client.clone(), &namespace);
+    jobs.delete(&name, &DeleteParams::orphan()).await.unwrap();
+    wait_for("our Job to be gone", T, || async {
+        match jobs.get_opt(&name).await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let look_alike: Job = serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "labels": ours.metadata.labels,
+            "annotations": ours.metadata.annotations,
+            "ownerReferences": ours.metadata.owner_references,
+        },
+        "spec": {"backoffLimit": 0, "template": {"spec": {"restartPolicy": "Never", "containers": [{
+            "name": "done", "image": image("BLOODRAVEN_BUSYBOX_IMAGE"), "imagePullPolicy": "IfNotPresent",
+            "command": ["true"],
+        }]}}},
+    }))
+    .unwrap();
+    jobs.create(&PostParams::default(), &look_alike).await.unwrap();
+    wait_for("the look-alike to complete", T, || async {
+        let j = jobs.get(&name).await.map_err(|e| e.to_string())?;
+        let done = j.status.and_then(|s| s.succeeded).unwrap_or(0) == 1;
+        if done { Ok(()) } else { Err("running".to_owned()) }
+    })
+    .await;
+    // The request ends (its Job is not ours any more), and the hold stays:
+    // the primary dies, and pdx, whose update may still run, is not promoted.
+    let s = wait_status(cluster, &group, "the request failed on the look-alike", T, |s| {
+        match s.ordered_update.as_ref().map(|u| (u.phase.as_str(), u.message.clone().unwrap_or_default())) {
+            Some(("Failed", m)) if m.contains("not this request's") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert_eq!(s.topology_generation, Some(1));
+    tokio::task::block_in_place(|| ds.sc.pair.kill9("iad"));
+    wait_status(cluster, &group, "automatic failover held by the recorded Job", T, |s| {
+        match bloodraven_e2e::fixtures::condition(s, "AutomaticFailoverHeld") {
+            Some(c) if c.status == "True" && c.message.contains("decision record") && c.message.contains("pdx") => {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let s = cluster.groups().get(&group).await.unwrap().status.unwrap();
+    assert_eq!(s.topology_generation, Some(1), "pdx promoted while its orphaned update may run: {:?}", s.conditions);
+}

@@ -156,8 +156,11 @@ pub(crate) struct Record {
 pub(crate) enum SiteHold {
     /// A site's Job (in `namespace`) may run: the site is not promoted
     /// before `until` (Unix seconds: the Job's deadline and a grace) unless
-    /// the Job has ended or the hold is cleared first.
-    Job { site: String, until: i64, namespace: String, request: String },
+    /// the Job has ended or the hold is cleared first. `job_uid` pins the
+    /// Job once it is made: a Job of the same name, labels and owner made
+    /// by someone else after ours was deleted (its Pod may run on) is not
+    /// ours, and its end ends nothing.
+    Job { site: String, until: i64, namespace: String, request: String, job_uid: Option<String> },
     /// A restore-in-place decided `generation`: `site`, the old primary,
     /// holds data that predates the restored primary; it is never promoted
     /// nor repointed until a person re-clones it and marks it done.
@@ -172,9 +175,14 @@ impl SiteHold {
         let number: i64 = number.parse().ok()?;
         match kind {
             "job" => {
-                let (namespace, request) = rest.split_once(' ')?;
+                let (namespace, rest) = rest.split_once(' ')?;
+                // A request is `operation/id`: it never starts with `uid=`.
+                let (job_uid, request) = match rest.strip_prefix("uid=").and_then(|r| r.split_once(' ')) {
+                    Some((uid, request)) if !uid.is_empty() => (Some(uid.to_owned()), request),
+                    _ => (None, rest),
+                };
                 let (namespace, request) = (namespace.to_owned(), request.to_owned());
-                Some(SiteHold::Job { site, until: number, namespace, request })
+                Some(SiteHold::Job { site, until: number, namespace, request, job_uid })
             }
             "reclone" => Some(SiteHold::Reclone { site, generation: number, request: rest.to_owned() }),
             _ => None,
@@ -185,6 +193,17 @@ impl SiteHold {
     pub(crate) fn site(&self) -> &str {
         match self {
             SiteHold::Job { site, .. } | SiteHold::Reclone { site, .. } => site,
+        }
+    }
+
+    /// The uid pinned for the Job of `request` on `site`, if this is its
+    /// hold and the Job was made.
+    pub(crate) fn job_uid(&self, of_request: &str, of_site: &str) -> Option<&str> {
+        match self {
+            SiteHold::Job { site, request, job_uid, .. } if site == of_site && request == of_request => {
+                job_uid.as_deref()
+            }
+            _ => None,
         }
     }
 
@@ -233,7 +252,12 @@ pub(crate) fn foreign_hold(
 impl std::fmt::Display for SiteHold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            SiteHold::Job { site, until, namespace, request } => write!(f, "job {site} {until} {namespace} {request}"),
+            SiteHold::Job { site, until, namespace, request, job_uid: None } => {
+                write!(f, "job {site} {until} {namespace} {request}")
+            }
+            SiteHold::Job { site, until, namespace, request, job_uid: Some(uid) } => {
+                write!(f, "job {site} {until} {namespace} uid={uid} {request}")
+            }
             SiteHold::Reclone { site, generation, request } => write!(f, "reclone {site} {generation} {request}"),
         }
     }
@@ -662,8 +686,20 @@ mod tests {
             until: 1_700_000_000,
             namespace: "jobs".into(),
             request: "ordered-update/u 1".into(),
+            job_uid: None,
         };
-        assert_eq!(SiteHold::parse(&job.to_string()), Some(job));
+        assert_eq!(SiteHold::parse(&job.to_string()), Some(job.clone()));
+        let mut pinned = job;
+        if let SiteHold::Job { job_uid, .. } = &mut pinned {
+            *job_uid = Some("0b7e-11".into());
+        }
+        assert_eq!(pinned.to_string(), "job pdx 1700000000 jobs uid=0b7e-11 ordered-update/u 1");
+        assert_eq!(SiteHold::parse(&pinned.to_string()), Some(pinned));
+        // Stored before the Job was pinned: no uid.
+        assert!(matches!(
+            SiteHold::parse("job pdx 1 jobs restore-in-place/r"),
+            Some(SiteHold::Job { job_uid: None, ref request, .. }) if request == "restore-in-place/r"
+        ));
         for bad in ["", "job pdx", "job pdx 1 jobs", "job pdx soon jobs r", "hold pdx 1 r", "reclone iad x r"] {
             assert_eq!(SiteHold::parse(bad), None, "{bad}");
         }
@@ -676,6 +712,7 @@ mod tests {
             until: 100,
             namespace: "jobs".into(),
             request: "ordered-update/u".into(),
+            job_uid: None,
         };
         let sites = ["iad", "pdx"];
         assert!(job.holds("iad", &sites, 99).is_some());

@@ -41,6 +41,9 @@ pub(crate) struct JobSpecFor<'a> {
     pub(crate) site: &'a Site,
     /// The site's role in the request (`BLOODRAVEN_SITE_ROLE`).
     pub(crate) role: &'static str,
+    /// The Job's uid, once the decision record pinned it: another Job of
+    /// the name is refused.
+    pub(crate) job_uid: Option<&'a str>,
 }
 
 /// Why a Job was not created.
@@ -187,14 +190,18 @@ pub(crate) struct JobOf<'a> {
     pub(crate) site: &'a str,
     /// The request-id annotation.
     pub(crate) request_id: &'a str,
+    /// The Job's uid, once the decision record pinned it.
+    pub(crate) job_uid: Option<&'a str>,
 }
 
-/// Whether `job` is the one `of` names (its owner, labels and request),
-/// so a Job of the same name made by someone else is never taken for it.
+/// Whether `job` is the one `of` names (its owner, labels and request,
+/// and its uid once pinned), so a Job of the same name made by someone
+/// else is never taken for it.
 fn ours(job: &Job, of: &JobOf<'_>) -> bool {
     let labels = job.labels();
     let owned = job.owner_references().iter().any(|o| o.uid == of.group_uid);
     owned
+        && of.job_uid.is_none_or(|uid| job.metadata.uid.as_deref() == Some(uid))
         && labels.get(OPERATION_LABEL).map(String::as_str) == Some(of.operation)
         && labels.get(SITE_LABEL).map(String::as_str) == Some(of.site)
         && job.annotations().get(REQUEST_ID_ANNOTATION).map(String::as_str) == Some(of.request_id)
@@ -207,6 +214,7 @@ impl JobSpecFor<'_> {
             operation: self.operation,
             site: &self.site.name,
             request_id: self.request_id,
+            job_uid: self.job_uid,
         }
     }
 }
@@ -231,8 +239,16 @@ pub(crate) fn with_record(observed: JobState, recorded: Option<&SiteJobStatus>) 
     }
 }
 
-/// Creates the Job of `spec` unless it exists, and returns its state.
-pub(crate) async fn ensure(ctx: &crate::controller::Context, spec: &JobSpecFor<'_>) -> Result<JobState, EnsureError> {
+/// What [`ensure`] found or made.
+pub(crate) struct Ensured {
+    /// The Job's state.
+    pub(crate) state: JobState,
+    /// Its uid, for the decision record to pin.
+    pub(crate) uid: String,
+}
+
+/// Creates the Job of `spec` unless it exists, and returns its state and uid.
+pub(crate) async fn ensure(ctx: &crate::controller::Context, spec: &JobSpecFor<'_>) -> Result<Ensured, EnsureError> {
     if let Some(why) = namespace_refused(ctx, spec.namespace) {
         return Err(EnsureError::Refused(why));
     }
@@ -258,7 +274,7 @@ pub(crate) async fn ensure(ctx: &crate::controller::Context, spec: &JobSpecFor<'
         }
         Err(e) => return Err(EnsureError::Api(kube_err("create the site's Job")(e))),
     };
-    Ok(state_of(&stored))
+    Ok(Ensured { state: state_of(&stored), uid: stored.metadata.uid.clone().unwrap_or_default() })
 }
 
 /// Asks the API server to validate the Job of `spec` without creating it
@@ -390,8 +406,9 @@ mod tests {
             deadline_seconds: 900,
             site: &g.spec.sites[1],
             role: "standby",
+            job_uid: None,
         };
-        let job = build(&spec).unwrap();
+        let mut job = build(&spec).unwrap();
         let js = job.spec.as_ref().unwrap();
         assert_eq!((js.backoff_limit, js.active_deadline_seconds, js.suspend), (Some(0), Some(900), None));
         assert!(js.selector.is_none());
@@ -414,6 +431,11 @@ mod tests {
         assert_eq!(job.owner_references()[0].uid, "uid-1");
         assert!(ours(&job, &spec.of()));
         assert!(!ours(&job, &JobSpecFor { request_id: "u2", ..spec }.of()));
+        // Once pinned, only the Job of that uid: a look-alike made after
+        // ours was deleted is not ours.
+        job.metadata.uid = Some("job-1".into());
+        assert!(ours(&job, &JobSpecFor { job_uid: Some("job-1"), ..spec }.of()));
+        assert!(!ours(&job, &JobSpecFor { job_uid: Some("job-0"), ..spec }.of()));
     }
 
     #[test]
@@ -434,6 +456,7 @@ mod tests {
                 deadline_seconds: 60,
                 site: &g.spec.sites[0],
                 role: "standby",
+                job_uid: None,
             };
             let err = build(&s).unwrap_err();
             assert!(err.contains(want), "{err}");

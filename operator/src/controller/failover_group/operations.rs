@@ -196,12 +196,13 @@ async fn recorded_hold(
     group: &MysqlFailoverGroup,
 ) -> Result<Option<String>, Error> {
     let Some(why) = held_by_record(round, group) else { return Ok(None) };
-    if let Some(SiteHold::Job { site, namespace, request, .. }) = round.trusted().and_then(|r| r.site_hold.as_ref())
+    if let Some(SiteHold::Job { site, namespace, request, job_uid, .. }) =
+        round.trusted().and_then(|r| r.site_hold.as_ref())
         && let Some((operation, request_id)) = request.split_once('/')
     {
         let name = site_job::job_name(&group.name_any(), operation, request_id, site);
         let uid = group.metadata.uid.clone().unwrap_or_default();
-        let of = site_job::JobOf { group_uid: &uid, operation, site, request_id };
+        let of = site_job::JobOf { group_uid: &uid, operation, site, request_id, job_uid: job_uid.as_deref() };
         if site_job::ended(&ctx.client, namespace, &name, &of).await? {
             return Ok(None);
         }

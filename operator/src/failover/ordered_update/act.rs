@@ -11,7 +11,7 @@ use crate::controller::Context;
 use crate::controller::Error;
 use crate::controller::failover_group::assess::SiteProbe;
 use crate::failover::planned::request::{
-    forget_job_hold_if_ended, forget_site_hold, remember_admitted, remember_request, remember_site_hold,
+    forget_job_hold_if_ended, forget_site_hold, pin_job_hold, remember_admitted, remember_request, remember_site_hold,
 };
 use crate::failover::record::SiteHold;
 use crate::failover::request::{deferral, write_if_changed};
@@ -118,7 +118,7 @@ async fn enter_next(
         let deadline = site_job::deadline_seconds(OPERATION, state.active_deadline_seconds);
         let until = Timestamp::now().as_second() + i64::from(deadline) + super::JOB_GRACE.as_secs() as i64;
         let (site, namespace) = (site.to_owned(), state.namespace.clone().unwrap_or_default());
-        remember_site_hold(ctx, round, SiteHold::Job { site, until, namespace, request }).await?;
+        remember_site_hold(ctx, round, SiteHold::Job { site, until, namespace, request, job_uid: None }).await?;
     } else if matches!(from, Phase::UpdatingStandby | Phase::UpdatingFormerPrimary) {
         forget_site_hold(ctx, round, &request, |h| matches!(h, SiteHold::Job { .. })).await?;
     }
@@ -161,6 +161,7 @@ async fn dry_run_jobs(
             deadline_seconds: state.active_deadline_seconds.unwrap_or(request.active_deadline_seconds),
             site: &spec,
             role: role(phase),
+            job_uid: None,
         };
         match site_job::dry_run(&ctx.client, &job).await {
             Ok(()) => {}
@@ -224,6 +225,8 @@ async fn run_job(
     };
     let spec = group.site(site).cloned().ok_or(Error::NoName)?;
     let namespace = state.namespace.clone().unwrap_or(request.namespace.clone());
+    let recorded = recorded_id(&state.request_id);
+    let pinned = round.trusted().and_then(|r| r.site_hold.as_ref()?.job_uid(&recorded, site)).map(str::to_owned);
     let job = site_job::JobSpecFor {
         group,
         operation: OPERATION,
@@ -233,14 +236,22 @@ async fn run_job(
         deadline_seconds: state.active_deadline_seconds.unwrap_or(request.active_deadline_seconds),
         site: &spec,
         role: role(phase),
+        job_uid: pinned.as_deref(),
     };
     if !ctx.leadership.is_leader() {
         return Err(Error::NotLeader);
     }
     let observed = match site_job::ensure(ctx, &job).await {
-        Ok(observed) => observed,
+        Ok(ensured) => {
+            pin_job_hold(ctx, round, &recorded, site, &ensured.uid).await?;
+            ensured.state
+        }
         Err(site_job::EnsureError::Refused(why)) => {
-            forget_site_hold(ctx, round, &recorded_id(&state.request_id), no_job).await?;
+            // Refused before it was made: it holds nothing. Once made
+            // (pinned), its end alone ends the hold, whatever took its name.
+            if pinned.is_none() {
+                forget_site_hold(ctx, round, &recorded, no_job).await?;
+            }
             let why = format!("the Job of {site} could not be created: {why}; nothing was switched over");
             *group = enter(ctx, group, state, Phase::Failed, Some(why), None, Some(site.to_owned())).await?;
             return Ok(Some(Drive::idle(group.clone())));

@@ -231,6 +231,7 @@ async fn backfill_hold(
         until,
         namespace: state.namespace.clone().unwrap_or_default(),
         request: request::recorded_id(&state.request_id),
+        job_uid: None,
     };
     crate::failover::planned::request::remember_site_hold(ctx, round, hold).await
 }
@@ -288,7 +289,9 @@ async fn drive_rounds(
         }
         *acted_on_sites |= switchover_phase(phase).is_some();
         let probes = if turn == 0 && !first.is_empty() { first.to_vec() } else { sites::probe_all(&group, ctx).await };
-        let facts = observe(ctx, &group, &mut state, &local, phase, &primary, &standby, &probes).await?;
+        let hold_now = round.trusted().and_then(|r| r.site_hold.clone());
+        let facts =
+            observe(ctx, &group, &mut state, &local, hold_now.as_ref(), phase, &primary, &standby, &probes).await?;
         let hold = holds_automatic_failover(phase, &primary, &facts);
         let action = ordered_update::next(phase, &primary, &facts);
         tracing::debug!(group = %group.name_any(), phase = phase.as_str(), action = ?action, "ordered update step");
@@ -323,6 +326,7 @@ async fn observe(
     group: &MysqlFailoverGroup,
     state: &mut OrderedUpdateStatus,
     local: &Local,
+    site_hold: Option<&record::SiteHold>,
     phase: Phase,
     primary: &str,
     standby: &str,
@@ -334,7 +338,10 @@ async fn observe(
             let name = site_job::job_name(&group.name_any(), OPERATION, &state.request_id, site);
             let namespace = state.namespace.clone().unwrap_or_default();
             let uid = group.metadata.uid.clone().unwrap_or_default();
-            let of = site_job::JobOf { group_uid: &uid, operation: OPERATION, site, request_id: &state.request_id };
+            let held = request::recorded_id(&state.request_id);
+            let job_uid = site_hold.and_then(|h| h.job_uid(&held, site));
+            let of =
+                site_job::JobOf { group_uid: &uid, operation: OPERATION, site, request_id: &state.request_id, job_uid };
             let observed = site_job::observe(&ctx.client, &namespace, &name, &of).await?;
             let recorded = state.jobs.iter().find(|j| j.site == site && j.role == act::role(phase));
             site_job::with_record(observed, recorded)

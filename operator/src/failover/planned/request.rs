@@ -191,6 +191,29 @@ pub(crate) async fn remember_site_hold(
     keep_decision(ctx, round, &rec, &extra).await
 }
 
+/// Pins the record's Job hold of `request` on `site` to the Job's `uid`
+/// once the Job is made (compare-and-swap, the same decision): from then
+/// on only that Job's end ends the hold.
+pub(crate) async fn pin_job_hold(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    request: &str,
+    site: &str,
+    uid: &str,
+) -> Result<(), Error> {
+    let rec = record_for(ctx, round, "pin the site hold for").await?;
+    let mut extra = rec.extra();
+    let Some(record::SiteHold::Job { site: held, request: of, job_uid: pinned @ None, .. }) = extra.site_hold.as_mut()
+    else {
+        return Ok(());
+    };
+    if held != site || of != request || uid.is_empty() {
+        return Ok(());
+    }
+    *pinned = Some(uid.to_owned());
+    keep_decision(ctx, round, &rec, &extra).await
+}
+
 /// Clears the record's [`record::SiteHold`] when it is one of `request`'s
 /// that `which` accepts (another request's, or another kind, stays).
 pub(crate) async fn forget_site_hold(
@@ -219,13 +242,14 @@ pub(crate) async fn forget_job_hold_if_ended(
     request: &str,
 ) -> Result<(), Error> {
     let rec = record_for(ctx, round, "clear the site hold for").await?;
-    let Some(record::SiteHold::Job { site, namespace, request: of, .. }) = rec.site_hold.as_ref() else {
+    let Some(record::SiteHold::Job { site, namespace, request: of, job_uid, .. }) = rec.site_hold.as_ref() else {
         return Ok(());
     };
     let Some((operation, request_id)) = of.split_once('/').filter(|_| of == request) else { return Ok(()) };
     let name = crate::failover::site_job::job_name(&group.name_any(), operation, request_id, site);
     let uid = group.metadata.uid.clone().unwrap_or_default();
-    let job = crate::failover::site_job::JobOf { group_uid: &uid, operation, site, request_id };
+    let job =
+        crate::failover::site_job::JobOf { group_uid: &uid, operation, site, request_id, job_uid: job_uid.as_deref() };
     if crate::failover::site_job::ended(&ctx.client, namespace, &name, &job).await? {
         forget_site_hold(ctx, round, request, |h| matches!(h, record::SiteHold::Job { .. })).await?;
     }

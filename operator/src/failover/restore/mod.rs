@@ -313,7 +313,8 @@ async fn drive_rounds(
         *acted_on_sites |=
             matches!(phase, Phase::Fencing | Phase::Promoting | Phase::Repointing | Phase::AwaitingReclone);
         let probes = if turn == 0 && !first.is_empty() { first.to_vec() } else { sites::probe_all(&group, ctx).await };
-        let facts = observe(ctx, &group, &mut state, &local, phase, &old, &probes).await?;
+        let hold_now = round.trusted().and_then(|r| r.site_hold.clone());
+        let facts = observe(ctx, &group, &mut state, &local, hold_now.as_ref(), phase, &old, &probes).await?;
         let hold = holds_automatic_failover(phase, &facts);
         let action = restore::next(phase, &old, &facts);
         tracing::debug!(group = %group.name_any(), phase = phase.as_str(), action = ?action, "restore-in-place step");
@@ -339,11 +340,13 @@ async fn drive_rounds(
 }
 
 /// What the engine sees for one step of the request in `phase`.
+#[allow(clippy::too_many_arguments)] // one round's view: each argument is a different source
 async fn observe(
     ctx: &Context,
     group: &MysqlFailoverGroup,
     state: &mut RestoreInPlaceStatus,
     local: &Local,
+    site_hold: Option<&SiteHold>,
     phase: Phase,
     old: &str,
     probes: &[SiteProbe],
@@ -354,7 +357,9 @@ async fn observe(
         let operation = RestoreInPlaceStatus::OPERATION;
         let name = site_job::job_name(&group.name_any(), operation, &state.request_id, &site);
         let uid = group.metadata.uid.clone().unwrap_or_default();
-        let of = site_job::JobOf { group_uid: &uid, operation, site: &site, request_id: &state.request_id };
+        let held = recorded(&state.request_id);
+        let job_uid = site_hold.and_then(|h| h.job_uid(&held, &site));
+        let of = site_job::JobOf { group_uid: &uid, operation, site: &site, request_id: &state.request_id, job_uid };
         let observed =
             site_job::observe(&ctx.client, state.namespace.as_deref().unwrap_or_default(), &name, &of).await?;
         site_job::with_record(observed, state.job.as_ref())
