@@ -1,7 +1,7 @@
 //! Primary reassertion (a safety path that never reads a lease;
 //! docs/failover.md, "Returning primary, reassertion"): once a group has a decision, on every
-//! probe where the decided active site is writable (or after any
-//! failover), a site other than it that is writable is made read-only
+//! probe where the decided active site is writable (or, after a failover,
+//! answers read-only), a site other than it that is writable is made read-only
 //! again and its client sessions ended — a returning old primary, a replica restarted
 //! without `read_only` in its configuration, or a hand-made promotion, must
 //! not leave two writable sites. One Warning Event `PrimaryReasserted` per
@@ -21,29 +21,36 @@ use crate::mysql::{ProbeTarget, actions};
 /// decision and the sites agree that it is not the primary:
 ///
 /// - `active` is observed writable: a second writable site is the fault;
-/// - or a failover has moved the primary (`generation` above 1): the
-///   writable site lost its role to a decision, a paused or cut-off old
-///   primary answering again (returning-primary fencing, on first sight,
-///   whatever the decided site shows: a killed new primary restarts
-///   read-only, and its predecessor must not take writes meanwhile).
+/// - or `active` answers read-only and `failed_over` (this operator's
+///   verified decision record holds a failover at the generation in
+///   force): the writable site lost its role to that decision, a paused or
+///   cut-off old primary answering again (returning-primary fencing, on
+///   first sight: a killed new primary restarts read-only, and its
+///   predecessor must not take writes meanwhile).
 ///
-/// Before any failover, with the decided site read-only or unreachable and
-/// another writable, the sites and the bootstrap decision disagree (a
-/// mistaken `initialActiveSite`, a hand-made promotion before the operator
-/// took over): fencing would take the only primary away on a guess, so
-/// nothing is done and the assessment reports `UnexpectedPrimary`. A site
-/// that answers as another server (swapped addresses) is not observed at
-/// all (`UnexpectedServer`) and never fenced. Returns whether it fenced
-/// any, so the caller probes again before reporting.
+/// Otherwise, with the decided site read-only or unreachable and another
+/// writable, nothing is done and the assessment reports
+/// `UnexpectedPrimary`: before any failover the bootstrap decision and the
+/// sites disagree (a mistaken `initialActiveSite`), a decision adopted
+/// from status alone is not this operator's to trust, and a standby a
+/// person promoted by hand while the decided primary is down (the
+/// runbook's way with `automatic: false`) must keep its writes. A site that
+/// answers as another server (swapped addresses) is not observed at all
+/// (`UnexpectedServer`) and never fenced. Returns whether it fenced any, so
+/// the caller probes again before reporting.
 pub(crate) async fn reassert(
     ctx: &Context,
     group: &MysqlFailoverGroup,
     active: &str,
-    generation: i64,
+    failed_over: bool,
     probes: &[SiteProbe],
 ) -> bool {
-    let active_writable = probes.iter().any(|p| p.site == active && p.outcome.as_ref().is_ok_and(|o| o.writable));
-    if !active_writable && generation <= 1 {
+    let answered = probes.iter().find(|p| p.site == active).and_then(|p| p.outcome.as_ref().ok());
+    let agreed = match answered {
+        Some(o) => o.writable || failed_over,
+        None => false,
+    };
+    if !agreed {
         return false;
     }
     fence_others(ctx, group, active, probes).await.fenced_any

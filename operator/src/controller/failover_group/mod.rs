@@ -375,8 +375,12 @@ async fn safety_paths(
             }
         }
     }
+    // A failover in force that this operator decided: its verified record
+    // holds the generation in force, past bootstrap (only a decided change
+    // of the active site moves it).
+    let failed_over = |generation: i64| round.trusted().is_some_and(|r| r.generation == generation && generation > 1);
     if let decision::Resolution::At { site, generation, .. } = &resolution
-        && reassert::reassert(ctx, &group, site, *generation, &probes).await
+        && reassert::reassert(ctx, &group, site, failed_over(*generation), &probes).await
     {
         // Report what the sites are now, not what they were before the fence.
         probes = sites::probe_all(&group, ctx).await;

@@ -48,11 +48,12 @@ pub(super) async fn maintain(ctx: &Context, group: &MysqlFailoverGroup, active: 
         if have == want || !ctx.leadership.is_leader() {
             continue;
         }
-        // A writable site that is not the active one is reassertion's to
-        // fence first: switching its primary side off would release the
-        // commits waiting there for an acknowledgement, as acknowledged,
-        // on a site that is no longer the primary.
-        if probe.site != active && obs.writable {
+        // A writable site that is not the active one, with its primary
+        // side on, is reassertion's to fence first: switching that side off
+        // would release the commits waiting there for an acknowledgement,
+        // as acknowledged, on a site that is no longer the primary. Its
+        // replica side is set meanwhile.
+        if probe.site != active && obs.writable && have.primary {
             continue;
         }
         let Some(site) = group.site(&probe.site) else { continue };
