@@ -168,7 +168,7 @@ pub(crate) enum SiteHold {
 }
 
 impl SiteHold {
-    fn parse(text: &str) -> Option<SiteHold> {
+    pub(crate) fn parse(text: &str) -> Option<SiteHold> {
         let mut words = text.splitn(3, ' ');
         let (kind, site, rest) = (words.next()?, words.next()?.to_owned(), words.next()?);
         let (number, rest) = rest.split_once(' ')?;
@@ -202,6 +202,19 @@ impl SiteHold {
         match self {
             SiteHold::Job { site, request, job_uid, .. } if site == of_site && request == of_request => {
                 job_uid.as_deref()
+            }
+            _ => None,
+        }
+    }
+
+    /// Where the Job of `of_request` on `of_site` runs, once the hold
+    /// pinned it (status names a namespace too, but can be edited).
+    pub(crate) fn job_namespace(&self, of_request: &str, of_site: &str) -> Option<&str> {
+        match self {
+            SiteHold::Job { site, request, namespace, job_uid: Some(_), .. }
+                if site == of_site && request == of_request =>
+            {
+                Some(namespace)
             }
             _ => None,
         }
@@ -695,6 +708,18 @@ mod tests {
         }
         assert_eq!(pinned.to_string(), "job pdx 1700000000 jobs uid=0b7e-11 ordered-update/u 1");
         assert_eq!(SiteHold::parse(&pinned.to_string()), Some(pinned));
+        // Words taken from status that would not read back as written
+        // (the operator refuses to store them: `remember_site_hold`).
+        for (site, namespace) in [("pdx", "x uid=bogus y"), ("p dx", "jobs")] {
+            let forged = SiteHold::Job {
+                site: site.into(),
+                until: 1,
+                namespace: namespace.into(),
+                request: "ordered-update/u".into(),
+                job_uid: None,
+            };
+            assert_ne!(SiteHold::parse(&forged.to_string()), Some(forged.clone()), "{forged}");
+        }
         // Stored before the Job was pinned: no uid.
         assert!(matches!(
             SiteHold::parse("job pdx 1 jobs restore-in-place/r"),

@@ -225,7 +225,21 @@ impl JobSpecFor<'_> {
 /// restore that may have half run needs a person; one whose end status
 /// recorded (and that a `ttlSecondsAfterFinished` removed since) keeps
 /// that end.
-pub(crate) fn with_record(observed: JobState, recorded: Option<&SiteJobStatus>) -> JobState {
+///
+/// A Job the decision record pinned (`pinned`: the operator made it) is
+/// judged on itself alone: status can be written by others, so an end it
+/// records for a Job that is gone is no end; gone before the operator saw
+/// it end, it failed.
+pub(crate) fn with_record(observed: JobState, recorded: Option<&SiteJobStatus>, pinned: bool) -> JobState {
+    if pinned {
+        return match observed {
+            JobState::Absent => JobState::Failed(
+                "the Job the operator made is gone before it was seen to end; it is not run again (the site may be half done)"
+                    .to_owned(),
+            ),
+            observed => observed,
+        };
+    }
     match (observed, recorded.map(|r| (r.result.as_str(), r))) {
         (JobState::Absent, Some(("Complete", _))) => JobState::Complete,
         (JobState::Absent, Some(("Failed", r))) => {
@@ -245,6 +259,8 @@ pub(crate) struct Ensured {
     pub(crate) state: JobState,
     /// Its uid, for the decision record to pin.
     pub(crate) uid: String,
+    /// Made now (not found made before).
+    pub(crate) created: bool,
 }
 
 /// Creates the Job of `spec` unless it exists, and returns its state and uid.
@@ -256,8 +272,8 @@ pub(crate) async fn ensure(ctx: &crate::controller::Context, spec: &JobSpecFor<'
     let job = build(spec).map_err(EnsureError::Refused)?;
     let api: Api<Job> = Api::namespaced(client.clone(), spec.namespace);
     let params = PostParams { field_manager: Some(ENGINE_FIELD_MANAGER.to_owned()), ..PostParams::default() };
-    let stored = match api.create(&params, &job).await {
-        Ok(created) => created,
+    let (stored, created) = match api.create(&params, &job).await {
+        Ok(created) => (created, true),
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let name = job.name_any();
             let found = api.get(&name).await.map_err(|e| EnsureError::Api(kube_err("read the site's Job")(e)))?;
@@ -267,14 +283,14 @@ pub(crate) async fn ensure(ctx: &crate::controller::Context, spec: &JobSpecFor<'
                     spec.namespace
                 )));
             }
-            found
+            (found, false)
         }
         Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 404 | 422) => {
             return Err(EnsureError::Refused(format!("the API server refused it ({}): {}", e.code, e.message)));
         }
         Err(e) => return Err(EnsureError::Api(kube_err("create the site's Job")(e))),
     };
-    Ok(Ensured { state: state_of(&stored), uid: stored.metadata.uid.clone().unwrap_or_default() })
+    Ok(Ensured { state: state_of(&stored), uid: stored.metadata.uid.clone().unwrap_or_default(), created })
 }
 
 /// Asks the API server to validate the Job of `spec` without creating it
@@ -494,12 +510,20 @@ mod tests {
             message: (result == "Failed").then(|| "DeadlineExceeded".into()),
             ..SiteJobStatus::default()
         };
-        assert_eq!(with_record(JobState::Absent, None), JobState::Absent, "never created: run it");
-        let JobState::Failed(why) = with_record(JobState::Absent, Some(&rec("Running"))) else { panic!() };
+        assert_eq!(with_record(JobState::Absent, None, false), JobState::Absent, "never created: run it");
+        let JobState::Failed(why) = with_record(JobState::Absent, Some(&rec("Running")), false) else { panic!() };
         assert!(why.contains("deleted before it ended") && why.contains("not run again"), "{why}");
-        assert_eq!(with_record(JobState::Absent, Some(&rec("Complete"))), JobState::Complete);
-        assert_eq!(with_record(JobState::Absent, Some(&rec("Failed"))), JobState::Failed("DeadlineExceeded".into()));
-        assert_eq!(with_record(JobState::Running, Some(&rec("Running"))), JobState::Running);
+        assert_eq!(with_record(JobState::Absent, Some(&rec("Complete")), false), JobState::Complete);
+        // Pinned (the operator made it): an end status records for a Job
+        // that is gone (status written by hand) is no end.
+        assert!(matches!(with_record(JobState::Absent, Some(&rec("Complete")), true), JobState::Failed(_)));
+        assert!(matches!(with_record(JobState::Absent, None, true), JobState::Failed(_)), "never run again");
+        assert_eq!(with_record(JobState::Complete, Some(&rec("Running")), true), JobState::Complete);
+        assert_eq!(
+            with_record(JobState::Absent, Some(&rec("Failed")), false),
+            JobState::Failed("DeadlineExceeded".into())
+        );
+        assert_eq!(with_record(JobState::Running, Some(&rec("Running")), false), JobState::Running);
     }
 
     #[test]

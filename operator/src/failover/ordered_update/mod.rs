@@ -225,7 +225,10 @@ async fn backfill_hold(
         return Ok(());
     }
     let deadline = site_job::deadline_seconds(OPERATION, state.active_deadline_seconds);
-    let until = since.as_second() + i64::from(deadline) + JOB_GRACE.as_secs() as i64;
+    // Status's history can be written by others: a time in the future
+    // would make the hold outlast any Job.
+    let bound = Timestamp::now().as_second() + i64::from(deadline) + JOB_GRACE.as_secs() as i64;
+    let until = (since.as_second() + i64::from(deadline) + JOB_GRACE.as_secs() as i64).min(bound);
     let hold = record::SiteHold::Job {
         site: site.to_owned(),
         until,
@@ -336,15 +339,17 @@ async fn observe(
     let job = match job_site(phase, primary, standby) {
         Some(site) => {
             let name = site_job::job_name(&group.name_any(), OPERATION, &state.request_id, site);
-            let namespace = state.namespace.clone().unwrap_or_default();
             let uid = group.metadata.uid.clone().unwrap_or_default();
             let held = request::recorded_id(&state.request_id);
             let job_uid = site_hold.and_then(|h| h.job_uid(&held, site));
+            let namespace = site_hold
+                .and_then(|h| h.job_namespace(&held, site))
+                .map_or_else(|| state.namespace.clone().unwrap_or_default(), str::to_owned);
             let of =
                 site_job::JobOf { group_uid: &uid, operation: OPERATION, site, request_id: &state.request_id, job_uid };
             let observed = site_job::observe(&ctx.client, &namespace, &name, &of).await?;
             let recorded = state.jobs.iter().find(|j| j.site == site && j.role == act::role(phase));
-            site_job::with_record(observed, recorded)
+            site_job::with_record(observed, recorded, job_uid.is_some())
         }
         None => JobState::Absent,
     };

@@ -176,6 +176,15 @@ pub(crate) async fn remember_site_hold(
     if rec.site_hold.as_ref() == Some(&hold) {
         return Ok(());
     }
+    // Its words come from status too (a namespace, a site name): one that
+    // would not read back as written is never stored.
+    if record::SiteHold::parse(&hold.to_string()).as_ref() != Some(&hold) {
+        return Err(Error::Site {
+            action: "record the site hold for",
+            site: hold.site().to_owned(),
+            message: "the hold's site or namespace is not a single word (status was written by someone else)".into(),
+        });
+    }
     // Another request's hold that still holds is never replaced (admission
     // refuses while it holds; this is the last word before the write).
     if let Some(why) = rec
@@ -193,17 +202,21 @@ pub(crate) async fn remember_site_hold(
 
 /// Pins the record's Job hold of `request` on `site` to the Job's `uid`
 /// once the Job is made (compare-and-swap, the same decision): from then
-/// on only that Job's end ends the hold.
+/// on only that Job's end ends the hold. The hold lasts at least until
+/// `until` (the Job's deadline counts from its making, which a leader
+/// change can put after the hold was written).
 pub(crate) async fn pin_job_hold(
     ctx: &Context,
     round: &mut RoundRecord,
     request: &str,
     site: &str,
     uid: &str,
+    until: i64,
 ) -> Result<(), Error> {
     let rec = record_for(ctx, round, "pin the site hold for").await?;
     let mut extra = rec.extra();
-    let Some(record::SiteHold::Job { site: held, request: of, job_uid: pinned @ None, .. }) = extra.site_hold.as_mut()
+    let Some(record::SiteHold::Job { site: held, request: of, job_uid: pinned @ None, until: bound, .. }) =
+        extra.site_hold.as_mut()
     else {
         return Ok(());
     };
@@ -211,6 +224,7 @@ pub(crate) async fn pin_job_hold(
         return Ok(());
     }
     *pinned = Some(uid.to_owned());
+    *bound = (*bound).max(until);
     keep_decision(ctx, round, &rec, &extra).await
 }
 

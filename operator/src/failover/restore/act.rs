@@ -420,8 +420,21 @@ async fn run_job(
         return Err(Error::NotLeader);
     }
     let observed = match site_job::ensure(ctx, &job).await {
+        Ok(ensured) if !ensured.created && pinned.is_none() => {
+            // Made before this step made it: a leader that died before
+            // pinning it, a Job left by an earlier request of the same id,
+            // or a look-alike. Its provenance is unknown, so it is not
+            // taken for this request's, and the hold stays to its bound.
+            let why = format!(
+                "a Job of this request's name on {site} existed before the operator made it (made by an earlier leader, an earlier request of the same id, or someone else); it is not taken for this request's, and {site} stays held until the Job's deadline"
+            );
+            *group = enter(ctx, group, state, Phase::Failed, Some(why), None, Some(site.to_owned())).await?;
+            return Ok(Some(Drive::idle(group.clone())));
+        }
         Ok(ensured) => {
-            pin_job_hold(ctx, round, &held, site, &ensured.uid).await?;
+            let deadline = site_job::deadline_seconds(RestoreInPlaceStatus::OPERATION, state.active_deadline_seconds);
+            let until = Timestamp::now().as_second() + i64::from(deadline) + super::JOB_GRACE.as_secs() as i64;
+            pin_job_hold(ctx, round, &held, site, &ensured.uid, until).await?;
             ensured.state
         }
         Err(site_job::EnsureError::Refused(why)) => {

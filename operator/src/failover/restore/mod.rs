@@ -360,9 +360,11 @@ async fn observe(
         let held = recorded(&state.request_id);
         let job_uid = site_hold.and_then(|h| h.job_uid(&held, &site));
         let of = site_job::JobOf { group_uid: &uid, operation, site: &site, request_id: &state.request_id, job_uid };
-        let observed =
-            site_job::observe(&ctx.client, state.namespace.as_deref().unwrap_or_default(), &name, &of).await?;
-        site_job::with_record(observed, state.job.as_ref())
+        let namespace = site_hold
+            .and_then(|h| h.job_namespace(&held, &site))
+            .map_or_else(|| state.namespace.clone().unwrap_or_default(), str::to_owned);
+        let observed = site_job::observe(&ctx.client, &namespace, &name, &of).await?;
+        site_job::with_record(observed, state.job.as_ref(), job_uid.is_some())
     } else {
         JobState::Absent
     };
