@@ -200,12 +200,53 @@ pub(crate) async fn remember_site_hold(
     keep_decision(ctx, round, &rec, &extra).await
 }
 
+/// Makes the site Job of `spec` (found again if this request's pinned Job
+/// exists) under the record's Job hold of `request`, and pins the hold to
+/// it, at least until `until`. `Ok(Err(why))`: no Job may run for the
+/// request; a hold that no Job of ours was made under is cleared, one
+/// pinned stays to its bound.
+pub(crate) async fn ensure_held_job(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    spec: &crate::failover::site_job::JobSpecFor<'_>,
+    request: &str,
+    until: i64,
+) -> Result<Result<bloodraven_core::failover::disruption::JobState, String>, Error> {
+    use crate::failover::site_job::{EnsureError, ensure};
+    let site = spec.site.name.as_str();
+    if !ctx.leadership.is_leader() {
+        return Err(Error::NotLeader);
+    }
+    match ensure(ctx, spec).await {
+        // Made before this step made it: a leader that died before pinning
+        // it, a Job left by an earlier request of the same id, or a
+        // look-alike. Its provenance is unknown, so it is not taken for
+        // this request's, and the hold stays to its bound.
+        Ok(ensured) if !ensured.created && spec.job_uid.is_none() => Ok(Err(format!(
+            "a Job of this request's name existed before the operator made it (made by an earlier leader, an earlier request of the same id, or someone else); it is not taken for this request's, and {site} stays held until the Job's deadline"
+        ))),
+        Ok(ensured) => {
+            pin_job_hold(ctx, round, request, site, &ensured.uid, until).await?;
+            Ok(Ok(ensured.state))
+        }
+        Err(EnsureError::Refused(why)) => {
+            // Refused before it was made: it holds nothing. Once made
+            // (pinned), its end alone ends the hold, whatever took its name.
+            if spec.job_uid.is_none() {
+                forget_site_hold(ctx, round, request, |h| matches!(h, record::SiteHold::Job { .. })).await?;
+            }
+            Ok(Err(why))
+        }
+        Err(EnsureError::Api(e)) => Err(e),
+    }
+}
+
 /// Pins the record's Job hold of `request` on `site` to the Job's `uid`
 /// once the Job is made (compare-and-swap, the same decision): from then
 /// on only that Job's end ends the hold. The hold lasts at least until
 /// `until` (the Job's deadline counts from its making, which a leader
 /// change can put after the hold was written).
-pub(crate) async fn pin_job_hold(
+async fn pin_job_hold(
     ctx: &Context,
     round: &mut RoundRecord,
     request: &str,

@@ -10,7 +10,8 @@ use crate::controller::failover_group::assess::SiteProbe;
 use crate::controller::failover_group::publish;
 use crate::controller::{Context, Error, kube_err};
 use crate::failover::planned::request::{
-    forget_job_hold_if_ended, forget_site_hold, pin_job_hold, remember_admitted, remember_request, remember_site_hold,
+    ensure_held_job, forget_job_hold_if_ended, forget_site_hold, remember_admitted, remember_request,
+    remember_site_hold,
 };
 use crate::failover::record::{self, SiteHold};
 use crate::failover::request::{RequestStatus, deferral, ignore_reused, write_if_changed};
@@ -416,38 +417,16 @@ async fn run_job(
         role: ROLE_RESTORE,
         job_uid: pinned.as_deref(),
     };
-    if !ctx.leadership.is_leader() {
-        return Err(Error::NotLeader);
-    }
-    let observed = match site_job::ensure(ctx, &job).await {
-        Ok(ensured) if !ensured.created && pinned.is_none() => {
-            // Made before this step made it: a leader that died before
-            // pinning it, a Job left by an earlier request of the same id,
-            // or a look-alike. Its provenance is unknown, so it is not
-            // taken for this request's, and the hold stays to its bound.
-            let why = format!(
-                "a Job of this request's name on {site} existed before the operator made it (made by an earlier leader, an earlier request of the same id, or someone else); it is not taken for this request's, and {site} stays held until the Job's deadline"
-            );
-            *group = enter(ctx, group, state, Phase::Failed, Some(why), None, Some(site.to_owned())).await?;
-            return Ok(Some(Drive::idle(group.clone())));
-        }
-        Ok(ensured) => {
-            let deadline = site_job::deadline_seconds(RestoreInPlaceStatus::OPERATION, state.active_deadline_seconds);
-            let until = Timestamp::now().as_second() + i64::from(deadline) + super::JOB_GRACE.as_secs() as i64;
-            pin_job_hold(ctx, round, &held, site, &ensured.uid, until).await?;
-            ensured.state
-        }
-        Err(site_job::EnsureError::Refused(why)) => {
-            // Refused before it was made: it holds nothing. Once made
-            // (pinned), its end alone ends the hold, whatever took its name.
-            if pinned.is_none() {
-                forget_site_hold(ctx, round, &held, no_job).await?;
-            }
+    // The Job's own deadline counts from its making.
+    let deadline = site_job::deadline_seconds(RestoreInPlaceStatus::OPERATION, Some(job.deadline_seconds));
+    let until = Timestamp::now().as_second() + i64::from(deadline) + super::JOB_GRACE.as_secs() as i64;
+    let observed = match ensure_held_job(ctx, round, &job, &held, until).await? {
+        Ok(observed) => observed,
+        Err(why) => {
             let why = format!("the Job restoring {site} could not be created: {why}; nothing was decided");
             *group = enter(ctx, group, state, Phase::Failed, Some(why), None, Some(site.to_owned())).await?;
             return Ok(Some(Drive::idle(group.clone())));
         }
-        Err(site_job::EnsureError::Api(e)) => return Err(e),
     };
     tracing::info!(group = %group.name_any(), site, request_id = %state.request_id, "restore Job created");
     ctx.failpoint.hit("restore-in-place-after-job");
