@@ -30,6 +30,9 @@ fn cgroup2_root() -> (PathBuf, &'static str) {
     }
 }
 
+/// The nftables table, in a site's own namespace, of a lossy link.
+const LOSSY_TABLE: &str = "bl_nemesis_lossy";
+
 fn run(program: &str, args: &[&str]) -> Result<(), String> {
     let out = Command::new(program).args(args).output().map_err(|e| format!("{program}: {e}"))?;
     if out.status.success() {
@@ -234,17 +237,57 @@ impl Net {
     }
 
     /// Makes `site`'s link slow and lossy, both ways: netem on each end of
-    /// its veth pair.
+    /// its veth pair. A kernel without netem (`CONFIG_NET_SCH_NETEM` unset,
+    /// as on the VMs CI runs on) gets the nearest it has: a token bucket
+    /// narrow enough that a burst queues for up to `delay_ms` (the delay of
+    /// a saturated link, not a fixed one), and the loss as an nftables rule
+    /// in the site's namespace that drops that share of its packets at
+    /// random, both ways.
     pub fn slow(&mut self, site: Site, delay_ms: u32, loss_percent: u32) {
         let ns = &self.sites[site.name()];
         let (delay, jitter, loss) =
             (format!("{delay_ms}ms"), format!("{}ms", delay_ms / 4), format!("{loss_percent}%"));
-        let netem = ["root", "netem", "delay", &delay, &jitter, "loss", &loss];
         let peer = ns.peer_if();
+        let netem = ["root", "netem", "delay", &delay, &jitter, "loss", &loss];
         let host: Vec<&str> = ["qdisc", "replace", "dev", ns.host_if()].into_iter().chain(netem).collect();
-        let inside: Vec<&str> = ["-n", &ns.name, "qdisc", "replace", "dev", &peer].into_iter().chain(netem).collect();
-        must("tc", &host);
-        must("tc", &inside);
+        if run("tc", &host).is_ok() {
+            let inside: Vec<&str> =
+                ["-n", &ns.name, "qdisc", "replace", "dev", &peer].into_iter().chain(netem).collect();
+            must("tc", &inside);
+        } else {
+            let tbf = ["root", "tbf", "rate", "1mbit", "burst", "16kb", "latency", &delay];
+            let host: Vec<&str> = ["qdisc", "replace", "dev", ns.host_if()].into_iter().chain(tbf).collect();
+            let inside: Vec<&str> = ["-n", &ns.name, "qdisc", "replace", "dev", &peer].into_iter().chain(tbf).collect();
+            must("tc", &host);
+            must("tc", &inside);
+            if loss_percent > 0 {
+                let in_ns = |args: &[&str]| {
+                    let all: Vec<&str> =
+                        ["netns", "exec", &ns.name, "nft"].into_iter().chain(args.iter().copied()).collect();
+                    must("ip", &all);
+                };
+                in_ns(&["add", "table", "inet", LOSSY_TABLE]);
+                let share = loss_percent.min(100).to_string();
+                for (chain, hook) in [("in", "input"), ("out", "output")] {
+                    let spec = format!("{{ type filter hook {hook} priority 0; policy accept; }}");
+                    in_ns(&["add", "chain", "inet", LOSSY_TABLE, chain, &spec]);
+                    in_ns(&[
+                        "add",
+                        "rule",
+                        "inet",
+                        LOSSY_TABLE,
+                        chain,
+                        "numgen",
+                        "random",
+                        "mod",
+                        "100",
+                        "<",
+                        &share,
+                        "drop",
+                    ]);
+                }
+            }
+        }
         self.slow.push(site);
     }
 
@@ -253,6 +296,7 @@ impl Net {
         let ns = &self.sites[site.name()];
         let _ = run("tc", &["qdisc", "del", "dev", ns.host_if(), "root"]);
         let _ = run("tc", &["-n", &ns.name, "qdisc", "del", "dev", &ns.peer_if(), "root"]);
+        let _ = run("ip", &["netns", "exec", &ns.name, "nft", "delete", "table", "inet", LOSSY_TABLE]);
         self.slow.retain(|s| *s != site);
     }
 
