@@ -326,9 +326,11 @@ func checkLeaseOverlap(h *History) []Anomaly {
 
 // Invariant 4: durability of the acknowledged writes.
 //
-// Returns the anomalies, the ok writes missing from final, and how many of
-// those a deposed primary acknowledged before its fence.
-func checkDurability(h *History) ([]Anomaly, int, int) {
+// Returns the anomalies, the ok writes missing from final, how many of
+// those a deposed primary acknowledged before its fence, and how many an
+// old primary acknowledged after the operators last saw it answer, before
+// the emergency decision from it (asynchronous replication).
+func checkDurability(h *History) ([]Anomaly, int, int, int) {
 	present := map[int64]bool{}
 	finals := h.ofType("final")
 	for _, f := range finals {
@@ -343,7 +345,7 @@ func checkDurability(h *History) ([]Anomaly, int, int) {
 		}
 	}
 	var out []Anomaly
-	lost, deposed := 0, 0
+	lost, deposed, unseen := 0, 0, 0
 	used := map[*Record]int{}
 	usedLines := map[*Record][]int{}
 	semiSync := *h.Run.SemiSync
@@ -378,6 +380,13 @@ func checkDurability(h *History) ([]Anomaly, int, int) {
 			out = append(out, Anomaly{Invariant: 4, Cause: fmt.Sprintf("ok write %d (site %s) is missing from final and no emergency decision from that site abandoned it", w.Value, w.Site), Lines: finalLines(finals, w.Line)})
 			continue
 		}
+		// Acknowledged after every operator last saw the site answer: the
+		// decision could not know of it (it counts what the site was last
+		// seen with), so it is the async window's, counted.
+		if w.RetUs > lastSeen(h, w.Site, d.At) {
+			unseen++
+			continue
+		}
 		used[d]++
 		usedLines[d] = append(usedLines[d], w.Line)
 	}
@@ -387,7 +396,19 @@ func checkDurability(h *History) ([]Anomaly, int, int) {
 			out = append(out, Anomaly{Invariant: 4, Cause: fmt.Sprintf("%d ok writes to %s lost at the emergency decision of generation %d, which reports abandoned=%d", used[d], d.From, *d.Generation, d.Abandoned), Lines: finalLines(finals, lines...)})
 		}
 	}
-	return out, lost, deposed
+	return out, lost, deposed, unseen
+}
+
+// lastSeen is the latest ok probe answer of `site` at or before `t`, by any
+// operator (0 when none).
+func lastSeen(h *History, site string, t int64) int64 {
+	var last int64
+	for _, p := range h.ofType("probe") {
+		if p.Site == site && *p.OK && p.RetUs <= t && p.RetUs > last {
+			last = p.RetUs
+		}
+	}
+	return last
 }
 
 // deposedBeforeFence: asynchronous replication's second loss window. An

@@ -29,6 +29,9 @@ type Report struct {
 		// Of those, the ones a deposed primary acknowledged between an
 		// emergency decision from it and its fence (asynchronous replication).
 		LostDeposed int `json:"lostDeposed"`
+		// And the ones an old primary acknowledged after the operators last
+		// saw it answer, before the emergency decision from it.
+		LostUnseen int `json:"lostUnseen"`
 	} `json:"writes"`
 	LeaseCalls  int       `json:"leaseCalls"`
 	Revocations int       `json:"revocations"`
@@ -76,8 +79,8 @@ func Check(h *History, visualize string) (*Report, error) {
 	if lin != nil {
 		all = append(all, *lin)
 	}
-	durability, lost, deposed := checkDurability(h)
-	rep.Writes.Lost, rep.Writes.LostDeposed = lost, deposed
+	durability, lost, deposed, unseen := checkDurability(h)
+	rep.Writes.Lost, rep.Writes.LostDeposed, rep.Writes.LostUnseen = lost, deposed, unseen
 	all = append(all, durability...)
 	all = append(all, checkFences(h)...)
 	all = append(all, checkFalseFailover(h)...)
@@ -144,7 +147,7 @@ func printTable(w io.Writer, rep *Report) {
 		faults = []string{"none"}
 	}
 	fmt.Fprintf(w, "faults       %s\n", strings.Join(faults, " "))
-	fmt.Fprintf(w, "writes       ok=%d fail=%d unknown=%d lost=%d (deposed primary before its fence: %d)\n", rep.Writes.OK, rep.Writes.Fail, rep.Writes.Unknown, rep.Writes.Lost, rep.Writes.LostDeposed)
+	fmt.Fprintf(w, "writes       ok=%d fail=%d unknown=%d lost=%d (deposed primary before its fence: %d; after the operators last saw it: %d)\n", rep.Writes.OK, rep.Writes.Fail, rep.Writes.Unknown, rep.Writes.Lost, rep.Writes.LostDeposed, rep.Writes.LostUnseen)
 	fmt.Fprintf(w, "lease calls  %d (revocations %d)\n", rep.LeaseCalls, rep.Revocations)
 	fmt.Fprintf(w, "decisions    %d\n", rep.Decisions)
 	fmt.Fprintf(w, "anomalies    %d\n", len(rep.Anomalies))

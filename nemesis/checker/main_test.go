@@ -81,7 +81,8 @@ func TestPlantedViolations(t *testing.T) {
 // Histories that come close to a violation and must pass: the correct run,
 // a both-writable window explained by a partition, a fence and a promotion
 // that the polls saw in the other order, an async loss within
-// what the emergency decision reports abandoned, a write a deposed primary
+// what the emergency decision reports abandoned, one acknowledged after the
+// operators last saw the old primary answer, a write a deposed primary
 // acknowledged before its fence, and grants after a revocation or after
 // expiry.
 func TestCorrectHistoriesPass(t *testing.T) {
@@ -91,6 +92,7 @@ func TestCorrectHistoriesPass(t *testing.T) {
 		"inv1_fence_and_promotion_between_polls.jsonl",
 		"inv4_async_within_abandoned.jsonl",
 		"inv4_async_deposed_before_fence.jsonl",
+		"inv4_async_unseen_before_decision.jsonl",
 		"inv4_semisync_deposed_before_fence.jsonl",
 		"lease_grant_after_revocation.jsonl",
 		"lease_grant_after_expiry.jsonl",
@@ -99,6 +101,9 @@ func TestCorrectHistoriesPass(t *testing.T) {
 			code, rep, stderr := checkFile(t, filepath.Join("testdata", file))
 			if code != 0 || len(rep.Anomalies) != 0 {
 				t.Fatalf("exit %d, anomalies %+v, stderr %q; want a clean pass", code, rep, stderr)
+			}
+			if file == "inv4_async_unseen_before_decision.jsonl" && rep.Writes.LostUnseen != 1 {
+				t.Errorf("writes %+v, want the write after the last sighting counted: lostUnseen=1", rep.Writes)
 			}
 			if strings.Contains(file, "deposed_before_fence") && (rep.Writes.Lost != 1 || rep.Writes.LostDeposed != 1) {
 				t.Errorf("writes %+v, want the deposed primary's write counted: lost=1 lostDeposed=1", rep.Writes)
