@@ -71,6 +71,9 @@ for flavor in $flavors; do
     rm -rf "$out"
     mkdir -p "$out"
     echo "$me: seed $seed, $flavor, $seconds s of faults"
+    # Up (again) before each run: a run that failed mid-fault may have left
+    # the API server down (up is a no-op on a healthy control plane).
+    "$root/hack/control-plane.sh" up "$dir/control-plane" >/dev/null
     if ! E2E_FLAVOR=$flavor "$dir/bin/nemesis" run --seed "$seed" --seconds "$seconds" --out "$out" 2>&1 | tee "$out/runner.log"; then
       echo "$me: the run of seed $seed ($flavor) failed; its logs are in $out" >&2
       status=1

@@ -212,13 +212,16 @@ impl Operator {
         timings: LeaderTimings,
         extra: &[String],
     ) -> Operator {
-        Self::start_wrapped(cluster, ns, label, name, timings, extra, &[]).await
+        let kubeconfig = operator_kubeconfig(cluster, ns).await;
+        Self::start_wrapped(&kubeconfig, ns, label, name, timings, extra, &[])
     }
 
-    /// As [`Operator::start_with`], run through the command prefix
-    /// `wrapper` (e.g. one that moves the process into a cgroup first).
-    pub async fn start_wrapped(
-        cluster: &Cluster,
+    /// As [`Operator::start_with`], with the operator's kubeconfig written
+    /// before ([`operator_kubeconfig`]: a restart while the API server is
+    /// down needs none of it), run through the command prefix `wrapper`
+    /// (e.g. one that moves the process into a cgroup first).
+    pub fn start_wrapped(
+        kubeconfig: &std::path::Path,
         ns: &TestNamespace,
         label: &str,
         name: &str,
@@ -226,7 +229,6 @@ impl Operator {
         extra: &[String],
         wrapper: &[String],
     ) -> Operator {
-        let kubeconfig = operator_kubeconfig(cluster, ns).await;
         let plain_port = free_port();
         let probe_port = free_port();
         let identity = format!("{name}-{}", crate::suffix());
@@ -257,7 +259,7 @@ impl Operator {
             .args(["--retry-period-seconds", &timings.retry_period.to_string()])
             .args(["--log-format", "json"])
             .args(extra)
-            .env("KUBECONFIG", &kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())

@@ -178,23 +178,26 @@ struct Stack {
     tls: TlsFiles,
     deploy_ports: [u16; 2],
     operators: [Option<Operator>; 2],
+    /// The operators' kubeconfig, written once: an operator restarted while
+    /// the API server is down starts as a host's agent would, with the
+    /// token it has.
+    kubeconfig: PathBuf,
     group: String,
     control_plane: PathBuf,
 }
 
 impl Stack {
-    async fn start_operator(&mut self, n: u8) {
+    fn start_operator(&mut self, n: u8) {
         let member = format!("operator-{n}");
         let op = Operator::start_wrapped(
-            &self.cluster,
+            &self.kubeconfig,
             &self.ns,
             &self.ns.name,
             &member,
             TIMINGS,
             &deploy_flags(self.deploy_ports[usize::from(n - 1)], &self.tls),
             &self.net.cgroups.wrapper(&member),
-        )
-        .await;
+        );
         self.operators[usize::from(n - 1)] = Some(op);
     }
 
@@ -243,11 +246,11 @@ impl Stack {
     }
 
     /// Ends `fault`.
-    async fn stop(&mut self, fault: Fault) {
+    fn stop(&mut self, fault: Fault) {
         match fault {
             Fault::Partition(a, b) => self.net.heal(a, b),
             Fault::Kill(Process::Server(site)) => self.pair.restart(site.name(), true),
-            Fault::Kill(Process::Operator(n)) => self.start_operator(n).await,
+            Fault::Kill(Process::Operator(n)) => self.start_operator(n),
             Fault::Pause(Process::Server(site)) => self.signal_server(site, "CONT"),
             Fault::Pause(Process::Operator(n)) => {
                 if let Some(op) = &self.operators[usize::from(n - 1)] {
@@ -289,6 +292,7 @@ async fn run(schedule: Schedule, out: &Path) {
     ns.credentials_secret(SITE_SECRET, "bloodraven", OPERATOR_DB_PASSWORD).await;
     let tls = tls_files(&out.join("tls"));
     let name = format!("{}-g", ns.name);
+    let kubeconfig = bloodraven_e2e::operator::operator_kubeconfig(&cluster, &ns).await;
     let mut stack = Stack {
         cluster,
         ns,
@@ -297,11 +301,12 @@ async fn run(schedule: Schedule, out: &Path) {
         tls,
         deploy_ports: [free_port(), free_port()],
         operators: [None, None],
+        kubeconfig,
         group: name.clone(),
         control_plane: e2e_dir().join("control-plane"),
     };
-    stack.start_operator(1).await;
-    stack.start_operator(2).await;
+    stack.start_operator(1);
+    stack.start_operator(2);
     let mut g = group(&name, &stack.ns.name, stack.pair.sites(&stack.ns.name, SITE_SECRET), "iad");
     g.spec.failover.probe_interval_seconds = PROBE_INTERVAL_S;
     g.spec.failover.failure_threshold = FAILURE_THRESHOLD;
@@ -422,7 +427,7 @@ async fn run(schedule: Schedule, out: &Path) {
         if starts {
             stack.start(planned.fault, i).await;
         } else {
-            stack.stop(planned.fault).await;
+            stack.stop(planned.fault);
         }
         history.record(&nemesis_record(i, &planned, action));
     }
