@@ -46,11 +46,7 @@ pub(crate) async fn reassert(
     probes: &[SiteProbe],
 ) -> bool {
     let answered = probes.iter().find(|p| p.site == active).and_then(|p| p.outcome.as_ref().ok());
-    let agreed = match answered {
-        Some(o) => o.writable || failed_over,
-        None => false,
-    };
-    if !agreed {
+    if !answered.is_some_and(|o| o.writable || failed_over) {
         return false;
     }
     fence_others(ctx, group, active, probes).await.fenced_any

@@ -196,25 +196,15 @@ impl SiteHold {
         }
     }
 
-    /// The uid pinned for the Job of `request` on `site`, if this is its
-    /// hold and the Job was made.
-    pub(crate) fn job_uid(&self, of_request: &str, of_site: &str) -> Option<&str> {
+    /// The Job of `of_request` on `of_site` as this hold pinned it once it
+    /// was made: its uid and namespace (status names a namespace too, but
+    /// can be edited).
+    pub(crate) fn pinned_job(&self, of_request: &str, of_site: &str) -> Option<(&str, &str)> {
         match self {
-            SiteHold::Job { site, request, job_uid, .. } if site == of_site && request == of_request => {
-                job_uid.as_deref()
-            }
-            _ => None,
-        }
-    }
-
-    /// Where the Job of `of_request` on `of_site` runs, once the hold
-    /// pinned it (status names a namespace too, but can be edited).
-    pub(crate) fn job_namespace(&self, of_request: &str, of_site: &str) -> Option<&str> {
-        match self {
-            SiteHold::Job { site, request, namespace, job_uid: Some(_), .. }
+            SiteHold::Job { site, request, namespace, job_uid: Some(uid), .. }
                 if site == of_site && request == of_request =>
             {
-                Some(namespace)
+                Some((uid, namespace))
             }
             _ => None,
         }

@@ -341,10 +341,9 @@ async fn observe(
             let name = site_job::job_name(&group.name_any(), OPERATION, &state.request_id, site);
             let uid = group.metadata.uid.clone().unwrap_or_default();
             let held = request::recorded_id(&state.request_id);
-            let job_uid = site_hold.and_then(|h| h.job_uid(&held, site));
-            let namespace = site_hold
-                .and_then(|h| h.job_namespace(&held, site))
-                .map_or_else(|| state.namespace.clone().unwrap_or_default(), str::to_owned);
+            let pinned = site_hold.and_then(|h| h.pinned_job(&held, site));
+            let job_uid = pinned.map(|(uid, _)| uid);
+            let namespace = pinned.map_or_else(|| state.namespace.clone().unwrap_or_default(), |(_, ns)| ns.to_owned());
             let of =
                 site_job::JobOf { group_uid: &uid, operation: OPERATION, site, request_id: &state.request_id, job_uid };
             let observed = site_job::observe(&ctx.client, &namespace, &name, &of).await?;

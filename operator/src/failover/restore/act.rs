@@ -405,7 +405,8 @@ async fn run_job(
     let spec = group.site(site).cloned().ok_or(Error::NoName)?;
     let namespace = state.namespace.clone().unwrap_or(request.namespace.clone());
     let held = recorded(&state.request_id);
-    let pinned = round.trusted().and_then(|r| r.site_hold.as_ref()?.job_uid(&held, site)).map(str::to_owned);
+    let pinned =
+        round.trusted().and_then(|r| r.site_hold.as_ref()?.pinned_job(&held, site)).map(|(uid, _)| uid.to_owned());
     let job = site_job::JobSpecFor {
         group,
         operation: RestoreInPlaceStatus::OPERATION,
