@@ -414,11 +414,17 @@ async fn a_look_alike_job_that_took_the_name_of_ours_does_not_lift_its_hold() {
         if done { Ok(()) } else { Err("running".to_owned()) }
     })
     .await;
-    // The request ends (its Job is not ours any more), and the hold stays:
-    // the primary dies, and pdx, whose update may still run, is not promoted.
+    // The request ends, and the hold stays: the primary dies, and pdx, whose
+    // update may still run, is not promoted. Which failure the request names
+    // depends on whether a poll fell between the delete and the create: the
+    // Job gone, or a Job that is not this request's. Both leave the hold.
     let s = wait_status(cluster, &group, "the request failed on the look-alike", T, |s| {
         match s.ordered_update.as_ref().map(|u| (u.phase.as_str(), u.message.clone().unwrap_or_default())) {
-            Some(("Failed", m)) if m.contains("not this request's") => Ok(()),
+            Some(("Failed", m))
+                if m.contains("not this request's") || m.contains("is gone before it was seen to end") =>
+            {
+                Ok(())
+            }
             other => Err(format!("{other:?}")),
         }
     })
