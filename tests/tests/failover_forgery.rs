@@ -13,9 +13,8 @@
 //!
 //! docs/failover.md: "status ... written by the operator only"; "A hand edit
 //! of status alone is undone from the record"; a hold "defers planned
-//! disruption"; "never two writable sites". Every test here should pass on
-//! a correct operator (the forged request is refused or ends Failed, and
-//! the sites are untouched); today they fail.
+//! disruption"; "never two writable sites". In each test the forged
+//! request is refused or ends Failed, and the sites are untouched.
 //!
 //! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
@@ -122,4 +121,41 @@ async fn a_hand_set_draining_phase_does_not_move_the_primary_past_a_hold() {
     })
     .await;
     cluster.delete_group(&group).await;
+}
+
+/// A planned failover that completed, written back by hand into a running
+/// phase (the spec still asks for it), is not run again: the decision
+/// record holds a request in flight only until it ends, and a status that
+/// names one the record does not hold ends `Failed`, the sites untouched.
+/// Left in the record, a request admitted once would match again whenever
+/// its source was the primary again (after an emergency failover back).
+#[tokio::test]
+async fn a_finished_planned_failover_written_back_into_a_running_phase_is_not_run_again() {
+    let sc = Scenario::start("a3replay", 1, LeaderTimings::default()).await;
+    let name = sc.bootstrapped_group("g").await;
+    sc.request_failover(&name, "pdx", "p1").await;
+    wait_status(&sc.cluster, &name, "p1 completed", Duration::from_secs(120), |s| {
+        bloodraven_e2e::fixtures::completed(s, "p1", "pdx", 2)
+    })
+    .await;
+    bloodraven_e2e::wait::wait_for("the record to hold no request in flight", WATCH, || async {
+        let record = sc.record_of(&name).await.data.unwrap_or_default();
+        let ended = !record.contains_key("inFlight") && record.get("admitted").is_none_or(String::is_empty);
+        if ended { Ok(()) } else { Err(format!("{record:?}")) }
+    })
+    .await;
+    for phase in ["Draining", "Pending"] {
+        forge(&sc.cluster, &name, "p1", phase, "iad", "pdx").await;
+        let s = wait_status(&sc.cluster, &name, "the replay refused", Duration::from_secs(60), |s| {
+            match s.planned_failover.as_ref().map(|p| (p.phase.as_str(), p.message.clone().unwrap_or_default())) {
+                Some(("Failed", m)) if m.contains("has ended") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("pdx"), Some(2)), "{phase}");
+    }
+    assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "0", "the primary serves on");
+    assert!(sc.pair.replicates("iad"), "{}", sc.pair.replica_status("iad"));
+    sc.cluster.delete_group(&name).await;
 }

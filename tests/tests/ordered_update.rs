@@ -263,6 +263,24 @@ async fn a_hold_defers_the_update_and_a_job_that_fails_before_the_switchover_mov
     assert_eq!(ds.sc.pair.sql("iad", "SELECT @@read_only").trim(), "0", "the primary serves on");
     wait_status(cluster, &group, "stable again at iad, generation 1", T, |s| is_ready_at(s, "iad", 1)).await;
     wait_events(cluster, &group, "OrderedUpdateFailed", &[&["ordered update h1", "pdx"]]).await;
+
+    // Written back by hand into a running phase (the spec still asks for
+    // h1), once pointed at the primary: the request ended, so no Job runs.
+    for (phase, source, standby) in [("UpdatingStandby", "pdx", "iad"), ("Pending", "iad", "pdx")] {
+        let forged =
+            json!({"status": {"orderedUpdate": {"phase": phase, "sourceSite": source, "standbySite": standby}}});
+        cluster.groups().patch_status(&group, &PatchParams::default(), &Patch::Merge(&forged)).await.unwrap();
+        let s = wait_status(cluster, &group, "the replay refused", T, |s| {
+            match s.ordered_update.as_ref().map(|u| (u.phase.as_str(), u.message.clone().unwrap_or_default())) {
+                Some(("Failed", m)) if m.contains("has ended") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+        assert_eq!(s.topology_generation, Some(1), "{phase}");
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(agent.requests.try_recv().is_err(), "a Job ran for a request that had ended");
 }
 
 /// A short detection budget (1 s × 3), then update `id` requested: returns

@@ -247,10 +247,16 @@ async fn status_written_by_hand_is_put_back(
 }
 
 /// The decision record of `group` (in the operator's namespace) is at
-/// generation 2 and holds no site.
+/// generation 2 and holds no site and no request in flight.
 async fn assert_record_holds_nothing(cluster: &bloodraven_e2e::Cluster, namespace: &str, group: &str) {
-    let record = bloodraven_e2e::fixtures::decision_record(cluster, namespace, group).await;
-    let data = record.and_then(|r| r.data).unwrap_or_default();
-    assert_eq!(data.get("topologyGeneration").map(String::as_str), Some("2"), "{data:?}");
-    assert!(!data.contains_key("siteHold"), "{data:?}");
+    bloodraven_e2e::wait::wait_for("the record to hold nothing", T, || async {
+        let record = bloodraven_e2e::fixtures::decision_record(cluster, namespace, group).await;
+        let data = record.and_then(|r| r.data).unwrap_or_default();
+        let nothing = data.get("topologyGeneration").map(String::as_str) == Some("2")
+            && !data.contains_key("siteHold")
+            && !data.contains_key("inFlight")
+            && data.get("admitted").is_none_or(String::is_empty);
+        if nothing { Ok(()) } else { Err(format!("{data:?}")) }
+    })
+    .await;
 }

@@ -138,6 +138,18 @@ pub(crate) struct Record {
     /// What a site operation holds of the sites beyond its status (see
     /// [`SiteHold`]).
     pub site_hold: Option<SiteHold>,
+    /// The requests taken up and not yet ended (at most one per operation:
+    /// a planned failover and an ordered update may both wait behind one
+    /// failover-hold), each with the terms it was taken up on, one word
+    /// each: its id as in `requests`, then its sites, generation and (for an
+    /// operation that runs a Job) namespace and deadline
+    /// (`failover::request::in_flight_words`). A request in a phase past
+    /// `Pending` runs only while status shows exactly these terms: status
+    /// can be written by anyone allowed to, and a finished request written
+    /// back into a running phase, or a running one pointed at other sites
+    /// or another namespace, is never acted on. Removed once the request
+    /// ends. Key `inFlight`, one request per line.
+    pub in_flight: Vec<String>,
     /// Set when the record was edited by hand: which managers own which of
     /// its decision fields. Such a record is never trusted.
     pub tampered: Option<String>,
@@ -273,7 +285,7 @@ pub(crate) const RECORD_FIELD_MANAGER: &str = bloodraven_api::names::DECIDER_FIE
 const DECISION_KEYS: [&str; 8] =
     ["group", "groupUID", "activeSite", "topologyGeneration", "promotionPosition", "requests", "pending", "admitted"];
 /// Decision fields added since: in the digest only when present.
-const OPTIONAL_KEYS: [&str; 1] = ["siteHold"];
+const OPTIONAL_KEYS: [&str; 2] = ["siteHold", "inFlight"];
 
 /// The decision fields of a record that a manager other than the operator's
 /// owns, as `manager: field, ...` (`None`: all are the operator's).
@@ -329,6 +341,10 @@ fn decode(key: &[u8], cm: &ConfigMap) -> Record {
         pending: data.get("pending").filter(|p| !p.is_empty()).cloned(),
         admitted: data.get("admitted").filter(|p| !p.is_empty()).cloned(),
         site_hold: data.get("siteHold").and_then(|h| SiteHold::parse(h)),
+        in_flight: data
+            .get("inFlight")
+            .map(|r| r.lines().map(str::to_owned).filter(|l| !l.is_empty()).collect())
+            .unwrap_or_default(),
         tampered,
     }
 }
@@ -510,6 +526,9 @@ impl Records {
         if let Some(hold) = &extra.site_hold {
             data.insert("siteHold".to_owned(), hold.to_string());
         }
+        if !extra.in_flight.is_empty() {
+            data.insert("inFlight".to_owned(), extra.in_flight.join("\n"));
+        }
         if let Some(d) = digest(&self.key, &data) {
             data.insert("digest".to_owned(), d);
         }
@@ -571,6 +590,8 @@ pub(crate) struct Extra {
     pub admitted: Option<String>,
     /// See [`Record::site_hold`].
     pub site_hold: Option<SiteHold>,
+    /// See [`Record::in_flight`].
+    pub in_flight: Vec<String>,
 }
 
 impl Record {
@@ -582,6 +603,7 @@ impl Record {
             pending: self.pending.clone(),
             admitted: self.admitted.clone(),
             site_hold: self.site_hold.clone(),
+            in_flight: self.in_flight.clone(),
         }
     }
 }
@@ -651,6 +673,33 @@ mod tests {
             data: Some(data),
             ..ConfigMap::default()
         }
+    }
+
+    #[test]
+    fn the_request_in_flight_is_in_the_digest_once_written() {
+        let terms = "ordered-update/u1 iad pdx 4 jobs 600 false";
+        let with = |edit: fn(&mut BTreeMap<String, String>)| {
+            stored("10", "", |d| {
+                d.insert("inFlight".to_owned(), "ordered-update/u1 iad pdx 4 jobs 600 false".to_owned());
+                let digest = digest(KEY, d).unwrap();
+                d.insert("digest".to_owned(), digest);
+                edit(d);
+            })
+        };
+        let written = decode(KEY, &with(|_| {}));
+        assert_eq!((written.tampered.as_deref(), written.in_flight.clone()), (None, vec![terms.to_owned()]));
+        assert_eq!(written.extra().in_flight, [terms], "carried over to the next write");
+        for edit in [
+            |d: &mut BTreeMap<String, String>| {
+                d.remove("inFlight");
+            },
+            |d: &mut BTreeMap<String, String>| {
+                d.insert("inFlight".to_owned(), "ordered-update/u1 pdx iad 4 jobs 600 false".to_owned());
+            },
+        ] {
+            assert!(decode(KEY, &with(edit)).tampered.is_some());
+        }
+        assert!(decode(KEY, &stored("10", "", |_| {})).in_flight.is_empty(), "stored before the key existed");
     }
 
     #[test]

@@ -119,6 +119,51 @@ pub(crate) fn recorded_id<S: RequestStatus>(request_id: &str) -> String {
     format!("{}/{request_id}", S::OPERATION)
 }
 
+/// The record's `inFlight` for a request (`record::Record::in_flight`):
+/// `terms`, its recorded id first, one word each. `None` when a term is
+/// empty or not one word: the operator takes requests up with site names,
+/// namespaces and numbers, so such a status was written by someone else.
+pub(crate) fn in_flight_words(terms: &[&str]) -> Option<String> {
+    terms.iter().all(|t| !t.is_empty() && !t.contains(char::is_whitespace)).then(|| terms.join(" "))
+}
+
+/// The operation of a request's recorded id or of a record line that
+/// starts with one (`inFlight`, `admitted`): `None` for a planned
+/// failover's, whose ids carry no `operation/`.
+pub(crate) fn operation_of(recorded: &str) -> Option<&str> {
+    recorded.split(' ').next()?.split_once('/').map(|(operation, _)| operation)
+}
+
+/// Why the record does not let the operator act on a request in a
+/// non-final phase, `recorded_id` with the terms `in_flight` status shows:
+/// a request the record lists runs only on the terms recorded when it was
+/// taken up, and only until it ends; one it does not list can only be new
+/// (`pending`: still `Pending`). `admitted`: the phase is a switchover's and
+/// the record names it admitted; with no request of its operation in
+/// flight, that admission (cleared too when a request ends) stands for it:
+/// an operator that kept no `inFlight` admitted it before an upgrade.
+/// `None`: it may be acted on.
+pub(crate) fn not_as_recorded(
+    rec: Option<&crate::failover::record::Record>,
+    recorded_id: &str,
+    in_flight: Option<&str>,
+    pending: bool,
+    admitted: bool,
+) -> Option<&'static str> {
+    let listed = rec.is_some_and(|r| r.requests.iter().any(|r| r == recorded_id));
+    let operation = operation_of(recorded_id);
+    let kept = rec.is_some_and(|r| r.in_flight.iter().any(|t| operation_of(t) == operation));
+    match in_flight {
+        _ if listed && admitted && !kept => None,
+        None => Some("its terms are not words the operator writes"),
+        Some(_) if !listed => (!pending).then_some("the decision record never took it up"),
+        Some(terms) if !rec.is_some_and(|r| r.in_flight.iter().any(|t| t == terms)) => {
+            Some("the decision record took it up on other terms, or it has ended (a request runs once)")
+        }
+        Some(_) => None,
+    }
+}
+
 /// Reports a request in spec whose id was taken up before (`why`) as
 /// ignored: the status field [`RequestStatus::IGNORED_FIELD`] and one
 /// Warning Event `RequestIdReused`, once per id and site. A request runs

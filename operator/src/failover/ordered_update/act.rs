@@ -78,7 +78,9 @@ async fn enter_next(
     next: Phase,
 ) -> Result<Option<Drive>, Error> {
     if from == Phase::Pending {
-        remember_request(ctx, round, &recorded_id(&state.request_id)).await?;
+        // `not_ours` refused a status whose terms are not words before.
+        let terms = super::request::in_flight_of(state).unwrap_or_default();
+        remember_request(ctx, round, &recorded_id(&state.request_id), &terms).await?;
     }
     if next == Phase::SwitchoverDraining
         && group.spec.ordered_update.as_ref().map(|r| r.request_id.as_str()) != Some(state.request_id.as_str())

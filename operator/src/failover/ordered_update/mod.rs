@@ -250,6 +250,9 @@ pub(crate) async fn drive(
     let mut acted_on_sites = false;
     let mut drive = Box::pin(drive_rounds(ctx, round, group, probes, &mut acted_on_sites)).await?;
     drive.acted_on_sites |= acted_on_sites;
+    if stored_phase(&drive.group).is_none_or(Phase::is_final) {
+        crate::failover::planned::request::forget_ended(ctx, round, Some(OPERATION)).await?;
+    }
     Ok(drive)
 }
 

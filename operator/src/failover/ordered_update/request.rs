@@ -92,39 +92,58 @@ pub(super) async fn take_up(
     Ok(Ok((group, state)))
 }
 
+/// The record's `inFlight` for `state`: its recorded id, sites, source
+/// generation, namespace, deadline and `switchBack`
+/// (`failover::request::in_flight_words`).
+pub(super) fn in_flight_of(state: &OrderedUpdateStatus) -> Option<String> {
+    let id = recorded_id(&state.request_id);
+    let generation = state.source_generation.map(|g| g.to_string()).unwrap_or_default();
+    let deadline = state.active_deadline_seconds.map(|d| d.to_string()).unwrap_or_default();
+    let switch_back = state.switch_back.to_string();
+    crate::failover::request::in_flight_words(&[
+        &id,
+        state.source_site.as_deref().unwrap_or_default(),
+        state.standby_site.as_deref().unwrap_or_default(),
+        &generation,
+        state.namespace.as_deref().unwrap_or_default(),
+        &deadline,
+        &switch_back,
+    ])
+}
+
 /// Why the operator will not act on the request `state` shows, if so:
 /// before its first Job it must be what `spec.orderedUpdate` asks (else it
-/// was cancelled); from then on the decision record must list it as taken
-/// up, and in a switchover name it as admitted (else status was written by
-/// someone else).
+/// was cancelled); once taken up, the decision record must hold it in
+/// flight on the terms status shows, and in a switchover name it as
+/// admitted (else status was written by someone else).
 pub(super) fn not_ours(
     group: &MysqlFailoverGroup,
     rec: Option<&record::Record>,
     state: &OrderedUpdateStatus,
 ) -> Option<String> {
     let phase = Phase::parse(&state.phase)?;
-    match phase {
-        Phase::Completed | Phase::Failed => None,
-        Phase::Pending | Phase::Admitting | Phase::Deferred => {
-            let asked = group.spec.ordered_update.as_ref().map(|r| r.request_id.as_str());
-            (asked != Some(state.request_id.as_str()))
-                .then(|| "cancelled: spec.orderedUpdate no longer asks for it".to_owned())
-        }
-        _ => {
-            let taken = rec.is_some_and(|r| r.requests.contains(&recorded_id(&state.request_id)));
-            let admitted = match switchover_phase(phase) {
-                Some((leg, _)) => rec.and_then(|r| r.admitted.as_deref()) == Some(admission_of(state, leg).as_str()),
-                None => true,
-            };
-            (!taken || !admitted).then(|| {
-                format!(
-                    "status showed ordered update {} in phase {} but the operator never took it up there (status is written by the operator only); nothing was done",
-                    state.request_id,
-                    phase.as_str()
-                )
-            })
+    if phase.is_final() {
+        return None;
+    }
+    if matches!(phase, Phase::Pending | Phase::Admitting | Phase::Deferred) {
+        let asked = group.spec.ordered_update.as_ref().map(|r| r.request_id.as_str());
+        if asked != Some(state.request_id.as_str()) {
+            return Some("cancelled: spec.orderedUpdate no longer asks for it".to_owned());
         }
     }
+    let in_flight = in_flight_of(state);
+    let pending = phase == Phase::Pending;
+    let admitted = switchover_phase(phase)
+        .map(|(leg, _)| rec.and_then(|r| r.admitted.as_deref()) == Some(admission_of(state, leg).as_str()));
+    let id = recorded_id(&state.request_id);
+    let why =
+        crate::failover::request::not_as_recorded(rec, &id, in_flight.as_deref(), pending, admitted == Some(true))
+            .or_else(|| (admitted == Some(false)).then_some("the operator never admitted its switchover"))?;
+    Some(format!(
+        "status showed ordered update {} in phase {}, but {why} (status is written by the operator only); nothing was done",
+        state.request_id,
+        phase.as_str()
+    ))
 }
 
 /// Enters `phase` (see `failover::request::enter`).

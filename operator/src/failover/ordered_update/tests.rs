@@ -2,7 +2,7 @@ use bloodraven_api::v1alpha1::{MysqlFailoverGroupSpec, OrderedUpdateStatus, Phas
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use super::request::{admission_of, not_ours, recorded_id};
+use super::request::{admission_of, in_flight_of, not_ours, recorded_id};
 use super::*;
 
 fn group(request_id: Option<&str>) -> MysqlFailoverGroup {
@@ -34,6 +34,7 @@ fn state(phase: Phase, history: &[(&str, i64)], t0: Timestamp) -> OrderedUpdateS
         source_site: Some("iad".into()),
         standby_site: Some("pdx".into()),
         source_generation: Some(4),
+        namespace: Some("jobs".into()),
         active_deadline_seconds: Some(600),
         history: history
             .iter()
@@ -80,23 +81,59 @@ fn each_phase_runs_out_at_its_own_bound_counted_from_entering_it() {
 fn the_operator_acts_only_on_a_request_it_took_up_and_admitted() {
     let t0 = Timestamp::now();
     let mut rec = crate::failover::record::Record::default();
-    // Before its first Job: it must still be asked for.
-    let s = state(Phase::Deferred, &[], t0);
-    assert_eq!(not_ours(&group(Some("u1")), Some(&rec), &s), None);
-    assert!(not_ours(&group(Some("u2")), Some(&rec), &s).unwrap().contains("cancelled"));
-    assert!(not_ours(&group(None), Some(&rec), &s).unwrap().contains("cancelled"));
-    // From the first Job on: the record lists it (status written by hand
-    // would not be acted on), and a switchover is admitted.
+    // Before it is taken up: it must still be asked for.
+    let pending = state(Phase::Pending, &[], t0);
+    assert_eq!(not_ours(&group(Some("u1")), Some(&rec), &pending), None);
+    assert!(not_ours(&group(Some("u2")), Some(&rec), &pending).unwrap().contains("cancelled"));
+    assert!(not_ours(&group(None), Some(&rec), &pending).unwrap().contains("cancelled"));
+    // Past Pending: the record holds it in flight, on the terms status
+    // shows (status written by hand is not acted on), and a switchover is
+    // admitted.
+    let deferred = state(Phase::Deferred, &[], t0);
     let s = state(Phase::UpdatingStandby, &[], t0);
+    assert!(not_ours(&group(Some("u1")), Some(&rec), &deferred).unwrap().contains("never took it up"));
     assert!(not_ours(&group(None), Some(&rec), &s).unwrap().contains("never took it up"));
     rec.requests.push(recorded_id("u1"));
+    rec.in_flight = in_flight_of(&s).into_iter().collect();
+    assert_eq!(rec.in_flight, ["ordered-update/u1 iad pdx 4 jobs 600 false"]);
+    assert_eq!(not_ours(&group(Some("u1")), Some(&rec), &deferred), None);
     assert_eq!(not_ours(&group(None), Some(&rec), &s), None, "a Job phase runs on without the spec");
-    let s = state(Phase::SwitchoverPromoting, &[], t0);
-    assert!(not_ours(&group(None), Some(&rec), &s).is_some());
-    rec.admitted = Some(admission_of(&s, ordered_update::Leg::Switchover));
-    assert_eq!(not_ours(&group(None), Some(&rec), &s), None);
+    // The same request pointed elsewhere: another site, namespace, bound,
+    // generation, or a word that is not one.
+    let edits: [fn(&mut OrderedUpdateStatus); 7] = [
+        |s| s.standby_site = Some("iad".into()),
+        |s| s.source_site = Some("pdx".into()),
+        |s| s.namespace = Some("kube-system".into()),
+        |s| s.active_deadline_seconds = Some(86_400),
+        |s| s.source_generation = Some(5),
+        |s| s.switch_back = true,
+        |s| s.namespace = Some("jobs 600".into()),
+    ];
+    for edit in edits {
+        let mut forged = s.clone();
+        edit(&mut forged);
+        let why = not_ours(&group(None), Some(&rec), &forged).unwrap();
+        assert!(why.contains("other terms") || why.contains("not words"), "{forged:?}: {why}");
+    }
+    let promoting = state(Phase::SwitchoverPromoting, &[], t0);
+    assert!(not_ours(&group(None), Some(&rec), &promoting).unwrap().contains("never admitted"));
+    rec.admitted = Some(admission_of(&promoting, ordered_update::Leg::Switchover));
+    assert_eq!(not_ours(&group(None), Some(&rec), &promoting), None);
     let back = state(Phase::SwitchBackDraining, &[], t0);
     assert!(not_ours(&group(None), Some(&rec), &back).is_some(), "the switch-back is admitted on its own");
+    // Ended (the record no longer holds it in flight): written back into
+    // any running phase, even Pending with the spec still asking, it is
+    // not run again.
+    // Admitted by an operator that kept no `inFlight` (an upgrade during
+    // the switchover): the admission stands for it, a Job phase has none.
+    rec.in_flight.clear();
+    assert_eq!(not_ours(&group(None), Some(&rec), &promoting), None);
+    assert!(not_ours(&group(None), Some(&rec), &s).unwrap().contains("has ended"));
+    rec.admitted = None;
+    for replay in [&pending, &deferred, &s, &promoting] {
+        let why = not_ours(&group(Some("u1")), Some(&rec), replay).unwrap();
+        assert!(why.contains("has ended"), "{}: {why}", replay.phase);
+    }
     assert_eq!(recorded_id("u1"), "ordered-update/u1", "never a planned failover's id");
 }
 

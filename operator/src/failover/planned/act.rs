@@ -72,6 +72,13 @@ async fn enter_next(
     step: &Step,
     next: Phase,
 ) -> Result<Option<Drive>, Error> {
+    if step.phase == Phase::Pending {
+        // Recorded before status leaves Pending: a request past Pending
+        // runs only on the terms the record holds.
+        // `not_ours` refused a status whose terms are not words before.
+        let terms = super::request::in_flight_of(state).unwrap_or_default();
+        remember_request(ctx, round, &state.request_id, &terms).await?;
+    }
     if next == Phase::Draining {
         // Recorded before anything is done to a site: only a request
         // the record names is ever drained, promoted or repointed.
@@ -93,9 +100,6 @@ async fn enter_next(
         return Ok(Some(Drive::idle(group.clone())));
     }
     if next == Phase::Admitting {
-        if step.phase == Phase::Pending {
-            remember_request(ctx, round, &state.request_id).await?;
-        }
         local.hold = switchover::admit(ctx, group, &state.request_id).await?;
     }
     Ok(None)

@@ -167,6 +167,11 @@ pub(crate) async fn drive(
     let mut acted_on_sites = false;
     let mut drive = Box::pin(drive_rounds(ctx, round, group, probes, &mut acted_on_sites)).await?.with_deadline(ctx);
     drive.acted_on_sites = acted_on_sites;
+    let shown =
+        drive.group.status.as_ref().and_then(|s| s.planned_failover.as_ref()).and_then(|p| Phase::parse(&p.phase));
+    if shown.is_none_or(Phase::is_final) {
+        request::forget_ended(ctx, round, None).await?;
+    }
     Ok(drive)
 }
 

@@ -8,6 +8,7 @@ use crate::controller::Error;
 use crate::controller::failover_group::{mark_operation_in_progress, publish};
 use crate::controller::kube_err;
 use crate::failover::record;
+use crate::failover::request::operation_of;
 use crate::failover::round::RoundRecord;
 use bloodraven_api::names::ENGINE_FIELD_MANAGER;
 use bloodraven_api::v1alpha1::IgnoredRequest;
@@ -311,46 +312,113 @@ pub(crate) async fn forget_job_hold_if_ended(
     Ok(())
 }
 
+/// The record's `inFlight` for `state`: its id, target, source and source
+/// generation (`failover::request::in_flight_words`).
+pub(super) fn in_flight_of(state: &PlannedFailoverStatus) -> Option<String> {
+    let generation = state.source_generation.map(|g| g.to_string()).unwrap_or_default();
+    let source = state.source_site.as_deref().unwrap_or_default();
+    crate::failover::request::in_flight_words(&[&state.request_id, &state.target_site, source, &generation])
+}
+
 /// Why the operator will not act on the request `state` shows, if so:
 /// before its drain it must be what `spec.plannedFailover` asks (else it was
-/// cancelled, or never asked); from the drain on, the decision record must
-/// name it as admitted (else status was written by someone else).
+/// cancelled, or never asked); once taken up, the decision record must hold
+/// it in flight on the terms status shows, and from the drain on name it as
+/// admitted (else status was written by someone else).
 pub(super) fn not_ours(
     group: &MysqlFailoverGroup,
     rec: Option<&record::Record>,
     state: &PlannedFailoverStatus,
 ) -> Option<String> {
     let phase = Phase::parse(&state.phase)?;
-    match phase {
-        Phase::Pending | Phase::Admitting | Phase::Deferred => {
-            let asked = group.spec.planned_failover.as_ref();
-            (asked.map(|r| (r.request_id.as_str(), r.target_site.as_str()))
-                != Some((state.request_id.as_str(), state.target_site.as_str())))
-            .then(|| "cancelled: spec.plannedFailover no longer asks for it".to_owned())
-        }
-        Phase::Draining | Phase::Promoting | Phase::Repointing => {
-            let admitted = rec.and_then(|r| r.admitted.as_deref());
-            (admitted != Some(admission_of(state).as_str())).then(|| {
-                format!(
-                    "status showed request {} in phase {} but the operator never admitted it (status is written by the operator only); nothing was done",
-                    state.request_id,
-                    phase.as_str()
-                )
-            })
-        }
-        Phase::Completed | Phase::Failed => None,
+    if phase.is_final() {
+        return None;
     }
+    let never = |why: &str| {
+        format!(
+            "status showed request {} in phase {}, but {why} (status is written by the operator only); nothing was done",
+            state.request_id,
+            phase.as_str()
+        )
+    };
+    if matches!(phase, Phase::Pending | Phase::Admitting | Phase::Deferred) {
+        let asked = group.spec.planned_failover.as_ref();
+        if asked.map(|r| (r.request_id.as_str(), r.target_site.as_str()))
+            != Some((state.request_id.as_str(), state.target_site.as_str()))
+        {
+            return Some("cancelled: spec.plannedFailover no longer asks for it".to_owned());
+        }
+    }
+    let in_flight = in_flight_of(state);
+    let draining = matches!(phase, Phase::Draining | Phase::Promoting | Phase::Repointing);
+    let admitted = rec.and_then(|r| r.admitted.as_deref()) == Some(admission_of(state).as_str());
+    let pending = phase == Phase::Pending;
+    if let Some(why) = crate::failover::request::not_as_recorded(
+        rec,
+        &state.request_id,
+        in_flight.as_deref(),
+        pending,
+        draining && admitted,
+    ) {
+        return Some(never(why));
+    }
+    (draining && !admitted).then(|| never("the operator never admitted it"))
 }
 
-/// Records that `request_id` was taken up (decision record, compare-and-swap),
-/// so neither a repeat of it nor a wiped status ever runs it again.
-pub(crate) async fn remember_request(ctx: &Context, round: &mut RoundRecord, request_id: &str) -> Result<(), Error> {
+/// Records that `request_id` was taken up on the terms `in_flight`
+/// ([`record::Record::in_flight`]), in one write (decision record,
+/// compare-and-swap), before anything is done to a site: neither a repeat
+/// of it nor a wiped status ever runs it again.
+/// Errors: the record already lists the id on other terms (it ran once).
+pub(crate) async fn remember_request(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    request_id: &str,
+    in_flight: &str,
+) -> Result<(), Error> {
     let rec = record_for(ctx, round, "record the request for").await?;
     if rec.requests.iter().any(|r| r == request_id) {
+        if rec.in_flight.iter().any(|t| t == in_flight) {
+            return Ok(());
+        }
+        return Err(Error::Site {
+            action: "take up a request for",
+            site: rec.active_site.clone(),
+            message: format!("the decision record lists request {request_id} as taken up already, on other terms"),
+        });
+    }
+    let operation = operation_of(request_id);
+    let mut extra = rec.extra();
+    extra.requests.push(request_id.to_owned());
+    // One request per operation runs: a line of the same operation left
+    // behind (an operator stopped before it removed it) is replaced.
+    extra.in_flight.retain(|t| operation_of(t) != operation);
+    extra.in_flight.push(in_flight.to_owned());
+    keep_decision(ctx, round, &rec, &extra).await
+}
+
+/// Clears what the record keeps of a request of `operation` while it runs
+/// (`inFlight`, `admitted`) once status shows none of its requests in a
+/// running phase (`None`: the planned failover's, whose ids carry no
+/// `operation/`). Left behind, a
+/// finished request written back into a running phase by hand would match
+/// them and run again. Reads the record only when the round's copy shows
+/// one to clear.
+pub(crate) async fn forget_ended(ctx: &Context, round: &mut RoundRecord, operation: Option<&str>) -> Result<(), Error> {
+    let ours = |line: &String| !line.is_empty() && operation_of(line) == operation;
+    let left = |r: &record::Record| r.in_flight.iter().any(ours) || r.admitted.as_ref().is_some_and(ours);
+    if !round.get().is_some_and(left) || !ctx.leadership.is_leader() {
+        return Ok(());
+    }
+    let rec = record_for(ctx, round, "clear the ended request for").await?;
+    if !left(&rec) || rec.tampered.is_some() {
         return Ok(());
     }
     let mut extra = rec.extra();
-    extra.requests.push(request_id.to_owned());
+    extra.in_flight.retain(|t| !ours(t));
+    if extra.admitted.as_ref().is_some_and(ours) {
+        extra.admitted = None;
+    }
     keep_decision(ctx, round, &rec, &extra).await
 }
 

@@ -84,3 +84,48 @@ fn a_new_request_replaces_every_field_of_the_stored_one() {
     json_patch::merge(&mut merged, &replacing(Some(&stored), &later));
     assert_eq!(serde_json::from_value::<PlannedFailoverStatus>(merged).unwrap(), later);
 }
+
+#[test]
+fn a_request_past_pending_runs_only_on_the_terms_the_record_holds_until_it_ends() {
+    use super::request::{admission_of, in_flight_of, not_ours};
+    let mut spec: bloodraven_api::v1alpha1::MysqlFailoverGroupSpec = serde_json::from_value(serde_json::json!({
+        "initialActiveSite": "iad",
+        "sites": [
+            {"name": "iad", "host": "h1", "port": 3306, "credentialsSecretRef": {"namespace": "n", "name": "s"}},
+            {"name": "pdx", "host": "h2", "port": 3306, "credentialsSecretRef": {"namespace": "n", "name": "s"}},
+        ],
+    }))
+    .unwrap();
+    spec.planned_failover =
+        Some(serde_json::from_value(serde_json::json!({"requestId": "p1", "targetSite": "pdx"})).unwrap());
+    let group = MysqlFailoverGroup::new("g", spec);
+    let state = |phase: &str, source_generation: i64| PlannedFailoverStatus {
+        request_id: "p1".into(),
+        target_site: "pdx".into(),
+        phase: phase.into(),
+        source_site: Some("iad".into()),
+        source_generation: Some(source_generation),
+        ..PlannedFailoverStatus::default()
+    };
+    let mut rec = crate::failover::record::Record::default();
+    assert_eq!(not_ours(&group, Some(&rec), &state("Pending", 3)), None, "new");
+    assert!(not_ours(&group, Some(&rec), &state("Admitting", 3)).unwrap().contains("never took it up"));
+    rec.requests.push("p1".into());
+    rec.in_flight = vec!["ordered-update/u1 pdx iad 3 jobs 600 false".into()];
+    assert!(not_ours(&group, Some(&rec), &state("Admitting", 3)).unwrap().contains("other terms"));
+    rec.in_flight.extend(in_flight_of(&state("Pending", 3)));
+    assert_eq!(rec.in_flight[1], "p1 pdx iad 3");
+    assert_eq!(not_ours(&group, Some(&rec), &state("Admitting", 3)), None);
+    assert!(not_ours(&group, Some(&rec), &state("Admitting", 5)).unwrap().contains("other terms"));
+    assert!(not_ours(&group, Some(&rec), &state("Draining", 3)).unwrap().contains("never admitted"));
+    rec.admitted = Some(admission_of(&state("Draining", 3)));
+    assert_eq!(not_ours(&group, Some(&rec), &state("Draining", 3)), None);
+    // Ended (an emergency failover may have made iad the primary again
+    // since): written back into any running phase, it is not run again.
+    rec.in_flight.truncate(1);
+    assert_eq!(not_ours(&group, Some(&rec), &state("Draining", 3)), None, "admitted before an upgrade");
+    rec.admitted = None;
+    for phase in ["Pending", "Admitting", "Deferred", "Draining", "Promoting"] {
+        assert!(not_ours(&group, Some(&rec), &state(phase, 3)).unwrap().contains("has ended"), "{phase}");
+    }
+}

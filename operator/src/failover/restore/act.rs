@@ -120,35 +120,75 @@ pub(super) async fn take_up(
     Ok(Ok((group, state)))
 }
 
+/// The record's `inFlight` for `state`: its recorded id, old primary, site,
+/// source generation, namespace and deadline
+/// (`failover::request::in_flight_words`).
+pub(super) fn in_flight_of(state: &RestoreInPlaceStatus) -> Option<String> {
+    let id = recorded(&state.request_id);
+    let generation = state.source_generation.map(|g| g.to_string()).unwrap_or_default();
+    let deadline = state.active_deadline_seconds.map(|d| d.to_string()).unwrap_or_default();
+    crate::failover::request::in_flight_words(&[
+        &id,
+        state.source_site.as_deref().unwrap_or_default(),
+        state.site.as_deref().unwrap_or_default(),
+        &generation,
+        state.namespace.as_deref().unwrap_or_default(),
+        &deadline,
+    ])
+}
+
 /// Why the operator will not act on the request `state` shows, if so
-/// (see the ordered update's: cancelled before the Job; from the Job on,
-/// listed in the record; from the fence on, admitted there).
+/// (see the ordered update's: cancelled before the Job; once taken up, in
+/// flight in the record on the terms status shows; from the fence on,
+/// admitted there). After its decision the record's re-clone hold of the
+/// request answers instead: it names the old primary and the generation
+/// decided, status put back from it (`restore_from_record`) is the
+/// operator's own, and what is left to do (promote the decided site, keep
+/// the old primary out) follows the record's decision whatever else
+/// status says.
 pub(super) fn not_ours(
     group: &MysqlFailoverGroup,
     rec: Option<&record::Record>,
     state: &RestoreInPlaceStatus,
 ) -> Option<String> {
     let phase = Phase::parse(&state.phase)?;
-    match phase {
-        Phase::Completed | Phase::Failed => None,
-        Phase::Pending | Phase::Admitting | Phase::Deferred => {
-            let asked = group.spec.restore_in_place.as_ref().map(|r| r.request_id.as_str());
-            (asked != Some(state.request_id.as_str()))
-                .then(|| "cancelled: spec.restoreInPlace no longer asks for it".to_owned())
-        }
-        _ => {
-            let taken = rec.is_some_and(|r| r.requests.contains(&recorded(&state.request_id)));
-            let admitted = matches!(phase, Phase::Restoring | Phase::Verifying)
-                || rec.and_then(|r| r.admitted.as_deref()) == Some(admission_of(state).as_str());
-            (!taken || !admitted).then(|| {
-                format!(
-                    "status showed restore-in-place {} in phase {} but the operator never took it up there (status is written by the operator only); nothing was done",
-                    state.request_id,
-                    phase.as_str()
-                )
-            })
+    if phase.is_final() {
+        return None;
+    }
+    if matches!(phase, Phase::Pending | Phase::Admitting | Phase::Deferred) {
+        let asked = group.spec.restore_in_place.as_ref().map(|r| r.request_id.as_str());
+        if asked != Some(state.request_id.as_str()) {
+            return Some("cancelled: spec.restoreInPlace no longer asks for it".to_owned());
         }
     }
+    let decided = matches!(phase, Phase::Promoting | Phase::Repointing | Phase::AwaitingReclone);
+    if decided && rec.is_some_and(|r| awaits_reclone(r, state)) {
+        return None;
+    }
+    let in_flight = in_flight_of(state);
+    let pending = phase == Phase::Pending;
+    let fenced =
+        !matches!(phase, Phase::Pending | Phase::Admitting | Phase::Deferred | Phase::Restoring | Phase::Verifying);
+    let admitted = rec.and_then(|r| r.admitted.as_deref()) == Some(admission_of(state).as_str());
+    let id = recorded(&state.request_id);
+    let why = crate::failover::request::not_as_recorded(rec, &id, in_flight.as_deref(), pending, fenced && admitted)
+        .or_else(|| (fenced && !admitted).then_some("the operator never admitted its switchover"))?;
+    Some(format!(
+        "status showed restore-in-place {} in phase {}, but {why} (status is written by the operator only); nothing was done",
+        state.request_id,
+        phase.as_str()
+    ))
+}
+
+/// Whether `rec` awaits the re-clone that `state`'s decision left: its
+/// hold names the request, the old primary and the generation decided, and
+/// the restored site is the decided primary.
+fn awaits_reclone(rec: &record::Record, state: &RestoreInPlaceStatus) -> bool {
+    matches!(&rec.site_hold, Some(SiteHold::Reclone { site, generation, request })
+        if *request == recorded(&state.request_id)
+            && state.source_site.as_ref() == Some(site)
+            && state.source_generation == Some(generation - 1)
+            && state.site.as_ref() == Some(&rec.active_site))
 }
 
 /// Admission's own check: the group stable with no other operation in
@@ -268,7 +308,9 @@ async fn enter_next(
     next: Phase,
 ) -> Result<Option<Drive>, Error> {
     if from == Phase::Pending {
-        remember_request(ctx, round, &recorded(&state.request_id)).await?;
+        // `not_ours` refused a status whose terms are not words before.
+        let terms = in_flight_of(state).unwrap_or_default();
+        remember_request(ctx, round, &recorded(&state.request_id), &terms).await?;
     }
     let old = state.source_site.clone().unwrap_or_default();
     let site = state.site.clone().unwrap_or_default();

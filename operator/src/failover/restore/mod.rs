@@ -271,6 +271,11 @@ pub(crate) async fn drive(
     let mut acted = false;
     let mut drive = Box::pin(drive_rounds(ctx, round, group, probes, &mut acted)).await?;
     drive.acted_on_sites |= acted;
+    // In flight until it ends, past `AwaitingReclone` too.
+    if state_of(&drive.group).and_then(|s| Phase::parse(&s.phase)).is_none_or(Phase::is_final) {
+        let operation = <RestoreInPlaceStatus as crate::failover::request::RequestStatus>::OPERATION;
+        crate::failover::planned::request::forget_ended(ctx, round, Some(operation)).await?;
+    }
     Ok(drive)
 }
 

@@ -1,7 +1,7 @@
 use bloodraven_api::v1alpha1::{MysqlFailoverGroupSpec, PhaseTransition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::act::not_ours;
+use super::act::{in_flight_of, not_ours};
 use super::*;
 
 fn group(request_id: Option<&str>) -> MysqlFailoverGroup {
@@ -33,6 +33,7 @@ fn state(phase: Phase, entered: Option<Timestamp>) -> RestoreInPlaceStatus {
         phase: phase.as_str().into(),
         source_site: Some("iad".into()),
         source_generation: Some(3),
+        namespace: Some("jobs".into()),
         active_deadline_seconds: Some(3600),
         history: entered
             .map(|t| PhaseTransition { phase: phase.as_str().into(), time: Time(t), message: None })
@@ -66,17 +67,46 @@ fn each_phase_runs_out_at_its_own_bound() {
 #[test]
 fn the_operator_acts_only_on_a_restore_it_took_up_and_admitted() {
     let mut rec = crate::failover::record::Record::default();
-    let deferred = state(Phase::Deferred, None);
-    assert_eq!(not_ours(&group(Some("r1")), Some(&rec), &deferred), None);
-    assert!(not_ours(&group(None), Some(&rec), &deferred).unwrap().contains("cancelled"));
+    let pending = state(Phase::Pending, None);
+    assert_eq!(not_ours(&group(Some("r1")), Some(&rec), &pending), None);
+    assert!(not_ours(&group(None), Some(&rec), &pending).unwrap().contains("cancelled"));
     let restoring = state(Phase::Restoring, None);
     assert!(not_ours(&group(None), Some(&rec), &restoring).is_some(), "never taken up: status written by hand");
     rec.requests.push(recorded("r1"));
+    rec.in_flight = in_flight_of(&restoring).into_iter().collect();
+    assert_eq!(rec.in_flight, ["restore-in-place/r1 iad pdx 3 jobs 3600"]);
     assert_eq!(not_ours(&group(None), Some(&rec), &restoring), None);
+    // The same request pointed at the primary, or at another namespace.
+    for (site, namespace) in [("iad", "jobs"), ("pdx", "kube-system")] {
+        let mut forged = restoring.clone();
+        (forged.site, forged.namespace) = (Some(site.into()), Some(namespace.into()));
+        assert!(not_ours(&group(None), Some(&rec), &forged).unwrap().contains("other terms"), "{forged:?}");
+    }
     let fencing = state(Phase::Fencing, None);
     assert!(not_ours(&group(None), Some(&rec), &fencing).is_some(), "a fence the record never admitted");
     rec.admitted = Some(format!("{} pdx iad", recorded("r1")));
     assert_eq!(not_ours(&group(None), Some(&rec), &fencing), None);
+    // Ended: written back into a running phase, it is not run again.
+    rec.in_flight.clear();
+    assert_eq!(not_ours(&group(None), Some(&rec), &fencing), None, "admitted before an upgrade");
+    rec.admitted = None;
+    for replay in [&pending, &restoring, &fencing] {
+        assert!(not_ours(&group(Some("r1")), Some(&rec), replay).unwrap().contains("has ended"), "{}", replay.phase);
+    }
+    // After its decision the record's re-clone hold answers: status put
+    // back from it (no namespace, nothing in flight) is acted on; with a
+    // hold of another generation, or another primary decided, it is not.
+    rec.active_site = "pdx".into();
+    let put_back = RestoreInPlaceStatus { namespace: None, ..state(Phase::Promoting, None) };
+    for (generation, active, ours) in [(4, "pdx", true), (5, "pdx", false), (4, "iad", false)] {
+        rec.site_hold = Some(crate::failover::record::SiteHold::Reclone {
+            site: "iad".into(),
+            generation,
+            request: recorded("r1"),
+        });
+        active.clone_into(&mut rec.active_site);
+        assert_eq!(not_ours(&group(None), Some(&rec), &put_back).is_none(), ours, "{generation} {active}");
+    }
     assert_eq!(recorded("r1"), "restore-in-place/r1");
 }
 
