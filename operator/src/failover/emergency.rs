@@ -230,10 +230,21 @@ async fn decide(
 ) -> Result<Outcome, Error> {
     let (active, site, loss) = (p.active, p.site, p.loss);
     let uid = group.meta().uid.clone().unwrap_or_default();
+    let judged = round.trusted().and_then(|r| r.site_hold.clone());
     let Some(rec) = round.reread(ctx).await?.cloned() else {
         return Ok(Outcome::default());
     };
     if rec.tampered.is_some() || rec.active_site != active || rec.pending.is_some() {
+        return Ok(Outcome::default());
+    }
+    // A hold of the site written since the round judged it (another
+    // operator's last act before it lost the lease): the next round judges
+    // it, Job and all.
+    let sites: Vec<&str> = group.spec.sites.iter().map(|s| s.name.as_str()).collect();
+    if let Some(hold) =
+        crate::failover::record::held_since(judged.as_ref(), &rec, site, &sites, Timestamp::now().as_second())
+    {
+        tracing::warn!(group = %group.name_any(), site, hold = %hold, "emergency promotion not decided: the record holds the site since the round judged it");
         return Ok(Outcome::default());
     }
     let mut extra = rec.extra();

@@ -264,6 +264,21 @@ pub(crate) fn foreign_hold(
     Some(format!("the decision record still holds a site for another request: {why}"))
 }
 
+/// The hold of `site` in `rec` that still holds at `now` and is not the
+/// one a round judged before (`judged`): written since, by an operator
+/// that then lost its lease, say. A decision that read the record again
+/// right before it acts leaves the site to the next round.
+pub(crate) fn held_since<'a>(
+    judged: Option<&SiteHold>,
+    rec: &'a Record,
+    site: &str,
+    sites: &[&str],
+    now: i64,
+) -> Option<&'a SiteHold> {
+    let hold = rec.site_hold.as_ref().filter(|h| h.site() == site && Some(*h) != judged)?;
+    hold.holds(&rec.active_site, sites, now).map(|_| hold)
+}
+
 impl std::fmt::Display for SiteHold {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -673,6 +688,28 @@ mod tests {
             data: Some(data),
             ..ConfigMap::default()
         }
+    }
+
+    #[test]
+    fn a_hold_written_after_the_round_judged_the_site_is_seen_by_the_decision() {
+        let job = |until| SiteHold::Job {
+            site: "pdx".into(),
+            until,
+            namespace: "jobs".into(),
+            request: "ordered-update/u1".into(),
+            job_uid: None,
+        };
+        let rec = |hold: Option<SiteHold>| Record { active_site: "iad".into(), site_hold: hold, ..Record::default() };
+        let sites = ["iad", "pdx"];
+        let now = 1_000;
+        let fresh = rec(Some(job(2_000)));
+        assert_eq!(held_since(None, &fresh, "pdx", &sites, now), fresh.site_hold.as_ref(), "new since");
+        assert_eq!(held_since(Some(&job(2_000)), &fresh, "pdx", &sites, now), None, "judged already (its Job ended)");
+        assert_eq!(held_since(None, &fresh, "iad", &sites, now), None, "another site");
+        assert_eq!(held_since(None, &rec(Some(job(900))), "pdx", &sites, now), None, "past its bound");
+        assert_eq!(held_since(None, &rec(None), "pdx", &sites, now), None);
+        let reclone = rec(Some(SiteHold::Reclone { site: "pdx".into(), generation: 3, request: "r".into() }));
+        assert!(held_since(Some(&job(2_000)), &reclone, "pdx", &sites, now).is_some(), "another hold since");
     }
 
     #[test]
