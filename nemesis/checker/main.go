@@ -71,14 +71,22 @@ func Check(h *History, visualize string) (*Report, error) {
 	var all []Anomaly
 	all = append(all, checkTwoWritable(h)...)
 	all = append(all, checkGenerations(h)...)
-	all = append(all, checkLeaseOverlap(h)...)
+	overlaps := checkLeaseOverlap(h)
 	lin, err := checkLeaseLinearizability(h, visualize)
 	if err != nil {
 		return nil, err
 	}
-	if lin != nil {
+	// Two leases held at once are also calls no single lease could answer:
+	// one fault, reported once, by its overlap, which names both holders.
+	// Porcupine alone reports what no overlap shows (a grant after the
+	// holder's own revocation, a renewal of a lease never granted).
+	switch {
+	case lin != nil && len(overlaps) > 0:
+		overlaps[0].Cause += "; the lease calls are not linearizable either (Porcupine)"
+	case lin != nil:
 		all = append(all, *lin)
 	}
+	all = append(all, overlaps...)
 	durability, lost, deposed, unseen := checkDurability(h)
 	rep.Writes.Lost, rep.Writes.LostDeposed, rep.Writes.LostUnseen = lost, deposed, unseen
 	all = append(all, durability...)
