@@ -127,6 +127,47 @@ pub(crate) fn in_flight_words(terms: &[&str]) -> Option<String> {
     terms.iter().all(|t| !t.is_empty() && !t.contains(char::is_whitespace)).then(|| terms.join(" "))
 }
 
+/// A request of an operation that runs a Job, as status shows it in a
+/// non-final phase, for [`not_ours`].
+pub(crate) struct Shown<'a> {
+    pub(crate) request_id: &'a str,
+    pub(crate) phase: &'a str,
+    /// `Pending`, `Admitting` or `Deferred`: nothing done to a site yet.
+    pub(crate) before_job: bool,
+    /// `Pending`: not taken up yet.
+    pub(crate) pending: bool,
+    /// The request id the spec asks for now.
+    pub(crate) asked: Option<&'a str>,
+    /// Its terms (`in_flight_words`).
+    pub(crate) in_flight: Option<String>,
+    /// In a switchover phase: whether the record names it admitted.
+    pub(crate) admitted: Option<bool>,
+}
+
+/// Why the operator will not act on the request of `S` that status shows,
+/// if so: before its first Job it must be what spec asks (else it was
+/// cancelled); once taken up, the decision record must hold it in flight
+/// on the terms status shows ([`not_as_recorded`]), and in a switchover
+/// name it as admitted (else status was written by someone else).
+pub(crate) fn not_ours<S: RequestStatus>(
+    rec: Option<&crate::failover::record::Record>,
+    shown: &Shown<'_>,
+) -> Option<String> {
+    if shown.before_job && shown.asked != Some(shown.request_id) {
+        return Some(format!("cancelled: spec.{} no longer asks for it", S::SPEC_FIELD));
+    }
+    let id = recorded_id::<S>(shown.request_id);
+    let admitted = shown.admitted;
+    let why = not_as_recorded(rec, &id, shown.in_flight.as_deref(), shown.pending, admitted == Some(true))
+        .or_else(|| (admitted == Some(false)).then_some("the operator never admitted its switchover"))?;
+    Some(format!(
+        "status showed {} {} in phase {}, but {why} (status is written by the operator only); nothing was done",
+        S::WORDS,
+        shown.request_id,
+        shown.phase
+    ))
+}
+
 /// The operation of a request's recorded id or of a record line that
 /// starts with one (`inFlight`, `admitted`): `None` for a planned
 /// failover's, whose ids carry no `operation/`.

@@ -111,39 +111,25 @@ pub(super) fn in_flight_of(state: &OrderedUpdateStatus) -> Option<String> {
     ])
 }
 
-/// Why the operator will not act on the request `state` shows, if so:
-/// before its first Job it must be what `spec.orderedUpdate` asks (else it
-/// was cancelled); once taken up, the decision record must hold it in
-/// flight on the terms status shows, and in a switchover name it as
-/// admitted (else status was written by someone else).
+/// Why the operator will not act on the request `state` shows, if so
+/// (`failover::request::not_ours`).
 pub(super) fn not_ours(
     group: &MysqlFailoverGroup,
     rec: Option<&record::Record>,
     state: &OrderedUpdateStatus,
 ) -> Option<String> {
-    let phase = Phase::parse(&state.phase)?;
-    if phase.is_final() {
-        return None;
-    }
-    if matches!(phase, Phase::Pending | Phase::Admitting | Phase::Deferred) {
-        let asked = group.spec.ordered_update.as_ref().map(|r| r.request_id.as_str());
-        if asked != Some(state.request_id.as_str()) {
-            return Some("cancelled: spec.orderedUpdate no longer asks for it".to_owned());
-        }
-    }
-    let in_flight = in_flight_of(state);
-    let pending = phase == Phase::Pending;
-    let admitted = switchover_phase(phase)
-        .map(|(leg, _)| rec.and_then(|r| r.admitted.as_deref()) == Some(admission_of(state, leg).as_str()));
-    let id = recorded_id(&state.request_id);
-    let why =
-        crate::failover::request::not_as_recorded(rec, &id, in_flight.as_deref(), pending, admitted == Some(true))
-            .or_else(|| (admitted == Some(false)).then_some("the operator never admitted its switchover"))?;
-    Some(format!(
-        "status showed ordered update {} in phase {}, but {why} (status is written by the operator only); nothing was done",
-        state.request_id,
-        phase.as_str()
-    ))
+    let phase = Phase::parse(&state.phase).filter(|p| !p.is_final())?;
+    let shown = crate::failover::request::Shown {
+        request_id: &state.request_id,
+        phase: phase.as_str(),
+        before_job: matches!(phase, Phase::Pending | Phase::Admitting | Phase::Deferred),
+        pending: phase == Phase::Pending,
+        asked: group.spec.ordered_update.as_ref().map(|r| r.request_id.as_str()),
+        in_flight: in_flight_of(state),
+        admitted: switchover_phase(phase)
+            .map(|(leg, _)| rec.and_then(|r| r.admitted.as_deref()) == Some(admission_of(state, leg).as_str())),
+    };
+    crate::failover::request::not_ours::<OrderedUpdateStatus>(rec, &shown)
 }
 
 /// Enters `phase` (see `failover::request::enter`).

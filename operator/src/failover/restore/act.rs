@@ -151,33 +151,23 @@ pub(super) fn not_ours(
     rec: Option<&record::Record>,
     state: &RestoreInPlaceStatus,
 ) -> Option<String> {
-    let phase = Phase::parse(&state.phase)?;
-    if phase.is_final() {
-        return None;
-    }
-    if matches!(phase, Phase::Pending | Phase::Admitting | Phase::Deferred) {
-        let asked = group.spec.restore_in_place.as_ref().map(|r| r.request_id.as_str());
-        if asked != Some(state.request_id.as_str()) {
-            return Some("cancelled: spec.restoreInPlace no longer asks for it".to_owned());
-        }
-    }
+    let phase = Phase::parse(&state.phase).filter(|p| !p.is_final())?;
     let decided = matches!(phase, Phase::Promoting | Phase::Repointing | Phase::AwaitingReclone);
     if decided && rec.is_some_and(|r| awaits_reclone(r, state)) {
         return None;
     }
-    let in_flight = in_flight_of(state);
-    let pending = phase == Phase::Pending;
-    let fenced =
-        !matches!(phase, Phase::Pending | Phase::Admitting | Phase::Deferred | Phase::Restoring | Phase::Verifying);
-    let admitted = rec.and_then(|r| r.admitted.as_deref()) == Some(admission_of(state).as_str());
-    let id = recorded(&state.request_id);
-    let why = crate::failover::request::not_as_recorded(rec, &id, in_flight.as_deref(), pending, fenced && admitted)
-        .or_else(|| (fenced && !admitted).then_some("the operator never admitted its switchover"))?;
-    Some(format!(
-        "status showed restore-in-place {} in phase {}, but {why} (status is written by the operator only); nothing was done",
-        state.request_id,
-        phase.as_str()
-    ))
+    let before_job = matches!(phase, Phase::Pending | Phase::Admitting | Phase::Deferred);
+    let fenced = !before_job && !matches!(phase, Phase::Restoring | Phase::Verifying);
+    let shown = crate::failover::request::Shown {
+        request_id: &state.request_id,
+        phase: phase.as_str(),
+        before_job,
+        pending: phase == Phase::Pending,
+        asked: group.spec.restore_in_place.as_ref().map(|r| r.request_id.as_str()),
+        in_flight: in_flight_of(state),
+        admitted: fenced.then(|| rec.and_then(|r| r.admitted.as_deref()) == Some(admission_of(state).as_str())),
+    };
+    crate::failover::request::not_ours::<RestoreInPlaceStatus>(rec, &shown)
 }
 
 /// Whether `rec` awaits the re-clone that `state`'s decision left: its
