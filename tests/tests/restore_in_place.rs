@@ -35,13 +35,20 @@ fn at_phase(s: &MysqlFailoverGroupStatus, id: &str, phase: &str) -> Result<(), S
 
 /// The host agent restores pdx from the dump, as a backup tool would:
 /// replication reset, the dump replayed.
+/// The restore leaves the server writable, as a restore whose server comes
+/// up without `read_only` in its configuration does, and the Job is not
+/// over yet: a restoring site is never fenced (its sessions are the
+/// restore's), so it stays writable through two probe rounds.
 async fn serve_restore(agent: &mut HostAgent, pair: &bloodraven_e2e::SitePair, dump: &std::path::Path) {
     let req = agent.next(T).await;
     assert_eq!((req.action.as_str(), req.site.as_str()), ("restore", "pdx"));
     tokio::task::block_in_place(|| {
         pair.sql("pdx", &format!("{}; DROP DATABASE shop", pair.flavor.stand_alone()));
         pair.load("pdx", dump);
+        pair.sql("pdx", "SET GLOBAL read_only = 0");
     });
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert_eq!(pair.sql("pdx", "SELECT @@read_only").trim(), "0", "the restoring site was fenced");
     req.reply.send(Ok(())).unwrap();
 }
 

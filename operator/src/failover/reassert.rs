@@ -28,6 +28,9 @@ use crate::mysql::{ProbeTarget, actions};
 ///   first sight: a killed new primary restarts read-only, and its
 ///   predecessor must not take writes meanwhile).
 ///
+/// `spare`: the site a restore-in-place's Job may be restoring
+/// (`record::SiteHold::restoring`), never fenced while it does.
+///
 /// Otherwise, with the decided site read-only or unreachable and another
 /// writable, nothing is done and the assessment reports
 /// `UnexpectedPrimary`: before any failover the bootstrap decision and the
@@ -44,12 +47,14 @@ pub(crate) async fn reassert(
     active: &str,
     failed_over: bool,
     probes: &[SiteProbe],
+    spare: Option<&str>,
 ) -> bool {
     let answered = probes.iter().find(|p| p.site == active).and_then(|p| p.outcome.as_ref().ok());
     if !answered.is_some_and(|o| o.writable || failed_over) {
         return false;
     }
-    fence_others(ctx, group, active, probes).await.fenced_any
+    let others: Vec<SiteProbe> = probes.iter().filter(|p| Some(p.site.as_str()) != spare).cloned().collect();
+    fence_others(ctx, group, active, &others).await.fenced_any
 }
 
 /// What [`fence_others`] did.

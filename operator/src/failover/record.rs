@@ -222,6 +222,24 @@ impl SiteHold {
         }
     }
 
+    /// The site a restore-in-place's Job may be restoring at `now` (a Job
+    /// hold of that operation within its bound): reassertion never fences
+    /// it meanwhile. The restore writes the data the site will serve, and
+    /// may bring the server up writable; clients are on the old primary
+    /// until the decision, and the site is fenced like any other once the
+    /// Job has ended.
+    pub(crate) fn restoring(&self, now: i64) -> Option<&str> {
+        let operation = bloodraven_api::names::site_job::OPERATION_RESTORE_IN_PLACE;
+        match self {
+            SiteHold::Job { site, until, request, .. }
+                if now < *until && request.split_once('/').is_some_and(|(op, _)| op == operation) =>
+            {
+                Some(site)
+            }
+            _ => None,
+        }
+    }
+
     /// The request (as recorded in `requests`) the hold belongs to.
     pub(crate) fn request(&self) -> &str {
         match self {
@@ -688,6 +706,22 @@ mod tests {
             data: Some(data),
             ..ConfigMap::default()
         }
+    }
+
+    #[test]
+    fn only_a_restore_jobs_site_is_spared_and_only_within_its_bound() {
+        let job = |request: &str| SiteHold::Job {
+            site: "pdx".into(),
+            until: 2_000,
+            namespace: "jobs".into(),
+            request: request.into(),
+            job_uid: None,
+        };
+        assert_eq!(job("restore-in-place/r1").restoring(1_000), Some("pdx"));
+        assert_eq!(job("restore-in-place/r1").restoring(2_000), None, "past its bound");
+        assert_eq!(job("ordered-update/u1").restoring(1_000), None, "an update's standby is fenced");
+        let reclone = SiteHold::Reclone { site: "iad".into(), generation: 3, request: "restore-in-place/r1".into() };
+        assert_eq!(reclone.restoring(1_000), None);
     }
 
     #[test]

@@ -379,8 +379,11 @@ async fn safety_paths(
     // holds the generation in force, past bootstrap (only a decided change
     // of the active site moves it).
     let failed_over = |generation: i64| round.trusted().is_some_and(|r| r.generation == generation && generation > 1);
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    let restoring =
+        round.trusted().and_then(|r| r.site_hold.as_ref()).and_then(|h| h.restoring(now)).map(str::to_owned);
     if let decision::Resolution::At { site, generation, .. } = &resolution
-        && reassert::reassert(ctx, &group, site, failed_over(*generation), &probes).await
+        && reassert::reassert(ctx, &group, site, failed_over(*generation), &probes, restoring.as_deref()).await
     {
         // Report what the sites are now, not what they were before the fence.
         probes = sites::probe_all(&group, ctx).await;
