@@ -311,6 +311,18 @@ impl std::fmt::Display for SiteHold {
     }
 }
 
+/// The ids of `requests` a record keeps: the newest [`MAX_REQUESTS`],
+/// and beyond them any still in flight (`in_flight`'s first words), oldest
+/// first: a running request pushed out by the ids taken up after it
+/// (planned failovers asked and refused while it runs) would no longer be
+/// known as taken up, and would end `Failed` with its Job still running.
+fn remembered(requests: &[String], in_flight: &[String]) -> Vec<String> {
+    let running = |id: &String| in_flight.iter().any(|t| t.split(' ').next() == Some(id.as_str()));
+    let cut = requests.len().saturating_sub(MAX_REQUESTS);
+    let (older, newer) = requests.split_at(cut);
+    older.iter().filter(|id| running(id)).chain(newer).cloned().collect()
+}
+
 /// How many planned-failover request ids a record remembers.
 pub(crate) const MAX_REQUESTS: usize = 64;
 /// The field manager every record write uses (and integrity checks for).
@@ -542,10 +554,7 @@ impl Records {
         extra: &Extra,
         previous: Option<&Record>,
     ) -> Result<Record, Error> {
-        let mut requests = extra.requests.clone();
-        if requests.len() > MAX_REQUESTS {
-            requests.drain(..requests.len() - MAX_REQUESTS);
-        }
+        let requests = remembered(&extra.requests, &extra.in_flight);
         let mut data = BTreeMap::from([
             ("group".to_owned(), group.to_owned()),
             ("groupUID".to_owned(), group_uid.to_owned()),
@@ -706,6 +715,20 @@ mod tests {
             data: Some(data),
             ..ConfigMap::default()
         }
+    }
+
+    #[test]
+    fn the_last_requests_keep_every_one_still_in_flight() {
+        let ids: Vec<String> = (0..70).map(|i| format!("p{i}")).collect();
+        let kept = remembered(&ids, &[]);
+        assert_eq!((kept.len(), kept[0].as_str()), (MAX_REQUESTS, "p6"));
+        let running = ["ordered-update/u1 iad pdx 1 jobs 600 false".to_owned(), "p2 pdx iad 1".to_owned()];
+        let mut ids = ids;
+        ids.insert(3, "ordered-update/u1".into());
+        let kept = remembered(&ids, &running);
+        assert_eq!(kept.len(), MAX_REQUESTS + 2);
+        assert_eq!(&kept[..2], ["p2", "ordered-update/u1"], "oldest first");
+        assert_eq!(kept.last().map(String::as_str), Some("p69"));
     }
 
     #[test]

@@ -134,8 +134,9 @@ pub(crate) struct Shown<'a> {
     pub(crate) phase: &'a str,
     /// `Pending`, `Admitting` or `Deferred`: nothing done to a site yet.
     pub(crate) before_job: bool,
-    /// `Pending`: not taken up yet.
-    pub(crate) pending: bool,
+    /// In `Pending` (not taken up yet): the terms its spec asks for at the
+    /// decided topology (empty when spec asks for nothing).
+    pub(crate) pending: Option<String>,
     /// The request id the spec asks for now.
     pub(crate) asked: Option<&'a str>,
     /// Its terms (`in_flight_words`).
@@ -158,7 +159,7 @@ pub(crate) fn not_ours<S: RequestStatus>(
     }
     let id = recorded_id::<S>(shown.request_id);
     let admitted = shown.admitted;
-    let why = not_as_recorded(rec, &id, shown.in_flight.as_deref(), shown.pending, admitted == Some(true))
+    let why = not_as_recorded(rec, &id, shown.in_flight.as_deref(), shown.pending.as_deref(), admitted == Some(true))
         .or_else(|| (admitted == Some(false)).then_some("the operator never admitted its switchover"))?;
     Some(format!(
         "status showed {} {} in phase {}, but {why} (status is written by the operator only); nothing was done",
@@ -178,8 +179,10 @@ pub(crate) fn operation_of(recorded: &str) -> Option<&str> {
 /// Why the record does not let the operator act on a request in a
 /// non-final phase, `recorded_id` with the terms `in_flight` status shows:
 /// a request the record lists runs only on the terms recorded when it was
-/// taken up, and only until it ends; one it does not list can only be new
-/// (`pending`: still `Pending`). `admitted`: the phase is a switchover's and
+/// taken up, and only until it ends; one it does not list can only be new:
+/// still `Pending`, on the terms its spec asks for at the decided topology
+/// (`pending`: `Some` of those, in `Pending`; status is not where a
+/// request's terms come from). `admitted`: the phase is a switchover's and
 /// the record names it admitted; with no request of its operation in
 /// flight, that admission (cleared too when a request ends) stands for it:
 /// an operator that kept no `inFlight` admitted it before an upgrade.
@@ -188,17 +191,24 @@ pub(crate) fn not_as_recorded(
     rec: Option<&crate::failover::record::Record>,
     recorded_id: &str,
     in_flight: Option<&str>,
-    pending: bool,
+    pending: Option<&str>,
     admitted: bool,
 ) -> Option<&'static str> {
-    let listed = rec.is_some_and(|r| r.requests.iter().any(|r| r == recorded_id));
+    let held = |terms: &str| rec.is_some_and(|r| r.in_flight.iter().any(|t| t == terms));
+    let listed = rec.is_some_and(|r| r.requests.iter().any(|r| r == recorded_id)) || in_flight.is_some_and(held);
     let operation = operation_of(recorded_id);
     let kept = rec.is_some_and(|r| r.in_flight.iter().any(|t| operation_of(t) == operation));
     match in_flight {
         _ if listed && admitted && !kept => None,
         None => Some("its terms are not words the operator writes"),
-        Some(_) if !listed => (!pending).then_some("the decision record never took it up"),
-        Some(terms) if !rec.is_some_and(|r| r.in_flight.iter().any(|t| t == terms)) => {
+        Some(terms) if !listed => match pending {
+            None => Some("the decision record never took it up"),
+            Some(asked) if asked != terms => Some(
+                "its terms are not those its spec asks for at the decided topology (written into status by someone else, or the spec edited under the same id before it was taken up)",
+            ),
+            Some(_) => None,
+        },
+        Some(terms) if !held(terms) => {
             Some("the decision record took it up on other terms, or it has ended (a request runs once)")
         }
         Some(_) => None,

@@ -59,17 +59,8 @@ pub(super) async fn take_up(
     if rec.tampered.is_some() || rec.active_site != active || rec.generation != generation {
         return Ok(Err(group));
     }
-    let standby = group.spec.sites.iter().map(|s| s.name.clone()).find(|s| *s != active);
-    let mut state = OrderedUpdateStatus {
-        request_id: request.request_id.clone(),
-        source_site: Some(active),
-        standby_site: standby.clone(),
-        source_generation: Some(generation),
-        namespace: Some(request.namespace.clone()),
-        switch_back: request.switch_back,
-        active_deadline_seconds: Some(request.active_deadline_seconds),
-        ..OrderedUpdateStatus::default()
-    };
+    let mut state = asked(&group, &request, &active, generation);
+    let standby = state.standby_site.clone();
     let refused = if standby.is_none() {
         Some("the group has no standby: spec.sites names one site".to_owned())
     } else if let Some(why) = site_job::namespace_refused(ctx, &request.namespace) {
@@ -90,6 +81,26 @@ pub(super) async fn take_up(
         return Ok(Err(group));
     }
     Ok(Ok((group, state)))
+}
+
+/// The request as spec asks for it, taken up at `active`, `generation`:
+/// the terms it runs on.
+fn asked(
+    group: &MysqlFailoverGroup,
+    request: &bloodraven_api::v1alpha1::OrderedUpdateRequest,
+    active: &str,
+    generation: i64,
+) -> OrderedUpdateStatus {
+    OrderedUpdateStatus {
+        request_id: request.request_id.clone(),
+        source_site: Some(active.to_owned()),
+        standby_site: group.spec.sites.iter().map(|s| s.name.clone()).find(|s| s != active),
+        source_generation: Some(generation),
+        namespace: Some(request.namespace.clone()),
+        switch_back: request.switch_back,
+        active_deadline_seconds: Some(request.active_deadline_seconds),
+        ..OrderedUpdateStatus::default()
+    }
 }
 
 /// The record's `inFlight` for `state`: its recorded id, sites, source
@@ -123,7 +134,13 @@ pub(super) fn not_ours(
         request_id: &state.request_id,
         phase: phase.as_str(),
         before_job: matches!(phase, Phase::Pending | Phase::Admitting | Phase::Deferred),
-        pending: phase == Phase::Pending,
+        pending: (phase == Phase::Pending).then(|| {
+            let asked_terms = || {
+                let request = group.spec.ordered_update.as_deref()?;
+                rec.and_then(|r| in_flight_of(&asked(group, request, &r.active_site, r.generation)))
+            };
+            asked_terms().unwrap_or_default()
+        }),
         asked: group.spec.ordered_update.as_ref().map(|r| r.request_id.as_str()),
         in_flight: in_flight_of(state),
         admitted: switchover_phase(phase)

@@ -18,7 +18,7 @@ fn group(request_id: Option<&str>) -> MysqlFailoverGroup {
     spec.ordered_update = request_id.map(|id| {
         Box::new(
             serde_json::from_value(serde_json::json!({
-                "requestId": id, "namespace": "jobs",
+                "requestId": id, "namespace": "jobs", "activeDeadlineSeconds": 600,
                 "jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "u", "image": "u"}]}}}},
             }))
             .unwrap(),
@@ -80,10 +80,20 @@ fn each_phase_runs_out_at_its_own_bound_counted_from_entering_it() {
 #[test]
 fn the_operator_acts_only_on_a_request_it_took_up_and_admitted() {
     let t0 = Timestamp::now();
-    let mut rec = crate::failover::record::Record::default();
-    // Before it is taken up: it must still be asked for.
+    let mut rec = crate::failover::record::Record { active_site: "iad".into(), generation: 4, ..Default::default() };
+    // Before it is taken up: it must still be asked for, on the terms the
+    // spec asks for at the decided topology (status is not where they come
+    // from).
     let pending = state(Phase::Pending, &[], t0);
     assert_eq!(not_ours(&group(Some("u1")), Some(&rec), &pending), None);
+    for forged in [
+        OrderedUpdateStatus { namespace: Some("other".into()), ..pending.clone() },
+        OrderedUpdateStatus { switch_back: true, ..pending.clone() },
+        OrderedUpdateStatus { standby_site: Some("iad".into()), ..pending.clone() },
+    ] {
+        let why = not_ours(&group(Some("u1")), Some(&rec), &forged).unwrap();
+        assert!(why.contains("not those its spec asks for"), "{forged:?}: {why}");
+    }
     assert!(not_ours(&group(Some("u2")), Some(&rec), &pending).unwrap().contains("cancelled"));
     assert!(not_ours(&group(None), Some(&rec), &pending).unwrap().contains("cancelled"));
     // Past Pending: the record holds it in flight, on the terms status

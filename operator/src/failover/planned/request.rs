@@ -352,12 +352,23 @@ pub(super) fn not_ours(
     let in_flight = in_flight_of(state);
     let draining = matches!(phase, Phase::Draining | Phase::Promoting | Phase::Repointing);
     let admitted = rec.and_then(|r| r.admitted.as_deref()) == Some(admission_of(state).as_str());
-    let pending = phase == Phase::Pending;
+    // In Pending: the terms the spec asks for at the decided topology.
+    let asked = (phase == Phase::Pending).then(|| {
+        let (request, rec) = (group.spec.planned_failover.as_ref()?, rec?);
+        in_flight_of(&PlannedFailoverStatus {
+            request_id: request.request_id.clone(),
+            target_site: request.target_site.clone(),
+            source_site: Some(rec.active_site.clone()),
+            source_generation: Some(rec.generation),
+            ..PlannedFailoverStatus::default()
+        })
+    });
+    let pending = asked.map(Option::unwrap_or_default);
     if let Some(why) = crate::failover::request::not_as_recorded(
         rec,
         &state.request_id,
         in_flight.as_deref(),
-        pending,
+        pending.as_deref(),
         draining && admitted,
     ) {
         return Some(never(why));

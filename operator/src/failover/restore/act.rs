@@ -87,16 +87,8 @@ pub(super) async fn take_up(
     if rec.tampered.is_some() || rec.active_site != active || rec.generation != generation {
         return Ok(Err(group));
     }
-    let site = request.site.clone().or_else(|| group.spec.sites.iter().map(|s| s.name.clone()).find(|s| *s != active));
-    let mut state = RestoreInPlaceStatus {
-        request_id: request.request_id.clone(),
-        site: site.clone(),
-        source_site: Some(active),
-        source_generation: Some(generation),
-        namespace: Some(request.namespace.clone()),
-        active_deadline_seconds: Some(request.active_deadline_seconds),
-        ..RestoreInPlaceStatus::default()
-    };
+    let mut state = asked(&group, &request, &active, generation);
+    let site = state.site.clone();
     let refused = match site {
         None => Some("the group has no standby to restore: spec.sites names one site".to_owned()),
         Some(s) if group.site(&s).is_none() => Some(format!("site {s} is not one of spec.sites")),
@@ -118,6 +110,26 @@ pub(super) async fn take_up(
         return Ok(Err(group));
     }
     Ok(Ok((group, state)))
+}
+
+/// The request as spec asks for it, taken up at `active`, `generation`
+/// (the site defaults to the standby): the terms it runs on.
+fn asked(
+    group: &MysqlFailoverGroup,
+    request: &bloodraven_api::v1alpha1::RestoreInPlaceRequest,
+    active: &str,
+    generation: i64,
+) -> RestoreInPlaceStatus {
+    let standby = || group.spec.sites.iter().map(|s| s.name.clone()).find(|s| s != active);
+    RestoreInPlaceStatus {
+        request_id: request.request_id.clone(),
+        site: request.site.clone().or_else(standby),
+        source_site: Some(active.to_owned()),
+        source_generation: Some(generation),
+        namespace: Some(request.namespace.clone()),
+        active_deadline_seconds: Some(request.active_deadline_seconds),
+        ..RestoreInPlaceStatus::default()
+    }
 }
 
 /// The record's `inFlight` for `state`: its recorded id, old primary, site,
@@ -162,7 +174,13 @@ pub(super) fn not_ours(
         request_id: &state.request_id,
         phase: phase.as_str(),
         before_job,
-        pending: phase == Phase::Pending,
+        pending: (phase == Phase::Pending).then(|| {
+            let asked_terms = || {
+                let request = group.spec.restore_in_place.as_deref()?;
+                rec.and_then(|r| in_flight_of(&asked(group, request, &r.active_site, r.generation)))
+            };
+            asked_terms().unwrap_or_default()
+        }),
         asked: group.spec.restore_in_place.as_ref().map(|r| r.request_id.as_str()),
         in_flight: in_flight_of(state),
         admitted: fenced.then(|| rec.and_then(|r| r.admitted.as_deref()) == Some(admission_of(state).as_str())),
@@ -350,6 +368,13 @@ async fn enter_next(
         // generation, or left from an earlier restore) releases nothing.
         *group = remove_reclone_mark(ctx, group).await?;
     }
+    if next == Phase::Completed {
+        // The hold first: a leader that stops between the two writes leaves
+        // `AwaitingReclone` with the mark, which the next one completes. A
+        // `Completed` status beside a re-clone hold reads as status edited
+        // by hand, and was put back to re-open the finished restore.
+        forget_site_hold(ctx, round, &recorded(&state.request_id), |_| true).await?;
+    }
     *group = write_if_changed(ctx, group, state).await?;
     *group = enter(ctx, group, state, next, message, None, None).await?;
     match next {
@@ -358,7 +383,6 @@ async fn enter_next(
             publish(ctx, group, EventType::Warning, "RecloneRequired", note, "RestoreInPlace", None).await;
         }
         Phase::Completed => {
-            forget_site_hold(ctx, round, &recorded(&state.request_id), |_| true).await?;
             *group = remove_reclone_mark(ctx, group).await?;
             return Ok(Some(Drive::idle(group.clone())));
         }

@@ -17,7 +17,7 @@ fn group(request_id: Option<&str>) -> MysqlFailoverGroup {
     spec.restore_in_place = request_id.map(|id| {
         Box::new(
             serde_json::from_value(serde_json::json!({
-                "requestId": id, "namespace": "jobs",
+                "requestId": id, "namespace": "jobs", "activeDeadlineSeconds": 3600,
                 "jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "r", "image": "r"}]}}}},
             }))
             .unwrap(),
@@ -66,9 +66,11 @@ fn each_phase_runs_out_at_its_own_bound() {
 
 #[test]
 fn the_operator_acts_only_on_a_restore_it_took_up_and_admitted() {
-    let mut rec = crate::failover::record::Record::default();
+    let mut rec = crate::failover::record::Record { active_site: "iad".into(), generation: 3, ..Default::default() };
     let pending = state(Phase::Pending, None);
     assert_eq!(not_ours(&group(Some("r1")), Some(&rec), &pending), None);
+    let at_primary = RestoreInPlaceStatus { site: Some("iad".into()), ..pending.clone() };
+    assert!(not_ours(&group(Some("r1")), Some(&rec), &at_primary).unwrap().contains("not those its spec asks for"));
     assert!(not_ours(&group(None), Some(&rec), &pending).unwrap().contains("cancelled"));
     let restoring = state(Phase::Restoring, None);
     assert!(not_ours(&group(None), Some(&rec), &restoring).is_some(), "never taken up: status written by hand");
