@@ -25,9 +25,10 @@ pub(crate) struct Fenced {
 /// Fences a site: read-only (`read_only` on MariaDB, `super_read_only` on
 /// MySQL), then ends every client session but its own — on MariaDB
 /// `read_only` does not stop accounts with `READ_ONLY ADMIN` (root among
-/// them), so ending sessions is part of the fence. The whole is bounded by
-/// `timeout` (a long transaction holding the global read lock makes
-/// `SET GLOBAL read_only` wait).
+/// them), so ending sessions is part of the fence. `SET GLOBAL read_only`
+/// waits for what client sessions hold (a long write, commits waiting for
+/// a semi-sync acknowledgement) at most `timeout`; then the sessions are
+/// ended first and it is set again, within `timeout` once more.
 pub(crate) async fn fence(
     target: &ProbeTarget,
     creds: &Credentials,
@@ -40,41 +41,74 @@ pub(crate) async fn fence(
         // 1205) at the bound, so a fence that timed out here never takes
         // effect later behind our back.
         conn.query_drop(format!("SET SESSION lock_wait_timeout = {}", timeout.as_secs().max(1))).await?;
-        for stmt in statements::fence(flavor) {
-            conn.query_drop(*stmt).await?;
-        }
-        // Without PROCESS the process list shows the operator's own
-        // sessions only, and the fence would end none of the others'. On
-        // MariaDB those may hold READ_ONLY ADMIN and write on: a fence that
-        // cannot see them does not hold (1227, InsufficientPrivileges). On
-        // MySQL super_read_only has stopped them already.
-        if flavor == Flavor::MariaDb {
-            let _: Option<u64> = conn.query_first(statements::SESSIONS_VISIBLE).await?;
-        }
-        let sessions: Vec<(u64, String, u64)> = conn.query(statements::CLIENT_SESSIONS).await?;
         let (mut killed, mut left) = (Vec::new(), Vec::new());
-        for (id, user, _) in sessions {
-            match conn.query_drop(statements::kill(id)).await {
-                Ok(()) => killed.push((id, user)),
-                // ER_NO_SUCH_THREAD: it ended by itself meanwhile.
-                Err(mysql_async::Error::Server(e)) if e.code == 1094 => {}
-                // ER_KILL_DENIED_ERROR on MySQL: a SYSTEM_USER account's
-                // session, which super_read_only has stopped from writing.
-                // On MariaDB it is a fence that does not hold (read_only
-                // does not stop READ_ONLY ADMIN accounts).
-                Err(mysql_async::Error::Server(e)) if e.code == 1095 && flavor == Flavor::MySql => {
-                    left.push((id, user));
-                }
-                Err(e) => return Err(e.into()),
+        match read_only(&mut conn, flavor).await {
+            // What read_only waits for is held by client sessions: commits
+            // waiting for a semi-sync acknowledgement on a returning old
+            // primary whose standby replicates from it no more (until the
+            // semi-sync timeout), or a long write. The fence ends those
+            // sessions anyway: first, then read_only again.
+            Err(mysql_async::Error::Server(e)) if e.code == 1205 => {
+                end_sessions(&mut conn, flavor, &mut killed, &mut left).await?;
+                read_only(&mut conn, flavor).await?;
             }
+            done => done?,
         }
+        end_sessions(&mut conn, flavor, &mut killed, &mut left).await?;
         let _ = conn.disconnect().await;
         Ok(Fenced { killed, left })
     };
     // The server's own bound answers first (error 1205, the fence not
-    // taken); this one only covers a server that does not answer at all.
-    let outer = timeout + Duration::from_secs(2);
+    // taken, once more after the sessions were ended); this one only covers
+    // a server that does not answer at all.
+    let outer = 2 * timeout + Duration::from_secs(2);
     tokio::time::timeout(outer, run).await.unwrap_or(Err(ProbeError::Timeout(outer)))
+}
+
+/// The fence's statements (read_only, and super_read_only on MySQL).
+async fn read_only(conn: &mut mysql_async::Conn, flavor: Flavor) -> Result<(), mysql_async::Error> {
+    for stmt in statements::fence(flavor) {
+        conn.query_drop(*stmt).await?;
+    }
+    Ok(())
+}
+
+/// Ends every client session of the site but the operator's own (and the
+/// replication threads), adding each to `killed`, or to `left` when it is a
+/// SYSTEM_USER account's on MySQL (super_read_only stops its writes).
+async fn end_sessions(
+    conn: &mut mysql_async::Conn,
+    flavor: Flavor,
+    killed: &mut Vec<(u64, String)>,
+    left: &mut Vec<(u64, String)>,
+) -> Result<(), ProbeError> {
+    // Without PROCESS the process list shows the operator's own
+    // sessions only, and the fence would end none of the others'. On
+    // MariaDB those may hold READ_ONLY ADMIN and write on: a fence that
+    // cannot see them does not hold (1227, InsufficientPrivileges). On
+    // MySQL super_read_only has stopped them already.
+    if flavor == Flavor::MariaDb {
+        let _: Option<u64> = conn.query_first(statements::SESSIONS_VISIBLE).await?;
+    }
+    let sessions: Vec<(u64, String, u64)> = conn.query(statements::CLIENT_SESSIONS).await?;
+    for (id, user, _) in sessions {
+        match conn.query_drop(statements::kill(id)).await {
+            Ok(()) => killed.push((id, user)),
+            // ER_NO_SUCH_THREAD: it ended by itself meanwhile.
+            Err(mysql_async::Error::Server(e)) if e.code == 1094 => {}
+            // ER_KILL_DENIED_ERROR on MySQL: a SYSTEM_USER account's
+            // session, which super_read_only has stopped from writing.
+            // On MariaDB it is a fence that does not hold (read_only
+            // does not stop READ_ONLY ADMIN accounts).
+            Err(mysql_async::Error::Server(e)) if e.code == 1095 && flavor == Flavor::MySql => {
+                if !left.iter().any(|(l, _)| *l == id) {
+                    left.push((id, user));
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Runs `statements` on a site over one fresh connection, within `timeout`.
