@@ -109,6 +109,60 @@ async fn a_replica_restarted_writable_is_made_read_only_again() {
     sc.cluster.delete_group(&name).await;
 }
 
+/// Found by the nemesis (seeds 7 and 8 on MariaDB, semi-sync on): a site
+/// made writable beside the decided primary whose commits wait for a
+/// semi-sync acknowledgement nobody sends (it has no replica; a returning
+/// old primary whose standby was promoted is in the same state). `SET
+/// GLOBAL read_only` waited for those commits until `lock_wait_timeout`
+/// on every probe, and the site stayed writable until the semi-sync
+/// timeout (120 s here) let them go. The fence ends the client sessions
+/// first when `read_only` waits, then sets it again.
+#[tokio::test]
+async fn a_site_whose_commits_wait_for_a_semi_sync_acknowledgement_is_fenced_all_the_same() {
+    let sc = Scenario::start("fence-semisync", 1, LeaderTimings::default()).await;
+    let name = sc.bootstrapped_group("g").await;
+    let (primary_switch, ..) = sc.pair.flavor.semi_sync_names();
+    let timeout = primary_switch.replace("enabled", "timeout");
+    // An account with no SYSTEM_USER (the operator may end its sessions)
+    // that may switch read_only itself.
+    let privilege = match sc.pair.flavor {
+        Flavor::MariaDb => "SUPER",
+        Flavor::MySql => "SYSTEM_VARIABLES_ADMIN",
+    };
+    sc.pair.sql(
+        "iad",
+        &format!(
+            "CREATE DATABASE fence_t; CREATE TABLE fence_t.w (i INT PRIMARY KEY); \
+             CREATE USER 'w'@'127.0.0.1' IDENTIFIED BY 'w-pw'; GRANT ALL ON fence_t.* TO 'w'@'127.0.0.1'; \
+             GRANT {privilege} ON *.* TO 'w'@'127.0.0.1'"
+        ),
+    );
+    wait_for("the account on pdx", T, || async {
+        let n = sc.pair.sql("pdx", "SELECT COUNT(*) FROM mysql.user WHERE User = 'w'");
+        if n.trim() == "1" { Ok(()) } else { Err("not replicated yet".to_owned()) }
+    })
+    .await;
+    // pdx on its own, its commits waiting for an acknowledgement (no
+    // replica will send one) up to 120 s.
+    sc.pair.stop_replica("pdx");
+    sc.pair.sql("pdx", &format!("SET GLOBAL {timeout} = 120000"));
+    let url = format!("mysql://w:w-pw@127.0.0.1:{}/fence_t", sc.pair.port("pdx"));
+    let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
+    let mut w = mysql_async::Conn::new(opts).await.unwrap();
+    // Semi-sync's primary side on, writable, and at once a write that
+    // waits: the operator sees a second writable site at its next probe.
+    let wait = format!("SET GLOBAL {primary_switch} = 1; SET GLOBAL read_only = 0; INSERT INTO w VALUES (1)");
+    let write = tokio::spawn(async move { w.query_drop(wait).await });
+    let note = wait_event(&sc.cluster, &name, "PrimaryReasserted").await;
+    assert!(note.contains("site pdx") && note.contains("iad is the decided active site"), "{note}");
+    // Well before the semi-sync timeout.
+    sc.pair.wait_read_only("pdx", true, Duration::from_secs(30)).await;
+    let ended = tokio::time::timeout(Duration::from_secs(30), write).await.expect("the waiting write was ended");
+    assert!(ended.unwrap().is_err(), "the waiting write's session was cut off");
+    sc.pair.sql("pdx", &format!("SET GLOBAL {primary_switch} = 0"));
+    sc.cluster.delete_group(&name).await;
+}
+
 /// On MySQL the fence is `super_read_only`, which stops every account:
 /// the condition is False and says so, even with an account holding
 /// `SUPER`-era privileges (CONNECTION_ADMIN) that `read_only` alone lets write.
