@@ -73,6 +73,10 @@ pub struct Layout<'a> {
     pub sites: &'a [&'a str],
     /// `spec.initialActiveSite`.
     pub initial_active_site: &'a str,
+    /// The site a restore-in-place's Job may be restoring: never fenced
+    /// meanwhile, so its being writable is not a split brain (clients are
+    /// on the primary until the restore's decision).
+    pub restoring: Option<&'a str>,
 }
 
 /// Assesses one round of probes against the decided roles.
@@ -94,7 +98,14 @@ pub fn assess(layout: Layout<'_>, decided: Decided<'_>, probes: &[SiteProbe]) ->
     });
 
     let unobserved: Vec<&str> = failures.iter().map(|(s, _)| *s).collect();
-    let split_brain = split_brain_condition(&writable, &unobserved, primary, duplicate);
+    let besides: Vec<&str> = writable.iter().copied().filter(|s| Some(*s) != layout.restoring).collect();
+    let mut split_brain = split_brain_condition(&besides, &unobserved, primary, duplicate);
+    if let Some(site) = layout.restoring.filter(|r| writable.contains(r) && !split_brain.is_true()) {
+        split_brain.message = format!(
+            "{}; {site} is writable too, and a restore-in-place's Job restores it (it is not fenced while the Job may run)",
+            split_brain.message
+        );
+    }
     let no_primary = no_primary_condition(&writable, primary, primary_obs);
 
     let degraded = if let Decided::Invalid(why) = decided {

@@ -5,7 +5,7 @@ use crate::observation::Flavor;
 
 /// Two sites, iad the initial primary.
 fn spec() -> Layout<'static> {
-    Layout { sites: &["iad", "pdx"], initial_active_site: "iad" }
+    Layout { sites: &["iad", "pdx"], initial_active_site: "iad", restoring: None }
 }
 
 fn obs(server_id: u32, writable: bool, replication: Option<ReplicationObservation>) -> SiteObservation {
@@ -203,6 +203,21 @@ fn two_sites_on_one_server_are_not_split_brain() {
     assert_eq!(status_of(&a, ConditionType::SplitBrain).0, "Unknown");
     assert_eq!(status_of(&a, ConditionType::ReplicationNotRunning).0, "Unknown");
     assert!(!a.bootstrap);
+}
+
+#[test]
+fn a_site_a_restore_writes_is_no_split_brain_and_is_named() {
+    let probes = [ok("iad", obs(1, true, None)), ok("pdx", obs(2, true, None))];
+    let a = assess(spec(), Decided::At("iad", 1), &probes);
+    assert_eq!(status_of(&a, ConditionType::SplitBrain), ("True", reason::MULTIPLE_WRITABLE_SITES));
+    let restoring = Layout { restoring: Some("pdx"), ..spec() };
+    let a = assess(restoring, Decided::At("iad", 1), &probes);
+    assert_eq!(status_of(&a, ConditionType::SplitBrain), ("False", reason::AS_EXPECTED));
+    let c = a.conditions.iter().find(|c| c.type_ == "SplitBrain").unwrap();
+    assert!(c.message.contains("pdx is writable too, and a restore-in-place's Job restores it"), "{}", c.message);
+    // Another site writable beside the primary still is one.
+    let a = assess(Layout { restoring: Some("iad"), ..spec() }, Decided::At("pdx", 2), &probes);
+    assert_eq!(status_of(&a, ConditionType::SplitBrain).0, "False", "the restoring site is the only other");
 }
 
 #[test]

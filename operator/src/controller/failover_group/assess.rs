@@ -9,9 +9,14 @@ pub(crate) use bloodraven_core::assess::{Assessment, Decided, ProbeFailure, Site
 
 /// Assesses one round of probes against the decided roles
 /// ([`bloodraven_core::assess::assess`] with the spec's sites).
-pub(crate) fn assess(spec: &MysqlFailoverGroupSpec, decided: Decided<'_>, probes: &[SiteProbe]) -> Assessment {
+pub(crate) fn assess(
+    spec: &MysqlFailoverGroupSpec,
+    decided: Decided<'_>,
+    probes: &[SiteProbe],
+    restoring: Option<&str>,
+) -> Assessment {
     let sites: Vec<&str> = spec.sites.iter().map(|s| s.name.as_str()).collect();
-    let layout = Layout { sites: &sites, initial_active_site: &spec.initial_active_site };
+    let layout = Layout { sites: &sites, initial_active_site: &spec.initial_active_site, restoring };
     bloodraven_core::assess::assess(layout, decided, probes)
 }
 

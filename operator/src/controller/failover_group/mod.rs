@@ -187,7 +187,8 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         decision::Resolution::At { site, generation, .. } => Decided::At(site, *generation),
         decision::Resolution::Invalid(why) | decision::Resolution::Conflict(why) => Decided::Invalid(why),
     };
-    let mut assessment = assess(&group.spec, decided, &probes);
+    let restoring = restoring(&round);
+    let mut assessment = assess(&group.spec, decided, &probes, restoring.as_deref());
     let mut generation = match decided {
         Decided::At(_, g) => Some(g),
         _ => None,
@@ -197,7 +198,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         let site = group.spec.initial_active_site.clone();
         decision::bootstrap(&ctx, &mut round, &group, &site).await?;
         generation = Some(1);
-        assessment = assess(&group.spec, Decided::At(&site, 1), &probes);
+        assessment = assess(&group.spec, Decided::At(&site, 1), &probes, restoring.as_deref());
     }
 
     operation_conditions(&mut assessment, &operations, safety.recovery.as_ref(), safety.diverged.as_ref(), &resolution);
@@ -379,9 +380,7 @@ async fn safety_paths(
     // holds the generation in force, past bootstrap (only a decided change
     // of the active site moves it).
     let failed_over = |generation: i64| round.trusted().is_some_and(|r| r.generation == generation && generation > 1);
-    let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    let restoring =
-        round.trusted().and_then(|r| r.site_hold.as_ref()).and_then(|h| h.restoring(now)).map(str::to_owned);
+    let restoring = restoring(round);
     if let decision::Resolution::At { site, generation, .. } = &resolution
         && reassert::reassert(ctx, &group, site, failed_over(*generation), &probes, restoring.as_deref()).await
     {
@@ -427,4 +426,12 @@ fn decided_now(group: &MysqlFailoverGroup, was: decision::Resolution) -> decisio
         }
         (_, was) => was,
     }
+}
+
+/// The site a restore-in-place's Job may be restoring now, by the round's
+/// record (`record::SiteHold::restoring`): reassertion spares it, and its
+/// being writable is no split brain.
+fn restoring(round: &RoundRecord) -> Option<String> {
+    let now = k8s_openapi::jiff::Timestamp::now().as_second();
+    round.trusted()?.site_hold.as_ref()?.restoring(now).map(str::to_owned)
 }
