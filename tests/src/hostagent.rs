@@ -81,6 +81,34 @@ impl HostAgent {
         HostAgent { address, requests, task }
     }
 
+    /// Answers every request from now on, in a task, by making its site
+    /// stand alone (replication stopped and forgotten), as a restore that
+    /// loaded a backup leaves it; `seen` is told of each request first.
+    pub fn serve_stand_alone(
+        mut self,
+        pair: &crate::SitePair,
+        seen: impl Fn(&AgentRequest) + Send + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        let (flavor, dir) = (pair.flavor, pair.dir().to_path_buf());
+        tokio::spawn(async move {
+            while let Some(req) = self.requests.recv().await {
+                seen(&req);
+                let (dir, site) = (dir.clone(), req.site.clone());
+                let done = tokio::task::spawn_blocking(move || {
+                    crate::sites::sql_command(flavor, &dir, &site, flavor.stand_alone())
+                        .status()
+                        .map_err(|e| e.to_string())
+                })
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+                let _ = req.reply.send(match done {
+                    Ok(s) if s.success() => Ok(()),
+                    other => Err(format!("{other:?}")),
+                });
+            }
+        })
+    }
+
     /// The next request, within `timeout`; panics when none comes.
     pub async fn next(&mut self, timeout: std::time::Duration) -> AgentRequest {
         tokio::time::timeout(timeout, self.requests.recv())

@@ -16,7 +16,6 @@ use bloodraven_e2e::fixtures::{Scenario, is_ready_at, wait_status};
 use bloodraven_e2e::hostagent::{HostAgent, job_script, jobs_namespace};
 use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::pods::{image, node_address};
-use bloodraven_e2e::sites::sql_command;
 use bloodraven_e2e::wait::wait_for;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{ListParams, Patch, PatchParams};
@@ -199,29 +198,13 @@ async fn a_restore_completed_by_a_leader_killed_before_it_released_the_old_prima
     let mut op = Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, "first", QUICK).await;
     let name = sc.bootstrapped_group("g").await;
     let jobs = jobs_namespace(&sc.cluster, "aifrst-jobs").await;
-    let mut agent = HostAgent::start(&node_address()).await;
+    let agent = HostAgent::start(&node_address()).await;
     sc.pair.sql(
         "iad",
         "CREATE DATABASE shop; CREATE TABLE shop.orders (id INT PRIMARY KEY); INSERT INTO shop.orders VALUES (1)",
     );
     let address = agent.address.clone();
-    let server = {
-        let (flavor, dir) = (sc.pair.flavor, sc.pair.dir().to_path_buf());
-        tokio::spawn(async move {
-            while let Some(req) = agent.requests.recv().await {
-                let (dir, site) = (dir.clone(), req.site.clone());
-                let done = tokio::task::spawn_blocking(move || {
-                    sql_command(flavor, &dir, &site, flavor.stand_alone()).status().map_err(|e| e.to_string())
-                })
-                .await
-                .unwrap();
-                let _ = req.reply.send(match done {
-                    Ok(s) if s.success() => Ok(()),
-                    other => Err(format!("{other:?}")),
-                });
-            }
-        })
-    };
+    let server = agent.serve_stand_alone(&sc.pair, |_| {});
     let patch = json!({"spec": {"restoreInPlace": {"requestId": "r1", "activeDeadlineSeconds": 120, "namespace": jobs.name, "jobTemplate": template(&address, "restore")}}});
     sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     wait_status(&sc.cluster, &name, "r1 awaiting the re-clone of iad", T, |s| {

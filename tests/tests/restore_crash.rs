@@ -18,7 +18,6 @@ use bloodraven_e2e::fixtures::{Scenario, is_ready_at, wait_status};
 use bloodraven_e2e::hostagent::{HostAgent, job_script, jobs_namespace};
 use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::pods::{image, node_address};
-use bloodraven_e2e::sites::sql_command;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
@@ -56,7 +55,7 @@ async fn a_leader_killed_in_every_phase_of_a_restore_is_finished_by_the_next_one
     let mut op = Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, "first", QUICK).await;
     let name = sc.bootstrapped_group("g").await;
     let jobs = jobs_namespace(&sc.cluster, "rstcrash-jobs").await;
-    let mut agent = HostAgent::start(&node_address()).await;
+    let agent = HostAgent::start(&node_address()).await;
     // Data to re-clone from one restore to the next.
     sc.pair.sql(
         "iad",
@@ -70,21 +69,8 @@ async fn a_leader_killed_in_every_phase_of_a_restore_is_finished_by_the_next_one
     let asked: Arc<Mutex<BTreeMap<(String, String), u32>>> = Arc::default();
     let server = {
         let asked = asked.clone();
-        let (flavor, dir) = (sc.pair.flavor, sc.pair.dir().to_path_buf());
-        tokio::spawn(async move {
-            while let Some(req) = agent.requests.recv().await {
-                *asked.lock().unwrap().entry((req.request.clone(), req.site.clone())).or_default() += 1;
-                let (dir, site) = (dir.clone(), req.site.clone());
-                let done = tokio::task::spawn_blocking(move || {
-                    sql_command(flavor, &dir, &site, flavor.stand_alone()).status().map_err(|e| e.to_string())
-                })
-                .await
-                .unwrap();
-                let _ = req.reply.send(match done {
-                    Ok(s) if s.success() => Ok(()),
-                    other => Err(format!("{other:?}")),
-                });
-            }
+        agent.serve_stand_alone(&sc.pair, move |req| {
+            *asked.lock().unwrap().entry((req.request.clone(), req.site.clone())).or_default() += 1;
         })
     };
 
