@@ -228,11 +228,11 @@ impl SiteHold {
     /// may bring the server up writable; clients are on the old primary
     /// until the decision, and the site is fenced like any other once the
     /// Job has ended.
-    pub(crate) fn restoring(&self, now: i64) -> Option<&str> {
+    pub(crate) fn restoring(&self, now: i64, active: &str) -> Option<&str> {
         let operation = bloodraven_api::names::site_job::OPERATION_RESTORE_IN_PLACE;
         match self {
             SiteHold::Job { site, until, request, .. }
-                if now < *until && request.split_once('/').is_some_and(|(op, _)| op == operation) =>
+                if now < *until && site != active && request.split_once('/').is_some_and(|(op, _)| op == operation) =>
             {
                 Some(site)
             }
@@ -740,11 +740,12 @@ mod tests {
             request: request.into(),
             job_uid: None,
         };
-        assert_eq!(job("restore-in-place/r1").restoring(1_000), Some("pdx"));
-        assert_eq!(job("restore-in-place/r1").restoring(2_000), None, "past its bound");
-        assert_eq!(job("ordered-update/u1").restoring(1_000), None, "an update's standby is fenced");
+        assert_eq!(job("restore-in-place/r1").restoring(1_000, "iad"), Some("pdx"));
+        assert_eq!(job("restore-in-place/r1").restoring(2_000, "iad"), None, "past its bound");
+        assert_eq!(job("restore-in-place/r1").restoring(1_000, "pdx"), None, "never the decided primary");
+        assert_eq!(job("ordered-update/u1").restoring(1_000, "iad"), None, "an update's standby is fenced");
         let reclone = SiteHold::Reclone { site: "iad".into(), generation: 3, request: "restore-in-place/r1".into() };
-        assert_eq!(reclone.restoring(1_000), None);
+        assert_eq!(reclone.restoring(1_000, "pdx"), None);
     }
 
     #[test]

@@ -180,9 +180,10 @@ pub(crate) fn operation_of(recorded: &str) -> Option<&str> {
 /// non-final phase, `recorded_id` with the terms `in_flight` status shows:
 /// a request the record lists runs only on the terms recorded when it was
 /// taken up, and only until it ends; one it does not list can only be new:
-/// still `Pending`, on the terms its spec asks for at the decided topology
-/// (`pending`: `Some` of those, in `Pending`; status is not where a
-/// request's terms come from). `admitted`: the phase is a switchover's and
+/// still `Pending`, on the terms its spec asks for from the source status
+/// shows (`pending`: `Some` of those, in `Pending`; status is not where a
+/// request's other terms come from, and a source that is not the decided
+/// one is superseded by the rules before anything runs). `admitted`: the phase is a switchover's and
 /// the record names it admitted; with no request of its operation in
 /// flight, that admission (cleared too when a request ends) stands for it:
 /// an operator that kept no `inFlight` admitted it before an upgrade.
@@ -204,7 +205,7 @@ pub(crate) fn not_as_recorded(
         Some(terms) if !listed => match pending {
             None => Some("the decision record never took it up"),
             Some(asked) if asked != terms => Some(
-                "its terms are not those its spec asks for at the decided topology (written into status by someone else, or the spec edited under the same id before it was taken up)",
+                "its terms are not those its spec asks for (written into status by someone else, or the spec edited under the same id before it was taken up)",
             ),
             Some(_) => None,
         },

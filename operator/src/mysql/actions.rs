@@ -22,35 +22,51 @@ pub(crate) struct Fenced {
     pub left: Vec<(u64, String)>,
 }
 
+/// How long the fence's `SET GLOBAL read_only` waits for what client
+/// sessions hold before it ends them: a healthy server sets it at once.
+const FIRST_WAIT: Duration = Duration::from_secs(1);
+
 /// Fences a site: read-only (`read_only` on MariaDB, `super_read_only` on
 /// MySQL), then ends every client session but its own — on MariaDB
 /// `read_only` does not stop accounts with `READ_ONLY ADMIN` (root among
 /// them), so ending sessions is part of the fence. `SET GLOBAL read_only`
 /// waits for what client sessions hold (a long write, commits waiting for
-/// a semi-sync acknowledgement) at most `timeout`; then the sessions are
-/// ended first and it is set again, within `timeout` once more.
+/// a semi-sync acknowledgement) at most [`FIRST_WAIT`]; then the sessions
+/// are ended first and it is set again, within what is left of `timeout`.
 pub(crate) async fn fence(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
     timeout: Duration,
 ) -> Result<Fenced, ProbeError> {
+    let started = tokio::time::Instant::now();
     let run = async {
         let mut conn = connect(target, creds).await?;
         // The server gives up waiting for the global read lock itself (error
-        // 1205) at the bound, so a fence that timed out here never takes
-        // effect later behind our back.
-        conn.query_drop(format!("SET SESSION lock_wait_timeout = {}", timeout.as_secs().max(1))).await?;
+        // 1205) at each bound, so a fence that timed out here never takes
+        // effect later behind our back: every bound set ends a second
+        // before the outer one below.
+        let wait = |seconds: u64| format!("SET SESSION lock_wait_timeout = {seconds}");
+        conn.query_drop(wait(FIRST_WAIT.as_secs())).await?;
         let (mut killed, mut left) = (Vec::new(), Vec::new());
         match read_only(&mut conn, flavor).await {
             // What read_only waits for is held by client sessions: commits
             // waiting for a semi-sync acknowledgement on a returning old
             // primary whose standby replicates from it no more (until the
             // semi-sync timeout), or a long write. The fence ends those
-            // sessions anyway: first, then read_only again.
+            // sessions anyway: first, then read_only again, within what is
+            // left of `timeout`.
             Err(mysql_async::Error::Server(e)) if e.code == 1205 => {
                 end_sessions(&mut conn, flavor, &mut killed, &mut left).await?;
-                read_only(&mut conn, flavor).await?;
+                let left_of = (timeout + Duration::from_secs(1)).saturating_sub(started.elapsed()).as_secs();
+                if left_of < 1 {
+                    return Err(mysql_async::Error::Server(e).into());
+                }
+                conn.query_drop(wait(left_of)).await?;
+                if let Err(e) = read_only(&mut conn, flavor).await {
+                    tracing::warn!(site = %target.host, killed = killed.len(), "read_only still waited after the client sessions were ended");
+                    return Err(e.into());
+                }
             }
             done => done?,
         }
@@ -58,10 +74,9 @@ pub(crate) async fn fence(
         let _ = conn.disconnect().await;
         Ok(Fenced { killed, left })
     };
-    // The server's own bound answers first (error 1205, the fence not
-    // taken, once more after the sessions were ended); this one only covers
-    // a server that does not answer at all.
-    let outer = 2 * timeout + Duration::from_secs(2);
+    // The server's own bounds answer first (error 1205, the fence not
+    // taken); this one only covers a server that does not answer at all.
+    let outer = timeout.max(FIRST_WAIT) + Duration::from_secs(2);
     tokio::time::timeout(outer, run).await.unwrap_or(Err(ProbeError::Timeout(outer)))
 }
 
@@ -92,6 +107,10 @@ async fn end_sessions(
     }
     let sessions: Vec<(u64, String, u64)> = conn.query(statements::CLIENT_SESSIONS).await?;
     for (id, user, _) in sessions {
+        // Ended already, still rolling back.
+        if killed.iter().any(|(k, _)| *k == id) {
+            continue;
+        }
         match conn.query_drop(statements::kill(id)).await {
             Ok(()) => killed.push((id, user)),
             // ER_NO_SUCH_THREAD: it ended by itself meanwhile.

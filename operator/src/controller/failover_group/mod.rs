@@ -187,7 +187,7 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
         decision::Resolution::At { site, generation, .. } => Decided::At(site, *generation),
         decision::Resolution::Invalid(why) | decision::Resolution::Conflict(why) => Decided::Invalid(why),
     };
-    let restoring = restoring(&round);
+    let restoring = restoring(&round, &group);
     let mut assessment = assess(&group.spec, decided, &probes, restoring.as_deref());
     let mut generation = match decided {
         Decided::At(_, g) => Some(g),
@@ -380,7 +380,7 @@ async fn safety_paths(
     // holds the generation in force, past bootstrap (only a decided change
     // of the active site moves it).
     let failed_over = |generation: i64| round.trusted().is_some_and(|r| r.generation == generation && generation > 1);
-    let restoring = restoring(round);
+    let restoring = restoring(round, &group);
     if let decision::Resolution::At { site, generation, .. } = &resolution
         && reassert::reassert(ctx, &group, site, failed_over(*generation), &probes, restoring.as_deref()).await
     {
@@ -428,10 +428,18 @@ fn decided_now(group: &MysqlFailoverGroup, was: decision::Resolution) -> decisio
     }
 }
 
-/// The site a restore-in-place's Job may be restoring now, by the round's
-/// record (`record::SiteHold::restoring`): reassertion spares it, and its
-/// being writable is no split brain.
-fn restoring(round: &RoundRecord) -> Option<String> {
+/// The site a restore-in-place's Job may be restoring now: the round's
+/// record holds it for that Job (`record::SiteHold::restoring`), and the
+/// request is still `Restoring` (a Job deleted mid-run fails the request,
+/// and its hold stays to its bound: the site is fenced like any other).
+/// Reassertion spares it, and its being writable is no split brain.
+fn restoring(round: &RoundRecord, group: &MysqlFailoverGroup) -> Option<String> {
     let now = k8s_openapi::jiff::Timestamp::now().as_second();
-    round.trusted()?.site_hold.as_ref()?.restoring(now).map(str::to_owned)
+    let rec = round.trusted()?;
+    let site = rec.site_hold.as_ref()?.restoring(now, &rec.active_site)?;
+    let state = group.status.as_ref()?.restore_in_place.as_deref()?;
+    let request =
+        crate::failover::request::recorded_id::<bloodraven_api::v1alpha1::RestoreInPlaceStatus>(&state.request_id);
+    let ours = state.phase == "Restoring" && rec.site_hold.as_ref().is_some_and(|h| h.request() == request);
+    ours.then(|| site.to_owned())
 }

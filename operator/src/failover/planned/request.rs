@@ -352,14 +352,15 @@ pub(super) fn not_ours(
     let in_flight = in_flight_of(state);
     let draining = matches!(phase, Phase::Draining | Phase::Promoting | Phase::Repointing);
     let admitted = rec.and_then(|r| r.admitted.as_deref()) == Some(admission_of(state).as_str());
-    // In Pending: the terms the spec asks for at the decided topology.
+    // In Pending: the terms the spec asks for, from the source status
+    // shows (a source other than the decided one is superseded, never run).
     let asked = (phase == Phase::Pending).then(|| {
-        let (request, rec) = (group.spec.planned_failover.as_ref()?, rec?);
+        let request = group.spec.planned_failover.as_ref()?;
         in_flight_of(&PlannedFailoverStatus {
             request_id: request.request_id.clone(),
             target_site: request.target_site.clone(),
-            source_site: Some(rec.active_site.clone()),
-            source_generation: Some(rec.generation),
+            source_site: state.source_site.clone(),
+            source_generation: state.source_generation,
             ..PlannedFailoverStatus::default()
         })
     });

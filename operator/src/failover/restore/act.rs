@@ -176,8 +176,12 @@ pub(super) fn not_ours(
         before_job,
         pending: (phase == Phase::Pending).then(|| {
             let asked_terms = || {
+                // The source and its generation as status shows them: a
+                // source other than the decided one is superseded (the
+                // rules' first check), never run.
                 let request = group.spec.restore_in_place.as_deref()?;
-                rec.and_then(|r| in_flight_of(&asked(group, request, &r.active_site, r.generation)))
+                let source = state.source_site.as_deref()?;
+                in_flight_of(&asked(group, request, source, state.source_generation?))
             };
             asked_terms().unwrap_or_default()
         }),
