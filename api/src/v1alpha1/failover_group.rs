@@ -285,12 +285,11 @@ pub struct FailoverPolicy {
     #[schemars(range(min = 0, max = 86400))]
     pub max_lag_seconds: u32,
     /// Seconds a planned failover may spend fencing the old primary
-    /// (`read_only`, then ending client sessions), 1–300. Default 10.
-    /// `read_only` waits 1 s for what client sessions hold (a long write,
-    /// commits waiting for a semi-sync acknowledgement); then the sessions
-    /// are ended and it is set again within the rest of this bound. A lock
-    /// held longer than that (a session the operator may not end) fails the
-    /// request with the old primary writable again and no generation change.
+    /// (`read_only`, then ending client sessions), 1–300. Default 10. A
+    /// transaction holding the global read lock longer than this fails the
+    /// request with the old primary writable again and no generation
+    /// change. Commits waiting for a semi-sync acknowledgement are not
+    /// waited for past 1 s: their sessions are ended first.
     #[serde(default = "default_fence_timeout")]
     #[schemars(range(min = 1, max = 300))]
     pub fence_timeout_seconds: u32,

@@ -23,16 +23,18 @@ pub(crate) struct Fenced {
 }
 
 /// How long the fence's `SET GLOBAL read_only` waits for what client
-/// sessions hold before it ends them: a healthy server sets it at once.
+/// sessions hold before it ends those waiting for a semi-sync
+/// acknowledgement: a healthy server sets it at once.
 const FIRST_WAIT: Duration = Duration::from_secs(1);
 
 /// Fences a site: read-only (`read_only` on MariaDB, `super_read_only` on
 /// MySQL), then ends every client session but its own — on MariaDB
 /// `read_only` does not stop accounts with `READ_ONLY ADMIN` (root among
 /// them), so ending sessions is part of the fence. `SET GLOBAL read_only`
-/// waits for what client sessions hold (a long write, commits waiting for
-/// a semi-sync acknowledgement) at most [`FIRST_WAIT`]; then the sessions
-/// are ended first and it is set again, within what is left of `timeout`.
+/// waits for what client sessions hold at most [`FIRST_WAIT`]; then the
+/// sessions whose commit waits for a semi-sync acknowledgement are ended
+/// first and it is set again, within what is left of `timeout` (a long
+/// write or a table lock past that fails the fence).
 pub(crate) async fn fence(
     target: &ProbeTarget,
     creds: &Credentials,
@@ -50,14 +52,16 @@ pub(crate) async fn fence(
         conn.query_drop(wait(FIRST_WAIT.as_secs())).await?;
         let (mut killed, mut left) = (Vec::new(), Vec::new());
         match read_only(&mut conn, flavor).await {
-            // What read_only waits for is held by client sessions: commits
+            // What read_only waits for is held by client sessions. Commits
             // waiting for a semi-sync acknowledgement on a returning old
-            // primary whose standby replicates from it no more (until the
-            // semi-sync timeout), or a long write. The fence ends those
-            // sessions anyway: first, then read_only again, within what is
-            // left of `timeout`.
+            // primary whose standby replicates from it no more wait until
+            // the semi-sync timeout: the fence ends those first (it ends
+            // every session anyway), then sets read_only again within what
+            // is left of `timeout`. A long write or a table lock is waited
+            // for, and past the bound the fence fails (the old primary
+            // stays writable).
             Err(mysql_async::Error::Server(e)) if e.code == 1205 => {
-                end_sessions(&mut conn, flavor, &mut killed, &mut left).await?;
+                end_sessions(&mut conn, flavor, statements::SEMI_SYNC_WAITERS, &mut killed, &mut left).await?;
                 let left_of = (timeout + Duration::from_secs(1)).saturating_sub(started.elapsed()).as_secs();
                 if left_of < 1 {
                     return Err(mysql_async::Error::Server(e).into());
@@ -70,7 +74,7 @@ pub(crate) async fn fence(
             }
             done => done?,
         }
-        end_sessions(&mut conn, flavor, &mut killed, &mut left).await?;
+        end_sessions(&mut conn, flavor, statements::CLIENT_SESSIONS, &mut killed, &mut left).await?;
         let _ = conn.disconnect().await;
         Ok(Fenced { killed, left })
     };
@@ -88,12 +92,13 @@ async fn read_only(conn: &mut mysql_async::Conn, flavor: Flavor) -> Result<(), m
     Ok(())
 }
 
-/// Ends every client session of the site but the operator's own (and the
+/// Ends the client sessions `which` lists (never the operator's own nor the
 /// replication threads), adding each to `killed`, or to `left` when it is a
 /// SYSTEM_USER account's on MySQL (super_read_only stops its writes).
 async fn end_sessions(
     conn: &mut mysql_async::Conn,
     flavor: Flavor,
+    which: &str,
     killed: &mut Vec<(u64, String)>,
     left: &mut Vec<(u64, String)>,
 ) -> Result<(), ProbeError> {
@@ -105,7 +110,7 @@ async fn end_sessions(
     if flavor == Flavor::MariaDb {
         let _: Option<u64> = conn.query_first(statements::SESSIONS_VISIBLE).await?;
     }
-    let sessions: Vec<(u64, String, u64)> = conn.query(statements::CLIENT_SESSIONS).await?;
+    let sessions: Vec<(u64, String, u64)> = conn.query(which).await?;
     for (id, user, _) in sessions {
         // Ended already, still rolling back.
         if killed.iter().any(|(k, _)| *k == id) {

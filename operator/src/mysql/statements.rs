@@ -119,6 +119,15 @@ pub(crate) const CLIENT_SESSIONS: &str = "SELECT ID, USER, TIME FROM information
      AND COMMAND NOT IN ('Binlog Dump', 'Binlog Dump GTID', 'Daemon', 'Slave_IO', 'Slave_SQL', 'Slave_worker', 'Connect') \
      AND USER NOT IN ('system user', 'event_scheduler', 'system user:')";
 
+/// The client sessions whose commit waits for a semi-sync acknowledgement
+/// (MariaDB: `… from slave`; MySQL: `… from replica`), as
+/// [`CLIENT_SESSIONS`]: on a site no replica acknowledges any more (a
+/// returning old primary) they wait until the semi-sync timeout, and
+/// `SET GLOBAL read_only` waits for them.
+pub(crate) const SEMI_SYNC_WAITERS: &str = "SELECT ID, USER, TIME FROM information_schema.PROCESSLIST \
+     WHERE ID <> CONNECTION_ID() AND STATE LIKE 'Waiting for semi-sync ACK%' \
+     AND USER NOT IN ('system user', 'event_scheduler', 'system user:')";
+
 /// Ends one session (its transaction rolls back).
 pub(crate) fn kill(id: u64) -> String {
     format!("KILL CONNECTION {id}")
