@@ -46,8 +46,8 @@ pub(crate) async fn fence(
         let mut conn = connect(target, creds).await?;
         // The server gives up waiting for the global read lock itself (error
         // 1205) at each bound, so a fence that timed out here never takes
-        // effect later behind our back: every bound set ends a second
-        // before the outer one below.
+        // effect later behind our back: every bound set ends at least half
+        // a second before the outer one below.
         let wait = |seconds: u64| format!("SET SESSION lock_wait_timeout = {seconds}");
         conn.query_drop(wait(FIRST_WAIT.as_secs())).await?;
         let (mut killed, mut left) = (Vec::new(), Vec::new());
@@ -62,7 +62,9 @@ pub(crate) async fn fence(
             // stays writable).
             Err(mysql_async::Error::Server(e)) if e.code == 1205 => {
                 end_sessions(&mut conn, flavor, statements::SEMI_SYNC_WAITERS, &mut killed, &mut left).await?;
-                let left_of = (timeout + Duration::from_secs(1)).saturating_sub(started.elapsed()).as_secs();
+                // Half a second before the outer bound, in whole seconds.
+                let server_bound = timeout.max(FIRST_WAIT) + Duration::from_millis(1500);
+                let left_of = server_bound.saturating_sub(started.elapsed()).as_secs();
                 if left_of < 1 {
                     return Err(mysql_async::Error::Server(e).into());
                 }
