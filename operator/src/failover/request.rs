@@ -134,8 +134,9 @@ pub(crate) struct Shown<'a> {
     pub(crate) phase: &'a str,
     /// `Pending`, `Admitting` or `Deferred`: nothing done to a site yet.
     pub(crate) before_job: bool,
-    /// In `Pending` (not taken up yet): the terms its spec asks for at the
-    /// decided topology (empty when spec asks for nothing).
+    /// In `Pending` (not taken up yet): the terms its spec asks for, from
+    /// the source and generation status shows (empty when spec asks for
+    /// nothing).
     pub(crate) pending: Option<String>,
     /// The request id the spec asks for now.
     pub(crate) asked: Option<&'a str>,
@@ -183,11 +184,11 @@ pub(crate) fn operation_of(recorded: &str) -> Option<&str> {
 /// still `Pending`, on the terms its spec asks for from the source status
 /// shows (`pending`: `Some` of those, in `Pending`; status is not where a
 /// request's other terms come from, and a source that is not the decided
-/// one is superseded by the rules before anything runs). `admitted`: the phase is a switchover's and
-/// the record names it admitted; with no request of its operation in
-/// flight, that admission (cleared too when a request ends) stands for it:
-/// an operator that kept no `inFlight` admitted it before an upgrade.
-/// `None`: it may be acted on.
+/// one is superseded by the rules before anything runs). `admitted`: the
+/// phase is a switchover's and the record names it admitted; with no
+/// request of its operation in flight, that admission (cleared too when a
+/// request ends) stands for it: an operator that kept no `inFlight`
+/// admitted it before an upgrade. `None`: it may be acted on.
 pub(crate) fn not_as_recorded(
     rec: Option<&crate::failover::record::Record>,
     recorded_id: &str,
