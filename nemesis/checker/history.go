@@ -95,6 +95,9 @@ var requiredFields = map[string][]string{
 	"status":     {"at", "generation", "activeSite", "conditions", "resourceVersion"},
 	"decision":   {"at", "generation", "activeSite", "kind"},
 	"leader":     {"at"},
+	// What the runner did as the runbook's person (made the decided
+	// site writable on NoPrimary), after every fault ended.
+	"person": {"at", "site", "action"},
 }
 
 var headerFields = []string{"seed", "flavor", "semiSync", "group", "sites",

@@ -438,13 +438,35 @@ async fn run(schedule: Schedule, out: &Path) {
     // left fenced by design: SiteDiverged, nothing pending).
     stack.net.heal_all();
     let settled = tokio::time::timeout(SETTLE, async {
+        let mut unfenced = false;
         loop {
             let on =
                 |s: &MysqlFailoverGroupStatus, t: &str| s.conditions.iter().any(|c| c.type_ == t && c.status == "True");
-            if let Some(s) = stack.status().await
-                && (on(&s, "Ready") || (on(&s, "SiteDiverged") && !on(&s, "RecoveryPending")))
-            {
-                return s;
+            if let Some(s) = stack.status().await {
+                if on(&s, "Ready") || (on(&s, "SiteDiverged") && !on(&s, "RecoveryPending")) {
+                    return s;
+                }
+                // NoPrimary (NoWritableSite) is left to a person: the
+                // decided site answered read-only (a restarted server) and
+                // no other site is writable. The runner does what the
+                // runbook asks of them, once, and says so in the history.
+                let no_writable = s
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "NoPrimary" && c.status == "True" && c.reason == "NoWritableSite");
+                if no_writable
+                    && !unfenced
+                    && let Some(active) = s.active_site.clone()
+                    && stack.pair.try_sql(&active, "SET GLOBAL read_only = 0").is_ok()
+                {
+                    unfenced = true;
+                    println!(
+                        "t+{:>6.1}s the runbook's person: read_only=0 on {active} (NoPrimary)",
+                        t0.elapsed().as_secs_f64()
+                    );
+                    history
+                        .record(&json!({"type": "person", "at": now_us(), "site": active, "action": "made-writable"}));
+                }
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }

@@ -509,15 +509,20 @@ pub fn call_log_records(client: &str, log: &Path) -> Vec<Value> {
             && let Some(f) = fence.as_mut()
         {
             f["stoppedUs"] = v.get("stopped_us").cloned().unwrap_or(Value::Null);
+        } else if msg.starts_with("the wrapper did not end after the fence")
+            && let Some(f) = fence.as_mut()
+            && f.get("stoppedUs").is_none()
+            && let Some(at) = timestamp_us(&v)
+        {
+            // The migration did not exit within the grace: the sidecar
+            // killed it (SIGKILL, the whole tree) then, and no exit is
+            // reported after that.
+            f["stoppedUs"] = json!(at);
         } else if msg == "run ended" && fence.is_none() {
             // The migration ended by itself, before any fence: it uses the
             // lease no more from then on (a revocation that came after it
             // has nothing left to stop).
-            let at = v
-                .get("timestamp")
-                .and_then(Value::as_str)
-                .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
-                .map(k8s_openapi::jiff::Timestamp::as_microsecond);
+            let at = timestamp_us(&v);
             let deadline = out.iter().filter_map(|r| r.get("confirmedUntilUs").and_then(Value::as_i64)).max();
             if let Some(at) = at {
                 fence = Some(json!({
@@ -534,6 +539,14 @@ pub fn call_log_records(client: &str, log: &Path) -> Vec<Value> {
     }
     out.extend(fence);
     out
+}
+
+/// A log line's `timestamp`, in microseconds since the epoch.
+fn timestamp_us(line: &Value) -> Option<i64> {
+    line.get("timestamp")
+        .and_then(Value::as_str)
+        .and_then(|t| t.parse::<k8s_openapi::jiff::Timestamp>().ok())
+        .map(k8s_openapi::jiff::Timestamp::as_microsecond)
 }
 
 /// The HTTP status and error code a call-log answer stands for (`None`
@@ -587,6 +600,31 @@ mod tests {
         assert_eq!(records[2]["operationId"], "deploy-1-op-3");
         assert_eq!(records[2]["stoppedUs"], 3_100_000);
         assert_eq!(records[2]["deadlineUs"], 10_000_100);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Seen in a run: the migration did not exit within the grace after a
+    /// revocation, and the sidecar killed it; it never reported an exit.
+    #[test]
+    fn a_fenced_migration_the_sidecar_killed_stopped_when_it_was_killed() {
+        let dir = std::env::temp_dir().join(format!("nemesis-killed-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("deploy-1-op-2.log");
+        std::fs::write(
+            &log,
+            [
+                r#"{"timestamp":"2026-12-05T22:19:48.419454Z","level":"WARN","message":"fenced: the heartbeat stopped; never reconnecting, never acquiring again in this run","fence":"revoked","at_us":1796509188418820,"confirmed_until_us":1796509197861820}"#,
+                r#"{"timestamp":"2026-12-05T22:19:51.460075Z","level":"WARN","message":"the wrapper did not end after the fence or the run's end: killed it and everything it left","processes":1}"#,
+                r#"{"timestamp":"2026-12-05T22:19:55.422998Z","level":"WARN","message":"the migration did not report its exit within the grace"}"#,
+                r#"{"timestamp":"2026-12-05T22:19:55.479790Z","level":"INFO","message":"run ended","result":"schema-verification-required"}"#,
+            ]
+            .join("\n"),
+        )
+        .unwrap();
+        let records = call_log_records("deploy-1", &log);
+        assert_eq!(records.len(), 1, "{records:#?}");
+        assert_eq!(records[0]["reason"], "revoked");
+        assert_eq!(records[0]["stoppedUs"], 1_796_509_191_460_075_i64);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
