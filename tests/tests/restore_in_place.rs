@@ -157,10 +157,12 @@ async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_prim
         ["Pending", "Admitting", "Restoring", "Verifying", "Fencing", "Promoting", "Repointing", "AwaitingReclone"]
     );
     assert_eq!(restore.job.as_ref().map(|j| j.result.as_str()), Some("Complete"));
-    match condition(&s, "RecloneRequired") {
-        Some(c) if c.status == "True" && c.message.contains("iad") => {}
-        other => panic!("RecloneRequired: {other:?}"),
-    }
+    // The conditions are the observer's, written after the phase.
+    wait_status(cluster, &group, "RecloneRequired naming iad", T, |s| match condition(s, "RecloneRequired") {
+        Some(c) if c.status == "True" && c.message.contains("iad") => Ok(()),
+        other => Err(format!("{other:?}")),
+    })
+    .await;
     // Waiting for the re-clone, the group has no standby: it says why.
     wait_status(cluster, &group, "unstable for the re-clone while it waits", T, |s| {
         match (s.stable, s.unstable_reason.as_deref()) {
