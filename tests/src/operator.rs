@@ -260,7 +260,8 @@ impl Operator {
             .args(["--log-format", "json"])
             .args(extra)
             .env("KUBECONFIG", kubeconfig)
-            .env("RUST_LOG", "info")
+            // E2E_OPERATOR_LOG: the operators' RUST_LOG (hack/e2e.sh).
+            .env("RUST_LOG", std::env::var("E2E_OPERATOR_LOG").unwrap_or_else(|_| "info".to_owned()))
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
