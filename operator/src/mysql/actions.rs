@@ -23,18 +23,36 @@ pub(crate) struct Fenced {
 }
 
 /// How long the fence's `SET GLOBAL read_only` waits for what client
-/// sessions hold before it ends those waiting for a semi-sync
-/// acknowledgement: a healthy server sets it at once.
+/// sessions hold before the fence looks for commits waiting for a
+/// semi-sync acknowledgement: a healthy server sets it at once.
 const FIRST_WAIT: Duration = Duration::from_secs(1);
+
+/// How often, past [`FIRST_WAIT`], the fence looks for such commits again
+/// while `read_only` waits.
+const WAITERS_EVERY: Duration = Duration::from_millis(250);
 
 /// Fences a site: read-only (`read_only` on MariaDB, `super_read_only` on
 /// MySQL), then ends every client session but its own — on MariaDB
 /// `read_only` does not stop accounts with `READ_ONLY ADMIN` (root among
-/// them), so ending sessions is part of the fence. `SET GLOBAL read_only`
-/// waits for what client sessions hold at most [`FIRST_WAIT`]; then the
-/// sessions whose commit waits for a semi-sync acknowledgement are ended
-/// first and it is set again, within what is left of `timeout` (a long
-/// write or a table lock past that fails the fence).
+/// them), so ending sessions is part of the fence.
+///
+/// `SET GLOBAL read_only` takes the global read lock at once (new writes
+/// wait behind it, and fail once it is set), then waits for the writes and
+/// commits under way, `timeout` and a second at most: a long write or a
+/// table lock past that fails the fence, and the site stays as it was. Commits waiting for
+/// a semi-sync acknowledgement are not waited for: on a returning old
+/// primary whose standby replicates from it no more, none comes before the
+/// semi-sync timeout, when they would all be acknowledged. Past
+/// [`FIRST_WAIT`] the fence ends their sessions from a second session (the
+/// client sees its connection lost, never an acknowledgement). MariaDB
+/// releases an ended session's commit; MySQL's lossless semi-sync keeps it
+/// waiting, so once every waiting commit is an ended session's, the fence
+/// switches the site's primary side of semi-sync off, which lets them
+/// finish unacknowledged (a site being fenced is no primary; the group's
+/// semi-sync settings turn it on again if it is made primary). A waiting
+/// commit of a session the operator may not end (a MySQL `SYSTEM_USER`
+/// account's) keeps the switch on: the fence waits for it, and fails at
+/// `timeout`.
 pub(crate) async fn fence(
     target: &ProbeTarget,
     creds: &Credentials,
@@ -42,48 +60,141 @@ pub(crate) async fn fence(
     timeout: Duration,
 ) -> Result<Fenced, ProbeError> {
     let started = tokio::time::Instant::now();
+    let bound = timeout.max(FIRST_WAIT);
+    // The server gives up each of its waits itself (error 1205) a second
+    // past the bound: a fence bounded by one second (reassertion's, the
+    // probe timeout) still has time to end the commits waiting for an
+    // acknowledgement after FIRST_WAIT. Past `give_up` the fence's
+    // statement, if it still waits (a second wait, for the commit lock),
+    // is ended from the second session, so a fence that failed never takes
+    // effect later behind the caller's back.
+    let server_wait = bound.as_secs().max(1) + 1;
+    let give_up = started + bound + Duration::from_millis(1500);
     let run = async {
         let mut conn = connect(target, creds).await?;
-        // The server gives up waiting for the global read lock itself (error
-        // 1205) at each bound, so a fence that timed out here never takes
-        // effect later behind our back: every bound set ends at least half
-        // a second before the outer one below.
-        let wait = |seconds: u64| format!("SET SESSION lock_wait_timeout = {seconds}");
-        conn.query_drop(wait(FIRST_WAIT.as_secs())).await?;
-        let (mut killed, mut left) = (Vec::new(), Vec::new());
-        match read_only(&mut conn, flavor).await {
-            // What read_only waits for is held by client sessions. Commits
-            // waiting for a semi-sync acknowledgement on a returning old
-            // primary whose standby replicates from it no more wait until
-            // the semi-sync timeout: the fence ends those first (it ends
-            // every session anyway), then sets read_only again within what
-            // is left of `timeout`. A long write or a table lock is waited
-            // for, and past the bound the fence fails (the old primary
-            // stays writable).
-            Err(mysql_async::Error::Server(e)) if e.code == 1205 => {
-                end_sessions(&mut conn, flavor, statements::SEMI_SYNC_WAITERS, &mut killed, &mut left).await?;
-                // Half a second before the outer bound, in whole seconds.
-                let server_bound = timeout.max(FIRST_WAIT) + Duration::from_millis(1500);
-                let left_of = server_bound.saturating_sub(started.elapsed()).as_secs();
-                if left_of < 1 {
-                    return Err(mysql_async::Error::Server(e).into());
-                }
-                conn.query_drop(wait(left_of)).await?;
-                if let Err(e) = read_only(&mut conn, flavor).await {
-                    tracing::warn!(site = %target.host, killed = killed.len(), "read_only still waited after the client sessions were ended");
-                    return Err(e.into());
+        conn.query_drop(format!("SET SESSION lock_wait_timeout = {server_wait}")).await?;
+        let own = conn.id();
+        let mut waiters = Waiters::default();
+        let set = {
+            let set = read_only(&mut conn, flavor);
+            tokio::pin!(set);
+            let mut next = started + FIRST_WAIT;
+            loop {
+                tokio::select! {
+                    done = &mut set => break Some(done),
+                    () = tokio::time::sleep_until(next.min(give_up)) => {
+                        let now = tokio::time::Instant::now();
+                        if now >= give_up {
+                            break None;
+                        }
+                        let left = give_up.saturating_duration_since(now);
+                        next = match tokio::time::timeout(left, waiters.release(target, creds, flavor)).await {
+                            Ok(Ok(())) | Err(_) => tokio::time::Instant::now() + WAITERS_EVERY,
+                            Ok(Err(e)) => {
+                                tracing::warn!(site = %target.host, error = %e, "the fence could not end the commits waiting for a semi-sync acknowledgement");
+                                give_up
+                            }
+                        };
+                    }
                 }
             }
-            done => done?,
+        };
+        let Some(set) = set else {
+            waiters.end_statement(target, creds, own).await;
+            return Err(ProbeError::Waited(format!(
+                "read_only still waited for the site's writes after {}s; the fence was abandoned",
+                give_up.saturating_duration_since(started).as_secs_f32()
+            )));
+        };
+        if let Err(e) = set {
+            if !waiters.killed.is_empty() {
+                tracing::warn!(site = %target.host, killed = waiters.killed.len(), "read_only still waited after the sessions waiting for a semi-sync acknowledgement were ended");
+            }
+            return Err(e.into());
         }
-        end_sessions(&mut conn, flavor, statements::CLIENT_SESSIONS, &mut killed, &mut left).await?;
+        if waiters.released {
+            tracing::info!(site = %target.host, killed = waiters.killed.len(), "fence switched the site's primary side of semi-sync off to release the ended sessions' commits");
+        }
+        let spare = waiters.helper.as_ref().map(|h| u64::from(h.id()));
+        let Waiters { mut killed, mut left, helper, .. } = waiters;
+        if let Some(helper) = helper {
+            let _ = helper.disconnect().await;
+        }
+        end_sessions(&mut conn, flavor, statements::CLIENT_SESSIONS, spare, &mut killed, &mut left).await?;
         let _ = conn.disconnect().await;
         Ok(Fenced { killed, left })
     };
     // The server's own bounds answer first (error 1205, the fence not
     // taken); this one only covers a server that does not answer at all.
-    let outer = timeout.max(FIRST_WAIT) + Duration::from_secs(2);
+    let outer = bound + Duration::from_secs(2);
     tokio::time::timeout(outer, run).await.unwrap_or(Err(ProbeError::Timeout(outer)))
+}
+
+/// The fence's second session, which ends the commits waiting for a
+/// semi-sync acknowledgement while the fence's `read_only` waits.
+#[derive(Default)]
+struct Waiters {
+    /// Sessions ended: `(id, user)`.
+    killed: Vec<(u64, String)>,
+    /// Sessions the operator may not end: `(id, user)`.
+    left: Vec<(u64, String)>,
+    /// The session, opened on first need.
+    helper: Option<mysql_async::Conn>,
+    /// Whether the site's primary side of semi-sync was switched off.
+    released: bool,
+}
+
+impl Waiters {
+    async fn session(
+        &mut self,
+        target: &ProbeTarget,
+        creds: &Credentials,
+    ) -> Result<&mut mysql_async::Conn, ProbeError> {
+        if self.helper.is_none() {
+            self.helper = Some(connect(target, creds).await?);
+        }
+        self.helper.as_mut().ok_or(ProbeError::Unexpected("no session".into()))
+    }
+
+    /// Ends the sessions whose commit waits for an acknowledgement; once
+    /// every such commit left is an ended session's (MySQL keeps those
+    /// waiting), switches the site's primary side of semi-sync off.
+    async fn release(&mut self, target: &ProbeTarget, creds: &Credentials, flavor: Flavor) -> Result<(), ProbeError> {
+        let (mut killed, mut left) = (std::mem::take(&mut self.killed), std::mem::take(&mut self.left));
+        let helper = self.session(target, creds).await;
+        let outcome = async {
+            let helper = helper?;
+            end_sessions(helper, flavor, statements::SEMI_SYNC_WAITERS, None, &mut killed, &mut left).await?;
+            let waiting: Vec<(u64, String, u64)> = helper.query(statements::SEMI_SYNC_WAITERS).await?;
+            let all_ended = waiting.iter().all(|(id, ..)| killed.iter().any(|(k, _)| k == id));
+            let release = !waiting.is_empty() && all_ended;
+            if release {
+                helper.query_drop(statements::semi_sync_primary_off(flavor)).await?;
+            }
+            Ok::<_, ProbeError>(release)
+        }
+        .await;
+        (self.killed, self.left) = (killed, left);
+        self.released |= outcome?;
+        Ok(())
+    }
+
+    /// Ends the fence's own statement (session `id`), still waiting past
+    /// its bound. Failing that, the server ends it at `lock_wait_timeout`.
+    async fn end_statement(&mut self, target: &ProbeTarget, creds: &Credentials, id: u32) {
+        let end = async {
+            self.session(target, creds).await?.query_drop(format!("KILL QUERY {id}")).await.map_err(ProbeError::from)
+        };
+        match tokio::time::timeout(Duration::from_secs(1), end).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(site = %target.host, error = %e, "could not end the fence's statement past its bound");
+            }
+            Err(_) => {
+                tracing::warn!(site = %target.host, "could not end the fence's statement past its bound: no answer");
+            }
+        }
+    }
 }
 
 /// The fence's statements (read_only, and super_read_only on MySQL).
@@ -94,13 +205,14 @@ async fn read_only(conn: &mut mysql_async::Conn, flavor: Flavor) -> Result<(), m
     Ok(())
 }
 
-/// Ends the client sessions `which` lists (never the operator's own nor the
-/// replication threads), adding each to `killed`, or to `left` when it is a
+/// Ends the client sessions `which` lists but `spare` (never the
+/// operator's own nor the replication threads), adding each to `killed`, or to `left` when it is a
 /// SYSTEM_USER account's on MySQL (super_read_only stops its writes).
 async fn end_sessions(
     conn: &mut mysql_async::Conn,
     flavor: Flavor,
     which: &str,
+    spare: Option<u64>,
     killed: &mut Vec<(u64, String)>,
     left: &mut Vec<(u64, String)>,
 ) -> Result<(), ProbeError> {
@@ -114,8 +226,9 @@ async fn end_sessions(
     }
     let sessions: Vec<(u64, String, u64)> = conn.query(which).await?;
     for (id, user, _) in sessions {
-        // Ended already, still rolling back.
-        if killed.iter().any(|(k, _)| *k == id) {
+        // The fence's own second session; or ended already, still rolling
+        // back (or, on MySQL, its commit still waiting).
+        if spare == Some(id) || killed.iter().any(|(k, _)| *k == id) {
             continue;
         }
         match conn.query_drop(statements::kill(id)).await {

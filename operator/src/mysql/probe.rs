@@ -51,6 +51,10 @@ pub(crate) enum ProbeError {
     /// The server is a version the operator does not drive (the reason).
     #[error("{0}")]
     Unsupported(String),
+    /// The server still waited on what its sessions hold when the
+    /// operator's bound ran out (what it waited for).
+    #[error("{0}")]
+    Waited(String),
 }
 
 /// Longest text of a server or socket error kept in a message: the site
@@ -94,6 +98,7 @@ fn classify_raw(err: &ProbeError) -> (&'static str, String) {
         ProbeError::Mysql(e) => (reason::PROBE_FAILED, format!("{e}")),
         ProbeError::Unexpected(m) => (reason::PROBE_FAILED, format!("unexpected answer: {m}")),
         ProbeError::Unsupported(m) => (reason::UNSUPPORTED_SERVER_VERSION, m.clone()),
+        ProbeError::Waited(m) => (reason::PROBE_FAILED, m.clone()),
     }
 }
 

@@ -128,6 +128,16 @@ pub(crate) const SEMI_SYNC_WAITERS: &str = "SELECT ID, USER, TIME FROM informati
      WHERE ID <> CONNECTION_ID() AND STATE LIKE 'Waiting for semi-sync ACK%' \
      AND USER NOT IN ('system user', 'event_scheduler', 'system user:')";
 
+/// Switches a site's primary side of semi-sync off: commits waiting for an
+/// acknowledgement finish without one (the fence's release of the commits
+/// of sessions it ended, which MySQL keeps waiting through `KILL`).
+pub(crate) fn semi_sync_primary_off(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::MariaDb => "SET GLOBAL rpl_semi_sync_master_enabled = OFF",
+        Flavor::MySql => "SET GLOBAL rpl_semi_sync_source_enabled = OFF",
+    }
+}
+
 /// Ends one session (its transaction rolls back).
 pub(crate) fn kill(id: u64) -> String {
     format!("KILL CONNECTION {id}")
