@@ -20,8 +20,8 @@
 #                                MariaDB only: no control plane, no node)
 #   E2E_TEST_THREADS             tests at once within a test file (default 3)
 #   E2E_FILES                    test files at once (default 2; GNU parallel)
-#   E2E_OPERATOR_LOG             the operators' RUST_LOG (default info), e.g.
-#                                "info,bloodraven_operator::failover=debug"
+#   E2E_OPERATOR_LOG             the operators' RUST_LOG (default: info, and debug
+#                                for the request engines' steps), e.g. "debug"
 #   E2E_TEST                     run these test files only (tests/tests/NAME.rs), e.g. E2E_TEST=listeners
 #                                or E2E_TEST="listeners health"
 set -euo pipefail

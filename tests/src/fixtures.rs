@@ -10,8 +10,8 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::api::{Api, ListParams, ObjectMeta, PostParams};
 
+use crate::Cluster;
 use crate::operator::E2E_LABEL;
-use crate::{Cluster, wait_for};
 
 /// Lets MysqlDatabases of the namespaces `names` attach to a group.
 pub fn allow_namespaces(names: &[&str]) -> AllowedDatabases {
@@ -80,7 +80,7 @@ where
     F: Fn(&MysqlFailoverGroupStatus) -> Result<(), String>,
 {
     let api = cluster.groups();
-    wait_for(what, timeout, || {
+    let check_once = || {
         let api = api.clone();
         let check = &check;
         async move {
@@ -91,8 +91,49 @@ where
                 Err(why) => Err(format!("{why}; status: {}", serde_json::to_string(&status).unwrap_or_default())),
             }
         }
-    })
-    .await
+    };
+    crate::wait::wait_for_or(what, timeout, check_once, || operator_log_tails(name, 25)).await
+}
+
+/// The last `lines` lines of the logs of the operators that serve group
+/// `name` (`NAMESPACE-SUFFIX`: their logs are `logs/NAMESPACE-*.log`), each
+/// line cut to its message and fields: a status that stopped moving says
+/// little without what the operator last did.
+pub fn operator_log_tails(name: &str, lines: usize) -> String {
+    use std::fmt::Write as _;
+    let Some((namespace, _)) = name.rsplit_once('-') else { return String::new() };
+    let dir = crate::e2e_dir().join("logs");
+    let mut logs: Vec<_> = std::fs::read_dir(&dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name().and_then(|f| f.to_str()).is_some_and(|f| f.starts_with(&format!("{namespace}-")))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    logs.sort();
+    let mut out = String::new();
+    for log in logs {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        let _ = write!(out, "\n--- the last {lines} lines of {}:", log.display());
+        for line in &all[all.len().saturating_sub(lines)..] {
+            let short = match serde_json::from_str::<serde_json::Value>(line) {
+                Ok(serde_json::Value::Object(mut m)) => {
+                    for noise in ["target", "spans", "span", "threadId"] {
+                        m.remove(noise);
+                    }
+                    serde_json::Value::Object(m).to_string()
+                }
+                _ => (*line).to_owned(),
+            };
+            out.push('\n');
+            out.push_str(&short.chars().take(400).collect::<String>());
+        }
+    }
+    out
 }
 
 /// A check: condition `type_` has `status` (and `reason`, when given).

@@ -14,6 +14,9 @@ use tokio::process::{Child, Command};
 
 use crate::{Cluster, TestNamespace, e2e_dir, free_port, repo_root};
 
+/// The operators' log filter unless E2E_OPERATOR_LOG says otherwise.
+const DEFAULT_LOG: &str = "info,bloodraven_operator::failover=debug,kube_runtime::controller=debug";
+
 /// Label every e2e group carries; its value selects the test's operators.
 pub const E2E_LABEL: &str = "bloodraven.shipstream.io/e2e";
 
@@ -260,8 +263,10 @@ impl Operator {
             .args(["--log-format", "json"])
             .args(extra)
             .env("KUBECONFIG", kubeconfig)
-            // E2E_OPERATOR_LOG: the operators' RUST_LOG (hack/e2e.sh).
-            .env("RUST_LOG", std::env::var("E2E_OPERATOR_LOG").unwrap_or_else(|_| "info".to_owned()))
+            // E2E_OPERATOR_LOG: the operators' RUST_LOG (hack/e2e.sh). By
+            // default each step of the request engines too: a test that
+            // times out prints the log's tail (fixtures::wait_status).
+            .env("RUST_LOG", std::env::var("E2E_OPERATOR_LOG").unwrap_or_else(|_| DEFAULT_LOG.to_owned()))
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
