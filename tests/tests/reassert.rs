@@ -144,8 +144,14 @@ async fn a_returning_primary_whose_commits_wait_for_a_semi_sync_acknowledgement_
     sc.pair.sql("iad", &format!("SET GLOBAL {timeout} = 120000"));
     let url = format!("mysql://w:w-pw@127.0.0.1:{}/fence_t", sc.pair.port("iad"));
     let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
-    let mut w = mysql_async::Conn::new(opts).await.unwrap();
+    let mut w = mysql_async::Conn::new(opts.clone()).await.unwrap();
     w.query_drop("INSERT INTO w VALUES (1)").await.unwrap();
+    // Another client's transaction, open with a row changed: its COMMIT
+    // needs no global read lock, so it can reach the semi-sync wait while
+    // the fence's read_only waits; it must not be acknowledged either.
+    let mut t = mysql_async::Conn::new(opts).await.unwrap();
+    t.query_drop("BEGIN").await.unwrap();
+    t.query_drop("INSERT INTO w VALUES (3)").await.unwrap();
     // The primary stops answering; pdx is promoted. A write sent meanwhile
     // is read when iad answers again, and its commit waits.
     sc.pair.signal("iad", "STOP");
@@ -158,12 +164,18 @@ async fn a_returning_primary_whose_commits_wait_for_a_semi_sync_acknowledgement_
     .await;
     let write = tokio::spawn(async move { w.query_drop("INSERT INTO w VALUES (2)").await });
     sc.pair.signal("iad", "CONT");
+    let commit = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        t.query_drop("COMMIT").await
+    });
     let note = wait_event(&sc.cluster, &name, "PrimaryReasserted").await;
     assert!(note.contains("site iad") && note.contains("pdx is the decided active site"), "{note}");
     // Well before the semi-sync timeout.
     sc.pair.wait_read_only("iad", true, Duration::from_secs(30)).await;
     let ended = tokio::time::timeout(Duration::from_secs(30), write).await.expect("the waiting write was ended");
     assert!(ended.unwrap().is_err(), "the waiting write is never acknowledged");
+    let committed = tokio::time::timeout(Duration::from_secs(30), commit).await.expect("the COMMIT answered");
+    assert!(committed.unwrap().is_err(), "the open transaction's COMMIT is never acknowledged");
     // It reached its commit, which finished unacknowledged once its
     // session was ended: an errant transaction of the old primary's.
     eprintln!("{note}");

@@ -31,28 +31,43 @@ const FIRST_WAIT: Duration = Duration::from_secs(1);
 /// while `read_only` waits.
 const WAITERS_EVERY: Duration = Duration::from_millis(250);
 
+/// How long a commit has waited for its acknowledgement (the process
+/// list's whole seconds) before the fence counts it as waiting for one
+/// that does not come: a replica that acknowledges does so in
+/// milliseconds.
+const WAITED_SECONDS: u64 = 1;
+
+/// What the fence may spend on each step past its bound: ending its own
+/// statement, reading that statement's answer, switching semi-sync back.
+const STEP: Duration = Duration::from_secs(1);
+
 /// Fences a site: read-only (`read_only` on MariaDB, `super_read_only` on
 /// MySQL), then ends every client session but its own — on MariaDB
 /// `read_only` does not stop accounts with `READ_ONLY ADMIN` (root among
 /// them), so ending sessions is part of the fence.
 ///
-/// `SET GLOBAL read_only` takes the global read lock at once (new writes
-/// wait behind it, and fail once it is set), then waits for the writes and
-/// commits under way, `timeout` and a second at most: a long write or a
-/// table lock past that fails the fence, and the site stays as it was. Commits waiting for
-/// a semi-sync acknowledgement are not waited for: on a returning old
-/// primary whose standby replicates from it no more, none comes before the
-/// semi-sync timeout, when they would all be acknowledged. Past
-/// [`FIRST_WAIT`] the fence ends their sessions from a second session (the
-/// client sees its connection lost, never an acknowledgement). MariaDB
-/// releases an ended session's commit; MySQL's lossless semi-sync keeps it
-/// waiting, so once every waiting commit is an ended session's, the fence
-/// switches the site's primary side of semi-sync off, which lets them
-/// finish unacknowledged (a site being fenced is no primary; the group's
-/// semi-sync settings turn it on again if it is made primary). A waiting
-/// commit of a session the operator may not end (a MySQL `SYSTEM_USER`
-/// account's) keeps the switch on: the fence waits for it, and fails at
-/// `timeout`.
+/// `SET GLOBAL read_only` takes the global read lock (new writes wait
+/// behind it, and fail once it is set), then the commit lock, waiting for
+/// the writes and commits under way, `timeout` and a second at most: a
+/// long write or a table lock past that fails the fence, and the site
+/// stays writable. Past the bound the fence ends its own statement and
+/// reads its answer, so a fence reported failed never takes effect later.
+///
+/// Commits waiting for a semi-sync acknowledgement are not waited for: on
+/// a returning old primary whose standby replicates from it no more, none
+/// comes before the semi-sync timeout, when they would all be acknowledged.
+/// Past [`FIRST_WAIT`], once a commit has waited [`WAITED_SECONDS`], the
+/// fence ends from a second session every client session (it ends them all
+/// once fenced anyway): their clients see the connection lost, never an
+/// acknowledgement. MariaDB releases an ended session's commit. MySQL's
+/// lossless semi-sync keeps it waiting, so the fence then switches the
+/// site's primary side of semi-sync off, which lets those commits finish
+/// unacknowledged — only when every waiting commit is an ended session's
+/// and no session it may not end (a MySQL `SYSTEM_USER` account's) has
+/// changed rows in its open transaction, since switching off acknowledges
+/// whatever commits after. A fence that fails after that switches it on
+/// again. A site being fenced is no primary; the group's semi-sync
+/// settings turn it on again if it is made primary.
 pub(crate) async fn fence(
     target: &ProbeTarget,
     creds: &Credentials,
@@ -61,25 +76,22 @@ pub(crate) async fn fence(
 ) -> Result<Fenced, ProbeError> {
     let started = tokio::time::Instant::now();
     let bound = timeout.max(FIRST_WAIT);
-    // The server gives up each of its waits itself (error 1205) a second
-    // past the bound: a fence bounded by one second (reassertion's, the
-    // probe timeout) still has time to end the commits waiting for an
-    // acknowledgement after FIRST_WAIT. Past `give_up` the fence's
-    // statement, if it still waits (a second wait, for the commit lock),
-    // is ended from the second session, so a fence that failed never takes
-    // effect later behind the caller's back.
+    // The server gives up each of its two waits itself (error 1205) a
+    // second past the bound: a fence bounded by one second (reassertion's,
+    // the probe timeout) still has the time to end the commits waiting for
+    // an acknowledgement after FIRST_WAIT.
     let server_wait = bound.as_secs().max(1) + 1;
     let give_up = started + bound + Duration::from_millis(1500);
     let run = async {
         let mut conn = connect(target, creds).await?;
         conn.query_drop(format!("SET SESSION lock_wait_timeout = {server_wait}")).await?;
-        let own = conn.id();
-        let mut waiters = Waiters::default();
-        let set = {
+        let own = u64::from(conn.id());
+        let mut waiters = Waiters { own, ..Waiters::default() };
+        let outcome = {
             let set = read_only(&mut conn, flavor);
             tokio::pin!(set);
             let mut next = started + FIRST_WAIT;
-            loop {
+            let answered = loop {
                 tokio::select! {
                     done = &mut set => break Some(done),
                     () = tokio::time::sleep_until(next.min(give_up)) => {
@@ -89,28 +101,44 @@ pub(crate) async fn fence(
                         }
                         let left = give_up.saturating_duration_since(now);
                         next = match tokio::time::timeout(left, waiters.release(target, creds, flavor)).await {
-                            Ok(Ok(())) | Err(_) => tokio::time::Instant::now() + WAITERS_EVERY,
-                            Ok(Err(e)) => {
-                                tracing::warn!(site = %target.host, error = %e, "the fence could not end the commits waiting for a semi-sync acknowledgement");
+                            Ok(Ok(())) => tokio::time::Instant::now() + WAITERS_EVERY,
+                            failed => {
+                                if let Ok(Err(e)) = failed {
+                                    tracing::warn!(site = %target.host, error = %e, "the fence could not end the commits waiting for a semi-sync acknowledgement");
+                                }
+                                // Cut off mid-statement, the session is in
+                                // no known state: not used again.
+                                waiters.helper = None;
                                 give_up
                             }
                         };
                     }
                 }
+            };
+            if let Some(done) = answered {
+                done.map_err(ProbeError::from)
+            } else {
+                // Past the bound: the statement is ended from a fresh
+                // session, and its own answer says whether it took effect
+                // meanwhile (then the fence holds).
+                end_statement(target, creds, own).await;
+                match tokio::time::timeout(STEP, &mut set).await {
+                    Ok(done) => done.map_err(ProbeError::from),
+                    Err(_) => Err(ProbeError::Waited(format!(
+                        "read_only still waited for the site's writes after {:.1}s and could not be seen to end; check @@read_only on the site",
+                        started.elapsed().as_secs_f32()
+                    ))),
+                }
             }
         };
-        let Some(set) = set else {
-            waiters.end_statement(target, creds, own).await;
-            return Err(ProbeError::Waited(format!(
-                "read_only still waited for the site's writes after {}s; the fence was abandoned",
-                give_up.saturating_duration_since(started).as_secs_f32()
-            )));
-        };
-        if let Err(e) = set {
+        if let Err(e) = outcome {
             if !waiters.killed.is_empty() {
-                tracing::warn!(site = %target.host, killed = waiters.killed.len(), "read_only still waited after the sessions waiting for a semi-sync acknowledgement were ended");
+                tracing::warn!(site = %target.host, killed = waiters.killed.len(), "read_only still waited after the sessions were ended");
             }
-            return Err(e.into());
+            if waiters.released {
+                waiters.switch_back(target, creds, flavor).await;
+            }
+            return Err(e);
         }
         if waiters.released {
             tracing::info!(site = %target.host, killed = waiters.killed.len(), "fence switched the site's primary side of semi-sync off to release the ended sessions' commits");
@@ -126,7 +154,7 @@ pub(crate) async fn fence(
     };
     // The server's own bounds answer first (error 1205, the fence not
     // taken); this one only covers a server that does not answer at all.
-    let outer = bound + Duration::from_secs(2);
+    let outer = bound + Duration::from_millis(1500) + 3 * STEP;
     tokio::time::timeout(outer, run).await.unwrap_or(Err(ProbeError::Timeout(outer)))
 }
 
@@ -134,6 +162,8 @@ pub(crate) async fn fence(
 /// semi-sync acknowledgement while the fence's `read_only` waits.
 #[derive(Default)]
 struct Waiters {
+    /// The fence's own session, never ended.
+    own: u64,
     /// Sessions ended: `(id, user)`.
     killed: Vec<(u64, String)>,
     /// Sessions the operator may not end: `(id, user)`.
@@ -156,22 +186,39 @@ impl Waiters {
         self.helper.as_mut().ok_or(ProbeError::Unexpected("no session".into()))
     }
 
-    /// Ends the sessions whose commit waits for an acknowledgement; once
-    /// every such commit left is an ended session's (MySQL keeps those
-    /// waiting), switches the site's primary side of semi-sync off.
+    /// Once a commit has waited for its acknowledgement [`WAITED_SECONDS`],
+    /// ends every client session but the fence's own; then, when every
+    /// waiting commit is an ended session's (MySQL keeps those waiting) and
+    /// no session left has changed rows it could still commit, switches
+    /// the site's primary side of semi-sync off.
     async fn release(&mut self, target: &ProbeTarget, creds: &Credentials, flavor: Flavor) -> Result<(), ProbeError> {
-        let (mut killed, mut left) = (std::mem::take(&mut self.killed), std::mem::take(&mut self.left));
+        let (mut killed, mut left, own) = (std::mem::take(&mut self.killed), std::mem::take(&mut self.left), self.own);
+        let released = self.released;
         let helper = self.session(target, creds).await;
         let outcome = async {
             let helper = helper?;
-            end_sessions(helper, flavor, statements::SEMI_SYNC_WAITERS, None, &mut killed, &mut left).await?;
+            let waiting: Vec<(u64, String, u64)> = helper.query(statements::SEMI_SYNC_WAITERS).await?;
+            if !waiting.iter().any(|(.., time)| *time >= WAITED_SECONDS) {
+                return Ok(false);
+            }
+            // Every session, not only the waiting ones: a transaction open
+            // elsewhere commits past the global read lock's wait, and once
+            // semi-sync is off, it would be acknowledged.
+            end_sessions(helper, flavor, statements::CLIENT_SESSIONS, Some(own), &mut killed, &mut left).await?;
+            if released {
+                return Ok(false);
+            }
             let waiting: Vec<(u64, String, u64)> = helper.query(statements::SEMI_SYNC_WAITERS).await?;
             let all_ended = waiting.iter().all(|(id, ..)| killed.iter().any(|(k, _)| k == id));
-            let release = !waiting.is_empty() && all_ended;
-            if release {
-                helper.query_drop(statements::semi_sync_primary_off(flavor)).await?;
+            let writers_left = match left.iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>().join(", ") {
+                ids if ids.is_empty() => 0,
+                ids => helper.query_first::<u64, _>(statements::writers_among(&ids)).await?.unwrap_or(0),
+            };
+            if waiting.is_empty() || !all_ended || writers_left > 0 {
+                return Ok(false);
             }
-            Ok::<_, ProbeError>(release)
+            helper.query_drop(statements::semi_sync_primary(flavor, false)).await?;
+            Ok::<_, ProbeError>(true)
         }
         .await;
         (self.killed, self.left) = (killed, left);
@@ -179,21 +226,45 @@ impl Waiters {
         Ok(())
     }
 
-    /// Ends the fence's own statement (session `id`), still waiting past
-    /// its bound. Failing that, the server ends it at `lock_wait_timeout`.
-    async fn end_statement(&mut self, target: &ProbeTarget, creds: &Credentials, id: u32) {
-        let end = async {
-            self.session(target, creds).await?.query_drop(format!("KILL QUERY {id}")).await.map_err(ProbeError::from)
+    /// Switches the site's primary side of semi-sync on again after a
+    /// fence that failed: the site stays writable, and its commits wait for
+    /// an acknowledgement as before.
+    async fn switch_back(&mut self, target: &ProbeTarget, creds: &Credentials, flavor: Flavor) {
+        let on = async {
+            let mut conn = connect(target, creds).await?;
+            conn.query_drop(statements::semi_sync_primary(flavor, true)).await?;
+            let _ = conn.disconnect().await;
+            Ok::<_, ProbeError>(())
         };
-        match tokio::time::timeout(Duration::from_secs(1), end).await {
-            Ok(Ok(())) => {}
+        match tokio::time::timeout(STEP, on).await {
+            Ok(Ok(())) => {
+                tracing::warn!(site = %target.host, "the fence failed: the site's primary side of semi-sync is on again");
+            }
             Ok(Err(e)) => {
-                tracing::warn!(site = %target.host, error = %e, "could not end the fence's statement past its bound");
+                tracing::error!(site = %target.host, error = %e, "the fence failed and the site's primary side of semi-sync could not be switched on again");
             }
             Err(_) => {
-                tracing::warn!(site = %target.host, "could not end the fence's statement past its bound: no answer");
+                tracing::error!(site = %target.host, "the fence failed and the site's primary side of semi-sync could not be switched on again: no answer");
             }
         }
+    }
+}
+
+/// Ends the fence's own statement (session `id`), still waiting past its
+/// bound, from a fresh session.
+async fn end_statement(target: &ProbeTarget, creds: &Credentials, id: u64) {
+    let end = async {
+        let mut conn = connect(target, creds).await?;
+        conn.query_drop(statements::kill_query(id)).await?;
+        let _ = conn.disconnect().await;
+        Ok::<_, ProbeError>(())
+    };
+    match tokio::time::timeout(STEP, end).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(site = %target.host, error = %e, "could not end the fence's statement past its bound");
+        }
+        Err(_) => tracing::warn!(site = %target.host, "could not end the fence's statement past its bound: no answer"),
     }
 }
 

@@ -128,14 +128,29 @@ pub(crate) const SEMI_SYNC_WAITERS: &str = "SELECT ID, USER, TIME FROM informati
      WHERE ID <> CONNECTION_ID() AND STATE LIKE 'Waiting for semi-sync ACK%' \
      AND USER NOT IN ('system user', 'event_scheduler', 'system user:')";
 
-/// Switches a site's primary side of semi-sync off: commits waiting for an
-/// acknowledgement finish without one (the fence's release of the commits
-/// of sessions it ended, which MySQL keeps waiting through `KILL`).
-pub(crate) fn semi_sync_primary_off(flavor: Flavor) -> &'static str {
+/// Switches a site's primary side of semi-sync on or off. Off, commits
+/// waiting for an acknowledgement finish without one (the fence's release
+/// of the commits of sessions it ended, which MySQL keeps waiting through
+/// `KILL`).
+pub(crate) fn semi_sync_primary(flavor: Flavor, on: bool) -> String {
+    let v = if on { "ON" } else { "OFF" };
     match flavor {
-        Flavor::MariaDb => "SET GLOBAL rpl_semi_sync_master_enabled = OFF",
-        Flavor::MySql => "SET GLOBAL rpl_semi_sync_source_enabled = OFF",
+        Flavor::MariaDb => format!("SET GLOBAL rpl_semi_sync_master_enabled = {v}"),
+        Flavor::MySql => format!("SET GLOBAL rpl_semi_sync_source_enabled = {v}"),
     }
+}
+
+/// How many of the sessions `ids` (a list of ids) have an open InnoDB
+/// transaction that changed rows: one that could still commit.
+pub(crate) fn writers_among(ids: &str) -> String {
+    format!(
+        "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_rows_modified > 0 AND trx_mysql_thread_id IN ({ids})"
+    )
+}
+
+/// Ends the statement a session runs (the session stays).
+pub(crate) fn kill_query(id: u64) -> String {
+    format!("KILL QUERY {id}")
 }
 
 /// Ends one session (its transaction rolls back).
