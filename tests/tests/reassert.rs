@@ -162,6 +162,9 @@ async fn a_returning_primary_whose_commits_wait_for_a_semi_sync_acknowledgement_
         }
     })
     .await;
+    // Promoted: pdx replicates from iad no more (a write iad took before
+    // that was acknowledged by pdx, and is on it).
+    sc.pair.wait_read_only("pdx", false, T).await;
     let write = tokio::spawn(async move { w.query_drop("INSERT INTO w VALUES (2)").await });
     sc.pair.signal("iad", "CONT");
     let commit = tokio::spawn(async move {
