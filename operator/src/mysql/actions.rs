@@ -370,8 +370,7 @@ pub(crate) async fn repoint(
     source: &statements::Source,
     timeout: Duration,
 ) -> Result<(), ProbeError> {
-    let mut all: Vec<String> = statements::fence(flavor).iter().map(|s| (*s).to_owned()).collect();
-    all.extend(statements::replicate_from(flavor, source).iter().map(|s| s.expose().to_owned()));
+    let all: Vec<String> = statements::repoint(flavor, source).iter().map(|s| s.expose().to_owned()).collect();
     run_all(target, creds, &all, timeout).await
 }
 

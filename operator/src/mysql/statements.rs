@@ -21,8 +21,13 @@ use std::fmt;
 
 use super::Flavor;
 
+/// Sets the session's `sql_mode` to the one [`quote`] writes for (no
+/// `NO_BACKSLASH_ESCAPES`, whatever the server's global mode), before a
+/// statement that holds a quoted value.
+pub(crate) const QUOTING_MODE: &str = "SET SESSION sql_mode = ''";
+
 /// Quotes a string as a SQL literal for either flavour with the default
-/// `sql_mode` (backslash escapes on): `'`, `\`, NUL, newline, carriage
+/// `sql_mode` (backslash escapes on; [`QUOTING_MODE`]): `'`, `\`, NUL, newline, carriage
 /// return and Ctrl-Z are escaped.
 pub(crate) fn quote(value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 2);
@@ -288,6 +293,18 @@ pub(crate) fn stop_replication(flavor: Flavor) -> &'static [&'static str] {
     }
 }
 
+/// Statements that make a site a read-only replica of `source`: the
+/// quoting mode its quoted values are written for ([`QUOTING_MODE`]: a
+/// server whose global sql_mode has NO_BACKSLASH_ESCAPES would read a
+/// password with a quote in it as the statement's end, and echo the rest
+/// in its syntax error), the fence, then [`replicate_from`].
+pub(crate) fn repoint(flavor: Flavor, source: &Source) -> Vec<Secret> {
+    let mut all = vec![Secret(QUOTING_MODE.to_owned())];
+    all.extend(fence(flavor).iter().map(|s| Secret((*s).to_owned())));
+    all.extend(replicate_from(flavor, source));
+    all
+}
+
 /// Statements that make a site replicate from `source` with GTID auto-positioning.
 pub(crate) fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
     let (host, user, password) = (quote(&source.host), quote(&source.user), quote(&source.password));
@@ -409,6 +426,17 @@ mod tests {
         assert!(mysql[1].expose().contains("SOURCE_AUTO_POSITION = 1"));
         assert!(mysql[1].expose().contains("SOURCE_RETRY_COUNT = 86400"), "a receiver that never gives up");
         assert_eq!((mysql[0].expose(), mysql[2].expose()), ("STOP REPLICA", "START REPLICA"));
+    }
+
+    #[test]
+    fn a_repoint_sets_the_quoting_mode_before_any_quoted_value() {
+        for flavor in [Flavor::MariaDb, Flavor::MySql] {
+            let all = repoint(flavor, &source());
+            assert_eq!(all[0].expose(), QUOTING_MODE);
+            let first_quoted = all.iter().position(|s| s.expose().contains("p\\'w")).unwrap();
+            assert!(first_quoted > 0, "{flavor:?}");
+            assert_eq!(all[1].expose(), fence(flavor)[0]);
+        }
     }
 
     #[test]
