@@ -385,21 +385,31 @@ async fn a_status_written_by_hand_while_the_standby_updates_does_not_lift_its_ho
 async fn a_look_alike_job_that_took_the_name_of_ours_does_not_lift_its_hold() {
     use bloodraven_api::names::site_job::{OPERATION_LABEL, REQUEST_ID_ANNOTATION, SITE_LABEL};
     use k8s_openapi::api::batch::v1::Job;
+    use kube::ResourceExt as _;
     use kube::api::{DeleteParams, ListParams, PostParams};
 
     let ds = scenario("update-lookalike").await;
     let (cluster, group) = (&ds.sc.cluster, ds.pipeline.group.clone());
     let (_agent, _req) = standby_job_running(&ds, "a1").await;
-    let all: kube::Api<Job> = kube::Api::all(cluster.client.clone());
+    // This group's Job, in its request's namespace: the same test runs on
+    // the other flavor at the same time, with a Job of the same labels and
+    // request id (a cluster-wide list once found that one, and the test
+    // replaced the other run's Job).
+    let stored = cluster.groups().get(&group).await.unwrap();
+    let uid = stored.metadata.uid.clone().unwrap();
+    let jobs_ns = stored.status.and_then(|s| s.ordered_update).and_then(|u| u.namespace).unwrap();
+    let in_ns: kube::Api<Job> = kube::Api::namespaced(cluster.client.clone(), &jobs_ns);
     let selector = format!("{SITE_LABEL}=pdx,{OPERATION_LABEL}=ordered-update");
-    let ours = all
+    let ours = in_ns
         .list(&ListParams::default().labels(&selector))
         .await
         .unwrap()
         .items
         .into_iter()
         .find(|j| {
-            j.metadata.annotations.as_ref().and_then(|a| a.get(REQUEST_ID_ANNOTATION)).map(String::as_str) == Some("a1")
+            j.owner_references().iter().any(|o| o.uid == uid)
+                && j.metadata.annotations.as_ref().and_then(|a| a.get(REQUEST_ID_ANNOTATION)).map(String::as_str)
+                    == Some("a1")
         })
         .expect("the standby's Job");
     let (name, namespace) = (ours.metadata.name.clone().unwrap(), ours.metadata.namespace.clone().unwrap());
