@@ -136,7 +136,7 @@ pub(crate) async fn fence(
                 tracing::warn!(site = %target.host, killed = waiters.killed.len(), "read_only still waited after the sessions were ended");
             }
             if waiters.released {
-                waiters.switch_back(target, creds, flavor).await;
+                switch_back(target, creds, flavor).await;
             }
             return Err(e);
         }
@@ -175,77 +175,54 @@ struct Waiters {
 }
 
 impl Waiters {
-    async fn session(
-        &mut self,
-        target: &ProbeTarget,
-        creds: &Credentials,
-    ) -> Result<&mut mysql_async::Conn, ProbeError> {
-        if self.helper.is_none() {
-            self.helper = Some(connect(target, creds).await?);
-        }
-        self.helper.as_mut().ok_or(ProbeError::Unexpected("no session".into()))
-    }
-
     /// Once a commit has waited for its acknowledgement [`WAITED_SECONDS`],
     /// ends every client session but the fence's own; then, when every
     /// waiting commit is an ended session's (MySQL keeps those waiting) and
     /// no session left has changed rows it could still commit, switches
     /// the site's primary side of semi-sync off.
     async fn release(&mut self, target: &ProbeTarget, creds: &Credentials, flavor: Flavor) -> Result<(), ProbeError> {
-        let (mut killed, mut left, own) = (std::mem::take(&mut self.killed), std::mem::take(&mut self.left), self.own);
-        let released = self.released;
-        let helper = self.session(target, creds).await;
-        let outcome = async {
-            let helper = helper?;
-            let waiting: Vec<(u64, String, u64)> = helper.query(statements::SEMI_SYNC_WAITERS).await?;
-            if !waiting.iter().any(|(.., time)| *time >= WAITED_SECONDS) {
-                return Ok(false);
-            }
-            // Every session, not only the waiting ones: a transaction open
-            // elsewhere commits past the global read lock's wait, and once
-            // semi-sync is off, it would be acknowledged.
-            end_sessions(helper, flavor, statements::CLIENT_SESSIONS, Some(own), &mut killed, &mut left).await?;
-            if released {
-                return Ok(false);
-            }
-            let waiting: Vec<(u64, String, u64)> = helper.query(statements::SEMI_SYNC_WAITERS).await?;
-            let all_ended = waiting.iter().all(|(id, ..)| killed.iter().any(|(k, _)| k == id));
-            let writers_left = match left.iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>().join(", ") {
-                ids if ids.is_empty() => 0,
-                ids => helper.query_first::<u64, _>(statements::writers_among(&ids)).await?.unwrap_or(0),
-            };
-            if waiting.is_empty() || !all_ended || writers_left > 0 {
-                return Ok(false);
-            }
-            helper.query_drop(statements::semi_sync_primary(flavor, false)).await?;
-            Ok::<_, ProbeError>(true)
+        let Waiters { own, killed, left, helper, released } = self;
+        let helper = match helper {
+            Some(h) => h,
+            slot => slot.insert(connect(target, creds).await?),
+        };
+        let waiting: Vec<(u64, String, u64)> = helper.query(statements::SEMI_SYNC_WAITERS).await?;
+        if !waiting.iter().any(|(.., time)| *time >= WAITED_SECONDS) {
+            return Ok(());
         }
-        .await;
-        (self.killed, self.left) = (killed, left);
-        self.released |= outcome?;
+        // Every session, not only the waiting ones: a transaction open
+        // elsewhere commits past the global read lock's wait, and once
+        // semi-sync is off, it would be acknowledged.
+        end_sessions(helper, flavor, statements::CLIENT_SESSIONS, Some(*own), killed, left).await?;
+        if *released {
+            return Ok(());
+        }
+        let waiting: Vec<(u64, String, u64)> = helper.query(statements::SEMI_SYNC_WAITERS).await?;
+        let all_ended = waiting.iter().all(|(id, ..)| killed.iter().any(|(k, _)| k == id));
+        let writers_left = if left.is_empty() {
+            0
+        } else {
+            let ids = left.iter().map(|(id, _)| id.to_string()).collect::<Vec<_>>().join(", ");
+            helper.query_first::<u64, _>(statements::writers_among(&ids)).await?.unwrap_or(0)
+        };
+        if !waiting.is_empty() && all_ended && writers_left == 0 {
+            helper.query_drop(statements::semi_sync_primary(flavor, false)).await?;
+            *released = true;
+        }
         Ok(())
     }
+}
 
-    /// Switches the site's primary side of semi-sync on again after a
-    /// fence that failed: the site stays writable, and its commits wait for
-    /// an acknowledgement as before.
-    async fn switch_back(&mut self, target: &ProbeTarget, creds: &Credentials, flavor: Flavor) {
-        let on = async {
-            let mut conn = connect(target, creds).await?;
-            conn.query_drop(statements::semi_sync_primary(flavor, true)).await?;
-            let _ = conn.disconnect().await;
-            Ok::<_, ProbeError>(())
-        };
-        match tokio::time::timeout(STEP, on).await {
-            Ok(Ok(())) => {
-                tracing::warn!(site = %target.host, "the fence failed: the site's primary side of semi-sync is on again");
-            }
-            Ok(Err(e)) => {
-                tracing::error!(site = %target.host, error = %e, "the fence failed and the site's primary side of semi-sync could not be switched on again");
-            }
-            Err(_) => {
-                tracing::error!(site = %target.host, "the fence failed and the site's primary side of semi-sync could not be switched on again: no answer");
-            }
+/// Switches the site's primary side of semi-sync on again after a fence
+/// that failed once it had switched it off: the site stays writable, and
+/// its commits wait for an acknowledgement as before.
+async fn switch_back(target: &ProbeTarget, creds: &Credentials, flavor: Flavor) {
+    match run_all(target, creds, &[statements::semi_sync_primary(flavor, true)], STEP).await {
+        Ok(()) => {
+            tracing::warn!(site = %target.host, "the fence failed: the site's primary side of semi-sync is on again");
+        }
+        Err(e) => {
+            tracing::error!(site = %target.host, error = %e, "the fence failed and the site's primary side of semi-sync could not be switched on again");
         }
     }
 }
@@ -253,18 +230,8 @@ impl Waiters {
 /// Ends the fence's own statement (session `id`), still waiting past its
 /// bound, from a fresh session.
 async fn end_statement(target: &ProbeTarget, creds: &Credentials, id: u64) {
-    let end = async {
-        let mut conn = connect(target, creds).await?;
-        conn.query_drop(statements::kill_query(id)).await?;
-        let _ = conn.disconnect().await;
-        Ok::<_, ProbeError>(())
-    };
-    match tokio::time::timeout(STEP, end).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => {
-            tracing::warn!(site = %target.host, error = %e, "could not end the fence's statement past its bound");
-        }
-        Err(_) => tracing::warn!(site = %target.host, "could not end the fence's statement past its bound: no answer"),
+    if let Err(e) = run_all(target, creds, &[statements::kill_query(id)], STEP).await {
+        tracing::warn!(site = %target.host, error = %e, "could not end the fence's statement past its bound");
     }
 }
 
