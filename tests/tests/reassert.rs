@@ -167,6 +167,10 @@ async fn a_returning_primary_whose_commits_wait_for_a_semi_sync_acknowledgement_
     sc.pair.wait_read_only("pdx", false, T).await;
     let write = tokio::spawn(async move { w.query_drop("INSERT INTO w VALUES (2)").await });
     sc.pair.signal("iad", "CONT");
+    // Sent about when the fence ends the sessions (a second after it
+    // starts): before, the COMMIT waits like the write and is ended; after,
+    // its session is gone. Either way it must fail; the delay only aims at
+    // the window between the two, where a release could acknowledge it.
     let commit = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(1200)).await;
         t.query_drop("COMMIT").await
