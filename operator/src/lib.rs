@@ -168,6 +168,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             replicas: controller::failover_group::replicas::Replicas::default(),
             drains: failover::planned::DrainsSeen::default(),
             bypass: controller::failover_group::bypass::Checks::default(),
+            unswept: failover::reassert::Unswept::default(),
             credentials: controller::failover_group::credentials::Cache::start(&client, &credentials_namespace),
             records,
         },

@@ -111,6 +111,58 @@ async fn a_replica_restarted_writable_is_made_read_only_again() {
     sc.cluster.delete_group(&name).await;
 }
 
+/// A fence is two steps: `read_only`, then ending the client sessions.
+/// When the second fails (here the operator's account may not see the
+/// other sessions on the site: `PROCESS` revoked), the site answers
+/// read-only from then on, and an account with `READ_ONLY ADMIN` writes
+/// through it. Reassertion owes that site a sweep, tries it on every
+/// probe, and ends the session once it can. MariaDB only: on MySQL
+/// `super_read_only` stops every account's writes whatever the sweep does.
+#[tokio::test]
+async fn a_fence_that_could_not_end_the_sessions_ends_them_once_it_can() {
+    if Flavor::of_run() != Flavor::MariaDb {
+        eprintln!("MariaDB only: super_read_only stops every MySQL account's writes");
+        return;
+    }
+    let sc = Scenario::start("reassert-sweep", 1, LeaderTimings::default()).await;
+    let name = sc.bootstrapped_group("g").await;
+    sc.pair.sql(
+        "iad",
+        "CREATE DATABASE sweep_t; CREATE TABLE sweep_t.w (i INT PRIMARY KEY); \
+         CREATE USER 'app'@'127.0.0.1' IDENTIFIED BY 'app-pw'; \
+         GRANT INSERT, SELECT ON sweep_t.* TO 'app'@'127.0.0.1'; GRANT READ_ONLY ADMIN ON *.* TO 'app'@'127.0.0.1'",
+    );
+    wait_for("the app account on pdx", T, || async {
+        let n = sc.pair.sql("pdx", "SELECT COUNT(*) FROM mysql.user WHERE User = 'app'");
+        if n.trim() == "1" { Ok(()) } else { Err("not replicated yet".to_owned()) }
+    })
+    .await;
+    let accounts = "'bloodraven'@'127.0.0.1', 'bloodraven'@'localhost', 'bloodraven'@'10.%'";
+    sc.pair.sql("pdx", &format!("SET sql_log_bin=0; REVOKE PROCESS ON *.* FROM {accounts}"));
+    let url = format!("mysql://app:app-pw@127.0.0.1:{}/sweep_t", sc.pair.port("pdx"));
+    let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
+    let mut app = mysql_async::Conn::new(opts).await.unwrap();
+
+    // Someone makes the standby writable: the fence's read_only lands, and
+    // its sweep fails (1227).
+    sc.pair.sql("pdx", "SET GLOBAL read_only=0");
+    sc.pair.wait_read_only("pdx", true, T).await;
+    // The session it could not end writes through read_only.
+    app.query_drop("INSERT INTO w VALUES (1)").await.unwrap();
+    let writes_on = sc.pair.sql("pdx", "SELECT COUNT(*) FROM sweep_t.w");
+    assert_eq!(writes_on.trim(), "1", "the unended session wrote through read_only");
+
+    // The operator may see the sessions again: the sweep it owes ends them.
+    sc.pair.sql("pdx", &format!("SET sql_log_bin=0; GRANT PROCESS ON *.* TO {accounts}"));
+    let note = wait_events(&sc.cluster, &name, "PrimaryReasserted", &[&["could not end its sessions; ended"]]).await;
+    eprintln!("{note:?}");
+    let ended = app.query_drop("INSERT INTO w VALUES (2)").await;
+    assert!(ended.is_err(), "the app session on the fenced site was ended");
+    assert_eq!(sc.pair.sql("pdx", "SELECT COUNT(*) FROM sweep_t.w").trim(), "1");
+    assert_eq!(sc.pair.sql("pdx", "SELECT @@read_only").trim(), "1");
+    sc.cluster.delete_group(&name).await;
+}
+
 /// Found by the nemesis (seeds 7 and 8, semi-sync on): the primary was
 /// paused, failed away from, and answered again, writable, its commits
 /// waiting for a semi-sync acknowledgement nobody sends any more (its

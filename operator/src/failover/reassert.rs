@@ -7,6 +7,8 @@
 //! not leave two writable sites. One Warning Event `PrimaryReasserted` per
 //! fence says what was done.
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
@@ -57,6 +59,40 @@ pub(crate) async fn reassert(
     fence_others(ctx, group, active, &others).await.fenced_any
 }
 
+/// The sites whose fence may have made them read-only without ending
+/// their client sessions, by group UID and site name: the fence failed
+/// after its `read_only` (or failed without saying whether it landed).
+/// Such a site shows read-only from the next probe on, so it is never
+/// fenced again; on MariaDB an account with `READ_ONLY ADMIN` writes
+/// through `read_only` until its session is ended. [`fence_others`] ends
+/// their sessions once the site answers, before anything else counts the
+/// site as fenced. Kept by the process: a new leader does not know of a
+/// sweep its predecessor owed (docs/failover.md, "Returning primary,
+/// reassertion").
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Unswept(Arc<Mutex<HashSet<(String, String)>>>);
+
+impl Unswept {
+    fn owed(&self, uid: &str, site: &str) -> bool {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).contains(&(uid.to_owned(), site.to_owned()))
+    }
+
+    fn set(&self, uid: &str, site: &str, owed: bool) {
+        let mut sites = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (uid.to_owned(), site.to_owned());
+        if owed {
+            sites.insert(key);
+        } else {
+            sites.remove(&key);
+        }
+    }
+
+    /// Forgets a group (deletion).
+    pub(crate) fn forget(&self, uid: &str) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).retain(|(u, _)| u != uid);
+    }
+}
+
 /// What [`fence_others`] did.
 pub(crate) struct Fenced {
     /// Whether it fenced any site.
@@ -68,7 +104,9 @@ pub(crate) struct Fenced {
 /// Fences every site other than `active` that `probes` show writable
 /// (leader only), one Warning Event `PrimaryReasserted` each: reassertion,
 /// and the step before an emergency decision's promotion, which must never
-/// make the decided site writable beside a returning old primary.
+/// make the decided site writable beside a returning old primary. A site
+/// whose last fence failed ([`Unswept`]) is swept even when it answers
+/// read-only, and counts as not fenced until that sweep succeeds.
 pub(crate) async fn fence_others(
     ctx: &Context,
     group: &MysqlFailoverGroup,
@@ -76,11 +114,14 @@ pub(crate) async fn fence_others(
     probes: &[SiteProbe],
 ) -> Fenced {
     let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
+    let uid = group.metadata.uid.as_deref().unwrap_or_default();
+    let unswept = &ctx.groups.unswept;
     let mut fenced_any = false;
     let mut failed = Vec::new();
     for probe in probes.iter().filter(|p| p.site != active) {
         let Ok(obs) = &probe.outcome else { continue };
-        if !obs.writable || !ctx.leadership.is_leader() {
+        let owed = !obs.writable && unswept.owed(uid, &probe.site);
+        if !(obs.writable || owed) || !ctx.leadership.is_leader() {
             continue;
         }
         let Some(site) = group.site(&probe.site) else { continue };
@@ -97,8 +138,14 @@ pub(crate) async fn fence_others(
             failed.push(format!("{}: this process is no longer the leader", site.name));
             return Fenced { fenced_any, failed };
         }
-        match actions::fence(&target, &creds, obs.flavor, timeout).await {
+        let done = if owed {
+            actions::sweep(&target, &creds, obs.flavor, timeout).await
+        } else {
+            actions::fence(&target, &creds, obs.flavor, timeout).await
+        };
+        match done {
             Ok(done) => {
+                unswept.set(uid, &site.name, false);
                 fenced_any = true;
                 let generation =
                     group.decided().map(|(_, g)| format!(" at topologyGeneration {g}")).unwrap_or_default();
@@ -110,17 +157,22 @@ pub(crate) async fn fence_others(
                         done.left.len()
                     )
                 };
-                let note = format!(
-                    "site {} was writable while {active} is the decided active site{generation}; made it read-only again and ended {} client session(s){left}",
-                    site.name,
-                    done.killed.len()
-                );
-                tracing::warn!(site = %site.name, active, killed = done.killed.len(), "primary reasserted");
+                let what = if owed {
+                    "was read-only after a fence that could not end its sessions; ended".to_owned()
+                } else {
+                    format!(
+                        "was writable while {active} is the decided active site{generation}; made it read-only again and ended"
+                    )
+                };
+                let note = format!("site {} {what} {} client session(s){left}", site.name, done.killed.len());
+                tracing::warn!(site = %site.name, active, killed = done.killed.len(), swept = owed, "primary reasserted");
                 publish(ctx, group, EventType::Warning, "PrimaryReasserted", note, "Fence", None).await;
             }
             Err(err) => {
+                unswept.set(uid, &site.name, true);
                 let (reason, message) = crate::mysql::classify(&err);
-                tracing::warn!(site = %site.name, reason, error = %message, "failed to fence a writable non-active site");
+                let what = if owed { "end the sessions of a fenced" } else { "fence a writable" };
+                tracing::warn!(site = %site.name, reason, error = %message, "failed to {what} non-active site");
                 failed.push(format!("{}: {message}", site.name));
             }
         }

@@ -125,6 +125,7 @@ pub(crate) async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Resul
     ctx.leases.forget_group(&name).await.map_err(|e| Error::leases("delete the group's deploy leases")(e.into()))?;
     if let Some(uid) = group.meta().uid.as_deref() {
         ctx.groups.bypass.forget(uid);
+        ctx.groups.unswept.forget(uid);
         ctx.groups.missed.forget(uid);
         ctx.groups.replicas.forget(uid);
     }

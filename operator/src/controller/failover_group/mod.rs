@@ -63,6 +63,8 @@ pub(crate) struct State {
     pub drains: planned::DrainsSeen,
     /// The last read-only bypass check of each site (`ReadOnlyBypassAccounts`).
     pub bypass: bypass::Checks,
+    /// The sites whose last fence may have left client sessions (reassertion).
+    pub unswept: reassert::Unswept,
     /// Site credentials, read through a watch of the credentials namespace.
     pub credentials: credentials::Cache,
     /// The decision records, read through a watch of the operator's namespace.
