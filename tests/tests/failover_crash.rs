@@ -120,6 +120,52 @@ async fn a_leader_killed_at_every_phase_is_finished_by_the_next_one() {
     sc.cluster.delete_group(&name).await;
 }
 
+/// A person writes `phase: Failed` into a planned failover's status while
+/// it runs (no leader meanwhile, so nothing overwrites it): after the fence
+/// the old primary is read-only, and after the decision the target is not
+/// promoted yet. Taken for the request's end, that left no writable site.
+/// The history ends in a running phase the operator entered, and the
+/// record holds the request in flight: the next leader runs it on, says
+/// so, and it completes.
+#[tokio::test]
+async fn a_running_planned_failover_ended_in_status_by_hand_runs_on_to_its_end() {
+    let sc = Scenario::start("crash-hand", 0, QUICK).await;
+    let mut op = Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, "first", QUICK).await;
+    let name = sc.bootstrapped_group("g").await;
+    for (i, point) in ["planned-after-fence", "planned-entered-Promoting"].iter().enumerate() {
+        let generation = i64::try_from(i).unwrap() + 2;
+        let target = if i % 2 == 0 { "pdx" } else { "iad" };
+        let id = format!("h{i}");
+        op.stop().await;
+        let failpoint = ["--failpoint".into(), (*point).into()];
+        op = Operator::start_with(&sc.cluster, &sc.ns, &sc.ns.name, &format!("crash{i}"), QUICK, &failpoint).await;
+        let patch = json!({"spec": {"plannedFailover": {"targetSite": target, "requestId": id}}});
+        sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+        let status = op.wait_exit(T).await.unwrap_or_else(|| panic!("{point}: no failpoint:\n{}", op.log_tail()));
+        assert!(!status.success(), "{point}: {status:?}");
+        let by_hand = json!({"status": {"plannedFailover": {"phase": "Failed", "message": "stopped by hand"}}});
+        sc.cluster.groups().patch_status(&name, &PatchParams::default(), &Patch::Merge(&by_hand)).await.unwrap();
+        op = Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, &format!("next{i}"), QUICK).await;
+        wait_status(&sc.cluster, &name, &format!("{id} ({point}) completed at {target}"), T, |s| {
+            completed(s, &id, target, generation)
+        })
+        .await;
+        let notes = bloodraven_e2e::fixtures::wait_events(
+            &sc.cluster,
+            &name,
+            "StatusRestored",
+            &[&[&format!("planned failover {id} in phase Failed, which the operator did not write"), "runs on from"]],
+        )
+        .await;
+        eprintln!("{point}: {notes:?}");
+        let other = if target == "pdx" { "iad" } else { "pdx" };
+        assert_eq!(sc.pair.sql(other, "SELECT @@read_only").trim(), "1", "{point}");
+        assert_eq!(sc.pair.sql(target, "SELECT @@read_only").trim(), "0", "{point}");
+    }
+    op.stop().await;
+    sc.cluster.delete_group(&name).await;
+}
+
 /// The leader, to be killed by its failpoint right after an emergency
 /// decision is recorded, before the promotion.
 async fn stopping_after_the_emergency_decision(sc: &Scenario) -> Operator {

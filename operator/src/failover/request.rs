@@ -217,6 +217,78 @@ pub(crate) fn not_as_recorded(
     }
 }
 
+/// The running phase to write back when status shows a request in a final
+/// phase the operator never wrote. The operator enters every phase with a
+/// history entry, so a final phase (or one that does not parse) over a
+/// history that ends in a running phase was written by someone else; and
+/// while the decision record still holds the request in flight on the
+/// terms status shows, the request has not ended. Taken for its end, a
+/// request that had fenced the old primary would leave that site
+/// read-only, and one past its decision the decided site unpromoted, with
+/// nobody to finish either: the request runs on from that phase instead,
+/// to an end of its own. `None`: it ended, or status says too little to
+/// tell (the history edited too), and a person follows the runbook.
+pub(crate) fn ended_by_hand<'a>(
+    rec: Option<&crate::failover::record::Record>,
+    in_flight: Option<&str>,
+    phase: &str,
+    history: &'a [PhaseTransition],
+    is_final: impl Fn(&str) -> bool,
+) -> Option<&'a str> {
+    let last = history.last().filter(|last| is_final(phase) && !is_final(&last.phase))?;
+    let terms = in_flight?;
+    let held = rec.filter(|r| r.tampered.is_none()).is_some_and(|r| r.in_flight.iter().any(|t| t == terms));
+    held.then_some(last.phase.as_str())
+}
+
+/// Whether status may show a request [`ended_by_hand`], from status alone
+/// (no record read): a final phase over a history that ends in a running one.
+pub(crate) fn may_be_ended_by_hand(phase: &str, history: &[PhaseTransition], is_final: impl Fn(&str) -> bool) -> bool {
+    is_final(phase) && history.last().is_some_and(|last| !is_final(&last.phase))
+}
+
+/// The note of a request [`ended_by_hand`] and run on.
+pub(crate) fn run_on_note(words: &str, request_id: &str, shown: &str, last: &str) -> String {
+    let shown = if shown.is_empty() { "(none)" } else { shown };
+    format!(
+        "status showed {words} {request_id} in phase {shown}, which the operator did not write (its history ends in {last}), while the decision record holds it in flight: it runs on from {last} to its own end. To stop a request, remove it from the spec (docs/runbook.md)"
+    )
+}
+
+/// Runs on a request of `S` [`ended_by_hand`]: its running phase written
+/// back, history untouched (its deadlines count from there), and a Warning
+/// Event `StatusRestored`. Returns the group as written, or as it was.
+pub(crate) async fn run_on_if_ended_by_hand<S: RequestStatus>(
+    ctx: &Context,
+    round: &mut crate::failover::round::RoundRecord,
+    group: MysqlFailoverGroup,
+    in_flight_of: fn(&S) -> Option<String>,
+    is_final: fn(&str) -> bool,
+) -> Result<MysqlFailoverGroup, Error> {
+    let Some(mut state) = S::stored(&group).cloned() else { return Ok(group) };
+    let (phase, history) = {
+        let parts = state.parts();
+        (parts.phase.clone(), parts.history.clone())
+    };
+    if !may_be_ended_by_hand(&phase, &history, is_final) || !ctx.leadership.is_leader() {
+        return Ok(group);
+    }
+    let rec = round.fresh(ctx).await?.cloned();
+    let terms = in_flight_of(&state);
+    let Some(last) = ended_by_hand(rec.as_ref(), terms.as_deref(), &phase, &history, is_final).map(str::to_owned)
+    else {
+        return Ok(group);
+    };
+    let note = run_on_note(S::WORDS, state.request_id(), &phase, &last);
+    tracing::warn!(group = %group.name_any(), request_id = %state.request_id(), shown = %phase, phase = %last, "request ended in status by someone else runs on");
+    let parts = state.parts();
+    last.clone_into(parts.phase);
+    *parts.message = Some(note.clone());
+    let written = write_state(ctx, &group, &state, true).await?;
+    publish(ctx, &written, EventType::Warning, reason::STATUS_RESTORED, note, S::EVENT_PREFIX, None).await;
+    Ok(written)
+}
+
 /// Reports a request in spec whose id was taken up before (`why`) as
 /// ignored: the status field [`RequestStatus::IGNORED_FIELD`] and one
 /// Warning Event `RequestIdReused`, once per id and site. A request runs
@@ -443,5 +515,43 @@ mod tests {
             serde_json::json!({"restoreInPlace": {"requestId": "r1", "phase": "Restoring"}}),
         );
         assert!(admissible::<OrderedUpdateStatus>(&busy).unwrap_err().contains("restore in place r1"));
+    }
+
+    #[test]
+    fn a_final_phase_over_a_running_history_of_a_request_in_flight_was_not_the_operators_end() {
+        use bloodraven_core::failover::planned::Phase;
+        let is_final = |p: &str| Phase::parse(p).is_none_or(Phase::is_final);
+        let entry =
+            |phase: &str| PhaseTransition { phase: phase.to_owned(), time: Time(Timestamp::UNIX_EPOCH), message: None };
+        let history = [entry("Pending"), entry("Admitting"), entry("Draining")];
+        let terms = "p1 pdx iad 3";
+        let mut rec = crate::failover::record::Record { in_flight: vec![terms.to_owned()], ..Default::default() };
+        let ended = |rec: &crate::failover::record::Record, phase: &str, history: &[PhaseTransition]| {
+            ended_by_hand(Some(rec), Some(terms), phase, history, is_final).map(str::to_owned)
+        };
+        // Written over a drain: it runs on from Draining. A phase that does
+        // not parse counts as final, as the engine reads it.
+        for shown in ["Failed", "Completed", "", "Stopped"] {
+            assert_eq!(ended(&rec, shown, &history).as_deref(), Some("Draining"), "{shown}");
+            assert!(may_be_ended_by_hand(shown, &history, is_final));
+        }
+        // The operator's own end: its history ends in the final phase.
+        let mut own = history.to_vec();
+        own.push(entry("Failed"));
+        assert_eq!(ended(&rec, "Failed", &own), None);
+        assert!(!may_be_ended_by_hand("Failed", &own, is_final));
+        // A running phase is not an end; a history edited away says nothing.
+        assert_eq!(ended(&rec, "Draining", &history), None);
+        assert_eq!(ended(&rec, "Failed", &[]), None);
+        // The record no longer holds it (ended, then written back), holds
+        // it on other terms, or cannot be trusted: nothing runs.
+        assert_eq!(ended_by_hand(Some(&rec), Some("p1 iad pdx 3"), "Failed", &history, is_final), None);
+        assert_eq!(ended_by_hand(Some(&rec), None, "Failed", &history, is_final), None);
+        assert_eq!(ended_by_hand(None, Some(terms), "Failed", &history, is_final), None);
+        rec.tampered = Some("kubectl-edit".to_owned());
+        assert_eq!(ended(&rec, "Failed", &history), None);
+        rec.tampered = None;
+        rec.in_flight.clear();
+        assert_eq!(ended(&rec, "Failed", &history), None);
     }
 }

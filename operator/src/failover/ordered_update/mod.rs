@@ -248,6 +248,9 @@ pub(crate) async fn drive(
     probes: &[SiteProbe],
 ) -> Result<Drive, Error> {
     let mut acted_on_sites = false;
+    let is_final = |p: &str| Phase::parse(p).is_none_or(Phase::is_final);
+    let group =
+        crate::failover::request::run_on_if_ended_by_hand(ctx, round, group, request::in_flight_of, is_final).await?;
     let mut drive = Box::pin(drive_rounds(ctx, round, group, probes, &mut acted_on_sites)).await?;
     drive.acted_on_sites |= acted_on_sites;
     if stored_phase(&drive.group).is_none_or(Phase::is_final) {

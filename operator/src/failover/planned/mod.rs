@@ -165,6 +165,7 @@ pub(crate) async fn drive(
     probes: &[SiteProbe],
 ) -> Result<Drive, Error> {
     let mut acted_on_sites = false;
+    let group = request::run_on_if_ended_by_hand(ctx, round, group).await?;
     let mut drive = Box::pin(drive_rounds(ctx, round, group, probes, &mut acted_on_sites)).await?.with_deadline(ctx);
     drive.acted_on_sites = acted_on_sites;
     let shown =

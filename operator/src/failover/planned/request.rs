@@ -320,6 +320,37 @@ pub(super) fn in_flight_of(state: &PlannedFailoverStatus) -> Option<String> {
     crate::failover::request::in_flight_words(&[&state.request_id, &state.target_site, source, &generation])
 }
 
+/// Runs on a planned failover someone else ended in status
+/// ([`crate::failover::request::ended_by_hand`]): its running phase written
+/// back, history untouched (the drain's deadline counts from there), and a
+/// Warning Event `StatusRestored`. Returns the group as written, or as it was.
+pub(super) async fn run_on_if_ended_by_hand(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    group: MysqlFailoverGroup,
+) -> Result<MysqlFailoverGroup, Error> {
+    use crate::failover::request::{ended_by_hand, may_be_ended_by_hand, run_on_note};
+    let Some(mut state) = group.status.as_ref().and_then(|s| s.planned_failover.clone()) else { return Ok(group) };
+    let is_final = |p: &str| Phase::parse(p).is_none_or(Phase::is_final);
+    if !may_be_ended_by_hand(&state.phase, &state.history, is_final) || !ctx.leadership.is_leader() {
+        return Ok(group);
+    }
+    let rec = round.fresh(ctx).await?.cloned();
+    let terms = in_flight_of(&state);
+    let Some(last) =
+        ended_by_hand(rec.as_ref(), terms.as_deref(), &state.phase, &state.history, is_final).map(str::to_owned)
+    else {
+        return Ok(group);
+    };
+    let note = run_on_note("planned failover", &state.request_id, &state.phase, &last);
+    tracing::warn!(group = %group.name_any(), request_id = %state.request_id, shown = %state.phase, phase = %last, "request ended in status by someone else runs on");
+    state.phase = last;
+    state.message = Some(note.clone());
+    let written = write_state(ctx, &group, &state).await?;
+    publish(ctx, &written, EventType::Warning, reason::STATUS_RESTORED, note, "PlannedFailover", None).await;
+    Ok(written)
+}
+
 /// Why the operator will not act on the request `state` shows, if so:
 /// before its drain it must be what `spec.plannedFailover` asks (else it was
 /// cancelled, or never asked); once taken up, the decision record must hold
