@@ -118,3 +118,55 @@ async fn a_site_address_that_reaches_another_groups_server_is_never_acted_on() {
     wait_status(&sc.cluster, &name, "ready at iad after the fix", T, |s| is_ready_at(s, "iad", 1)).await;
     sc.cluster.delete_group(&name).await;
 }
+
+/// Found by an attack on the requests: a planned failover resumed in
+/// `Draining` after the old primary's address was edited to another
+/// group's primary. The rules read a site that answers as another server as
+/// unseen and fence it, so the next leader fenced that server. A step now
+/// refuses a site that answers as another server, and waits, in its phase,
+/// for the address to be put right.
+#[tokio::test]
+async fn a_request_resumed_after_its_site_address_was_edited_does_not_act_on_another_server() {
+    const QUICK: LeaderTimings = LeaderTimings { lease_duration: 3, renew_deadline: 2, retry_period: 1 };
+    let sc = Scenario::start("foreign-req", 0, QUICK).await;
+    let mut op = bloodraven_e2e::Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, "first", QUICK).await;
+    let name = sc.bootstrapped_group("g").await;
+    let other = SitePair::start_with_ids("foreign-r", (3, 4));
+    let groups = sc.cluster.groups();
+    let params = PatchParams::default();
+    let port = |site: usize, port: u16| {
+        let ops = json!([{"op": "replace", "path": format!("/spec/sites/{site}/port"), "value": port}]);
+        Patch::Json::<()>(serde_json::from_value(ops).unwrap())
+    };
+    op.stop().await;
+    let failpoint = ["--failpoint".into(), "planned-entered-Draining".into()];
+    op = bloodraven_e2e::Operator::start_with(&sc.cluster, &sc.ns, &sc.ns.name, "crash", QUICK, &failpoint).await;
+    let patch = json!({"spec": {"plannedFailover": {"targetSite": "pdx", "requestId": "p1"}}});
+    groups.patch(&name, &params, &Patch::Merge(&patch)).await.unwrap();
+    assert!(op.wait_exit(T).await.is_some_and(|s| !s.success()), "no failpoint:\n{}", op.log_tail());
+    // With no leader, iad's port is typed as the other group's primary.
+    groups.patch(&name, &params, &port(0, other.port("iad"))).await.unwrap();
+    op = bloodraven_e2e::Operator::start(&sc.cluster, &sc.ns, &sc.ns.name, "next", QUICK).await;
+    wait_status(&sc.cluster, &name, "iad's address answers as server 3", T, |s| unexpected(s, "iad", 3)).await;
+    tokio::time::sleep(PAST_BUDGET).await;
+    assert_eq!(other.sql("iad", "SELECT @@read_only").trim(), "0", "another group's primary was fenced");
+    let s = groups.get(&name).await.unwrap().status.unwrap();
+    let phase = s.planned_failover.as_ref().map(|p| p.phase.clone());
+    assert_eq!(phase.as_deref(), Some("Draining"), "the request waits in its phase: {s:?}");
+    // Put right: the request goes on with the real iad.
+    groups.patch(&name, &params, &port(0, sc.pair.port("iad"))).await.unwrap();
+    wait_status(&sc.cluster, &name, "p1 ended", T, |s| match &s.planned_failover {
+        Some(p) if p.phase == "Completed" || p.phase == "Failed" => Ok(()),
+        other => Err(format!("{other:?}")),
+    })
+    .await;
+    assert_eq!(other.sql("iad", "SELECT @@read_only").trim(), "0");
+    let writable: Vec<String> = ["iad", "pdx"]
+        .iter()
+        .filter(|s| sc.pair.sql(s, "SELECT @@read_only").trim() == "0")
+        .map(|s| (*s).to_owned())
+        .collect();
+    assert_eq!(writable.len(), 1, "one writable site after the request: {writable:?}");
+    op.stop().await;
+    sc.cluster.delete_group(&name).await;
+}

@@ -52,6 +52,44 @@ pub(crate) struct Step {
     /// A restore-in-place's recorded request: its decision also records
     /// that the source awaits a re-clone ([`record::SiteHold::Reclone`]).
     pub(crate) reclone: Option<String>,
+    /// The sites whose probe answered as another server than the one they
+    /// are known by (`UnexpectedServer`), each with the probe's message:
+    /// see [`Step::refuse_foreign`].
+    pub(crate) foreign: Vec<(String, String)>,
+}
+
+impl Step {
+    /// The bounds of a fence (`fenceTimeoutSeconds`) and of every other
+    /// action on a site (five probe timeouts).
+    pub(crate) fn bounds(policy: &bloodraven_api::v1alpha1::FailoverPolicy) -> (Duration, Duration) {
+        let fence = Duration::from_secs(u64::from(policy.fence_timeout_seconds.clamp(1, 300)));
+        (fence, Duration::from_secs(u64::from(policy.probe_timeout_seconds.clamp(1, 60)) * 5))
+    }
+
+    /// The sites of `probes` that answered as another server (see
+    /// [`Step::foreign`]).
+    pub(crate) fn foreign_in(probes: &[SiteProbe]) -> Vec<(String, String)> {
+        probes
+            .iter()
+            .filter_map(|p| match &p.outcome {
+                Err(f) if f.answered_as.is_some() => Some((p.site.clone(), f.message.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Refuses to `action` the sites `sites` when one of them answered as
+    /// another server: its spec address now reaches a server it is not (a
+    /// mistyped or swapped address, edited in mid-request), and the rules,
+    /// which read such a site as unseen, would fence, unfence, promote or
+    /// repoint that server. The step is retried each round (the request
+    /// keeps its phase and bounds) until the address is fixed.
+    fn refuse_foreign(&self, action: &'static str, sites: &[&str]) -> Result<(), Error> {
+        match self.foreign.iter().find(|(site, _)| sites.contains(&site.as_str())) {
+            Some((site, message)) => Err(Error::Site { action, site: site.clone(), message: message.clone() }),
+            None => Ok(()),
+        }
+    }
 }
 
 /// What one drive learned that the sites do not show.
@@ -91,6 +129,7 @@ pub(crate) async fn fence(
     step: &Step,
     site: &str,
 ) -> Result<(), Error> {
+    step.refuse_foreign("fence", &[site])?;
     let spec = group.site(site).cloned().ok_or(Error::NoName)?;
     let creds = credentials(ctx, &spec).await?;
     let target = ProbeTarget { host: spec.host.clone(), port: spec.port };
@@ -114,6 +153,7 @@ pub(crate) async fn fence(
 
 /// Makes the old primary writable again after a drain that failed.
 pub(crate) async fn unfence(ctx: &Context, group: &MysqlFailoverGroup, step: &Step, site: &str) -> Result<(), Error> {
+    step.refuse_foreign("unfence", &[site])?;
     let spec = group.site(site).cloned().ok_or(Error::NoName)?;
     let creds = credentials(ctx, &spec).await?;
     let at = ProbeTarget { host: spec.host.clone(), port: spec.port };
@@ -127,6 +167,7 @@ pub(crate) async fn unfence(ctx: &Context, group: &MysqlFailoverGroup, step: &St
 
 /// Promotes the decided target.
 pub(crate) async fn promote(ctx: &Context, group: &MysqlFailoverGroup, step: &Step, site: &str) -> Result<(), Error> {
+    step.refuse_foreign("promote", &[site, &step.target_spec.name])?;
     let creds = credentials(ctx, &step.target_spec).await?;
     let at = ProbeTarget { host: step.target_spec.host.clone(), port: step.target_spec.port };
     if !ctx.leadership.is_leader() {
@@ -146,6 +187,7 @@ pub(crate) async fn repoint(
     site: &str,
     new_primary: &str,
 ) -> Result<(), Error> {
+    step.refuse_foreign("repoint", &[site, &step.target_spec.name])?;
     let Some(spec) = group.site(site).cloned() else { return Ok(()) };
     let creds = credentials(ctx, &spec).await?;
     let repl = sites::read_replication_credentials(&step.target_spec, ctx).await.map_err(|f| Error::Site {
@@ -260,6 +302,7 @@ pub(crate) async fn catch_up(
     site: &str,
     slice: Slice,
 ) -> Result<bool, Error> {
+    step.refuse_foreign("catch up", &[&step.source, &step.target_spec.name])?;
     let creds = credentials(ctx, &step.source_spec).await?;
     let at = ProbeTarget { host: step.source_spec.host.clone(), port: step.source_spec.port };
     let positions = actions::positions(&at, &creds, step.flavor, step.action_bound)

@@ -3,8 +3,6 @@
 //! before its drain), deferral behind a hold, the Jobs, and the
 //! switchover's steps on the sites (`failover::switchover`).
 
-use std::time::Duration;
-
 use super::request::{admission_of, enter, recorded_id};
 use super::{Drive, OPERATION, RECHECK, bounds, entered, planned_phase};
 use crate::controller::Context;
@@ -332,9 +330,10 @@ async fn switch(
         flavor: src.or(tgt).map_or(Flavor::MariaDb, |o| o.flavor),
         version: src.or(tgt).map(|o| o.version.clone()).unwrap_or_default(),
         policy: group.spec.failover.clone(),
-        fence_bound: Duration::from_secs(u64::from(group.spec.failover.fence_timeout_seconds.clamp(1, 300))),
-        action_bound: Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)) * 5),
+        fence_bound: Step::bounds(&group.spec.failover).0,
+        action_bound: Step::bounds(&group.spec.failover).1,
         reclone: None,
+        foreign: Step::foreign_in(probes),
     };
     match action {
         planned::Action::Fence(site) => switchover::fence(ctx, group, local, &step, &site).await?,

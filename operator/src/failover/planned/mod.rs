@@ -261,8 +261,7 @@ async fn drive_rounds(
         tracing::debug!(group = %group.name_any(), phase = phase.as_str(), action = ?action, "planned failover step");
         let flavor = src.or(tgt).map_or(Flavor::MariaDb, |o| o.flavor);
         let version = src.or(tgt).map(|o| o.version.clone()).unwrap_or_default();
-        let fence_bound = Duration::from_secs(u64::from(group.spec.failover.fence_timeout_seconds.clamp(1, 300)));
-        let action_bound = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)) * 5);
+        let (fence_bound, action_bound) = Step::bounds(&group.spec.failover);
         let step = Step {
             phase,
             failpoints: "planned",
@@ -276,6 +275,7 @@ async fn drive_rounds(
             fence_bound,
             action_bound,
             reclone: None,
+            foreign: Step::foreign_in(&probes),
         };
         match act(ctx, round, &mut group, &mut state, &mut local, action, &step).await {
             Ok(Some(done)) => return Ok(done),

@@ -527,11 +527,12 @@ async fn switch(
         flavor: src.or(tgt).map_or(Flavor::MariaDb, |o| o.flavor),
         version: src.or(tgt).map(|o| o.version.clone()).unwrap_or_default(),
         policy: group.spec.failover.clone(),
-        fence_bound: Duration::from_secs(u64::from(group.spec.failover.fence_timeout_seconds.clamp(1, 300))),
-        action_bound: Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)) * 5),
+        fence_bound: Step::bounds(&group.spec.failover).0,
+        action_bound: Step::bounds(&group.spec.failover).1,
         // The decision itself records that the old primary awaits its
         // re-clone: no moment in which it counts as a candidate.
         reclone: Some(recorded(&state.request_id)),
+        foreign: Step::foreign_in(probes),
     };
     match action {
         planned::Action::Fence(s) => switchover::fence(ctx, group, local, &step, &s).await?,
