@@ -237,6 +237,14 @@ pub mod site_job {
     pub const NAMESPACE_LABEL: &str = "bloodraven.shipstream.io/site-jobs";
     /// The value of [`NAMESPACE_LABEL`] that allows Jobs.
     pub const NAMESPACE_ALLOWED: &str = "allowed";
+    /// Annotation a cluster admin puts beside [`NAMESPACE_LABEL`]: the
+    /// MysqlFailoverGroups whose requests may run Jobs in the namespace,
+    /// comma-separated, or [`NAMESPACE_ANY_GROUP`]. Whoever may edit one
+    /// group must not run Pods as the ServiceAccounts, and with the
+    /// Secrets, of a namespace a cluster admin allowed for another.
+    pub const NAMESPACE_GROUPS_ANNOTATION: &str = "bloodraven.shipstream.io/site-jobs-groups";
+    /// [`NAMESPACE_GROUPS_ANNOTATION`] for every group.
+    pub const NAMESPACE_ANY_GROUP: &str = "*";
     /// Annotation: the request's `requestId` (up to 128 characters: too
     /// long for a label value).
     pub const REQUEST_ID_ANNOTATION: &str = "bloodraven.shipstream.io/request-id";

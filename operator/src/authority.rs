@@ -261,6 +261,11 @@ impl Authority {
         self.namespaces.get(&ObjectRef::new(name)).map(|ns| ns.labels().clone())
     }
 
+    /// Annotations of namespace `name`, from the cache.
+    pub(crate) fn namespace_annotations(&self, name: &str) -> Option<BTreeMap<String, String>> {
+        self.namespaces.get(&ObjectRef::new(name)).map(|ns| ns.annotations().clone())
+    }
+
     /// The group `name`, from the cache.
     pub(crate) fn group(&self, name: &str) -> Option<Arc<MysqlFailoverGroup>> {
         self.groups.get(&ObjectRef::new(name))

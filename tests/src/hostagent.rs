@@ -129,12 +129,21 @@ pub fn job_script(address: &str, action: &str) -> String {
 }
 
 /// A namespace for the Jobs of a request, labelled by the cluster admin to
-/// allow them (`bloodraven.shipstream.io/site-jobs: allowed`).
+/// allow them (`bloodraven.shipstream.io/site-jobs: allowed`) for every
+/// group (`bloodraven.shipstream.io/site-jobs-groups: "*"`).
 pub async fn jobs_namespace(cluster: &crate::Cluster, prefix: &str) -> crate::TestNamespace {
+    jobs_namespace_for(cluster, prefix, "*").await
+}
+
+/// A namespace for the Jobs of the requests of `groups` (comma-separated).
+pub async fn jobs_namespace_for(cluster: &crate::Cluster, prefix: &str, groups: &str) -> crate::TestNamespace {
     use kube::api::{Patch, PatchParams};
     let ns = cluster.namespace(prefix).await;
     let api: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(cluster.client.clone());
-    let patch = serde_json::json!({"metadata": {"labels": {"bloodraven.shipstream.io/site-jobs": "allowed"}}});
+    let patch = serde_json::json!({"metadata": {
+        "labels": {"bloodraven.shipstream.io/site-jobs": "allowed"},
+        "annotations": {"bloodraven.shipstream.io/site-jobs-groups": groups},
+    }});
     api.patch(&ns.name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
     ns
 }

@@ -188,9 +188,14 @@ async fn a_hold_defers_the_update_and_a_job_that_fails_before_the_switchover_mov
 
     // Jobs run only where a cluster admin allowed them, never beside the operator.
     let unlabelled = cluster.namespace("update-nolabel").await;
-    for (id, ns, want) in
-        [("n1", unlabelled.name.as_str(), "site-jobs=allowed"), ("n2", ds.sc.ns.name.as_str(), "the operator's own")]
-    {
+    // Allowed for another group only: a cluster admin allowed it for that
+    // group's requests, not for whoever may edit this one.
+    let others = bloodraven_e2e::hostagent::jobs_namespace_for(cluster, "update-others", "payments, orders2").await;
+    for (id, ns, want) in [
+        ("n1", unlabelled.name.as_str(), "site-jobs=allowed"),
+        ("n2", ds.sc.ns.name.as_str(), "the operator's own"),
+        ("n3", others.name.as_str(), "site-jobs-groups"),
+    ] {
         request(&ds, ns, &agent.address, id, false).await;
         let s = wait_status(cluster, &group, "the request refused", T, |s| at_phase(s, id, "Failed")).await;
         let message = s.ordered_update.as_ref().unwrap().message.clone().unwrap_or_default();

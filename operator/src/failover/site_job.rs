@@ -265,7 +265,7 @@ pub(crate) struct Ensured {
 
 /// Creates the Job of `spec` unless it exists, and returns its state and uid.
 pub(crate) async fn ensure(ctx: &crate::controller::Context, spec: &JobSpecFor<'_>) -> Result<Ensured, EnsureError> {
-    if let Some(why) = namespace_refused(ctx, spec.namespace) {
+    if let Some(why) = namespace_refused(ctx, spec.namespace, &spec.group.name_any()) {
         return Err(EnsureError::Refused(why));
     }
     let client = &ctx.client;
@@ -346,34 +346,49 @@ pub(crate) async fn ended(client: &kube::Client, namespace: &str, name: &str, of
     Ok(job.is_some_and(|job| ours(&job, of) && matches!(state_of(&job), JobState::Complete | JobState::Failed(_))))
 }
 
-/// Why a request may not run its Jobs in `namespace`, if so: the
-/// operator's own namespace (a Job there could run as the operator), or
-/// one a cluster admin did not allow. Checked when the request is taken up
-/// and again before each Job, whatever status says.
-pub(crate) fn namespace_refused(ctx: &crate::controller::Context, namespace: &str) -> Option<String> {
+/// Why a request of `group` may not run its Jobs in `namespace`, if so:
+/// the operator's own namespace (a Job there could run as the operator),
+/// or one a cluster admin did not allow for that group. Checked when the
+/// request is taken up and again before each Job, whatever status says.
+pub(crate) fn namespace_refused(ctx: &crate::controller::Context, namespace: &str, group: &str) -> Option<String> {
     if namespace == ctx.namespace {
         return Some(format!(
             "namespace {namespace} is the operator's own: a Job there could run as the operator; run the Jobs in another namespace"
         ));
     }
-    (!namespace_allowed(ctx, namespace)).then(|| namespace_refusal(namespace))
+    let labels = ctx.authority.labels(namespace);
+    let annotations = ctx.authority.namespace_annotations(namespace);
+    namespace_refusal(namespace, group, labels.as_ref(), annotations.as_ref())
 }
 
-/// Whether a request may run its Jobs in `namespace`: a cluster admin
-/// labelled it (`names::site_job::NAMESPACE_LABEL`).
-fn namespace_allowed(ctx: &crate::controller::Context, namespace: &str) -> bool {
-    use bloodraven_api::names::site_job::{NAMESPACE_ALLOWED, NAMESPACE_LABEL};
-    ctx.authority
-        .labels(namespace)
-        .is_some_and(|l| l.get(NAMESPACE_LABEL).map(String::as_str) == Some(NAMESPACE_ALLOWED))
-}
-
-/// What a request whose Job namespace is not allowed is told.
-fn namespace_refusal(namespace: &str) -> String {
-    use bloodraven_api::names::site_job::{NAMESPACE_ALLOWED, NAMESPACE_LABEL};
-    format!(
-        "namespace {namespace} does not allow site Jobs (or does not exist): a cluster admin labels it {NAMESPACE_LABEL}={NAMESPACE_ALLOWED} first, since its Jobs run as any of its ServiceAccounts"
-    )
+/// Why `namespace` (its `labels` and `annotations`; `None`: it does not
+/// exist) does not allow the Jobs of `group`'s requests, if so: a cluster
+/// admin labels it (`names::site_job::NAMESPACE_LABEL`) and names the
+/// groups (`names::site_job::NAMESPACE_GROUPS_ANNOTATION`). A Job runs as
+/// any ServiceAccount of its namespace, with its Secrets.
+fn namespace_refusal(
+    namespace: &str,
+    group: &str,
+    labels: Option<&BTreeMap<String, String>>,
+    annotations: Option<&BTreeMap<String, String>>,
+) -> Option<String> {
+    use bloodraven_api::names::site_job::{
+        NAMESPACE_ALLOWED, NAMESPACE_ANY_GROUP, NAMESPACE_GROUPS_ANNOTATION, NAMESPACE_LABEL,
+    };
+    let labelled = labels.is_some_and(|l| l.get(NAMESPACE_LABEL).map(String::as_str) == Some(NAMESPACE_ALLOWED));
+    if !labelled {
+        return Some(format!(
+            "namespace {namespace} does not allow site Jobs (or does not exist): a cluster admin labels it {NAMESPACE_LABEL}={NAMESPACE_ALLOWED} and names the groups allowed in its annotation {NAMESPACE_GROUPS_ANNOTATION} first, since its Jobs run as any of its ServiceAccounts"
+        ));
+    }
+    let named = annotations
+        .and_then(|a| a.get(NAMESPACE_GROUPS_ANNOTATION))
+        .is_some_and(|groups| groups.split(',').map(str::trim).any(|g| g == group || g == NAMESPACE_ANY_GROUP));
+    (!named).then(|| {
+        format!(
+            "namespace {namespace} allows site Jobs, but not group {group}'s: a cluster admin names the group in the namespace's annotation {NAMESPACE_GROUPS_ANNOTATION} (comma-separated, or {NAMESPACE_ANY_GROUP} for every group), since its Jobs run as any of its ServiceAccounts"
+        )
+    })
 }
 
 #[cfg(test)]
@@ -537,5 +552,33 @@ mod tests {
         let JobState::Failed(why) = state_of(&with("Failed", "DeadlineExceeded")) else { panic!() };
         assert!(why.starts_with("DeadlineExceeded: Job was active"), "{why}");
         assert_eq!(state_of(&Job::default()), JobState::Running);
+    }
+
+    #[test]
+    fn a_namespace_allows_the_jobs_only_of_the_groups_its_admin_named() {
+        use bloodraven_api::names::site_job::{NAMESPACE_GROUPS_ANNOTATION, NAMESPACE_LABEL};
+        let map = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+        };
+        let labelled = map(&[(NAMESPACE_LABEL, "allowed")]);
+        let refusal = |labels: Option<&BTreeMap<String, String>>, groups: Option<&str>| {
+            let annotations = groups.map(|g| map(&[(NAMESPACE_GROUPS_ANNOTATION, g)]));
+            namespace_refusal("maint", "orders", labels, annotations.as_ref())
+        };
+        for allowed in ["orders", " payments , orders ", "*", "payments,*"] {
+            assert_eq!(refusal(Some(&labelled), Some(allowed)), None, "{allowed}");
+        }
+        // Another group's namespace, or one named by a look-alike.
+        for other in ["payments", "", "orders-2", "order", "ORDERS", "orders;payments"] {
+            let why = refusal(Some(&labelled), Some(other)).unwrap();
+            assert!(why.contains("not group orders's") && why.contains(NAMESPACE_GROUPS_ANNOTATION), "{other}: {why}");
+        }
+        assert!(refusal(Some(&labelled), None).unwrap().contains("not group orders's"));
+        // Not labelled (or labelled otherwise), or no such namespace.
+        let wrong = map(&[(NAMESPACE_LABEL, "yes")]);
+        for labels in [None, Some(&wrong), Some(&BTreeMap::new())] {
+            let why = refusal(labels, Some("*")).unwrap();
+            assert!(why.contains("does not allow site Jobs") && why.contains("site-jobs=allowed"), "{why}");
+        }
     }
 }

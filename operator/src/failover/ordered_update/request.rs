@@ -63,7 +63,8 @@ pub(super) async fn take_up(
     let standby = state.standby_site.clone();
     let refused = if standby.is_none() {
         Some("the group has no standby: spec.sites names one site".to_owned())
-    } else if let Some(why) = site_job::namespace_refused(ctx, &request.namespace) {
+    } else if let Some(why) = site_job::namespace_refused(ctx, &request.namespace, &kube::ResourceExt::name_any(&group))
+    {
         Some(why)
     } else {
         request

@@ -92,8 +92,8 @@ pub(super) async fn take_up(
     let refused = match site {
         None => Some("the group has no standby to restore: spec.sites names one site".to_owned()),
         Some(s) if group.site(&s).is_none() => Some(format!("site {s} is not one of spec.sites")),
-        Some(_) if site_job::namespace_refused(ctx, &request.namespace).is_some() => {
-            site_job::namespace_refused(ctx, &request.namespace)
+        Some(_) if site_job::namespace_refused(ctx, &request.namespace, &group.name_any()).is_some() => {
+            site_job::namespace_refused(ctx, &request.namespace, &group.name_any())
         }
         Some(_) => request
             .job_template
