@@ -286,11 +286,21 @@ pub(crate) async fn ensure(ctx: &crate::controller::Context, spec: &JobSpecFor<'
             (found, false)
         }
         Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 404 | 422) => {
-            return Err(EnsureError::Refused(format!("the API server refused it ({}): {}", e.code, e.message)));
+            return Err(refused_by_api(&e));
         }
         Err(e) => return Err(EnsureError::Api(kube_err("create the site's Job")(e))),
     };
     Ok(Ensured { state: state_of(&stored), uid: stored.metadata.uid.clone().unwrap_or_default(), created })
+}
+
+/// A Job the API server refused, as the request's message and history
+/// keep it: the server's message quotes the template (a name, a field, a
+/// value), which the group's editor wrote and can make as long as the
+/// object allows, and every status write carries it. Bounded, and
+/// escaped as log fields are.
+fn refused_by_api(e: &kube::core::Status) -> EnsureError {
+    let message = bloodraven_serving::log::escape(&e.message, 300);
+    EnsureError::Refused(format!("the API server refused it ({}): {message}", e.code))
 }
 
 /// Asks the API server to validate the Job of `spec` without creating it
@@ -305,9 +315,7 @@ pub(crate) async fn dry_run(client: &kube::Client, spec: &JobSpecFor<'_>) -> Res
         // or someone else's, which the step refuses when it comes.
         Ok(_) => Ok(()),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 404 | 422) => {
-            Err(EnsureError::Refused(format!("the API server refused it ({}): {}", e.code, e.message)))
-        }
+        Err(kube::Error::Api(e)) if matches!(e.code, 400 | 403 | 404 | 422) => Err(refused_by_api(&e)),
         Err(e) => Err(EnsureError::Api(kube_err("dry-run the site's Job")(e))),
     }
 }
