@@ -285,6 +285,19 @@ impl Authority {
             .collect()
     }
 
+    /// The authoritative MysqlDatabases of `group`.
+    pub(crate) fn authoritative(&self, group: &str) -> Vec<Arc<MysqlDatabase>> {
+        let Some(g) = self.group(group) else { return Vec::new() };
+        let all = self.databases.state();
+        all.iter()
+            .filter(|db| db.spec.failover_group_ref.name == group)
+            .filter(|db| {
+                standing(db, Some(&g), all.iter().map(AsRef::as_ref), |ns| self.labels(ns)) == Standing::Authoritative
+            })
+            .cloned()
+            .collect()
+    }
+
     /// Whether `caller` is listed by some MysqlDatabase naming `group`,
     /// whatever its standing (only to tell such a caller that the group
     /// does not exist, which its own MysqlDatabase's status says anyway).

@@ -88,6 +88,23 @@ async fn clients_read_the_backup(cluster: &bloodraven_e2e::Cluster, namespace: &
     assert_eq!(pair.sql("pdx", "SELECT @@read_only").trim(), "0");
 }
 
+/// Another tenant's copy of a `-primary` Service of `group`, in a namespace
+/// of its own, which never follows the decision: a restore does not wait
+/// for it.
+async fn forge_primary_service(cluster: &bloodraven_e2e::Cluster, group: &str) -> bloodraven_e2e::TestNamespace {
+    let tenant = cluster.namespace("restore-tenant").await;
+    let forged: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+        "metadata": {"name": "counter-app-primary", "labels": {"bloodraven.shipstream.io/primary-of": "counter-app"},
+            "annotations": {"bloodraven.shipstream.io/group": group, "bloodraven.shipstream.io/active-site": "iad"}},
+        "spec": {"ports": [{"port": 3306}]},
+    }))
+    .unwrap();
+    let api: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(cluster.client.clone(), &tenant.name);
+    api.create(&kube::api::PostParams::default(), &forged).await.unwrap();
+    tenant
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_primary_for_a_reclone() {
     let ds = scenario("restore").await;
@@ -126,6 +143,7 @@ async fn a_restore_in_place_promotes_the_restored_standby_and_keeps_the_old_prim
     // is dropped when the request gets there: it releases nothing.
     let early = json!({"metadata": {"annotations": {"bloodraven.shipstream.io/reclone-done": "iad@2"}}});
     cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&early)).await.unwrap();
+    let _tenant = forge_primary_service(cluster, &group).await;
     let patch =
         json!({"spec": {"restoreInPlace": {"requestId": "r1", "namespace": jobs.name, "jobTemplate": template}}});
     cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();

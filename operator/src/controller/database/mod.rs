@@ -14,6 +14,8 @@
 mod primary;
 mod wakes;
 
+pub(crate) use self::primary::desired::service_name;
+
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -242,7 +242,11 @@ pub(super) fn record_job(state: &mut RestoreInPlaceStatus, group: &str, job: &Jo
 
 /// The site every `<db>-primary` Service of the group points at, once they
 /// all agree (`None` while they do not); the active site when the group
-/// has none.
+/// has none. Only the Services the MysqlDatabase reconciler keeps count:
+/// named for an authoritative MysqlDatabase of the group, in its namespace,
+/// with its controller ownerReference. Anyone who may create a Service can
+/// copy the label and annotations, and a copy that never follows the
+/// decision held the request in `Repointing` for good.
 pub(super) async fn services_at(ctx: &Context, group: &MysqlFailoverGroup) -> Result<Option<String>, Error> {
     let api: Api<Service> = Api::all(ctx.client.clone());
     let services = api
@@ -250,10 +254,19 @@ pub(super) async fn services_at(ctx: &Context, group: &MysqlFailoverGroup) -> Re
         .await
         .map_err(kube_err("list the -primary Services"))?;
     let name = group.name_any();
+    let databases = ctx.authority.authoritative(&name);
+    let kept = |s: &kube::core::PartialObjectMeta<Service>| {
+        let owner = s.metadata.owner_references.iter().flatten().find(|o| o.controller == Some(true));
+        databases.iter().any(|db| {
+            db.namespace() == s.namespace()
+                && crate::controller::database::service_name(&db.name_any()).is_ok_and(|n| n == s.name_any())
+                && owner.is_some_and(|o| o.kind == "MysqlDatabase" && Some(&o.uid) == db.metadata.uid.as_ref())
+        })
+    };
     let mut at = services
         .items
         .iter()
-        .filter(|s| s.annotations().get(GROUP_ANNOTATION) == Some(&name))
+        .filter(|s| s.annotations().get(GROUP_ANNOTATION) == Some(&name) && kept(s))
         .map(|s| s.annotations().get(ACTIVE_SITE_ANNOTATION).cloned().unwrap_or_default());
     let Some(first) = at.next() else { return Ok(group.decided().map(|(s, _)| s.to_owned())) };
     Ok(at.all(|s| s == first).then_some(first))
