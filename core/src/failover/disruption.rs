@@ -84,7 +84,9 @@ pub(crate) enum JobStep {
 
 /// The step of a Job phase for `site`: run it, wait for it within the
 /// phase's bound, and read its end. A Job still running (or gone) past the
-/// bound fails the phase: the engine deletes it with the request's end.
+/// bound fails the phase. The engine never deletes a Job: the group owns
+/// it, and it keeps its logs until the group goes (its own
+/// `activeDeadlineSeconds` ends its Pod).
 pub(crate) fn job_step(site: &str, job: &JobState, past_deadline: bool) -> JobStep {
     match job {
         JobState::Complete => JobStep::Done,
