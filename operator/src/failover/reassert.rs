@@ -30,8 +30,9 @@ use crate::mysql::{ProbeTarget, actions};
 ///   first sight: a killed new primary restarts read-only, and its
 ///   predecessor must not take writes meanwhile).
 ///
-/// `spare`: the site a restore-in-place's Job may be restoring
-/// (`record::SiteHold::restoring`), never fenced while it does.
+/// `sites`: the site a restore-in-place's Job may be restoring, never
+/// fenced while it does, and the site an ordered update's Job may be
+/// updating, made read-only without its sessions ended.
 ///
 /// Otherwise, with the decided site read-only or unreachable and another
 /// writable, nothing is done and the assessment reports
@@ -49,14 +50,66 @@ pub(crate) async fn reassert(
     active: &str,
     failed_over: bool,
     probes: &[SiteProbe],
-    spare: Option<&str>,
+    sites: Sites<'_>,
 ) -> bool {
     let answered = probes.iter().find(|p| p.site == active).and_then(|p| p.outcome.as_ref().ok());
     if !answered.is_some_and(|o| o.writable || failed_over) {
         return false;
     }
-    let others: Vec<SiteProbe> = probes.iter().filter(|p| Some(p.site.as_str()) != spare).cloned().collect();
-    fence_others(ctx, group, active, &others).await.fenced_any
+    let mut fenced_any = false;
+    let (updating, others): (Vec<SiteProbe>, Vec<SiteProbe>) = probes
+        .iter()
+        .filter(|p| Some(p.site.as_str()) != sites.spare)
+        .cloned()
+        .partition(|p| Some(p.site.as_str()) == sites.updating && p.site != active);
+    for probe in &updating {
+        fenced_any |= read_only_under_a_job(ctx, group, active, probe).await;
+    }
+    fenced_any | fence_others(ctx, group, active, &others).await.fenced_any
+}
+
+/// What a site operation holds of the sites, for [`reassert`]: see
+/// `record::SiteHold::restoring` and `record::SiteHold::updating`.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Sites<'a> {
+    /// The site a restore-in-place's Job may be restoring: never fenced.
+    pub(crate) spare: Option<&'a str>,
+    /// The site an ordered update's Job may be updating: made read-only,
+    /// its sessions left.
+    pub(crate) updating: Option<&'a str>,
+}
+
+/// Makes a writable site an ordered update's Job may be updating read-only
+/// (`read_only`, not `super_read_only`), leaving its sessions: a Job that
+/// restarted the server may be running its upgrade there as an account
+/// that writes through `read_only`, which the full fence would cut off
+/// halfway. Applications lose their writes there; the full fence follows
+/// once the Job's hold is over. One Warning Event `PrimaryReasserted`.
+async fn read_only_under_a_job(ctx: &Context, group: &MysqlFailoverGroup, active: &str, probe: &SiteProbe) -> bool {
+    let Ok(obs) = &probe.outcome else { return false };
+    if !obs.writable || !ctx.leadership.is_leader() {
+        return false;
+    }
+    let Some(site) = group.site(&probe.site) else { return false };
+    let Ok(creds) = sites::read_credentials(site, ctx).await else { return false };
+    let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)));
+    let target = ProbeTarget { host: site.host.clone(), port: site.port };
+    match actions::set_read_only(&target, &creds, timeout).await {
+        Ok(()) => {
+            let note = format!(
+                "site {} was writable while {active} is the decided active site and an ordered update's Job may be updating it; made it read-only, its sessions left to the Job",
+                site.name
+            );
+            tracing::warn!(site = %site.name, active, "site under an ordered update's Job made read-only");
+            publish(ctx, group, EventType::Warning, "PrimaryReasserted", note, "Fence", None).await;
+            true
+        }
+        Err(err) => {
+            let (reason, message) = crate::mysql::classify(&err);
+            tracing::warn!(site = %site.name, reason, error = %message, "failed to make a site under an ordered update's Job read-only");
+            false
+        }
+    }
 }
 
 /// The sites whose fence may have made them read-only without ending

@@ -240,6 +240,23 @@ impl SiteHold {
         }
     }
 
+    /// The site an ordered update's Job may be updating at `now` (a Job
+    /// hold of that operation within its bound, not the active site):
+    /// reassertion makes it read-only without ending its sessions, which
+    /// may be the update's own (`mariadb-upgrade` after a restart that
+    /// left the server writable).
+    pub(crate) fn updating(&self, now: i64, active: &str) -> Option<&str> {
+        let operation = bloodraven_api::names::site_job::OPERATION_ORDERED_UPDATE;
+        match self {
+            SiteHold::Job { site, until, request, .. }
+                if now < *until && site != active && request.split_once('/').is_some_and(|(op, _)| op == operation) =>
+            {
+                Some(site)
+            }
+            _ => None,
+        }
+    }
+
     /// The request (as recorded in `requests`) the hold belongs to.
     pub(crate) fn request(&self) -> &str {
         match self {
@@ -746,6 +763,13 @@ mod tests {
         assert_eq!(job("ordered-update/u1").restoring(1_000, "iad"), None, "an update's standby is fenced");
         let reclone = SiteHold::Reclone { site: "iad".into(), generation: 3, request: "restore-in-place/r1".into() };
         assert_eq!(reclone.restoring(1_000, "pdx"), None);
+        // An update's site keeps its sessions (made read-only only), within the same bound.
+        assert_eq!(job("ordered-update/u1").updating(1_000, "iad"), Some("pdx"));
+        assert_eq!(job("ordered-update/u1").updating(2_000, "iad"), None, "past its bound");
+        assert_eq!(job("ordered-update/u1").updating(1_000, "pdx"), None, "never the decided primary");
+        assert_eq!(job("restore-in-place/r1").updating(1_000, "iad"), None);
+        assert_eq!(job("planned/u1").updating(1_000, "iad"), None);
+        assert_eq!(reclone.updating(1_000, "pdx"), None);
     }
 
     #[test]

@@ -158,6 +158,19 @@ pub(crate) async fn fence(
     tokio::time::timeout(outer, run).await.unwrap_or(Err(ProbeError::Timeout(outer)))
 }
 
+/// Sets `read_only` (not `super_read_only`) and nothing else: a site whose
+/// own maintenance may be running there as an account that writes through
+/// it (see `failover::reassert`). Bounded like the fence's statement.
+pub(crate) async fn set_read_only(
+    target: &ProbeTarget,
+    creds: &Credentials,
+    timeout: Duration,
+) -> Result<(), ProbeError> {
+    let wait = timeout.as_secs().max(1);
+    let statements = [format!("SET SESSION lock_wait_timeout = {wait}"), "SET GLOBAL read_only = 1".to_owned()];
+    run_all(target, creds, &statements, timeout + STEP).await
+}
+
 /// Ends every client session of a site that is read-only already: the
 /// second half of a fence whose `read_only` may have landed before it
 /// could end them (the connection lost mid-sweep, a kill refused). On

@@ -383,8 +383,15 @@ async fn safety_paths(
     // of the active site moves it).
     let failed_over = |generation: i64| round.trusted().is_some_and(|r| r.generation == generation && generation > 1);
     let restoring = restoring(round, &group);
+    let updating = round.trusted().and_then(|r| {
+        r.site_hold
+            .as_ref()?
+            .updating(k8s_openapi::jiff::Timestamp::now().as_second(), &r.active_site)
+            .map(str::to_owned)
+    });
+    let sites = reassert::Sites { spare: restoring.as_deref(), updating: updating.as_deref() };
     if let decision::Resolution::At { site, generation, .. } = &resolution
-        && reassert::reassert(ctx, &group, site, failed_over(*generation), &probes, restoring.as_deref()).await
+        && reassert::reassert(ctx, &group, site, failed_over(*generation), &probes, sites).await
     {
         // Report what the sites are now, not what they were before the fence.
         probes = sites::probe_all(&group, ctx).await;
