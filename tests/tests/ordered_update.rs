@@ -477,3 +477,47 @@ async fn a_look_alike_job_that_took_the_name_of_ours_does_not_lift_its_hold() {
     let s = cluster.groups().get(&group).await.unwrap().status.unwrap();
     assert_eq!(s.topology_generation, Some(1), "pdx promoted while its orphaned update may run: {:?}", s.conditions);
 }
+
+/// Found by an attack on the update: a Job that restarts its server
+/// without `read_only` in its configuration, then runs its upgrade as an
+/// account that writes through `read_only` (root). Reassertion fenced the
+/// writable standby in full: on MariaDB it ended the upgrade's session,
+/// on MySQL `super_read_only` stopped its writes, and the update failed
+/// halfway. While the Job's hold holds, the site is made read-only only:
+/// applications cannot write there, and the upgrade goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_site_restarted_writable_by_its_update_job_keeps_the_jobs_sessions() {
+    let ds = scenario("update-writable").await;
+    let (cluster, group, pair) = (&ds.sc.cluster, ds.pipeline.group.clone(), &ds.sc.pair);
+    let (_agent, req) = standby_job_running(&ds, "w1").await;
+    tokio::task::block_in_place(|| {
+        pair.stop("pdx");
+        pair.restart("pdx", false);
+    });
+    // The upgrade, as root, writing a moment after the fence comes.
+    let upgrade = pair
+        .sql_command("pdx", "SET sql_log_bin = 0; SELECT SLEEP(10); CREATE DATABASE upgraded_here")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    pair.wait_read_only("pdx", true, T).await;
+    let note = bloodraven_e2e::fixtures::wait_events(
+        cluster,
+        &group,
+        "PrimaryReasserted",
+        &[&["site pdx", "ordered update's Job may be updating it", "its sessions left to the Job"]],
+    )
+    .await;
+    eprintln!("{note:?}");
+    let out = tokio::task::block_in_place(|| upgrade.wait_with_output()).unwrap();
+    assert!(out.status.success(), "the upgrade's session was cut off: {}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        pair.sql("pdx", "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = 'upgraded_here'").trim(),
+        "1"
+    );
+    // Applications cannot write there meanwhile.
+    assert_eq!(pair.sql("pdx", "SELECT @@read_only").trim(), "1");
+    req.reply.send(Ok(())).unwrap();
+    cluster.delete_group(&group).await;
+}
