@@ -89,10 +89,36 @@ pub(crate) fn operation_in_flight(group: &MysqlFailoverGroup) -> Option<(&'stati
 pub(crate) const PLANNED_FAILOVER: &str = "planned-failover";
 
 /// Another operation than `mine` in flight, in words ("planned failover r1
-/// (phase Draining)"), for the admission that waits for it.
+/// (phase Draining)"), for the admission that waits for it. One that has
+/// not acted yet (`Pending`, `Admitting`, `Deferred`) and arrived after
+/// `mine` (its first history entry; the operation's name breaks a tie) does
+/// not count: two requests deferred behind one failover-hold are admitted
+/// in the order they came, whichever engine runs first when the hold ends.
 pub(crate) fn other_operation(group: &MysqlFailoverGroup, mine: &str) -> Option<String> {
-    let (operation, id, phase) = operations_in_flight(group).into_iter().find(|(op, _, _)| *op != mine)?;
+    let mine_came = arrival(group, mine).map(|t| (t, mine));
+    let (operation, id, phase) = operations_in_flight(group).into_iter().find(|(op, _, phase)| {
+        let waiting = matches!(phase.as_str(), "Pending" | "Admitting" | "Deferred");
+        let came_later = match (arrival(group, op).map(|t| (t, *op)), mine_came) {
+            (Some(theirs), Some(ours)) => theirs > ours,
+            _ => false,
+        };
+        *op != mine && !(waiting && came_later)
+    })?;
     Some(format!("{} {id} (phase {phase})", operation.replace('-', " ")))
+}
+
+/// When the request of `operation` status shows arrived: its first history
+/// entry.
+fn arrival(group: &MysqlFailoverGroup, operation: &str) -> Option<k8s_openapi::jiff::Timestamp> {
+    use bloodraven_api::names::site_job::{OPERATION_ORDERED_UPDATE, OPERATION_RESTORE_IN_PLACE};
+    let status = group.status.as_ref()?;
+    let history = match operation {
+        PLANNED_FAILOVER => &status.planned_failover.as_ref()?.history,
+        OPERATION_ORDERED_UPDATE => &status.ordered_update.as_deref()?.history,
+        OPERATION_RESTORE_IN_PLACE => &status.restore_in_place.as_deref()?.history,
+        _ => return None,
+    };
+    history.first().map(|h| h.time.0)
 }
 
 /// Whether the group's status shows an operation that has not ended.
@@ -345,5 +371,53 @@ mod operations_tests {
             alone[*mine_field] = serde_json::json!({"requestId": "x", "targetSite": "pdx", "phase": "Admitting"});
             assert_eq!(other_operation(&group(&alone), mine), None, "{mine} alone");
         }
+    }
+
+    #[test]
+    fn two_requests_deferred_behind_one_hold_are_admitted_in_the_order_they_came() {
+        let at = |phase: &str, secs: u32| serde_json::json!({"phase": phase, "time": format!("2026-12-01T00:00:{secs:02}Z")});
+        let request = |id: &str, phase: &str, came: u32| {
+            serde_json::json!({"requestId": id, "targetSite": "pdx", "phase": phase,
+                "history": [at("Pending", came), at(phase, 50)]})
+        };
+        // The update came first: it is admitted; the restore waits for it.
+        let status = serde_json::json!({
+            "orderedUpdate": request("u1", "Admitting", 10),
+            "restoreInPlace": request("r1", "Admitting", 20),
+        });
+        assert_eq!(other_operation(&group(&status), OPERATION_ORDERED_UPDATE), None);
+        let seen = other_operation(&group(&status), OPERATION_RESTORE_IN_PLACE).unwrap();
+        assert!(seen.starts_with("ordered update u1"), "{seen}");
+        // Whatever the later one's phase before it acts.
+        for later in ["Pending", "Deferred", "Admitting"] {
+            let status = serde_json::json!({
+                "plannedFailover": request("p1", "Deferred", 5),
+                "restoreInPlace": request("r1", later, 20),
+            });
+            assert_eq!(other_operation(&group(&status), PLANNED_FAILOVER), None, "{later}");
+            assert!(other_operation(&group(&status), OPERATION_RESTORE_IN_PLACE).is_some());
+        }
+        // One that has acted counts, however late it came; so does one
+        // whose arrival status does not show.
+        let status = serde_json::json!({
+            "orderedUpdate": request("u1", "Admitting", 10),
+            "restoreInPlace": request("r1", "Restoring", 20),
+        });
+        assert!(other_operation(&group(&status), OPERATION_ORDERED_UPDATE).is_some());
+        let status = serde_json::json!({
+            "orderedUpdate": request("u1", "Admitting", 10),
+            "restoreInPlace": {"requestId": "r1", "phase": "Admitting"},
+        });
+        assert!(other_operation(&group(&status), OPERATION_ORDERED_UPDATE).is_some());
+        // Same second: the operation's name decides, and exactly one goes.
+        let status = serde_json::json!({
+            "orderedUpdate": request("u1", "Admitting", 10),
+            "restoreInPlace": request("r1", "Admitting", 10),
+        });
+        let goes = [OPERATION_ORDERED_UPDATE, OPERATION_RESTORE_IN_PLACE]
+            .iter()
+            .filter(|op| other_operation(&group(&status), op).is_none())
+            .count();
+        assert_eq!(goes, 1);
     }
 }
