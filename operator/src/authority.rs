@@ -307,7 +307,8 @@ impl Authority {
 }
 
 /// Starts a metadata-only watch cache of every Namespace (labels, for
-/// `Selector`) and waits for its first list.
+/// `Selector`; the site Jobs' opt-in, label and annotation) and waits for
+/// its first list.
 pub(crate) async fn namespace_reflector(client: kube::Client) -> Store<PartialObjectMeta<Namespace>> {
     use futures::StreamExt as _;
     use kube::runtime::{WatchStreamExt as _, reflector, watcher};
@@ -317,7 +318,8 @@ pub(crate) async fn namespace_reflector(client: kube::Client) -> Store<PartialOb
     let stream = watcher(api, watcher::Config::default())
         .default_backoff()
         .modify(|ns| {
-            bloodraven_api::names::cached::trim(&mut ns.metadata, &[], bloodraven_api::names::cached::all_labels);
+            let kept = [bloodraven_api::names::site_job::NAMESPACE_GROUPS_ANNOTATION];
+            bloodraven_api::names::cached::trim(&mut ns.metadata, &kept, bloodraven_api::names::cached::all_labels);
         })
         .reflect(writer)
         .touched_objects();
