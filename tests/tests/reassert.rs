@@ -154,7 +154,13 @@ async fn a_fence_that_could_not_end_the_sessions_ends_them_once_it_can() {
 
     // The operator may see the sessions again: the sweep it owes ends them.
     sc.pair.sql("pdx", &format!("SET sql_log_bin=0; GRANT PROCESS ON *.* TO {accounts}"));
-    let note = wait_events(&sc.cluster, &name, "PrimaryReasserted", &[&["could not end its sessions; ended"]]).await;
+    let note = wait_events(
+        &sc.cluster,
+        &name,
+        "PrimaryReasserted",
+        &[&["its sessions not yet ended", "fenced it in full and ended 1 client session(s)"]],
+    )
+    .await;
     eprintln!("{note:?}");
     let ended = app.query_drop("INSERT INTO w VALUES (2)").await;
     assert!(ended.is_err(), "the app session on the fenced site was ended");

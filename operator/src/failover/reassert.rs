@@ -100,6 +100,8 @@ async fn read_only_under_a_job(ctx: &Context, group: &MysqlFailoverGroup, active
                 "site {} was writable while {active} is the decided active site and an ordered update's Job may be updating it; made it read-only, its sessions left to the Job",
                 site.name
             );
+            // The full fence follows once the Job's hold is over.
+            ctx.groups.unswept.set(group.metadata.uid.as_deref().unwrap_or_default(), &site.name, true);
             tracing::warn!(site = %site.name, active, "site under an ordered update's Job made read-only");
             publish(ctx, group, EventType::Warning, "PrimaryReasserted", note, "Fence", None).await;
             true
@@ -112,14 +114,16 @@ async fn read_only_under_a_job(ctx: &Context, group: &MysqlFailoverGroup, active
     }
 }
 
-/// The sites whose fence may have made them read-only without ending
-/// their client sessions, by group UID and site name: the fence failed
-/// after its `read_only` (or failed without saying whether it landed).
-/// Such a site shows read-only from the next probe on, so it is never
-/// fenced again; on MariaDB an account with `READ_ONLY ADMIN` writes
-/// through `read_only` until its session is ended. [`fence_others`] ends
-/// their sessions once the site answers, before anything else counts the
-/// site as fenced. Kept by the process: a new leader does not know of a
+/// The sites made read-only without their client sessions ended, by group
+/// UID and site name: a fence that failed after its `read_only` (or
+/// failed without saying whether it landed), and a site an ordered
+/// update's Job may be updating, whose sessions were left to the Job.
+/// Such a site shows read-only from the next probe on, so it would never
+/// be fenced again; on MariaDB an account with `READ_ONLY ADMIN` writes
+/// through `read_only` until its session is ended (on MySQL, without
+/// `super_read_only`, so does one with `SUPER`). [`fence_others`] fences
+/// it in full once it answers (and the Job's hold is over), before
+/// anything else counts the site as fenced. Kept by the process: a new leader does not know of a
 /// sweep its predecessor owed (docs/failover.md, "Returning primary,
 /// reassertion").
 #[derive(Clone, Debug, Default)]
@@ -191,11 +195,10 @@ pub(crate) async fn fence_others(
             failed.push(format!("{}: this process is no longer the leader", site.name));
             return Fenced { fenced_any, failed };
         }
-        let done = if owed {
-            actions::sweep(&target, &creds, obs.flavor, timeout).await
-        } else {
-            actions::fence(&target, &creds, obs.flavor, timeout).await
-        };
+        // A site owed a sweep gets the whole fence again: its read_only is
+        // already set (at once), super_read_only too on MySQL, and its
+        // sessions are ended.
+        let done = actions::fence(&target, &creds, obs.flavor, timeout).await;
         match done {
             Ok(done) => {
                 unswept.set(uid, &site.name, false);
@@ -211,7 +214,7 @@ pub(crate) async fn fence_others(
                     )
                 };
                 let what = if owed {
-                    "was read-only after a fence that could not end its sessions; ended".to_owned()
+                    "was read-only with its sessions not yet ended (by a fence that could not end them, or left to an ordered update's Job); fenced it in full and ended".to_owned()
                 } else {
                     format!(
                         "was writable while {active} is the decided active site{generation}; made it read-only again and ended"

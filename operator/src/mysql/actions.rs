@@ -171,28 +171,6 @@ pub(crate) async fn set_read_only(
     run_all(target, creds, &statements, timeout + STEP).await
 }
 
-/// Ends every client session of a site that is read-only already: the
-/// second half of a fence whose `read_only` may have landed before it
-/// could end them (the connection lost mid-sweep, a kill refused). On
-/// MariaDB an account with `READ_ONLY ADMIN` writes through `read_only`
-/// until its session is ended, and the next probe shows the site
-/// read-only, so nothing else would end it.
-pub(crate) async fn sweep(
-    target: &ProbeTarget,
-    creds: &Credentials,
-    flavor: Flavor,
-    timeout: Duration,
-) -> Result<Fenced, ProbeError> {
-    let run = async {
-        let mut conn = connect(target, creds).await?;
-        let (mut killed, mut left) = (Vec::new(), Vec::new());
-        end_sessions(&mut conn, flavor, statements::CLIENT_SESSIONS, None, &mut killed, &mut left).await?;
-        let _ = conn.disconnect().await;
-        Ok(Fenced { killed, left })
-    };
-    tokio::time::timeout(timeout, run).await.unwrap_or(Err(ProbeError::Timeout(timeout)))
-}
-
 /// The fence's second session, which ends the commits waiting for a
 /// semi-sync acknowledgement while the fence's `read_only` waits.
 #[derive(Default)]
