@@ -229,15 +229,7 @@ impl SiteHold {
     /// until the decision, and the site is fenced like any other once the
     /// Job has ended.
     pub(crate) fn restoring(&self, now: i64, active: &str) -> Option<&str> {
-        let operation = bloodraven_api::names::site_job::OPERATION_RESTORE_IN_PLACE;
-        match self {
-            SiteHold::Job { site, until, request, .. }
-                if now < *until && site != active && request.split_once('/').is_some_and(|(op, _)| op == operation) =>
-            {
-                Some(site)
-            }
-            _ => None,
-        }
+        self.job_of(bloodraven_api::names::site_job::OPERATION_RESTORE_IN_PLACE, now, active)
     }
 
     /// The site an ordered update's Job may be updating at `now` (a Job
@@ -246,7 +238,12 @@ impl SiteHold {
     /// may be the update's own (`mariadb-upgrade` after a restart that
     /// left the server writable).
     pub(crate) fn updating(&self, now: i64, active: &str) -> Option<&str> {
-        let operation = bloodraven_api::names::site_job::OPERATION_ORDERED_UPDATE;
+        self.job_of(bloodraven_api::names::site_job::OPERATION_ORDERED_UPDATE, now, active)
+    }
+
+    /// The site of a Job hold of `operation` within its bound at `now`,
+    /// other than the active site.
+    fn job_of(&self, operation: &str, now: i64, active: &str) -> Option<&str> {
         match self {
             SiteHold::Job { site, until, request, .. }
                 if now < *until && site != active && request.split_once('/').is_some_and(|(op, _)| op == operation) =>
