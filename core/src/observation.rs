@@ -86,6 +86,16 @@ pub struct ReplicationObservation {
     /// What the replica has received from its source: MariaDB
     /// `Gtid_IO_Pos`, MySQL `Retrieved_Gtid_Set`; `None` when not shown.
     pub received_position: Option<String>,
+    /// Heartbeats the receiver got from its source since its channel
+    /// started (MariaDB status `Slave_received_heartbeats`, MySQL
+    /// `replication_connection_status.COUNT_RECEIVED_HEARTBEATS`); a source
+    /// sends one whenever its binlog was idle for a heartbeat period, so
+    /// with the received position it shows the source alive to the replica.
+    /// `None` when not read.
+    pub heartbeats: Option<u64>,
+    /// The heartbeat period the receiver asked for, in milliseconds
+    /// (`MASTER_HEARTBEAT_PERIOD` / `SOURCE_HEARTBEAT_PERIOD`; 0: off).
+    pub heartbeat_period_ms: Option<u64>,
     /// Not the server's word but the operator's: why this replica is
     /// stalled (behind the active site by GTID, with nothing received or
     /// applied for the stall bound), set by the round's replica check.
@@ -120,6 +130,8 @@ impl ReplicationObservation {
             source_port: get("Master_Port", "Source_Port").and_then(|v| v.parse().ok()).unwrap_or(0),
             last_error: if errors.is_empty() { None } else { Some(errors.join("; ")) },
             received_position: get("Gtid_IO_Pos", "Retrieved_Gtid_Set").map(|p| p.replace('\n', "")),
+            heartbeats: None,
+            heartbeat_period_ms: None,
             stall: None,
         }
     }

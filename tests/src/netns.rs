@@ -75,3 +75,59 @@ impl Drop for NetNs {
         let _ = Command::new("ip").args(["link", "del", &self.host_if]).status();
     }
 }
+
+fn iptables(args: &[&str]) -> bool {
+    Command::new("iptables").args(args).status().is_ok_and(|s| s.success())
+}
+
+/// iptables rules inserted for a test; deleted on drop.
+#[derive(Debug)]
+pub struct Rules(Vec<Vec<String>>);
+
+impl Rules {
+    fn insert(rules: Vec<Vec<String>>) -> Rules {
+        for rule in &rules {
+            let mut args = vec!["-I"];
+            args.extend(rule.iter().map(String::as_str));
+            assert!(iptables(&args), "iptables -I {rule:?}");
+        }
+        Rules(rules)
+    }
+}
+
+impl Drop for Rules {
+    fn drop(&mut self) {
+        for rule in &self.0 {
+            let mut args = vec!["-D"];
+            args.extend(rule.iter().map(String::as_str));
+            let _ = iptables(&args);
+        }
+    }
+}
+
+impl NetNs {
+    /// Routes `a` and `b` to each other through this namespace: a default
+    /// route in each via its link, IPv4 forwarding on, and FORWARD rules
+    /// that accept between them (a node's CNI rules may drop by default).
+    pub fn route_between(a: &NetNs, b: &NetNs) -> Rules {
+        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").expect("cannot turn on IPv4 forwarding (root is needed)");
+        for ns in [a, b] {
+            ip(&["-n", &ns.name, "route", "add", "default", "via", &ns.host_ip]);
+        }
+        let accept = |from: &NetNs, to: &NetNs| {
+            ["FORWARD", "-s", &from.ns_ip, "-d", &to.ns_ip, "-j", "ACCEPT"].map(str::to_owned).to_vec()
+        };
+        Rules::insert(vec![accept(a, b), accept(b, a)])
+    }
+
+    /// Cuts this namespace's TCP `port` off from the processes of this one
+    /// (the operator, clients over TCP) and only from them: their packets
+    /// are dropped on the way out (OUTPUT), while traffic forwarded between
+    /// namespaces (another namespace's replica) passes. Healed on drop.
+    pub fn cut_from_host(&self, port: u16) -> Rules {
+        let port = port.to_string();
+        Rules::insert(vec![
+            ["OUTPUT", "-d", &self.ns_ip, "-p", "tcp", "--dport", &port, "-j", "DROP"].map(str::to_owned).to_vec(),
+        ])
+    }
+}

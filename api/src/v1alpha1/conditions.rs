@@ -198,6 +198,11 @@ pub mod reason {
     /// An emergency promotion would abandon more transactions the primary
     /// was last seen with than `spec.failover.maxAbandonedTransactions`.
     pub const STANDBY_BEHIND: &str = "StandbyBehind";
+    /// The operator cannot reach the active site, but the standby's
+    /// replication receiver is connected to it and still hears from it
+    /// (heartbeats or transactions): the primary is alive and only the
+    /// operator's path to it failed, so nothing is promoted.
+    pub const PRIMARY_REACHABLE_FROM_STANDBY: &str = "PrimaryReachableFromStandby";
     /// The active site's host or port changed in spec and it has not
     /// answered at the new endpoint: automatic failover waits.
     pub const ACTIVE_SITE_ENDPOINT_CHANGED: &str = "ActiveSiteEndpointChanged";

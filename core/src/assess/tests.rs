@@ -35,6 +35,8 @@ fn from(source: u32, io: bool, sql: bool) -> Option<ReplicationObservation> {
         source_port: 3306,
         last_error: None,
         received_position: None,
+        heartbeats: None,
+        heartbeat_period_ms: None,
         stall: None,
     })
 }

@@ -6,14 +6,17 @@
 //!   of the active site, and when misses are not counted at all.
 //! - [`judge`]: after `failureThreshold` consecutive failed probes of the
 //!   active site (the detection budget, `probeIntervalSeconds ×
-//!   failureThreshold`), promote the standby only if it is reachable and
-//!   has applied everything it received (MariaDB `gtid_slave_pos` covers
+//!   failureThreshold`), promote the standby only if it is reachable, no
+//!   longer hears from the active site ([`Heard`]), and has applied
+//!   everything it received (MariaDB `gtid_slave_pos` covers
 //!   `Gtid_IO_Pos`) and holds no errant transaction; otherwise say why
 //!   nothing is promoted. A lease is never an input.
 //! - [`returning`]: a site that is not the active one and does not
 //!   replicate from it, after a failover: clean (its transactions are all
 //!   in the new primary's history) → repoint it; diverged → leave it
 //!   fenced and say what a person must do.
+
+use std::time::{Duration, Instant};
 
 use bloodraven_api::names::PROMOTE_DESPITE_LOSS_ANNOTATION;
 use bloodraven_api::v1alpha1::reason;
@@ -64,6 +67,66 @@ pub fn endpoint_unconfirmed(
             ),
         )
     })
+}
+
+/// What the standby's replication receiver got from the active site, as
+/// the rounds saw it: the primary is dead only when the operator *and* its
+/// replica lost it. A failed probe alone is one observer's view: a
+/// partition between the operator and a live primary fails every probe
+/// while applications and the replica still reach it, and promoting then
+/// makes two writable sites (the nemesis suite found exactly that). The
+/// replica's receiver is a second observer on another path: while it is
+/// connected (`Slave_IO_Running: Yes`) and its heartbeat count or received
+/// position moved within [`hearing_window`], the primary is alive.
+///
+/// A paused primary (SIGSTOP, a hung host) keeps the receiver's TCP
+/// connection but sends nothing, so the counts stop; a dead one resets the
+/// connection and the receiver shows `Connecting`. Either way the standby
+/// stops hearing within one window.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Heard {
+    /// The standby, its heartbeat count and received position at the last change.
+    seen: (String, Option<u64>, Option<String>),
+    /// When this process saw them change (or first saw them).
+    at: Instant,
+}
+
+impl Heard {
+    /// This round's reading of `standby`'s receiver at `now`. A first
+    /// reading counts as heard now: this process does not know when the
+    /// counts last moved, and waiting one window is the safe mistake.
+    #[must_use]
+    pub fn next(
+        previous: Option<&Heard>,
+        standby: &str,
+        heartbeats: Option<u64>,
+        received: Option<&str>,
+        now: Instant,
+    ) -> Heard {
+        let seen = (standby.to_owned(), heartbeats, received.map(str::to_owned));
+        match previous {
+            Some(p) if p.seen == seen => Heard { seen, at: p.at },
+            _ => Heard { seen, at: now },
+        }
+    }
+
+    /// How long ago the receiver last heard, if within `window` of `now`.
+    pub fn within(&self, now: Instant, window: Duration) -> Option<Duration> {
+        let ago = now.saturating_duration_since(self.at);
+        (ago < window).then_some(ago)
+    }
+}
+
+/// How long after its counts last moved a connected receiver still counts
+/// as hearing its source: two heartbeat periods (a source sends one each
+/// period its binlog is idle; one may be in flight), or, with heartbeats off
+/// or unknown, two probe intervals (then only transactions show the source
+/// alive, and an idle primary is not told from a dead one).
+pub fn hearing_window(heartbeat_period: Option<Duration>, probe_interval: Duration) -> Duration {
+    match heartbeat_period {
+        Some(p) if !p.is_zero() => p * 2,
+        _ => probe_interval * 2,
+    }
 }
 
 /// What an emergency check concludes.
@@ -121,6 +184,10 @@ pub struct Standby<'a> {
     /// (`Connecting`). A standby whose replication was stopped (by a person,
     /// or an error) may lack any number of acknowledged writes.
     pub replicating: bool,
+    /// Whether its receiver still hears from the active site: how long ago
+    /// its counts last moved, and the window ([`Heard`]); `None` when it
+    /// does not (not connected, or silent for a window).
+    pub hears_primary: Option<(Duration, Duration)>,
 }
 
 /// Judges an emergency failover. `missed`: consecutive failed probes of
@@ -165,6 +232,17 @@ pub fn judge(
         return Verdict::Blocked {
             reason: bloodraven_api::v1alpha1::reason::STANDBY_NOT_PROMOTABLE,
             message: format!("{budget}; the standby {} is unreachable too ({why}); nothing is promoted", s.site),
+        };
+    }
+    if let Some((ago, window)) = s.hears_primary {
+        return Verdict::Blocked {
+            reason: bloodraven_api::v1alpha1::reason::PRIMARY_REACHABLE_FROM_STANDBY,
+            message: format!(
+                "{budget}, but the standby {}'s replication receiver is connected to it and heard from it {:.1} s ago (heartbeats or transactions), so {active} is alive and only the operator's path to it failed; nothing is promoted (two sites would be writable): check the network between the operator and {active}. A dead or paused primary goes silent to the standby too, and is failed over once it has been silent for {:.1} s",
+                s.site,
+                ago.as_secs_f64(),
+                window.as_secs_f64()
+            ),
         };
     }
     if let Some(gtids) = s.errant {
@@ -380,7 +458,51 @@ mod tests {
             loss_accepted: false,
             errant: None,
             replicating: true,
+            hears_primary: None,
         }
+    }
+
+    /// Found by the nemesis suite: an operator partitioned from a live
+    /// primary promoted the standby, and both sites were writable until the
+    /// partition healed. A standby that still hears the primary blocks.
+    #[test]
+    fn a_standby_that_still_hears_the_primary_is_not_promoted() {
+        let heard = (Duration::from_millis(400), Duration::from_secs(2));
+        let s = Standby { hears_primary: Some(heard), ..standby("0-1-5", Some("0-1-5")) };
+        let Verdict::Blocked { reason, message } = judge("iad", 3, 3, true, false, Some(&s)) else { panic!() };
+        assert_eq!(reason, "PrimaryReachableFromStandby");
+        assert!(message.contains("0.4 s ago") && message.contains("silent for 2.0 s"), "{message}");
+        // Before the budget is spent nothing is said; once the standby is
+        // silent it is promoted.
+        assert_eq!(judge("iad", 2, 3, true, false, Some(&s)), Verdict::Wait { missed: 2 });
+        let silent = Standby { hears_primary: None, ..s };
+        assert_eq!(judge("iad", 3, 3, true, false, Some(&silent)), Verdict::Promote { site: "pdx".into() });
+    }
+
+    #[test]
+    fn the_standby_hears_while_its_counts_move_and_for_a_window_after() {
+        let t0 = Instant::now();
+        let window = hearing_window(Some(Duration::from_secs(1)), Duration::from_secs(5));
+        assert_eq!(window, Duration::from_secs(2));
+        // First reading: heard now (this process cannot know better).
+        let h = Heard::next(None, "pdx", Some(10), Some("0-1-5"), t0);
+        assert_eq!(h.within(t0, window), Some(Duration::ZERO));
+        // Counts unchanged for longer than the window: silent.
+        let t = t0 + Duration::from_secs(3);
+        let same = Heard::next(Some(&h), "pdx", Some(10), Some("0-1-5"), t);
+        assert_eq!(same.within(t, window), None);
+        // A heartbeat, a transaction, or another standby (its counts are
+        // not comparable) each count as heard now.
+        for (site, beats, received) in
+            [("pdx", Some(11), "0-1-5"), ("pdx", Some(10), "0-1-6"), ("sfo", Some(10), "0-1-5")]
+        {
+            let moved = Heard::next(Some(&same), site, beats, Some(received), t);
+            assert_eq!(moved.within(t, window), Some(Duration::ZERO), "{site} {beats:?} {received}");
+            assert!(moved.within(t + window, window).is_none());
+        }
+        // Heartbeats off or unknown: two probe intervals, transactions only.
+        assert_eq!(hearing_window(Some(Duration::ZERO), Duration::from_secs(5)), Duration::from_secs(10));
+        assert_eq!(hearing_window(None, Duration::from_secs(5)), Duration::from_secs(10));
     }
 
     /// A standby found holding a write of its own is never promoted, not

@@ -6,8 +6,11 @@
 //!   per group in this process (a new leader starts counting afresh, so a
 //!   leader change can delay a failover by at most one detection budget,
 //!   never cause one). At `failureThreshold` the standby is promoted if it
-//!   is reachable, has applied everything it received, and the replica
-//!   check found no errant transaction on it (`status.health[].errantGtids`).
+//!   is reachable, its replication receiver no longer hears from the
+//!   active site (`PrimaryReachableFromStandby` while it does: the
+//!   operator's path failed, not the primary), it has applied everything it
+//!   received, and the replica check found no errant transaction on it
+//!   (`status.health[].errantGtids`).
 //! - What the promotion abandons: the transactions the active site had at
 //!   its last answered probe that the standby lacks at the decision
 //!   (`bloodraven_core::failover::abandoned`). More than
@@ -30,7 +33,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bloodraven_api::names::PROMOTE_DESPITE_LOSS_ANNOTATION;
 use bloodraven_api::v1alpha1::{EmergencyFailoverStatus, MysqlFailoverGroup, reason};
@@ -49,7 +52,7 @@ use crate::controller::{Context, Error};
 use crate::mysql::statements::Source;
 use crate::mysql::{ProbeTarget, actions};
 use bloodraven_core::failover::abandoned::{self, Abandoned};
-use bloodraven_core::failover::emergency::{self, Standby, Verdict};
+use bloodraven_core::failover::emergency::{self, Heard, Standby, Verdict};
 
 /// What this process saw of each group's active site (by group UID):
 /// consecutive failed probes, and the GTID position of its last answer.
@@ -61,6 +64,8 @@ struct Watched {
     missed: u32,
     /// `(site, position)` of the active site's last answer.
     seen: Option<(String, String)>,
+    /// What the standby's connected receiver last got from the active site.
+    heard: Option<Heard>,
 }
 
 impl Missed {
@@ -70,6 +75,26 @@ impl Missed {
         let w = map.entry(uid.to_owned()).or_default();
         w.missed = if active_answered { 0 } else { w.missed.saturating_add(1) };
         w.missed
+    }
+
+    /// Reads this round's standby: `Some((ago, window))` while its receiver
+    /// is connected and heard from its source within the window
+    /// ([`emergency::Heard`]); a receiver that is not connected hears
+    /// nothing, and its next connection starts afresh.
+    fn hear(&self, uid: &str, standby: Option<&SiteProbe>, probe_interval: Duration) -> Option<(Duration, Duration)> {
+        let now = Instant::now();
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let w = map.entry(uid.to_owned()).or_default();
+        let connected = standby.and_then(|p| Some((p.site.as_str(), p.outcome.as_ref().ok()?.replication.as_ref()?)));
+        let Some((site, r)) = connected.filter(|(_, r)| r.io_running) else {
+            w.heard = None;
+            return None;
+        };
+        let heard = Heard::next(w.heard.as_ref(), site, r.heartbeats, r.received_position.as_deref(), now);
+        let window = emergency::hearing_window(r.heartbeat_period_ms.map(Duration::from_millis), probe_interval);
+        let ago = heard.within(now, window);
+        w.heard = Some(heard);
+        ago.map(|ago| (ago, window))
     }
 
     /// Remembers the active site's position at its answer.
@@ -135,11 +160,15 @@ pub(crate) async fn check(
         ctx.groups.missed.saw(&uid, active, &obs.gtid_position);
     }
     let missed = ctx.groups.missed.count(&uid, emergency::alive(active_probe));
+    let policy = &group.spec.failover;
+    let standby_probe = probes.iter().find(|p| p.site != active);
+    // Every round, so the count the standby showed before the active site
+    // went silent is known when the budget is spent.
+    let interval = Duration::from_secs(u64::from(policy.probe_interval_seconds.clamp(1, 300)));
+    let hears_primary = ctx.groups.missed.hear(&uid, standby_probe, interval);
     if missed == 0 {
         return Ok(Outcome::default());
     }
-    let policy = &group.spec.failover;
-    let standby_probe = probes.iter().find(|p| p.site != active);
     let timeout = Duration::from_secs(u64::from(policy.probe_timeout_seconds.clamp(1, 60)));
     // The standby's positions are read only once the budget is spent.
     let mut applied = String::new();
@@ -184,6 +213,7 @@ pub(crate) async fn check(
                     .replication
                     .as_ref()
                     .is_some_and(|r| r.sql_running && (r.io_running || r.io_state.eq_ignore_ascii_case("connecting"))),
+            hears_primary,
         },
         Err(f) => Standby {
             site: &p.site,
@@ -196,6 +226,7 @@ pub(crate) async fn check(
             loss_accepted: false,
             errant: errant_of(&p.site),
             replicating: false,
+            hears_primary: None,
         },
     });
     match emergency::judge(active, missed, policy.failure_threshold, policy.automatic, held, standby.as_ref()) {

@@ -165,7 +165,10 @@ async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
         }
     };
     let rows: Vec<Row> = conn.query(status_sql).await?;
-    let replication = rows.first().map(|row| ReplicationObservation::from_columns(&columns(row)));
+    let mut replication = rows.first().map(|row| ReplicationObservation::from_columns(&columns(row)));
+    if let Some(r) = replication.as_mut() {
+        (r.heartbeats, r.heartbeat_period_ms) = heartbeats(conn, flavor).await;
+    }
     Ok(SiteObservation {
         flavor,
         version,
@@ -178,6 +181,46 @@ async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
         replication,
         semi_sync,
     })
+}
+
+/// The replica's heartbeat count and period in milliseconds (its receiver
+/// as a second observer of the primary: `bloodraven_core::failover::
+/// emergency::Heard`). `None` for what it does not show: the reading is
+/// evidence for one rule, not the probe's, so a server that refuses it is
+/// still probed (the rule then falls back to the received position).
+async fn heartbeats(conn: &mut Conn, flavor: Flavor) -> (Option<u64>, Option<u64>) {
+    let read: Result<Vec<(String, String)>, _> = match flavor {
+        // The status of the default connection, the one SHOW SLAVE STATUS shows.
+        Flavor::MariaDb => {
+            conn.query(
+                "SHOW GLOBAL STATUS WHERE Variable_name IN ('Slave_received_heartbeats', 'Slave_heartbeat_period')",
+            )
+            .await
+        }
+        Flavor::MySql => {
+            conn.query(
+                "SELECT 'Slave_received_heartbeats', CAST(s.COUNT_RECEIVED_HEARTBEATS AS CHAR) \
+                 FROM performance_schema.replication_connection_status s WHERE s.CHANNEL_NAME = '' \
+                 UNION ALL SELECT 'Slave_heartbeat_period', CAST(c.HEARTBEAT_INTERVAL AS CHAR) \
+                 FROM performance_schema.replication_connection_configuration c WHERE c.CHANNEL_NAME = ''",
+            )
+            .await
+        }
+    };
+    let rows = match read {
+        Ok(rows) => rows,
+        Err(e) => {
+            tracing::debug!(error = %classify(&ProbeError::from(e)).1, "heartbeats not readable");
+            return (None, None);
+        }
+    };
+    let value = |name: &str| rows.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_owned());
+    let count = value("Slave_received_heartbeats").and_then(|v| v.parse().ok());
+    let period = value("Slave_heartbeat_period")
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|p| p.is_finite() && *p >= 0.0 && *p <= 4_294_967.0)
+        .map(|p| (p * 1000.0).round() as u64);
+    (count, period)
 }
 
 /// A MySQL site's semi-sync switches, or `None` when it has not loaded both

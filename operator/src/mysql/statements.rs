@@ -318,10 +318,18 @@ pub(crate) fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
             Secret("SET GLOBAL gtid_slave_pos = @@gtid_current_pos".into()),
             Secret(format!(
                 "CHANGE MASTER TO MASTER_HOST = {host}, MASTER_PORT = {port}, MASTER_USER = {user}, \
-                 MASTER_PASSWORD = {password}, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1"
+                 MASTER_PASSWORD = {password}, MASTER_USE_GTID = slave_pos, MASTER_CONNECT_RETRY = 1, \
+                 MASTER_HEARTBEAT_PERIOD = 1"
             )),
             Secret("START SLAVE".into()),
         ],
+        // HEARTBEAT_PERIOD = 1 (both flavors): the source sends a heartbeat
+        // each idle second, so the standby's receiver shows within two
+        // seconds whether the primary is alive to it, and an operator that
+        // only lost its own path to the primary never fails it over
+        // (`bloodraven_core::failover::emergency::Heard`; the default is half
+        // of `slave_net_timeout`, 30 s).
+        //
         // SOURCE_RETRY_COUNT: MySQL's receiver gives up after 10 tries by
         // default (10 s here) and stays stopped, so a source down for longer
         // (restarted, partitioned) left the replica stopped for good; as
@@ -331,7 +339,7 @@ pub(crate) fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
             Secret(format!(
                 "CHANGE REPLICATION SOURCE TO SOURCE_HOST = {host}, SOURCE_PORT = {port}, SOURCE_USER = {user}, \
                  SOURCE_PASSWORD = {password}, SOURCE_AUTO_POSITION = 1, SOURCE_CONNECT_RETRY = 1, \
-                 SOURCE_RETRY_COUNT = 86400, GET_SOURCE_PUBLIC_KEY = 1"
+                 SOURCE_RETRY_COUNT = 86400, GET_SOURCE_PUBLIC_KEY = 1, SOURCE_HEARTBEAT_PERIOD = 1"
             )),
             Secret("START REPLICA".into()),
         ],
@@ -425,6 +433,10 @@ mod tests {
         );
         assert!(mysql[1].expose().contains("SOURCE_AUTO_POSITION = 1"));
         assert!(mysql[1].expose().contains("SOURCE_RETRY_COUNT = 86400"), "a receiver that never gives up");
+        // A heartbeat each idle second on both: the standby's receiver is
+        // the second observer an emergency failover asks.
+        assert!(maria[2].expose().contains("MASTER_HEARTBEAT_PERIOD = 1"));
+        assert!(mysql[1].expose().contains("SOURCE_HEARTBEAT_PERIOD = 1"));
         assert_eq!((mysql[0].expose(), mysql[2].expose()), ("STOP REPLICA", "START REPLICA"));
     }
 
