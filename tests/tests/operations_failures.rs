@@ -12,7 +12,11 @@
 //!    supersedes the update (one decision: the emergency's).
 //! 3. A restore whose Job leaves another server at the site's address is
 //!    refused as that server at once (never "did not answer" after the
-//!    bound): nothing is fenced and the generation does not move.
+//!    bound): nothing is fenced and the generation does not move. The site
+//!    holds whatever the Job left: the decision record holds it
+//!    (`RecloneRequired`, `RestoreFailed`), so it is neither rejoined as a
+//!    replica nor promoted, even once it answers as itself again, until a
+//!    person marks it re-cloned (`reclone-done`, Event `RecloneDone`).
 //!
 //! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
@@ -22,9 +26,10 @@ use std::time::Duration;
 
 use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
 use bloodraven_e2e::deploy::scenario;
-use bloodraven_e2e::fixtures::{is_ready_at, wait_events, wait_status};
+use bloodraven_e2e::fixtures::{condition, decision_record, is_ready_at, wait_events, wait_status};
 use bloodraven_e2e::hostagent::{HostAgent, job_script, jobs_namespace};
 use bloodraven_e2e::pods::{image, node_address};
+use bloodraven_e2e::wait_for;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
@@ -100,6 +105,14 @@ async fn a_restore_that_leaves_another_server_at_the_site_is_refused_at_once_and
     let ds = scenario("opfail-other").await;
     let (cluster, group, pair) = (&ds.sc.cluster, ds.pipeline.group.clone(), &ds.sc.pair);
     let jobs = jobs_namespace(cluster, "opfail-other-jobs").await;
+    // Past a switchover and back (generation 3): the record knows a
+    // promotion position, so a read-only site standing alone that holds
+    // nothing the primary lacks is rejoined as a replica (`SiteRejoined`),
+    // which is what the failed restore's site must not be.
+    for (target, id, generation) in [("pdx", "there", 2), ("iad", "back", 3)] {
+        ds.sc.request_failover(&group, target, id).await;
+        wait_status(cluster, &group, id, T, |s| is_ready_at(s, target, generation)).await;
+    }
     let mut agent = HostAgent::start(&node_address()).await;
     let patch = json!({"spec": {"restoreInPlace": {
         "requestId": "w1", "namespace": jobs.name, "jobTemplate": template(&agent, "restore"),
@@ -129,11 +142,59 @@ async fn a_restore_that_leaves_another_server_at_the_site_is_refused_at_once_and
     let r = s.restore_in_place.clone().unwrap();
     let message = r.message.clone().unwrap_or_default();
     assert!(message.contains("another server") && message.contains("server_id 9"), "{message}");
-    assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("iad"), Some(1)), "nothing decided");
+    assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("iad"), Some(3)), "nothing decided");
     assert_eq!(pair.sql("iad", "SELECT @@read_only").trim(), "0", "the primary was never fenced");
     let phases: Vec<&str> = r.history.iter().map(|h| h.phase.as_str()).collect();
     assert!(!phases.contains(&"Fencing"), "{phases:?}");
     wait_events(cluster, &group, "RestoreInPlaceFailed", &[&["restore-in-place w1", "another server"]]).await;
+
+    // The person's fix is not yet done: the server is itself again, alone
+    // and read-only, with nothing the primary lacks, which the rejoin of a
+    // returning site would take for a clean replica.
+    tokio::task::block_in_place(|| {
+        pair.stop("pdx");
+        pair.restart("pdx", true);
+    });
+    let held = |s: &MysqlFailoverGroupStatus| match condition(s, "RecloneRequired") {
+        Some(c) if c.status == "True" && c.reason == "RestoreFailed" => Ok(c.message.clone()),
+        other => Err(format!("{other:?}")),
+    };
+    let s = wait_status(cluster, &group, "RecloneRequired RestoreFailed", T, |s| held(s).map(|_| ())).await;
+    let message = held(&s).unwrap();
+    assert!(message.contains("pdx") && message.contains("reclone-done=pdx@3"), "{message}");
+    let record = decision_record(cluster, &ds.sc.ns.name, &group).await.and_then(|r| r.data).unwrap_or_default();
+    assert_eq!(record.get("siteHold").map(String::as_str), Some("unrestored pdx 3 restore-in-place/w1"));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(!pair.replicates("pdx"), "a site the failed restore left was rejoined: {}", pair.replica_status("pdx"));
+    let s = cluster.groups().get_status(&group).await.unwrap().status.unwrap_or_default();
+    assert!(held(&s).is_ok(), "{:?}", s.conditions);
+    assert_eq!(condition(&s, "AutomaticFailoverHeld").map(|c| c.status.as_str()), Some("True"));
+
+    // A mark for another generation releases nothing; the right one does.
+    for (value, releases) in [("pdx@2", false), ("pdx@3", true)] {
+        let mark = json!({"metadata": {"annotations": {"bloodraven.shipstream.io/reclone-done": value}}});
+        cluster.groups().patch(&group, &PatchParams::default(), &Patch::Merge(&mark)).await.unwrap();
+        if !releases {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            let s = cluster.groups().get_status(&group).await.unwrap().status.unwrap_or_default();
+            assert!(held(&s).is_ok(), "{value} released the hold: {:?}", s.conditions);
+        }
+    }
+    wait_status(cluster, &group, "RecloneRequired False", T, |s| match condition(s, "RecloneRequired") {
+        Some(c) if c.status == "False" => Ok(()),
+        other => Err(format!("{other:?}")),
+    })
+    .await;
+    wait_events(cluster, &group, "RecloneDone", &[&["pdx", "reclone-done=pdx@3"]]).await;
+    let record = decision_record(cluster, &ds.sc.ns.name, &group).await.and_then(|r| r.data).unwrap_or_default();
+    assert!(!record.contains_key("siteHold"), "{record:?}");
+    let g = cluster.groups().get(&group).await.unwrap();
+    assert!(!g.metadata.annotations.unwrap_or_default().contains_key("bloodraven.shipstream.io/reclone-done"));
+    // Judged as any other site from then on: clean, so rejoined.
+    wait_for("pdx rejoined", T, || async {
+        if pair.replicates("pdx") { Ok(()) } else { Err(pair.replica_status("pdx")) }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

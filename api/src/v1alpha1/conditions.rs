@@ -198,6 +198,10 @@ pub mod reason {
     /// An emergency promotion would abandon more transactions the primary
     /// was last seen with than `spec.failover.maxAbandonedTransactions`.
     pub const STANDBY_BEHIND: &str = "StandbyBehind";
+    /// A restore-in-place failed after its Job ran on a site: the site
+    /// holds whatever the Job left and is never promoted nor rejoined until
+    /// a person marks it re-cloned (`RecloneRequired`).
+    pub const RESTORE_FAILED: &str = "RestoreFailed";
     /// The operator cannot reach the active site, but the standby's
     /// replication receiver is connected to it and still hears from it
     /// (heartbeats or transactions): the primary is alive and only the

@@ -162,8 +162,8 @@ pub(crate) struct Record {
 /// repointed and later promoted. The engine writes it before the step it
 /// guards and clears it when the step is over; the safety paths read it
 /// whatever status shows (key `siteHold`: `job SITE UNTIL NAMESPACE
-/// REQUEST` or `reclone SITE GENERATION REQUEST`, REQUEST as in
-/// `requests`).
+/// REQUEST`, `reclone SITE GENERATION REQUEST` or `unrestored SITE
+/// GENERATION REQUEST`, REQUEST as in `requests`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum SiteHold {
     /// A site's Job (in `namespace`) may run: the site is not promoted
@@ -177,6 +177,13 @@ pub(crate) enum SiteHold {
     /// holds data that predates the restored primary; it is never promoted
     /// nor repointed until a person re-clones it and marks it done.
     Reclone { site: String, generation: i64, request: String },
+    /// A restore-in-place failed after its Job was made, at `generation`:
+    /// `site` holds whatever the Job left (a half-loaded dump, another
+    /// server's data). It is never promoted nor rejoined as a replica
+    /// until a person re-clones it (or restores it again by hand) and
+    /// marks it done, as for [`SiteHold::Reclone`]. Nothing was decided:
+    /// the generation is the one in force.
+    Unrestored { site: String, generation: i64, request: String },
 }
 
 impl SiteHold {
@@ -197,6 +204,7 @@ impl SiteHold {
                 Some(SiteHold::Job { site, until: number, namespace, request, job_uid })
             }
             "reclone" => Some(SiteHold::Reclone { site, generation: number, request: rest.to_owned() }),
+            "unrestored" => Some(SiteHold::Unrestored { site, generation: number, request: rest.to_owned() }),
             _ => None,
         }
     }
@@ -204,7 +212,7 @@ impl SiteHold {
     /// The site held.
     pub(crate) fn site(&self) -> &str {
         match self {
-            SiteHold::Job { site, .. } | SiteHold::Reclone { site, .. } => site,
+            SiteHold::Job { site, .. } | SiteHold::Reclone { site, .. } | SiteHold::Unrestored { site, .. } => site,
         }
     }
 
@@ -257,7 +265,9 @@ impl SiteHold {
     /// The request (as recorded in `requests`) the hold belongs to.
     pub(crate) fn request(&self) -> &str {
         match self {
-            SiteHold::Job { request, .. } | SiteHold::Reclone { request, .. } => request,
+            SiteHold::Job { request, .. }
+            | SiteHold::Reclone { request, .. }
+            | SiteHold::Unrestored { request, .. } => request,
         }
     }
 
@@ -275,7 +285,24 @@ impl SiteHold {
                     bloodraven_api::names::RECLONE_DONE_ANNOTATION
                 ))
             }
+            SiteHold::Unrestored { site, generation, request } if site != active && sites.contains(&site.as_str()) => {
+                Some(format!(
+                    "{request} failed after its Job ran on {site}: {site} holds whatever the Job left (decision record); it is never promoted nor rejoined as a replica until a person re-clones it from {active} (or restores it again by hand) and annotates the group {}={site}@{generation}",
+                    bloodraven_api::names::RECLONE_DONE_ANNOTATION
+                ))
+            }
             _ => None,
+        }
+    }
+
+    /// The re-clone mark that releases the hold (`reclone-done`'s value),
+    /// for a hold a person ends.
+    pub(crate) fn reclone_mark(&self) -> Option<String> {
+        match self {
+            SiteHold::Reclone { site, generation, .. } | SiteHold::Unrestored { site, generation, .. } => {
+                Some(format!("{site}@{generation}"))
+            }
+            SiteHold::Job { .. } => None,
         }
     }
 }
@@ -321,6 +348,9 @@ impl std::fmt::Display for SiteHold {
                 write!(f, "job {site} {until} {namespace} uid={uid} {request}")
             }
             SiteHold::Reclone { site, generation, request } => write!(f, "reclone {site} {generation} {request}"),
+            SiteHold::Unrestored { site, generation, request } => {
+                write!(f, "unrestored {site} {generation} {request}")
+            }
         }
     }
 }
@@ -880,7 +910,15 @@ mod tests {
             SiteHold::parse("job pdx 1 jobs restore-in-place/r"),
             Some(SiteHold::Job { job_uid: None, ref request, .. }) if request == "restore-in-place/r"
         ));
-        for bad in ["", "job pdx", "job pdx 1 jobs", "job pdx soon jobs r", "hold pdx 1 r", "reclone iad x r"] {
+        for bad in [
+            "",
+            "job pdx",
+            "job pdx 1 jobs",
+            "job pdx soon jobs r",
+            "hold pdx 1 r",
+            "reclone iad x r",
+            "unrestored pdx",
+        ] {
             assert_eq!(SiteHold::parse(bad), None, "{bad}");
         }
     }
@@ -902,6 +940,17 @@ mod tests {
         assert!(reclone.holds("pdx", &sites, i64::MAX).is_some(), "no deadline: a person ends it");
         assert!(reclone.holds("iad", &sites, 0).is_none());
         assert!(reclone.holds("pdx", &["pdx", "sfo"], 0).is_none(), "the site left spec.sites");
+        // A restore that failed after its Job ran: held as a re-clone is,
+        // released by the mark at the generation it failed at.
+        let unrestored =
+            SiteHold::Unrestored { site: "pdx".into(), generation: 4, request: "restore-in-place/w".into() };
+        assert_eq!(unrestored.to_string(), "unrestored pdx 4 restore-in-place/w");
+        assert_eq!(SiteHold::parse(&unrestored.to_string()), Some(unrestored.clone()));
+        let why = unrestored.holds("iad", &sites, i64::MAX).unwrap();
+        assert!(why.contains("reclone-done=pdx@4") && why.contains("failed after its Job ran"), "{why}");
+        assert!(unrestored.holds("pdx", &sites, 0).is_none(), "the decided primary is never held");
+        assert_eq!(unrestored.reclone_mark().as_deref(), Some("pdx@4"));
+        assert_eq!(job.reclone_mark(), None);
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub(super) struct Operations {
     /// What the decision record holds of a site whatever status shows
     /// ([`crate::failover::record::SiteHold`]): why automatic failover waits.
     pub(super) recorded_hold: Option<String>,
+    /// A site a failed restore-in-place left unrestored, held by the
+    /// record until a person marks it re-cloned: why (`RecloneRequired`).
+    pub(super) unrestored: Option<String>,
 }
 
 impl Operations {
@@ -31,6 +34,7 @@ impl Operations {
             update: ordered_update::Drive::idle(group.clone()),
             restore: restore::Drive::idle(group.clone()),
             recorded_hold: None,
+            unrestored: None,
         }
     }
 
@@ -146,6 +150,9 @@ pub(super) async fn drive(
     let name = group.name_any();
     // Before any admission reads it: status shows what the record awaits.
     let group = restore::restore_from_record(ctx, round, group).await?;
+    // Before any admission reads the record: a site marked re-cloned is
+    // held no more.
+    let group = restore::release_unrestored(ctx, round, group).await?;
     let planned = match Box::pin(planned::drive(ctx, round, group, probes)).await {
         Ok(planned) => planned,
         Err(e) => {
@@ -184,7 +191,11 @@ pub(super) async fn drive(
             held_by_record(round, &group)
         }
     };
-    Ok(Some((group, resolution, Operations { planned, update, restore, recorded_hold })))
+    let unrestored = round
+        .trusted()
+        .filter(|r| matches!(r.site_hold, Some(SiteHold::Unrestored { .. })))
+        .and_then(|_| held_by_record(round, &group));
+    Ok(Some((group, resolution, Operations { planned, update, restore, recorded_hold, unrestored })))
 }
 
 /// Why the decision record's site hold keeps automatic failover waiting

@@ -128,7 +128,12 @@ pub(super) fn operation_conditions(
                 bloodraven_api::names::RECLONE_DONE_ANNOTATION
             ),
         ),
-        None => Computed::flag(T::RecloneRequired.as_str(), false, reason::AS_EXPECTED, "no site awaits a re-clone"),
+        None => match &planned.unrestored {
+            Some(why) => Computed::flag(T::RecloneRequired.as_str(), true, reason::RESTORE_FAILED, why.clone()),
+            None => {
+                Computed::flag(T::RecloneRequired.as_str(), false, reason::AS_EXPECTED, "no site awaits a re-clone")
+            }
+        },
     };
     let unstable = if planned.running() {
         Some(reason::OPERATION_IN_PROGRESS.to_owned())

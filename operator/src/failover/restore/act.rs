@@ -316,6 +316,7 @@ pub(super) async fn act(
             // ended keeps its site held until its deadline; an old primary
             // awaiting its re-clone stays held.
             forget_job_hold_if_ended(ctx, round, group, &recorded(&state.request_id)).await?;
+            hold_unrestored(ctx, round, group, state, failure.attention.as_deref()).await?;
             *group = write_if_changed(ctx, group, state).await?;
             *group = enter(ctx, group, state, Phase::Failed, Some(failure.reason), None, failure.attention).await?;
             Ok(Some(Drive::idle(group.clone())))
@@ -457,6 +458,58 @@ async fn remove_reclone_mark(ctx: &Context, group: &MysqlFailoverGroup) -> Resul
     api.patch(&group.name_any(), &params, &Patch::Merge(&patch)).await.map_err(kube_err("remove the re-clone mark"))
 }
 
+/// A restore that fails once its Job was made leaves its site holding
+/// whatever the Job wrote (a half-loaded dump answers read-only, stands
+/// alone and has nothing the primary lacks, so the rejoin of a returning
+/// site took it for a clean replica, and a promotion could follow). The
+/// record holds it ([`SiteHold::Unrestored`]) before status says `Failed`,
+/// whatever status shows later, until a person marks it re-cloned
+/// ([`release_unrestored`]).
+async fn hold_unrestored(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    group: &MysqlFailoverGroup,
+    state: &RestoreInPlaceStatus,
+    attention: Option<&str>,
+) -> Result<(), Error> {
+    let site = state.site.clone().unwrap_or_default();
+    let Some((active, generation)) = group.decided() else { return Ok(()) };
+    if attention != Some(site.as_str()) || state.job.is_none() || site == active || group.site(&site).is_none() {
+        return Ok(());
+    }
+    let hold = SiteHold::Unrestored { site, generation, request: recorded(&state.request_id) };
+    remember_site_hold(ctx, round, hold).await
+}
+
+/// Lifts the record's [`SiteHold::Unrestored`] once the group carries its
+/// re-clone mark (`reclone-done: SITE@GENERATION`, the generation it
+/// failed at), removes the mark, and says so (Event `RecloneDone`). The
+/// site is then judged as any other: rejoined once it answers clean,
+/// promotable once it replicates.
+pub(crate) async fn release_unrestored(
+    ctx: &Context,
+    round: &mut RoundRecord,
+    group: MysqlFailoverGroup,
+) -> Result<MysqlFailoverGroup, Error> {
+    let Some(hold @ SiteHold::Unrestored { .. }) = round.trusted().and_then(|r| r.site_hold.clone()) else {
+        return Ok(group);
+    };
+    let mark = hold.reclone_mark().unwrap_or_default();
+    if group.annotations().get(RECLONE_DONE_ANNOTATION) != Some(&mark) {
+        return Ok(group);
+    }
+    forget_site_hold(ctx, round, hold.request(), |h| matches!(h, SiteHold::Unrestored { .. })).await?;
+    let group = remove_reclone_mark(ctx, &group).await?;
+    let site = hold.site();
+    tracing::info!(group = %group.name_any(), site, request = hold.request(), "re-clone marked done: the failed restore's hold is lifted");
+    let note = format!(
+        "{site} was marked re-cloned ({RECLONE_DONE_ANNOTATION}={mark}): the hold {} left on it is lifted; it is rejoined as a replica once it answers clean, and may be promoted once it replicates",
+        hold.request()
+    );
+    publish(ctx, &group, EventType::Normal, "RecloneDone", note, "RestoreInPlace", None).await;
+    Ok(group)
+}
+
 /// Creates the restore Job (found again if it exists), and records it.
 async fn run_job(
     ctx: &Context,
@@ -555,6 +608,7 @@ async fn switch(
             let Some(decided) = switchover::decide(ctx, round, group, local, &step, &s, &what).await? else {
                 let why =
                     "the decision record no longer shows the old primary as active; see the DecisionConflict condition";
+                hold_unrestored(ctx, round, group, state, Some(&site)).await?;
                 *group = enter(ctx, group, state, Phase::Failed, Some(why.to_owned()), None, Some(site)).await?;
                 return Ok(Some(Drive::idle(group.clone())));
             };

@@ -40,6 +40,7 @@ use crate::failover::switchover::{Local, admit, bounded};
 
 mod act;
 
+pub(crate) use self::act::release_unrestored;
 use self::act::{act, enter};
 
 /// How long the restored site may take to answer after its Job completed.
