@@ -94,7 +94,9 @@ pub struct Heard {
 impl Heard {
     /// This round's reading of `standby`'s receiver at `now`. A first
     /// reading counts as heard now: this process does not know when the
-    /// counts last moved, and waiting one window is the safe mistake.
+    /// counts last moved, and waiting one window is the safe mistake. A
+    /// heartbeat count this round could not read keeps the last one read: a
+    /// reading that comes and goes is not the source speaking.
     #[must_use]
     pub fn next(
         previous: Option<&Heard>,
@@ -103,6 +105,7 @@ impl Heard {
         received: Option<&str>,
         now: Instant,
     ) -> Heard {
+        let heartbeats = heartbeats.or_else(|| previous.filter(|p| p.seen.0 == standby).and_then(|p| p.seen.1));
         let seen = (standby.to_owned(), heartbeats, received.map(str::to_owned));
         match previous {
             Some(p) if p.seen == seen => Heard { seen, at: p.at },
@@ -500,6 +503,9 @@ mod tests {
             assert_eq!(moved.within(t, window), Some(Duration::ZERO), "{site} {beats:?} {received}");
             assert!(moved.within(t + window, window).is_none());
         }
+        // A count that could not be read this round is no change.
+        let unread = Heard::next(Some(&same), "pdx", None, Some("0-1-5"), t);
+        assert_eq!(unread.within(t, window), None);
         // Heartbeats off or unknown: two probe intervals, transactions only.
         assert_eq!(hearing_window(Some(Duration::ZERO), Duration::from_secs(5)), Duration::from_secs(10));
         assert_eq!(hearing_window(None, Duration::from_secs(5)), Duration::from_secs(10));

@@ -78,15 +78,31 @@ impl Missed {
     }
 
     /// Reads this round's standby: `Some((ago, window))` while its receiver
-    /// is connected and heard from its source within the window
-    /// ([`emergency::Heard`]); a receiver that is not connected hears
-    /// nothing, and its next connection starts afresh.
-    fn hear(&self, uid: &str, standby: Option<&SiteProbe>, probe_interval: Duration) -> Option<(Duration, Duration)> {
+    /// is connected to the active site (`source`) and heard from it within
+    /// the window ([`emergency::Heard`]). A receiver that is not connected,
+    /// or connected to another server (a relay speaks for itself, not for
+    /// the primary), hears nothing of it, and its next connection starts
+    /// afresh; a standby that cannot be probed this round keeps what was
+    /// heard before.
+    fn hear(
+        &self,
+        uid: &str,
+        standby: Option<&SiteProbe>,
+        source: &ActiveSource,
+        probe_interval: Duration,
+    ) -> Option<(Duration, Duration)> {
         let now = Instant::now();
         let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let w = map.entry(uid.to_owned()).or_default();
-        let connected = standby.and_then(|p| Some((p.site.as_str(), p.outcome.as_ref().ok()?.replication.as_ref()?)));
-        let Some((site, r)) = connected.filter(|(_, r)| r.io_running) else {
+        let Some((site, Ok(obs))) = standby.map(|p| (p.site.as_str(), p.outcome.as_ref())) else {
+            return None;
+        };
+        let follows = |r: &&crate::mysql::ReplicationObservation| {
+            r.io_running
+                && ((r.source_host == source.host && r.source_port == source.port)
+                    || (r.source_server_id.is_some() && r.source_server_id == source.server_id))
+        };
+        let Some(r) = obs.replication.as_ref().filter(follows) else {
             w.heard = None;
             return None;
         };
@@ -113,6 +129,15 @@ impl Missed {
     pub(crate) fn forget(&self, uid: &str) {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(uid);
     }
+}
+
+/// The active site as a receiver names its source: its endpoint in spec,
+/// and the `server_id` the operator knows it by (a receiver may reach it by
+/// another name).
+struct ActiveSource {
+    host: String,
+    port: u16,
+    server_id: Option<u32>,
 }
 
 /// [`emergency::endpoint_unconfirmed`] for the group's active site: its
@@ -165,7 +190,12 @@ pub(crate) async fn check(
     // Every round, so the count the standby showed before the active site
     // went silent is known when the budget is spent.
     let interval = Duration::from_secs(u64::from(policy.probe_interval_seconds.clamp(1, 300)));
-    let hears_primary = ctx.groups.missed.hear(&uid, standby_probe, interval);
+    let source = ActiveSource {
+        host: group.site(active).map(|s| s.host.clone()).unwrap_or_default(),
+        port: group.site(active).map_or(0, |s| s.port),
+        server_id: crate::controller::failover_group::identity::known(group).get(active).copied(),
+    };
+    let hears_primary = ctx.groups.missed.hear(&uid, standby_probe, &source, interval);
     if missed == 0 {
         return Ok(Outcome::default());
     }

@@ -460,25 +460,45 @@ async fn remove_reclone_mark(ctx: &Context, group: &MysqlFailoverGroup) -> Resul
 
 /// A restore that fails once its Job was made leaves its site holding
 /// whatever the Job wrote (a half-loaded dump answers read-only, stands
-/// alone and has nothing the primary lacks, so the rejoin of a returning
-/// site took it for a clean replica, and a promotion could follow). The
-/// record holds it ([`SiteHold::Unrestored`]) before status says `Failed`,
-/// whatever status shows later, until a person marks it re-cloned
-/// ([`release_unrestored`]).
+/// alone and usually holds nothing the primary lacks, so the rejoin of a
+/// returning site took it for a clean replica, and a promotion could
+/// follow). The record holds it ([`SiteHold::Unrestored`]) before status
+/// says `Failed`, whatever status shows later, until a person marks it
+/// re-cloned ([`release_unrestored`]). A Job was made when status recorded
+/// it, or when the record still holds the request's Job hold (written
+/// before the Job is made, cleared when making it was refused). Judged on
+/// the record, not status: its active site and generation, and a re-clone
+/// hold of the old primary is never replaced. A mark already on the group
+/// (typed early, or left from an earlier hold of the same site and
+/// generation) is removed: only one set after this hold releases it.
 async fn hold_unrestored(
     ctx: &Context,
     round: &mut RoundRecord,
-    group: &MysqlFailoverGroup,
+    group: &mut MysqlFailoverGroup,
     state: &RestoreInPlaceStatus,
     attention: Option<&str>,
 ) -> Result<(), Error> {
     let site = state.site.clone().unwrap_or_default();
-    let Some((active, generation)) = group.decided() else { return Ok(()) };
-    if attention != Some(site.as_str()) || state.job.is_none() || site == active || group.site(&site).is_none() {
+    let request = recorded(&state.request_id);
+    round.fresh(ctx).await?;
+    let Some(rec) = round.trusted().cloned() else { return Ok(()) };
+    let job_hold =
+        matches!(&rec.site_hold, Some(SiteHold::Job { request: of, site: on, .. }) if *of == request && *on == site);
+    let made = state.job.is_some() || job_hold;
+    let replaceable =
+        rec.site_hold.as_ref().is_none_or(|h| h.request() == request && !matches!(h, SiteHold::Reclone { .. }));
+    if attention != Some(site.as_str())
+        || !made
+        || site == rec.active_site
+        || group.site(&site).is_none()
+        || !replaceable
+    {
         return Ok(());
     }
-    let hold = SiteHold::Unrestored { site, generation, request: recorded(&state.request_id) };
-    remember_site_hold(ctx, round, hold).await
+    let hold = SiteHold::Unrestored { site, generation: rec.generation, request };
+    remember_site_hold(ctx, round, hold).await?;
+    *group = remove_reclone_mark(ctx, group).await?;
+    Ok(())
 }
 
 /// Lifts the record's [`SiteHold::Unrestored`] once the group carries its
@@ -498,8 +518,10 @@ pub(crate) async fn release_unrestored(
     if group.annotations().get(RECLONE_DONE_ANNOTATION) != Some(&mark) {
         return Ok(group);
     }
-    forget_site_hold(ctx, round, hold.request(), |h| matches!(h, SiteHold::Unrestored { .. })).await?;
+    // The mark first: a hold left by a failed second write is released by
+    // the next mark, while a mark left behind would release a later hold.
     let group = remove_reclone_mark(ctx, &group).await?;
+    forget_site_hold(ctx, round, hold.request(), |h| matches!(h, SiteHold::Unrestored { .. })).await?;
     let site = hold.site();
     tracing::info!(group = %group.name_any(), site, request = hold.request(), "re-clone marked done: the failed restore's hold is lifted");
     let note = format!(
@@ -551,6 +573,9 @@ async fn run_job(
         Ok(observed) => observed,
         Err(why) => {
             let why = format!("the Job restoring {site} could not be created: {why}; nothing was decided");
+            // A Job of the request's name that was there before is held as
+            // one of ours that ran: its Pod may be restoring the site.
+            hold_unrestored(ctx, round, group, state, Some(site)).await?;
             *group = enter(ctx, group, state, Phase::Failed, Some(why), None, Some(site.to_owned())).await?;
             return Ok(Some(Drive::idle(group.clone())));
         }
