@@ -286,14 +286,27 @@ async fn another_shards_databases_cost_no_group_read_until_the_group_moves_in() 
             .await;
         }
     };
+    let started = std::time::Instant::now();
     create("a").await;
-    let api_before = group_reads(&op, "api").await;
-    create("b").await;
-    let api = group_reads(&op, "api").await - api_before;
+    let round = started.elapsed();
     // Reads of this shard's databases (its own counter-app, woken by its
     // group) and of other tests' databases whose group does not exist go
-    // on; before the fix each of the N cost one.
-    assert!(api < (N / 2) as f64, "{api} group GETs while {N} databases of another shard's group were reconciled");
+    // on, as many as the test files running beside this one cause (a CI
+    // run once saw 53 in a round): measured over a quiet window as long as
+    // a round, and allowed at that rate. Before the fix each of the N cost
+    // one more.
+    let quiet = group_reads(&op, "api").await;
+    tokio::time::sleep(round).await;
+    let rate = (group_reads(&op, "api").await - quiet) / round.as_secs_f64();
+    let api_before = group_reads(&op, "api").await;
+    let started = std::time::Instant::now();
+    create("b").await;
+    let api = group_reads(&op, "api").await - api_before;
+    let noise = rate * started.elapsed().as_secs_f64();
+    assert!(
+        api < noise + (N / 2) as f64,
+        "{api} group GETs while {N} databases of another shard's group were reconciled ({noise:.0} expected of the others' reads, at the rate of a quiet window)"
+    );
 
     // The group moves into this operator's shard: its databases are woken
     // and claimed.
