@@ -148,7 +148,7 @@ pub(crate) async fn fence(
         if let Some(helper) = helper {
             let _ = helper.disconnect().await;
         }
-        end_sessions(&mut conn, flavor, statements::CLIENT_SESSIONS, spare, &mut killed, &mut left).await?;
+        end_sessions(&mut conn, flavor, Sessions::Clients, spare, &mut killed, &mut left).await?;
         let _ = conn.disconnect().await;
         Ok(Fenced { killed, left })
     };
@@ -199,18 +199,18 @@ impl Waiters {
             Some(h) => h,
             slot => slot.insert(connect(target, creds).await?),
         };
-        let waiting: Vec<(u64, String, u64)> = helper.query(statements::SEMI_SYNC_WAITERS).await?;
+        let waiting = sessions(helper, flavor, Sessions::SemiSyncWaiters).await?;
         if !waiting.iter().any(|(.., time)| *time >= WAITED_SECONDS) {
             return Ok(());
         }
         // Every session, not only the waiting ones: a transaction open
         // elsewhere commits past the global read lock's wait, and once
         // semi-sync is off, it would be acknowledged.
-        end_sessions(helper, flavor, statements::CLIENT_SESSIONS, Some(*own), killed, left).await?;
+        end_sessions(helper, flavor, Sessions::Clients, Some(*own), killed, left).await?;
         if *released {
             return Ok(());
         }
-        let waiting: Vec<(u64, String, u64)> = helper.query(statements::SEMI_SYNC_WAITERS).await?;
+        let waiting = sessions(helper, flavor, Sessions::SemiSyncWaiters).await?;
         let all_ended = waiting.iter().all(|(id, ..)| killed.iter().any(|(k, _)| k == id));
         let writers_left = if left.is_empty() {
             0
@@ -256,13 +256,79 @@ async fn read_only(conn: &mut mysql_async::Conn, flavor: Flavor) -> Result<(), m
     Ok(())
 }
 
+/// The sessions a fence looks at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sessions {
+    /// [`statements::CLIENT_SESSIONS`].
+    Clients,
+    /// [`statements::SEMI_SYNC_WAITERS`].
+    SemiSyncWaiters,
+}
+
+/// The sessions `which` names, as (id, user, seconds in the current
+/// state): MySQL answers the SQL itself; MariaDB's threads are listed with
+/// [`statements::MARIADB_PROCESSLIST`] and filtered here the same way.
+async fn sessions(
+    conn: &mut mysql_async::Conn,
+    flavor: Flavor,
+    which: Sessions,
+) -> Result<Vec<(u64, String, u64)>, mysql_async::Error> {
+    if flavor == Flavor::MySql {
+        let sql = match which {
+            Sessions::Clients => statements::CLIENT_SESSIONS,
+            Sessions::SemiSyncWaiters => statements::SEMI_SYNC_WAITERS,
+        };
+        return conn.query(sql).await;
+    }
+    let own: Option<u64> = conn.query_first("SELECT CONNECTION_ID()").await?;
+    let rows: Vec<mysql_async::Row> = conn.query(statements::MARIADB_PROCESSLIST).await?;
+    let text = |row: &mysql_async::Row, column: &str| -> String {
+        row.get_opt::<Option<String>, &str>(column).and_then(Result::ok).flatten().unwrap_or_default()
+    };
+    Ok(rows
+        .iter()
+        .filter_map(|row| {
+            let id: u64 = row.get_opt::<u64, &str>("Id")?.ok()?;
+            let time: u64 = row.get_opt::<Option<u64>, &str>("Time").and_then(Result::ok).flatten().unwrap_or(0);
+            let session =
+                ProcessRow { id, user: text(row, "User"), command: text(row, "Command"), state: text(row, "State") };
+            session.listed(which, own).then_some((id, session.user, time))
+        })
+        .collect())
+}
+
+/// A row of MariaDB's process list, as the fence's filters read it.
+struct ProcessRow {
+    id: u64,
+    user: String,
+    command: String,
+    state: String,
+}
+
+impl ProcessRow {
+    /// Whether `which` lists it, as its SQL does; `own`: this connection.
+    fn listed(&self, which: Sessions, own: Option<u64>) -> bool {
+        let among = |list: &[&str], v: &str| list.iter().any(|l| l.eq_ignore_ascii_case(v));
+        if Some(self.id) == own || among(statements::NOT_CLIENT_USERS, &self.user) {
+            return false;
+        }
+        match which {
+            Sessions::Clients => !among(statements::NOT_CLIENT_COMMANDS, &self.command),
+            Sessions::SemiSyncWaiters => self
+                .state
+                .get(..statements::SEMI_SYNC_WAIT_STATE.len())
+                .is_some_and(|p| p.eq_ignore_ascii_case(statements::SEMI_SYNC_WAIT_STATE)),
+        }
+    }
+}
+
 /// Ends the client sessions `which` lists but `spare` (never the
 /// operator's own nor the replication threads), adding each to `killed`, or to `left` when it is a
 /// SYSTEM_USER account's on MySQL (super_read_only stops its writes).
 async fn end_sessions(
     conn: &mut mysql_async::Conn,
     flavor: Flavor,
-    which: &str,
+    which: Sessions,
     spare: Option<u64>,
     killed: &mut Vec<(u64, String)>,
     left: &mut Vec<(u64, String)>,
@@ -275,8 +341,7 @@ async fn end_sessions(
     if flavor == Flavor::MariaDb {
         let _: Option<u64> = conn.query_first(statements::SESSIONS_VISIBLE).await?;
     }
-    let sessions: Vec<(u64, String, u64)> = conn.query(which).await?;
-    for (id, user, _) in sessions {
+    for (id, user, _) in sessions(conn, flavor, which).await? {
         // The fence's own second session; or ended already, still rolling
         // back (or, on MySQL, its commit still waiting).
         if spare == Some(id) || killed.iter().any(|(k, _)| *k == id) {
@@ -538,4 +603,36 @@ pub(crate) async fn read_only_bypass(
     let me = me.as_deref().and_then(grants::current_user);
     let accounts = grants::bypass_accounts(&found, me.as_deref(), public);
     Ok(Bypass { accounts, all_visible, super_read_only: false })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(id: u64, user: &str, command: &str, state: &str) -> ProcessRow {
+        ProcessRow { id, user: user.into(), command: command.into(), state: state.into() }
+    }
+
+    /// MariaDB's process list is filtered here as the SQL filters MySQL's:
+    /// the same lists, the same case rules.
+    #[test]
+    fn mariadb_sessions_are_filtered_as_the_sql_filters_them() {
+        let client = row(7, "app", "Query", "Sending data");
+        assert!(client.listed(Sessions::Clients, Some(3)));
+        assert!(!client.listed(Sessions::Clients, Some(7)), "the fence's own connection");
+        assert!(!client.listed(Sessions::SemiSyncWaiters, Some(3)));
+        for command in ["Binlog Dump GTID", "binlog dump", "Slave_IO", "Daemon", "Connect"] {
+            assert!(!row(8, "repl", command, "").listed(Sessions::Clients, Some(3)), "{command}");
+        }
+        assert!(!row(9, "system user", "Query", "").listed(Sessions::Clients, Some(3)));
+        assert!(!row(9, "event_scheduler", "Daemon", "").listed(Sessions::Clients, None));
+        let waiting = row(10, "app", "Query", "Waiting for semi-sync ACK from slave");
+        assert!(waiting.listed(Sessions::SemiSyncWaiters, Some(3)) && waiting.listed(Sessions::Clients, Some(3)));
+        assert!(!row(11, "app", "Query", "Waiting").listed(Sessions::SemiSyncWaiters, Some(3)));
+        // The lists are the SQL's.
+        for word in statements::NOT_CLIENT_COMMANDS.iter().chain(statements::NOT_CLIENT_USERS) {
+            assert!(statements::CLIENT_SESSIONS.contains(&format!("'{word}'")), "{word}");
+        }
+        assert!(statements::SEMI_SYNC_WAITERS.contains(&format!("'{}%'", statements::SEMI_SYNC_WAIT_STATE)));
+    }
 }

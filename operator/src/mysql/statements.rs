@@ -124,6 +124,27 @@ pub(crate) const CLIENT_SESSIONS: &str = "SELECT ID, USER, TIME FROM information
      AND COMMAND NOT IN ('Binlog Dump', 'Binlog Dump GTID', 'Daemon', 'Slave_IO', 'Slave_SQL', 'Slave_worker', 'Connect') \
      AND USER NOT IN ('system user', 'event_scheduler', 'system user:')";
 
+/// What [`CLIENT_SESSIONS`] leaves out by `COMMAND`: replication threads
+/// and the server's own (compared without regard to case, as SQL does).
+pub(crate) const NOT_CLIENT_COMMANDS: &[&str] =
+    &["Binlog Dump", "Binlog Dump GTID", "Daemon", "Slave_IO", "Slave_SQL", "Slave_worker", "Connect"];
+
+/// What [`CLIENT_SESSIONS`] and [`SEMI_SYNC_WAITERS`] leave out by `USER`.
+pub(crate) const NOT_CLIENT_USERS: &[&str] = &["system user", "event_scheduler", "system user:"];
+
+/// The `STATE` of a commit waiting for a semi-sync acknowledgement, as
+/// [`SEMI_SYNC_WAITERS`] matches it (a prefix).
+pub(crate) const SEMI_SYNC_WAIT_STATE: &str = "Waiting for semi-sync ACK";
+
+/// MariaDB lists its threads with this and the operator filters them as
+/// [`CLIENT_SESSIONS`] and [`SEMI_SYNC_WAITERS`] do in SQL: a query of
+/// `information_schema.PROCESSLIST` materialises every column, `INFO`
+/// (LONGTEXT) too, in an Aria temporary table, and MariaDB 10.11.19 was
+/// seen crashing (signal 11 in `ha_maria::drop_table`, from
+/// `free_tmp_table`) as it dropped that table during a fence; `SHOW FULL
+/// PROCESSLIST` sends the threads as it walks them.
+pub(crate) const MARIADB_PROCESSLIST: &str = "SHOW FULL PROCESSLIST";
+
 /// The client sessions whose commit waits for a semi-sync acknowledgement
 /// (MariaDB: `… from slave`; MySQL: `… from replica`), as
 /// [`CLIENT_SESSIONS`]: on a site no replica acknowledges any more (a
