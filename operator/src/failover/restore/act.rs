@@ -553,6 +553,20 @@ async fn run_job(
     let spec = group.site(site).cloned().ok_or(Error::NoName)?;
     let namespace = state.namespace.clone().unwrap_or(request.namespace.clone());
     let held = recorded(&state.request_id);
+    // The request failed once its Job was made, and the leader that wrote
+    // the hold stopped before status said so: the Job may have vanished
+    // since, and is never made a second time.
+    if round
+        .trusted()
+        .and_then(|r| r.site_hold.as_ref())
+        .is_some_and(|h| matches!(h, SiteHold::Unrestored { .. }) && h.request() == held && h.site() == site)
+    {
+        let why = format!(
+            "the decision record holds {site} unrestored for this request (it failed after its Job was made); the Job is not made again, and nothing was decided"
+        );
+        *group = enter(ctx, group, state, Phase::Failed, Some(why), None, Some(site.to_owned())).await?;
+        return Ok(Some(Drive::idle(group.clone())));
+    }
     let pinned =
         round.trusted().and_then(|r| r.site_hold.as_ref()?.pinned_job(&held, site)).map(|(uid, _)| uid.to_owned());
     let job = site_job::JobSpecFor {
