@@ -21,25 +21,32 @@ use bloodraven_e2e::netns::NetNs;
 use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::sites::Flavor;
 use bloodraven_e2e::wait::wait_for;
-use bloodraven_e2e::{Cluster, Operator, SitePair, cluster::OPERATOR_DB_PASSWORD};
+use bloodraven_e2e::{Cluster, Operator, SitePair, TestNamespace, cluster::OPERATOR_DB_PASSWORD};
 
 const T: Duration = Duration::from_secs(90);
 
-#[tokio::test]
-async fn a_partitioned_primary_is_replaced_and_its_local_writes_are_found_errant() {
-    let ns_link = NetNs::create();
-    let pair = SitePair::start_in_netns("partition", &ns_link);
+/// An operator and a group on `pair`, active at iad, with a detection
+/// budget of 1 s × 3 (probe timeout 1 s), bootstrapped.
+async fn bootstrapped(pair: &SitePair, prefix: &str) -> (Cluster, TestNamespace, Operator, String) {
     let cluster = Cluster::connect().await;
-    let ns = cluster.namespace("partition").await;
+    let ns = cluster.namespace(prefix).await;
     ns.credentials_secret(SITE_SECRET, "bloodraven", OPERATOR_DB_PASSWORD).await;
-    let _op = Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
+    let op = Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
     let name = format!("{}-g", ns.name);
     let mut g = group(&name, &ns.name, pair.sites(&ns.name, SITE_SECRET), "iad");
     g.spec.failover.probe_interval_seconds = 1;
     g.spec.failover.failure_threshold = 3;
     g.spec.failover.probe_timeout_seconds = 1;
     create_group(&cluster, &g).await;
-    wait_status(&cluster, &name, "bootstrap over the link", T, |s| is_ready_at(s, "iad", 1)).await;
+    wait_status(&cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    (cluster, ns, op, name)
+}
+
+#[tokio::test]
+async fn a_partitioned_primary_is_replaced_and_its_local_writes_are_found_errant() {
+    let ns_link = NetNs::create();
+    let pair = SitePair::start_in_netns("partition", &ns_link);
+    let (cluster, _ns, _op, name) = bootstrapped(&pair, "partition").await;
     pair.sql("iad", "CREATE DATABASE part; CREATE TABLE part.t (id INT PRIMARY KEY); INSERT INTO part.t VALUES (1)");
     wait_for("pdx to have row 1", T, || async {
         let n = pair.try_sql("pdx", "SELECT COUNT(*) FROM part.t")?;
@@ -84,17 +91,7 @@ async fn an_operator_cut_off_from_a_live_primary_fails_over_only_once_the_standb
     let (iad_ns, pdx_ns) = (NetNs::create(), NetNs::create());
     let _routes = NetNs::route_between(&iad_ns, &pdx_ns);
     let pair = SitePair::start_in_two_netns("opcut", Flavor::of_run(), &iad_ns, &pdx_ns);
-    let cluster = Cluster::connect().await;
-    let ns = cluster.namespace("opcut").await;
-    ns.credentials_secret(SITE_SECRET, "bloodraven", OPERATOR_DB_PASSWORD).await;
-    let _op = Operator::start(&cluster, &ns, &ns.name, "op", LeaderTimings::default()).await;
-    let name = format!("{}-g", ns.name);
-    let mut g = group(&name, &ns.name, pair.sites(&ns.name, SITE_SECRET), "iad");
-    g.spec.failover.probe_interval_seconds = 1;
-    g.spec.failover.failure_threshold = 3;
-    g.spec.failover.probe_timeout_seconds = 1;
-    create_group(&cluster, &g).await;
-    wait_status(&cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    let (cluster, _ns, _op, name) = bootstrapped(&pair, "opcut").await;
     pair.sql("iad", "CREATE DATABASE opcut; CREATE TABLE opcut.t (id INT PRIMARY KEY); INSERT INTO opcut.t VALUES (1)");
 
     let cut = iad_ns.cut_from_host(pair.iad_port);
