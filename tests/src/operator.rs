@@ -15,7 +15,7 @@ use tokio::process::{Child, Command};
 use crate::{Cluster, TestNamespace, e2e_dir, free_port, repo_root};
 
 /// The operators' log filter unless E2E_OPERATOR_LOG says otherwise.
-const DEFAULT_LOG: &str = "info,bloodraven_operator::failover=debug,kube_runtime::controller=debug";
+const DEFAULT_LOG: &str = "info,bloodraven_operator::failover=debug,bloodraven_operator::controller::database=debug,kube_runtime::controller=debug";
 
 /// Label every e2e group carries; its value selects the test's operators.
 pub const E2E_LABEL: &str = "bloodraven.shipstream.io/e2e";

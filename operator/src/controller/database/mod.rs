@@ -522,6 +522,7 @@ async fn reconcile(db: Arc<MysqlDatabase>, dctx: DbCtx) -> Result<Action, Error>
         return Ok(Action::requeue(RECHECK));
     }
     ctx.metrics.database_group_reads_total.with_label_values(&["api"]).inc();
+    tracing::debug!(%namespace, database = %name, group = %group_name, "reading the database's failover group");
     let group = match ctx.tolerant.get::<MysqlFailoverGroup>(None, group_name).await {
         Ok(group) => Ok(group),
         Err(ReadError::Invalid(err)) => Err(err),
