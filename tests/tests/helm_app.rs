@@ -220,15 +220,27 @@ async fn a_second_upgrade_during_a_long_hook_does_not_run_the_migration_twice() 
         tokio::task::spawn_blocking(move || helm(&args.iter().map(String::as_str).collect::<Vec<_>>()))
     };
     let first = spawn_upgrade(&v2);
-    // Until V3 runs: the runner's session sleeps.
-    bloodraven_e2e::wait_for("the migration's SLEEP to run", T, || async {
+    // Until V3 runs: the runner's session sleeps. Should the upgrade end
+    // first, or the wait time out, what the hook's Pod did is the failure.
+    let sleeping = bloodraven_e2e::wait_for("the migration's SLEEP to run", T + T, || async {
+        if first.is_finished() {
+            return Ok(false);
+        }
         let n = env.pair.sql(
             "iad",
             "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'migrator' AND INFO LIKE 'DO SLEEP%'",
         );
-        if n.trim() == "1" { Ok(()) } else { Err(format!("{} sessions sleeping", n.trim())) }
-    })
-    .await;
+        if n.trim() == "1" { Ok(true) } else { Err(format!("{} sessions sleeping", n.trim())) }
+    });
+    if !tokio::time::timeout(T, sleeping).await.unwrap_or(false) {
+        let pods = job_pods(&env.cluster, &env.ns.name, JOB).await;
+        let statuses: Vec<_> = pods.iter().map(|p| (&p.metadata.name, &p.status)).collect();
+        let (_, runner, sidecar) = job_logs(&env).await;
+        let upgrade = if first.is_finished() { first.await.unwrap().1 } else { "still running".to_owned() };
+        panic!(
+            "the migration's SLEEP never ran; the upgrade: {upgrade}\nPods: {statuses:#?}\nrunner:\n{runner}\nsidecar:\n{sidecar}"
+        );
+    }
     let (second_ok, second) = spawn_upgrade(&v2).await.unwrap();
     let first_running = !first.is_finished();
     let (first_ok, first_out) = first.await.unwrap();
