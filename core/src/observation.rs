@@ -61,6 +61,17 @@ pub struct SemiSync {
     /// `rpl_semi_sync_slave_enabled` (MySQL `…_replica_enabled`): this
     /// replica acknowledges.
     pub replica: bool,
+    /// `rpl_semi_sync_master_timeout` (MySQL `…_source_timeout`), in
+    /// milliseconds: how long a commit waits before the server itself falls
+    /// back to asynchronous replication.
+    pub timeout_ms: u64,
+    /// `rpl_semi_sync_master_wait_no_slave` (MySQL `…_source_wait_no_replica`):
+    /// commits wait even while no replica is connected.
+    pub wait_no_replica: bool,
+    /// Commits waiting for a semi-sync acknowledgement now
+    /// (`Rpl_semi_sync_master_wait_sessions`, MySQL `…_source_wait_sessions`),
+    /// read only while the primary side is on; `None` when unread.
+    pub waiting: Option<u32>,
 }
 
 /// The replica side of one replication channel.

@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
 use bloodraven_e2e::fixtures::{Scenario, condition, is_active_at, is_ready_at, wait_event, wait_events, wait_status};
@@ -15,6 +15,7 @@ use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::wait::wait_for;
 use bloodraven_e2e::writer::{self, Writer};
 use kube::api::{Patch, PatchParams};
+use mysql_async::prelude::Queryable as _;
 use serde_json::json;
 
 const T: Duration = Duration::from_secs(90);
@@ -387,5 +388,90 @@ async fn semi_sync_keeps_acknowledged_writes_through_kill_9_and_follows_the_role
         if v.split_whitespace().collect::<Vec<_>>() == ["0", "0"] { Ok(()) } else { Err(v) }
     })
     .await;
+    sc.cluster.delete_group(&name).await;
+}
+
+/// The fallback to asynchronous replication is the operator's decision,
+/// on the decided primary only: the server's own timeout is set to its
+/// maximum (a paused primary failed away from would otherwise fall back as
+/// soon as it ran again: `reassert.rs`). With the standby paused, a commit
+/// on the primary waits `semiSyncFallbackSeconds`, then the operator
+/// switches the primary's side off, the commit is acknowledged and the
+/// group says so; once the standby replicates again, the side is on again
+/// and commits are acknowledged by it.
+#[tokio::test]
+async fn semi_sync_falls_back_by_the_operators_decision_and_comes_back_with_the_standby() {
+    let sc = Scenario::start("semifall", 1, LeaderTimings::default()).await;
+    let name = sc.group("g", "iad").await;
+    let patch = json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1, "semiSync": true, "semiSyncFallbackSeconds": 3}}});
+    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    let (source_on, _, source_status, acknowledged_tx) = sc.pair.flavor.semi_sync_names();
+    let status_of = |site: &'static str, var: &'static str| {
+        let out = sc.pair.sql(site, &format!("SHOW GLOBAL STATUS LIKE '{var}'"));
+        out.split_whitespace().nth(1).unwrap_or("").to_owned()
+    };
+    wait_for("semi-sync to be active on iad", T, || async {
+        let on = status_of("iad", source_status);
+        if on == "ON" { Ok(()) } else { Err(on) }
+    })
+    .await;
+    let timeout = source_on.replace("enabled", "timeout");
+    assert_eq!(
+        sc.pair.sql("iad", &format!("SELECT @@{timeout}")).trim(),
+        "4294967295",
+        "the server never falls back itself"
+    );
+    sc.pair.sql(
+        "iad",
+        "CREATE DATABASE fall_t; CREATE TABLE fall_t.w (i INT PRIMARY KEY); \
+         CREATE USER 'w'@'127.0.0.1' IDENTIFIED BY 'w-pw'; GRANT INSERT, SELECT ON fall_t.* TO 'w'@'127.0.0.1'",
+    );
+    let url = format!("mysql://w:w-pw@127.0.0.1:{}/fall_t", sc.pair.port("iad"));
+    let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
+    let mut w = mysql_async::Conn::new(opts).await.unwrap();
+    w.query_drop("INSERT INTO w VALUES (1)").await.unwrap();
+
+    // The standby stops acknowledging: the commit waits, for the fallback.
+    sc.pair.signal("pdx", "STOP");
+    let started = Instant::now();
+    w.query_drop("INSERT INTO w VALUES (2)").await.expect("acknowledged after the fallback");
+    let waited = started.elapsed();
+    eprintln!(
+        "figure: a commit with the standby paused waited {} ms (semiSyncFallbackSeconds 3, probe interval 1 s)",
+        waited.as_millis()
+    );
+    assert!(waited >= Duration::from_secs(3), "acknowledged after {waited:?}, before the fallback");
+    let s = wait_status(&sc.cluster, &name, "the fallback said", T, |s| match condition(s, "SemiSyncUnavailable") {
+        Some(c) if c.status == "True" && c.reason == "StandbyNotAcknowledging" => Ok(()),
+        other => Err(format!("{other:?}")),
+    })
+    .await;
+    let c = condition(&s, "SemiSyncUnavailable").unwrap();
+    assert!(c.message.contains("primary iad") && c.message.contains("standby pdx"), "{}", c.message);
+    let note = wait_event(&sc.cluster, &name, "StandbyNotAcknowledging").await;
+    assert!(note.contains("SemiSyncUnavailable is True"), "{note}");
+    assert_eq!(sc.pair.sql("iad", &format!("SELECT @@{source_on}")).trim(), "0");
+    // Commits no longer wait meanwhile.
+    let started = Instant::now();
+    w.query_drop("INSERT INTO w VALUES (3)").await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(3), "a commit after the fallback waited {:?}", started.elapsed());
+
+    // The standby back: the primary's side is on again, and acknowledged.
+    sc.pair.signal("pdx", "CONT");
+    wait_status(&sc.cluster, &name, "semi-sync available again", T, |s| match condition(s, "SemiSyncUnavailable") {
+        Some(c) if c.status == "False" => Ok(()),
+        other => Err(format!("{other:?}")),
+    })
+    .await;
+    wait_for("semi-sync to be active on iad again", T, || async {
+        let on = status_of("iad", source_status);
+        if on == "ON" { Ok(()) } else { Err(on) }
+    })
+    .await;
+    let before: u64 = status_of("iad", acknowledged_tx).parse().unwrap();
+    w.query_drop("INSERT INTO w VALUES (4)").await.unwrap();
+    let after: u64 = status_of("iad", acknowledged_tx).parse().unwrap();
+    assert_eq!(after, before + 1, "the standby acknowledges again");
     sc.cluster.delete_group(&name).await;
 }

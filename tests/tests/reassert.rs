@@ -10,7 +10,7 @@
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step fails the test
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bloodraven_e2e::fixtures::{Scenario, is_ready_at, wait_event, wait_events, wait_status};
 use bloodraven_e2e::operator::LeaderTimings;
@@ -174,11 +174,17 @@ async fn a_fence_that_could_not_end_the_sessions_ends_them_once_it_can() {
 /// waiting for a semi-sync acknowledgement nobody sends any more (its
 /// standby was promoted). `SET GLOBAL read_only` waited for those commits
 /// until `lock_wait_timeout` on every probe, and the site stayed writable
-/// until the semi-sync timeout (120 s here) would have let them go, as
-/// acknowledged. The fence ends their sessions; on MySQL, whose lossless
-/// semi-sync keeps an ended session's commit waiting, it also switches the
-/// site's primary side of semi-sync off. The client never sees its write
-/// acknowledged.
+/// until the semi-sync timeout would have let them go, as acknowledged.
+/// The fence ends their sessions; on MySQL, whose lossless semi-sync keeps
+/// an ended session's commit waiting, it also switches the site's primary
+/// side of semi-sync off. The client never sees its write acknowledged.
+///
+/// And the nemesis' deposed primary: paused past the servers' own timeout
+/// (10 s by default), a primary fell back to asynchronous replication as
+/// soon as it ran again and acknowledged writes until its fence. The
+/// operator sets the timeout to its maximum and falls back itself, on the
+/// decided primary only: here iad stays paused past 10 s, and nothing it
+/// takes after is acknowledged.
 #[tokio::test]
 async fn a_returning_primary_whose_commits_wait_for_a_semi_sync_acknowledgement_is_fenced_all_the_same() {
     let sc = Scenario::start("fence-semisync", 1, LeaderTimings::default()).await;
@@ -198,8 +204,13 @@ async fn a_returning_primary_whose_commits_wait_for_a_semi_sync_acknowledgement_
         "CREATE DATABASE fence_t; CREATE TABLE fence_t.w (i INT PRIMARY KEY); \
          CREATE USER 'w'@'127.0.0.1' IDENTIFIED BY 'w-pw'; GRANT INSERT, SELECT ON fence_t.* TO 'w'@'127.0.0.1'",
     );
+    // The operator's, whatever the server's configuration says.
     let timeout = primary_switch.replace("enabled", "timeout");
-    sc.pair.sql("iad", &format!("SET GLOBAL {timeout} = 120000"));
+    wait_for("the operator to set iad's semi-sync timeout", T, || async {
+        let v = sc.pair.sql("iad", &format!("SELECT @@{timeout}"));
+        if v.trim() == "4294967295" { Ok(()) } else { Err(v) }
+    })
+    .await;
     let url = format!("mysql://w:w-pw@127.0.0.1:{}/fence_t", sc.pair.port("iad"));
     let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
     let mut w = mysql_async::Conn::new(opts.clone()).await.unwrap();
@@ -213,6 +224,7 @@ async fn a_returning_primary_whose_commits_wait_for_a_semi_sync_acknowledgement_
     // The primary stops answering; pdx is promoted. A write sent meanwhile
     // is read when iad answers again, and its commit waits.
     sc.pair.signal("iad", "STOP");
+    let paused = Instant::now();
     wait_status(&sc.cluster, &name, "failed over to pdx", T, |s| {
         match (s.active_site.as_deref(), s.topology_generation) {
             (Some("pdx"), Some(2)) => Ok(()),
@@ -224,6 +236,9 @@ async fn a_returning_primary_whose_commits_wait_for_a_semi_sync_acknowledgement_
     // that was acknowledged by pdx, and is on it).
     sc.pair.wait_read_only("pdx", false, T).await;
     let write = tokio::spawn(async move { w.query_drop("INSERT INTO w VALUES (2)").await });
+    // Past the servers' default timeout, which would have acknowledged
+    // the waiting commits as soon as iad ran again.
+    tokio::time::sleep(Duration::from_secs(12).saturating_sub(paused.elapsed())).await;
     sc.pair.signal("iad", "CONT");
     // Sent about when the fence ends the sessions (a second after it
     // starts): before, the COMMIT waits like the write and is ended; after,
@@ -250,6 +265,81 @@ async fn a_returning_primary_whose_commits_wait_for_a_semi_sync_acknowledgement_
     eprintln!("{note}; the write reached its commit: {}", reached.trim() == "1");
     // The write acknowledged before the pause is on the new primary.
     assert_eq!(sc.pair.sql("pdx", "SELECT COUNT(*) FROM fence_t.w WHERE i = 1").trim(), "1");
+    sc.cluster.delete_group(&name).await;
+}
+
+/// The deposed primary's window, with semi-sync on: a commit already
+/// waiting for its acknowledgement when the primary was paused (the link
+/// to its standby lost its packets first) waited past the servers' own
+/// timeout, 10 s by default, while the standby was promoted. With that timeout the server
+/// acknowledged it as soon as it ran again, though the new primary never
+/// received it. The operator sets the timeout to its maximum and falls
+/// back only on the decided primary: the commit waits until the fence ends
+/// its session, and its client sees an error.
+#[tokio::test]
+async fn a_commit_waiting_when_its_primary_was_paused_is_never_acknowledged_after_the_failover() {
+    let sc = Scenario::start("fence-waiting", 1, LeaderTimings::default()).await;
+    let name = sc.group("g", "iad").await;
+    // The waiting commit is in iad's binary log and not on pdx: the
+    // promotion abandons it, within the bound.
+    let patch = json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1, "semiSync": true, "maxAbandonedTransactions": 5}}});
+    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
+    let (primary_switch, _, primary_status, _) = sc.pair.flavor.semi_sync_names();
+    wait_for("semi-sync to be active on iad", T, || async {
+        let on = sc.pair.sql("iad", &format!("SHOW GLOBAL STATUS LIKE '{primary_status}'"));
+        if on.split_whitespace().nth(1) == Some("ON") { Ok(()) } else { Err(on) }
+    })
+    .await;
+    let timeout = primary_switch.replace("enabled", "timeout");
+    wait_for("the operator to set iad's semi-sync timeout", T, || async {
+        let v = sc.pair.sql("iad", &format!("SELECT @@{timeout}"));
+        if v.trim() == "4294967295" { Ok(()) } else { Err(v) }
+    })
+    .await;
+    sc.pair.sql(
+        "iad",
+        "CREATE DATABASE fence_w; CREATE TABLE fence_w.w (i INT PRIMARY KEY); \
+         CREATE USER 'w'@'127.0.0.1' IDENTIFIED BY 'w-pw'; GRANT INSERT, SELECT ON fence_w.* TO 'w'@'127.0.0.1'",
+    );
+    let url = format!("mysql://w:w-pw@127.0.0.1:{}/fence_w", sc.pair.port("iad"));
+    let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
+    let mut w = mysql_async::Conn::new(opts).await.unwrap();
+    w.query_drop("INSERT INTO w VALUES (1)").await.unwrap();
+
+    // The standby's link loses its packets (a paused standby would still
+    // find the commit in its socket's buffer, and acknowledge it); a
+    // commit on iad waits for its acknowledgement; then iad stops.
+    let block = sc.pair.block_replication("pdx");
+    let write = tokio::spawn(async move { w.query_drop("INSERT INTO w VALUES (2)").await });
+    let waiting = primary_status.replace("status", "wait_sessions");
+    wait_for("the commit to wait on iad", T, || async {
+        let v = sc.pair.sql("iad", &format!("SHOW GLOBAL STATUS LIKE '{waiting}'"));
+        if v.split_whitespace().nth(1) == Some("1") { Ok(()) } else { Err(v) }
+    })
+    .await;
+    let waited = Instant::now();
+    sc.pair.signal("iad", "STOP");
+    let s = wait_status(&sc.cluster, &name, "failed over to pdx", T, |s| {
+        match (s.active_site.as_deref(), s.topology_generation) {
+            (Some("pdx"), Some(2)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let abandoned = s.emergency_failover.as_ref().map(|e| e.abandoned_transactions);
+    // Past the servers' default timeout, counted from the commit's wait.
+    tokio::time::sleep(Duration::from_secs(12).saturating_sub(waited.elapsed())).await;
+    sc.pair.signal("iad", "CONT");
+    let ended = tokio::time::timeout(Duration::from_secs(30), write).await.expect("the waiting write was ended");
+    assert!(ended.unwrap().is_err(), "the commit waiting when iad was paused was acknowledged after the failover");
+    sc.pair.wait_read_only("iad", true, Duration::from_secs(30)).await;
+    assert_eq!(sc.pair.sql("pdx", "SELECT COUNT(*) FROM fence_w.w WHERE i = 2").trim(), "0", "the standby had it");
+    assert_eq!(sc.pair.sql("pdx", "SELECT COUNT(*) FROM fence_w.w WHERE i = 1").trim(), "1");
+    drop(block);
+    eprintln!(
+        "the commit waiting at the pause was ended unacknowledged; the promotion abandoned {abandoned:?} transactions"
+    );
     sc.cluster.delete_group(&name).await;
 }
 

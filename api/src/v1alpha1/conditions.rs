@@ -226,6 +226,11 @@ pub mod reason {
     /// A MySQL site has not loaded the semi-sync plugins
     /// (`rpl_semi_sync_source`, `rpl_semi_sync_replica`).
     pub const SEMI_SYNC_PLUGINS_MISSING: &str = "SemiSyncPluginsMissing";
+    /// The operator fell back to asynchronous replication on the primary:
+    /// no standby acknowledged its commits within
+    /// `semiSyncFallbackSeconds`, or none has connected since it became
+    /// the primary.
+    pub const STANDBY_NOT_ACKNOWLEDGING: &str = "StandbyNotAcknowledging";
     /// An account other than the operator's holds `READ_ONLY ADMIN` or `SUPER`.
     pub const READ_ONLY_ADMIN_ACCOUNTS: &str = "ReadOnlyAdminAccounts";
     /// The MysqlDatabase's `<name>-primary` Service points at the group's

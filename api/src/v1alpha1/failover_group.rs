@@ -310,6 +310,18 @@ pub struct FailoverPolicy {
     /// see docs/failover-groups.md).
     #[serde(default)]
     pub semi_sync: bool,
+    /// With semiSync, how long a commit on the primary may wait for an
+    /// acknowledgement while no standby acknowledges before the operator
+    /// falls back to asynchronous replication on it, 1–3600. Default 10
+    /// (the servers' own default timeout). The operator sets the server's
+    /// own timeout to its maximum, so the fallback is a decision about the
+    /// decided primary only, and is reported (SemiSyncUnavailable, reason
+    /// StandbyNotAcknowledging) until the standby acknowledges again: a
+    /// paused or cut-off primary that runs again never acknowledges a
+    /// commit its standby lacks.
+    #[serde(default = "default_semi_sync_fallback")]
+    #[schemars(range(min = 1, max = 3600))]
+    pub semi_sync_fallback_seconds: u32,
     /// How many transactions an automatic (emergency) promotion may abandon,
     /// 0–1000000. Default 0. The abandoned transactions are those the
     /// operator last saw on the primary (its last answered probe) that the
@@ -347,6 +359,9 @@ fn default_fence_timeout() -> u32 {
 fn default_catch_up_timeout() -> u32 {
     30
 }
+fn default_semi_sync_fallback() -> u32 {
+    10
+}
 
 impl Default for FailoverPolicy {
     fn default() -> Self {
@@ -359,6 +374,7 @@ impl Default for FailoverPolicy {
             fence_timeout_seconds: default_fence_timeout(),
             catch_up_timeout_seconds: default_catch_up_timeout(),
             semi_sync: false,
+            semi_sync_fallback_seconds: default_semi_sync_fallback(),
             max_abandoned_transactions: 0,
         }
     }

@@ -97,12 +97,7 @@ impl Missed {
         let Some((site, Ok(obs))) = standby.map(|p| (p.site.as_str(), p.outcome.as_ref())) else {
             return None;
         };
-        let follows = |r: &&crate::mysql::ReplicationObservation| {
-            r.io_running
-                && ((r.source_host == source.host && r.source_port == source.port)
-                    || (r.source_server_id.is_some() && r.source_server_id == source.server_id))
-        };
-        let Some(r) = obs.replication.as_ref().filter(follows) else {
+        let Some(r) = obs.replication.as_ref().filter(|r| source.followed_by(r)) else {
             w.heard = None;
             return None;
         };
@@ -138,6 +133,34 @@ struct ActiveSource {
     host: String,
     port: u16,
     server_id: Option<u32>,
+}
+
+impl ActiveSource {
+    fn of(group: &MysqlFailoverGroup, active: &str) -> Self {
+        ActiveSource {
+            host: group.site(active).map(|s| s.host.clone()).unwrap_or_default(),
+            port: group.site(active).map_or(0, |s| s.port),
+            server_id: crate::controller::failover_group::identity::known(group).get(active).copied(),
+        }
+    }
+
+    /// Whether a receiver is connected to it (its IO thread running, its
+    /// source the active site's endpoint or known `server_id`).
+    fn followed_by(&self, r: &crate::mysql::ReplicationObservation) -> bool {
+        r.io_running
+            && ((r.source_host == self.host && r.source_port == self.port)
+                || (r.source_server_id.is_some() && r.source_server_id == self.server_id))
+    }
+}
+
+/// Whether replication `r` of another site is connected to `group`'s
+/// active site `active` ([`ActiveSource::followed_by`]).
+pub(crate) fn follows_active(
+    group: &MysqlFailoverGroup,
+    active: &str,
+    r: &crate::mysql::ReplicationObservation,
+) -> bool {
+    ActiveSource::of(group, active).followed_by(r)
 }
 
 /// [`emergency::endpoint_unconfirmed`] for the group's active site: its
@@ -190,11 +213,7 @@ pub(crate) async fn check(
     // Every round, so the count the standby showed before the active site
     // went silent is known when the budget is spent.
     let interval = Duration::from_secs(u64::from(policy.probe_interval_seconds.clamp(1, 300)));
-    let source = ActiveSource {
-        host: group.site(active).map(|s| s.host.clone()).unwrap_or_default(),
-        port: group.site(active).map_or(0, |s| s.port),
-        server_id: crate::controller::failover_group::identity::known(group).get(active).copied(),
-    };
+    let source = ActiveSource::of(group, active);
     let hears_primary = ctx.groups.missed.hear(&uid, standby_probe, &source, interval);
     if missed == 0 {
         return Ok(Outcome::default());

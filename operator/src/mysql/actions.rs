@@ -438,6 +438,25 @@ pub(crate) async fn semi_sync(
     run_all(target, creds, &all, timeout).await
 }
 
+/// How long, in seconds, the oldest commit on a site has waited for a
+/// semi-sync acknowledgement (`None`: none waits), within `timeout`.
+pub(crate) async fn oldest_semi_sync_wait(
+    target: &ProbeTarget,
+    creds: &Credentials,
+    flavor: Flavor,
+    timeout: Duration,
+) -> Result<Option<Duration>, ProbeError> {
+    let read = async {
+        let mut conn = connect(target, creds).await?;
+        let waiting = sessions(&mut conn, flavor, Sessions::SemiSyncWaiters).await?;
+        let _ = conn.disconnect().await;
+        Ok::<_, ProbeError>(waiting.iter().map(|(.., time)| *time).max().map(Duration::from_secs))
+    };
+    tokio::time::timeout(timeout, read)
+        .await
+        .unwrap_or_else(|_| Err(ProbeError::Waited(format!("the process list took over {}s", timeout.as_secs()))))
+}
+
 /// A site's GTID positions: what it applied from a source, what it wrote
 /// to its own binlog, and everything it has (MariaDB `gtid_slave_pos`,
 /// `gtid_binlog_pos`, `gtid_current_pos`; MySQL `gtid_executed` for each).

@@ -146,13 +146,22 @@ async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
     let mut server_uuid = String::new();
     let (writable, (gtid_position, gtid_binlog_state, gtid_slave_pos), status_sql, semi_sync) = match flavor {
         Flavor::MariaDb => {
-            let row: Option<(String, String, String, u8, u8)> = conn
+            let row: Option<(String, String, String, u8, u8, u64, u8)> = conn
                 .query_first(
-                    "SELECT @@gtid_current_pos, @@gtid_binlog_state, @@gtid_slave_pos, @@rpl_semi_sync_master_enabled, @@rpl_semi_sync_slave_enabled",
+                    "SELECT @@gtid_current_pos, @@gtid_binlog_state, @@gtid_slave_pos, @@rpl_semi_sync_master_enabled, @@rpl_semi_sync_slave_enabled, @@rpl_semi_sync_master_timeout, @@rpl_semi_sync_master_wait_no_slave",
                 )
                 .await?;
-            let (gtid, state, slave, primary, replica) = row.unwrap_or_default();
-            let semi = SemiSync { primary: primary == 1, replica: replica == 1 };
+            let (gtid, state, slave, primary, replica, timeout_ms, no_replica) = row.unwrap_or_default();
+            let mut semi = SemiSync {
+                primary: primary == 1,
+                replica: replica == 1,
+                timeout_ms,
+                wait_no_replica: no_replica == 1,
+                waiting: None,
+            };
+            if semi.primary {
+                semi.waiting = semi_sync_waiting(conn, flavor).await;
+            }
             (read_only == 0, (gtid, state, slave), "SHOW SLAVE STATUS", Some(semi))
         }
         Flavor::MySql => {
@@ -238,9 +247,40 @@ async fn mysql_semi_sync(conn: &mut Conn) -> Result<Option<SemiSync>, ProbeError
     if active.len() < 2 {
         return Ok(None);
     }
-    let row: Option<(u8, u8)> =
-        conn.query_first("SELECT @@rpl_semi_sync_source_enabled, @@rpl_semi_sync_replica_enabled").await?;
-    Ok(row.map(|(primary, replica)| SemiSync { primary: primary == 1, replica: replica == 1 }))
+    let row: Option<(u8, u8, u64, u8)> = conn
+        .query_first(
+            "SELECT @@rpl_semi_sync_source_enabled, @@rpl_semi_sync_replica_enabled, @@rpl_semi_sync_source_timeout, @@rpl_semi_sync_source_wait_no_replica",
+        )
+        .await?;
+    let Some((primary, replica, timeout_ms, no_replica)) = row else { return Ok(None) };
+    let mut semi = SemiSync {
+        primary: primary == 1,
+        replica: replica == 1,
+        timeout_ms,
+        wait_no_replica: no_replica == 1,
+        waiting: None,
+    };
+    if semi.primary {
+        semi.waiting = semi_sync_waiting(conn, Flavor::MySql).await;
+    }
+    Ok(Some(semi))
+}
+
+/// How many commits wait for a semi-sync acknowledgement on a primary
+/// (a status variable). `None` when unreadable: the operator then reads
+/// the process list before deciding a fallback.
+async fn semi_sync_waiting(conn: &mut Conn, flavor: Flavor) -> Option<u32> {
+    let sql = match flavor {
+        Flavor::MariaDb => "SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_wait_sessions'",
+        Flavor::MySql => "SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_source_wait_sessions'",
+    };
+    match conn.query_first::<(String, String), _>(sql).await {
+        Ok(row) => row.and_then(|(_, v)| v.trim().parse().ok()),
+        Err(e) => {
+            tracing::debug!(error = %classify(&ProbeError::from(e)).1, "semi-sync status not readable");
+            None
+        }
+    }
 }
 
 /// A result row as column name → text; NULL columns are left out.

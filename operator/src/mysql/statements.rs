@@ -367,14 +367,29 @@ pub(crate) fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
     }
 }
 
+/// The semi-sync timeout the operator sets on a primary, in milliseconds:
+/// the largest both servers take (about 49 days). The server then never
+/// falls back to asynchronous replication on its own, which it would do
+/// on a paused or cut-off primary as soon as it ran again, acknowledging
+/// commits its standby, promoted meanwhile, never receives. For the same
+/// reason commits wait even with no replica connected
+/// (`rpl_semi_sync_master_wait_no_slave`, MySQL
+/// `…_source_wait_no_replica`, ON; OFF would fall back as soon as the last
+/// replica left). The fallback is the operator's, on the decided primary
+/// only (`controller::failover_group::semisync`).
+pub(crate) const SEMI_SYNC_TIMEOUT_MS: u64 = 4_294_967_295;
+
 /// Statements that turn semi-synchronous replication on or off on a site,
 /// for its role (`primary`: wait for a replica's acknowledgement after the
-/// commit is synced to the binlog, AFTER_SYNC; replica: acknowledge).
+/// commit is synced to the binlog, AFTER_SYNC, as long as it takes
+/// ([`SEMI_SYNC_TIMEOUT_MS`]); replica: acknowledge).
 pub(crate) fn semi_sync(flavor: Flavor, on: bool, primary: bool) -> Vec<String> {
     let v = if on { "ON" } else { "OFF" };
     match (flavor, primary) {
         (Flavor::MariaDb, true) => vec![
             "SET GLOBAL rpl_semi_sync_master_wait_point = AFTER_SYNC".into(),
+            format!("SET GLOBAL rpl_semi_sync_master_timeout = {SEMI_SYNC_TIMEOUT_MS}"),
+            "SET GLOBAL rpl_semi_sync_master_wait_no_slave = ON".into(),
             format!("SET GLOBAL rpl_semi_sync_master_enabled = {v}"),
             "SET GLOBAL rpl_semi_sync_slave_enabled = OFF".into(),
         ],
@@ -390,6 +405,8 @@ pub(crate) fn semi_sync(flavor: Flavor, on: bool, primary: bool) -> Vec<String> 
         // turns the other's off, as on MariaDB.
         (Flavor::MySql, true) => vec![
             "SET GLOBAL rpl_semi_sync_source_wait_point = AFTER_SYNC".into(),
+            format!("SET GLOBAL rpl_semi_sync_source_timeout = {SEMI_SYNC_TIMEOUT_MS}"),
+            "SET GLOBAL rpl_semi_sync_source_wait_no_replica = ON".into(),
             format!("SET GLOBAL rpl_semi_sync_source_enabled = {v}"),
             "SET GLOBAL rpl_semi_sync_replica_enabled = OFF".into(),
         ],
@@ -519,6 +536,19 @@ mod tests {
             assert!(
                 semi_sync(flavor, true, primary).iter().any(|s| s.contains(other)),
                 "{flavor:?} {primary}: {other}"
+            );
+        }
+        // A primary's waits are the operator's, set before it waits: the
+        // server never falls back on its own, even with no replica left.
+        for (flavor, var) in [(Flavor::MariaDb, "master"), (Flavor::MySql, "source")] {
+            let all = semi_sync(flavor, true, true);
+            let at = |needle: &str| all.iter().position(|s| s.contains(needle));
+            let on = at(&format!("rpl_semi_sync_{var}_enabled = ON")).unwrap();
+            assert!(at(&format!("rpl_semi_sync_{var}_timeout = 4294967295")).unwrap() < on, "{all:?}");
+            assert!(
+                at("_wait_no_").unwrap() < on
+                    && all.iter().any(|s| s.ends_with("_wait_no_slave = ON") || s.ends_with("_wait_no_replica = ON")),
+                "{all:?}"
             );
         }
         assert_eq!(kill(42), "KILL CONNECTION 42");

@@ -206,7 +206,17 @@ async fn reconcile(group: Arc<MysqlFailoverGroup>, ctx: Ctx) -> Result<Action, E
     operation_conditions(&mut assessment, &operations, safety.recovery.as_ref(), safety.diverged.as_ref(), &resolution);
     assessment.conditions.push(verification);
     assessment.conditions.push(bypass::condition(&ctx, &group, &probes).await);
-    assessment.conditions.push(semisync::condition(group.spec.failover.semi_sync, &probes));
+    let active = match &resolution {
+        decision::Resolution::At { site, .. } => Some(site.as_str()),
+        _ => None,
+    };
+    let policy = &group.spec.failover;
+    assessment.conditions.push(semisync::condition(
+        policy.semi_sync,
+        active,
+        policy.semi_sync_fallback_seconds,
+        &probes,
+    ));
     let health = health_of(&group.spec, &identity::known(&group), &previous.health, &probes, &safety.checked);
     write_observation(
         &api,
