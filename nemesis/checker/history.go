@@ -71,6 +71,10 @@ type Record struct {
 	SuperReadOnly *bool  `json:"superReadOnly,omitempty"`
 	Writable      *bool  `json:"writable,omitempty"`
 	From          string `json:"from,omitempty"`
+	// poll, when the server has them: its primary side of semi-sync
+	// switched on, and commits waiting for an acknowledgement.
+	SemiSyncEnabled *bool `json:"semiSyncEnabled,omitempty"`
+	SemiSyncActive  *bool `json:"semiSyncActive,omitempty"`
 
 	// status, decision, leader
 	ActiveSite      string   `json:"activeSite,omitempty"`

@@ -326,11 +326,9 @@ func checkLeaseOverlap(h *History) []Anomaly {
 
 // Invariant 4: durability of the acknowledged writes.
 //
-// Returns the anomalies, the ok writes missing from final, how many of
-// those a deposed primary acknowledged before its fence, and how many an
-// old primary acknowledged after the operators last saw it answer, before
-// the emergency decision from it (asynchronous replication).
-func checkDurability(h *History) ([]Anomaly, int, int, int) {
+// Returns the anomalies and the counts of the ok writes missing from final
+// (losses).
+func checkDurability(h *History) ([]Anomaly, losses) {
 	present := map[int64]bool{}
 	finals := h.ofType("final")
 	for _, f := range finals {
@@ -338,33 +336,58 @@ func checkDurability(h *History) ([]Anomaly, int, int, int) {
 			present[v] = true
 		}
 	}
+	decisions := h.ofType("decision")
 	var emergencies []*Record
-	for _, d := range h.ofType("decision") {
+	for _, d := range decisions {
 		if d.Kind == "emergency" {
 			emergencies = append(emergencies, d)
 		}
 	}
 	var out []Anomaly
-	lost, deposed, unseen := 0, 0, 0
+	var n losses
 	used := map[*Record]int{}
 	usedLines := map[*Record][]int{}
 	semiSync := *h.Run.SemiSync
+	var windows map[string][]fallbackWindow
+	if semiSync {
+		windows = fallbackWindows(h)
+	}
 	for _, w := range h.ofType("write") {
 		if w.Result != "ok" || present[w.Value] {
 			continue
 		}
-		lost++
-		// A deposed primary answering again is past any semi-sync wait:
-		// paused or cut off for longer than the semi-sync timeout, it has
-		// fallen back to asynchronous replication. Its writes until the
-		// fence are that window's, in both modes.
-		if deposedBeforeFence(h, emergencies, w) {
-			deposed++
+		n.lost++
+		// A deposed primary answering again after a pause or a cut: with
+		// asynchronous replication its writes until the fence are that
+		// window's. With semi-sync on the server never falls back by
+		// itself and the operator falls back only on the decided primary,
+		// so a deposed primary's commits wait for an acknowledgement until
+		// its fence ends their sessions: none of them is acknowledged.
+		if d, fence := deposedBeforeFence(h, emergencies, w); d != nil {
+			if semiSync {
+				out = append(out, Anomaly{Invariant: 4, Cause: fmt.Sprintf("ok write %d (site %s) is missing from final: acknowledged by the deposed primary %s before its fence, with semi-sync on", w.Value, w.Site, w.Site), Lines: finalLines(finals, w.Line, d.Line, fence.Line)})
+				continue
+			}
+			n.deposed++
 			continue
 		}
+		lines := []int{w.Line}
+		where := ""
 		if semiSync {
-			out = append(out, Anomaly{Invariant: 4, Cause: fmt.Sprintf("ok write %d (site %s) is missing from final with semi-sync on", w.Value, w.Site), Lines: finalLines(finals, w.Line)})
-			continue
+			// Semi-sync on: a loss is allowed only inside a fallback
+			// window of its site, and is then an asynchronous one.
+			win, ok := inFallbackWindow(windows[w.Site], decisions, w)
+			if !ok {
+				out = append(out, Anomaly{Invariant: 4, Cause: fmt.Sprintf("ok write %d (site %s) is missing from final with semi-sync on", w.Value, w.Site), Lines: finalLines(finals, w.Line)})
+				continue
+			}
+			n.fallback++
+			lines = append(lines, win.lines...)
+			until := "on"
+			if win.to < 1<<62 {
+				until = "to " + ms(win.to-h.Run.StartUs)
+			}
+			where = fmt.Sprintf(" (acknowledged in the semi-sync fallback window of %s from %s %s)", w.Site, ms(win.from-h.Run.StartUs), until)
 		}
 		// Async: a loss is allowed when the site that took the write was
 		// the `from` of an emergency decision after it, counted against
@@ -377,18 +400,18 @@ func checkDurability(h *History) ([]Anomaly, int, int, int) {
 			}
 		}
 		if d == nil {
-			out = append(out, Anomaly{Invariant: 4, Cause: fmt.Sprintf("ok write %d (site %s) is missing from final and no emergency decision from that site abandoned it", w.Value, w.Site), Lines: finalLines(finals, w.Line)})
+			out = append(out, Anomaly{Invariant: 4, Cause: fmt.Sprintf("ok write %d (site %s) is missing from final and no emergency decision from that site abandoned it%s", w.Value, w.Site, where), Lines: finalLines(finals, lines...)})
 			continue
 		}
 		// Acknowledged after every operator last saw the site answer: the
 		// decision could not know of it (it counts what the site was last
 		// seen with), so it is the async window's, counted.
 		if w.RetUs > lastSeen(h, w.Site, d.At) {
-			unseen++
+			n.unseen++
 			continue
 		}
 		used[d]++
-		usedLines[d] = append(usedLines[d], w.Line)
+		usedLines[d] = append(usedLines[d], lines...)
 	}
 	for _, d := range emergencies {
 		if int64(used[d]) > d.Abandoned {
@@ -396,7 +419,104 @@ func checkDurability(h *History) ([]Anomaly, int, int, int) {
 			out = append(out, Anomaly{Invariant: 4, Cause: fmt.Sprintf("%d ok writes to %s lost at the emergency decision of generation %d, which reports abandoned=%d", used[d], d.From, *d.Generation, d.Abandoned), Lines: finalLines(finals, lines...)})
 		}
 	}
-	return out, lost, deposed, unseen
+	return out, n
+}
+
+// losses counts the ok writes missing from final: all of them (lost), and
+// of those, the ones of a deposed primary before its fence (deposed, async
+// only), the ones acknowledged after the operators last saw their site
+// (unseen), and, with semi-sync on, the ones acknowledged inside a
+// fallback window of their site (fallback).
+type losses struct {
+	lost, deposed, unseen, fallback int
+}
+
+// fallbackWindow is a stretch [from, to] in which a site's primary side of
+// semi-sync may have been off (the operator's fallback to asynchronous
+// replication), with the lines of the polls that bound it.
+type fallbackWindow struct {
+	from, to int64
+	lines    []int
+}
+
+// fallbackWindows returns, per site, its fallback windows by its polls. A
+// window opens at the last ok poll that saw the primary side switched on
+// before one that saw it off (the run's start if none: it went off at an
+// unknown instant after the former), and closes at the first later poll
+// that saw it switched on with commits waiting for acknowledgements (the
+// run's end, or never, if none). Switched on while the status is off (a
+// replica catching up after it reconnected), commits are acknowledged
+// without waiting too, so such a poll closes nothing. Polls without the
+// fields (the server did not have them, or an older history) open and
+// close nothing.
+func fallbackWindows(h *History) map[string][]fallbackWindow {
+	end := int64(1 << 62)
+	if h.Run.EndUs != nil {
+		end = *h.Run.EndUs
+	}
+	out := map[string][]fallbackWindow{}
+	lastOn := map[string]*Record{}
+	open := map[string]*fallbackWindow{}
+	for _, p := range h.ofType("poll") {
+		if p.SemiSyncEnabled == nil || !*p.OK {
+			continue
+		}
+		enabled := *p.SemiSyncEnabled
+		active := p.SemiSyncActive != nil && *p.SemiSyncActive
+		if w := open[p.Site]; w != nil {
+			if enabled && active {
+				w.to = p.At
+				w.lines = append(w.lines, p.Line)
+				out[p.Site] = append(out[p.Site], *w)
+				delete(open, p.Site)
+			}
+		} else if !enabled {
+			w := &fallbackWindow{from: h.Run.StartUs, to: end}
+			if on := lastOn[p.Site]; on != nil {
+				w.from = on.At
+				w.lines = append(w.lines, on.Line)
+			}
+			w.lines = append(w.lines, p.Line)
+			open[p.Site] = w
+		}
+		if enabled {
+			lastOn[p.Site] = p
+		}
+	}
+	for site, w := range open {
+		out[site] = append(out[site], *w)
+	}
+	return out
+}
+
+// inFallbackWindow: the window of its site the write returned in, if any.
+// A write that returned while its site was deposed (after an emergency
+// decision from it, before any later decision naming it active again) is
+// in none: the operator falls back only on the decided primary, and a
+// deposed primary's switch is turned off only by its fence, once its
+// client sessions are ended.
+func inFallbackWindow(windows []fallbackWindow, decisions []*Record, w *Record) (fallbackWindow, bool) {
+	deposed := false
+	for _, d := range decisions {
+		if d.At > w.RetUs {
+			break
+		}
+		switch {
+		case d.Kind == "emergency" && d.From == w.Site:
+			deposed = true
+		case d.ActiveSite == w.Site:
+			deposed = false
+		}
+	}
+	if deposed {
+		return fallbackWindow{}, false
+	}
+	for _, win := range windows {
+		if win.from <= w.RetUs && w.RetUs <= win.to {
+			return win, true
+		}
+	}
+	return fallbackWindow{}, false
 }
 
 // lastSeen is the latest ok probe answer of `site` at or before `t`, by any
@@ -411,25 +531,28 @@ func lastSeen(h *History, site string, t int64) int64 {
 	return last
 }
 
-// deposedBeforeFence: asynchronous replication's second loss window. An
-// emergency decision from the write's site came before the write returned
-// (the old primary was paused or cut off, and answered again), and the
-// write returned before any poll after that decision saw the site fenced
-// (read-only). The fence itself is bounded by invariant 1 (fenceBoundMs
-// from the site being reachable again); a site never seen fenced after
-// the decision gives no window.
-func deposedBeforeFence(h *History, emergencies []*Record, w *Record) bool {
+// deposedBeforeFence: the deposed primary's window. An emergency decision
+// from the write's site came before the write returned (the old primary
+// was paused or cut off, and answered again), and the write returned
+// before any poll after that decision saw the site fenced (read-only).
+// Returns that decision and that poll, or nils. The fence itself is
+// bounded by invariant 1 (fenceBoundMs from the site being reachable
+// again); a site never seen fenced after the decision gives no window.
+func deposedBeforeFence(h *History, emergencies []*Record, w *Record) (*Record, *Record) {
 	for _, e := range emergencies {
 		if e.From != w.Site || e.At > w.RetUs {
 			continue
 		}
 		for _, p := range h.ofType("poll") {
 			if p.Site == w.Site && p.At >= e.At && *p.OK && !*p.Writable {
-				return w.RetUs <= p.At
+				if w.RetUs <= p.At {
+					return e, p
+				}
+				return nil, nil
 			}
 		}
 	}
-	return false
+	return nil, nil
 }
 
 func finalLines(finals []*Record, lines ...int) []int {

@@ -27,11 +27,16 @@ type Report struct {
 		Unknown int `json:"unknown"`
 		Lost    int `json:"lost"` // ok writes missing from final
 		// Of those, the ones a deposed primary acknowledged between an
-		// emergency decision from it and its fence (asynchronous replication).
+		// emergency decision from it and its fence (asynchronous
+		// replication; with semi-sync on they are anomalies, not counted).
 		LostDeposed int `json:"lostDeposed"`
 		// And the ones an old primary acknowledged after the operators last
 		// saw it answer, before the emergency decision from it.
 		LostUnseen int `json:"lostUnseen"`
+		// With semi-sync on, the ones acknowledged inside a fallback window
+		// of their site (its primary side switched off by the operator);
+		// they are then judged as asynchronous losses.
+		LostFallback int `json:"lostFallback"`
 	} `json:"writes"`
 	LeaseCalls  int       `json:"leaseCalls"`
 	Revocations int       `json:"revocations"`
@@ -87,8 +92,8 @@ func Check(h *History, visualize string) (*Report, error) {
 		all = append(all, *lin)
 	}
 	all = append(all, overlaps...)
-	durability, lost, deposed, unseen := checkDurability(h)
-	rep.Writes.Lost, rep.Writes.LostDeposed, rep.Writes.LostUnseen = lost, deposed, unseen
+	durability, losses := checkDurability(h)
+	rep.Writes.Lost, rep.Writes.LostDeposed, rep.Writes.LostUnseen, rep.Writes.LostFallback = losses.lost, losses.deposed, losses.unseen, losses.fallback
 	all = append(all, durability...)
 	all = append(all, checkFences(h)...)
 	all = append(all, checkFalseFailover(h)...)
@@ -155,7 +160,7 @@ func printTable(w io.Writer, rep *Report) {
 		faults = []string{"none"}
 	}
 	fmt.Fprintf(w, "faults       %s\n", strings.Join(faults, " "))
-	fmt.Fprintf(w, "writes       ok=%d fail=%d unknown=%d lost=%d (deposed primary before its fence: %d; after the operators last saw it: %d)\n", rep.Writes.OK, rep.Writes.Fail, rep.Writes.Unknown, rep.Writes.Lost, rep.Writes.LostDeposed, rep.Writes.LostUnseen)
+	fmt.Fprintf(w, "writes       ok=%d fail=%d unknown=%d lost=%d (deposed primary before its fence: %d; after the operators last saw it: %d; in a semi-sync fallback window: %d)\n", rep.Writes.OK, rep.Writes.Fail, rep.Writes.Unknown, rep.Writes.Lost, rep.Writes.LostDeposed, rep.Writes.LostUnseen, rep.Writes.LostFallback)
 	fmt.Fprintf(w, "lease calls  %d (revocations %d)\n", rep.LeaseCalls, rep.Revocations)
 	fmt.Fprintf(w, "decisions    %d\n", rep.Decisions)
 	fmt.Fprintf(w, "anomalies    %d\n", len(rep.Anomalies))

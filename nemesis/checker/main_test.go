@@ -52,6 +52,10 @@ func TestPlantedViolations(t *testing.T) {
 		{"inv4_semisync_lost.jsonl", 4, false},
 		{"inv4_async_over_abandoned.jsonl", 4, false},
 		{"inv4_async_deposed_after_fence.jsonl", 4, false},
+		{"inv4_semisync_deposed_before_fence.jsonl", 4, true},
+		{"inv4_semisync_fallback_not_abandoned.jsonl", 4, true},
+		{"inv4_semisync_outside_fallback_window.jsonl", 4, false},
+		{"inv4_semisync_fallback_deposed.jsonl", 4, true},
 		{"inv5_late_fence.jsonl", 5, false},
 		{"inv5_never_fenced.jsonl", 5, false},
 		{"inv6_false_failover.jsonl", 6, false},
@@ -88,8 +92,9 @@ func TestPlantedViolations(t *testing.T) {
 // that the polls saw in the other order, an async loss within
 // what the emergency decision reports abandoned, one acknowledged after the
 // operators last saw the old primary answer, a write a deposed primary
-// acknowledged before its fence, and grants after a revocation or after
-// expiry.
+// acknowledged before its fence (async), a semi-sync loss inside a
+// fallback window within what the emergency decision reports abandoned,
+// and grants after a revocation or after expiry.
 func TestCorrectHistoriesPass(t *testing.T) {
 	for _, file := range []string{
 		"valid.jsonl",
@@ -98,7 +103,7 @@ func TestCorrectHistoriesPass(t *testing.T) {
 		"inv4_async_within_abandoned.jsonl",
 		"inv4_async_deposed_before_fence.jsonl",
 		"inv4_async_unseen_before_decision.jsonl",
-		"inv4_semisync_deposed_before_fence.jsonl",
+		"inv4_semisync_fallback_within_abandoned.jsonl",
 		"lease_grant_after_revocation.jsonl",
 		"lease_grant_after_expiry.jsonl",
 	} {
@@ -112,6 +117,59 @@ func TestCorrectHistoriesPass(t *testing.T) {
 			}
 			if strings.Contains(file, "deposed_before_fence") && (rep.Writes.Lost != 1 || rep.Writes.LostDeposed != 1) {
 				t.Errorf("writes %+v, want the deposed primary's write counted: lost=1 lostDeposed=1", rep.Writes)
+			}
+			if file == "inv4_semisync_fallback_within_abandoned.jsonl" && (rep.Writes.Lost != 1 || rep.Writes.LostFallback != 1 || rep.Writes.LostUnseen != 0) {
+				t.Errorf("writes %+v, want the write in the fallback window counted against the decision: lost=1 lostFallback=1 lostUnseen=0", rep.Writes)
+			}
+		})
+	}
+}
+
+// With semi-sync on, a missing ok write is allowed only inside a fallback
+// window of its site (from the last poll that saw the primary side on
+// before one that saw it off, to the first later poll that saw it on with
+// commits waiting), and there only as an asynchronous loss; a deposed
+// primary's writes are in no window, before its fence or after it.
+func TestSemiSyncFallbackWindows(t *testing.T) {
+	cases := []struct {
+		file                    string
+		lost, fallback, deposed int
+		anomalous               []string // the writes named by an anomaly
+	}{
+		// Its async counterpart, inv4_async_deposed_before_fence.jsonl,
+		// passes with lostDeposed=1.
+		{"inv4_semisync_deposed_before_fence.jsonl", 1, 0, 0, []string{"ok write 2 (site east) is missing from final: acknowledged by the deposed primary east before its fence"}},
+		{"inv4_semisync_fallback_within_abandoned.jsonl", 1, 1, 0, nil},
+		{"inv4_semisync_fallback_not_abandoned.jsonl", 1, 1, 0, []string{"ok write 2 (site east) is missing from final and no emergency decision from that site abandoned it (acknowledged in the semi-sync fallback window of east from 1000.0ms to 6000.0ms)"}},
+		// Write 2 returned before the window opened (the last poll that saw
+		// the switch on), write 5 after the first poll that saw it on with
+		// commits waiting; write 4 returned after a poll that saw it on
+		// without commits waiting (a replica catching up): still inside.
+		{"inv4_semisync_outside_fallback_window.jsonl", 4, 2, 0, []string{"ok write 2 (site east) is missing from final with semi-sync on", "ok write 5 (site east) is missing from final with semi-sync on"}},
+		{"inv4_semisync_fallback_deposed.jsonl", 1, 0, 0, []string{"ok write 2 (site east) is missing from final with semi-sync on"}},
+		// Polls without the fields open no window.
+		{"inv4_semisync_lost.jsonl", 1, 0, 0, []string{"ok write 1 (site east) is missing from final with semi-sync on"}},
+	}
+	for _, c := range cases {
+		t.Run(c.file, func(t *testing.T) {
+			_, rep, stderr := checkFile(t, filepath.Join("testdata", c.file))
+			if rep == nil {
+				t.Fatalf("no report: %s", stderr)
+			}
+			if rep.Writes.Lost != c.lost || rep.Writes.LostFallback != c.fallback || rep.Writes.LostDeposed != c.deposed {
+				t.Errorf("writes %+v, want lost=%d lostFallback=%d lostDeposed=%d", rep.Writes, c.lost, c.fallback, c.deposed)
+			}
+			var causes []string
+			for _, a := range rep.Anomalies {
+				causes = append(causes, a.Cause)
+			}
+			if len(causes) != len(c.anomalous) {
+				t.Fatalf("anomalies %q, want %q", causes, c.anomalous)
+			}
+			for i, want := range c.anomalous {
+				if !strings.HasPrefix(causes[i], want) {
+					t.Errorf("anomaly %d is %q, want %q", i, causes[i], want)
+				}
 			}
 		})
 	}
@@ -297,9 +355,9 @@ func TestMalformedInput(t *testing.T) {
 	}
 }
 
-// The text table names the run, the counts and each anomaly with its
-// invariant and the lines of its excerpt; --visualize writes Porcupine's
-// page.
+// The text table names the run, the counts (the lost writes by window
+// among them) and each anomaly with its invariant and the lines of its
+// excerpt; --visualize writes Porcupine's page.
 func TestTableAndVisualization(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	html := filepath.Join(t.TempDir(), "lease.html")
@@ -312,6 +370,13 @@ func TestTableAndVisualization(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+	stdout.Reset()
+	if code := run([]string{filepath.Join("testdata", "inv4_semisync_fallback_within_abandoned.jsonl")}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr.String())
+	}
+	if want := "lost=1 (deposed primary before its fence: 0; after the operators last saw it: 0; in a semi-sync fallback window: 1)"; !strings.Contains(stdout.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, stdout.String())
 	}
 	page, err := os.ReadFile(html)
 	if err != nil || !bytes.Contains(page, []byte("<html")) {

@@ -3,8 +3,9 @@
 //! - [`writer`]: an application writing through `<db>-primary`, one unique
 //!   value per INSERT, each attempt `ok`, `fail` (certainly not applied:
 //!   refused, or never sent) or `unknown` (sent, no answer).
-//! - [`poller`]: each site's `read_only` (`super_read_only` on MySQL) over
-//!   its unix socket, which no partition cuts.
+//! - [`poller`]: each site's `read_only` (`super_read_only` on MySQL) and
+//!   its primary side of semi-sync (the switch, and whether commits wait for
+//!   an acknowledgement) over its unix socket, which no partition cuts.
 //! - [`prober`]: each site as an operator sees it, from that operator's
 //!   cgroup (run as its own process: a cgroup holds processes).
 //! - [`watch_group`], [`watch_records`], [`watch_leader`]: the group's status, its
@@ -168,8 +169,9 @@ fn record_write(history: &History, client: &str, value: u64, site: Option<&str>,
     history.record(&r);
 }
 
-/// Polls `site`'s read-only switches over its unix socket `socket` every
-/// 200 ms until `stop`, as the operator's account (`password`).
+/// Polls `site`'s read-only switches and its primary side of semi-sync
+/// over its unix socket `socket` every 200 ms until `stop`, as the
+/// operator's account (`password`).
 pub async fn poller(
     site: String,
     socket: PathBuf,
@@ -182,6 +184,7 @@ pub async fn poller(
         Flavor::MariaDb => "SELECT @@read_only, 0",
         Flavor::MySql => "SELECT @@read_only, @@super_read_only",
     };
+    let semi_sync_sql = semi_sync_sql(flavor);
     let mut conn: Option<mysql_async::Conn> = None;
     while !stop.load(Ordering::SeqCst) {
         let at = now_us();
@@ -211,6 +214,23 @@ pub async fn poller(
                 r["superReadOnly"] = json!(sro == 1);
             }
             r["writable"] = json!(ro == 0 && sro == 0);
+            // The poll is the read-only switches': semi-sync's are added
+            // when they can be read, and their absence fails nothing.
+            if let Some(c) = conn.as_mut() {
+                match tokio::time::timeout(Duration::from_secs(1), read_semi_sync(c, &semi_sync_sql)).await {
+                    Ok(Ok(seen)) => {
+                        if let Some(enabled) = seen.enabled {
+                            r["semiSyncEnabled"] = json!(enabled);
+                        }
+                        if let Some(active) = seen.active {
+                            r["semiSyncActive"] = json!(active);
+                        }
+                    }
+                    // A connection that failed or timed out mid-answer is
+                    // not used again.
+                    Ok(Err(_)) | Err(_) => conn = None,
+                }
+            }
         } else {
             r["ok"] = json!(false);
             r["writable"] = json!(false);
@@ -218,6 +238,47 @@ pub async fn poller(
         }
         history.record(&r);
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What a poll read of a site's primary side of semi-sync: the switch
+/// (`rpl_semi_sync_master_enabled`, MySQL `rpl_semi_sync_source_enabled`)
+/// and the status (`Rpl_semi_sync_master_status`, MySQL
+/// `Rpl_semi_sync_source_status`: ON while commits wait for an
+/// acknowledgement), each `None` when the server has no such variable.
+#[derive(Clone, Copy, Debug)]
+struct SemiSyncSeen {
+    enabled: Option<bool>,
+    active: Option<bool>,
+}
+
+/// The statements that read the primary side of semi-sync: two `SHOW`s
+/// sent as one query (one round trip). A `SHOW … LIKE` answers no row for
+/// a variable the server does not have (MySQL's exist only once its
+/// semi-sync plugins are loaded), where a `SELECT @@…` of it would fail.
+fn semi_sync_sql(flavor: Flavor) -> String {
+    let (enabled, _, status, _) = flavor.semi_sync_names();
+    format!("SHOW GLOBAL VARIABLES LIKE '{enabled}'; SHOW GLOBAL STATUS LIKE '{status}'")
+}
+
+/// Reads [`SemiSyncSeen`] with [`semi_sync_sql`]'s query; a row that is
+/// not two texts counts as no row.
+async fn read_semi_sync(conn: &mut mysql_async::Conn, sql: &str) -> Result<SemiSyncSeen, mysql_async::Error> {
+    let mut result = conn.query_iter(sql).await?;
+    let variable: Vec<_> = result.try_collect::<(String, String)>().await?;
+    let status: Vec<_> = result.try_collect::<(String, String)>().await?;
+    result.drop_result().await?;
+    let value =
+        |rows: Vec<Result<(String, String), _>>| rows.into_iter().flatten().next().and_then(|(_, v)| switch_value(&v));
+    Ok(SemiSyncSeen { enabled: value(variable), active: value(status) })
+}
+
+/// An ON/OFF variable's value as `SHOW` prints it (`None`: neither).
+fn switch_value(v: &str) -> Option<bool> {
+    match v.to_ascii_uppercase().as_str() {
+        "ON" | "1" => Some(true),
+        "OFF" | "0" => Some(false),
+        _ => None,
     }
 }
 
@@ -626,6 +687,23 @@ mod tests {
         assert_eq!(records[0]["reason"], "revoked");
         assert_eq!(records[0]["stoppedUs"], 1_796_509_191_460_075_i64);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_semi_sync_read_names_the_flavors_primary_side() {
+        assert_eq!(
+            semi_sync_sql(Flavor::MariaDb),
+            "SHOW GLOBAL VARIABLES LIKE 'rpl_semi_sync_master_enabled'; \
+             SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_master_status'"
+        );
+        assert_eq!(
+            semi_sync_sql(Flavor::MySql),
+            "SHOW GLOBAL VARIABLES LIKE 'rpl_semi_sync_source_enabled'; \
+             SHOW GLOBAL STATUS LIKE 'Rpl_semi_sync_source_status'"
+        );
+        assert_eq!(switch_value("ON"), Some(true));
+        assert_eq!(switch_value("OFF"), Some(false));
+        assert_eq!(switch_value(""), None);
     }
 
     #[test]
