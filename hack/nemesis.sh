@@ -8,6 +8,7 @@
 #
 #   hack/nemesis.sh                 # NEMESIS_SEEDS (default 1), NEMESIS_SECONDS (default 120)
 #   NEMESIS_SEEDS="1 2 3" NEMESIS_SECONDS=600 E2E_FLAVORS=mariadb hack/nemesis.sh
+#   NEMESIS_SEMI_SYNC=on|off        # semi-sync in every run (default: each seed's draw)
 #   hack/nemesis.sh --replay DIR    # the checker again over DIR/history.jsonl
 #
 # Exit status: 0 when every run ended and the checker found no anomaly,
@@ -63,6 +64,12 @@ rm -rf "$dir/control-plane/etcd" "$dir/logs"
 seeds=${NEMESIS_SEEDS:-1}
 seconds=${NEMESIS_SECONDS:-120}
 flavors=${E2E_FLAVORS:-mariadb mysql}
+semi_sync=()
+case "${NEMESIS_SEMI_SYNC:-}" in
+  "") ;;
+  on | off) semi_sync=(--semi-sync "$NEMESIS_SEMI_SYNC") ;;
+  *) echo "$me: NEMESIS_SEMI_SYNC is on or off, not '$NEMESIS_SEMI_SYNC'" >&2; exit 2 ;;
+esac
 status=0
 reports=()
 for flavor in $flavors; do
@@ -74,7 +81,7 @@ for flavor in $flavors; do
     # Up (again) before each run: a run that failed mid-fault may have left
     # the API server down (up is a no-op on a healthy control plane).
     "$root/hack/control-plane.sh" up "$dir/control-plane" >/dev/null
-    if ! E2E_FLAVOR=$flavor "$dir/bin/nemesis" run --seed "$seed" --seconds "$seconds" --out "$out" 2>&1 | tee "$out/runner.log"; then
+    if ! E2E_FLAVOR=$flavor "$dir/bin/nemesis" run --seed "$seed" --seconds "$seconds" "${semi_sync[@]}" --out "$out" 2>&1 | tee "$out/runner.log"; then
       echo "$me: the run of seed $seed ($flavor) failed; its logs are in $out" >&2
       status=1
       continue
