@@ -171,6 +171,7 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             unswept: failover::reassert::Unswept::default(),
             credentials: controller::failover_group::credentials::Cache::start(&client, &credentials_namespace),
             records,
+            semi_sync: controller::failover_group::semisync::Memory::default(),
         },
         credentials_namespace,
     });

@@ -473,5 +473,14 @@ async fn semi_sync_falls_back_by_the_operators_decision_and_comes_back_with_the_
     w.query_drop("INSERT INTO w VALUES (4)").await.unwrap();
     let after: u64 = status_of("iad", acknowledged_tx).parse().unwrap();
     assert_eq!(after, before + 1, "the standby acknowledges again");
+
+    // A server timeout of the group's own, for when the operator cannot act.
+    let patch = json!({"spec": {"failover": {"semiSyncServerTimeoutSeconds": 600}}});
+    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    wait_for("iad's semi-sync timeout to be the group's", T, || async {
+        let v = sc.pair.sql("iad", &format!("SELECT @@{timeout}"));
+        if v.trim() == "600000" { Ok(()) } else { Err(v) }
+    })
+    .await;
     sc.cluster.delete_group(&name).await;
 }

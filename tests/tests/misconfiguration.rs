@@ -246,6 +246,19 @@ async fn the_schema_refuses_malformed_objects() {
     let (code, msg) = refused(groups.create(&pp, &g).await.unwrap_err());
     assert!(code == 422 && msg.contains("probeIntervalSeconds"), "{code} {msg}");
 
+    // The semi-sync fallback and the server's timeout, out of range.
+    for (suffix, fallback, server, field) in [
+        ("e1", 0, 0, "semiSyncFallbackSeconds"),
+        ("e2", 3601, 0, "semiSyncFallbackSeconds"),
+        ("e3", 10, 86_401, "semiSyncServerTimeoutSeconds"),
+    ] {
+        let mut g = group(&format!("{}-{suffix}", ns.name), &ns.name, pair_sites(&ns.name), "iad");
+        g.spec.failover.semi_sync_fallback_seconds = fallback;
+        g.spec.failover.semi_sync_server_timeout_seconds = server;
+        let (code, msg) = refused(groups.create(&pp, &g).await.unwrap_err());
+        assert!(code == 422 && msg.contains(field), "{code} {msg}");
+    }
+
     let mut g = group(&format!("{}-f", ns.name), &ns.name, pair_sites(&ns.name), "iad");
     g.spec.sites[0].name = "IAD_1".into();
     let (code, msg) = refused(groups.create(&pp, &g).await.unwrap_err());

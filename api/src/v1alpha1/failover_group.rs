@@ -322,6 +322,21 @@ pub struct FailoverPolicy {
     #[serde(default = "default_semi_sync_fallback")]
     #[schemars(range(min = 1, max = 3600))]
     pub semi_sync_fallback_seconds: u32,
+    /// With semiSync, the timeout the operator sets on the primary's server
+    /// (rpl_semi_sync_master_timeout, MySQL rpl_semi_sync_source_timeout),
+    /// in seconds, 0–86400: the server's own fallback, for when the
+    /// operator cannot act (it is down, or cut off from the primary). 0
+    /// (the default) sets the largest the servers take, about 49 days:
+    /// the server never falls back on its own, so a primary cut off from
+    /// its standby and the operator, or paused and failed away from,
+    /// acknowledges no commit its standby lacks, and while neither the
+    /// standby nor the operator can act, commits wait until a person acts
+    /// (docs/runbook.md, SemiSyncUnavailable). Any other value trades that
+    /// for availability: past it the server acknowledges without the
+    /// standby, and a primary cut off or paused longer loses those writes.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 86400))]
+    pub semi_sync_server_timeout_seconds: u32,
     /// How many transactions an automatic (emergency) promotion may abandon,
     /// 0–1000000. Default 0. The abandoned transactions are those the
     /// operator last saw on the primary (its last answered probe) that the
@@ -375,6 +390,7 @@ impl Default for FailoverPolicy {
             catch_up_timeout_seconds: default_catch_up_timeout(),
             semi_sync: false,
             semi_sync_fallback_seconds: default_semi_sync_fallback(),
+            semi_sync_server_timeout_seconds: 0,
             max_abandoned_transactions: 0,
         }
     }

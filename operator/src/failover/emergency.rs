@@ -480,7 +480,10 @@ pub(crate) async fn recover(
         if !ctx.leadership.is_leader() {
             return Err(Error::NotLeader);
         }
-        if let Err(e) = actions::promote(&at, &creds, obs.flavor, timeout).await {
+        let policy = &group.spec.failover;
+        let semi_sync = (policy.semi_sync && obs.semi_sync.is_some())
+            .then(|| crate::mysql::statements::semi_sync_timeout_ms(policy.semi_sync_server_timeout_seconds));
+        if let Err(e) = actions::promote(&at, &creds, obs.flavor, semi_sync, timeout).await {
             return Ok(Some(format!("promotion of {active} is pending: {}", crate::mysql::classify(&e).1)));
         }
         tracing::info!(group = %group.name_any(), site = active, "promoted after an emergency decision");

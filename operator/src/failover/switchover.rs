@@ -21,7 +21,7 @@ use crate::mysql::Flavor;
 use crate::mysql::ProbeTarget;
 use crate::mysql::SiteObservation;
 use crate::mysql::actions;
-use crate::mysql::statements::Source;
+use crate::mysql::statements::{self, Source};
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use bloodraven_api::v1alpha1::reason;
 use bloodraven_core::failover::planned::Phase;
@@ -173,7 +173,11 @@ pub(crate) async fn promote(ctx: &Context, group: &MysqlFailoverGroup, step: &St
     if !ctx.leadership.is_leader() {
         return Err(Error::NotLeader);
     }
-    actions::promote(&at, &creds, step.flavor, step.action_bound).await.map_err(|e| site_err("promote", site, &e))?;
+    let semi_sync = (step.policy.semi_sync && step.tgt.as_ref().is_some_and(|t| t.semi_sync.is_some()))
+        .then(|| statements::semi_sync_timeout_ms(step.policy.semi_sync_server_timeout_seconds));
+    actions::promote(&at, &creds, step.flavor, semi_sync, step.action_bound)
+        .await
+        .map_err(|e| site_err("promote", site, &e))?;
     tracing::info!(group = %group.name_any(), site = %site, "promoted");
     ctx.failpoint.hit(&format!("{}-after-promote", step.failpoints));
     Ok(())

@@ -396,14 +396,24 @@ pub(crate) async fn unfence(
 }
 
 /// Promotes a site: stops replication, forgets its source, makes it writable.
+///
+/// `semi_sync`: the group asks for semi-sync and the site can do it, with
+/// the server's timeout in milliseconds. Its primary side is switched on
+/// before it is made writable, so no commit it takes is acknowledged
+/// without a replica unless the operator falls back
+/// (`controller::failover_group::semisync`).
 pub(crate) async fn promote(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
+    semi_sync: Option<u64>,
     timeout: Duration,
 ) -> Result<(), ProbeError> {
-    let mut all: Vec<&str> = statements::stop_replication(flavor).to_vec();
-    all.extend_from_slice(statements::unfence(flavor));
+    let mut all: Vec<String> = statements::stop_replication(flavor).iter().map(|s| (*s).to_owned()).collect();
+    if let Some(timeout_ms) = semi_sync {
+        all.extend(statements::semi_sync(flavor, true, true, timeout_ms));
+    }
+    all.extend(statements::unfence(flavor).iter().map(|s| (*s).to_owned()));
     run_all(target, creds, &all, timeout).await
 }
 
@@ -419,38 +429,48 @@ pub(crate) async fn repoint(
     run_all(target, creds, &all, timeout).await
 }
 
-/// Turns semi-synchronous replication on or off for a site's role;
-/// `restart_io`: restart a replica's IO thread so it takes effect (only
-/// when replication is configured).
+/// A site's semi-sync switches as its role asks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SemiSyncRole {
+    /// On or off.
+    pub on: bool,
+    /// The primary's side (and the replica's off), or the replica's.
+    pub primary: bool,
+    /// Restart a replica's IO thread so it takes effect (only when
+    /// replication is configured).
+    pub restart_io: bool,
+    /// The primary's own timeout, in milliseconds.
+    pub timeout_ms: u64,
+}
+
+/// Turns semi-synchronous replication on or off for a site's role.
 pub(crate) async fn semi_sync(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
-    on: bool,
-    primary: bool,
-    restart_io: bool,
+    role: SemiSyncRole,
     timeout: Duration,
 ) -> Result<(), ProbeError> {
-    let all: Vec<String> = statements::semi_sync(flavor, on, primary)
+    let all: Vec<String> = statements::semi_sync(flavor, role.on, role.primary, role.timeout_ms)
         .into_iter()
-        .filter(|s| restart_io || !s.ends_with("IO_THREAD"))
+        .filter(|s| role.restart_io || !s.ends_with("IO_THREAD"))
         .collect();
     run_all(target, creds, &all, timeout).await
 }
 
-/// How long, in seconds, the oldest commit on a site has waited for a
-/// semi-sync acknowledgement (`None`: none waits), within `timeout`.
-pub(crate) async fn oldest_semi_sync_wait(
+/// The sessions whose commit waits for a semi-sync acknowledgement on a
+/// site, as (id, seconds its statement has run), within `timeout`.
+pub(crate) async fn semi_sync_waiters(
     target: &ProbeTarget,
     creds: &Credentials,
     flavor: Flavor,
     timeout: Duration,
-) -> Result<Option<Duration>, ProbeError> {
+) -> Result<Vec<(u64, u64)>, ProbeError> {
     let read = async {
         let mut conn = connect(target, creds).await?;
         let waiting = sessions(&mut conn, flavor, Sessions::SemiSyncWaiters).await?;
         let _ = conn.disconnect().await;
-        Ok::<_, ProbeError>(waiting.iter().map(|(.., time)| *time).max().map(Duration::from_secs))
+        Ok::<_, ProbeError>(waiting.into_iter().map(|(id, _, time)| (id, time)).collect())
     };
     tokio::time::timeout(timeout, read)
         .await

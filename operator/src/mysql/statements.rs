@@ -367,8 +367,9 @@ pub(crate) fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
     }
 }
 
-/// The semi-sync timeout the operator sets on a primary, in milliseconds:
-/// the largest both servers take (about 49 days). The server then never
+/// The semi-sync timeout the operator sets on a primary by default
+/// (`semiSyncServerTimeoutSeconds: 0`), in milliseconds: the largest both
+/// servers take (about 49 days). The server then never
 /// falls back to asynchronous replication on its own, which it would do
 /// on a paused or cut-off primary as soon as it ran again, acknowledging
 /// commits its standby, promoted meanwhile, never receives. For the same
@@ -379,16 +380,23 @@ pub(crate) fn replicate_from(flavor: Flavor, source: &Source) -> Vec<Secret> {
 /// only (`controller::failover_group::semisync`).
 pub(crate) const SEMI_SYNC_TIMEOUT_MS: u64 = 4_294_967_295;
 
+/// The semi-sync timeout for a group's `semiSyncServerTimeoutSeconds`, in
+/// milliseconds: 0 is [`SEMI_SYNC_TIMEOUT_MS`].
+pub(crate) fn semi_sync_timeout_ms(seconds: u32) -> u64 {
+    if seconds == 0 { SEMI_SYNC_TIMEOUT_MS } else { u64::from(seconds.min(86_400)) * 1000 }
+}
+
 /// Statements that turn semi-synchronous replication on or off on a site,
 /// for its role (`primary`: wait for a replica's acknowledgement after the
-/// commit is synced to the binlog, AFTER_SYNC, as long as it takes
-/// ([`SEMI_SYNC_TIMEOUT_MS`]); replica: acknowledge).
-pub(crate) fn semi_sync(flavor: Flavor, on: bool, primary: bool) -> Vec<String> {
+/// commit is synced to the binlog, AFTER_SYNC, for at most `timeout_ms`
+/// ([`semi_sync_timeout_ms`]), for one replica's acknowledgement; replica:
+/// acknowledge).
+pub(crate) fn semi_sync(flavor: Flavor, on: bool, primary: bool, timeout_ms: u64) -> Vec<String> {
     let v = if on { "ON" } else { "OFF" };
     match (flavor, primary) {
         (Flavor::MariaDb, true) => vec![
             "SET GLOBAL rpl_semi_sync_master_wait_point = AFTER_SYNC".into(),
-            format!("SET GLOBAL rpl_semi_sync_master_timeout = {SEMI_SYNC_TIMEOUT_MS}"),
+            format!("SET GLOBAL rpl_semi_sync_master_timeout = {timeout_ms}"),
             "SET GLOBAL rpl_semi_sync_master_wait_no_slave = ON".into(),
             format!("SET GLOBAL rpl_semi_sync_master_enabled = {v}"),
             "SET GLOBAL rpl_semi_sync_slave_enabled = OFF".into(),
@@ -405,8 +413,9 @@ pub(crate) fn semi_sync(flavor: Flavor, on: bool, primary: bool) -> Vec<String> 
         // turns the other's off, as on MariaDB.
         (Flavor::MySql, true) => vec![
             "SET GLOBAL rpl_semi_sync_source_wait_point = AFTER_SYNC".into(),
-            format!("SET GLOBAL rpl_semi_sync_source_timeout = {SEMI_SYNC_TIMEOUT_MS}"),
+            format!("SET GLOBAL rpl_semi_sync_source_timeout = {timeout_ms}"),
             "SET GLOBAL rpl_semi_sync_source_wait_no_replica = ON".into(),
+            "SET GLOBAL rpl_semi_sync_source_wait_for_replica_count = 1".into(),
             format!("SET GLOBAL rpl_semi_sync_source_enabled = {v}"),
             "SET GLOBAL rpl_semi_sync_replica_enabled = OFF".into(),
         ],
@@ -525,8 +534,12 @@ mod tests {
         assert!(has_public_role("garbage"));
         assert_eq!(show_grants_for_role("r`x"), "SHOW GRANTS FOR `r``x`");
         assert_eq!(show_grants_for_role("PUBLIC"), "SHOW GRANTS FOR `PUBLIC`");
-        assert!(semi_sync(Flavor::MariaDb, true, true).iter().any(|s| s.contains("AFTER_SYNC")));
-        assert!(semi_sync(Flavor::MySql, true, true).iter().any(|s| s.contains("rpl_semi_sync_source_enabled = ON")));
+        assert!(semi_sync(Flavor::MariaDb, true, true, SEMI_SYNC_TIMEOUT_MS).iter().any(|s| s.contains("AFTER_SYNC")));
+        assert!(
+            semi_sync(Flavor::MySql, true, true, SEMI_SYNC_TIMEOUT_MS)
+                .iter()
+                .any(|s| s.contains("rpl_semi_sync_source_enabled = ON"))
+        );
         for (flavor, primary, other) in [
             (Flavor::MySql, true, "rpl_semi_sync_replica_enabled = OFF"),
             (Flavor::MySql, false, "rpl_semi_sync_source_enabled = OFF"),
@@ -534,14 +547,14 @@ mod tests {
             (Flavor::MariaDb, false, "rpl_semi_sync_master_enabled = OFF"),
         ] {
             assert!(
-                semi_sync(flavor, true, primary).iter().any(|s| s.contains(other)),
+                semi_sync(flavor, true, primary, SEMI_SYNC_TIMEOUT_MS).iter().any(|s| s.contains(other)),
                 "{flavor:?} {primary}: {other}"
             );
         }
         // A primary's waits are the operator's, set before it waits: the
         // server never falls back on its own, even with no replica left.
         for (flavor, var) in [(Flavor::MariaDb, "master"), (Flavor::MySql, "source")] {
-            let all = semi_sync(flavor, true, true);
+            let all = semi_sync(flavor, true, true, SEMI_SYNC_TIMEOUT_MS);
             let at = |needle: &str| all.iter().position(|s| s.contains(needle));
             let on = at(&format!("rpl_semi_sync_{var}_enabled = ON")).unwrap();
             assert!(at(&format!("rpl_semi_sync_{var}_timeout = 4294967295")).unwrap() < on, "{all:?}");

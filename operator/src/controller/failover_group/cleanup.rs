@@ -128,6 +128,7 @@ pub(crate) async fn finalize(ctx: &Context, group: &MysqlFailoverGroup) -> Resul
         ctx.groups.unswept.forget(uid);
         ctx.groups.missed.forget(uid);
         ctx.groups.replicas.forget(uid);
+        ctx.groups.semi_sync.forget(uid);
     }
     let records: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &ctx.namespace);
     ctx.groups.records.delete(&records, &name).await;

@@ -25,7 +25,7 @@ mod observed;
 mod operations;
 pub(crate) mod replicas;
 mod report;
-mod semisync;
+pub(crate) mod semisync;
 pub(crate) mod sites;
 
 use std::sync::Arc;
@@ -69,6 +69,8 @@ pub(crate) struct State {
     pub credentials: credentials::Cache,
     /// The decision records, read through a watch of the operator's namespace.
     pub records: record::Records,
+    /// What the semi-sync maintenance saw at each group's previous round.
+    pub semi_sync: semisync::Memory,
 }
 
 const CONTROLLER: &str = "failovergroup";

@@ -34,10 +34,12 @@
 //!
 //! [`statements::SEMI_SYNC_TIMEOUT_MS`]: crate::mysql::statements::SEMI_SYNC_TIMEOUT_MS
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use bloodraven_api::v1alpha1::MysqlFailoverGroup;
-use kube::ResourceExt;
+use kube::{Resource, ResourceExt};
 
 use bloodraven_api::v1alpha1::{ConditionType, reason};
 
@@ -60,12 +62,7 @@ use crate::mysql::{ProbeTarget, SemiSync, actions, statements};
 /// for the old one's rejoin as long as `fallback`. The fallback switches
 /// both sides off, so a primary that fell back stays off until its standby
 /// acknowledges.
-pub(super) fn primary_on(
-    have: &SemiSync,
-    standby_acknowledges: bool,
-    waited: Option<Duration>,
-    fallback: Duration,
-) -> bool {
+fn primary_on(have: &SemiSync, standby_acknowledges: bool, waited: Option<Duration>, fallback: Duration) -> bool {
     if !have.primary {
         return standby_acknowledges || have.replica;
     }
@@ -79,22 +76,101 @@ fn waiting(have: &SemiSync) -> bool {
     have.primary && have.waiting.is_none_or(|n| n > 0)
 }
 
-/// Whether a standby's receiver is connected to the active site with its
-/// replica side of semi-sync on.
-fn acknowledges(group: &MysqlFailoverGroup, active: &str, probe: &SiteProbe) -> bool {
+/// Whether a standby acknowledges the active site: its receiver connected
+/// to it, its replica side of semi-sync on, and caught up with what the
+/// primary had a round before (`primary_before`; none known: not yet), so
+/// that switching the primary's side on does not stall every commit while
+/// a backlog arrives (the servers wait from the moment it is on).
+fn acknowledges(group: &MysqlFailoverGroup, active: &str, probe: &SiteProbe, primary_before: Option<&str>) -> bool {
     let Ok(obs) = &probe.outcome else { return false };
+    let Some(r) = obs.replication.as_ref() else { return false };
     probe.site != active
         && obs.semi_sync.is_some_and(|s| s.replica)
-        && obs.replication.as_ref().is_some_and(|r| crate::failover::emergency::follows_active(group, active, r))
+        && crate::failover::emergency::follows_active(group, active, r)
+        && primary_before
+            .is_some_and(|before| caught_up(obs.flavor, before, &obs.gtid_position, r.received_position.as_deref()))
+}
+
+/// Whether a replica that has `executed` and has received `received` has
+/// every transaction of the primary's position `primary`.
+fn caught_up(flavor: crate::mysql::Flavor, primary: &str, executed: &str, received: Option<&str>) -> bool {
+    use bloodraven_core::failover::abandoned::abandoned;
+    match abandoned(flavor, primary, executed) {
+        Ok(None) => true,
+        Ok(Some(missing)) => {
+            let Some(received) = received else { return false };
+            match flavor {
+                // A position per domain: the received one is the furthest.
+                crate::mysql::Flavor::MariaDb => matches!(abandoned(flavor, primary, received), Ok(None)),
+                // A set: what it has not executed must all be received.
+                crate::mysql::Flavor::MySql => matches!(abandoned(flavor, &missing.gtids, received), Ok(None)),
+            }
+        }
+        Err(_) => false,
+    }
+}
+
+/// What the semi-sync maintenance remembers of each group between rounds
+/// (in this process only: a new leader starts afresh, which delays a
+/// fallback or a switch back by a round).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Memory(Arc<Mutex<HashMap<String, Seen>>>);
+
+#[derive(Debug, Default)]
+struct Seen {
+    /// The active site and its GTID position at the previous round.
+    primary: Option<(String, String)>,
+    /// Commits seen waiting for an acknowledgement on the active site:
+    /// session id → (first seen waiting, its statement's age then, seconds).
+    waiting: HashMap<u64, (Instant, u64)>,
+}
+
+impl Memory {
+    /// Forgets a group (deletion).
+    pub(crate) fn forget(&self, uid: &str) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).remove(uid);
+    }
+
+    fn with<T>(&self, uid: &str, f: impl FnOnce(&mut Seen) -> T) -> T {
+        let mut map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        f(map.entry(uid.to_owned()).or_default())
+    }
+}
+
+/// How long the longest of the commits seen waiting has waited, as far as
+/// the operator can tell: from when it first saw it waiting. A process
+/// list's `Time` is its statement's age, not its wait's (a long statement
+/// waits only at its end), so it only tells the same statement from the
+/// next one in the same session: still waiting, its age grew with the
+/// clock. `read`: this round's waiters, (id, seconds).
+fn waited(seen: &mut HashMap<u64, (Instant, u64)>, now: Instant, read: &[(u64, u64)]) -> Duration {
+    let before = std::mem::take(seen);
+    for &(id, age) in read {
+        let kept = before.get(&id).copied().filter(|&(first, age_then)| {
+            let elapsed = now.saturating_duration_since(first).as_secs();
+            // Whole seconds each: a second of slack.
+            age + 1 >= age_then + elapsed
+        });
+        seen.insert(id, kept.unwrap_or((now, age)));
+    }
+    seen.values().map(|&(first, _)| now.saturating_duration_since(first)).max().unwrap_or_default()
 }
 
 /// Sets the switches that differ from what the group asks; returns whether
 /// it changed any (the caller probes again before reporting).
 pub(super) async fn maintain(ctx: &Context, group: &MysqlFailoverGroup, active: &str, probes: &[SiteProbe]) -> bool {
-    let asked = group.spec.failover.semi_sync;
-    let fallback = Duration::from_secs(u64::from(group.spec.failover.semi_sync_fallback_seconds.clamp(1, 3600)));
-    let standby_acknowledges = probes.iter().any(|p| acknowledges(group, active, p));
-    let timeout = Duration::from_secs(u64::from(group.spec.failover.probe_timeout_seconds.clamp(1, 60)) * 2);
+    let policy = &group.spec.failover;
+    let asked = policy.semi_sync;
+    let uid = group.meta().uid.clone().unwrap_or_default();
+    let fallback = Duration::from_secs(u64::from(policy.semi_sync_fallback_seconds.clamp(1, 3600)));
+    let timeout_ms = statements::semi_sync_timeout_ms(policy.semi_sync_server_timeout_seconds);
+    let memory = &ctx.groups.semi_sync;
+    let before = memory.with(&uid, |m| m.primary.clone().filter(|(site, _)| site == active).map(|(_, p)| p));
+    let standby_acknowledges = probes.iter().any(|p| acknowledges(group, active, p, before.as_deref()));
+    if let Some(Ok(obs)) = probes.iter().find(|p| p.site == active).map(|p| &p.outcome) {
+        memory.with(&uid, |m| m.primary = Some((active.to_owned(), obs.gtid_position.clone())));
+    }
+    let timeout = Duration::from_secs(u64::from(policy.probe_timeout_seconds.clamp(1, 60)) * 2);
     let mut changed = false;
     for probe in probes {
         let Ok(obs) = &probe.outcome else { continue };
@@ -114,22 +190,20 @@ pub(super) async fn maintain(ctx: &Context, group: &MysqlFailoverGroup, active: 
         let Some(site) = group.site(&probe.site) else { continue };
         let at = ProbeTarget { host: site.host.clone(), port: site.port };
         let (on, fell_back) = if primary && asked {
-            {
-                let mut waited = None;
-                if waiting(&have) {
-                    let Ok(creds) = sites::read_credentials(site, ctx).await else { continue };
-                    waited = match actions::oldest_semi_sync_wait(&at, &creds, obs.flavor, timeout).await {
-                        Ok(w) => w,
-                        Err(err) => {
-                            let (_, message) = crate::mysql::classify(&err);
-                            tracing::warn!(group = %group.name_any(), site = %probe.site, error = %message, "failed to read the commits waiting for a semi-sync acknowledgement");
-                            None
-                        }
-                    };
+            let mut read = Vec::new();
+            if waiting(&have) {
+                let Ok(creds) = sites::read_credentials(site, ctx).await else { continue };
+                match actions::semi_sync_waiters(&at, &creds, obs.flavor, timeout).await {
+                    Ok(w) => read = w,
+                    Err(err) => {
+                        let (_, message) = crate::mysql::classify(&err);
+                        tracing::warn!(group = %group.name_any(), site = %probe.site, error = %message, "failed to read the commits waiting for a semi-sync acknowledgement");
+                    }
                 }
-                let on = primary_on(&have, standby_acknowledges, waited, fallback);
-                (on, have.primary && !on)
             }
+            let waited = memory.with(&uid, |m| waited(&mut m.waiting, Instant::now(), &read));
+            let on = primary_on(&have, standby_acknowledges, Some(waited), fallback);
+            (on, have.primary && !on)
         } else {
             // A standby acknowledges when asked; a primary of a group that
             // does not ask has both sides off.
@@ -137,19 +211,20 @@ pub(super) async fn maintain(ctx: &Context, group: &MysqlFailoverGroup, active: 
         };
         // The operator's waits on a primary, whatever the server's
         // configuration (or a restart) set.
-        let waits_set =
-            !(primary && on) || (have.timeout_ms == statements::SEMI_SYNC_TIMEOUT_MS && have.wait_no_replica);
+        let waits_set = !(primary && on) || (have.timeout_ms == timeout_ms && have.wait_no_replica);
         let same = if primary { have.primary == on && !have.replica } else { have.replica == on && !have.primary };
         if same && waits_set {
             continue;
         }
         let Ok(creds) = sites::read_credentials(site, ctx).await else { continue };
         let restart_io = !primary && obs.replication.is_some();
-        match actions::semi_sync(&at, &creds, obs.flavor, on, primary, restart_io, timeout).await {
+        let role = actions::SemiSyncRole { on, primary, restart_io, timeout_ms };
+        match actions::semi_sync(&at, &creds, obs.flavor, role, timeout).await {
             Ok(()) => {
                 changed = true;
                 if fell_back {
-                    tracing::warn!(group = %group.name_any(), site = %probe.site, fallback_seconds = fallback.as_secs(), "a commit waited for a semi-sync acknowledgement with no standby acknowledging: fell back to asynchronous replication on the primary");
+                    memory.with(&uid, |m| m.waiting.clear());
+                    tracing::warn!(group = %group.name_any(), site = %probe.site, fallback_seconds = fallback.as_secs(), "a commit waited for a semi-sync acknowledgement past semiSyncFallbackSeconds: fell back to asynchronous replication on the primary");
                 } else {
                     tracing::info!(group = %group.name_any(), site = %probe.site, primary, on, "semi-synchronous replication set");
                 }
@@ -178,6 +253,7 @@ pub(super) fn condition(asked: bool, active: Option<&str>, fallback_seconds: u32
     let primary = probes.iter().find(|p| Some(p.site.as_str()) == active);
     if missing.is_empty()
         && let Some(Ok(obs)) = primary.map(|p| &p.outcome)
+        && obs.writable
         && obs.semi_sync.is_some_and(|s| !s.primary)
     {
         let others: Vec<&str> =
@@ -187,7 +263,7 @@ pub(super) fn condition(asked: bool, active: Option<&str>, fallback_seconds: u32
             true,
             reason::STANDBY_NOT_ACKNOWLEDGING,
             format!(
-                "semi-synchronous replication is off on the primary {}: a commit waited {fallback_seconds}s for an acknowledgement (semiSyncFallbackSeconds) and the operator fell back to asynchronous replication, or no standby has acknowledged since semi-sync was asked for or the primary restarted; it is switched on again once the standby {} replicates from the primary with its replica side on. Until then an emergency failover can lose acknowledged writes",
+                "semi-synchronous replication is off on the primary {}: a commit waited {fallback_seconds}s for an acknowledgement (semiSyncFallbackSeconds) and the operator fell back to asynchronous replication, or no standby has acknowledged since semi-sync was asked for or the primary restarted (or the operator could not switch it on: its log says why); it is switched on again once the standby {} replicates from the primary, with its replica side on, and has caught up. Until then an emergency failover can lose acknowledged writes",
                 active.unwrap_or_default(),
                 others.join(", ")
             ),
@@ -266,7 +342,7 @@ mod tests {
     }
 
     #[test]
-    fn the_primary_falls_back_only_after_a_commit_waited_with_no_replica_and_comes_back_with_its_standby() {
+    fn the_primary_falls_back_only_after_a_commit_waited_the_fallback_and_comes_back_with_its_standby() {
         let fallback = Duration::from_secs(10);
         let on = SemiSync { primary: true, ..SemiSync::default() };
         let off = SemiSync::default();
@@ -281,6 +357,34 @@ mod tests {
         // Just promoted (its replica side still on): on, so its commits wait
         // for the old primary's rejoin.
         assert!(primary_on(&promoted, false, None, fallback));
+    }
+
+    #[test]
+    fn a_wait_is_timed_from_when_it_was_first_seen_and_a_new_statement_starts_afresh() {
+        let t0 = Instant::now();
+        let mut seen = HashMap::new();
+        // A long statement (its age 30 s) seen waiting: its wait is new.
+        assert_eq!(waited(&mut seen, t0, &[(7, 30)]), Duration::ZERO);
+        // Still the same statement 4 s later (aged 34 s): waited 4 s.
+        assert_eq!(waited(&mut seen, t0 + Duration::from_secs(4), &[(7, 34)]), Duration::from_secs(4));
+        // Session 7 runs another statement (aged 1 s): afresh.
+        assert_eq!(waited(&mut seen, t0 + Duration::from_secs(8), &[(7, 1)]), Duration::ZERO);
+        // Gone from the list: forgotten.
+        assert_eq!(waited(&mut seen, t0 + Duration::from_secs(9), &[]), Duration::ZERO);
+        assert!(seen.is_empty());
+    }
+
+    #[test]
+    fn a_standby_is_caught_up_when_it_has_or_received_everything_the_primary_had() {
+        use crate::mysql::Flavor::{MariaDb, MySql};
+        assert!(caught_up(MariaDb, "0-1-100", "0-1-100", None));
+        assert!(caught_up(MariaDb, "0-1-100", "0-1-40", Some("0-1-100")));
+        assert!(!caught_up(MariaDb, "0-1-100", "0-1-40", Some("0-1-99")));
+        assert!(!caught_up(MariaDb, "0-1-100", "0-1-40", None));
+        let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        assert!(caught_up(MySql, &format!("{u}:1-100"), &format!("{u}:1-60"), Some(&format!("{u}:61-100"))));
+        assert!(!caught_up(MySql, &format!("{u}:1-100"), &format!("{u}:1-60"), Some(&format!("{u}:61-99"))));
+        assert!(!caught_up(MySql, "not a set", "", None));
     }
 
     #[test]
