@@ -364,7 +364,10 @@ func checkDurability(h *History) ([]Anomaly, losses) {
 		// so a deposed primary's commits wait for an acknowledgement until
 		// its fence ends their sessions: none of them is acknowledged.
 		if d, fence := deposedBeforeFence(h, emergencies, w); d != nil {
-			if semiSync {
+			// Unless the operator had fallen back on it before it was
+			// deposed: its primary side stayed off, and its writes until
+			// the fence are the asynchronous window's.
+			if semiSync && !openAt(windows[w.Site], d.At) {
 				out = append(out, Anomaly{Invariant: 4, Cause: fmt.Sprintf("ok write %d (site %s) is missing from final: acknowledged by the deposed primary %s before its fence, with semi-sync on", w.Value, w.Site, w.Site), Lines: finalLines(finals, w.Line, d.Line, fence.Line)})
 				continue
 			}
@@ -487,6 +490,16 @@ func fallbackWindows(h *History) map[string][]fallbackWindow {
 		out[site] = append(out[site], *w)
 	}
 	return out
+}
+
+// openAt: whether one of the windows was open at t.
+func openAt(windows []fallbackWindow, t int64) bool {
+	for _, win := range windows {
+		if win.from <= t && t <= win.to {
+			return true
+		}
+	}
+	return false
 }
 
 // inFallbackWindow: the window of its site the write returned in, if any.

@@ -147,6 +147,10 @@ func TestSemiSyncFallbackWindows(t *testing.T) {
 		// without commits waiting (a replica catching up): still inside.
 		{"inv4_semisync_outside_fallback_window.jsonl", 4, 2, 0, []string{"ok write 2 (site east) is missing from final with semi-sync on", "ok write 5 (site east) is missing from final with semi-sync on"}},
 		{"inv4_semisync_fallback_deposed.jsonl", 1, 0, 0, []string{"ok write 2 (site east) is missing from final with semi-sync on"}},
+		// The same, with the site seen fenced after the write: a deposed
+		// primary's write before its fence, on a site the operator had
+		// fallen back on before the decision, is the asynchronous window's.
+		{"inv4_semisync_deposed_after_fallback.jsonl", 1, 0, 1, nil},
 		// Polls without the fields open no window.
 		{"inv4_semisync_lost.jsonl", 1, 0, 0, []string{"ok write 1 (site east) is missing from final with semi-sync on"}},
 	}
