@@ -332,6 +332,66 @@ impl Scenario {
         name
     }
 
+    /// As [`Scenario::quick_group`], with semi-sync on and `more` merged
+    /// into `spec.failover`; waits until semi-sync is active at iad with
+    /// the operator's own server timeout (it never falls back by itself)
+    /// and pdx counted there as acknowledging (a replica that connected
+    /// before the primary's side was on acknowledges from a later event).
+    pub async fn semi_sync_group(&self, suffix: &str, more: serde_json::Value) -> String {
+        let name = self.group(suffix, "iad").await;
+        let mut failover = serde_json::json!({"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1, "semiSync": true});
+        if let (Some(f), Some(m)) = (failover.as_object_mut(), more.as_object()) {
+            f.extend(m.clone());
+        }
+        let patch = serde_json::json!({"spec": {"failover": failover}});
+        self.cluster
+            .groups()
+            .patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+            .await
+            .unwrap();
+        let t = Duration::from_secs(240);
+        wait_status(&self.cluster, &name, "bootstrap", t, |s| is_ready_at(s, "iad", 1)).await;
+        let (switch, _, status, _) = self.pair.flavor.semi_sync_names();
+        let timeout = switch.replace("enabled", "timeout");
+        let clients = status.replace("status", "clients");
+        crate::wait::wait_for(
+            "semi-sync active at iad with the operator's timeout and pdx acknowledging",
+            t,
+            || async {
+                // A commit, so that a replica waiting for the primary's side
+                // to be on sees an event that asks for its acknowledgement.
+                self.pair.sql("iad", "CREATE DATABASE IF NOT EXISTS semi_sync_probe");
+                let on = self.pair.sql("iad", &format!("SHOW GLOBAL STATUS LIKE '{status}'"));
+                let n = self.pair.sql("iad", &format!("SHOW GLOBAL STATUS LIKE '{clients}'"));
+                let ms = self.pair.sql("iad", &format!("SELECT @@{timeout}"));
+                match (on.split_whitespace().nth(1), n.split_whitespace().nth(1), ms.trim()) {
+                    (Some("ON"), Some("1"), "4294967295") => Ok(()),
+                    other => Err(format!("{other:?}")),
+                }
+            },
+        )
+        .await;
+        name
+    }
+
+    /// An application account `w` that may write database `db` (created
+    /// on `site`, with a table `w (i INT PRIMARY KEY)`), which the
+    /// operator may end the sessions of; and a connection as it over TCP.
+    pub async fn writer_account(&self, site: &str, db: &str) -> (mysql_async::Opts, mysql_async::Conn) {
+        self.pair.sql(
+            site,
+            &format!(
+                "CREATE DATABASE {db}; CREATE TABLE {db}.w (i INT PRIMARY KEY); \
+                 CREATE USER 'w'@'127.0.0.1' IDENTIFIED BY 'w-pw'; GRANT INSERT, SELECT ON {db}.* TO 'w'@'127.0.0.1'"
+            ),
+        );
+        let url = format!("mysql://w:w-pw@127.0.0.1:{}/{db}", self.pair.port(site));
+        let opts: mysql_async::Opts =
+            mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false).into();
+        let conn = mysql_async::Conn::new(opts.clone()).await.unwrap();
+        (opts, conn)
+    }
+
     /// The first (or only) operator.
     pub fn operator(&self) -> &crate::Operator {
         &self.operators[0]

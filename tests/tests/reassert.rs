@@ -16,7 +16,6 @@ use bloodraven_e2e::fixtures::{Scenario, is_ready_at, wait_event, wait_events, w
 use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::sites::Flavor;
 use bloodraven_e2e::wait::wait_for;
-use kube::api::{Patch, PatchParams};
 use mysql_async::prelude::Queryable as _;
 use serde_json::json;
 
@@ -188,32 +187,9 @@ async fn a_fence_that_could_not_end_the_sessions_ends_them_once_it_can() {
 #[tokio::test]
 async fn a_returning_primary_whose_commits_wait_for_a_semi_sync_acknowledgement_is_fenced_all_the_same() {
     let sc = Scenario::start("fence-semisync", 1, LeaderTimings::default()).await;
-    let name = sc.group("g", "iad").await;
-    let patch = json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1, "semiSync": true}}});
-    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
-    let (primary_switch, _, primary_status, _) = sc.pair.flavor.semi_sync_names();
-    wait_for("semi-sync to be active on iad", T, || async {
-        let on = sc.pair.sql("iad", &format!("SHOW GLOBAL STATUS LIKE '{primary_status}'"));
-        if on.split_whitespace().nth(1) == Some("ON") { Ok(()) } else { Err(on) }
-    })
-    .await;
+    let name = sc.semi_sync_group("g", json!({})).await;
     // An application account, which the operator may end the sessions of.
-    sc.pair.sql(
-        "iad",
-        "CREATE DATABASE fence_t; CREATE TABLE fence_t.w (i INT PRIMARY KEY); \
-         CREATE USER 'w'@'127.0.0.1' IDENTIFIED BY 'w-pw'; GRANT INSERT, SELECT ON fence_t.* TO 'w'@'127.0.0.1'",
-    );
-    // The operator's, whatever the server's configuration says.
-    let timeout = primary_switch.replace("enabled", "timeout");
-    wait_for("the operator to set iad's semi-sync timeout", T, || async {
-        let v = sc.pair.sql("iad", &format!("SELECT @@{timeout}"));
-        if v.trim() == "4294967295" { Ok(()) } else { Err(v) }
-    })
-    .await;
-    let url = format!("mysql://w:w-pw@127.0.0.1:{}/fence_t", sc.pair.port("iad"));
-    let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
-    let mut w = mysql_async::Conn::new(opts.clone()).await.unwrap();
+    let (opts, mut w) = sc.writer_account("iad", "fence_t").await;
     w.query_drop("INSERT INTO w VALUES (1)").await.unwrap();
     // Another client's transaction, open with a row changed: its COMMIT
     // needs no global read lock, so it can reach the semi-sync wait while
@@ -279,32 +255,11 @@ async fn a_returning_primary_whose_commits_wait_for_a_semi_sync_acknowledgement_
 #[tokio::test]
 async fn a_commit_waiting_when_its_primary_was_paused_is_never_acknowledged_after_the_failover() {
     let sc = Scenario::start("fence-waiting", 1, LeaderTimings::default()).await;
-    let name = sc.group("g", "iad").await;
     // The waiting commit is in iad's binary log and not on pdx: the
     // promotion abandons it, within the bound.
-    let patch = json!({"spec": {"failover": {"probeIntervalSeconds": 1, "failureThreshold": 3, "probeTimeoutSeconds": 1, "semiSync": true, "maxAbandonedTransactions": 5}}});
-    sc.cluster.groups().patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    wait_status(&sc.cluster, &name, "bootstrap", T, |s| is_ready_at(s, "iad", 1)).await;
-    let (primary_switch, _, primary_status, _) = sc.pair.flavor.semi_sync_names();
-    wait_for("semi-sync to be active on iad", T, || async {
-        let on = sc.pair.sql("iad", &format!("SHOW GLOBAL STATUS LIKE '{primary_status}'"));
-        if on.split_whitespace().nth(1) == Some("ON") { Ok(()) } else { Err(on) }
-    })
-    .await;
-    let timeout = primary_switch.replace("enabled", "timeout");
-    wait_for("the operator to set iad's semi-sync timeout", T, || async {
-        let v = sc.pair.sql("iad", &format!("SELECT @@{timeout}"));
-        if v.trim() == "4294967295" { Ok(()) } else { Err(v) }
-    })
-    .await;
-    sc.pair.sql(
-        "iad",
-        "CREATE DATABASE fence_w; CREATE TABLE fence_w.w (i INT PRIMARY KEY); \
-         CREATE USER 'w'@'127.0.0.1' IDENTIFIED BY 'w-pw'; GRANT INSERT, SELECT ON fence_w.* TO 'w'@'127.0.0.1'",
-    );
-    let url = format!("mysql://w:w-pw@127.0.0.1:{}/fence_w", sc.pair.port("iad"));
-    let opts = mysql_async::OptsBuilder::from_opts(mysql_async::Opts::from_url(&url).unwrap()).prefer_socket(false);
-    let mut w = mysql_async::Conn::new(opts).await.unwrap();
+    let name = sc.semi_sync_group("g", json!({"maxAbandonedTransactions": 5})).await;
+    let (_, _, primary_status, _) = sc.pair.flavor.semi_sync_names();
+    let (_, mut w) = sc.writer_account("iad", "fence_w").await;
     w.query_drop("INSERT INTO w VALUES (1)").await.unwrap();
 
     // The standby's link loses its packets (a paused standby would still
