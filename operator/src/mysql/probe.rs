@@ -152,16 +152,7 @@ async fn observe(conn: &mut Conn) -> Result<SiteObservation, ProbeError> {
                 )
                 .await?;
             let (gtid, state, slave, primary, replica, timeout_ms, no_replica) = row.unwrap_or_default();
-            let mut semi = SemiSync {
-                primary: primary == 1,
-                replica: replica == 1,
-                timeout_ms,
-                wait_no_replica: no_replica == 1,
-                waiting: None,
-            };
-            if semi.primary {
-                semi.waiting = semi_sync_waiting(conn, flavor).await;
-            }
+            let semi = semi_sync(conn, flavor, (primary, replica, timeout_ms, no_replica)).await;
             (read_only == 0, (gtid, state, slave), "SHOW SLAVE STATUS", Some(semi))
         }
         Flavor::MySql => {
@@ -252,18 +243,21 @@ async fn mysql_semi_sync(conn: &mut Conn) -> Result<Option<SemiSync>, ProbeError
             "SELECT @@rpl_semi_sync_source_enabled, @@rpl_semi_sync_replica_enabled, @@rpl_semi_sync_source_timeout, @@rpl_semi_sync_source_wait_no_replica",
         )
         .await?;
-    let Some((primary, replica, timeout_ms, no_replica)) = row else { return Ok(None) };
-    let mut semi = SemiSync {
-        primary: primary == 1,
-        replica: replica == 1,
-        timeout_ms,
-        wait_no_replica: no_replica == 1,
-        waiting: None,
-    };
-    if semi.primary {
-        semi.waiting = semi_sync_waiting(conn, Flavor::MySql).await;
-    }
-    Ok(Some(semi))
+    let Some(switches) = row else { return Ok(None) };
+    Ok(Some(semi_sync(conn, Flavor::MySql, switches).await))
+}
+
+/// A site's semi-sync settings from its (primary switch, replica switch,
+/// timeout, wait-with-no-replica) variables, with the commits waiting now
+/// when it is a primary.
+async fn semi_sync(
+    conn: &mut Conn,
+    flavor: Flavor,
+    (primary, replica, timeout_ms, no_replica): (u8, u8, u64, u8),
+) -> SemiSync {
+    let primary = primary == 1;
+    let waiting = if primary { semi_sync_waiting(conn, flavor).await } else { None };
+    SemiSync { primary, replica: replica == 1, timeout_ms, wait_no_replica: no_replica == 1, waiting }
 }
 
 /// How many commits wait for a semi-sync acknowledgement on a primary
