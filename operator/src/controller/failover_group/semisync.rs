@@ -62,11 +62,11 @@ use crate::mysql::{ProbeTarget, SemiSync, actions, statements};
 /// for the old one's rejoin as long as `fallback`. The fallback switches
 /// both sides off, so a primary that fell back stays off until its standby
 /// acknowledges.
-fn primary_on(have: &SemiSync, standby_acknowledges: bool, waited: Option<Duration>, fallback: Duration) -> bool {
+fn primary_on(have: &SemiSync, standby_acknowledges: bool, waited: Duration, fallback: Duration) -> bool {
     if !have.primary {
         return standby_acknowledges || have.replica;
     }
-    waited.is_none_or(|w| w < fallback)
+    waited < fallback
 }
 
 /// Whether commits may wait on a primary: the only state in which the
@@ -202,7 +202,7 @@ pub(super) async fn maintain(ctx: &Context, group: &MysqlFailoverGroup, active: 
                 }
             }
             let waited = memory.with(&uid, |m| waited(&mut m.waiting, Instant::now(), &read));
-            let on = primary_on(&have, standby_acknowledges, Some(waited), fallback);
+            let on = primary_on(&have, standby_acknowledges, waited, fallback);
             (on, have.primary && !on)
         } else {
             // A standby acknowledges when asked; a primary of a group that
@@ -348,15 +348,15 @@ mod tests {
         let off = SemiSync::default();
         let promoted = SemiSync { replica: true, ..SemiSync::default() };
         // On: waits until a commit has waited the fallback.
-        assert!(primary_on(&on, false, None, fallback));
-        assert!(primary_on(&on, false, Some(Duration::from_secs(9)), fallback));
-        assert!(!primary_on(&on, false, Some(Duration::from_secs(10)), fallback));
+        assert!(primary_on(&on, false, Duration::ZERO, fallback));
+        assert!(primary_on(&on, false, Duration::from_secs(9), fallback));
+        assert!(!primary_on(&on, false, Duration::from_secs(10), fallback));
         // Off after a fallback: on again only with the standby acknowledging.
-        assert!(!primary_on(&off, false, None, fallback));
-        assert!(primary_on(&off, true, None, fallback));
+        assert!(!primary_on(&off, false, Duration::ZERO, fallback));
+        assert!(primary_on(&off, true, Duration::ZERO, fallback));
         // Just promoted (its replica side still on): on, so its commits wait
         // for the old primary's rejoin.
-        assert!(primary_on(&promoted, false, None, fallback));
+        assert!(primary_on(&promoted, false, Duration::ZERO, fallback));
     }
 
     #[test]
