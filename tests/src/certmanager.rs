@@ -19,7 +19,6 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::Duration;
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
 use serde_json::json;
 use tokio::process::{Child, Command};
@@ -53,32 +52,8 @@ pub fn bin_dir() -> PathBuf {
 /// waits until they are established. Idempotent: other test processes may
 /// apply the same CRDs at the same time.
 pub async fn install_crds(cluster: &Cluster) {
-    let text = std::fs::read_to_string(bin_dir().join("crds.yaml")).unwrap();
-    let api: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
-    let mut docs = vec![String::new()];
-    for line in text.lines() {
-        if line == "---" {
-            docs.push(String::new());
-        } else {
-            let doc = docs.last_mut().unwrap();
-            doc.push_str(line);
-            doc.push('\n');
-        }
-    }
-    let mut names = Vec::new();
-    for doc in docs.iter().filter(|d| d.lines().any(|l| l.starts_with("kind:"))) {
-        let crd: CustomResourceDefinition =
-            serde_saphyr::from_str(doc).unwrap_or_else(|e| panic!("a CRD of crds.yaml: {e}"));
-        let name = crd.metadata.name.clone().unwrap();
-        api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&crd))
-            .await
-            .unwrap_or_else(|e| panic!("apply CRD {name}: {e}"));
-        names.push(name);
-    }
+    let names = crate::cluster::apply_crd_file(cluster, &bin_dir().join("crds.yaml"), FIELD_MANAGER).await;
     assert!(names.iter().any(|n| n == "certificates.cert-manager.io"), "crds.yaml holds {names:?}");
-    for name in names {
-        crate::cluster::wait_crd_established(&api, &name, Duration::from_secs(60)).await;
-    }
 }
 
 /// cert-manager's controller and cainjector, scoped to one namespace;

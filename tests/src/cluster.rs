@@ -246,3 +246,36 @@ pub async fn wait_crd_established(api: &Api<CustomResourceDefinition>, name: &st
     })
     .await;
 }
+
+/// Server-side applies every CRD of the multi-document YAML file `path` as
+/// `field_manager` (the same from every test process, so that concurrent
+/// applies of the same CRDs agree) and waits until each is established;
+/// returns their names. Idempotent.
+pub async fn apply_crd_file(cluster: &Cluster, path: &std::path::Path, field_manager: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let api: Api<CustomResourceDefinition> = Api::all(cluster.client.clone());
+    let mut docs = vec![String::new()];
+    for line in text.lines() {
+        if line == "---" {
+            docs.push(String::new());
+        } else {
+            let doc = docs.last_mut().unwrap();
+            doc.push_str(line);
+            doc.push('\n');
+        }
+    }
+    let mut names = Vec::new();
+    for doc in docs.iter().filter(|d| d.lines().any(|l| l.starts_with("kind:"))) {
+        let crd: CustomResourceDefinition =
+            serde_saphyr::from_str(doc).unwrap_or_else(|e| panic!("a CRD of {}: {e}", path.display()));
+        let name = crd.metadata.name.clone().unwrap();
+        api.patch(&name, &PatchParams::apply(field_manager).force(), &Patch::Apply(&crd))
+            .await
+            .unwrap_or_else(|e| panic!("apply CRD {name}: {e}"));
+        names.push(name);
+    }
+    for name in &names {
+        wait_crd_established(&api, name, Duration::from_secs(60)).await;
+    }
+    names
+}
