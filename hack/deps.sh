@@ -43,6 +43,8 @@ command -v curl >/dev/null || need+=(curl)
 # JSON messages (jq).
 command -v parallel >/dev/null || need+=(parallel)
 command -v jq >/dev/null || need+=(jq)
+# Argo CD's cache for the example chart's Argo CD path (tests/src/argocd.rs).
+command -v redis-server >/dev/null || need+=(redis-server)
 # Pushing the images to a registry (hack/images.sh push, hack/registry-smoke.sh).
 command -v skopeo >/dev/null || need+=(skopeo)
 command -v strip >/dev/null || need+=(binutils)

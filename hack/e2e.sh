@@ -24,6 +24,14 @@
 #                                for the request engines' steps), e.g. "debug"
 #   E2E_TEST                     run these test files only (tests/tests/NAME.rs), e.g. E2E_TEST=listeners
 #                                or E2E_TEST="listeners health"
+#
+# Argo CD (tests/src/argocd.rs) takes 13 minutes of a 2-core machine to
+# build the first time (hack/build-argocd.sh, cached after that). When a
+# selected test file's header says `//! Argo CD:`, the build starts in the
+# background as this script starts, at the lowest CPU priority, and those
+# files run last among the shared ones, each waiting for the build
+# (hack/lib/with-argocd.sh): the suite's other files spend most of their
+# time waiting on timers, which leaves the build most of a core.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -53,6 +61,8 @@ fi
 
 cleanup() {
   status=$?
+  # An unfinished Argo CD build leaves nothing a later run takes as built.
+  [ -z "$argocd_build" ] || kill -- -"$argocd_build" >/dev/null 2>&1 || true
   for flavor in mariadb mysql; do
     for d in "$dir/$flavor"/*/; do
       [ -d "$d" ] && "$root/hack/$flavor.sh" down "$d" >/dev/null 2>&1 || true
@@ -66,10 +76,27 @@ cleanup() {
   fi
   exit "$status"
 }
+argocd_build=""
 trap cleanup EXIT
 
 bench=""
 case "${1:-}" in --figures | --bench | --bench-failover | --bench-sidecar | --bench-webhook) bench=$1 ;; esac
+# The Argo CD build, in the background (see above), in a process group of
+# its own, when a selected file needs it. Its output and exit status go to
+# $BLOODRAVEN_ARGOCD_BUILD.{log,status}, which hack/lib/with-argocd.sh reads.
+export BLOODRAVEN_ARGOCD_BUILD="$dir/argocd-build"
+rm -f "$BLOODRAVEN_ARGOCD_BUILD.status"
+if [ -z "$bench" ]; then
+  for f in $(cd "$root/tests" && grep -l '^//! Argo CD:' tests/*.rs || true); do
+    name=$(basename "$f" .rs)
+    if [ -z "${E2E_TEST:-}" ] || grep -q -w -F "$name" <<<"${E2E_TEST:-}"; then
+      setsid bash -c 'status=0; "$1" >"$2.log" 2>&1 || status=$?; echo "$status" >"$2.status"' \
+        build-argocd "$root/hack/build-argocd.sh" "$BLOODRAVEN_ARGOCD_BUILD" &
+      argocd_build=$!
+      break
+    fi
+  done
+fi
 if [ -n "$bench" ]; then
   # Figures are of the release build users run.
   cargo build --locked --release -p bloodraven-operator
@@ -183,12 +210,20 @@ else
       fi
     done <"$1"
   }
-  grep -v -F -f <(printf '%s\n' "$alone" | sed '/^$/d;s/$/\t/') "$dir/test-files" | with_flavors /dev/stdin >"$dir/test-files.shared" || true
-  grep -F -f <(printf '%s\n' "$alone" | sed '/^$/d;s/$/\t/') "$dir/test-files" | with_flavors /dev/stdin >"$dir/test-files.alone" || true
+  # The shared files, the ones that need Argo CD last, behind
+  # hack/lib/with-argocd.sh (the other files' wrapper is `env`).
+  argocd=$(cd "$root/tests" && cut -f1 "$dir/test-files" | xargs -r grep -l '^//! Argo CD:' || true)
+  grep -v -F -f <(printf '%s\n' "$alone" | sed '/^$/d;s/$/\t/') "$dir/test-files" |
+    grep -v -F -f <(printf '%s\n' "$argocd" | sed '/^$/d;s/$/\t/') | with_flavors /dev/stdin |
+    sed 's/$/\tenv/' >"$dir/test-files.shared" || true
+  grep -F -f <(printf '%s\n' "$argocd" | sed '/^$/d;s/$/\t/') "$dir/test-files" | with_flavors /dev/stdin |
+    sed "s|\$|\t$root/hack/lib/with-argocd.sh|" >>"$dir/test-files.shared" || true
+  grep -F -f <(printf '%s\n' "$alone" | sed '/^$/d;s/$/\t/') "$dir/test-files" | with_flavors /dev/stdin |
+    sed 's/$/\tenv/' >"$dir/test-files.alone" || true
   run_files() { # LIST JOBS LOG
     # cargo test runs test binaries in the package's folder.
     (cd "$root/tests" && parallel --will-cite --keep-order --group --colsep '\t' --jobs "$2" --joblog "$3" \
-      "echo '     Running {1} on {3} ({2})'; E2E_FLAVOR={3} {2} --test-threads=${E2E_TEST_THREADS:-3}$extra" <"$1")
+      "echo '     Running {1} on {3} ({2})'; E2E_FLAVOR={3} {4} {2} --test-threads=${E2E_TEST_THREADS:-3}$extra" <"$1")
   }
   status=0
   # The whole output is also kept, so that the failures can be repeated at
