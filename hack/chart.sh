@@ -218,6 +218,9 @@ if {"namespace": "team-a", "serviceAccount": "counter-app-migrate"} not in db["s
     fail(f"the MysqlDatabase does not list the Job's ServiceAccount: {db['spec']['deploymentClients']}")
 wait = docs[("Job", "counter-app-wait-for-database")]["metadata"]["annotations"]
 if wait["helm.sh/hook"] != "pre-install" or not (-10 < int(wait["helm.sh/hook-weight"]) < 0): fail("the wait Job's hook")
+# Under Argo CD no hook of the first wave may outlive a sync (see wait-job.yaml).
+if set(wait.get("argocd.argoproj.io/hook-delete-policy", "").split(",")) != {"BeforeHookCreation", "HookSucceeded", "HookFailed"}:
+    fail(f"the wait Job must be deleted after every Argo CD sync: {wait}")
 for (kind, name), d in docs.items():
     if kind in ("Job", "Deployment"):
         sc = d["spec"]["template"]["spec"].get("securityContext", {})

@@ -148,9 +148,16 @@ impl AppEnv {
         AppEnv { cluster, op_ns, ns, group: name, pair, dir }
     }
 
-    /// The app chart's values for image tag `tag`.
+    /// The app chart's values for image tag `tag`, as a values file.
     pub fn values(&self, tag: &str) -> PathBuf {
-        let v = json!({
+        let path = self.dir.join(format!("app-values-{tag}.yaml"));
+        std::fs::write(&path, serde_json::to_string_pretty(&self.values_json(tag)).unwrap()).unwrap();
+        path
+    }
+
+    /// The app chart's values for image tag `tag`.
+    pub fn values_json(&self, tag: &str) -> serde_json::Value {
+        json!({
             "image": {"repository": "localhost/bloodraven/counter-app", "tag": tag, "pullPolicy": "IfNotPresent"},
             "database": {"failoverGroup": self.group},
             "migrationJob": {
@@ -161,10 +168,7 @@ impl AppEnv {
                 "activeDeadlineSeconds": 180,
                 "maxAttempts": 4,
             },
-        });
-        let path = self.dir.join(format!("app-values-{tag}.yaml"));
-        std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-        path
+        })
     }
 
     /// The arguments of `helm install|upgrade RELEASE charts/examples/counter-app

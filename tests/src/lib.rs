@@ -16,6 +16,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::missing_panics_doc)]
 
 pub mod app;
+pub mod argocd;
+pub mod argocd_app;
 pub mod certmanager;
 pub mod cluster;
 pub mod deploy;

@@ -1,0 +1,123 @@
+//! The example app chart synced by a real Argo CD ([`crate::argocd`]) on
+//! the run's node: charts/bloodraven (operator and webhook) installed with
+//! helm, a group on real sites, the database record made by the platform
+//! team (under Argo CD the chart skips it), and an Application of
+//! `charts/examples/counter-app` from a chart repository on 127.0.0.1, in
+//! a tenant namespace of the test.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use kube::api::Api;
+use serde_json::{Value, json};
+
+use crate::app::{AppEnv, RELEASE, SCHEMA};
+use crate::argocd::{ArgoCd, ChartRepo, counter_app_chart};
+use crate::pods::{apply, job_pods, logs};
+use crate::{TestNamespace, wait_for};
+
+/// The migration Job's name (`<release>-migrate`).
+pub const JOB: &str = "counter-app-migrate";
+const T: Duration = Duration::from_secs(240);
+
+/// An [`AppEnv`] with Argo CD and the chart repository.
+#[derive(Debug)]
+pub struct ArgoApp {
+    /// The operator, the webhook, the group, the sites, the tenant namespace.
+    pub env: AppEnv,
+    /// Argo CD.
+    pub argo: ArgoCd,
+    /// The chart repository Argo CD reads.
+    pub repo: ChartRepo,
+    _argo_ns: TestNamespace,
+}
+
+impl ArgoApp {
+    /// Sets it up; names start with `prefix`. The MysqlDatabase
+    /// [`RELEASE`] and the migration Job's ServiceAccount are created as a
+    /// platform team creates them, with the labels a Helm install of the
+    /// chart gives them (a team moving from Helm to Argo CD keeps them).
+    pub async fn start(prefix: &str) -> ArgoApp {
+        let env = AppEnv::start(prefix).await;
+        let mut argo_ns = env.cluster.namespace(&format!("{prefix}-argo")).await;
+        argo_ns.stop_deployments_on_drop();
+        let labels = json!({"app.kubernetes.io/name": "counter-app", "app.kubernetes.io/instance": RELEASE,
+                            "app.kubernetes.io/managed-by": "Helm"});
+        apply(
+            &Api::<ServiceAccount>::namespaced(env.cluster.client.clone(), &env.ns.name),
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": JOB, "labels": labels}, "automountServiceAccountToken": false}),
+        )
+        .await;
+        apply(
+            &Api::<bloodraven_api::v1alpha1::MysqlDatabase>::namespaced(env.cluster.client.clone(), &env.ns.name),
+            json!({"apiVersion": "bloodraven.shipstream.io/v1alpha1", "kind": "MysqlDatabase",
+                   "metadata": {"name": RELEASE, "labels": labels},
+                   "spec": {"failoverGroupRef": {"name": env.group}, "schema": SCHEMA,
+                            "deploymentClients": [{"namespace": env.ns.name, "serviceAccount": JOB}]}}),
+        )
+        .await;
+        let services = Api::<Service>::namespaced(env.cluster.client.clone(), &env.ns.name);
+        wait_for("the operator's counter-app-primary Service", T, || async {
+            services.get(&format!("{RELEASE}-primary")).await.map(|_| ()).map_err(|e| e.to_string())
+        })
+        .await;
+        let repo = ChartRepo::serve(&counter_app_chart(), &env.dir().join("chart-repo")).await;
+        let argo = ArgoCd::start(&env.cluster, &argo_ns, &[&env.ns.name]).await;
+        ArgoApp { env, argo, repo, _argo_ns: argo_ns }
+    }
+
+    /// Creates the Application [`RELEASE`] at image tag `tag`, with
+    /// `sync_policy`.
+    pub async fn create(&self, tag: &str, sync_policy: Value) {
+        self.argo
+            .application(RELEASE, &self.repo, "counter-app", &self.env.ns.name, self.env.values_json(tag), sync_policy)
+            .await;
+    }
+
+    /// `startedAt` of the Application's last operation ("" before any).
+    pub async fn last_started(&self) -> String {
+        self.argo.operation_state(RELEASE).await["startedAt"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Asks for a sync and waits for it to end; returns its operation
+    /// state and how long it took from the request.
+    pub async fn sync(&self) -> (Value, Duration) {
+        let after = self.last_started().await;
+        let asked = Instant::now();
+        self.argo.request_sync(RELEASE).await.unwrap();
+        let state = self.argo.wait_operation_end(RELEASE, &after, T).await;
+        (state, asked.elapsed())
+    }
+
+    /// UIDs of the MysqlDatabase and of its `-primary` Service.
+    pub async fn record_uids(&self) -> (String, String) {
+        let client = self.env.cluster.client.clone();
+        let db = Api::<bloodraven_api::v1alpha1::MysqlDatabase>::namespaced(client.clone(), &self.env.ns.name)
+            .get(RELEASE)
+            .await
+            .unwrap();
+        let svc =
+            Api::<Service>::namespaced(client, &self.env.ns.name).get(&format!("{RELEASE}-primary")).await.unwrap();
+        (db.metadata.uid.unwrap(), svc.metadata.uid.unwrap())
+    }
+
+    /// The migration Job's Pod, its runner's and its sidecar's logs.
+    pub async fn job_logs(&self) -> (k8s_openapi::api::core::v1::Pod, String, String) {
+        let pods = job_pods(&self.env.cluster, &self.env.ns.name, JOB).await;
+        let pod = pods.into_iter().next().unwrap_or_else(|| panic!("no Pod of Job {JOB}"));
+        let name = pod.metadata.name.clone().unwrap();
+        let runner = logs(&self.env.cluster, &self.env.ns.name, &name, "migrate").await;
+        let sidecar = logs(&self.env.cluster, &self.env.ns.name, &name, "bloodraven-sidecar").await;
+        (pod, runner, sidecar)
+    }
+
+    /// The migration Job's UID, if it exists.
+    pub async fn job_uid(&self) -> Option<String> {
+        Api::<k8s_openapi::api::batch::v1::Job>::namespaced(self.env.cluster.client.clone(), &self.env.ns.name)
+            .get_opt(JOB)
+            .await
+            .unwrap()
+            .and_then(|j| j.metadata.uid)
+    }
+}
