@@ -92,7 +92,9 @@ flyway_files() { # -> prints dir
 # (cached by the JDK's version and the module list).
 java_runtime() { # jars-dir -> prints dir
   local jars=$1 modules version dir
-  command -v jlink >/dev/null && command -v jdeps >/dev/null || die "jlink and jdeps are missing (apt-get install openjdk-17-jdk-headless)"
+  if ! command -v jlink >/dev/null || ! command -v jdeps >/dev/null; then
+    die "jlink and jdeps are missing (apt-get install openjdk-17-jdk-headless)"
+  fi
   # jdeps' list, plus what is loaded by name rather than linked: elliptic-curve
   # TLS (a server's certificate) and sun.misc.Unsafe.
   # (jdeps takes seconds: its answer is kept beside the jars.)
@@ -130,6 +132,7 @@ build_flyway() { # -> prints "ref archive"
   # exec: java is the process the wrapper started, so its SIGTERM reaches
   # the JVM. -XX:-UsePerfData: no /tmp/hsperfdata (read-only root);
   # TieredStopAtLevel=1: a short run starts faster on the C1 compiler alone.
+  # shellcheck disable=SC2016 # expanded by the launcher, not here
   launcher='#!/bin/sh
 exec /opt/java/bin/java -XX:-UsePerfData -XX:TieredStopAtLevel=1 -Djava.security.egd=file:/dev/urandom $JAVA_ARGS \
   -cp "/flyway/lib/*:/flyway/drivers/*" org.flywaydb.commandline.Main "$@"'
