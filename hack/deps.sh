@@ -45,6 +45,9 @@ command -v parallel >/dev/null || need+=(parallel)
 command -v jq >/dev/null || need+=(jq)
 # Argo CD's cache for the example chart's Argo CD path (tests/src/argocd.rs).
 command -v redis-server >/dev/null || need+=(redis-server)
+# Flyway's image for the third-party tool tests (hack/tool-images.sh): a
+# Java runtime that jlink makes from the JDK, with the modules jdeps finds.
+{ command -v jlink && command -v jdeps; } >/dev/null || need+=(openjdk-17-jdk-headless)
 # Pushing the images to a registry (hack/images.sh push, hack/registry-smoke.sh).
 command -v skopeo >/dev/null || need+=(skopeo)
 command -v strip >/dev/null || need+=(binutils)
