@@ -193,6 +193,12 @@ pub mod inject {
     pub const TTL: &str = "bloodraven.shipstream.io/ttl";
     /// Optional: the sidecar's `--ddl-boundary` (`at-start` or `reported`).
     pub const DDL_BOUNDARY: &str = "bloodraven.shipstream.io/ddl-boundary";
+    /// Optional: a Secret of the Job's namespace holding the migration's
+    /// database URL (`NAME`, key `url`, or `NAME/KEY`), mounted in the
+    /// sidecar only as its `--db-url-file`: the sidecar then learns the
+    /// DDL boundary from the schema and the history tables
+    /// (`--ddl-boundary=reported`).
+    pub const DB_URL_SECRET: &str = "bloodraven.shipstream.io/db-url-secret";
     /// Set by the webhook on a Job it injected: the webhook's version.
     pub const INJECTED: &str = "bloodraven.shipstream.io/injected";
     /// The injected native sidecar (an init container, `restartPolicy: Always`).
@@ -203,6 +209,10 @@ pub mod inject {
     pub const RUN_VOLUME: &str = "bloodraven-run";
     /// The projected ServiceAccount token (audience `bloodraven-deploy`), mounted in the sidecar only.
     pub const TOKEN_VOLUME: &str = "bloodraven-token";
+    /// The Secret volume of [`DB_URL_SECRET`], mounted in the sidecar only.
+    pub const DB_URL_VOLUME: &str = "bloodraven-db-url";
+    /// Where [`DB_URL_VOLUME`] is mounted; the URL is the file `url` there.
+    pub const DB_URL_DIR: &str = "/var/run/secrets/bloodraven-db";
     /// Where the shared volume is mounted in every container that uses it.
     pub const RUN_DIR: &str = "/run/bloodraven";
     /// The wrapper the migration container's command is prefixed with.

@@ -255,14 +255,10 @@ pub fn patch(job: &Value, ask: &Ask, s: &Settings) -> Result<Patch, String> {
     append(&mut ops, &["spec", "template", "spec", "initContainers"], pod.get("initContainers"), new_inits);
     // Volumes.
     let volumes = pod.get("volumes").and_then(Value::as_array).cloned().unwrap_or_default();
-    let [run_volume, token_volume] = our_volumes(&volumes, s)?;
-    let mut new_volumes = Vec::new();
-    if !has(&volumes, names::RUN_VOLUME) {
-        new_volumes.push(run_volume);
-    }
-    if !has(&volumes, names::TOKEN_VOLUME) {
-        new_volumes.push(token_volume);
-    }
+    let new_volumes: Vec<Value> = our_volumes(&volumes, s, db_url_secret(job)?)?
+        .into_iter()
+        .filter(|v| !has(&volumes, v.get("name").and_then(Value::as_str).unwrap_or_default()))
+        .collect();
     append(&mut ops, &["spec", "template", "spec", "volumes"], pod.get("volumes"), new_volumes);
     if !ops.is_empty() && annotation(job, names::INJECTED).is_none() {
         ops.push(add(&["metadata", "annotations", names::INJECTED], json!(s.version)));
@@ -344,14 +340,21 @@ fn differs(have: &Value, want: &Value) -> Option<String> {
 /// identity's token; a hostPath named bloodraven-run shared the socket with
 /// other Pods). The API server defaults `projected.defaultMode`, which is
 /// not compared.
-fn our_volumes(volumes: &[Value], s: &Settings) -> Result<[Value; 2], String> {
+fn our_volumes(volumes: &[Value], s: &Settings, db_url: Option<(String, String)>) -> Result<Vec<Value>, String> {
     let run_volume = json!({"name": names::RUN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}});
     let token_volume = json!({"name": names::TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": {
         "audience": bloodraven_api::names::DEPLOY_AUDIENCE,
         "expirationSeconds": s.token_expiration_seconds,
         "path": "token",
     }}]}});
-    for want in [&run_volume, &token_volume] {
+    let mut ours = vec![run_volume, token_volume];
+    // Readable by the sidecar's user (the kubelet writes the files as
+    // root); mounted in the sidecar only.
+    if let Some((name, key)) = db_url {
+        ours.push(json!({"name": names::DB_URL_VOLUME, "secret": {"secretName": name,
+            "items": [{"key": key, "path": "url"}], "defaultMode": 0o444}}));
+    }
+    for want in &ours {
         let n = want.get("name").and_then(Value::as_str).unwrap_or_default();
         if let Some(v) = volumes.iter().find(|v| v.get("name").and_then(Value::as_str) == Some(n))
             && !same_volume(v, want)
@@ -361,7 +364,7 @@ fn our_volumes(volumes: &[Value], s: &Settings) -> Result<[Value; 2], String> {
             ));
         }
     }
-    Ok([run_volume, token_volume])
+    Ok(ours)
 }
 
 /// Whether volume `have` is `want` (the same source and nothing else),
@@ -508,11 +511,31 @@ fn sidecar_container(job: &Value, ask: &Ask, s: &Settings) -> Result<Value, Stri
             }
         }
     }
-    if let Some(mode) = annotation(job, names::DDL_BOUNDARY) {
-        if !["at-start", "reported"].contains(&mode) {
+    let db_url = db_url_secret(job)?;
+    match (annotation(job, names::DDL_BOUNDARY), &db_url) {
+        (Some(mode), _) if !["at-start", "reported"].contains(&mode) => {
             return Err(format!("annotation {}: {:?}; use at-start or reported", names::DDL_BOUNDARY, truncate(mode)));
         }
-        args.push(format!("--ddl-boundary={mode}"));
+        (Some("at-start"), Some(_)) => {
+            return Err(format!(
+                "annotations {} and {}: at-start takes the migration to be in DDL from its start, so the database could never say it was not; remove one",
+                names::DDL_BOUNDARY,
+                names::DB_URL_SECRET
+            ));
+        }
+        // With the database's word, what the migration reports and the
+        // schema's and history tables' changes decide.
+        (_, Some(_)) => args.push("--ddl-boundary=reported".to_owned()),
+        (Some(mode), None) => args.push(format!("--ddl-boundary={mode}")),
+        (None, None) => {}
+    }
+    let mut mounts = vec![
+        json!({"name": names::RUN_VOLUME, "mountPath": names::RUN_DIR}),
+        json!({"name": names::TOKEN_VOLUME, "mountPath": "/var/run/secrets/bloodraven", "readOnly": true}),
+    ];
+    if db_url.is_some() {
+        args.push(format!("--db-url-file={}/url", names::DB_URL_DIR));
+        mounts.push(json!({"name": names::DB_URL_VOLUME, "mountPath": names::DB_URL_DIR, "readOnly": true}));
     }
     Ok(json!({
         "name": names::SIDECAR_CONTAINER, "image": s.image, "imagePullPolicy": s.pull_policy,
@@ -526,11 +549,37 @@ fn sidecar_container(job: &Value, ask: &Ask, s: &Settings) -> Result<Value, Stri
         "startupProbe": {"exec": {"command": ["/bloodraven-sidecar", "probe"]}, "periodSeconds": 1,
                          "failureThreshold": STARTUP_PROBE_FAILURES},
         "securityContext": restricted(SIDECAR_UID), "resources": resources(),
-        "volumeMounts": [
-            {"name": names::RUN_VOLUME, "mountPath": names::RUN_DIR},
-            {"name": names::TOKEN_VOLUME, "mountPath": "/var/run/secrets/bloodraven", "readOnly": true},
-        ],
+        "volumeMounts": mounts,
     }))
+}
+
+/// The Secret and key of annotation [`names::DB_URL_SECRET`] (`NAME`, key
+/// `url`, or `NAME/KEY`), checked to be a Secret name and a Secret key, or
+/// `None` without the annotation.
+fn db_url_secret(job: &Value) -> Result<Option<(String, String)>, String> {
+    let Some(text) = annotation(job, names::DB_URL_SECRET) else { return Ok(None) };
+    let (name, key) = text.split_once('/').unwrap_or((text, "url"));
+    let dns_subdomain = !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        });
+    let secret_key = !key.is_empty()
+        && key.len() <= 253
+        && key.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b))
+        && key != "."
+        && key != "..";
+    if !dns_subdomain || !secret_key {
+        return Err(format!(
+            "annotation {}: {:?} is not a Secret of the Job's namespace: use NAME (key url) or NAME/KEY",
+            names::DB_URL_SECRET,
+            truncate(text)
+        ));
+    }
+    Ok(Some((name.to_owned(), key.to_owned())))
 }
 
 #[cfg(test)]

@@ -221,6 +221,20 @@ fn each_refusal_says_what_to_fix() {
     refused(&ann("bloodraven.shipstream.io/ttl", Some("500")), "[24, 120]");
     refused(&ann("bloodraven.shipstream.io/ttl", Some("15")), "[24, 120]");
     refused(&ann("bloodraven.shipstream.io/ddl-boundary", Some("never")), "at-start or reported");
+    let long = "a".repeat(254);
+    for bad in ["", "/url", "Bad_Name", "db/", "db/a b", "db/..", "-db", long.as_str()] {
+        refused(
+            &|j: &mut Value| j["metadata"]["annotations"]["bloodraven.shipstream.io/db-url-secret"] = json!(bad),
+            "not a Secret of the Job's namespace",
+        );
+    }
+    refused(
+        &|j: &mut Value| {
+            ann("bloodraven.shipstream.io/db-url-secret", Some("db"))(j);
+            ann("bloodraven.shipstream.io/ddl-boundary", Some("at-start"))(j);
+        },
+        "could never say it was not",
+    );
     refused(&ann("bloodraven.shipstream.io/container", Some("web")), "no container \"web\"");
     refused(
         &|j| {
@@ -338,4 +352,48 @@ fn the_acquire_timeout_fits_inside_the_jobs_deadline() {
     let j = with_deadline(39);
     let e = patch(&j, &ask(&j).unwrap(), &settings()).unwrap_err();
     assert!(e.contains("activeDeadlineSeconds 39") && e.contains("at least 40"), "{e}");
+}
+
+#[test]
+fn a_database_url_secret_is_mounted_in_the_sidecar_only_and_the_boundary_is_the_databases() {
+    for (text, secret, key) in
+        [("migrator-db", "migrator-db", "url"), ("migrator.db/DATABASE_URL", "migrator.db", "DATABASE_URL")]
+    {
+        let mut j = job();
+        j["metadata"]["annotations"]["bloodraven.shipstream.io/db-url-secret"] = json!(text);
+        let out = apply(&j);
+        let pod = &out["spec"]["template"]["spec"];
+        let sidecar = &pod["initContainers"][1];
+        let args: Vec<&str> = sidecar["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+        assert!(args.contains(&"--db-url-file=/var/run/secrets/bloodraven-db/url"), "{args:?}");
+        assert!(args.contains(&"--ddl-boundary=reported"), "{args:?}");
+        let volume = pod["volumes"].as_array().unwrap().iter().find(|v| v["name"] == "bloodraven-db-url").unwrap();
+        assert_eq!(
+            volume["secret"],
+            json!({"secretName": secret, "items": [{"key": key, "path": "url"}], "defaultMode": 0o444})
+        );
+        assert!(sidecar["volumeMounts"].as_array().unwrap().iter().any(|m| m["name"] == "bloodraven-db-url"
+            && m["mountPath"] == "/var/run/secrets/bloodraven-db"
+            && m["readOnly"] == true));
+        let migrate = &pod["containers"][0];
+        assert!(!migrate.to_string().contains("bloodraven-db-url"), "the migration container does not mount it");
+        // Idempotent: the API server's reinvocation adds nothing.
+        let again = patch(&out, &ask(&out).unwrap(), &settings()).unwrap();
+        assert!(again.0.is_empty(), "{again:?}");
+        // A volume of that name that is not ours is refused.
+        let mut forged = j.clone();
+        forged["spec"]["template"]["spec"]["volumes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": "bloodraven-db-url", "secret": {"secretName": "someone-elses"}}));
+        let e = patch(&forged, &ask(&forged).unwrap(), &settings()).unwrap_err();
+        assert!(e.contains("\"bloodraven-db-url\" is not the one this webhook injects"), "{e}");
+    }
+    // `reported` said as well is the same.
+    let mut j = job();
+    j["metadata"]["annotations"]["bloodraven.shipstream.io/db-url-secret"] = json!("db");
+    j["metadata"]["annotations"]["bloodraven.shipstream.io/ddl-boundary"] = json!("reported");
+    let out = apply(&j);
+    let args = out["spec"]["template"]["spec"]["initContainers"][1]["args"].to_string();
+    assert_eq!(args.matches("--ddl-boundary=reported").count(), 1, "{args}");
 }
