@@ -20,10 +20,11 @@
 //!   unrecorded (Flyway) or dirty (golang-migrate);
 //! - in a CI runner (a Pod running `bloodraven-sidecar run --ddl-boundary
 //!   reported --db-url-file -- TOOL…`, the sidecar copied out of its image),
-//!   the sidecar's fingerprint of the schema and the history tables gives
-//!   the boundary: a tool that refuses before it writes anything ends with
-//!   its own exit 1, `failed`; one that fails after writing to its history
-//!   table is 93.
+//!   and in an injected Job whose annotation `db-url-secret` hands the
+//!   sidecar the database's URL, the sidecar's fingerprint of the schema
+//!   and the history tables gives the boundary: a tool that refuses before
+//!   it writes anything ends with its own exit 1, `failed`; one that fails
+//!   after writing to its history table is 93.
 //!
 //! Both flavors: runs on MariaDB 10.11 and on MySQL 9.7 (hack/e2e.sh, E2E_FLAVORS).
 
@@ -192,13 +193,23 @@ async fn revisions_config_map(env: &Env, name: &str, revisions: &[(String, &str)
 /// A migration Job as a team writes it: annotated for injection (the
 /// default `at-start` DDL boundary), the tool as its one container.
 async fn create_job(env: &Env, tool: Tool, image: &str, name: &str) -> Job {
+    create_job_with(env, tool, image, name, "revisions", &json!({})).await
+}
+
+/// [`create_job`] with the revisions of ConfigMap `revisions` and more
+/// annotations.
+async fn create_job_with(env: &Env, tool: Tool, image: &str, name: &str, revisions: &str, more: &Value) -> Job {
+    let mut annotations = json!({
+        "bloodraven.shipstream.io/inject": "true",
+        "bloodraven.shipstream.io/group": env.pods.group,
+        "bloodraven.shipstream.io/instance": "counter-app",
+        "bloodraven.shipstream.io/ttl": "30"});
+    for (k, v) in more.as_object().into_iter().flatten() {
+        annotations[k] = v.clone();
+    }
     let manifest = json!({
         "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "annotations": {
-            "bloodraven.shipstream.io/inject": "true",
-            "bloodraven.shipstream.io/group": env.pods.group,
-            "bloodraven.shipstream.io/instance": "counter-app",
-            "bloodraven.shipstream.io/ttl": "30"}},
+        "metadata": {"name": name, "annotations": annotations},
         "spec": {"template": {"spec": {
             "serviceAccountName": "deployer",
             "automountServiceAccountToken": false,
@@ -206,7 +217,7 @@ async fn create_job(env: &Env, tool: Tool, image: &str, name: &str) -> Job {
             "terminationGracePeriodSeconds": 15,
             "securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
             "containers": [tool.container(image)],
-            "volumes": [{"name": "revisions", "configMap": {"name": "revisions"}}],
+            "volumes": [{"name": "revisions", "configMap": {"name": revisions}}],
         }}},
     });
     Api::<Job>::namespaced(env.pods.cluster.client.clone(), &env.pods.ns.name)
@@ -568,13 +579,45 @@ async fn ci_run(env: &Env, tool: Tool, image: &str, name: &str, revisions: &str)
     (code, log, record)
 }
 
-async fn in_a_ci_runner_the_history_table_gives_the_ddl_boundary(tool: Tool, prefix: &str) {
+/// An injected Job whose sidecar reads the database too (annotation
+/// `db-url-secret`: the Secret's `sidecar-url` mounted in the sidecar only);
+/// returns what [`ci_run`] returns: the migration container's exit code,
+/// the logs, the sidecar's final record.
+async fn injected_run(env: &Env, tool: Tool, image: &str, name: &str, revisions: &str) -> (i32, String, Value) {
+    let more = json!({"bloodraven.shipstream.io/db-url-secret": "db/sidecar-url"});
+    create_job_with(env, tool, image, name, revisions, &more).await;
+    let run = ended(env, name).await;
+    let code = run.migration_exit_code().unwrap_or_else(|| panic!("{name}: no exit code\n{run}"));
+    let reads = ["\"db_detection\":true", "db_detection=true"].iter().any(|m| run.sidecar_log.contains(m));
+    assert!(reads, "the sidecar reads the database:\n{run}");
+    assert!(!run.sidecar_log.contains(PASSWORD) && !run.tool_log.contains(PASSWORD), "{run}");
+    print_time(tool, &format!("injected Job {name}"), &run.tool_log);
+    (code, format!("{}\n{}", run.tool_log, run.sidecar_log), run.record)
+}
+
+/// Where the sidecar runs: beside the tool in a CI runner's Pod
+/// (`bloodraven-sidecar run`), or injected into the tool's Job.
+#[derive(Clone, Copy, Debug)]
+enum Runner {
+    Ci,
+    Injected,
+}
+
+async fn the_history_table_gives_the_ddl_boundary(tool: Tool, runner: Runner, prefix: &str) {
     let env = inject_env(prefix).await;
+    let run = |name: &'static str, revisions: &'static str| {
+        let (env, image) = (&env, tool.image());
+        async move {
+            match runner {
+                Runner::Ci => ci_run(env, tool, &image, name, revisions).await,
+                Runner::Injected => injected_run(env, tool, &image, name, revisions).await,
+            }
+        }
+    };
     let v1 = (tool.file(1, "orders"), "CREATE TABLE orders (id INT PRIMARY KEY, v INT NOT NULL);");
     database(&env, std::slice::from_ref(&v1)).await;
-    let image = tool.image();
     // Applied: the tool created its history table and wrote revision 1.
-    let (code, log, r) = ci_run(&env, tool, &image, "applies", "revisions").await;
+    let (code, log, r) = run("applies", "revisions").await;
     assert_eq!(code, 0, "{log}");
     assert_eq!((r["result"].as_str(), r["ddlState"].as_str()), (Some("succeeded"), Some("completed")), "{r}");
     let applied = match tool {
@@ -594,7 +637,7 @@ async fn in_a_ci_runner_the_history_table_gives_the_ddl_boundary(tool: Tool, pre
         Tool::GolangMigrate => vec![(tool.file(2, "notes"), "CREATE TABLE notes (id INT PRIMARY KEY);")],
     };
     revisions_config_map(&env, "refused", &refused).await;
-    let (code, log, r) = ci_run(&env, tool, &image, "refuses", "refused").await;
+    let (code, log, r) = run("refuses", "refused").await;
     let said = match tool {
         Tool::Flyway => "Migration checksum mismatch for migration version 1",
         Tool::GolangMigrate => "no migration found for version 1",
@@ -612,7 +655,7 @@ async fn in_a_ci_runner_the_history_table_gives_the_ddl_boundary(tool: Tool, pre
     // (Flyway's failed row, golang-migrate's dirty version): DDL started, 93.
     let broken = [v1.clone(), (tool.file(2, "broken"), "CREATE TABLE broken (id INT PRIMARY KEY, );")];
     revisions_config_map(&env, "broken", &broken).await;
-    let (code, log, r) = ci_run(&env, tool, &image, "breaks", "broken").await;
+    let (code, log, r) = run("breaks", "broken").await;
     assert!(log.contains("1064"), "{log}");
     assert_eq!(code, SCHEMA_VERIFICATION_REQUIRED, "{log}");
     assert_eq!(
@@ -629,10 +672,20 @@ async fn in_a_ci_runner_the_history_table_gives_the_ddl_boundary(tool: Tool, pre
 
 #[tokio::test]
 async fn flyway_in_a_ci_runner_the_history_table_gives_the_ddl_boundary() {
-    in_a_ci_runner_the_history_table_gives_the_ddl_boundary(Tool::Flyway, "tools-fw-ci").await;
+    the_history_table_gives_the_ddl_boundary(Tool::Flyway, Runner::Ci, "tools-fw-ci").await;
 }
 
 #[tokio::test]
 async fn golang_migrate_in_a_ci_runner_the_history_table_gives_the_ddl_boundary() {
-    in_a_ci_runner_the_history_table_gives_the_ddl_boundary(Tool::GolangMigrate, "tools-gm-ci").await;
+    the_history_table_gives_the_ddl_boundary(Tool::GolangMigrate, Runner::Ci, "tools-gm-ci").await;
+}
+
+#[tokio::test]
+async fn flyway_in_an_injected_job_the_history_table_gives_the_ddl_boundary() {
+    the_history_table_gives_the_ddl_boundary(Tool::Flyway, Runner::Injected, "tools-fw-job").await;
+}
+
+#[tokio::test]
+async fn golang_migrate_in_an_injected_job_the_history_table_gives_the_ddl_boundary() {
+    the_history_table_gives_the_ddl_boundary(Tool::GolangMigrate, Runner::Injected, "tools-gm-job").await;
 }
