@@ -404,3 +404,18 @@ fn resource(kind: &str) -> ApiResource {
 pub fn counter_app_chart() -> PathBuf {
     repo_root().join("charts/examples/counter-app")
 }
+
+impl ArgoCd {
+    /// Terminates the running operation of Application `name`, as
+    /// `argocd app terminate-op` does through Argo CD's API server: sets
+    /// `status.operationState.phase` to `Terminating`, which the controller
+    /// carries out (gitops-engine's `Terminate`: every running hook is
+    /// deleted, and the operation ends `Failed`).
+    pub async fn terminate(&self, name: &str) {
+        let patch = json!({"status": {"operationState": {"phase": "Terminating"}}});
+        self.applications()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap_or_else(|e| panic!("terminate the operation of Application {name}: {e}"));
+    }
+}

@@ -121,3 +121,63 @@ impl ArgoApp {
             .and_then(|j| j.metadata.uid)
     }
 }
+
+impl ArgoApp {
+    /// Follows the logs of the migration Job's running Pod, runner and
+    /// sidecar, until their containers end (or the Pod is deleted): the
+    /// whole log of a Pod that will not be there to read afterwards.
+    pub async fn follow_job_logs(&self) -> tokio::task::JoinHandle<(String, String)> {
+        let pods = job_pods(&self.env.cluster, &self.env.ns.name, JOB).await;
+        let pod = pods.into_iter().next().unwrap_or_else(|| panic!("no Pod of Job {JOB}"));
+        let name = pod.metadata.name.unwrap();
+        let api =
+            Api::<k8s_openapi::api::core::v1::Pod>::namespaced(self.env.cluster.client.clone(), &self.env.ns.name);
+        let follow = move |container: &'static str| {
+            let (api, name) = (api.clone(), name.clone());
+            async move {
+                use futures::{AsyncBufReadExt as _, StreamExt as _};
+                let params =
+                    kube::api::LogParams { container: Some(container.into()), follow: true, ..Default::default() };
+                let Ok(stream) = api.log_stream(&name, &params).await else { return String::new() };
+                stream.lines().filter_map(|l| async { l.ok() }).collect::<Vec<_>>().await.join("\n")
+            }
+        };
+        tokio::spawn(async move { tokio::join!(follow("migrate"), follow("bloodraven-sidecar")) })
+    }
+
+    /// The deploy lease slots (migration mutex, failover-hold) that have a
+    /// holder, as `operationId` per slot, in the operator's namespace.
+    pub async fn held_slots(&self) -> Vec<String> {
+        use bloodraven_api::names::deploy_lease::{ROLE_LABEL, ROLE_SLOT};
+        let leases = Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+            self.env.cluster.client.clone(),
+            &self.env.op_ns.name,
+        );
+        let list =
+            leases.list(&kube::api::ListParams::default().labels(&format!("{ROLE_LABEL}={ROLE_SLOT}"))).await.unwrap();
+        list.items.into_iter().filter_map(|l| l.spec?.holder_identity.filter(|h| !h.is_empty())).collect()
+    }
+
+    /// Blocks until a session of the migration's account runs `DO SLEEP`
+    /// on the active site.
+    pub async fn wait_sleeping(&self) {
+        wait_for("the migration's SLEEP to run", T, || async {
+            let n = self.sleeping();
+            if n == 1 { Ok(()) } else { Err(format!("{n} sessions sleeping; {}", self.argo.tail())) }
+        })
+        .await;
+    }
+
+    /// Sessions of the migration's account running `DO SLEEP` on the active site.
+    pub fn sleeping(&self) -> usize {
+        self.env
+            .pair
+            .sql(
+                "iad",
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = 'migrator' AND INFO LIKE 'DO SLEEP%'",
+            )
+            .trim()
+            .parse()
+            .unwrap_or(usize::MAX)
+    }
+}
