@@ -4,9 +4,10 @@
 //!
 //! - `argocd app terminate-op`: Argo CD deletes the running Job; the
 //!   revision in flight is cut off and rolls back (a DML revision), the
-//!   Pod is gone, both leases are released, the Deployment is not touched;
-//!   but the next sync skips the migration (an open fault, see the test:
-//!   ignored in CI, kept as its reproducer);
+//!   Pod is gone, both leases are released, the Deployment is not touched,
+//!   and the next sync applies the revision once (it used to skip it: the
+//!   terminated sync left the wait Job behind, see the chart's
+//!   wait-job.yaml);
 //! - `kubectl delete job` of the running hook: the hook finalizer keeps the
 //!   Job, its Pod may migrate on, the sync fails without touching the
 //!   Deployment (the schema may be ahead of the code, never behind), and
@@ -64,15 +65,6 @@ async fn synced_v1(t: &ArgoApp) -> String {
     format!("localhost/bloodraven/counter-app:{v1}")
 }
 
-// Fails with Argo CD v3.2.5: the sync after a terminated one succeeds
-// without running the migration Job (history stays at V2), so the new
-// image is deployed ahead of its schema. The terminated sync leaves the
-// chart's wait Job (wave -5) behind; the next sync's first step only
-// deletes it and writes no results, and Argo CD's merge patch keeps the
-// terminated sync's hook results, which the next step reads as its own.
-// Kept as the reproducer of that open fault (docs/example-app.md, "Argo
-// CD"); run it with `E2E_TEST=argocd_attack hack/e2e.sh --include-ignored`.
-#[ignore = "open fault: after argocd app terminate-op, the next sync skips the migration hook (Argo CD v3.2.5)"]
 #[tokio::test]
 async fn terminating_the_sync_cuts_the_revision_off_releases_the_leases_and_the_next_sync_applies_it_once() {
     let t = ArgoApp::start("argo-term").await;
