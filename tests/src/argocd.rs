@@ -57,12 +57,6 @@ pub fn bin_dir() -> PathBuf {
     dir
 }
 
-/// Argo CD's version as the controller reports it (`vX.Y.Z+…`), from its log.
-pub fn version_in(log: &str) -> Option<String> {
-    let at = log.find("version=")? + "version=".len();
-    Some(log[at..].split_whitespace().next()?.trim_matches('"').to_owned())
-}
-
 /// A child process killed when dropped, and its log file.
 #[derive(Debug)]
 struct Process {
@@ -337,9 +331,17 @@ impl ArgoCd {
         self.processes.iter().map(|p| tail_of(&p.log, 30)).collect::<Vec<_>>().join("\n")
     }
 
-    /// The controller's whole log.
-    pub fn controller_log(&self) -> String {
-        std::fs::read_to_string(&self.processes[2].log).unwrap_or_default()
+    /// Waits until the controller has compared Application `name` with
+    /// the cluster after `after` (RFC 3339, as [`now_rfc3339`] gives it:
+    /// `status.reconciledAt` later); returns the Application.
+    pub async fn wait_reconciled_after(&self, name: &str, after: &str, timeout: Duration) -> DynamicObject {
+        let what = format!("the controller to compare Application {name} after {after}");
+        wait_for(&what, timeout, || async {
+            let app = self.applications().get(name).await.map_err(|e| e.to_string())?;
+            let at = app.data["status"]["reconciledAt"].as_str().unwrap_or_default().to_owned();
+            if at.as_str() > after { Ok(app) } else { Err(format!("reconciled at {at}")) }
+        })
+        .await
     }
 }
 
@@ -418,4 +420,9 @@ impl ArgoCd {
             .await
             .unwrap_or_else(|e| panic!("terminate the operation of Application {name}: {e}"));
     }
+}
+
+/// Now, in RFC 3339 with whole seconds, as Argo CD writes its times.
+pub fn now_rfc3339() -> String {
+    k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }

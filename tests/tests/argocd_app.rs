@@ -22,6 +22,7 @@
 use std::time::{Duration, Instant};
 
 use bloodraven_e2e::app::{RELEASE, SCHEMA, V1, app_image};
+use bloodraven_e2e::argocd::now_rfc3339;
 use bloodraven_e2e::argocd_app::{ArgoApp, JOB};
 use bloodraven_e2e::pods::{logs, wait_job_end};
 use bloodraven_e2e::wait_for;
@@ -152,12 +153,7 @@ async fn a_failing_revision_fails_the_sync_and_its_job_stays_until_the_next_sync
     let (pod, runner, _) = t.job_logs().await;
     assert!(runner.contains("countres"), "the runner's log names the error:\n{runner}");
     let refreshed = now_rfc3339();
-    wait_for("the controller to refresh the Application", Duration::from_secs(120), || async {
-        let app = t.argo.applications().get(RELEASE).await.map_err(|e| e.to_string())?;
-        let at = app.data["status"]["reconciledAt"].as_str().unwrap_or_default().to_owned();
-        if at > refreshed { Ok(()) } else { Err(format!("reconciled at {at}")) }
-    })
-    .await;
+    t.argo.wait_reconciled_after(RELEASE, &refreshed, Duration::from_secs(120)).await;
     assert_eq!(t.job_uid().await.as_deref(), Some(failed_uid.as_str()), "the failed Job was removed or replaced");
     let again = logs(&t.env.cluster, &t.env.ns.name, pod.metadata.name.as_deref().unwrap(), "migrate").await;
     assert!(again.contains("countres"), "the failed Pod's log is gone: {again:?}");
@@ -229,9 +225,4 @@ async fn a_second_sync_asked_for_while_the_hook_runs_does_not_migrate_twice() {
     let jobs = Api::<Job>::namespaced(t.env.cluster.client.clone(), &t.env.ns.name);
     assert!(jobs.get_opt(JOB).await.unwrap().is_some());
     t.env.cluster.delete_group(&t.env.group).await;
-}
-
-/// Now, in RFC 3339 with whole seconds, as Argo CD writes its times.
-fn now_rfc3339() -> String {
-    k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }

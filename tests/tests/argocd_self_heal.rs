@@ -27,6 +27,7 @@
 use std::time::{Duration, Instant};
 
 use bloodraven_e2e::app::{RELEASE, V1, app_image};
+use bloodraven_e2e::argocd::now_rfc3339;
 use bloodraven_e2e::argocd_app::ArgoApp;
 use bloodraven_e2e::wait_for;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -70,12 +71,7 @@ async fn automated_syncs_run_the_hook_and_self_heal_and_restarts_run_none() {
     let patch =
         json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": restarted}}}}});
     deployments.patch(RELEASE, &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
-    let app = wait_for("the controller to compare the restarted Deployment", Duration::from_secs(120), || async {
-        let app = t.argo.applications().get(RELEASE).await.map_err(|e| e.to_string())?;
-        let at = app.data["status"]["reconciledAt"].as_str().unwrap_or_default().to_owned();
-        if at > restarted { Ok(app) } else { Err(format!("reconciled at {at}")) }
-    })
-    .await;
+    let app = t.argo.wait_reconciled_after(RELEASE, &restarted, Duration::from_secs(120)).await;
     let sync_status = app.data["status"]["sync"]["status"].clone();
     assert_eq!(sync_status, "Synced", "a restart is drift to Argo CD: {}", app.data["status"]);
     assert_eq!(t.last_started().await, state["startedAt"].as_str().unwrap(), "a restart started a sync");
@@ -115,11 +111,6 @@ async fn automated_syncs_run_the_hook_and_self_heal_and_restarts_run_none() {
          of the Deployment alone, without the hook"
     );
     t.env.cluster.delete_group(&t.env.group).await;
-}
-
-/// Now, in RFC 3339 with whole seconds, as Argo CD writes its times.
-fn now_rfc3339() -> String {
-    k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 #[tokio::test]
