@@ -411,6 +411,15 @@ async fn semi_sync_falls_back_by_the_operators_decision_and_comes_back_with_the_
     };
     let (_, mut w) = sc.writer_account("iad", "fall_t").await;
     w.query_drop("INSERT INTO w VALUES (1)").await.unwrap();
+    // On a loaded machine a setup commit may itself have waited past the
+    // fallback: the primary's side must be on (again) before the standby
+    // is paused, or the commit below is acknowledged at once.
+    wait_for("semi-sync on at iad before the standby is paused", T, || async {
+        let on = status_of("iad", source_status);
+        let sw = sc.pair.sql("iad", &format!("SELECT @@{source_on}"));
+        if on == "ON" && sw.trim() == "1" { Ok(()) } else { Err(format!("{on} {sw}")) }
+    })
+    .await;
 
     // The standby stops acknowledging: the commit waits, for the fallback.
     sc.pair.signal("pdx", "STOP");
