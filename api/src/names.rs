@@ -31,6 +31,18 @@ pub const WEBHOOK_PORT: u16 = 9443;
 /// group with reason `OperatorRevoked` (docs/deploy-api.md, "Revocation and tombstones").
 pub const REVOKE_DEPLOYMENT_LEASES_ANNOTATION: &str = "bloodraven.shipstream.io/revoke-deployment-leases";
 
+/// Annotation on a MysqlFailoverGroup beside [`REVOKE_DEPLOYMENT_LEASES_ANNOTATION`]:
+/// who asked, as the API server names the user (`kubectl bloodraven revoke`
+/// writes it). The webhook admits only the requesting user's own name; the
+/// operator says it in its Events and removes it with the revocation's.
+pub const REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION: &str = "bloodraven.shipstream.io/revoke-deployment-leases-by";
+
+/// Annotation on a MysqlFailoverGroup beside [`SCHEMA_VERIFIED_ANNOTATION`]:
+/// who verified the schema, as the API server names the user (`kubectl
+/// bloodraven verify-schema` writes it); admitted and removed as
+/// [`REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION`] is.
+pub const SCHEMA_VERIFIED_BY_ANNOTATION: &str = "bloodraven.shipstream.io/schema-verified-by";
+
 /// Server-side-apply field manager of the operator's observations
 /// (`status.health`, `status.conditions`, `status.observedGeneration`,
 /// `status.stable`, `status.unstableReason`): the one writer of the group's

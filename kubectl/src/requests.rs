@@ -1,0 +1,437 @@
+//! The commands that ask the operator for something by writing the group:
+//! `switchover` (a planned failover request in spec), `revoke` and
+//! `verify-schema` (annotations, with who asked). Each then follows what
+//! the operator does, with progress on standard error and the outcome on
+//! standard output and in the exit code.
+
+use std::time::{Duration, Instant};
+
+use bloodraven_api::names::{
+    REVOKE_DEPLOYMENT_LEASES_ANNOTATION, REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION, SCHEMA_VERIFIED_ANNOTATION,
+    SCHEMA_VERIFIED_BY_ANNOTATION,
+};
+use bloodraven_api::v1alpha1::{MysqlFailoverGroup, PlannedFailoverPhase};
+use futures::StreamExt as _;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt as _;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::watcher;
+use serde_json::json;
+
+use crate::kube_ctx::{Ctx, access, whoami};
+use crate::leases;
+use crate::output::{cell, printable};
+use crate::status::{self, operation_line};
+use crate::{EXIT_FAILED, EXIT_TIMEOUT};
+
+const GROUPS: &str = "mysqlfailovergroups.bloodraven.shipstream.io";
+/// The longest reason `revoke` writes (it is shown in Events).
+const MAX_REASON_CHARS: usize = 256;
+
+/// A request id is 1–128 characters of `[A-Za-z0-9._:-]` (the CRD's rule).
+fn valid_request_id(id: &str) -> bool {
+    (1..=128).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_alphanumeric() || b"._:-".contains(&b))
+}
+
+/// A fresh request id: the time and a random suffix, so two people asking
+/// in the same second still make two requests.
+fn fresh_request_id(now: Timestamp) -> String {
+    let stamp = now.strftime("%Y%m%dt%H%M%Sz").to_string();
+    format!("switchover-{stamp}-{:06x}", rand::random::<u32>() & 0x00ff_ffff)
+}
+
+/// Writes a merge patch of the group, conditional on the resourceVersion
+/// read: a concurrent change (another person's request) fails with 409
+/// instead of being overwritten.
+async fn patch_group(ctx: &Ctx, g: &MysqlFailoverGroup, mut body: serde_json::Value) -> anyhow::Result<()> {
+    body["metadata"]["resourceVersion"] = json!(g.resource_version());
+    match ctx.groups().patch(&g.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => anyhow::bail!(
+            "the group changed while this request was being written (someone else acted); look again with `kubectl bloodraven status {}` and retry",
+            g.name_any()
+        ),
+        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 || (s.code == 403 && s.reason != "Forbidden") => {
+            anyhow::bail!("the API server refused the request: {}", s.message)
+        }
+        Err(e) => Err(access(e, "patch", GROUPS, None)),
+    }
+}
+
+/// What a followed request has come to.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    Completed(String),
+    Failed(String),
+}
+
+/// `switchover GROUP --to SITE [--wait]`.
+pub(crate) async fn switchover(
+    ctx: &Ctx,
+    group: &str,
+    to: &str,
+    request_id: Option<String>,
+    wait: Option<Duration>,
+) -> anyhow::Result<u8> {
+    let g = ctx.group(group).await?;
+    if g.site(to).is_none() {
+        let sites: Vec<&str> = g.spec.sites.iter().map(|s| s.name.as_str()).collect();
+        anyhow::bail!("group {group} has no site {:?}; its sites are {}", printable(to), sites.join(", "));
+    }
+    let now = Timestamp::now();
+    if let Some(o) = status::operations(&g).into_iter().find(|o| o.in_flight) {
+        anyhow::bail!(
+            "{} is in flight on group {group}; one operation at a time (follow it: kubectl bloodraven status {group} --watch)",
+            operation_line(&o, now)
+        );
+    }
+    let decided = g.decided().map(|(a, n)| (a.to_owned(), n));
+    if let Some((active, generation)) = &decided {
+        if active == to {
+            println!(
+                "{to} is already the active site of group {group} (topology generation {generation}); nothing to do"
+            );
+            return Ok(0);
+        }
+    } else {
+        anyhow::bail!("group {group} has no decided active site yet (bootstrap pending): nothing to switch over from");
+    }
+    let id = match request_id {
+        Some(id) if valid_request_id(&id) => id,
+        Some(id) => anyhow::bail!("--request-id {:?}: 1–128 characters of [A-Za-z0-9._:-]", printable(&id)),
+        None => fresh_request_id(now),
+    };
+    let reused = g.status.as_ref().and_then(|s| s.planned_failover.as_ref()).is_some_and(|p| p.request_id == id);
+    if reused {
+        anyhow::bail!("request id {id} was already used on group {group}; a new request needs a new id");
+    }
+    patch_group(ctx, &g, json!({"spec": {"plannedFailover": {"targetSite": to, "requestId": id}}})).await?;
+    println!("switchover {id} requested: group {group}, {} → {to}", decided.map_or("-".into(), |(a, _)| a));
+    let Some(limit) = wait else { return Ok(0) };
+    follow(ctx, group, &id, limit).await
+}
+
+/// The request `id` as the group's status has it: its phases so far (the
+/// new ones are printed), and its outcome once final.
+fn progress(g: &MysqlFailoverGroup, id: &str) -> (Vec<String>, Option<Outcome>) {
+    let Some(s) = &g.status else { return (Vec::new(), None) };
+    if let Some(ignored) = s.ignored_planned_failover.as_ref().filter(|i| i.request_id == id) {
+        return (Vec::new(), Some(Outcome::Failed(format!("not taken up ({}): {}", ignored.reason, ignored.message))));
+    }
+    let Some(p) = s.planned_failover.as_ref().filter(|p| p.request_id == id) else { return (Vec::new(), None) };
+    let mut lines: Vec<String> = p
+        .history
+        .iter()
+        .map(|t| {
+            let detail = t.message.as_deref().map_or(String::new(), |m| format!(": {}", cell(m)));
+            format!("{}{detail}", cell(&t.phase))
+        })
+        .collect();
+    if let Some(a) = p.admission.as_ref().filter(|_| p.phase == "Deferred") {
+        let until = a.retry_time.as_ref().map_or(String::new(), |t| format!(", admission tried again at {}", t.0));
+        lines.push(format!(
+            "Deferred by {}: {}{until}",
+            cell(a.defer_reason.as_deref().unwrap_or("-")),
+            cell(a.message.as_deref().unwrap_or(""))
+        ));
+    }
+    let outcome = match PlannedFailoverPhase::parse(&p.phase) {
+        Some(PlannedFailoverPhase::Completed) => {
+            let (active, generation) = g.decided().map_or(("?".to_owned(), 0), |(a, n)| (a.to_owned(), n));
+            Some(Outcome::Completed(format!(
+                "switchover {id} Completed: {active} is the active site of group {} at topology generation {generation}",
+                g.name_any()
+            )))
+        }
+        Some(PlannedFailoverPhase::Failed) => Some(Outcome::Failed(format!(
+            "switchover {id} Failed: {}",
+            cell(p.message.as_deref().unwrap_or("no message"))
+        ))),
+        _ => None,
+    };
+    (lines, outcome)
+}
+
+/// Follows request `id` until it is final or `limit` passed.
+async fn follow(ctx: &Ctx, group: &str, id: &str, limit: Duration) -> anyhow::Result<u8> {
+    let started = Instant::now();
+    let config = watcher::Config::default().fields(&format!("metadata.name={group}"));
+    let mut events = std::pin::pin!(watcher(ctx.groups(), config));
+    let mut printed: Vec<String> = Vec::new();
+    let mut phase = "Pending".to_owned();
+    loop {
+        let left = limit.saturating_sub(started.elapsed());
+        let event = tokio::select! {
+            e = tokio::time::timeout(left, events.next()) => e,
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("interrupted; the request goes on (kubectl bloodraven status {group} --watch)");
+                return Ok(EXIT_TIMEOUT);
+            }
+        };
+        let g = match event {
+            Err(_) => {
+                eprintln!(
+                    "still {phase} after {}s; the request goes on (kubectl bloodraven status {group} --watch)",
+                    limit.as_secs()
+                );
+                return Ok(EXIT_TIMEOUT);
+            }
+            Ok(None) => anyhow::bail!("the watch of group {group} ended"),
+            Ok(Some(Err(e))) => {
+                eprintln!("{}", printable(&format!("watch interrupted ({e}); resuming")));
+                continue;
+            }
+            Ok(Some(Ok(watcher::Event::Apply(g) | watcher::Event::InitApply(g)))) => g,
+            Ok(Some(Ok(watcher::Event::Delete(_)))) => anyhow::bail!("group {group} was deleted"),
+            Ok(Some(Ok(_))) => continue,
+        };
+        let (lines, outcome) = progress(&g, id);
+        // The history is the record of every phase entered, so a phase
+        // passed between two events is still shown; a line is printed once.
+        for l in lines {
+            if !printed.contains(&l) {
+                eprintln!("{}  {l}", Timestamp::now().strftime("%H:%M:%S"));
+                printed.push(l);
+            }
+        }
+        if let Some(p) = g.status.as_ref().and_then(|s| s.planned_failover.as_ref()).filter(|p| p.request_id == id) {
+            phase.clone_from(&p.phase);
+        }
+        match outcome {
+            Some(Outcome::Completed(m)) => {
+                println!("{m}");
+                return Ok(0);
+            }
+            Some(Outcome::Failed(m)) => {
+                println!("{m}");
+                return Ok(EXIT_FAILED);
+            }
+            None => {}
+        }
+    }
+}
+
+/// Waits until the operator removed `annotation` from the group (it acted).
+async fn acted(
+    ctx: &Ctx,
+    group: &str,
+    annotation: &str,
+    limit: Duration,
+) -> anyhow::Result<Option<MysqlFailoverGroup>> {
+    let config = watcher::Config::default().fields(&format!("metadata.name={group}"));
+    let mut events = std::pin::pin!(watcher(ctx.groups(), config));
+    let wait = async {
+        while let Some(e) = events.next().await {
+            match e {
+                Ok(watcher::Event::Apply(g) | watcher::Event::InitApply(g))
+                    if !g.annotations().contains_key(annotation) =>
+                {
+                    return Ok(Some(g));
+                }
+                Ok(watcher::Event::Delete(_)) => anyhow::bail!("group {group} was deleted"),
+                Ok(_) => {}
+                Err(e) => eprintln!("{}", printable(&format!("watch interrupted ({e}); resuming"))),
+            }
+        }
+        Ok(None)
+    };
+    match tokio::time::timeout(limit, wait).await {
+        Ok(r) => r,
+        Err(_) => Ok(None),
+    }
+}
+
+fn check_reason(reason: &str) -> anyhow::Result<()> {
+    if reason.trim().is_empty() {
+        anyhow::bail!("--reason: say why, in words (it is shown in the operator's Events)");
+    }
+    if reason.chars().count() > MAX_REASON_CHARS {
+        anyhow::bail!("--reason: at most {MAX_REASON_CHARS} characters");
+    }
+    if reason.chars().any(char::is_control) {
+        anyhow::bail!("--reason: one line of text, without control characters");
+    }
+    Ok(())
+}
+
+/// `revoke GROUP --reason TEXT`.
+pub(crate) async fn revoke(ctx: &Ctx, group: &str, reason: &str, limit: Duration) -> anyhow::Result<u8> {
+    check_reason(reason)?;
+    let g = ctx.group(group).await?;
+    let before = leases::read(ctx, &g).await?;
+    let live: Vec<&leases::Grant> = before.live().filter(|l| l.revoked.is_none()).collect();
+    if live.is_empty() {
+        println!("No live deploy lease on group {group}: nothing to revoke.");
+        return Ok(0);
+    }
+    let by = whoami(ctx).await?;
+    patch_group(
+        ctx,
+        &g,
+        json!({"metadata": {"annotations": {
+            REVOKE_DEPLOYMENT_LEASES_ANNOTATION: reason,
+            REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION: by,
+        }}}),
+    )
+    .await?;
+    eprintln!("asked the operator to revoke every deploy lease of group {group}; waiting for it to act");
+    let Some(after) = acted(ctx, group, REVOKE_DEPLOYMENT_LEASES_ANNOTATION, limit).await? else {
+        eprintln!(
+            "the operator has not acted within {}s (is it running, with its deploy API enabled?); the annotation stays until it does",
+            limit.as_secs()
+        );
+        return Ok(EXIT_TIMEOUT);
+    };
+    let now = leases::read(ctx, &after).await?;
+    let mut code = 0;
+    for l in live {
+        let revoked = now.revocations.iter().any(|r| r.operation_id == l.operation_id && r.client == l.client);
+        if revoked {
+            println!(
+                "revoked {} {} (instance {}); its client may run until {}, never renewed",
+                cell(&l.kind),
+                cell(&l.operation_id),
+                cell(&l.instance),
+                l.expires_at.as_deref().unwrap_or("-")
+            );
+        } else {
+            println!("{} {} ended before it could be revoked", cell(&l.kind), cell(&l.operation_id));
+        }
+    }
+    if !now.pending_verifications.is_empty() {
+        code = 0;
+        eprintln!(
+            "operations that ended inside their DDL await schema verification: kubectl bloodraven leases {group}"
+        );
+    }
+    Ok(code)
+}
+
+/// `verify-schema GROUP [OPERATION...|--all]`.
+pub(crate) async fn verify_schema(
+    ctx: &Ctx,
+    group: &str,
+    operations: &[String],
+    all: bool,
+    limit: Duration,
+) -> anyhow::Result<u8> {
+    let g = ctx.group(group).await?;
+    let before = leases::read(ctx, &g).await?;
+    let pending = &before.pending_verifications;
+    if pending.is_empty() {
+        println!("Nothing awaits schema verification on group {group}.");
+        return Ok(if operations.is_empty() { 0 } else { EXIT_FAILED });
+    }
+    if operations.is_empty() && !all {
+        println!("Awaiting schema verification on group {group}:");
+        print!("{}", leases::verifications_table(&before).render(0));
+        println!(
+            "\nCheck the schema of each instance, then: kubectl bloodraven verify-schema {group} OPERATION... (or --all)"
+        );
+        return Ok(0);
+    }
+    for op in operations {
+        if !pending.iter().any(|p| p.operation_id == *op) {
+            let awaiting: Vec<&str> = pending.iter().map(|p| p.operation_id.as_str()).collect();
+            anyhow::bail!(
+                "operation {:?} does not await verification on group {group} (awaiting: {})",
+                printable(op),
+                awaiting.join(", ")
+            );
+        }
+        if pending.iter().any(|p| p.operation_id == *op && !p.announced) {
+            anyhow::bail!(
+                "operation {op}'s record was made a moment ago and not announced yet; the operator clears only what it told about: retry in a few seconds"
+            );
+        }
+    }
+    let value = if all { "all".to_owned() } else { operations.join(",") };
+    let by = whoami(ctx).await?;
+    patch_group(
+        ctx,
+        &g,
+        json!({"metadata": {"annotations": {SCHEMA_VERIFIED_ANNOTATION: value, SCHEMA_VERIFIED_BY_ANNOTATION: by}}}),
+    )
+    .await?;
+    eprintln!("recorded that {by} verified the schema; waiting for the operator to clear the records");
+    let Some(after) = acted(ctx, group, SCHEMA_VERIFIED_ANNOTATION, limit).await? else {
+        eprintln!("the operator has not acted within {}s; the annotation stays until it does", limit.as_secs());
+        return Ok(EXIT_TIMEOUT);
+    };
+    let now = leases::read(ctx, &after).await?;
+    let wanted: Vec<&str> = if all {
+        pending.iter().map(|p| p.operation_id.as_str()).collect()
+    } else {
+        operations.iter().map(String::as_str).collect()
+    };
+    let mut code = 0;
+    for op in wanted {
+        if now.pending_verifications.iter().any(|p| p.operation_id == op) {
+            println!("{op}: still awaits verification (see the group's SchemaVerifiedUnmatched Event)");
+            code = EXIT_FAILED;
+        } else {
+            println!("{op}: schema verified by {by}");
+        }
+    }
+    match status::condition(&after, "SchemaVerificationRequired") {
+        Some(c) if c.status == "True" => eprintln!("SchemaVerificationRequired is still True: {}", cell(&c.message)),
+        _ => eprintln!("SchemaVerificationRequired is clear"),
+    }
+    Ok(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids() {
+        let now: Timestamp = "2026-12-06T16:30:05Z".parse().unwrap_or_else(|e| unreachable!("{e}"));
+        let id = fresh_request_id(now);
+        assert!(id.starts_with("switchover-20261206t163005z-"), "{id}");
+        assert!(valid_request_id(&id), "{id}");
+        assert_ne!(fresh_request_id(now), fresh_request_id(now), "two in one second are two requests");
+        for bad in ["", "a b", "x/y", &"a".repeat(129), "ü"] {
+            assert!(!valid_request_id(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn reasons() {
+        assert!(check_reason("a stuck migration in ci").is_ok());
+        for bad in ["", "  ", "two\nlines", "\x1b[2J", &"x".repeat(257)] {
+            assert!(check_reason(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    fn group(planned: &serde_json::Value) -> MysqlFailoverGroup {
+        serde_json::from_value(json!({
+            "apiVersion": "bloodraven.shipstream.io/v1alpha1", "kind": "MysqlFailoverGroup",
+            "metadata": {"name": "g"},
+            "spec": {"sites": [], "initialActiveSite": "iad"},
+            "status": {"activeSite": "pdx", "topologyGeneration": 5, "plannedFailover": planned}
+        }))
+        .unwrap_or_else(|e| unreachable!("{e}"))
+    }
+
+    #[test]
+    fn every_phase_entered_is_told_and_the_outcome_is_final() {
+        let g = group(&json!({"requestId": "r", "targetSite": "pdx", "phase": "Completed", "history": [
+            {"phase": "Admitting", "time": "2026-01-01T00:00:00Z"},
+            {"phase": "Deferred", "time": "2026-01-01T00:00:01Z", "message": "held by op-1"},
+            {"phase": "Draining", "time": "2026-01-01T00:00:09Z"},
+            {"phase": "Completed", "time": "2026-01-01T00:00:12Z"}]}));
+        let (lines, outcome) = progress(&g, "r");
+        assert_eq!(lines, ["Admitting", "Deferred: held by op-1", "Draining", "Completed"]);
+        assert_eq!(
+            outcome,
+            Some(Outcome::Completed(
+                "switchover r Completed: pdx is the active site of group g at topology generation 5".into()
+            ))
+        );
+        assert_eq!(progress(&g, "other"), (Vec::new(), None), "another request's status is not ours");
+        let failed =
+            group(&json!({"requestId": "r", "targetSite": "pdx", "phase": "Failed", "message": "catch-up timed out"}));
+        assert_eq!(progress(&failed, "r").1, Some(Outcome::Failed("switchover r Failed: catch-up timed out".into())));
+    }
+}
