@@ -10,11 +10,12 @@ FROM rust:1-bookworm AS build
 WORKDIR /src
 COPY . .
 RUN RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --locked --release --target x86_64-unknown-linux-gnu -p bloodraven-operator -p bloodraven-webhook \
+    cargo build --locked --release --target x86_64-unknown-linux-gnu -p bloodraven-operator -p bloodraven-webhook -p bloodraven-kubectl \
  && RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --locked --profile release-sidecar --target x86_64-unknown-linux-gnu -p bloodraven-sidecar -p bloodraven-migrate \
  && strip -o /bloodraven-operator target/x86_64-unknown-linux-gnu/release/bloodraven-operator \
  && strip -o /bloodraven-webhook target/x86_64-unknown-linux-gnu/release/bloodraven-webhook \
+ && strip -o /kubectl-bloodraven target/x86_64-unknown-linux-gnu/release/kubectl-bloodraven \
  && strip -o /bloodraven-sidecar target/x86_64-unknown-linux-gnu/release-sidecar/bloodraven-sidecar \
  && strip -o /bloodraven-migrate target/x86_64-unknown-linux-gnu/release-sidecar/bloodraven-migrate
 
@@ -33,5 +34,7 @@ ENTRYPOINT ["/bloodraven-sidecar"]
 
 FROM scratch AS operator
 COPY --from=build /bloodraven-operator /bloodraven-operator
+# The kubectl plugin, beside the operator (docs/kubectl-plugin.md).
+COPY --from=build /kubectl-bloodraven /kubectl-bloodraven
 USER 65532:65532
 ENTRYPOINT ["/bloodraven-operator"]

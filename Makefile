@@ -83,8 +83,16 @@ bench-migrate: deps ## Migration-runner benchmark: a reader's longest stall behi
 images: ## Build the project's OCI images here (static operator binary; no daemon, no registry) into ~/.cache/bloodraven/images
 	hack/images.sh build
 
+.PHONY: release
+release: ## The kubectl plugin's release archive and its krew manifest, in dist/ (RELEASE_URL: where the archive will be served)
+	hack/release.sh build
+
+.PHONY: release-check
+release-check: tools ## Build the release archive, validate its krew manifest and install it with krew into a temporary root
+	hack/release.sh check
+
 .PHONY: test
-test: check unit e2e nemesis-short ## Everything CI runs: checks, unit tests, the e2e suite, then the nemesis' short schedule
+test: check unit release-check e2e nemesis-short ## Everything CI runs: checks, unit tests, the plugin's krew install, the e2e suite, then the nemesis' short schedule
 
 .PHONY: playground
 playground: tools ## Build and start a local playground: control plane, two MariaDB sites (FLAVOR=mysql: MySQL 9.7), the operator, group `playground`

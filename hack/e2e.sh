@@ -46,6 +46,7 @@ export BLOODRAVEN_OPERATOR_BIN="$target/debug/bloodraven-operator"
 export BLOODRAVEN_SIDECAR_BIN="$target/debug/bloodraven-sidecar"
 export BLOODRAVEN_WEBHOOK_BIN="$target/debug/bloodraven-webhook"
 export BLOODRAVEN_MIGRATE_BIN="$target/debug/bloodraven-migrate"
+export BLOODRAVEN_KUBECTL_BIN="$target/debug/kubectl-bloodraven"
 
 if [ "${1:-}" = "--bench-migrate" ]; then
   # Sites only (both flavors): nothing of the cluster is started, so nothing
@@ -106,7 +107,8 @@ if [ -n "$bench" ]; then
   export BLOODRAVEN_SIDECAR_BIN="$target/release-sidecar/bloodraven-sidecar"
   export BLOODRAVEN_WEBHOOK_BIN="$target/release/bloodraven-webhook"
 else
-  cargo build --locked -p bloodraven-operator -p bloodraven-sidecar -p bloodraven-webhook -p bloodraven-migrate
+  cargo build --locked -p bloodraven-operator -p bloodraven-sidecar -p bloodraven-webhook -p bloodraven-migrate \
+    -p bloodraven-kubectl
 fi
 # The tests run a private copy: with a target folder shared between
 # checkouts, another checkout's build would otherwise replace the binary
@@ -118,6 +120,8 @@ cp -f "$BLOODRAVEN_WEBHOOK_BIN" "$dir/bin/bloodraven-webhook"
 if [ -z "$bench" ]; then
   cp -f "$BLOODRAVEN_MIGRATE_BIN" "$dir/bin/bloodraven-migrate"
   export BLOODRAVEN_MIGRATE_BIN="$dir/bin/bloodraven-migrate"
+  cp -f "$BLOODRAVEN_KUBECTL_BIN" "$dir/bin/kubectl-bloodraven"
+  export BLOODRAVEN_KUBECTL_BIN="$dir/bin/kubectl-bloodraven"
 fi
 export BLOODRAVEN_OPERATOR_BIN="$dir/bin/bloodraven-operator"
 export BLOODRAVEN_SIDECAR_BIN="$dir/bin/bloodraven-sidecar"

@@ -14,7 +14,8 @@
 # Images (tag = the first 12 hex digits of a sha256 over the image's inputs):
 #   localhost/bloodraven/operator:TAG  one static binary, /bloodraven-operator (glibc,
 #                                      `-C target-feature=+crt-static`, stripped), run as
-#                                      65532:65532; nothing else inside: no shell, no libraries
+#                                      65532:65532, with the kubectl plugin /kubectl-bloodraven
+#                                      beside it; nothing else inside: no shell, no libraries
 #   localhost/bloodraven/webhook:TAG   the same for /bloodraven-webhook (the admission webhook)
 #   localhost/bloodraven/sidecar:TAG   the same for /bloodraven-sidecar (the deploy-lease sidecar,
 #                                      its `exec` wrapper and `probe`), with /bloodraven-migrate beside
@@ -56,28 +57,29 @@ need() {
 build_binaries() {
   log "building bloodraven-operator and bloodraven-webhook (release) and bloodraven-sidecar (release-sidecar: size-optimized, see Cargo.toml) as static binaries"
   (cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" \
-    cargo build --quiet --locked --release --target "$triple" -p bloodraven-operator -p bloodraven-webhook) ||
-    die "cargo build of the static operator and webhook failed"
+    cargo build --quiet --locked --release --target "$triple" -p bloodraven-operator -p bloodraven-webhook \
+      -p bloodraven-kubectl) ||
+    die "cargo build of the static operator, webhook and kubectl plugin failed"
   (cd "$root" && RUSTFLAGS="-C target-feature=+crt-static" \
     cargo build --quiet --locked --profile release-sidecar --target "$triple" -p bloodraven-sidecar -p bloodraven-migrate) ||
     die "cargo build of the static sidecar and migration runner failed"
 }
 
 # Static binaries alone in an image, run as 65532: bloodraven-NAME (the
-# entrypoint) and each EXTRA (bloodraven-EXTRA, from the same profile).
+# entrypoint) and each EXTRA (a binary of that name, from the same profile).
 build_static() { # work name profile [extra...] -> prints "ref archive"
   local work=$1 name=$2 profile=$3 bin tag out b
   shift 3
   mkdir -p "$work/rootfs"
-  for b in "$name" "$@"; do
-    bin="$target/$triple/$profile/bloodraven-$b"
+  for b in "bloodraven-$name" "$@"; do
+    bin="$target/$triple/$profile/$b"
     # A dynamic binary would not start in an image without libraries.
     # (grep without -q reads to the end: with pipefail, -q's early exit can
     # fail the pipe by SIGPIPE.)
     ldd "$bin" 2>&1 | grep -E 'statically linked|not a dynamic executable' >/dev/null || die "$bin is not static: $(ldd "$bin" 2>&1 | head -3)"
-    strip -o "$work/rootfs/bloodraven-$b" "$bin"
+    strip -o "$work/rootfs/$b" "$bin"
   done
-  tag=$( { echo "recipe $RECIPE $name $*"; for b in "$name" "$@"; do sha256sum <"$work/rootfs/bloodraven-$b"; done; } | sha256sum | cut -c1-12)
+  tag=$( { echo "recipe $RECIPE $name $*"; for b in "bloodraven-$name" "$@"; do sha256sum <"$work/rootfs/$b"; done; } | sha256sum | cut -c1-12)
   out="$images/$name-$tag.tar"
   if ! [ -s "$out" ]; then
     log "packing localhost/bloodraven/$name:$tag"
@@ -115,9 +117,9 @@ cmd_build() {
   trap "rm -rf '$work'" EXIT
   mkdir -p "$work/operator" "$work/webhook" "$work/sidecar" "$work/tools"
   build_binaries
-  build_static "$work/operator" operator release
+  build_static "$work/operator" operator release kubectl-bloodraven
   build_static "$work/webhook" webhook release
-  build_static "$work/sidecar" sidecar release-sidecar migrate
+  build_static "$work/sidecar" sidecar release-sidecar bloodraven-migrate
   build_tools "$work/tools"
 }
 

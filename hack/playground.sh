@@ -149,6 +149,9 @@ up() {
 
   log "building the images"
   "$root/hack/images.sh" import "$pg/control-plane" >/dev/null
+  # The kubectl plugin of the same build (the operator image carries it too).
+  mkdir -p "$pg/bin"
+  cp -f "${CARGO_TARGET_DIR:-$root/target}/x86_64-unknown-linux-gnu/release/kubectl-bloodraven" "$pg/bin/kubectl-bloodraven"
   # shellcheck source=/dev/null
   . "$pg/control-plane/images.env"
 
@@ -285,7 +288,8 @@ YAML
 
   cat > "$pg/env" <<ENV
 export KUBECONFIG=$pg/control-plane/kubeconfig
-export PATH=$bin:${helm%/*}:\$PATH
+export PATH=$pg/bin:$bin:${helm%/*}:\$PATH
+export BLOODRAVEN_NAMESPACE=$ns
 export BLOODRAVEN_PLAIN_URL=http://$cluster_ip:8082
 export BLOODRAVEN_URL=https://$cluster_ip:8443
 export BLOODRAVEN_CA=$pg/tls/ca.crt
