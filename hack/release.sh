@@ -75,8 +75,10 @@ krew_tools() { # -> prints the folder holding krew and validate-krew-manifest
 }
 
 cmd_check() {
-  local work tools archive out
-  command -v kubectl >/dev/null || die "kubectl is missing (make tools)"
+  local work tools archive out k8s
+  # kubectl as the tests build it (hack/build-k8s.sh, cached by version).
+  k8s=$("$root/hack/build-k8s.sh" | tail -n 1)
+  [ -x "$k8s/kubectl" ] || die "no kubectl in $k8s (hack/build-k8s.sh)"
   work=$(mktemp -d)
   # shellcheck disable=SC2064
   trap "rm -rf '$work'" EXIT
@@ -87,9 +89,9 @@ cmd_check() {
   export KREW_ROOT="$work/krew"
   "$tools/krew" install --manifest="$work/dist/bloodraven.yaml" --archive="$archive" >"$work/install.log" 2>&1 ||
     die "krew install failed: $(cat "$work/install.log")"
-  out=$(PATH="$KREW_ROOT/bin:$PATH" kubectl bloodraven --version) || die "kubectl bloodraven --version failed"
+  out=$(PATH="$KREW_ROOT/bin:$k8s:$PATH" kubectl bloodraven --version) || die "kubectl bloodraven --version failed"
   [ "$out" = "kubectl-bloodraven $(version)" ] || die "kubectl bloodraven --version printed $out"
-  PATH="$KREW_ROOT/bin:$PATH" kubectl plugin list 2>/dev/null | grep -q 'kubectl-bloodraven$' ||
+  PATH="$KREW_ROOT/bin:$k8s:$PATH" kubectl plugin list 2>/dev/null | grep -q 'kubectl-bloodraven$' ||
     die "kubectl plugin list does not show kubectl-bloodraven"
   log "ok: the manifest validates, krew $krew_version installs it, and kubectl runs it ($out)"
 }
