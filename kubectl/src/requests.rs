@@ -111,29 +111,32 @@ pub(crate) async fn switchover(
     follow(ctx, group, &id, limit).await
 }
 
+/// A line of progress and what makes it new: a phase entered is new once
+/// (its phase and time), a deferral when its holder changes (a renewal
+/// moves the retry time, which is not news).
+type Line = (String, String);
+
 /// The request `id` as the group's status has it: its phases so far (the
 /// new ones are printed), and its outcome once final.
-fn progress(g: &MysqlFailoverGroup, id: &str) -> (Vec<String>, Option<Outcome>) {
+fn progress(g: &MysqlFailoverGroup, id: &str) -> (Vec<Line>, Option<Outcome>) {
     let Some(s) = &g.status else { return (Vec::new(), None) };
     if let Some(ignored) = s.ignored_planned_failover.as_ref().filter(|i| i.request_id == id) {
         return (Vec::new(), Some(Outcome::Failed(format!("not taken up ({}): {}", ignored.reason, ignored.message))));
     }
     let Some(p) = s.planned_failover.as_ref().filter(|p| p.request_id == id) else { return (Vec::new(), None) };
-    let mut lines: Vec<String> = p
+    let mut lines: Vec<Line> = p
         .history
         .iter()
         .map(|t| {
             let detail = t.message.as_deref().map_or(String::new(), |m| format!(": {}", cell(m)));
-            format!("{}{detail}", cell(&t.phase))
+            (format!("{}@{}", t.phase, t.time.0), format!("{}{detail}", cell(&t.phase)))
         })
         .collect();
     if let Some(a) = p.admission.as_ref().filter(|_| p.phase == "Deferred") {
         let until = a.retry_time.as_ref().map_or(String::new(), |t| format!(", admission tried again at {}", t.0));
-        lines.push(format!(
-            "Deferred by {}: {}{until}",
-            cell(a.defer_reason.as_deref().unwrap_or("-")),
-            cell(a.message.as_deref().unwrap_or(""))
-        ));
+        let why =
+            format!("{}: {}", cell(a.defer_reason.as_deref().unwrap_or("-")), cell(a.message.as_deref().unwrap_or("")));
+        lines.push((format!("deferred {why}"), format!("Deferred by {why}{until}")));
     }
     let outcome = match PlannedFailoverPhase::parse(&p.phase) {
         Some(PlannedFailoverPhase::Completed) => {
@@ -188,10 +191,10 @@ async fn follow(ctx: &Ctx, group: &str, id: &str, limit: Duration) -> anyhow::Re
         let (lines, outcome) = progress(&g, id);
         // The history is the record of every phase entered, so a phase
         // passed between two events is still shown; a line is printed once.
-        for l in lines {
-            if !printed.contains(&l) {
-                eprintln!("{}  {l}", Timestamp::now().strftime("%H:%M:%S"));
-                printed.push(l);
+        for (key, line) in lines {
+            if !printed.contains(&key) {
+                eprintln!("{}  {line}", Timestamp::now().strftime("%H:%M:%S"));
+                printed.push(key);
             }
         }
         if let Some(p) = g.status.as_ref().and_then(|s| s.planned_failover.as_ref()).filter(|p| p.request_id == id) {
@@ -422,7 +425,8 @@ mod tests {
             {"phase": "Draining", "time": "2026-01-01T00:00:09Z"},
             {"phase": "Completed", "time": "2026-01-01T00:00:12Z"}]}));
         let (lines, outcome) = progress(&g, "r");
-        assert_eq!(lines, ["Admitting", "Deferred: held by op-1", "Draining", "Completed"]);
+        let shown: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+        assert_eq!(shown, ["Admitting", "Deferred: held by op-1", "Draining", "Completed"]);
         assert_eq!(
             outcome,
             Some(Outcome::Completed(
