@@ -434,6 +434,17 @@ mod tests {
             ))
         );
         assert_eq!(progress(&g, "other"), (Vec::new(), None), "another request's status is not ours");
+        let deferred = |retry: &str| {
+            let g = group(&json!({"requestId": "r", "targetSite": "pdx", "phase": "Deferred", "admission": {
+                "deferReason": "DeploymentHold", "message": "held by op-1 (instance app)", "retryTime": retry}}));
+            progress(&g, "r").0
+        };
+        let (first, renewed) = (deferred("2026-01-01T00:00:30Z"), deferred("2026-01-01T00:00:40Z"));
+        assert_eq!(
+            first[0].1,
+            "Deferred by DeploymentHold: held by op-1 (instance app), admission tried again at 2026-01-01T00:00:30Z"
+        );
+        assert_eq!(first[0].0, renewed[0].0, "a renewal of the same hold is not news");
         let failed =
             group(&json!({"requestId": "r", "targetSite": "pdx", "phase": "Failed", "message": "catch-up timed out"}));
         assert_eq!(progress(&failed, "r").1, Some(Outcome::Failed("switchover r Failed: catch-up timed out".into())));
