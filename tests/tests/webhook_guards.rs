@@ -288,6 +288,126 @@ async fn a_groups_status_is_the_operators_and_moves_by_one_with_the_site() {
     assert!(env.webhook.reviews("groups", "denied").await >= 7, "{}", env.webhook.metrics().await);
 }
 
+/// The `-by` annotations name whoever set them, as the API server knows
+/// them (what SelfSubjectReview answers, and what `kubectl bloodraven`
+/// writes): an ordinary user, granted edits of groups by RBAC, may set them
+/// to their own name only; an edit by someone else that leaves them as they
+/// were, and their removal, pass.
+#[tokio::test]
+async fn a_by_annotation_names_only_the_user_who_set_it() {
+    use bloodraven_api::names::{
+        REVOKE_DEPLOYMENT_LEASES_ANNOTATION as REVOKE, REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION as REVOKE_BY,
+        SCHEMA_VERIFIED_BY_ANNOTATION as VERIFIED_BY,
+    };
+    use bloodraven_api::v1alpha1::MysqlFailoverGroup;
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef};
+    let env = setup("wh-by").await;
+    let ns = env.ns.name.clone();
+    let name = format!("{ns}-g");
+    create_group(&env.cluster, &group(&name, &ns, vec![site("iad", "192.0.2.1"), site("pdx", "192.0.2.2")], "iad"))
+        .await;
+    // An on-call engineer: not an admin, may edit and create groups.
+    let editor = as_sa(&env, &ns, "on-call").await;
+    let meta = || ObjectMeta { name: Some(format!("{ns}-group-editor")), ..ObjectMeta::default() };
+    let role = ClusterRole {
+        metadata: meta(),
+        rules: Some(vec![PolicyRule {
+            api_groups: Some(vec!["bloodraven.shipstream.io".into()]),
+            resources: Some(vec!["mysqlfailovergroups".into()]),
+            verbs: ["get", "list", "create", "patch", "update", "delete"].map(str::to_owned).to_vec(),
+            ..PolicyRule::default()
+        }]),
+        ..ClusterRole::default()
+    };
+    let binding = ClusterRoleBinding {
+        metadata: meta(),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: format!("{ns}-group-editor"),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "on-call".into(),
+            namespace: Some(ns.clone()),
+            ..Subject::default()
+        }]),
+    };
+    let pp = PostParams::default();
+    Api::<ClusterRole>::all(env.cluster.client.clone()).create(&pp, &role).await.unwrap();
+    Api::<ClusterRoleBinding>::all(env.cluster.client.clone()).create(&pp, &binding).await.unwrap();
+    let me = Api::<SelfSubjectReview>::all(editor.clone())
+        .create(&pp, &SelfSubjectReview::default())
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.user_info)
+        .and_then(|u| u.username)
+        .expect("the API server names the user");
+    assert_eq!(me, format!("system:serviceaccount:{ns}:on-call"));
+    let groups = Api::<MysqlFailoverGroup>::all(editor);
+    eventually("the on-call engineer may read groups", || groups.get(&name)).await;
+    let admin = env.cluster.groups();
+    let by = |key: &str, who: &str| {
+        Patch::Merge(json!({"metadata": {"annotations": {VERIFIED_BY: null, REVOKE_BY: null, key: who}}}))
+    };
+    let annotation = |g: MysqlFailoverGroup, key: &str| g.metadata.annotations.unwrap_or_default().get(key).cloned();
+    let mp = PatchParams::default();
+
+    // Someone else's name: refused, saying whose name it may be and how.
+    let m = refusal(groups.patch(&name, &mp, &by(VERIFIED_BY, "someone-else")).await);
+    assert!(
+        m.contains(VERIFIED_BY)
+            && m.contains(&format!("\"{me}\""))
+            && m.contains("\"someone-else\"")
+            && m.contains("kubectl bloodraven verify-schema"),
+        "{m}"
+    );
+    let m = refusal(groups.patch(&name, &mp, &by(REVOKE_BY, "someone-else")).await);
+    assert!(m.contains(REVOKE_BY) && m.contains("kubectl bloodraven revoke"), "{m}");
+    assert_eq!(annotation(admin.get(&name).await.unwrap(), VERIFIED_BY), None, "nothing was stored");
+    // Their own name: admitted.
+    let g = groups.patch(&name, &mp, &by(VERIFIED_BY, &me)).await.expect("one's own name");
+    assert_eq!(annotation(g, VERIFIED_BY).as_deref(), Some(me.as_str()));
+    // Someone else's later edit leaves it as it was: admitted. Changing it is not.
+    admin
+        .patch(&name, &mp, &Patch::Merge(json!({"metadata": {"labels": {"unrelated": "edit"}}})))
+        .await
+        .expect("an unrelated edit by another user, the annotation unchanged");
+    let m = refusal(admin.patch(&name, &mp, &by(VERIFIED_BY, "someone-else")).await);
+    assert!(m.contains(VERIFIED_BY), "a cluster admin names only themselves too: {m}");
+    // Removal (what the operator does once it acted): admitted, by anyone.
+    let g = admin
+        .patch(&name, &mp, &Patch::Merge(json!({"metadata": {"annotations": {VERIFIED_BY: null}}})))
+        .await
+        .expect("a removal");
+    assert_eq!(annotation(g, VERIFIED_BY), None);
+
+    // A new group naming someone else is refused; naming oneself, created.
+    let mut created = group(&format!("{name}-2"), &ns, vec![site("iad", "192.0.2.1"), site("pdx", "192.0.2.2")], "iad");
+    created.metadata.annotations =
+        Some([(REVOKE.to_owned(), "now".to_owned()), (REVOKE_BY.to_owned(), "someone-else".to_owned())].into());
+    let m = refusal(groups.create(&pp, &created).await);
+    assert!(m.contains(REVOKE_BY) && m.contains(&format!("\"{me}\"")), "{m}");
+    created.metadata.annotations.as_mut().unwrap().insert(REVOKE_BY.to_owned(), me.clone());
+    groups.create(&pp, &created).await.expect("a create naming oneself");
+    assert!(env.webhook.reviews("groups", "denied").await >= 4, "{}", env.webhook.metrics().await);
+    // One's own name, an unchanged annotation and a removal never reach the
+    // webhook (its matchConditions): they pass while it is down.
+    assert_eq!(env.webhook.reviews("groups", "allowed").await, 0, "{}", env.webhook.metrics().await);
+
+    for g in [name.clone(), format!("{name}-2")] {
+        env.cluster.delete_group(&g).await;
+    }
+    let _ = Api::<ClusterRoleBinding>::all(env.cluster.client.clone())
+        .delete(&format!("{ns}-group-editor"), &DeleteParams::default())
+        .await;
+    let _ = Api::<ClusterRole>::all(env.cluster.client.clone())
+        .delete(&format!("{ns}-group-editor"), &DeleteParams::default())
+        .await;
+}
+
 #[tokio::test]
 async fn the_operators_state_is_written_only_by_it_and_the_leader_lease_is_never_deleted() {
     let env = setup("wh-state").await;

@@ -8,7 +8,8 @@
 //! - `matchConditions` (CEL, evaluated in the API server) send a request only
 //!   when it touches what a guard protects: a change of `deploymentClients`;
 //!   a status write by someone other than the operator; a generation change
-//!   by the operator; a history change of a group's spec; a write of an
+//!   by the operator; a history change of a group's spec, or a `-by`
+//!   annotation set to another name than the requester's; a write of an
 //!   operator state object by someone other than the operator; a delete of
 //!   the leader Lease; an annotated Job. Everything else — Lease *updates*
 //!   of leader election, the operator's deploy-Lease renewals, every other
@@ -73,7 +74,7 @@ pub mod paths {
     pub const DATABASES: &str = "/validate/mysqldatabases";
     /// A new MysqlDatabase's claim.
     pub const CLAIMS: &str = "/validate/mysqldatabase-claims";
-    /// Group status and spec.
+    /// Group status, spec and the `-by` annotations.
     pub const GROUPS: &str = "/validate/mysqlfailovergroups";
     /// The operator's state objects.
     pub const STATE: &str = "/validate/operator-state";
@@ -267,23 +268,41 @@ pub fn validating_configuration(p: &Params) -> ValidatingWebhookConfiguration {
     own.object_selector = groups_selector(p);
     webhooks.push(own);
 
-    // Group spec: history.
+    // Group spec: history; and the `-by` annotations, set (by a create or
+    // an update) to anything but the requesting user's own name. Writing
+    // your own name never reaches the webhook: `kubectl bloodraven revoke`
+    // works while the webhook is down.
     let initial = |v: &str| field_or(v, &["spec", "initialActiveSite"], "''");
     let sites = |v: &str| format!("{}.map(s, has(s.name) ? s.name : '')", field_or(v, &["spec", "sites"], "[]"));
+    let history =
+        format!("{} != {} || {} != {}", initial("object"), initial("oldObject"), sites("object"), sites("oldObject"));
+    // The annotation as a list of zero or one value: absent and empty differ.
+    let by = |v: &str, key: &str| {
+        format!(
+            "((has({v}.metadata.annotations) && {k} in {v}.metadata.annotations) ? [{v}.metadata.annotations[{k}]] : [])",
+            k = quoted(key)
+        )
+    };
+    let keys = [names::REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION, names::SCHEMA_VERIFIED_BY_ANNOTATION];
+    let by_other = |old: bool| {
+        keys.iter()
+            .map(|k| {
+                let now = by("object", k);
+                let was = if old { format!(" && {now} != {}", by("oldObject", k)) } else { String::new() };
+                format!("({now} != [] && {now} != [{user}]{was})")
+            })
+            .collect::<Vec<_>>()
+            .join(" || ")
+    };
     let mut spec = validating(
         p,
         "group-history",
         paths::GROUPS,
-        vec![rule(names::GROUP, &["mysqlfailovergroups"], &["UPDATE"], "Cluster")],
+        vec![rule(names::GROUP, &["mysqlfailovergroups"], &["CREATE", "UPDATE"], "Cluster")],
         vec![cond(
-            "history-touched",
-            format!(
-                "{} != {} || {} != {}",
-                initial("object"),
-                initial("oldObject"),
-                sites("object"),
-                sites("oldObject")
-            ),
+            "history-or-requester-touched",
+            // oldObject is null on a create: read only on an update.
+            format!("request.operation == 'CREATE' ? ({}) : ({history} || {})", by_other(false), by_other(true)),
         )],
         true,
     );
@@ -443,6 +462,30 @@ mod tests {
         assert_eq!(w.reinvocation_policy.as_deref(), Some("IfNeeded"));
         let ns = w.namespace_selector.as_ref().unwrap().match_expressions.as_ref().unwrap();
         assert_eq!(ns[0].values.as_ref().unwrap(), &["kube-system", "kube-node-lease", "bloodraven"]);
+    }
+
+    /// A create has no oldObject (null in CEL: reading it is an error, and
+    /// an error fails the request closed), so only an update reads it.
+    #[test]
+    fn group_history_sees_creates_and_reads_the_old_object_only_on_updates() {
+        let v = validating_configuration(&params());
+        let w = v.webhooks.unwrap().into_iter().find(|w| w.name.starts_with("group-history")).unwrap();
+        assert_eq!(w.rules.unwrap()[0].operations.as_deref().unwrap(), ["CREATE", "UPDATE"]);
+        let conditions = w.match_conditions.unwrap();
+        assert_eq!(conditions.len(), 1);
+        let e = &conditions[0].expression;
+        let (on_create, on_update) = e
+            .strip_prefix("request.operation == 'CREATE' ? (")
+            .and_then(|rest| rest.split_once(") : ("))
+            .unwrap_or_else(|| panic!("{e}"));
+        assert!(!on_create.contains("oldObject"), "{on_create}");
+        for key in [names::REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION, names::SCHEMA_VERIFIED_BY_ANNOTATION] {
+            for side in [on_create, on_update] {
+                assert!(side.contains(&format!("'{key}'")), "{key}: {side}");
+                assert!(side.contains("!= [request.userInfo.username]"), "{side}");
+            }
+        }
+        assert!(on_update.contains("initialActiveSite") && on_update.contains("oldObject"), "{on_update}");
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub enum Endpoint {
     Databases,
     /// A new MysqlDatabase's claim on its group.
     Claims,
-    /// Group status and history.
+    /// Group status, history and the `-by` annotations.
     Groups,
     /// Operator state.
     State,
@@ -185,7 +185,7 @@ fn registered(endpoint: Endpoint) -> (&'static [(&'static str, &'static str, &'s
     match endpoint {
         Endpoint::Databases => (&[(names::GROUP, "mysqldatabases", "MysqlDatabase")], &["CREATE", "UPDATE", "DELETE"]),
         Endpoint::Claims => (&[(names::GROUP, "mysqldatabases", "MysqlDatabase")], &["CREATE"]),
-        Endpoint::Groups => (&[(names::GROUP, "mysqlfailovergroups", "MysqlFailoverGroup")], &["UPDATE"]),
+        Endpoint::Groups => (&[(names::GROUP, "mysqlfailovergroups", "MysqlFailoverGroup")], &["CREATE", "UPDATE"]),
         Endpoint::State => (
             &[("coordination.k8s.io", "leases", "Lease"), ("", "configmaps", "ConfigMap"), ("", "secrets", "Secret")],
             &["CREATE", "UPDATE", "DELETE"],
@@ -350,9 +350,23 @@ async fn decide(w: &Webhook, endpoint: Endpoint, request: &AdmissionRequest<Dyna
             }
         }
         Endpoint::Groups => {
+            let create = matches!(request.operation, Operation::Create);
+            // A create has nothing before it, whatever a review may carry.
+            let old = if create { None } else { old };
             // Unreachable past check_envelope; garbage is never "allowed".
-            let (Some(old), Some(new)) = (old, new) else {
-                return Verdict::Deny("a group review without both objects; refused".into());
+            let Some(new) = new else { return Verdict::Deny("a group review without the object; refused".into()) };
+            // Checked first: the status check below may allow at once (the
+            // operator's restore of its decision record).
+            if let Err(e) = group::check_requesters(username(request), old.as_ref(), &new) {
+                return Verdict::Deny(e);
+            }
+            if create {
+                // A new group has no history, and the API server drops the
+                // status of a create (the status subresource).
+                return Verdict::Allow;
+            }
+            let Some(old) = old else {
+                return Verdict::Deny("an update review of a group without the old object; refused".into());
             };
             let writer = if username(request) == w.operator { group::Writer::Operator } else { group::Writer::Other };
             let status_write =
@@ -516,6 +530,8 @@ mod tests {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"annotations": {"bloodraven.shipstream.io/inject": "true"}}});
         let good = review(group, "UPDATE", Some(g.clone()), Some(g.clone()));
         assert_eq!(check_envelope(Endpoint::Groups, &good), Ok(()));
+        // A create: the `-by` annotations of a new group.
+        assert_eq!(check_envelope(Endpoint::Groups, &review(group, "CREATE", Some(g.clone()), None)), Ok(()));
         let mut beta = good.clone();
         beta["apiVersion"] = json!("admission.k8s.io/v1beta1");
         let mut no_request = good.clone();
@@ -525,7 +541,8 @@ mod tests {
             (Endpoint::Groups, no_request, "no request"),
             (Endpoint::Groups, review(group, "UPDATE", Some(g.clone()), None), "needs request.oldObject"),
             (Endpoint::Groups, review(group, "UPDATE", Some(cm.clone()), Some(g.clone())), "request.object is not"),
-            (Endpoint::Groups, review(group, "CREATE", Some(g.clone()), None), "does not review \"CREATE\""),
+            (Endpoint::Groups, review(group, "CREATE", None, None), "needs request.object"),
+            (Endpoint::Groups, review(group, "DELETE", None, Some(g.clone())), "does not review \"DELETE\""),
             (
                 Endpoint::State,
                 review(("", "pods", "Pod"), "DELETE", None, Some(cm.clone())),

@@ -3,7 +3,11 @@
 //! only the operator's ServiceAccount writes it, and even the operator only
 //! moves the generation by +1 together with a change of the active site,
 //! never down; and spec changes that would rewrite history are refused.
+//! The `-by` annotations beside `revoke-deployment-leases` and
+//! `schema-verified` name who asked, and the operator says it in its Events:
+//! each may only be set to the requesting user's own name.
 
+use bloodraven_api::names;
 use serde_json::Value;
 
 /// What the request's user is, for this guard.
@@ -136,6 +140,54 @@ pub fn check_spec(old: &Value, new: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// Each `-by` annotation: what it records, and the plugin command that
+/// writes it beside the annotation it vouches for.
+const REQUESTERS: [(&str, &str, &str); 2] = [
+    (
+        names::REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION,
+        "who asked to revoke the deploy leases",
+        "kubectl bloodraven revoke GROUP --reason TEXT",
+    ),
+    (
+        names::SCHEMA_VERIFIED_BY_ANNOTATION,
+        "who verified the schema",
+        "kubectl bloodraven verify-schema GROUP OPERATION_ID...",
+    ),
+];
+
+fn annotation<'a>(object: &'a Value, key: &str) -> Option<&'a Value> {
+    object.pointer("/metadata/annotations").and_then(|a| a.get(key))
+}
+
+/// Checks the `-by` annotations of a create (`old` is `None`) or an update
+/// of a group by `user` (the review's `userInfo.username`): one that is
+/// added or changed must be exactly `user`, so that the operator's Events
+/// name whoever really asked. Removing one is always allowed (the operator
+/// removes them once it acted), and one left as it was is not checked again
+/// (a later, unrelated edit by someone else keeps it).
+///
+/// Errors: the refusal, naming the annotation, the user's own name and the
+/// command that writes it.
+pub fn check_requesters(user: &str, old: Option<&Value>, new: &Value) -> Result<(), String> {
+    for (key, records, command) in REQUESTERS {
+        let Some(value) = annotation(new, key) else { continue };
+        if old.and_then(|o| annotation(o, key)) == Some(value) {
+            continue;
+        }
+        if !user.is_empty() && value.as_str() == Some(user) {
+            continue;
+        }
+        let shown = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
+        return Err(format!(
+            "annotation {key} records {records} and may only be set to your own username as the API server knows it \
+             (`kubectl auth whoami`): \"{}\", not \"{}\". Use `{command}`, which writes it, or leave the annotation out",
+            bloodraven_serving::log::escape(user, 256),
+            bloodraven_serving::log::escape(&shown, 256),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -204,6 +256,61 @@ mod tests {
             let e = ok(a, b).unwrap_err();
             assert!(e.contains(says), "{says}: {e}");
         }
+    }
+
+    fn annotated(pairs: &[(&str, &str)]) -> Value {
+        let annotations: serde_json::Map<String, Value> =
+            pairs.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect();
+        json!({"metadata": {"name": "g", "annotations": annotations}, "spec": {}})
+    }
+
+    #[test]
+    fn a_by_annotation_names_only_the_user_who_sets_it() {
+        const REVOKE: &str = names::REVOKE_DEPLOYMENT_LEASES_ANNOTATION;
+        const REVOKE_BY: &str = names::REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION;
+        const VERIFIED: &str = names::SCHEMA_VERIFIED_ANNOTATION;
+        const VERIFIED_BY: &str = names::SCHEMA_VERIFIED_BY_ANNOTATION;
+        let none = annotated(&[]);
+        let alice_revokes = annotated(&[(REVOKE, "stuck migration in ci"), (REVOKE_BY, "alice")]);
+        let alice_verified = annotated(&[(VERIFIED, "op-1"), (VERIFIED_BY, "alice")]);
+        // (user, old, new, refused naming)
+        let cases: [(&str, Option<&Value>, &Value, Option<&str>); 11] = [
+            ("alice", Some(&none), &alice_revokes, None),
+            ("alice", Some(&none), &alice_verified, None),
+            ("bob", Some(&none), &alice_revokes, Some(REVOKE_BY)),
+            ("bob", Some(&none), &alice_verified, Some(VERIFIED_BY)),
+            // Removal: the operator, or anyone.
+            ("system:serviceaccount:bloodraven:bloodraven-operator", Some(&alice_revokes), &none, None),
+            ("bob", Some(&alice_verified), &annotated(&[(VERIFIED, "op-1")]), None),
+            // Left as it was: bob's unrelated edit is not refused for alice's name.
+            ("bob", Some(&alice_revokes), &alice_revokes, None),
+            // Changed to another name, even bob's own old one.
+            ("bob", Some(&alice_revokes), &annotated(&[(REVOKE, "now"), (REVOKE_BY, "carol")]), Some(REVOKE_BY)),
+            ("bob", Some(&alice_revokes), &annotated(&[(REVOKE, "now"), (REVOKE_BY, "bob")]), None),
+            // A create: nothing was there before.
+            ("bob", None, &alice_verified, Some(VERIFIED_BY)),
+            ("alice", None, &alice_verified, None),
+        ];
+        for (i, (user, old, new, refused)) in cases.into_iter().enumerate() {
+            match (check_requesters(user, old, new), refused) {
+                (Ok(()), None) => {}
+                (Err(e), Some(key)) => {
+                    assert!(e.contains(key) && e.contains(&format!("\"{user}\"")), "case {i}: {e}");
+                    assert!(e.contains("kubectl bloodraven"), "case {i}: {e}");
+                }
+                (r, _) => panic!("case {i}: {user} {new}: {r:?}, wanted refused: {refused:?}"),
+            }
+        }
+        let e = check_requesters("bob", None, &annotated(&[(VERIFIED_BY, "alice")])).unwrap_err();
+        assert!(e.contains("verify-schema") && e.contains("your own username"), "{e}");
+        let e = check_requesters("bob", None, &annotated(&[(REVOKE_BY, "alice")])).unwrap_err();
+        assert!(e.contains("kubectl bloodraven revoke"), "{e}");
+        // An empty value names nobody; a user without a name sets nothing.
+        assert!(check_requesters("bob", None, &annotated(&[(REVOKE_BY, "")])).is_err());
+        assert!(check_requesters("", None, &annotated(&[(REVOKE_BY, "")])).is_err());
+        // The refused value is user text: escaped in the answer.
+        let e = check_requesters("bob", None, &annotated(&[(REVOKE_BY, "alice\u{202e}\n")])).unwrap_err();
+        assert!(!e.contains('\u{202e}') && !e.contains('\n'), "{e}");
     }
 
     #[test]
