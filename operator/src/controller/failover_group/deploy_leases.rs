@@ -4,17 +4,30 @@
 //! - revokes grants of an older topology generation (`TopologyChanged`), and
 //!   every live grant when a person annotated the group with
 //!   `revoke-deployment-leases` (`OperatorRevoked`; the annotation is then
-//!   removed), with one `DeploymentLeaseRevoked` Event per operation;
+//!   removed), with one `DeploymentLeaseRevoked` Event per operation, naming
+//!   who asked (`revoke-deployment-leases-by`) and why (the annotation's
+//!   value);
 //! - turns a grant that was revoked or lapsed after reporting
 //!   `ddlState: started` into a verification record, announced once by a
 //!   `SchemaVerificationRequired` Event naming the operation and instance;
 //! - computes the `SchemaVerificationRequired` condition from the records,
 //!   and clears the records a person names in the `schema-verified`
 //!   annotation (a list of operationIds, or `all`), with a `SchemaVerified`
-//!   Event, then removes the annotation.
+//!   Event naming who verified (`schema-verified-by`), then removes the
+//!   annotation.
+//!
+//! The `-by` annotations are removed in the same patch as the annotation
+//! they accompany. The webhook admits only the requesting user's own name in
+//! them (docs/webhook.md, `group-history`); a hand-written annotation without
+//! one is acted on all the same, and its Event names nobody. Their values
+//! are user text: Events show them escaped and cut ([`shown`]).
 
+use bloodraven_api::deploy::RevokeReason;
 use bloodraven_api::deploy::valid_operation_id;
-use bloodraven_api::names::{REVOKE_DEPLOYMENT_LEASES_ANNOTATION, SCHEMA_VERIFIED_ANNOTATION};
+use bloodraven_api::names::{
+    REVOKE_DEPLOYMENT_LEASES_ANNOTATION, REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION, SCHEMA_VERIFIED_ANNOTATION,
+    SCHEMA_VERIFIED_BY_ANNOTATION,
+};
 use bloodraven_api::v1alpha1::{ConditionType, MysqlFailoverGroup, reason};
 use kube::api::{Patch, PatchParams};
 use kube::runtime::events::EventType;
@@ -36,9 +49,12 @@ fn lease_ref(ctx: &Context, name: String) -> k8s_openapi::api::core::v1::ObjectR
     }
 }
 
-async fn remove_annotation(ctx: &Context, group: &str, annotation: &str) -> Result<(), Error> {
+/// Removes an acted-on annotation and, in the same patch, its `-by`
+/// annotation: a `-by` left behind would be read as the requester of the
+/// next request made without one.
+async fn remove_annotation(ctx: &Context, group: &str, annotation: &str, by: &str) -> Result<(), Error> {
     let api: Api<MysqlFailoverGroup> = Api::all(ctx.client.clone());
-    let patch = json!({"metadata": {"annotations": {annotation: null}}});
+    let patch = json!({"metadata": {"annotations": {annotation: null, by: null}}});
     api.patch(group, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(drop)
@@ -56,7 +72,12 @@ pub(crate) async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Resul
         return Ok(());
     }
     let name = group.name_any();
-    let requested = group.annotations().contains_key(REVOKE_DEPLOYMENT_LEASES_ANNOTATION);
+    let annotations = group.annotations();
+    let requested = annotations.contains_key(REVOKE_DEPLOYMENT_LEASES_ANNOTATION);
+    let asked = requested_clause(
+        annotations.get(REVOKE_DEPLOYMENT_LEASES_ANNOTATION).map(String::as_str),
+        annotations.get(REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION).map(String::as_str),
+    );
     let done = service
         .maintain(&name, requested)
         .await
@@ -65,8 +86,10 @@ pub(crate) async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Resul
         ctx.metrics.deploy_leases_revoked_total.with_label_values(&[t.reason.as_str()]).inc();
         tracing::warn!(group = %name, operation_id = %t.operation_id, instance = %t.instance, reason = t.reason.as_str(), generation = t.generation, "deploy lease revoked");
         let ddl = t.ddl_state.map_or(String::new(), |d| format!("; its DDL state was {}", d.as_str()));
+        // Only the annotation's own revocations were asked for by a person.
+        let asked = if t.reason == RevokeReason::OperatorRevoked { asked.as_str() } else { "" };
         let note = format!(
-            "revoked deploy operation {} (instance {}) with reason {} at topology generation {}{ddl}",
+            "revoked deploy operation {} (instance {}) with reason {} at topology generation {}{ddl}{asked}",
             t.operation_id,
             t.instance,
             t.reason.as_str(),
@@ -79,7 +102,8 @@ pub(crate) async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Resul
             .await;
     }
     if requested {
-        remove_annotation(ctx, &name, REVOKE_DEPLOYMENT_LEASES_ANNOTATION).await?;
+        remove_annotation(ctx, &name, REVOKE_DEPLOYMENT_LEASES_ANNOTATION, REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION)
+            .await?;
     }
     Ok(())
 }
@@ -103,6 +127,43 @@ pub(crate) async fn maintain_after_decision(ctx: &Context, group: &MysqlFailover
             tracing::warn!(group = %group.name_any(), bound_seconds = bound.as_secs(), "the deploy-lease store did not answer within probeTimeoutSeconds after a decision; the next round records the revocations");
         }
     }
+}
+
+/// The most of an annotation's value an Event shows, in bytes after
+/// escaping: a requester's name or a reason, not a document. Two of them
+/// and the note's own words stay within an Event note's 1 KiB.
+const SHOWN_BYTES: usize = 256;
+
+/// A user-written annotation value as an Event shows it: control and
+/// bidirectional-formatting characters escaped, cut to [`SHOWN_BYTES`]
+/// with `…`.
+fn shown(value: &str) -> String {
+    crate::tolerant::decode::bounded(value, SHOWN_BYTES)
+}
+
+/// What a `DeploymentLeaseRevoked` note of a revocation asked for by the
+/// `revoke-deployment-leases` annotation adds: `; requested by BY
+/// ("REASON")`. `reason` is the annotation's value, left out when it is
+/// empty or `now` (the value that says nothing more); `by` its `-by`
+/// annotation, left out when absent or empty (a hand-written annotation).
+/// Empty when both are left out.
+fn requested_clause(reason: Option<&str>, by: Option<&str>) -> String {
+    let by = by.map(str::trim).filter(|b| !b.is_empty()).map(|b| format!(" by {}", shown(b)));
+    let reason = reason
+        .map(str::trim)
+        .filter(|r| !r.is_empty() && !r.eq_ignore_ascii_case("now"))
+        .map(|r| format!(" (\"{}\")", shown(&r.replace('"', "\\\""))));
+    if by.is_none() && reason.is_none() {
+        return String::new();
+    }
+    format!("; requested{}{}", by.unwrap_or_default(), reason.unwrap_or_default())
+}
+
+/// The `SchemaVerified` note for the cleared operations `ops`: who verified
+/// (the `schema-verified-by` annotation), or "a person" when it is absent.
+fn verified_note(by: Option<&str>, ops: &[&str]) -> String {
+    let who = by.map(str::trim).filter(|b| !b.is_empty()).map_or_else(|| "a person".to_owned(), shown);
+    format!("{who} verified the schema after operation(s) {}", ops.join(", "))
 }
 
 /// Which operationIds the `schema-verified` annotation names (`None`: all).
@@ -186,7 +247,8 @@ pub(crate) async fn verification_condition(ctx: &Context, group: &MysqlFailoverG
         }
         if !cleared.is_empty() {
             let ops: Vec<&str> = cleared.iter().map(|p| p.verification.operation_id.as_str()).collect();
-            let note = format!("a person verified the schema after operation(s) {}", ops.join(", "));
+            let by = group.annotations().get(SCHEMA_VERIFIED_BY_ANNOTATION).map(String::as_str);
+            let note = verified_note(by, &ops);
             publish(ctx, group, EventType::Normal, reason::SCHEMA_VERIFIED, note, "VerifySchema", None).await;
         }
         if let Some(note) = unmatched(value, &cleared, &kept) {
@@ -194,7 +256,7 @@ pub(crate) async fn verification_condition(ctx: &Context, group: &MysqlFailoverG
             publish(ctx, group, EventType::Warning, reason::SCHEMA_VERIFIED_UNMATCHED, note, "VerifySchema", None)
                 .await;
         }
-        remove_annotation(ctx, &name, SCHEMA_VERIFIED_ANNOTATION).await?;
+        remove_annotation(ctx, &name, SCHEMA_VERIFIED_ANNOTATION, SCHEMA_VERIFIED_BY_ANNOTATION).await?;
         pending = kept;
     }
     for p in pending.iter_mut().filter(|p| !p.announced) {
@@ -302,6 +364,45 @@ mod tests {
         assert_eq!(unmatched("all", &cleared, &[]), None);
         let note = unmatched("op-a, op-b", &cleared, &[]).unwrap();
         assert!(note.contains("op-b (no such") && !note.contains("op-a ("), "{note}");
+    }
+
+    #[test]
+    fn a_revocation_asked_for_by_annotation_says_who_and_why() {
+        for (reason, by, says) in [
+            (Some("stuck migration in ci"), Some("alice"), "; requested by alice (\"stuck migration in ci\")"),
+            (Some("now"), Some("alice"), "; requested by alice"),
+            (Some(" NOW "), Some("alice"), "; requested by alice"),
+            (Some(""), Some("alice"), "; requested by alice"),
+            (Some("stuck"), None, "; requested (\"stuck\")"),
+            (Some("stuck"), Some(""), "; requested (\"stuck\")"),
+            (Some("now"), None, ""),
+            (None, None, ""),
+            (Some("say \"hi\""), Some("alice"), "; requested by alice (\"say \\\"hi\\\"\")"),
+        ] {
+            assert_eq!(requested_clause(reason, by), says, "{reason:?} {by:?}");
+        }
+    }
+
+    #[test]
+    fn user_text_in_a_note_is_escaped_and_cut() {
+        let clause = requested_clause(Some("a\nFAKE: line\u{202e}"), Some("mallory\u{1b}[31m"));
+        assert!(!clause.contains('\n') && !clause.contains('\u{202e}') && !clause.contains('\u{1b}'), "{clause}");
+        assert!(clause.contains("mallory\\u{1b}[31m"), "{clause}");
+        let long = "x".repeat(10_000);
+        let clause = requested_clause(Some(&long), Some("alice"));
+        assert!(clause.len() < 300 && clause.contains('…'), "{}", clause.len());
+        assert_eq!(shown(&"x".repeat(SHOWN_BYTES)), "x".repeat(SHOWN_BYTES), "exactly the limit is not cut");
+    }
+
+    #[test]
+    fn a_verification_names_who_verified() {
+        assert_eq!(
+            verified_note(Some("alice"), &["op-1", "op-2"]),
+            "alice verified the schema after operation(s) op-1, op-2"
+        );
+        assert_eq!(verified_note(None, &["op-1"]), "a person verified the schema after operation(s) op-1");
+        assert_eq!(verified_note(Some(" "), &["op-1"]), "a person verified the schema after operation(s) op-1");
+        assert!(!verified_note(Some("bob\r\nop-9"), &["op-1"]).contains('\n'));
     }
 
     #[test]
