@@ -262,7 +262,7 @@ pub(crate) async fn verification_condition(ctx: &Context, group: &MysqlFailoverG
     for p in pending.iter_mut().filter(|p| !p.announced) {
         let v = &p.verification;
         let note = format!(
-            "deploy operation {} (instance {}{}) {} ({}, at topology generation {}) after its DDL had started: verify the schema, then annotate the group {SCHEMA_VERIFIED_ANNOTATION}={}",
+            "deploy operation {} (instance {}{}) {} ({}, at topology generation {}) after its DDL had started: verify the schema, then `kubectl bloodraven verify-schema {name} {}` (or annotate the group {SCHEMA_VERIFIED_ANNOTATION}=<operationId>)",
             v.operation_id,
             v.instance,
             revision_clause(v.revision.as_deref()),
@@ -319,7 +319,7 @@ fn condition_of(group: &str, pending: &[Pending]) -> Computed {
         true,
         reason::SCHEMA_VERIFICATION_REQUIRED,
         format!(
-            "deploy operation(s) {}{more} ended inside their DDL (revoked, lapsed or released before the DDL finished): the schema may be half changed; verify it, then `kubectl annotate mfg {group} {SCHEMA_VERIFIED_ANNOTATION}=<operationId>` (or `all`)",
+            "deploy operation(s) {}{more} ended inside their DDL (revoked, lapsed or released before the DDL finished): the schema may be half changed; verify it, then `kubectl bloodraven verify-schema {group} <operationId>` (or annotate the group {SCHEMA_VERIFIED_ANNOTATION}=<operationId>, or `all`)",
             listed.join(", ")
         ),
     )
