@@ -28,6 +28,7 @@ pub mod migrate;
 pub mod nemesis;
 pub mod netns;
 pub mod operator;
+pub mod plugin;
 pub mod pods;
 pub mod promtext;
 pub mod sidecar;
