@@ -8,6 +8,8 @@
 //! - `switchover GROUP --to SITE [--wait]`: writes a planned failover
 //!   request with a fresh request id and follows it to `Completed` or
 //!   `Failed`; the exit code says which.
+//! - `wait GROUP`: the same following for an operation started another
+//!   way (an ordered update, a restore-in-place, a pipeline's switchover).
 //! - `leases GROUP`, `revoke GROUP --reason`, `verify-schema GROUP`.
 //! - `explain GROUP`: why a switchover is deferred, why automatic failover
 //!   is held, why a MysqlDatabase is not authoritative, which accounts
@@ -41,7 +43,7 @@ pub(crate) const EXIT_TIMEOUT: u8 = 3;
     name = "kubectl-bloodraven",
     bin_name = "kubectl bloodraven",
     version,
-    about = "Bloodraven failover groups from kubectl: status, switchover, leases, revoke, verify-schema, explain"
+    about = "Bloodraven failover groups from kubectl: status, switchover, wait, leases, revoke, verify-schema, explain"
 )]
 struct Cli {
     #[command(flatten)]
@@ -102,6 +104,17 @@ enum Command {
         /// The request id to write (default: a fresh one). A new id is a new request.
         #[arg(long, value_name = "ID")]
         request_id: Option<String>,
+    },
+    /// Follow an operation started another way (an ordered update, a restore-in-place, a pipeline's switchover) to its end.
+    Wait {
+        /// The MysqlFailoverGroup.
+        group: String,
+        /// The request to follow (default: the one in flight, else one requested and not yet taken up).
+        #[arg(long, value_name = "ID")]
+        request_id: Option<String>,
+        /// How long to follow before exiting 3 (the operation goes on), e.g. 90s, 10m.
+        #[arg(long, default_value = "30m", value_parser = parse_duration)]
+        timeout: Duration,
     },
     /// The group's deploy leases: live grants, revocations, pending schema verifications.
     Leases {
@@ -182,6 +195,9 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Status { group, output, watch } => status::run(&ctx, group.as_deref(), output, watch).await,
         Command::Switchover { group, to, wait, timeout, request_id } => {
             requests::switchover(&ctx, &group, &to, request_id, wait.then_some(timeout)).await
+        }
+        Command::Wait { group, request_id, timeout } => {
+            requests::wait(&ctx, &group, request_id.as_deref(), timeout).await
         }
         Command::Leases { group, output } => leases::run(&ctx, &group, output).await,
         Command::Revoke { group, reason, timeout } => requests::revoke(&ctx, &group, &reason, timeout).await,

@@ -10,7 +10,10 @@ use bloodraven_api::names::{
     REVOKE_DEPLOYMENT_LEASES_ANNOTATION, REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION, SCHEMA_VERIFIED_ANNOTATION,
     SCHEMA_VERIFIED_BY_ANNOTATION,
 };
-use bloodraven_api::v1alpha1::{MysqlFailoverGroup, PlannedFailoverPhase};
+use bloodraven_api::v1alpha1::{
+    IgnoredRequest, MysqlFailoverGroup, OrderedUpdatePhase, PhaseTransition, PlannedFailoverAdmission,
+    PlannedFailoverPhase, RestorePhase,
+};
 use futures::StreamExt as _;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
@@ -108,7 +111,45 @@ pub(crate) async fn switchover(
     patch_group(ctx, &g, json!({"spec": {"plannedFailover": {"targetSite": to, "requestId": id}}})).await?;
     println!("switchover {id} requested: group {group}, {} → {to}", decided.map_or("-".into(), |(a, _)| a));
     let Some(limit) = wait else { return Ok(0) };
-    follow(ctx, group, &id, limit).await
+    follow(ctx, group, Kind::Switchover, &id, limit).await
+}
+
+/// Which request `wait` follows: the one named (in spec or status), else
+/// the one in flight, else one in spec the operator has not taken up yet.
+fn pick(g: &MysqlFailoverGroup, request_id: Option<&str>) -> Option<(Kind, String)> {
+    let in_status =
+        |k: Kind, id: &str| k.status(g).is_some_and(|s| s.0 == id) || k.ignored(g).is_some_and(|i| i.request_id == id);
+    match request_id {
+        Some(id) => {
+            Kind::ALL.into_iter().find(|&k| in_status(k, id) || k.requested(g) == Some(id)).map(|k| (k, id.to_owned()))
+        }
+        None => Kind::ALL
+            .into_iter()
+            .find_map(|k| k.status(g).filter(|s| !k.is_final(s.1)).map(|s| (k, s.0.to_owned())))
+            .or_else(|| {
+                Kind::ALL
+                    .into_iter()
+                    .find_map(|k| k.requested(g).filter(|id| !in_status(k, id)).map(|id| (k, id.to_owned())))
+            }),
+    }
+}
+
+/// `wait GROUP [--request-id ID]`: follows an operation started some other
+/// way (an ordered update or a restore-in-place applied with kubectl, a
+/// switchover written by a pipeline): the one named, else the one in
+/// flight, else a request in spec the operator has not taken up yet.
+pub(crate) async fn wait(ctx: &Ctx, group: &str, request_id: Option<&str>, limit: Duration) -> anyhow::Result<u8> {
+    let g = ctx.group(group).await?;
+    let found = pick(&g, request_id);
+    let Some((kind, id)) = found else {
+        if let Some(id) = request_id {
+            anyhow::bail!("group {group} has no request {:?} in spec or status", printable(id));
+        }
+        println!("Nothing is in flight or requested on group {group}: nothing to wait for.");
+        return Ok(0);
+    };
+    eprintln!("following {} {id} on group {group}", kind.as_str());
+    follow(ctx, group, kind, &id, limit).await
 }
 
 /// A line of progress and what makes it new: a phase entered is new once
@@ -116,47 +157,124 @@ pub(crate) async fn switchover(
 /// moves the retry time, which is not news).
 type Line = (String, String);
 
-/// The request `id` as the group's status has it: its phases so far (the
-/// new ones are printed), and its outcome once final.
-fn progress(g: &MysqlFailoverGroup, id: &str) -> (Vec<Line>, Option<Outcome>) {
-    let Some(s) = &g.status else { return (Vec::new(), None) };
-    if let Some(ignored) = s.ignored_planned_failover.as_ref().filter(|i| i.request_id == id) {
-        return (Vec::new(), Some(Outcome::Failed(format!("not taken up ({}): {}", ignored.reason, ignored.message))));
+/// The three planned operations, which share their request's shape
+/// (`requestId`, `phase`, `history`, `admission`, `message`, and an
+/// `ignored…` status for a request not taken up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Switchover,
+    OrderedUpdate,
+    RestoreInPlace,
+}
+
+impl Kind {
+    const ALL: [Kind; 3] = [Kind::Switchover, Kind::OrderedUpdate, Kind::RestoreInPlace];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Switchover => "switchover",
+            Kind::OrderedUpdate => "ordered-update",
+            Kind::RestoreInPlace => "restore-in-place",
+        }
     }
-    let Some(p) = s.planned_failover.as_ref().filter(|p| p.request_id == id) else { return (Vec::new(), None) };
-    let mut lines: Vec<Line> = p
-        .history
+
+    /// Its request in spec: the request id.
+    fn requested(self, g: &MysqlFailoverGroup) -> Option<&str> {
+        match self {
+            Kind::Switchover => g.spec.planned_failover.as_ref().map(|r| r.request_id.as_str()),
+            Kind::OrderedUpdate => g.spec.ordered_update.as_ref().map(|r| r.request_id.as_str()),
+            Kind::RestoreInPlace => g.spec.restore_in_place.as_ref().map(|r| r.request_id.as_str()),
+        }
+    }
+
+    /// Its status: (request id, phase, history, admission, message).
+    #[allow(clippy::type_complexity)]
+    fn status(
+        self,
+        g: &MysqlFailoverGroup,
+    ) -> Option<(&str, &str, &[PhaseTransition], Option<&PlannedFailoverAdmission>, Option<&str>)> {
+        let s = g.status.as_ref()?;
+        match self {
+            Kind::Switchover => s.planned_failover.as_ref().map(|p| {
+                (p.request_id.as_str(), p.phase.as_str(), &p.history[..], p.admission.as_ref(), p.message.as_deref())
+            }),
+            Kind::OrderedUpdate => s.ordered_update.as_ref().map(|p| {
+                (p.request_id.as_str(), p.phase.as_str(), &p.history[..], p.admission.as_ref(), p.message.as_deref())
+            }),
+            Kind::RestoreInPlace => s.restore_in_place.as_ref().map(|p| {
+                (p.request_id.as_str(), p.phase.as_str(), &p.history[..], p.admission.as_ref(), p.message.as_deref())
+            }),
+        }
+    }
+
+    fn ignored(self, g: &MysqlFailoverGroup) -> Option<&IgnoredRequest> {
+        let s = g.status.as_ref()?;
+        match self {
+            Kind::Switchover => s.ignored_planned_failover.as_ref(),
+            Kind::OrderedUpdate => s.ignored_ordered_update.as_ref(),
+            Kind::RestoreInPlace => s.ignored_restore_in_place.as_ref(),
+        }
+    }
+
+    /// Whether `phase` ends the request (Completed and Failed end all three).
+    fn is_final(self, phase: &str) -> bool {
+        match self {
+            Kind::Switchover => PlannedFailoverPhase::parse(phase).is_some_and(PlannedFailoverPhase::is_final),
+            Kind::OrderedUpdate => OrderedUpdatePhase::parse(phase).is_some_and(OrderedUpdatePhase::is_final),
+            Kind::RestoreInPlace => RestorePhase::parse(phase).is_some_and(RestorePhase::is_final),
+        }
+    }
+}
+
+/// The request `id` of `kind` as the group's status has it: its phases so
+/// far (the new ones are printed), and its outcome once final.
+fn progress(g: &MysqlFailoverGroup, kind: Kind, id: &str) -> (Vec<Line>, Option<Outcome>) {
+    let what = kind.as_str();
+    if let Some(ignored) = kind.ignored(g).filter(|i| i.request_id == id) {
+        return (
+            Vec::new(),
+            Some(Outcome::Failed(format!(
+                "{what} {id} was not taken up ({}): {}",
+                cell(&ignored.reason),
+                cell(&ignored.message)
+            ))),
+        );
+    }
+    let Some((_, phase, history, admission, message)) = kind.status(g).filter(|s| s.0 == id) else {
+        return (Vec::new(), None);
+    };
+    let mut lines: Vec<Line> = history
         .iter()
         .map(|t| {
             let detail = t.message.as_deref().map_or(String::new(), |m| format!(": {}", cell(m)));
             (format!("{}@{}", t.phase, t.time.0), format!("{}{detail}", cell(&t.phase)))
         })
         .collect();
-    if let Some(a) = p.admission.as_ref().filter(|_| p.phase == "Deferred") {
+    if let Some(a) = admission.filter(|_| phase == "Deferred") {
         let until = a.retry_time.as_ref().map_or(String::new(), |t| format!(", admission tried again at {}", t.0));
         let why =
             format!("{}: {}", cell(a.defer_reason.as_deref().unwrap_or("-")), cell(a.message.as_deref().unwrap_or("")));
         lines.push((format!("deferred {why}"), format!("Deferred by {why}{until}")));
     }
-    let outcome = match PlannedFailoverPhase::parse(&p.phase) {
-        Some(PlannedFailoverPhase::Completed) => {
+    let outcome = match phase {
+        "Completed" if kind.is_final(phase) => {
             let (active, generation) = g.decided().map_or(("?".to_owned(), 0), |(a, n)| (a.to_owned(), n));
             Some(Outcome::Completed(format!(
-                "switchover {id} Completed: {active} is the active site of group {} at topology generation {generation}",
+                "{what} {id} Completed: {} is the active site of group {} at topology generation {generation}",
+                cell(&active),
                 g.name_any()
             )))
         }
-        Some(PlannedFailoverPhase::Failed) => Some(Outcome::Failed(format!(
-            "switchover {id} Failed: {}",
-            cell(p.message.as_deref().unwrap_or("no message"))
-        ))),
+        "Failed" if kind.is_final(phase) => {
+            Some(Outcome::Failed(format!("{what} {id} Failed: {}", cell(message.unwrap_or("no message")))))
+        }
         _ => None,
     };
     (lines, outcome)
 }
 
-/// Follows request `id` until it is final or `limit` passed.
-async fn follow(ctx: &Ctx, group: &str, id: &str, limit: Duration) -> anyhow::Result<u8> {
+/// Follows request `id` of `kind` until it is final or `limit` passed.
+async fn follow(ctx: &Ctx, group: &str, kind: Kind, id: &str, limit: Duration) -> anyhow::Result<u8> {
     let started = Instant::now();
     let config = watcher::Config::default().fields(&format!("metadata.name={group}"));
     let mut events = std::pin::pin!(watcher(ctx.groups(), config));
@@ -188,7 +306,7 @@ async fn follow(ctx: &Ctx, group: &str, id: &str, limit: Duration) -> anyhow::Re
             Ok(Some(Ok(watcher::Event::Delete(_)))) => anyhow::bail!("group {group} was deleted"),
             Ok(Some(Ok(_))) => continue,
         };
-        let (lines, outcome) = progress(&g, id);
+        let (lines, outcome) = progress(&g, kind, id);
         // The history is the record of every phase entered, so a phase
         // passed between two events is still shown; a line is printed once.
         for (key, line) in lines {
@@ -197,8 +315,8 @@ async fn follow(ctx: &Ctx, group: &str, id: &str, limit: Duration) -> anyhow::Re
                 printed.push(key);
             }
         }
-        if let Some(p) = g.status.as_ref().and_then(|s| s.planned_failover.as_ref()).filter(|p| p.request_id == id) {
-            phase.clone_from(&p.phase);
+        if let Some((_, p, ..)) = kind.status(&g).filter(|s| s.0 == id) {
+            p.clone_into(&mut phase);
         }
         match outcome {
             Some(Outcome::Completed(m)) => {
@@ -418,13 +536,42 @@ mod tests {
     }
 
     #[test]
+    fn wait_follows_the_named_the_running_or_the_requested_operation() {
+        let g: MysqlFailoverGroup = serde_json::from_value(json!({
+            "apiVersion": "bloodraven.shipstream.io/v1alpha1", "kind": "MysqlFailoverGroup",
+            "metadata": {"name": "g"},
+            "spec": {"sites": [], "initialActiveSite": "iad",
+                     "plannedFailover": {"targetSite": "pdx", "requestId": "s-2"}},
+            "status": {"activeSite": "iad", "topologyGeneration": 5,
+                       "plannedFailover": {"requestId": "s-1", "targetSite": "pdx", "phase": "Completed"},
+                       "orderedUpdate": {"requestId": "u-1", "phase": "UpdatingStandby"}}
+        }))
+        .unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(pick(&g, None), Some((Kind::OrderedUpdate, "u-1".into())), "the one in flight first");
+        assert_eq!(pick(&g, Some("s-1")), Some((Kind::Switchover, "s-1".into())));
+        assert_eq!(pick(&g, Some("s-2")), Some((Kind::Switchover, "s-2".into())), "requested, not yet taken up");
+        assert_eq!(pick(&g, Some("nope")), None);
+        let mut idle = g.clone();
+        if let Some(s) = idle.status.as_mut() {
+            s.ordered_update = None;
+        }
+        assert_eq!(
+            pick(&idle, None),
+            Some((Kind::Switchover, "s-2".into())),
+            "a request the operator has not taken up"
+        );
+        idle.spec.planned_failover = None;
+        assert_eq!(pick(&idle, None), None);
+    }
+
+    #[test]
     fn every_phase_entered_is_told_and_the_outcome_is_final() {
         let g = group(&json!({"requestId": "r", "targetSite": "pdx", "phase": "Completed", "history": [
             {"phase": "Admitting", "time": "2026-01-01T00:00:00Z"},
             {"phase": "Deferred", "time": "2026-01-01T00:00:01Z", "message": "held by op-1"},
             {"phase": "Draining", "time": "2026-01-01T00:00:09Z"},
             {"phase": "Completed", "time": "2026-01-01T00:00:12Z"}]}));
-        let (lines, outcome) = progress(&g, "r");
+        let (lines, outcome) = progress(&g, Kind::Switchover, "r");
         let shown: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
         assert_eq!(shown, ["Admitting", "Deferred: held by op-1", "Draining", "Completed"]);
         assert_eq!(
@@ -433,11 +580,11 @@ mod tests {
                 "switchover r Completed: pdx is the active site of group g at topology generation 5".into()
             ))
         );
-        assert_eq!(progress(&g, "other"), (Vec::new(), None), "another request's status is not ours");
+        assert_eq!(progress(&g, Kind::Switchover, "other"), (Vec::new(), None), "another request's status is not ours");
         let deferred = |retry: &str| {
             let g = group(&json!({"requestId": "r", "targetSite": "pdx", "phase": "Deferred", "admission": {
                 "deferReason": "DeploymentHold", "message": "held by op-1 (instance app)", "retryTime": retry}}));
-            progress(&g, "r").0
+            progress(&g, Kind::Switchover, "r").0
         };
         let (first, renewed) = (deferred("2026-01-01T00:00:30Z"), deferred("2026-01-01T00:00:40Z"));
         assert_eq!(
@@ -447,6 +594,9 @@ mod tests {
         assert_eq!(first[0].0, renewed[0].0, "a renewal of the same hold is not news");
         let failed =
             group(&json!({"requestId": "r", "targetSite": "pdx", "phase": "Failed", "message": "catch-up timed out"}));
-        assert_eq!(progress(&failed, "r").1, Some(Outcome::Failed("switchover r Failed: catch-up timed out".into())));
+        assert_eq!(
+            progress(&failed, Kind::Switchover, "r").1,
+            Some(Outcome::Failed("switchover r Failed: catch-up timed out".into()))
+        );
     }
 }
