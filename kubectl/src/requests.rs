@@ -14,11 +14,9 @@ use bloodraven_api::v1alpha1::{
     IgnoredRequest, MysqlFailoverGroup, OrderedUpdatePhase, PhaseTransition, PlannedFailoverAdmission,
     PlannedFailoverPhase, RestorePhase,
 };
-use futures::StreamExt as _;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::watcher;
 use serde_json::json;
 
 use crate::kube_ctx::{Ctx, access, whoami};
@@ -111,7 +109,7 @@ pub(crate) async fn switchover(
     patch_group(ctx, &g, json!({"spec": {"plannedFailover": {"targetSite": to, "requestId": id}}})).await?;
     println!("switchover {id} requested: group {group}, {} → {to}", decided.map_or("-".into(), |(a, _)| a));
     let Some(limit) = wait else { return Ok(0) };
-    follow(ctx, group, Kind::Switchover, &id, limit).await
+    follow(ctx, &g, Kind::Switchover, &id, limit).await
 }
 
 /// Which request `wait` follows: the one named (in spec or status), else
@@ -149,7 +147,7 @@ pub(crate) async fn wait(ctx: &Ctx, group: &str, request_id: Option<&str>, limit
         return Ok(0);
     };
     eprintln!("following {} {id} on group {group}", kind.as_str());
-    follow(ctx, group, kind, &id, limit).await
+    follow(ctx, &g, kind, &id, limit).await
 }
 
 /// A line of progress and what makes it new: a phase entered is new once
@@ -273,61 +271,102 @@ fn progress(g: &MysqlFailoverGroup, kind: Kind, id: &str) -> (Vec<Line>, Option<
     (lines, outcome)
 }
 
-/// Follows request `id` of `kind` until it is final or `limit` passed.
-async fn follow(ctx: &Ctx, group: &str, kind: Kind, id: &str, limit: Duration) -> anyhow::Result<u8> {
+/// How often a followed group is read again. Reading (`get`) rather than
+/// watching needs no `list` permission, and a phase passed between two
+/// reads is still shown: the request's history records every phase.
+const POLL: Duration = Duration::from_secs(1);
+
+/// How [`poll`] ended.
+enum Polled<T> {
+    Done(T, MysqlFailoverGroup),
+    TimedOut(MysqlFailoverGroup),
+    Interrupted,
+}
+
+/// Reads group `g` again every [`POLL`] until `done` answers or `limit`
+/// passed. The group deleted, or deleted and re-created under the same
+/// name (another UID), ends it with an error: the request went with it.
+async fn poll<T>(
+    ctx: &Ctx,
+    g: &MysqlFailoverGroup,
+    limit: Duration,
+    mut done: impl FnMut(&MysqlFailoverGroup) -> Option<T>,
+) -> anyhow::Result<Polled<T>> {
     let started = Instant::now();
-    let config = watcher::Config::default().fields(&format!("metadata.name={group}"));
-    let mut events = std::pin::pin!(watcher(ctx.groups(), config));
-    let mut printed: Vec<String> = Vec::new();
-    let mut phase = "Pending".to_owned();
+    let name = g.name_any();
+    let uid = g.uid();
+    let mut last = g.clone();
+    let mut told_unreachable = false;
     loop {
+        match ctx.groups().get_opt(&name).await {
+            Ok(Some(now)) if now.uid() != uid => {
+                anyhow::bail!("group {name} was deleted and created again; the request went with the old one")
+            }
+            Ok(Some(now)) => {
+                told_unreachable = false;
+                if let Some(t) = done(&now) {
+                    return Ok(Polled::Done(t, now));
+                }
+                last = now;
+            }
+            Ok(None) => anyhow::bail!("group {name} was deleted"),
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 401 => {
+                return Err(access(kube::Error::Api(s), "get", GROUPS, None));
+            }
+            Err(e) => {
+                if !told_unreachable {
+                    eprintln!("{}", printable(&format!("cannot read group {name} ({e}); retrying")));
+                    told_unreachable = true;
+                }
+            }
+        }
         let left = limit.saturating_sub(started.elapsed());
-        let event = tokio::select! {
-            e = tokio::time::timeout(left, events.next()) => e,
-            _ = tokio::signal::ctrl_c() => {
-                eprintln!("interrupted; the request goes on (kubectl bloodraven status {group} --watch)");
-                return Ok(EXIT_TIMEOUT);
-            }
-        };
-        let g = match event {
-            Err(_) => {
-                eprintln!(
-                    "still {phase} after {}s; the request goes on (kubectl bloodraven status {group} --watch)",
-                    limit.as_secs()
-                );
-                return Ok(EXIT_TIMEOUT);
-            }
-            Ok(None) => anyhow::bail!("the watch of group {group} ended"),
-            Ok(Some(Err(e))) => {
-                eprintln!("{}", printable(&format!("watch interrupted ({e}); resuming")));
-                continue;
-            }
-            Ok(Some(Ok(watcher::Event::Apply(g) | watcher::Event::InitApply(g)))) => g,
-            Ok(Some(Ok(watcher::Event::Delete(_)))) => anyhow::bail!("group {group} was deleted"),
-            Ok(Some(Ok(_))) => continue,
-        };
-        let (lines, outcome) = progress(&g, kind, id);
-        // The history is the record of every phase entered, so a phase
-        // passed between two events is still shown; a line is printed once.
+        if left.is_zero() {
+            return Ok(Polled::TimedOut(last));
+        }
+        tokio::select! {
+            () = tokio::time::sleep(POLL.min(left)) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(Polled::Interrupted),
+        }
+    }
+}
+
+/// Follows request `id` of `kind` on `g` until it is final or `limit` passed.
+async fn follow(ctx: &Ctx, g: &MysqlFailoverGroup, kind: Kind, id: &str, limit: Duration) -> anyhow::Result<u8> {
+    let group = g.name_any();
+    let mut printed: Vec<String> = Vec::new();
+    let polled = poll(ctx, g, limit, |now| {
+        let (lines, outcome) = progress(now, kind, id);
         for (key, line) in lines {
             if !printed.contains(&key) {
                 eprintln!("{}  {line}", Timestamp::now().strftime("%H:%M:%S"));
                 printed.push(key);
             }
         }
-        if let Some((_, p, ..)) = kind.status(&g).filter(|s| s.0 == id) {
-            p.clone_into(&mut phase);
+        outcome
+    })
+    .await?;
+    match polled {
+        Polled::Done(Outcome::Completed(m), _) => {
+            println!("{m}");
+            Ok(0)
         }
-        match outcome {
-            Some(Outcome::Completed(m)) => {
-                println!("{m}");
-                return Ok(0);
-            }
-            Some(Outcome::Failed(m)) => {
-                println!("{m}");
-                return Ok(EXIT_FAILED);
-            }
-            None => {}
+        Polled::Done(Outcome::Failed(m), _) => {
+            println!("{m}");
+            Ok(EXIT_FAILED)
+        }
+        Polled::TimedOut(now) => {
+            let phase = kind.status(&now).filter(|s| s.0 == id).map_or("Pending", |s| s.1);
+            eprintln!(
+                "still {} after {}s; the request goes on (kubectl bloodraven status {group} --watch)",
+                cell(phase),
+                limit.as_secs()
+            );
+            Ok(EXIT_TIMEOUT)
+        }
+        Polled::Interrupted => {
+            eprintln!("interrupted; the request goes on (kubectl bloodraven status {group} --watch)");
+            Ok(EXIT_TIMEOUT)
         }
     }
 }
@@ -335,30 +374,13 @@ async fn follow(ctx: &Ctx, group: &str, kind: Kind, id: &str, limit: Duration) -
 /// Waits until the operator removed `annotation` from the group (it acted).
 async fn acted(
     ctx: &Ctx,
-    group: &str,
+    g: &MysqlFailoverGroup,
     annotation: &str,
     limit: Duration,
 ) -> anyhow::Result<Option<MysqlFailoverGroup>> {
-    let config = watcher::Config::default().fields(&format!("metadata.name={group}"));
-    let mut events = std::pin::pin!(watcher(ctx.groups(), config));
-    let wait = async {
-        while let Some(e) = events.next().await {
-            match e {
-                Ok(watcher::Event::Apply(g) | watcher::Event::InitApply(g))
-                    if !g.annotations().contains_key(annotation) =>
-                {
-                    return Ok(Some(g));
-                }
-                Ok(watcher::Event::Delete(_)) => anyhow::bail!("group {group} was deleted"),
-                Ok(_) => {}
-                Err(e) => eprintln!("{}", printable(&format!("watch interrupted ({e}); resuming"))),
-            }
-        }
-        Ok(None)
-    };
-    match tokio::time::timeout(limit, wait).await {
-        Ok(r) => r,
-        Err(_) => Ok(None),
+    match poll(ctx, g, limit, |now| (!now.annotations().contains_key(annotation)).then_some(())).await? {
+        Polled::Done((), now) => Ok(Some(now)),
+        Polled::TimedOut(_) | Polled::Interrupted => Ok(None),
     }
 }
 
@@ -396,7 +418,7 @@ pub(crate) async fn revoke(ctx: &Ctx, group: &str, reason: &str, limit: Duration
     )
     .await?;
     eprintln!("asked the operator to revoke every deploy lease of group {group}; waiting for it to act");
-    let Some(after) = acted(ctx, group, REVOKE_DEPLOYMENT_LEASES_ANNOTATION, limit).await? else {
+    let Some(after) = acted(ctx, &g, REVOKE_DEPLOYMENT_LEASES_ANNOTATION, limit).await? else {
         eprintln!(
             "the operator has not acted within {}s (is it running, with its deploy API enabled?); the annotation stays until it does",
             limit.as_secs()
@@ -475,7 +497,7 @@ pub(crate) async fn verify_schema(
     )
     .await?;
     eprintln!("recorded that {by} verified the schema; waiting for the operator to clear the records");
-    let Some(after) = acted(ctx, group, SCHEMA_VERIFIED_ANNOTATION, limit).await? else {
+    let Some(after) = acted(ctx, &g, SCHEMA_VERIFIED_ANNOTATION, limit).await? else {
         eprintln!("the operator has not acted within {}s; the annotation stays until it does", limit.as_secs());
         return Ok(EXIT_TIMEOUT);
     };
@@ -494,9 +516,20 @@ pub(crate) async fn verify_schema(
             println!("{op}: schema verified by {by}");
         }
     }
-    match status::condition(&after, "SchemaVerificationRequired") {
-        Some(c) if c.status == "True" => eprintln!("SchemaVerificationRequired is still True: {}", cell(&c.message)),
-        _ => eprintln!("SchemaVerificationRequired is clear"),
+    // The records are cleared first; the condition follows at the
+    // operator's next round, so it is read again until it does (bounded).
+    let required = |g: &MysqlFailoverGroup| {
+        status::condition(g, "SchemaVerificationRequired").filter(|c| c.status == "True").map(|c| c.message.clone())
+    };
+    if now.pending_verifications.is_empty() {
+        match poll(ctx, &after, limit.min(Duration::from_secs(30)), |g| required(g).is_none().then_some(())).await? {
+            Polled::Done(..) => eprintln!("SchemaVerificationRequired is clear"),
+            Polled::TimedOut(_) | Polled::Interrupted => {
+                eprintln!("the records are cleared; SchemaVerificationRequired clears at the operator's next round");
+            }
+        }
+    } else if let Some(m) = required(&after) {
+        eprintln!("SchemaVerificationRequired stays True for the others: {}", cell(&m));
     }
     Ok(code)
 }

@@ -8,15 +8,13 @@ use bloodraven_api::v1alpha1::{
     Condition, MysqlFailoverGroup, OrderedUpdatePhase, PhaseTransition, PlannedFailoverAdmission, PlannedFailoverPhase,
     RestorePhase,
 };
-use futures::StreamExt as _;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
-use kube::runtime::watcher;
 use serde::Serialize;
 
 use crate::kube_ctx::{Ctx, access};
 use crate::leases::{self, Leases};
-use crate::output::{Format, Paint, Table, cell, print_as, printable, short_duration};
+use crate::output::{Format, Paint, Table, cell, printable, short_duration};
 
 /// A site as status shows it.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -428,35 +426,35 @@ pub(crate) async fn run(ctx: &Ctx, group: Option<&str>, format: Option<Format>, 
         print!("{}", frame(ctx, group, format, paint).await?);
         return Ok(0);
     }
-    if format.is_some() && group.is_some() {
-        // Each frame a whole document.
-        let _ = print_as::<()>;
-    }
-    let config = match group {
-        Some(name) => watcher::Config::default().fields(&format!("metadata.name={name}")),
-        None => watcher::Config::default(),
-    };
-    let mut events = std::pin::pin!(watcher(ctx.groups(), config));
-    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    // Read again every second (every two for all groups) rather than
+    // watched: `get` is all a named group needs, and the leases' time left
+    // moves without any event.
+    let every = if group.is_some() { Duration::from_secs(1) } else { Duration::from_secs(2) };
     let mut last = String::new();
+    let mut last_error = String::new();
     loop {
-        let shown = frame(ctx, group, format, paint).await?;
-        // The clock moves every "ago": compare without it by redrawing
-        // only when the frame changed apart from its ages.
-        if strip_ages(&shown) != strip_ages(&last) {
-            if !last.is_empty() {
-                println!("{}", if format == Some(Format::Yaml) { "---" } else { "" });
+        match frame(ctx, group, format, paint).await {
+            // The clock moves every "ago": a frame is printed again only
+            // when it changed apart from its ages.
+            Ok(shown) if strip_ages(&shown) != strip_ages(&last) => {
+                if !last.is_empty() {
+                    println!("{}", if format == Some(Format::Yaml) { "---" } else { "" });
+                }
+                print!("{shown}");
+                last = shown;
+                last_error.clear();
             }
-            print!("{shown}");
-            last = shown;
+            Ok(_) => last_error.clear(),
+            Err(e) => {
+                let e = printable(&format!("{e:#}"));
+                if e != last_error {
+                    eprintln!("{e}; reading again");
+                    last_error = e;
+                }
+            }
         }
         tokio::select! {
-            e = events.next() => match e {
-                Some(Err(err)) => eprintln!("{}", printable(&format!("watch interrupted ({err}); resuming"))),
-                None => return Ok(0),
-                Some(Ok(_)) => {}
-            },
-            _ = tick.tick() => {}
+            () = tokio::time::sleep(every) => {}
             _ = tokio::signal::ctrl_c() => return Ok(0),
         }
     }
