@@ -22,7 +22,9 @@ use std::time::Duration;
 
 use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
 use bloodraven_e2e::deploy::{self, token_of};
-use bloodraven_e2e::fixtures::{Scenario, condition, has_condition, is_ready_at, wait_events, wait_status};
+use bloodraven_e2e::fixtures::{
+    self, SITE_SECRET, Scenario, condition, has_condition, is_ready_at, wait_events, wait_status,
+};
 use bloodraven_e2e::operator::LeaderTimings;
 use bloodraven_e2e::plugin::{Output, Plugin, kubeconfig_with_rules, row, rule, table};
 use bloodraven_e2e::wait_for;
@@ -87,15 +89,13 @@ async fn viewer_kubeconfig(sc: &Scenario) -> std::path::PathBuf {
     kubeconfig_with_rules(&sc.cluster, &sc.ns.name, "viewer", rules, &sc.ns.name, Vec::new()).await
 }
 
-/// A ServiceAccount `oncall` with exactly the on-call roles of
-/// docs/kubectl-plugin.md ("What it needs from RBAC"), the leases Role in
-/// the operators' namespace; returns a kubeconfig for it.
+/// A ServiceAccount `oncall` with exactly what docs/kubectl-plugin.md
+/// ("What it needs from RBAC") says `revoke` and `verify-schema` need:
+/// `get` and `patch` on the groups, `list` on the Leases of the operators'
+/// namespace; returns a kubeconfig for it.
 async fn oncall_kubeconfig(cluster: &bloodraven_e2e::Cluster, ns: &str) -> std::path::PathBuf {
-    let cluster_rules = vec![
-        rule(BLOODRAVEN, &[MFG], &["get", "list", "watch", "patch"]),
-        rule(BLOODRAVEN, &["mysqldatabases"], &["get", "list", "watch"]),
-    ];
-    let leases = vec![rule("coordination.k8s.io", &["leases"], &["get", "list", "watch"])];
+    let cluster_rules = vec![rule(BLOODRAVEN, &[MFG], &["get", "patch"])];
+    let leases = vec![rule("coordination.k8s.io", &["leases"], &["list"])];
     kubeconfig_with_rules(cluster, ns, "oncall", cluster_rules, ns, leases).await
 }
 
@@ -231,6 +231,24 @@ async fn status_explain_and_a_reader_of_groups_only() {
     two.run(&["status", &g]).await.expect_code(1);
     two.with_context("no-such-context").run(&["status", &g]).await.expect_code(1);
 
+    // A group no operator manages: nothing decided, nothing observed.
+    let orphan = format!("{}-orphan", sc.ns.name);
+    let lonely = fixtures::group(&orphan, "no-operator-selects-this", sc.pair.sites(&sc.ns.name, SITE_SECRET), "iad");
+    fixtures::create_group(&sc.cluster, &lonely).await;
+    let out = kb.run(&["status", &orphan]).await;
+    out.expect_code(0);
+    assert_eq!(field(&out.stdout, "Active site"), Some("none decided yet (bootstrap pending)"), "{out}");
+    assert_eq!(field(&out.stdout, "Stable"), Some("unknown (not observed yet)"), "{out}");
+    assert_eq!(section(&out.stdout, "Conditions:").trim(), "none reported yet", "{out}");
+    let list = kb.run(&["status"]).await;
+    let listed = table(&list.stdout, &["NAME", "ACTIVE"]);
+    let r = row(&listed, "NAME", &orphan).unwrap_or_else(|| panic!("{list}"));
+    assert_eq!((r["ACTIVE"].as_str(), r["GENERATION"].as_str(), r["READY"].as_str()), ("-", "-", "-"), "{list}");
+    let out = kb.run(&["switchover", &orphan, "--to", "pdx"]).await;
+    out.expect_code(1).stderr_has(&["no decided active site"]);
+    kb.run(&["explain", &orphan]).await.expect_code(0).stdout_has(&["Not reported yet"]);
+    sc.cluster.delete_group(&orphan).await;
+
     // explain: the four questions, nothing deferred or held.
     let out = kb.run(&["explain", &g]).await;
     out.expect_code(0).stdout_has(&[
@@ -262,6 +280,38 @@ async fn status_explain_and_a_reader_of_groups_only() {
 
     a_reader_of_groups_only(&sc, &kb, &g).await;
     sc.cluster.delete_group(&g).await;
+}
+
+/// Exactly what docs/kubectl-plugin.md says `switchover` and `wait` need
+/// (get and patch on the groups): --wait follows to the end; `wait` follows
+/// a request a pipeline wrote, before the operator took it up.
+async fn switchover_and_wait_with_get_and_patch_only(sc: &Scenario, kb: &Plugin, g: &str) {
+    let rules = vec![rule(BLOODRAVEN, &[MFG], &["get", "patch"])];
+    let switcher = kubeconfig_with_rules(&sc.cluster, &sc.ns.name, "switcher", rules, &sc.ns.name, Vec::new()).await;
+    let switcher = kb.with_kubeconfig(switcher);
+    wait_readable(&switcher, g).await;
+    let out = switcher.run(&["switchover", g, "--to", "iad", "--wait", "--timeout", "60s"]).await;
+    let id = requested_id(&out);
+    wait_status(&sc.cluster, g, "the switcher's switchover completed at iad", T, |s| {
+        at_phase(s, &id, "Completed")?;
+        is_ready_at(s, "iad", 3)
+    })
+    .await;
+    out.expect_code(0).stdout_has(&[&format!(
+        "switchover {id} Completed: iad is the active site of group {g} at topology generation 3"
+    )]);
+    switcher.run(&["wait", g]).await.expect_code(0).stdout_has(&["Nothing is in flight or requested"]);
+    sc.request_failover(g, "pdx", "pipeline-1").await;
+    let waited = switcher.run(&["wait", g, "--timeout", "120s"]).await;
+    waited.expect_code(0).stderr_has(&["following switchover pipeline-1", "Draining"]).stdout_has(&[&format!(
+        "switchover pipeline-1 Completed: pdx is the active site of group {g} at topology generation 4"
+    )]);
+    let again = switcher.run(&["wait", g, "--request-id", "pipeline-1"]).await;
+    again.expect_code(0).stdout_has(&["switchover pipeline-1 Completed"]);
+    switcher.run(&["wait", g, "--request-id", "no-such-request"]).await.expect_code(1).stderr_has(&["no request"]);
+    // One line per phase, not a loop of retries.
+    let lines = out.stderr.lines().count();
+    assert!(lines < 30, "{lines} lines of progress:\n{out}");
 }
 
 #[tokio::test]
@@ -357,25 +407,34 @@ async fn status_watch_and_switchover() {
     assert_eq!(row(&sites, "SITE", "iad").map(|r| r["ROLE"].as_str()), Some("replica"), "{out}");
     out.stdout_has(&[&format!("last: switchover {id} → pdx: Completed")]);
 
-    // Exactly what docs/kubectl-plugin.md says a switchover needs (get,
-    // watch, patch on the groups), and --wait follows it to its end.
-    let rules = vec![rule(BLOODRAVEN, &[MFG], &["get", "watch", "patch"])];
-    let switcher = kubeconfig_with_rules(&sc.cluster, &sc.ns.name, "switcher", rules, &sc.ns.name, Vec::new()).await;
-    let switcher = kb.with_kubeconfig(switcher);
-    wait_readable(&switcher, &g).await;
-    let out = switcher.run(&["switchover", &g, "--to", "iad", "--wait", "--timeout", "30s"]).await;
-    let id = requested_id(&out);
-    wait_status(&sc.cluster, &g, "the switcher's switchover completed at iad", T, |s| {
-        at_phase(s, &id, "Completed")?;
-        is_ready_at(s, "iad", 3)
-    })
-    .await;
+    switchover_and_wait_with_get_and_patch_only(&sc, &kb, &g).await;
     sc.cluster.delete_group(&g).await;
-    out.expect_code(0).stdout_has(&[&format!(
-        "switchover {id} Completed: iad is the active site of group {g} at topology generation 3"
-    )]);
-    let interrupted = out.stderr.lines().filter(|l| l.contains("watch interrupted")).count();
-    assert!(interrupted < 5, "{interrupted} lines of a watch interrupted:\n{out}");
+}
+
+/// `leases` and `status` list the migration and the hold of operation
+/// `op-1` of `client`, both live.
+async fn both_grants_listed(kb: &Plugin, g: &str, client: &str) {
+    let out = kb.run(&["leases", g]).await;
+    out.expect_code(0);
+    let grants = table(&out.stdout, &["KIND", "HOLDER", "INSTANCE", "CLIENT"]);
+    assert_eq!(grants.len(), 2, "{out}");
+    for kind in ["migration", "failover-hold"] {
+        let r = row(&grants, "KIND", kind).unwrap_or_else(|| panic!("no {kind} row:\n{out}"));
+        assert_eq!(
+            (r["HOLDER"].as_str(), r["INSTANCE"].as_str(), r["CLIENT"].as_str(), r["GENERATION"].as_str()),
+            ("op-1", "counter-app", client, "1"),
+            "{out}"
+        );
+        assert!(r["EXPIRES"].starts_with("in "), "{out}");
+        assert_eq!(r["REVOKED"], "-", "{out}");
+    }
+    let json = kb.run(&["leases", g, "-o", "json"]).await.expect_code(0).json();
+    let kinds: Vec<&str> = json["grants"].as_array().unwrap().iter().map(|g| g["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["migration", "failover-hold"], "{json}");
+    assert!(json["grants"].as_array().unwrap().iter().all(|g| g["operationId"] == "op-1" && g["expired"] == false));
+    let out = kb.run(&["status", g]).await;
+    let held = table(section(&out.stdout, "Deploy leases:"), &["KIND", "HOLDER"]);
+    assert_eq!(held.len(), 2, "{out}");
 }
 
 #[tokio::test]
@@ -394,27 +453,7 @@ async fn leases_and_a_switchover_deferred_by_a_hold() {
     let m1 = p.post_until(201, "migration", "op-1", "counter-app", 120).await;
     let h1 = p.post("failover-hold", "op-1", "counter-app", 120).await;
     assert_eq!(h1.status, 201, "{h1:?}");
-    let out = kb.run(&["leases", &g]).await;
-    out.expect_code(0);
-    let grants = table(&out.stdout, &["KIND", "HOLDER", "INSTANCE", "CLIENT"]);
-    assert_eq!(grants.len(), 2, "{out}");
-    for kind in ["migration", "failover-hold"] {
-        let r = row(&grants, "KIND", kind).unwrap_or_else(|| panic!("no {kind} row:\n{out}"));
-        assert_eq!(
-            (r["HOLDER"].as_str(), r["INSTANCE"].as_str(), r["CLIENT"].as_str(), r["GENERATION"].as_str()),
-            ("op-1", "counter-app", client.as_str(), "1"),
-            "{out}"
-        );
-        assert!(r["EXPIRES"].starts_with("in "), "{out}");
-        assert_eq!(r["REVOKED"], "-", "{out}");
-    }
-    let json = kb.run(&["leases", &g, "-o", "json"]).await.expect_code(0).json();
-    let kinds: Vec<&str> = json["grants"].as_array().unwrap().iter().map(|g| g["kind"].as_str().unwrap()).collect();
-    assert_eq!(kinds, ["migration", "failover-hold"], "{json}");
-    assert!(json["grants"].as_array().unwrap().iter().all(|g| g["operationId"] == "op-1" && g["expired"] == false));
-    let out = kb.run(&["status", &g]).await;
-    let held = table(section(&out.stdout, "Deploy leases:"), &["KIND", "HOLDER"]);
-    assert_eq!(held.len(), 2, "{out}");
+    both_grants_listed(&kb, &g, &client).await;
 
     // A switchover deferred by the hold: --timeout runs out, the request goes on.
     let out = kb.run(&["switchover", &g, "--to", "pdx", "--wait", "--timeout", "15s"]).await;
@@ -432,6 +471,16 @@ async fn leases_and_a_switchover_deferred_by_a_hold() {
     ]);
     let out = kb.run(&["status", &g]).await;
     out.expect_code(0).stdout_has(&[&format!("switchover {d1} → pdx: Deferred"), "deferred by DeploymentHold"]);
+    let stable = field(&out.stdout, "Stable").unwrap_or_default();
+    assert!(stable.starts_with("no: OperationInProgress — "), "{out}");
+    let json = kb.run(&["status", &g, "-o", "json"]).await.expect_code(0).json();
+    let op = &json["operations"][0];
+    assert_eq!(
+        (op["kind"].as_str(), op["requestId"].as_str(), op["inFlight"].as_bool()),
+        (Some("switchover"), Some(d1.as_str()), Some(true)),
+        "{json}"
+    );
+    assert_eq!(op["admission"]["deferReason"], "DeploymentHold", "{json}");
     let list = kb.run(&["status"]).await;
     let list_table = table(&list.stdout, &["NAME", "ACTIVE"]);
     assert_eq!(
@@ -442,9 +491,16 @@ async fn leases_and_a_switchover_deferred_by_a_hold() {
     // One operation at a time.
     let out = kb.run(&["switchover", &g, "--to", "pdx"]).await;
     out.expect_code(1).stderr_has(&["in flight", &d1]);
-    // Released: it completes by itself.
+    // `wait` picks up the request in flight; released, it completes by itself.
+    let waiting = kb.spawn(&["wait", &g, "--timeout", "180s"]);
+    wait_stderr(&waiting, &format!("following switchover {d1}")).await;
+    wait_stderr(&waiting, "Deferred by DeploymentHold").await;
     let released = p.delete("migration", "op-1", &token_of(&m1)).await;
     assert_eq!(released.status, 204, "{released:?}");
+    let out = waiting.finish(Duration::from_secs(120)).await;
+    out.expect_code(0).stdout_has(&[&format!(
+        "switchover {d1} Completed: pdx is the active site of group {g} at topology generation 2"
+    )]);
     wait_status(cluster, &g, "d1 completed at pdx", T, |s| {
         at_phase(s, &d1, "Completed")?;
         is_ready_at(s, "pdx", 2)
@@ -476,6 +532,14 @@ async fn leases_and_a_switchover_deferred_by_a_hold() {
     // A request id is used once.
     let out = kb.run(&["switchover", &g, "--to", "pdx", "--request-id", "back-1"]).await;
     out.expect_code(1).stderr_has(&["back-1 was already used"]);
+    // An id used before the last one: the operator does not take it up,
+    // and --wait says so.
+    let out = kb.run(&["switchover", &g, "--to", "pdx", "--request-id", &d1, "--wait", "--timeout", "60s"]).await;
+    let s = cluster.groups().get(&g).await.unwrap().status.unwrap();
+    let ignored = s.ignored_planned_failover.as_ref().filter(|i| i.request_id == d1);
+    let ignored = ignored.unwrap_or_else(|| panic!("{d1} not ignored: {s:?}\n{out}"));
+    out.expect_code(1).stdout_has(&["not taken up", &ignored.message]);
+    assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("iad"), Some(3)), "{out}");
 
     cluster.delete_group(&g).await;
 }
