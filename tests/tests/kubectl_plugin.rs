@@ -316,7 +316,7 @@ async fn switchover_and_wait_with_get_and_patch_only(sc: &Scenario, kb: &Plugin,
 
 #[tokio::test]
 async fn status_watch_and_switchover() {
-    let sc = Scenario::start("pluginsw", 1, LeaderTimings::default()).await;
+    let mut sc = Scenario::start("pluginsw", 1, LeaderTimings::default()).await;
     let g = sc.bootstrapped_group("g").await;
     let kb = Plugin::admin(&sc.ns.name);
     let groups = sc.cluster.groups();
@@ -408,7 +408,19 @@ async fn status_watch_and_switchover() {
     out.stdout_has(&[&format!("last: switchover {id} → pdx: Completed")]);
 
     switchover_and_wait_with_get_and_patch_only(&sc, &kb, &g).await;
-    sc.cluster.delete_group(&g).await;
+
+    // A request a pipeline wrote that the operator has not taken up yet (it
+    // is down): `wait` follows it until its timeout, and a switchover does
+    // not replace it (docs/kubectl-plugin.md: it never overwrites another
+    // person's request written a moment before).
+    assert!(sc.operators[0].stop().await, "the operator did not stop cleanly");
+    sc.request_failover(&g, "iad", "pipeline-2").await;
+    let out = kb.run(&["wait", &g, "--timeout", "3s"]).await;
+    out.expect_code(3).stderr_has(&["following switchover pipeline-2"]);
+    let out = kb.run(&["switchover", &g, "--to", "iad"]).await;
+    let spec = groups.get(&g).await.unwrap().spec.planned_failover;
+    assert_eq!(spec.as_ref().map(|p| p.request_id.as_str()), Some("pipeline-2"), "the request was replaced:\n{out}");
+    out.expect_code(1).stderr_has(&["pipeline-2"]);
 }
 
 /// `leases` and `status` list the migration and the hold of operation
@@ -558,6 +570,30 @@ async fn nothing_to_revoke_and_bad_reasons(cluster: &bloodraven_e2e::Cluster, kb
     assert!(!annotations.keys().any(|k| k.contains("revoke") || k.contains("schema-verified")), "{annotations:?}");
 }
 
+/// A migration and its hold, both revoked; the record awaits a person, and
+/// `verify-schema --all` cannot be acted on while the operator is down:
+/// exit 3, the annotation stays for when it is back.
+async fn verify_all_while_the_operator_is_down(ds: &mut deploy::DeployScenario, oncall: &Plugin) {
+    let (p, cluster, g) = (ds.pipeline.clone(), ds.sc.cluster.clone(), ds.pipeline.group.clone());
+    let m4 = p.post_until(201, "migration", "op-4", "counter-app", 20).await;
+    let h4 = p.post("failover-hold", "op-4", "counter-app", 20).await;
+    assert_eq!(h4.status, 201, "{h4:?}");
+    let put = p.put_body("migration", "op-4", json!({"token": token_of(&m4), "ddlState": "started"})).await;
+    assert_eq!(put.status, 200, "{put:?}");
+    let out = oncall.run(&["revoke", &g, "--reason", "release 142 is wrong"]).await;
+    out.expect_code(0).stdout_has(&["revoked migration op-4", "revoked failover-hold op-4"]);
+    wait_announced(oncall, &g, "op-4").await;
+    assert!(ds.op.stop().await, "the operator did not stop cleanly");
+    let out = oncall.run(&["verify-schema", &g, "--all", "--timeout", "3s"]).await;
+    out.expect_code(3).stderr_has(&["has not acted within 3s"]);
+    let annotations = cluster.groups().get(&g).await.unwrap().metadata.annotations.unwrap_or_default();
+    assert_eq!(
+        annotations.get("bloodraven.shipstream.io/schema-verified").map(String::as_str),
+        Some("all"),
+        "{annotations:?}"
+    );
+}
+
 #[tokio::test]
 async fn revoke_and_verify_schema() {
     let mut ds = deploy::scenario("pluginrv").await;
@@ -576,10 +612,16 @@ async fn revoke_and_verify_schema() {
     // A migration inside its DDL, revoked by a person. (A short TTL: a
     // revoked lease keeps the mutex until its deadline.)
     let m3 = p.post_until(201, "migration", "op-3", "counter-app", 20).await;
-    let put = p.put_body("migration", "op-3", json!({"token": token_of(&m3), "ddlState": "started"})).await;
+    let put = p
+        .put_body("migration", "op-3", json!({"token": token_of(&m3), "ddlState": "started", "revision": "V142"}))
+        .await;
     assert_eq!(put.status, 200, "{put:?}");
     let json = oncall.run(&["leases", &g, "-o", "json"]).await.expect_code(0).json();
-    assert_eq!(json["grants"][0]["ddlState"], "started", "{json}");
+    assert_eq!(
+        (json["grants"][0]["ddlState"].as_str(), json["grants"][0]["revision"].as_str()),
+        (Some("started"), Some("V142")),
+        "{json}"
+    );
     let reason = "migration stuck in CI";
     let out = oncall.run(&["revoke", &g, "--reason", reason]).await;
     out.expect_code(0).stdout_has(&["revoked migration op-3 (instance counter-app)", "never renewed"]);
@@ -617,8 +659,13 @@ async fn revoke_and_verify_schema() {
     let pending = table(&out.stdout, &["OPERATION", "INSTANCE", "REVISION", "ENDED"]);
     let record = row(&pending, "OPERATION", "op-3").unwrap_or_else(|| panic!("{out}"));
     assert_eq!(
-        (record["INSTANCE"].as_str(), record["ENDED"].as_str(), record["GENERATION"].as_str()),
-        ("counter-app", "OperatorRevoked", "1")
+        (
+            record["INSTANCE"].as_str(),
+            record["REVISION"].as_str(),
+            record["ENDED"].as_str(),
+            record["GENERATION"].as_str()
+        ),
+        ("counter-app", "V142", "OperatorRevoked", "1")
     );
     let out = oncall.run(&["leases", &g]).await;
     out.expect_code(0).stdout_has(&["Revoked operations", "Ended inside their DDL"]);
@@ -650,26 +697,7 @@ async fn revoke_and_verify_schema() {
     let screen = oncall.run(&["status", &g]).await;
     assert!(!screen.stdout.contains("schema to verify after"), "{screen}");
 
-    // A migration and its hold, both revoked; the record awaits a person,
-    // and --all cannot be acted on while the operator is down: exit 3, the
-    // annotation stays for when it is back.
-    let m4 = p.post_until(201, "migration", "op-4", "counter-app", 20).await;
-    let h4 = p.post("failover-hold", "op-4", "counter-app", 20).await;
-    assert_eq!(h4.status, 201, "{h4:?}");
-    let put = p.put_body("migration", "op-4", json!({"token": token_of(&m4), "ddlState": "started"})).await;
-    assert_eq!(put.status, 200, "{put:?}");
-    let out = oncall.run(&["revoke", &g, "--reason", "release 142 is wrong"]).await;
-    out.expect_code(0).stdout_has(&["revoked migration op-4", "revoked failover-hold op-4"]);
-    wait_announced(&oncall, &g, "op-4").await;
-    assert!(ds.op.stop().await, "the operator did not stop cleanly");
-    let out = oncall.run(&["verify-schema", &g, "--all", "--timeout", "3s"]).await;
-    out.expect_code(3).stderr_has(&["has not acted within 3s"]);
-    let annotations = cluster.groups().get(&g).await.unwrap().metadata.annotations.unwrap_or_default();
-    assert_eq!(
-        annotations.get("bloodraven.shipstream.io/schema-verified").map(String::as_str),
-        Some("all"),
-        "{annotations:?}"
-    );
+    verify_all_while_the_operator_is_down(&mut ds, &oncall).await;
     kb.run(&["verify-schema", &g, "op-4", "--all"]).await.expect_code(2);
 
     // Last, so that everything above is checked whatever this says: the
