@@ -86,6 +86,13 @@ pub(crate) async fn switchover(
             operation_line(&o, now)
         );
     }
+    if let Some((kind, id)) = not_taken_up(&g) {
+        anyhow::bail!(
+            "{} {id} is requested on group {group} and the operator has not taken it up yet (is it running?); \
+             one operation at a time, and a request is never replaced (follow it: kubectl bloodraven wait {group})",
+            kind.as_str()
+        );
+    }
     let decided = g.decided().map(|(a, n)| (a.to_owned(), n));
     if let Some((active, generation)) = &decided {
         if active == to {
@@ -112,11 +119,22 @@ pub(crate) async fn switchover(
     follow(ctx, &g, Kind::Switchover, &id, limit).await
 }
 
+/// Whether the operator took up request `id` of `kind` (its status, or
+/// its `ignored…` status, names it).
+fn taken_up(g: &MysqlFailoverGroup, kind: Kind, id: &str) -> bool {
+    kind.status(g).is_some_and(|s| s.0 == id) || kind.ignored(g).is_some_and(|i| i.request_id == id)
+}
+
+/// A request in spec the operator has not taken up yet (it is down, or has
+/// not looked since it was written).
+fn not_taken_up(g: &MysqlFailoverGroup) -> Option<(Kind, String)> {
+    Kind::ALL.into_iter().find_map(|k| k.requested(g).filter(|id| !taken_up(g, k, id)).map(|id| (k, id.to_owned())))
+}
+
 /// Which request `wait` follows: the one named (in spec or status), else
 /// the one in flight, else one in spec the operator has not taken up yet.
 fn pick(g: &MysqlFailoverGroup, request_id: Option<&str>) -> Option<(Kind, String)> {
-    let in_status =
-        |k: Kind, id: &str| k.status(g).is_some_and(|s| s.0 == id) || k.ignored(g).is_some_and(|i| i.request_id == id);
+    let in_status = |k: Kind, id: &str| taken_up(g, k, id);
     match request_id {
         Some(id) => {
             Kind::ALL.into_iter().find(|&k| in_status(k, id) || k.requested(g) == Some(id)).map(|k| (k, id.to_owned()))
@@ -124,11 +142,7 @@ fn pick(g: &MysqlFailoverGroup, request_id: Option<&str>) -> Option<(Kind, Strin
         None => Kind::ALL
             .into_iter()
             .find_map(|k| k.status(g).filter(|s| !k.is_final(s.1)).map(|s| (k, s.0.to_owned())))
-            .or_else(|| {
-                Kind::ALL
-                    .into_iter()
-                    .find_map(|k| k.requested(g).filter(|id| !in_status(k, id)).map(|id| (k, id.to_owned())))
-            }),
+            .or_else(|| not_taken_up(g)),
     }
 }
 
