@@ -149,7 +149,8 @@ impl Plugin {
             // Only the flags say where to connect and where the leases are.
             .env_remove("KUBECONFIG")
             .env_remove("BLOODRAVEN_NAMESPACE")
-            .env("NO_COLOR", "1")
+            // Colour is for terminals: a pipe gets none, NO_COLOR or not.
+            .env_remove("NO_COLOR")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -157,9 +158,12 @@ impl Plugin {
         c
     }
 
-    /// Runs `kubectl bloodraven ARGS` to its end.
+    /// Runs `kubectl bloodraven ARGS` to its end. Its output is not a
+    /// terminal, so it holds no escape sequence (colour).
     pub async fn run(&self, args: &[&str]) -> Output {
-        self.spawn(args).finish(COMMAND_LIMIT).await
+        let out = self.spawn(args).finish(COMMAND_LIMIT).await;
+        assert!(!out.stdout.contains('\x1b') && !out.stderr.contains('\x1b'), "escape sequences in a pipe:\n{out}");
+        out
     }
 
     /// Starts `kubectl bloodraven ARGS` (`--watch`, `--wait`), its output

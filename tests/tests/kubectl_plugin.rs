@@ -163,6 +163,26 @@ async fn a_reader_of_groups_only(sc: &Scenario, kb: &Plugin, g: &str) {
     assert!(s.spec.planned_failover.is_none(), "the refused switchover wrote a request: {:?}", s.spec.planned_failover);
 }
 
+/// A group no operator manages: nothing decided, nothing observed.
+async fn a_group_no_operator_manages(sc: &Scenario, kb: &Plugin) {
+    let orphan = format!("{}-orphan", sc.ns.name);
+    let lonely = fixtures::group(&orphan, "no-operator-selects-this", sc.pair.sites(&sc.ns.name, SITE_SECRET), "iad");
+    fixtures::create_group(&sc.cluster, &lonely).await;
+    let out = kb.run(&["status", &orphan]).await;
+    out.expect_code(0);
+    assert_eq!(field(&out.stdout, "Active site"), Some("none decided yet (bootstrap pending)"), "{out}");
+    assert_eq!(field(&out.stdout, "Stable"), Some("unknown (not observed yet)"), "{out}");
+    assert_eq!(section(&out.stdout, "Conditions:").trim(), "none reported yet", "{out}");
+    let list = kb.run(&["status"]).await;
+    let listed = table(&list.stdout, &["NAME", "ACTIVE"]);
+    let r = row(&listed, "NAME", &orphan).unwrap_or_else(|| panic!("{list}"));
+    assert_eq!((r["ACTIVE"].as_str(), r["GENERATION"].as_str(), r["READY"].as_str()), ("-", "-", "-"), "{list}");
+    let out = kb.run(&["switchover", &orphan, "--to", "pdx"]).await;
+    out.expect_code(1).stderr_has(&["no decided active site"]);
+    kb.run(&["explain", &orphan]).await.expect_code(0).stdout_has(&["Not reported yet"]);
+    sc.cluster.delete_group(&orphan).await;
+}
+
 #[tokio::test]
 async fn status_explain_and_a_reader_of_groups_only() {
     let sc = Scenario::start("plugin", 1, LeaderTimings::default()).await;
@@ -197,6 +217,7 @@ async fn status_explain_and_a_reader_of_groups_only() {
     assert_eq!(iad["ENDPOINT"], format!("127.0.0.1:{}", sc.pair.port("iad")), "{out}");
     let conditions = table(section(screen, "Conditions:"), &["TYPE", "STATUS"]);
     assert_eq!(row(&conditions, "TYPE", "Ready").map(|r| r["STATUS"].as_str()), Some("True"), "{out}");
+    screen_agrees_with_status(&out, &groups.get(&g).await.unwrap().status.unwrap());
     assert_eq!(section(screen, "Deploy leases:").trim(), "none held", "{out}");
     assert_eq!(section(screen, "Operation:").trim(), "none in flight", "{out}");
 
@@ -231,23 +252,7 @@ async fn status_explain_and_a_reader_of_groups_only() {
     two.run(&["status", &g]).await.expect_code(1);
     two.with_context("no-such-context").run(&["status", &g]).await.expect_code(1);
 
-    // A group no operator manages: nothing decided, nothing observed.
-    let orphan = format!("{}-orphan", sc.ns.name);
-    let lonely = fixtures::group(&orphan, "no-operator-selects-this", sc.pair.sites(&sc.ns.name, SITE_SECRET), "iad");
-    fixtures::create_group(&sc.cluster, &lonely).await;
-    let out = kb.run(&["status", &orphan]).await;
-    out.expect_code(0);
-    assert_eq!(field(&out.stdout, "Active site"), Some("none decided yet (bootstrap pending)"), "{out}");
-    assert_eq!(field(&out.stdout, "Stable"), Some("unknown (not observed yet)"), "{out}");
-    assert_eq!(section(&out.stdout, "Conditions:").trim(), "none reported yet", "{out}");
-    let list = kb.run(&["status"]).await;
-    let listed = table(&list.stdout, &["NAME", "ACTIVE"]);
-    let r = row(&listed, "NAME", &orphan).unwrap_or_else(|| panic!("{list}"));
-    assert_eq!((r["ACTIVE"].as_str(), r["GENERATION"].as_str(), r["READY"].as_str()), ("-", "-", "-"), "{list}");
-    let out = kb.run(&["switchover", &orphan, "--to", "pdx"]).await;
-    out.expect_code(1).stderr_has(&["no decided active site"]);
-    kb.run(&["explain", &orphan]).await.expect_code(0).stdout_has(&["Not reported yet"]);
-    sc.cluster.delete_group(&orphan).await;
+    a_group_no_operator_manages(&sc, &kb).await;
 
     // explain: the four questions, nothing deferred or held.
     let out = kb.run(&["explain", &g]).await;
@@ -273,7 +278,14 @@ async fn status_explain_and_a_reader_of_groups_only() {
         "It is off: spec.failover.automatic is false",
         &format!("{}/stray: not authoritative — NamespaceNotAllowed: {refused}", stray_ns.name),
         &format!("{}/counter-app: authoritative (GroupFound)", sc.ns.name),
+        &format!("Instance name counter-app is claimed by namespace {}.", sc.ns.name),
     ]);
+    // The read-only bypass answer is the condition's, whatever it says.
+    let s = groups.get(&g).await.unwrap().status.unwrap();
+    match condition(&s, "ReadOnlyBypassAccounts") {
+        Some(c) => out.stdout_has(&[&c.message]),
+        None => out.stdout_has(&["Not reported yet"]),
+    };
     assert!(!out.stdout.contains("It is not held"), "{out}");
     let out = kb.run(&["status", &g]).await;
     assert_eq!(field(&out.stdout, "Automatic failover"), Some("off (spec.failover.automatic: false)"), "{out}");
@@ -518,6 +530,8 @@ async fn leases_and_a_switchover_deferred_by_a_hold() {
         is_ready_at(s, "pdx", 2)
     })
     .await;
+    // The migration's release took its hold with it.
+    kb.run(&["leases", &g]).await.expect_code(0).stdout_has(&[&format!("No deploy lease is held on group {g}.")]);
 
     // Deferred again, followed by --wait through the release to Completed.
     let m2 = p.post_until(201, "migration", "op-2", "counter-app", 120).await;
@@ -724,6 +738,72 @@ async fn wait_announced(plugin: &Plugin, g: &str, op: &str) -> serde_json::Value
         }
     })
     .await
+}
+
+/// A `status GROUP` screen shows every condition of `s` with its status
+/// and reason, and each site's GTID position as probed.
+#[track_caller]
+fn screen_agrees_with_status(out: &Output, s: &MysqlFailoverGroupStatus) {
+    let conditions = table(section(&out.stdout, "Conditions:"), &["TYPE", "STATUS"]);
+    assert_eq!(conditions.len(), s.conditions.len(), "{out}");
+    for c in &s.conditions {
+        let r = row(&conditions, "TYPE", &c.type_).unwrap_or_else(|| panic!("no {} row:\n{out}", c.type_));
+        assert_eq!((r["STATUS"].as_str(), r["REASON"].as_str()), (c.status.as_str(), c.reason.as_str()), "{out}");
+    }
+    let sites = table(section(&out.stdout, "Sites:"), &["SITE", "ENDPOINT"]);
+    for h in &s.health {
+        let r = row(&sites, "SITE", &h.site).unwrap_or_else(|| panic!("no {} row:\n{out}", h.site));
+        assert_eq!(r["GTID"], h.gtid_position.clone().unwrap_or_else(|| "-".into()), "{out}");
+    }
+}
+
+#[tokio::test]
+async fn status_and_explain_after_an_emergency_failover() {
+    let sc = Scenario::start("pluginkill", 1, LeaderTimings::default()).await;
+    let g = sc.quick_group("g").await;
+    let kb = Plugin::admin(&sc.ns.name);
+    sc.pair.kill9("iad");
+    let s = wait_status(&sc.cluster, &g, "an emergency failover to pdx, iad seen down", T, |s| {
+        fixtures::is_active_at(s, "pdx", 2)?;
+        s.emergency_failover.as_ref().ok_or("no emergencyFailover")?;
+        match s.health.iter().find(|h| h.site == "iad").map(|h| h.reachable) {
+            Some(false) => Ok(()),
+            other => Err(format!("iad reachable {other:?}")),
+        }
+    })
+    .await;
+    let e = s.emergency_failover.clone().unwrap();
+    let out = kb.run(&["status", &g]).await;
+    out.expect_code(0).stdout_has(&[&format!(
+        "Last emergency failover: iad → pdx at {} (generation 2), {} transaction(s) abandoned",
+        e.time.0, e.abandoned_transactions
+    )]);
+    assert_eq!(field(&out.stdout, "Active site"), Some("pdx (topology generation 2)"), "{out}");
+    let sites = table(section(&out.stdout, "Sites:"), &["SITE", "ENDPOINT"]);
+    let (iad, pdx) = (row(&sites, "SITE", "iad").unwrap(), row(&sites, "SITE", "pdx").unwrap());
+    assert_eq!((pdx["ROLE"].as_str(), pdx["WRITABLE"].as_str()), ("primary", "yes"), "{out}");
+    assert_eq!(iad["ROLE"], "replica", "{out}");
+    let why = s.health.iter().find(|h| h.site == "iad").and_then(|h| h.error_reason.clone());
+    assert_eq!(iad["REACHABLE"], format!("no ({})", why.as_deref().unwrap_or("?")), "{out}");
+    let json = kb.run(&["status", &g, "-o", "json"]).await.expect_code(0).json();
+    let ef = &json["emergencyFailover"];
+    assert_eq!(
+        (ef["fromSite"].as_str(), ef["toSite"].as_str(), ef["topologyGeneration"].as_i64()),
+        (Some("iad"), Some("pdx"), Some(2)),
+        "{json}"
+    );
+    // Not stable while iad is down: the screen and explain say why.
+    let s = sc.cluster.groups().get(&g).await.unwrap().status.unwrap();
+    if let (Some(false), Some(reason)) = (s.stable, s.unstable_reason.as_deref()) {
+        let out = kb.run(&["explain", &g]).await;
+        out.expect_code(0).stdout_has(&["Why is the group not stable?", reason]);
+    }
+    // A switchover to the dead site is refused by admission.
+    let out = kb.run(&["switchover", &g, "--to", "iad", "--wait", "--timeout", "60s"]).await;
+    out.expect_code(1).stdout_has(&["Failed:"]);
+    let s = sc.cluster.groups().get(&g).await.unwrap().status.unwrap();
+    assert_eq!((s.active_site.as_deref(), s.topology_generation), (Some("pdx"), Some(2)), "{out}");
+    sc.cluster.delete_group(&g).await;
 }
 
 /// Waits until a running command's standard error holds `text`.
