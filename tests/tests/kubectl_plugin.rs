@@ -292,6 +292,11 @@ async fn status_explain_and_a_reader_of_groups_only() {
 
     a_reader_of_groups_only(&sc, &kb, &g).await;
     sc.cluster.delete_group(&g).await;
+
+    // --watch of a group that does not exist ends as a plain status does
+    // (a mistyped name must not leave a watch that never shows anything).
+    let out = kb.spawn(&["status", "no-such-group", "--watch"]).finish(Duration::from_secs(20)).await;
+    out.expect_code(1).stderr_has(&["\"no-such-group\" not found"]);
 }
 
 /// Exactly what docs/kubectl-plugin.md says `switchover` and `wait` need
@@ -302,6 +307,13 @@ async fn switchover_and_wait_with_get_and_patch_only(sc: &Scenario, kb: &Plugin,
     let switcher = kubeconfig_with_rules(&sc.cluster, &sc.ns.name, "switcher", rules, &sc.ns.name, Vec::new()).await;
     let switcher = kb.with_kubeconfig(switcher);
     wait_readable(&switcher, g).await;
+    let watch = switcher.spawn(&["status", g, "--watch"]);
+    watch
+        .wait_stdout("a frame for a user who may only get", T, |out| {
+            if frames(out).is_empty() { Err("no frame".into()) } else { Ok(()) }
+        })
+        .await;
+    watch.interrupt(Duration::from_secs(10)).await.expect_code(0);
     let out = switcher.run(&["switchover", g, "--to", "iad", "--wait", "--timeout", "60s"]).await;
     let id = requested_id(&out);
     wait_status(&sc.cluster, g, "the switcher's switchover completed at iad", T, |s| {
