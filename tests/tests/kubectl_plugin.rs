@@ -183,6 +183,37 @@ async fn a_group_no_operator_manages(sc: &Scenario, kb: &Plugin) {
     sc.cluster.delete_group(&orphan).await;
 }
 
+/// A bad `-o`, a group or kubeconfig that does not exist, and `--context`.
+async fn bad_usage_bad_names_and_contexts(sc: &Scenario, kb: &Plugin, g: &str) {
+    // A format that does not exist is bad usage.
+    let bad = kb.run(&["status", g, "-o", "xml"]).await;
+    bad.expect_code(2).stderr_has(&["xml"]);
+    assert!(bad.stdout.is_empty(), "{bad}");
+    // A group that does not exist.
+    for args in [
+        &["status", "no-such-group"][..],
+        &["leases", "no-such-group"],
+        &["explain", "no-such-group"],
+        &["switchover", "no-such-group", "--to", "pdx"],
+        &["revoke", "no-such-group", "--reason", "typo"],
+        &["verify-schema", "no-such-group"],
+        &["wait", "no-such-group"],
+    ] {
+        kb.run(args).await.expect_code(1).stderr_has(&["\"no-such-group\" not found"]);
+    }
+    let list = kb.run(&["status", "-o", "yaml"]).await.expect_code(0).yaml();
+    assert!(list.as_array().unwrap().iter().any(|r| r["name"] == g), "{list}");
+    let nowhere = kb.with_kubeconfig(sc.pair.dir().join("no-such-kubeconfig"));
+    nowhere.run(&["status"]).await.expect_code(1).stderr_has(&["cannot read kubeconfig"]);
+
+    // --context picks the context; the current one is dead.
+    let two = kb.with_kubeconfig(two_contexts(sc));
+    let live = two.with_context("live").run(&["status", g, "-o", "json"]).await;
+    assert_eq!(live.expect_code(0).json()["activeSite"], "iad");
+    two.run(&["status", g]).await.expect_code(1);
+    two.with_context("no-such-context").run(&["status", g]).await.expect_code(1);
+}
+
 #[tokio::test]
 async fn status_explain_and_a_reader_of_groups_only() {
     let sc = Scenario::start("plugin", 1, LeaderTimings::default()).await;
@@ -238,20 +269,7 @@ async fn status_explain_and_a_reader_of_groups_only() {
         assert_eq!(ready.map(|c| c["status"].clone()), Some(json!("True")), "{format}: {parsed}");
         assert_eq!(parsed["leases"]["grants"], json!([]), "{format}: {parsed}");
     }
-    // A format that does not exist is bad usage.
-    let bad = kb.run(&["status", &g, "-o", "xml"]).await;
-    bad.expect_code(2).stderr_has(&["xml"]);
-    assert!(bad.stdout.is_empty(), "{bad}");
-    // A group that does not exist.
-    kb.run(&["status", "no-such-group"]).await.expect_code(1).stderr_has(&["\"no-such-group\" not found"]);
-
-    // --context picks the context; the current one is dead.
-    let two = kb.with_kubeconfig(two_contexts(&sc));
-    let live = two.with_context("live").run(&["status", &g, "-o", "json"]).await;
-    assert_eq!(live.expect_code(0).json()["activeSite"], "iad");
-    two.run(&["status", &g]).await.expect_code(1);
-    two.with_context("no-such-context").run(&["status", &g]).await.expect_code(1);
-
+    bad_usage_bad_names_and_contexts(&sc, &kb, &g).await;
     a_group_no_operator_manages(&sc, &kb).await;
 
     // explain: the four questions, nothing deferred or held.
