@@ -41,22 +41,50 @@ fn fresh_request_id(now: Timestamp) -> String {
     format!("switchover-{stamp}-{:06x}", rand::random::<u32>() & 0x00ff_ffff)
 }
 
-/// Writes a merge patch of the group, conditional on the resourceVersion
-/// read: a concurrent change (another person's request) fails with 409
-/// instead of being overwritten.
-async fn patch_group(ctx: &Ctx, g: &MysqlFailoverGroup, mut body: serde_json::Value) -> anyhow::Result<()> {
-    body["metadata"]["resourceVersion"] = json!(g.resource_version());
-    match ctx.groups().patch(&g.name_any(), &PatchParams::default(), &Patch::Merge(&body)).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => anyhow::bail!(
-            "the group changed while this request was being written (someone else acted); look again with `kubectl bloodraven status {}` and retry",
-            g.name_any()
-        ),
-        Err(kube::Error::Api(s)) if s.code == 422 || s.code == 400 || (s.code == 403 && s.reason != "Forbidden") => {
-            anyhow::bail!("the API server refused the request: {}", s.message)
+/// What a command decided to write, given the group as read.
+enum Decision {
+    /// A merge patch of the group.
+    Write(serde_json::Value),
+    /// Nothing to write; this is why.
+    Nothing(String),
+}
+
+/// How often a decision is made again after the group changed under it.
+const WRITE_ATTEMPTS: usize = 8;
+
+/// Reads the group, lets `decide` check it and say what to write, and
+/// writes that as a merge patch conditional on the resourceVersion read:
+/// a concurrent change never gets overwritten. The operator writes status
+/// on every change it observes, which moves the resourceVersion too, so a
+/// conflict reads the group again and decides again (another person's
+/// request, now visible, is then refused by `decide`). Returns the group as
+/// read for the write, or why nothing was written.
+async fn write_checked(
+    ctx: &Ctx,
+    group: &str,
+    mut decide: impl FnMut(&MysqlFailoverGroup) -> anyhow::Result<Decision>,
+) -> anyhow::Result<Result<MysqlFailoverGroup, String>> {
+    for _ in 0..WRITE_ATTEMPTS {
+        let g = ctx.group(group).await?;
+        let mut body = match decide(&g)? {
+            Decision::Write(body) => body,
+            Decision::Nothing(why) => return Ok(Err(why)),
+        };
+        body["metadata"]["resourceVersion"] = json!(g.resource_version());
+        match ctx.groups().patch(group, &PatchParams::default(), &Patch::Merge(&body)).await {
+            Ok(_) => return Ok(Ok(g)),
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(kube::Error::Api(s))
+                if s.code == 422 || s.code == 400 || (s.code == 403 && s.reason != "Forbidden") =>
+            {
+                anyhow::bail!("the API server refused the request: {}", printable(&s.message))
+            }
+            Err(e) => return Err(access(e, "patch", GROUPS, None)),
         }
-        Err(e) => Err(access(e, "patch", GROUPS, None)),
     }
+    anyhow::bail!(
+        "group {group} kept changing while this request was being written ({WRITE_ATTEMPTS} tries); look again with `kubectl bloodraven status {group}` and retry"
+    )
 }
 
 /// What a followed request has come to.
@@ -74,49 +102,62 @@ pub(crate) async fn switchover(
     request_id: Option<String>,
     wait: Option<Duration>,
 ) -> anyhow::Result<u8> {
-    let g = ctx.group(group).await?;
+    let id = match request_id {
+        Some(id) if valid_request_id(&id) => id,
+        Some(id) => anyhow::bail!("--request-id {:?}: 1–128 characters of [A-Za-z0-9._:-]", printable(&id)),
+        None => fresh_request_id(Timestamp::now()),
+    };
+    let mut from = String::new();
+    let written = write_checked(ctx, group, |g| {
+        let decision = switchover_decision(g, to, &id)?;
+        from = g.decided().map_or("-".into(), |(a, _)| a.to_owned());
+        Ok(decision)
+    })
+    .await?;
+    let g = match written {
+        Ok(g) => g,
+        Err(why) => {
+            println!("{why}");
+            return Ok(0);
+        }
+    };
+    println!("switchover {id} requested: group {group}, {from} → {to}");
+    let Some(limit) = wait else { return Ok(0) };
+    follow(ctx, &g, Kind::Switchover, &id, limit).await
+}
+
+/// What `switchover` writes on `g`, or why it refuses.
+fn switchover_decision(g: &MysqlFailoverGroup, to: &str, id: &str) -> anyhow::Result<Decision> {
+    let group = g.name_any();
     if g.site(to).is_none() {
         let sites: Vec<&str> = g.spec.sites.iter().map(|s| s.name.as_str()).collect();
         anyhow::bail!("group {group} has no site {:?}; its sites are {}", printable(to), sites.join(", "));
     }
-    let now = Timestamp::now();
-    if let Some(o) = status::operations(&g).into_iter().find(|o| o.in_flight) {
+    if let Some(o) = status::operations(g).into_iter().find(|o| o.in_flight) {
         anyhow::bail!(
             "{} is in flight on group {group}; one operation at a time (follow it: kubectl bloodraven status {group} --watch)",
-            operation_line(&o, now)
+            operation_line(&o, Timestamp::now())
         );
     }
-    if let Some((kind, id)) = not_taken_up(&g) {
+    if let Some((kind, pending)) = not_taken_up(g) {
         anyhow::bail!(
-            "{} {id} is requested on group {group} and the operator has not taken it up yet (is it running?); \
+            "{} {pending} is requested on group {group} and the operator has not taken it up yet (is it running?); \
              one operation at a time, and a request is never replaced (follow it: kubectl bloodraven wait {group})",
             kind.as_str()
         );
     }
-    let decided = g.decided().map(|(a, n)| (a.to_owned(), n));
-    if let Some((active, generation)) = &decided {
-        if active == to {
-            println!(
-                "{to} is already the active site of group {group} (topology generation {generation}); nothing to do"
-            );
-            return Ok(0);
-        }
-    } else {
+    let Some((active, generation)) = g.decided() else {
         anyhow::bail!("group {group} has no decided active site yet (bootstrap pending): nothing to switch over from");
-    }
-    let id = match request_id {
-        Some(id) if valid_request_id(&id) => id,
-        Some(id) => anyhow::bail!("--request-id {:?}: 1–128 characters of [A-Za-z0-9._:-]", printable(&id)),
-        None => fresh_request_id(now),
     };
-    let reused = g.status.as_ref().and_then(|s| s.planned_failover.as_ref()).is_some_and(|p| p.request_id == id);
-    if reused {
+    if active == to {
+        return Ok(Decision::Nothing(format!(
+            "{to} is already the active site of group {group} (topology generation {generation}); nothing to do"
+        )));
+    }
+    if Kind::Switchover.requested(g) == Some(id) || taken_up(g, Kind::Switchover, id) {
         anyhow::bail!("request id {id} was already used on group {group}; a new request needs a new id");
     }
-    patch_group(ctx, &g, json!({"spec": {"plannedFailover": {"targetSite": to, "requestId": id}}})).await?;
-    println!("switchover {id} requested: group {group}, {} → {to}", decided.map_or("-".into(), |(a, _)| a));
-    let Some(limit) = wait else { return Ok(0) };
-    follow(ctx, &g, Kind::Switchover, &id, limit).await
+    Ok(Decision::Write(json!({"spec": {"plannedFailover": {"targetSite": to, "requestId": id}}})))
 }
 
 /// Whether the operator took up request `id` of `kind` (its status, or
@@ -398,6 +439,16 @@ async fn acted(
     }
 }
 
+/// The group read again for a write is the one the leases were read of
+/// (not deleted and created again under its name in between).
+fn same_group(read: &MysqlFailoverGroup, now: &MysqlFailoverGroup) -> anyhow::Result<()> {
+    if read.uid() == now.uid() {
+        Ok(())
+    } else {
+        anyhow::bail!("group {} was deleted and created again meanwhile; run the command again", now.name_any())
+    }
+}
+
 fn check_reason(reason: &str) -> anyhow::Result<()> {
     if reason.trim().is_empty() {
         anyhow::bail!("--reason: say why, in words (it is shown in the operator's Events)");
@@ -422,15 +473,14 @@ pub(crate) async fn revoke(ctx: &Ctx, group: &str, reason: &str, limit: Duration
         return Ok(0);
     }
     let by = whoami(ctx).await?;
-    patch_group(
-        ctx,
-        &g,
-        json!({"metadata": {"annotations": {
-            REVOKE_DEPLOYMENT_LEASES_ANNOTATION: reason,
-            REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION: by,
-        }}}),
-    )
-    .await?;
+    let body = json!({"metadata": {"annotations": {
+        REVOKE_DEPLOYMENT_LEASES_ANNOTATION: reason,
+        REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION: by,
+    }}});
+    let Ok(g) = write_checked(ctx, group, |now| same_group(&g, now).map(|()| Decision::Write(body.clone()))).await?
+    else {
+        return Ok(0);
+    };
     eprintln!("asked the operator to revoke every deploy lease of group {group}; waiting for it to act");
     let Some(after) = acted(ctx, &g, REVOKE_DEPLOYMENT_LEASES_ANNOTATION, limit).await? else {
         eprintln!(
@@ -504,12 +554,12 @@ pub(crate) async fn verify_schema(
     }
     let value = if all { "all".to_owned() } else { operations.join(",") };
     let by = whoami(ctx).await?;
-    patch_group(
-        ctx,
-        &g,
-        json!({"metadata": {"annotations": {SCHEMA_VERIFIED_ANNOTATION: value, SCHEMA_VERIFIED_BY_ANNOTATION: by}}}),
-    )
-    .await?;
+    let body =
+        json!({"metadata": {"annotations": {SCHEMA_VERIFIED_ANNOTATION: value, SCHEMA_VERIFIED_BY_ANNOTATION: by}}});
+    let Ok(g) = write_checked(ctx, group, |now| same_group(&g, now).map(|()| Decision::Write(body.clone()))).await?
+    else {
+        return Ok(0);
+    };
     eprintln!("recorded that {by} verified the schema; waiting for the operator to clear the records");
     let Some(after) = acted(ctx, &g, SCHEMA_VERIFIED_ANNOTATION, limit).await? else {
         eprintln!("the operator has not acted within {}s; the annotation stays until it does", limit.as_secs());

@@ -430,16 +430,21 @@ pub(crate) async fn run(ctx: &Ctx, group: Option<&str>, format: Option<Format>, 
     // watched: `get` is all a named group needs, and the leases' time left
     // moves without any event.
     let every = if group.is_some() { Duration::from_secs(1) } else { Duration::from_secs(2) };
-    let mut last = String::new();
+    // The first frame fails as a plain `status` does (no such group, no
+    // permission); later failed reads are said once and tried again.
+    let mut last = frame(ctx, group, format, paint).await?;
+    print!("{last}");
     let mut last_error = String::new();
     loop {
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            _ = tokio::signal::ctrl_c() => return Ok(0),
+        }
         match frame(ctx, group, format, paint).await {
             // The clock moves every "ago": a frame is printed again only
             // when it changed apart from its ages.
             Ok(shown) if strip_ages(&shown) != strip_ages(&last) => {
-                if !last.is_empty() {
-                    println!("{}", if format == Some(Format::Yaml) { "---" } else { "" });
-                }
+                println!("{}", if format == Some(Format::Yaml) { "---" } else { "" });
                 print!("{shown}");
                 last = shown;
                 last_error.clear();
@@ -452,10 +457,6 @@ pub(crate) async fn run(ctx: &Ctx, group: Option<&str>, format: Option<Format>, 
                     last_error = e;
                 }
             }
-        }
-        tokio::select! {
-            () = tokio::time::sleep(every) => {}
-            _ = tokio::signal::ctrl_c() => return Ok(0),
         }
     }
 }
