@@ -242,7 +242,7 @@ fn render_header(out: &mut Vec<String>, r: &GroupReport, paint: Paint) {
 fn render_sites(out: &mut Vec<String>, r: &GroupReport, paint: Paint, now: Timestamp) {
     out.push("\nSites:\n".to_owned());
     let mut t =
-        Table::new(&["SITE", "ENDPOINT", "ROLE", "REACHABLE", "WRITABLE", "REPLICATING", "LAG", "GTID", "PROBED"]);
+        Table::new(&["SITE", "ENDPOINT", "ROLE", "REACHABLE", "WRITABLE", "REPLICATING", "LAG", "GTID", "CHANGED"]);
     for s in &r.sites {
         let h = s.health.as_ref();
         let reachable = match h.map(|h| h.reachable) {
@@ -260,7 +260,7 @@ fn render_sites(out: &mut Vec<String>, r: &GroupReport, paint: Paint, now: Times
             yes_no(h.and_then(|h| h.writable)).into(),
             yes_no(h.and_then(|h| h.replication_running)).into(),
             h.and_then(|h| h.replication_lag_seconds).map_or("-".into(), |l| format!("{l}s")),
-            cell(h.and_then(|h| h.gtid_position.as_deref()).unwrap_or("-")),
+            cell(h.and_then(|h| h.gtid_position.as_deref()).filter(|p| !p.is_empty()).unwrap_or("-")),
             h.and_then(|h| h.last_probe_time.as_ref()).map_or("-".into(), |t| ago(&t.0.to_string(), now)),
         ]);
     }
@@ -315,7 +315,10 @@ fn render_operations(out: &mut Vec<String>, r: &GroupReport, paint: Paint, now: 
                     a.retry_time.as_ref().map_or(String::new(), |t| format!("; admission tried again at {}", t.0));
                 out.push(format!("  deferred by {}: {}{until}\n", cell(why), cell(a.message.as_deref().unwrap_or(""))));
             }
-            if let Some(m) = &o.message {
+            // A deferred request's message repeats its admission's.
+            if let Some(m) =
+                o.message.as_ref().filter(|m| o.admission.as_ref().and_then(|a| a.message.as_ref()) != Some(*m))
+            {
                 out.push(format!("  {}\n", cell(m)));
             }
         }

@@ -430,6 +430,8 @@ async fn status_watch_and_switchover() {
     // A switchover followed to its end.
     let out = kb.run(&["switchover", &g, "--to", "pdx", "--wait", "--timeout", "120s"]).await;
     out.expect_code(0);
+    // What a person sees (docs/kubectl-plugin.md shows a run of it).
+    eprintln!("example:\n{out}");
     let id = requested_id(&out);
     out.stdout_has(&[&format!(
         "switchover {id} Completed: pdx is the active site of group {g} at topology generation 2"
@@ -524,6 +526,7 @@ async fn leases_and_a_switchover_deferred_by_a_hold() {
         "Why is the group not stable?",
     ]);
     let out = kb.run(&["status", &g]).await;
+    eprintln!("example:\n{out}");
     out.expect_code(0).stdout_has(&[&format!("switchover {d1} → pdx: Deferred"), "deferred by DeploymentHold"]);
     let stable = field(&out.stdout, "Stable").unwrap_or_default();
     assert!(stable.starts_with("no: OperationInProgress — "), "{out}");
