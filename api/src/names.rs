@@ -430,9 +430,11 @@ pub mod cached {
 
     /// The annotations read from a cached MysqlFailoverGroup (written by
     /// cluster admins and the operator): the operator's own.
-    pub const GROUP_ANNOTATIONS: [&str; 6] = [
+    pub const GROUP_ANNOTATIONS: [&str; 8] = [
         super::REVOKE_DEPLOYMENT_LEASES_ANNOTATION,
+        super::REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION,
         super::SCHEMA_VERIFIED_ANNOTATION,
+        super::SCHEMA_VERIFIED_BY_ANNOTATION,
         super::RELEASE_INSTANCE_ANNOTATION,
         super::PROMOTE_DESPITE_LOSS_ANNOTATION,
         super::SITE_IDENTITY_ANNOTATION,

@@ -283,12 +283,26 @@ pub fn validating_configuration(p: &Params) -> ValidatingWebhookConfiguration {
             k = quoted(key)
         )
     };
-    let keys = [names::REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION, names::SCHEMA_VERIFIED_BY_ANNOTATION];
+    // (-by, the request it vouches for): a -by of another name, set by this
+    // write or left standing beside a request this write changes.
+    let keys = [
+        (names::REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION, names::REVOKE_DEPLOYMENT_LEASES_ANNOTATION),
+        (names::SCHEMA_VERIFIED_BY_ANNOTATION, names::SCHEMA_VERIFIED_ANNOTATION),
+    ];
     let by_other = |old: bool| {
         keys.iter()
-            .map(|k| {
+            .map(|(k, main)| {
                 let now = by("object", k);
-                let was = if old { format!(" && {now} != {}", by("oldObject", k)) } else { String::new() };
+                let was = if old {
+                    let request = by("object", main);
+                    format!(
+                        " && ({now} != {} || ({request} != [] && {request} != {}))",
+                        by("oldObject", k),
+                        by("oldObject", main)
+                    )
+                } else {
+                    String::new()
+                };
                 format!("({now} != [] && {now} != [{user}]{was})")
             })
             .collect::<Vec<_>>()

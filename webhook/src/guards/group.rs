@@ -142,14 +142,16 @@ pub fn check_spec(old: &Value, new: &Value) -> Result<(), String> {
 
 /// Each `-by` annotation: what it records, and the plugin command that
 /// writes it beside the annotation it vouches for.
-const REQUESTERS: [(&str, &str, &str); 2] = [
+const REQUESTERS: [(&str, &str, &str, &str); 2] = [
     (
         names::REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION,
+        names::REVOKE_DEPLOYMENT_LEASES_ANNOTATION,
         "who asked to revoke the deploy leases",
         "kubectl bloodraven revoke GROUP --reason TEXT",
     ),
     (
         names::SCHEMA_VERIFIED_BY_ANNOTATION,
+        names::SCHEMA_VERIFIED_ANNOTATION,
         "who verified the schema",
         "kubectl bloodraven verify-schema GROUP OPERATION_ID...",
     ),
@@ -160,27 +162,42 @@ fn annotation<'a>(object: &'a Value, key: &str) -> Option<&'a Value> {
 }
 
 /// Checks the `-by` annotations of a create (`old` is `None`) or an update
-/// of a group by `user` (the review's `userInfo.username`): one that is
-/// added or changed must be exactly `user`, so that the operator's Events
-/// name whoever really asked. Removing one is always allowed (the operator
-/// removes them once it acted), and one left as it was is not checked again
-/// (a later, unrelated edit by someone else keeps it).
+/// of a group by `user` (the review's `userInfo.username`), so that the
+/// operator's Events name whoever really asked:
+/// - a `-by` added or changed must be exactly `user`;
+/// - the request it vouches for (`revoke-deployment-leases`,
+///   `schema-verified`) added or changed must come with a `-by` of `user`,
+///   or none: a `-by` left standing from someone else's earlier request
+///   (the operator was down, or never acted) never vouches for a new one.
+///
+/// Removing either is always allowed (the operator removes both once it
+/// acted), and both left as they were are not checked again (a later,
+/// unrelated edit by someone else keeps them).
 ///
 /// Errors: the refusal, naming the annotation, the user's own name and the
 /// command that writes it.
 pub fn check_requesters(user: &str, old: Option<&Value>, new: &Value) -> Result<(), String> {
-    for (key, records, command) in REQUESTERS {
+    for (key, main, records, command) in REQUESTERS {
         let Some(value) = annotation(new, key) else { continue };
-        if old.and_then(|o| annotation(o, key)) == Some(value) {
+        let by_changed = old.and_then(|o| annotation(o, key)) != Some(value);
+        let request_changed = annotation(new, main).is_some_and(|m| old.and_then(|o| annotation(o, main)) != Some(m));
+        if !by_changed && !request_changed {
             continue;
         }
         if !user.is_empty() && value.as_str() == Some(user) {
             continue;
         }
         let shown = value.as_str().map_or_else(|| value.to_string(), str::to_owned);
+        let what = if by_changed {
+            String::new()
+        } else {
+            format!(
+                " This write changes {main}, so the {key} left beside it would vouch for a request its user did not make: set it to your own name, or remove it."
+            )
+        };
         return Err(format!(
             "annotation {key} records {records} and may only be set to your own username as the API server knows it \
-             (`kubectl auth whoami`): \"{}\", not \"{}\". Use `{command}`, which writes it, or leave the annotation out",
+             (`kubectl auth whoami`): \"{}\", not \"{}\".{what} Use `{command}`, which writes it, or leave the annotation out",
             bloodraven_serving::log::escape(user, 256),
             bloodraven_serving::log::escape(&shown, 256),
         ));
@@ -274,7 +291,7 @@ mod tests {
         let alice_revokes = annotated(&[(REVOKE, "stuck migration in ci"), (REVOKE_BY, "alice")]);
         let alice_verified = annotated(&[(VERIFIED, "op-1"), (VERIFIED_BY, "alice")]);
         // (user, old, new, refused naming)
-        let cases: [(&str, Option<&Value>, &Value, Option<&str>); 11] = [
+        let cases: [(&str, Option<&Value>, &Value, Option<&str>); 15] = [
             ("alice", Some(&none), &alice_revokes, None),
             ("alice", Some(&none), &alice_verified, None),
             ("bob", Some(&none), &alice_revokes, Some(REVOKE_BY)),
@@ -287,6 +304,17 @@ mod tests {
             // Changed to another name, even bob's own old one.
             ("bob", Some(&alice_revokes), &annotated(&[(REVOKE, "now"), (REVOKE_BY, "carol")]), Some(REVOKE_BY)),
             ("bob", Some(&alice_revokes), &annotated(&[(REVOKE, "now"), (REVOKE_BY, "bob")]), None),
+            // A request changed under a -by left standing from someone else's.
+            (
+                "bob",
+                Some(&alice_revokes),
+                &annotated(&[(REVOKE, "bob: drop them all"), (REVOKE_BY, "alice")]),
+                Some(REVOKE_BY),
+            ),
+            ("bob", Some(&annotated(&[(VERIFIED_BY, "alice")])), &alice_verified, Some(VERIFIED_BY)),
+            // ... or with it removed (a hand-written request), or set to bob.
+            ("bob", Some(&alice_revokes), &annotated(&[(REVOKE, "bob: drop them all")]), None),
+            ("bob", Some(&alice_revokes), &annotated(&[(REVOKE, "bob: drop them all"), (REVOKE_BY, "bob")]), None),
             // A create: nothing was there before.
             ("bob", None, &alice_verified, Some(VERIFIED_BY)),
             ("alice", None, &alice_verified, None),

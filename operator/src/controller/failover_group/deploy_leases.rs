@@ -104,6 +104,11 @@ pub(crate) async fn maintain(ctx: &Context, group: &MysqlFailoverGroup) -> Resul
     if requested {
         remove_annotation(ctx, &name, REVOKE_DEPLOYMENT_LEASES_ANNOTATION, REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION)
             .await?;
+    } else if annotations.contains_key(REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION) {
+        // A -by with no request beside it vouches for nothing, and must not
+        // be found standing by someone's later request.
+        remove_annotation(ctx, &name, REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION, REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION)
+            .await?;
     }
     Ok(())
 }
@@ -258,6 +263,9 @@ pub(crate) async fn verification_condition(ctx: &Context, group: &MysqlFailoverG
         }
         remove_annotation(ctx, &name, SCHEMA_VERIFIED_ANNOTATION, SCHEMA_VERIFIED_BY_ANNOTATION).await?;
         pending = kept;
+    } else if group.annotations().contains_key(SCHEMA_VERIFIED_BY_ANNOTATION) {
+        // As for a revocation's: a -by alone vouches for nothing.
+        remove_annotation(ctx, &name, SCHEMA_VERIFIED_BY_ANNOTATION, SCHEMA_VERIFIED_BY_ANNOTATION).await?;
     }
     for p in pending.iter_mut().filter(|p| !p.announced) {
         let v = &p.verification;
