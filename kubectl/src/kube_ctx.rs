@@ -64,6 +64,14 @@ impl Ctx {
 /// needed (and where), and the `kubectl auth can-i` line that checks it.
 pub(crate) fn access(err: kube::Error, verb: &str, resource: &str, namespace: Option<&str>) -> anyhow::Error {
     if let kube::Error::Api(status) = &err {
+        // RBAC's refusal says who "cannot" do what; any other 403 (an
+        // admission webhook's, a policy's) is that refusal, said as is.
+        if status.code == 403 && !status.message.contains(" cannot ") {
+            return anyhow::anyhow!(
+                "refused by the API server (not by RBAC): {}",
+                crate::output::printable(&status.message)
+            );
+        }
         if status.code == 403 {
             let (place, flag) = match namespace {
                 Some(ns) => (format!("in namespace {ns}"), format!(" -n {ns}")),

@@ -80,6 +80,7 @@ enum Command {
     /// One screen per group; one line per group without a name.
     Status {
         /// The MysqlFailoverGroup (cluster-scoped).
+        #[arg(value_parser = parse_group)]
         group: Option<String>,
         /// Output format: json or yaml (default: human-readable).
         #[arg(short = 'o', long, value_enum)]
@@ -91,6 +92,7 @@ enum Command {
     /// Move the primary to SITE (a planned failover) and, with --wait, follow it.
     Switchover {
         /// The MysqlFailoverGroup.
+        #[arg(value_parser = parse_group)]
         group: String,
         /// The site to promote.
         #[arg(long, value_name = "SITE")]
@@ -108,6 +110,7 @@ enum Command {
     /// Follow an operation started another way (an ordered update, a restore-in-place, a pipeline's switchover) to its end.
     Wait {
         /// The MysqlFailoverGroup.
+        #[arg(value_parser = parse_group)]
         group: String,
         /// The request to follow (default: the one in flight, else one requested and not yet taken up).
         #[arg(long, value_name = "ID")]
@@ -119,6 +122,7 @@ enum Command {
     /// The group's deploy leases: live grants, revocations, pending schema verifications.
     Leases {
         /// The MysqlFailoverGroup.
+        #[arg(value_parser = parse_group)]
         group: String,
         /// Output format: json or yaml (default: a table).
         #[arg(short = 'o', long, value_enum)]
@@ -127,6 +131,7 @@ enum Command {
     /// Revoke every deploy lease of the group (reason OperatorRevoked) and wait for the operator to act.
     Revoke {
         /// The MysqlFailoverGroup.
+        #[arg(value_parser = parse_group)]
         group: String,
         /// Why, in words; it is shown in the operator's Events.
         #[arg(long, value_name = "TEXT")]
@@ -138,6 +143,7 @@ enum Command {
     /// Say the schema was checked after a migration ended inside its DDL (clears SchemaVerificationRequired).
     VerifySchema {
         /// The MysqlFailoverGroup.
+        #[arg(value_parser = parse_group)]
         group: String,
         /// The operationIds verified (see `leases`); none: list what awaits verification.
         operations: Vec<String>,
@@ -151,8 +157,26 @@ enum Command {
     /// Answers to on-call's questions about the group, in words.
     Explain {
         /// The MysqlFailoverGroup.
+        #[arg(value_parser = parse_group)]
         group: String,
     },
+}
+
+/// A MysqlFailoverGroup's name: a DNS-1123 subdomain (lower-case letters,
+/// digits, `-` and `.`, at most 253 characters, starting and ending with a
+/// letter or digit). Anything else is refused before a request is made:
+/// a `/` would otherwise address another resource (`NAME/status`).
+fn parse_group(s: &str) -> Result<String, String> {
+    let ok = (1..=253).contains(&s.len())
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && s.split('.').all(|label| !label.is_empty() && label.len() <= 63);
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!("{} is not a MysqlFailoverGroup name (a DNS-1123 subdomain)", output::printable(&format!("{s:?}"))))
+    }
 }
 
 /// `90s`, `10m`, `1h`, or plain seconds.
@@ -220,6 +244,29 @@ mod tests {
         assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
         for bad in ["", "0s", "s", "-1s", "5d", "25h", "1.5m", "99999999999999999999s"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn group_names() {
+        for good in ["g", "playground", "team-a.prod-1", &"a".repeat(63)] {
+            assert_eq!(parse_group(good).as_deref(), Ok(good), "{good}");
+        }
+        for bad in [
+            "",
+            "G",
+            "g/status",
+            "..",
+            ".",
+            "x/../g",
+            "-g",
+            "g-",
+            "a..b",
+            "g\u{1b}[2J",
+            &"a".repeat(64),
+            &"a.".repeat(127),
+        ] {
+            assert!(parse_group(bad).is_err(), "{bad:?}");
         }
     }
 

@@ -25,11 +25,20 @@ pub(crate) fn print_as<T: Serialize>(value: &T, format: Format) -> anyhow::Resul
     Ok(())
 }
 
-/// `s` with every control character (C0, DEL, C1) written as `\u{..}`.
+/// `s` with every control character (C0, DEL, C1) and every invisible
+/// formatting character (bidi overrides and isolates, zero-width
+/// characters, line and paragraph separators) written as `\u{..}`: text
+/// from objects can neither drive the terminal nor read differently from
+/// what it is.
 pub(crate) fn printable(s: &str) -> String {
+    use unicode_general_category::{GeneralCategory, get_general_category};
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
-        if c.is_control() && c != '\n' {
+        let hidden = matches!(
+            get_general_category(c),
+            GeneralCategory::Format | GeneralCategory::LineSeparator | GeneralCategory::ParagraphSeparator
+        );
+        if (c.is_control() && c != '\n') || hidden {
             let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
         } else {
             out.push(c);
@@ -150,7 +159,8 @@ mod tests {
     fn control_characters_are_escaped() {
         assert_eq!(printable("a\x1b[2Jb\u{9b}c\r"), "a\\u{1b}[2Jb\\u{9b}c\\u{d}");
         assert_eq!(cell("two\nlines"), "two\\nlines");
-        assert_eq!(printable("plain words, ünïcode"), "plain words, ünïcode");
+        assert_eq!(printable("plain words, ünïcode → pdx — ok"), "plain words, ünïcode → pdx — ok");
+        assert_eq!(printable("gpj\u{202e}exe\u{200b}\u{2028}"), "gpj\\u{202e}exe\\u{200b}\\u{2028}");
     }
 
     #[test]

@@ -392,6 +392,17 @@ async fn follow(ctx: &Ctx, g: &MysqlFailoverGroup, kind: Kind, id: &str, limit: 
     let mut printed: Vec<String> = Vec::new();
     let polled = poll(ctx, g, limit, |now| {
         let (lines, outcome) = progress(now, kind, id);
+        if outcome.is_none() && !taken_up(now, kind, id) && kind.requested(now) != Some(id) {
+            // Written over (or removed) before the operator took it up: it
+            // will never run, and waiting on would only time out.
+            let by = kind
+                .requested(now)
+                .map_or("removed".to_owned(), |other| format!("replaced by request {}", cell(other)));
+            return Some(Outcome::Failed(format!(
+                "{} {id} was {by} in the group's spec before the operator took it up; it will never run",
+                kind.as_str()
+            )));
+        }
         for (key, line) in lines {
             if !printed.contains(&key) {
                 eprintln!("{}  {line}", Timestamp::now().strftime("%H:%M:%S"));
@@ -552,7 +563,17 @@ pub(crate) async fn verify_schema(
             );
         }
     }
-    let value = if all { "all".to_owned() } else { operations.join(",") };
+    // The operationIds themselves, even for --all: `all` would also clear a
+    // record announced after the person looked, which nobody checked.
+    let named: Vec<String> = if all {
+        pending.iter().filter(|p| p.announced).map(|p| p.operation_id.clone()).collect()
+    } else {
+        operations.to_vec()
+    };
+    if named.is_empty() {
+        anyhow::bail!("nothing announced awaits verification on group {group} yet; retry in a few seconds");
+    }
+    let value = named.join(",");
     let by = whoami(ctx).await?;
     let body =
         json!({"metadata": {"annotations": {SCHEMA_VERIFIED_ANNOTATION: value, SCHEMA_VERIFIED_BY_ANNOTATION: by}}});
@@ -566,11 +587,8 @@ pub(crate) async fn verify_schema(
         return Ok(EXIT_TIMEOUT);
     };
     let now = leases::read(ctx, &after).await?;
-    let wanted: Vec<&str> = if all {
-        pending.iter().map(|p| p.operation_id.as_str()).collect()
-    } else {
-        operations.iter().map(String::as_str).collect()
-    };
+    let wanted: Vec<&str> = named.iter().map(String::as_str).collect();
+
     let mut code = 0;
     for op in wanted {
         if now.pending_verifications.iter().any(|p| p.operation_id == op) {

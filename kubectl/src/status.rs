@@ -273,7 +273,7 @@ fn render_sites(out: &mut Vec<String>, r: &GroupReport, paint: Paint, now: Times
     out.push("\nConditions:\n".to_owned());
     let mut t = Table::new(&["TYPE", "STATUS", "REASON", "SINCE", "MESSAGE"]);
     for c in &r.conditions {
-        let status = if healthy(c) { paint.good(&c.status) } else { paint.bad(&c.status) };
+        let status = if healthy(c) { paint.good(&cell(&c.status)) } else { paint.bad(&cell(&c.status)) };
         t.row(vec![
             cell(&c.type_),
             status,
@@ -347,8 +347,9 @@ fn list_table(groups: &[MysqlFailoverGroup], paint: Paint, now: Timestamp) -> Ta
     let mut t = Table::new(&["NAME", "ACTIVE", "GENERATION", "READY", "STABLE", "REASON", "OPERATION", "AGE"]);
     for g in groups {
         let s = g.status.clone().unwrap_or_default();
-        let ready = condition(g, "Ready")
-            .map_or("-".to_owned(), |c| if c.status == "True" { paint.good("True") } else { paint.bad(&c.status) });
+        let ready = condition(g, "Ready").map_or("-".to_owned(), |c| {
+            if c.status == "True" { paint.good("True") } else { paint.bad(&cell(&c.status)) }
+        });
         let op = operations(g).into_iter().find(|o| o.in_flight).map_or("-".to_owned(), |o| {
             format!(
                 "{} {}{}",
@@ -464,7 +465,9 @@ pub(crate) async fn run(ctx: &Ctx, group: Option<&str>, format: Option<Format>, 
     }
 }
 
-/// `s` without the ages and times left it shows (`12s ago`, `in 3m12s`).
+/// `s` without the ages and times left it shows (`12s ago`, `(12s ago)`,
+/// `in 3m12s`), which move with the clock alone; every other number (a
+/// lag, a generation) stays, so a change of it is a change of the frame.
 fn strip_ages(s: &str) -> String {
     let is_age = |w: &str| {
         let w = w.trim_matches(|c| c == '(' || c == ')' || c == ',' || c == ';');
@@ -472,7 +475,17 @@ fn strip_ages(s: &str) -> String {
             && w.ends_with(['s', 'm', 'h', 'd'])
             && w.chars().all(|c| c.is_ascii_digit() || "smhd".contains(c))
     };
-    s.split_whitespace().filter(|w| !is_age(w)).collect::<Vec<_>>().join(" ")
+    let words: Vec<&str> = s.split_whitespace().collect();
+    let mut kept = Vec::with_capacity(words.len());
+    for (i, w) in words.iter().enumerate() {
+        let before_ago = words.get(i + 1).is_some_and(|n| n.trim_end_matches([')', ',', ';']) == "ago");
+        let after_in = i > 0 && words[i - 1] == "in";
+        if is_age(w) && (before_ago || after_in) {
+            continue;
+        }
+        kept.push(*w);
+    }
+    kept.join(" ")
 }
 
 #[cfg(test)]
@@ -526,5 +539,10 @@ mod tests {
     fn ages_do_not_count_as_changes() {
         assert_eq!(strip_ages("Deferred (10s ago) in 20s"), strip_ages("Deferred (11s ago) in 19s"));
         assert_ne!(strip_ages("Deferred (10s ago)"), strip_ages("Draining (10s ago)"));
+        assert_ne!(
+            strip_ages("pdx replica yes 3s 0-1-9 5s ago"),
+            strip_ages("pdx replica yes 4s 0-1-9 5s ago"),
+            "a lag"
+        );
     }
 }

@@ -636,7 +636,7 @@ async fn verify_all_while_the_operator_is_down(ds: &mut deploy::DeployScenario, 
     let annotations = cluster.groups().get(&g).await.unwrap().metadata.annotations.unwrap_or_default();
     assert_eq!(
         annotations.get("bloodraven.shipstream.io/schema-verified").map(String::as_str),
-        Some("all"),
+        Some("op-4"),
         "{annotations:?}"
     );
 }
@@ -679,9 +679,11 @@ async fn revoke_and_verify_schema() {
         "{revoked:?}"
     );
     let notes = wait_events(&cluster, &g, "DeploymentLeaseRevoked", &[&["op-3", "OperatorRevoked"]]).await;
-    if notes[0].contains("requested by") {
-        assert!(notes[0].contains(&who) && notes[0].contains(reason), "the Event says otherwise: {}", notes[0]);
-    }
+    assert!(
+        notes[0].contains(&format!("requested by {who}")) && notes[0].contains(reason),
+        "the Event does not say who asked and why: {}",
+        notes[0]
+    );
     let annotations = cluster.groups().get(&g).await.unwrap().metadata.annotations.unwrap_or_default();
     assert!(!annotations.contains_key("bloodraven.shipstream.io/revoke-deployment-leases"), "{annotations:?}");
     oncall.run(&["revoke", &g, "--reason", reason]).await.expect_code(0).stdout_has(&["nothing to revoke"]);
