@@ -486,9 +486,9 @@ async fn race_switchovers(f: &mut Findings, ds: &mut deploy::DeployScenario, ali
     let now = planned(&admin.get(&g).await.unwrap());
     f.check(
         "names/slash-switchover-writes-only-the-group-named",
-        out.code == 1 && now.is_none(),
+        out.code == 2 && out.stderr.contains("not a MysqlFailoverGroup name") && now.is_none(),
         format!(
-            "spec.plannedFailover of {g} now {now:?}\n{out}\ncorrect: {slashed:?} is not a group name: refused, {g} untouched"
+            "spec.plannedFailover of {g} now {now:?}\n{out}\ncorrect: {slashed:?} is not a group name: refused as bad usage (exit 2), {g} untouched"
         ),
     );
 
