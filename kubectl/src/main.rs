@@ -22,6 +22,7 @@
 mod explain;
 mod kube_ctx;
 mod leases;
+mod operation;
 mod output;
 mod requests;
 mod status;

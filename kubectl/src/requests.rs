@@ -10,10 +10,7 @@ use bloodraven_api::names::{
     REVOKE_DEPLOYMENT_LEASES_ANNOTATION, REVOKE_DEPLOYMENT_LEASES_BY_ANNOTATION, SCHEMA_VERIFIED_ANNOTATION,
     SCHEMA_VERIFIED_BY_ANNOTATION,
 };
-use bloodraven_api::v1alpha1::{
-    IgnoredRequest, MysqlFailoverGroup, OrderedUpdatePhase, PhaseTransition, PlannedFailoverAdmission,
-    PlannedFailoverPhase, RestorePhase,
-};
+use bloodraven_api::v1alpha1::MysqlFailoverGroup;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use kube::api::{Patch, PatchParams};
@@ -21,6 +18,7 @@ use serde_json::json;
 
 use crate::kube_ctx::{Ctx, access, whoami};
 use crate::leases;
+use crate::operation::Kind;
 use crate::output::{cell, printable};
 use crate::status::{self, operation_line};
 use crate::{EXIT_FAILED, EXIT_TIMEOUT};
@@ -182,7 +180,7 @@ fn pick(g: &MysqlFailoverGroup, request_id: Option<&str>) -> Option<(Kind, Strin
         }
         None => Kind::ALL
             .into_iter()
-            .find_map(|k| k.status(g).filter(|s| !k.is_final(s.1)).map(|s| (k, s.0.to_owned())))
+            .find_map(|k| k.status(g).filter(|s| k.in_flight(s.1)).map(|s| (k, s.0.to_owned())))
             .or_else(|| not_taken_up(g)),
     }
 }
@@ -209,75 +207,6 @@ pub(crate) async fn wait(ctx: &Ctx, group: &str, request_id: Option<&str>, limit
 /// (its phase and time), a deferral when its holder changes (a renewal
 /// moves the retry time, which is not news).
 type Line = (String, String);
-
-/// The three planned operations, which share their request's shape
-/// (`requestId`, `phase`, `history`, `admission`, `message`, and an
-/// `ignored…` status for a request not taken up).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    Switchover,
-    OrderedUpdate,
-    RestoreInPlace,
-}
-
-impl Kind {
-    const ALL: [Kind; 3] = [Kind::Switchover, Kind::OrderedUpdate, Kind::RestoreInPlace];
-
-    fn as_str(self) -> &'static str {
-        match self {
-            Kind::Switchover => "switchover",
-            Kind::OrderedUpdate => "ordered-update",
-            Kind::RestoreInPlace => "restore-in-place",
-        }
-    }
-
-    /// Its request in spec: the request id.
-    fn requested(self, g: &MysqlFailoverGroup) -> Option<&str> {
-        match self {
-            Kind::Switchover => g.spec.planned_failover.as_ref().map(|r| r.request_id.as_str()),
-            Kind::OrderedUpdate => g.spec.ordered_update.as_ref().map(|r| r.request_id.as_str()),
-            Kind::RestoreInPlace => g.spec.restore_in_place.as_ref().map(|r| r.request_id.as_str()),
-        }
-    }
-
-    /// Its status: (request id, phase, history, admission, message).
-    #[allow(clippy::type_complexity)]
-    fn status(
-        self,
-        g: &MysqlFailoverGroup,
-    ) -> Option<(&str, &str, &[PhaseTransition], Option<&PlannedFailoverAdmission>, Option<&str>)> {
-        let s = g.status.as_ref()?;
-        match self {
-            Kind::Switchover => s.planned_failover.as_ref().map(|p| {
-                (p.request_id.as_str(), p.phase.as_str(), &p.history[..], p.admission.as_ref(), p.message.as_deref())
-            }),
-            Kind::OrderedUpdate => s.ordered_update.as_ref().map(|p| {
-                (p.request_id.as_str(), p.phase.as_str(), &p.history[..], p.admission.as_ref(), p.message.as_deref())
-            }),
-            Kind::RestoreInPlace => s.restore_in_place.as_ref().map(|p| {
-                (p.request_id.as_str(), p.phase.as_str(), &p.history[..], p.admission.as_ref(), p.message.as_deref())
-            }),
-        }
-    }
-
-    fn ignored(self, g: &MysqlFailoverGroup) -> Option<&IgnoredRequest> {
-        let s = g.status.as_ref()?;
-        match self {
-            Kind::Switchover => s.ignored_planned_failover.as_ref(),
-            Kind::OrderedUpdate => s.ignored_ordered_update.as_ref(),
-            Kind::RestoreInPlace => s.ignored_restore_in_place.as_ref(),
-        }
-    }
-
-    /// Whether `phase` ends the request (Completed and Failed end all three).
-    fn is_final(self, phase: &str) -> bool {
-        match self {
-            Kind::Switchover => PlannedFailoverPhase::parse(phase).is_some_and(PlannedFailoverPhase::is_final),
-            Kind::OrderedUpdate => OrderedUpdatePhase::parse(phase).is_some_and(OrderedUpdatePhase::is_final),
-            Kind::RestoreInPlace => RestorePhase::parse(phase).is_some_and(RestorePhase::is_final),
-        }
-    }
-}
 
 /// The request `id` of `kind` as the group's status has it: its phases so
 /// far (the new ones are printed), and its outcome once final.

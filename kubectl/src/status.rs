@@ -4,16 +4,14 @@
 
 use std::time::Duration;
 
-use bloodraven_api::v1alpha1::{
-    Condition, MysqlFailoverGroup, OrderedUpdatePhase, PhaseTransition, PlannedFailoverAdmission, PlannedFailoverPhase,
-    RestorePhase,
-};
+use bloodraven_api::v1alpha1::{Condition, MysqlFailoverGroup, PhaseTransition, PlannedFailoverAdmission};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt as _;
 use serde::Serialize;
 
 use crate::kube_ctx::{Ctx, access};
 use crate::leases::{self, Leases};
+use crate::operation::Kind;
 use crate::output::{Format, Paint, Table, cell, printable, short_duration};
 
 /// A site as status shows it.
@@ -84,45 +82,22 @@ fn since(history: &[PhaseTransition], phase: &str) -> Option<String> {
 
 /// The operations a group's status records.
 pub(crate) fn operations(g: &MysqlFailoverGroup) -> Vec<OperationReport> {
-    let Some(s) = &g.status else { return Vec::new() };
-    let mut out = Vec::new();
-    if let Some(p) = &s.planned_failover {
-        out.push(OperationReport {
-            kind: "switchover".into(),
-            request_id: p.request_id.clone(),
-            phase: p.phase.clone(),
-            in_flight: PlannedFailoverPhase::parse(&p.phase).is_some_and(|p| !p.is_final()),
-            target_site: Some(p.target_site.clone()),
-            since: since(&p.history, &p.phase),
-            message: p.message.clone(),
-            admission: p.admission.clone(),
-        });
-    }
-    if let Some(u) = &s.ordered_update {
-        out.push(OperationReport {
-            kind: "ordered-update".into(),
-            request_id: u.request_id.clone(),
-            phase: u.phase.clone(),
-            in_flight: OrderedUpdatePhase::parse(&u.phase).is_some_and(|p| !p.is_final()),
-            target_site: u.standby_site.clone(),
-            since: since(&u.history, &u.phase),
-            message: u.message.clone(),
-            admission: u.admission.clone(),
-        });
-    }
-    if let Some(r) = &s.restore_in_place {
-        out.push(OperationReport {
-            kind: "restore-in-place".into(),
-            request_id: r.request_id.clone(),
-            phase: r.phase.clone(),
-            in_flight: RestorePhase::parse(&r.phase).is_some_and(|p| !p.is_final()),
-            target_site: r.site.clone(),
-            since: since(&r.history, &r.phase),
-            message: r.message.clone(),
-            admission: r.admission.clone(),
-        });
-    }
-    out
+    Kind::ALL
+        .into_iter()
+        .filter_map(|k| {
+            let (id, phase, history, admission, message) = k.status(g)?;
+            Some(OperationReport {
+                kind: k.as_str().into(),
+                request_id: id.into(),
+                phase: phase.into(),
+                in_flight: k.in_flight(phase),
+                target_site: k.target(g),
+                since: since(history, phase),
+                message: message.map(str::to_owned),
+                admission: admission.cloned(),
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn condition<'a>(g: &'a MysqlFailoverGroup, type_: &str) -> Option<&'a Condition> {
