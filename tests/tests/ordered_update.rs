@@ -17,6 +17,7 @@ use bloodraven_api::v1alpha1::MysqlFailoverGroupStatus;
 use bloodraven_e2e::deploy::{DeployScenario, scenario, token_of};
 use bloodraven_e2e::fixtures::{is_ready_at, wait_events, wait_status};
 use bloodraven_e2e::hostagent::{HostAgent, job_script, jobs_namespace};
+use bloodraven_e2e::plugin::Plugin;
 use bloodraven_e2e::pods::{image, node_address};
 use bloodraven_e2e::wait::wait_for;
 use bloodraven_e2e::writer::{self, Writer};
@@ -72,6 +73,24 @@ fn history(s: &MysqlFailoverGroupStatus) -> Vec<String> {
     s.ordered_update.as_ref().unwrap().history.iter().map(|h| h.phase.clone()).collect()
 }
 
+/// The Jobs are fail-closed and owned by the group, and kept.
+async fn jobs_are_fail_closed_owned_and_kept(
+    cluster: &bloodraven_e2e::Cluster,
+    namespace: &str,
+    group: &str,
+    jobs_seen: &[bloodraven_api::v1alpha1::SiteJobStatus],
+) {
+    let job_api: kube::Api<k8s_openapi::api::batch::v1::Job> = kube::Api::namespaced(cluster.client.clone(), namespace);
+    for j in jobs_seen {
+        let job = job_api.get(&j.job_name).await.unwrap();
+        let spec = job.spec.clone().unwrap();
+        assert_eq!(spec.backoff_limit, Some(0), "{}", j.job_name);
+        assert_eq!(spec.active_deadline_seconds, Some(300));
+        let owner = job.metadata.owner_references.clone().unwrap_or_default();
+        assert!(owner.iter().any(|o| o.kind == "MysqlFailoverGroup" && o.name == group), "{owner:?}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ordered_update_updates_each_site_in_turn_under_a_writer_and_moves_the_generation_once_or_twice() {
     let ds = scenario("update").await;
@@ -87,6 +106,8 @@ async fn an_ordered_update_updates_each_site_in_turn_under_a_writer_and_moves_th
     .await;
 
     request(&ds, &jobs.name, &agent.address, "u1", false).await;
+    // On-call follows it with the plugin, as a switchover is followed.
+    let follow = Plugin::admin(&ds.sc.ns.name).spawn(&["wait", &group, "--timeout", "240s"]);
     // The standby's Job runs first; the group is unstable, and the deploy
     // API lists the update with its phase.
     let s = wait_status(cluster, &group, "u1 updating the standby", T, |s| at_phase(s, "u1", "UpdatingStandby")).await;
@@ -129,18 +150,19 @@ async fn an_ordered_update_updates_each_site_in_turn_under_a_writer_and_moves_th
     for site in ["iad", "pdx"] {
         assert_eq!(ds.sc.pair.sql(site, "SELECT @@max_connections").trim(), UPDATED, "{site} was updated");
     }
-    // The Jobs are fail-closed and owned by the group, and kept.
-    let job_api: kube::Api<k8s_openapi::api::batch::v1::Job> =
-        kube::Api::namespaced(cluster.client.clone(), &jobs.name);
-    for j in jobs_seen {
-        let job = job_api.get(&j.job_name).await.unwrap();
-        let spec = job.spec.clone().unwrap();
-        assert_eq!(spec.backoff_limit, Some(0), "{}", j.job_name);
-        assert_eq!(spec.active_deadline_seconds, Some(300));
-        let owner = job.metadata.owner_references.clone().unwrap_or_default();
-        assert!(owner.iter().any(|o| o.kind == "MysqlFailoverGroup" && o.name == group), "{owner:?}");
-    }
+    jobs_are_fail_closed_owned_and_kept(cluster, &jobs.name, &group, jobs_seen).await;
     wait_events(cluster, &group, "OrderedUpdateCompleted", &[&["ordered update u1"]]).await;
+    let out = follow.finish(T).await;
+    out.expect_code(0)
+        .stdout_has(&[&format!(
+            "ordered-update u1 Completed: pdx is the active site of group {group} at topology generation 2"
+        )])
+        .stderr_has(&[
+            "following ordered-update u1",
+            "UpdatingStandby",
+            "SwitchoverPromoting",
+            "UpdatingFormerPrimary",
+        ]);
 
     // With switchBack: both sites once more, the generation twice.
     request(&ds, &jobs.name, &agent.address, "u2", true).await;
