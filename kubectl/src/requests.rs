@@ -430,7 +430,6 @@ pub(crate) async fn revoke(ctx: &Ctx, group: &str, reason: &str, limit: Duration
         return Ok(EXIT_TIMEOUT);
     };
     let now = leases::read(ctx, &after).await?;
-    let mut code = 0;
     for l in live {
         let revoked = now.revocations.iter().any(|r| r.operation_id == l.operation_id && r.client == l.client);
         if revoked {
@@ -446,12 +445,11 @@ pub(crate) async fn revoke(ctx: &Ctx, group: &str, reason: &str, limit: Duration
         }
     }
     if !now.pending_verifications.is_empty() {
-        code = 0;
         eprintln!(
-            "operations that ended inside their DDL await schema verification: kubectl bloodraven leases {group}"
+            "operations that ended inside their DDL await schema verification: kubectl bloodraven verify-schema {group}"
         );
     }
-    Ok(code)
+    Ok(0)
 }
 
 /// `verify-schema GROUP [OPERATION...|--all]`.
