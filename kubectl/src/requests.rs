@@ -508,21 +508,20 @@ pub(crate) async fn verify_schema(
     else {
         return Ok(0);
     };
-    eprintln!("recorded that {by} verified the schema; waiting for the operator to clear the records");
+    eprintln!("recorded that {} verified the schema; waiting for the operator to clear the records", cell(&by));
     let Some(after) = acted(ctx, &g, SCHEMA_VERIFIED_ANNOTATION, limit).await? else {
         eprintln!("the operator has not acted within {}s; the annotation stays until it does", limit.as_secs());
         return Ok(EXIT_TIMEOUT);
     };
     let now = leases::read(ctx, &after).await?;
     let wanted: Vec<&str> = named.iter().map(String::as_str).collect();
-
     let mut code = 0;
     for op in wanted {
         if now.pending_verifications.iter().any(|p| p.operation_id == op) {
-            println!("{op}: still awaits verification (see the group's SchemaVerifiedUnmatched Event)");
+            println!("{}: still awaits verification (see the group's SchemaVerifiedUnmatched Event)", cell(op));
             code = EXIT_FAILED;
         } else {
-            println!("{op}: schema verified by {by}");
+            println!("{}: schema verified by {}", cell(op), cell(&by));
         }
     }
     // The records are cleared first; the condition follows at the
