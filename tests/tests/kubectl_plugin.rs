@@ -802,6 +802,11 @@ async fn status_and_explain_after_an_emergency_failover() {
     let s = wait_status(&sc.cluster, &g, "an emergency failover to pdx, iad seen down", T, |s| {
         fixtures::is_active_at(s, "pdx", 2)?;
         s.emergency_failover.as_ref().ok_or("no emergencyFailover")?;
+        // The decision comes first; pdx is seen writable at a later probe.
+        match s.health.iter().find(|h| h.site == "pdx").and_then(|h| h.writable) {
+            Some(true) => {}
+            other => return Err(format!("pdx writable {other:?}")),
+        }
         match s.health.iter().find(|h| h.site == "iad").map(|h| h.reachable) {
             Some(false) => Ok(()),
             other => Err(format!("iad reachable {other:?}")),
