@@ -242,7 +242,8 @@ async fn the_listener_answers_garbage_with_errors_and_is_not_held_by_slow_or_man
             "a ConfigMap as the group",
             review(GROUPS, "UPDATE", Some(cm.clone()), Some(g.clone())),
         ),
-        ("/validate/mysqlfailovergroups", "a CREATE", review(GROUPS, "CREATE", Some(g.clone()), None)),
+        // (A CREATE is reviewed there now: a `-by` annotation on a new group.)
+        ("/validate/mysqlfailovergroups", "a DELETE", review(GROUPS, "DELETE", None, Some(g.clone()))),
         (
             "/validate/operator-state",
             "a resource it does not guard",
