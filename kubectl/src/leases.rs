@@ -14,7 +14,7 @@ use kube::{Api, ResourceExt as _};
 use serde::Serialize;
 
 use crate::kube_ctx::{Ctx, access};
-use crate::output::{Format, Paint, Table, cell, print_as, short_duration};
+use crate::output::{Format, Paint, Table, cell, render_as, short_duration};
 
 /// A grant in a slot (a live lease, or one past its expiry the operator
 /// has not swept yet).
@@ -200,7 +200,7 @@ pub(crate) async fn run(ctx: &Ctx, group: &str, format: Option<Format>) -> anyho
     let g = ctx.group(group).await?;
     let leases = read(ctx, &g).await?;
     if let Some(f) = format {
-        print_as(&leases, f)?;
+        print!("{}", render_as(&leases, f)?);
         return Ok(0);
     }
     let paint = Paint::stdout();

@@ -16,13 +16,12 @@ pub(crate) enum Format {
     Yaml,
 }
 
-/// Prints `value` as `format` on standard output.
-pub(crate) fn print_as<T: Serialize>(value: &T, format: Format) -> anyhow::Result<()> {
-    match format {
-        Format::Json => println!("{}", serde_json::to_string_pretty(value)?),
-        Format::Yaml => print!("{}", serde_saphyr::to_string(value)?),
-    }
-    Ok(())
+/// `value` as `format`, ending in a newline.
+pub(crate) fn render_as<T: Serialize>(value: &T, format: Format) -> anyhow::Result<String> {
+    Ok(match format {
+        Format::Json => serde_json::to_string_pretty(value)? + "\n",
+        Format::Yaml => serde_saphyr::to_string(value)?,
+    })
 }
 
 /// `s` with every control character (C0, DEL, C1) and every invisible

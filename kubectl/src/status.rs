@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::kube_ctx::{Ctx, access};
 use crate::leases::{self, Leases};
 use crate::operation::Kind;
-use crate::output::{Format, Paint, Table, cell, printable, short_duration};
+use crate::output::{Format, Paint, Table, cell, printable, render_as, short_duration};
 
 /// A site as status shows it.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
@@ -374,8 +374,7 @@ async fn frame(ctx: &Ctx, group: Option<&str>, format: Option<Format>, paint: Pa
     let now = Timestamp::now();
     Ok(match (group, format) {
         (Some(name), None) => render(&one(ctx, name).await?, paint, now),
-        (Some(name), Some(Format::Json)) => serde_json::to_string_pretty(&one(ctx, name).await?)? + "\n",
-        (Some(name), Some(Format::Yaml)) => serde_saphyr::to_string(&one(ctx, name).await?)?,
+        (Some(name), Some(f)) => render_as(&one(ctx, name).await?, f)?,
         (None, None) => {
             let groups = all(ctx).await?;
             if groups.is_empty() {
@@ -390,10 +389,7 @@ async fn frame(ctx: &Ctx, group: Option<&str>, format: Option<Format>, paint: Pa
                 let leases = leases::read(ctx, &g).await.map_err(|e| format!("{e:#}"));
                 reports.push(report(&g, leases));
             }
-            match f {
-                Format::Json => serde_json::to_string_pretty(&reports)? + "\n",
-                Format::Yaml => serde_saphyr::to_string(&reports)?,
-            }
+            render_as(&reports, f)?
         }
     })
 }

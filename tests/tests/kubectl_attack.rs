@@ -459,7 +459,11 @@ async fn race_switchovers(f: &mut Findings, ds: &mut deploy::DeployScenario, ali
     clear_planned(&cluster, &g).await;
     set_planned(&cluster, &g, "erin-wait-1", "pdx").await;
     let follow = alice.spawn(&["wait", &g, "--request-id", "erin-wait-1", "--timeout", "25s"]);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    wait_for("wait to follow erin-wait-1", Duration::from_secs(20), || async {
+        let err = follow.stderr();
+        if err.contains("following switchover erin-wait-1") { Ok(()) } else { Err(err) }
+    })
+    .await;
     set_planned(&cluster, &g, "frank-wait-1", "pdx").await;
     let started = Instant::now();
     let out = follow.finish(Duration::from_secs(60)).await;
